@@ -1,0 +1,48 @@
+"""Matthews correlation coefficient (an ``evaluate`` metric script).
+
+Binary: (TP*TN - FP*FN) / sqrt((TP+FP)(TP+FN)(TN+FP)(TN+FN)); for more classes the
+multiclass generalisation (Gorodkin 2004), as scikit-learn's ``matthews_corrcoef``. 0.0 when
+the denominator is 0 (for example when every prediction is the same label).
+Shipped with papa so that it loads offline with ``evaluate.load(path_to_this_folder)``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+import datasets
+import evaluate
+
+_DESCRIPTION = "Matthews correlation coefficient, in [-1, 1]; 0.0 when undefined."
+_KWARGS_DESCRIPTION = """
+Args:
+    predictions (list of int): predicted label ids.
+    references (list of int): true label ids.
+Returns:
+    matthews_correlation (float): in [-1, 1].
+"""
+
+
+class PapaMcc(evaluate.Metric):
+    def _info(self) -> evaluate.MetricInfo:
+        return evaluate.MetricInfo(
+            description=_DESCRIPTION,
+            citation="",
+            inputs_description=_KWARGS_DESCRIPTION,
+            features=datasets.Features(
+                {"predictions": datasets.Value("int64"), "references": datasets.Value("int64")}
+            ),
+        )
+
+    def _compute(self, predictions, references):
+        n = len(references)
+        correct = sum(int(p == r) for p, r in zip(predictions, references))
+        pred_counts = Counter(predictions)
+        true_counts = Counter(references)
+        labels = set(pred_counts) | set(true_counts)
+        cov_pt = correct * n - sum(pred_counts[k] * true_counts[k] for k in labels)
+        cov_pp = n * n - sum(c * c for c in pred_counts.values())
+        cov_tt = n * n - sum(c * c for c in true_counts.values())
+        denom = math.sqrt(cov_pp * cov_tt)
+        return {"matthews_correlation": cov_pt / denom if denom else 0.0}
