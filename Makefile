@@ -1,0 +1,36 @@
+# The README's two commands: `make book` and `make test`. Both create .venv when missing.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.papa-installed
+OFFLINE := HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 HF_EVALUATE_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+CONFIG ?= default
+
+.PHONY: install test book book-as-is bench clean-book
+
+install: $(STAMP)
+
+# torch is installed first and pinned, so nothing else can resolve it to a CUDA build.
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q "torch==2.13.0"
+	$(PY) -m pip install -q -e ".[dev]"
+	$(PY) -m ipykernel install --prefix $(VENV) --name python3 > /dev/null
+	@touch $@
+
+test: $(STAMP)
+	$(OFFLINE) $(PY) -m pytest -q
+
+book: $(STAMP)
+	$(OFFLINE) $(VENV)/bin/papa book build --config configs/$(CONFIG).yaml
+
+book-as-is: $(STAMP)
+	$(OFFLINE) $(VENV)/bin/papa book build --config configs/$(CONFIG).yaml --as-is
+
+bench: $(STAMP)
+	$(OFFLINE) $(PY) -m benchmarks.run
+
+clean-book:
+	rm -rf _build

@@ -1,0 +1,175 @@
+"""The ``papa`` command line: ``estimate``, ``rank``, ``probe``, ``grid`` and ``book``.
+
+Every mistake ends in one line ``papa: error: <problem>. <what to do>`` and exit status 2; no
+traceback is printed for user errors. Outputs are written atomically, so a failed or killed
+command leaves no half-written file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+from .errors import PapaError
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
+    return value
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", default="minilm-l6", help="embedded name (minilm-l6), local folder or hub id")
+    parser.add_argument("--task", required=True, help="cola, sst2, mrpc, mnli, ner or pos")
+    parser.add_argument("--data-dir", default=None, help="task data folder (default: $PAPA_DATA_DIR, else the hub)")
+    parser.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda when available)")
+
+
+def cmd_estimate(args) -> int:
+    from . import __version__
+    from .constants import estimate_constants, save_constants
+    from .data import get_task, load_task_split
+    from .experiment import encode_split
+    from .models import load_model, pick_device
+
+    spec = get_task(args.task)
+    device = pick_device(args.device)
+    lm = load_model(args.model, device)
+    dataset = load_task_split(spec, args.split, args.data_dir)
+    if args.max_examples is not None:
+        dataset = dataset.select(range(min(args.max_examples, len(dataset))))
+    encoded = encode_split(lm, spec, dataset, args.max_length, not args.no_relayout)
+    meta = {
+        "model": lm.name, "fingerprint": lm.fingerprint, "task": spec.name, "split": args.split,
+        "relayout": not args.no_relayout, "papa_version": __version__,
+    }
+    constant_set = estimate_constants(lm.model, encoded, args.batch_size, device, progress=not args.quiet, meta=meta)
+    save_constants(args.out, constant_set)
+    print(f"wrote {args.out}: constants {list(constant_set.constants.shape)} from {constant_set.meta['num_examples']} "
+          f"examples in {constant_set.meta['seconds']:.1f} s")
+    return 0
+
+
+def cmd_rank(args) -> int:
+    from .heads import save_ranking
+    from .ranking import compute_ranking
+
+    ranking, meta = compute_ranking(
+        args.method, args.model, args.task, args.constants, seed=args.seed, epochs=args.epochs,
+        max_train_examples=args.max_train_examples, max_eval_examples=args.max_eval_examples,
+        data_dir=args.data_dir, device=args.device,
+    )
+    save_ranking(args.out, ranking, meta)
+    print(f"wrote {args.out}: {len(ranking)} heads ranked by {args.method}; first {[list(h) for h in ranking[:3]]}")
+    return 0
+
+
+def cmd_probe(args) -> int:
+    from .experiment import run_probe
+    from .io import atomic_write_json
+
+    result = run_probe(
+        args.model, args.task, args.constants, args.ranking, args.constant_heads, mode=args.mode, seed=args.seed,
+        epochs=args.epochs, lr=args.lr, probe_input=args.probe_input, max_train_examples=args.max_train_examples,
+        max_eval_examples=args.max_eval_examples, data_dir=args.data_dir, device=args.device,
+    )
+    atomic_write_json(args.out, result)
+    print(f"wrote {args.out}: {result['task']} {result['metric']} = {result['score']:.4f} "
+          f"(k={result['config']['constant_heads']}, {result['timings']['total']:.1f} s)")
+    return 0
+
+
+def cmd_grid(args) -> int:
+    from .grid import run_grid
+
+    return run_grid(args.config, only=args.only, dry_run=args.dry_run)
+
+
+def cmd_book(args) -> int:
+    from .book import build_book
+
+    return build_book(args.config, as_is=args.as_is)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="papa", description="Probing how much pretrained encoders need attention (PAPA).")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("estimate", help="estimate constant attention matrices over a task's training split")
+    _common(p)
+    p.add_argument("--split", default="train")
+    p.add_argument("--max-examples", type=_positive_int, default=None, help="use the first N examples")
+    p.add_argument("--max-length", type=int, default=64)
+    p.add_argument("--no-relayout", action="store_true", help="plain padding instead of the PAPA layout")
+    p.add_argument("--batch-size", type=_positive_int, default=64)
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--out", required=True, help="output .safetensors file")
+    p.set_defaults(func=cmd_estimate)
+
+    p = sub.add_parser("rank", help="rank heads (which become constant first)")
+    _common(p)
+    p.add_argument("--constants", default=None)
+    p.add_argument("--method", required=True, help="gates, deviation or random")
+    p.add_argument("--epochs", type=_positive_int, default=15)
+    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--max-train-examples", type=_positive_int, default=1000)
+    p.add_argument("--max-eval-examples", type=_positive_int, default=None)
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=cmd_rank)
+
+    p = sub.add_parser("probe", help="train and score one probe with k constant heads")
+    _common(p)
+    p.add_argument("--constants", default=None)
+    p.add_argument("--ranking", default=None)
+    p.add_argument("--constant-heads", default="0", help="a count (36), a fraction (0.5, 7/8) or 'all'")
+    p.add_argument("--mode", default="cached", help="cached or faithful")
+    p.add_argument("--epochs", type=_positive_int, default=15)
+    p.add_argument("--lr", type=float, default=2e-5)
+    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--probe-input", default="all", help="all (every layer) or embeddings (attention-free floor)")
+    p.add_argument("--max-train-examples", type=_positive_int, default=1000)
+    p.add_argument("--max-eval-examples", type=_positive_int, default=None)
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=cmd_probe)
+
+    p = sub.add_parser("grid", help="run a grid config with papermill")
+    p.add_argument("action", choices=["run"])
+    p.add_argument("config")
+    p.add_argument("--only", default=None, help="run only the runs whose id contains this text")
+    p.add_argument("--dry-run", action="store_true", help="print what would run")
+    p.set_defaults(func=cmd_grid)
+
+    p = sub.add_parser("book", help="bring the book's runs up to date and build the site")
+    p.add_argument("action", choices=["build"])
+    p.add_argument("--config", default="configs/default.yaml")
+    p.add_argument("--as-is", action="store_true", help="render committed runs as they are, marking stale ones")
+    p.set_defaults(func=cmd_book)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    started = time.perf_counter()
+    try:
+        return int(args.func(args) or 0)
+    except PapaError as err:
+        print(f"papa: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("papa: interrupted; finished outputs are kept", file=sys.stderr)
+        return 130
+    finally:
+        if getattr(args, "verbose", False):
+            print(json.dumps({"seconds": round(time.perf_counter() - started, 3)}))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
