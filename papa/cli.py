@@ -33,24 +33,13 @@ def _common(parser: argparse.ArgumentParser) -> None:
 
 
 def cmd_estimate(args) -> int:
-    from . import __version__
-    from .constants import estimate_constants, save_constants
-    from .data import get_task, load_task_split
-    from .experiment import encode_split
-    from .models import load_model, pick_device
+    from .constants import save_constants
+    from .experiment import estimate_task_constants
 
-    spec = get_task(args.task)
-    device = pick_device(args.device)
-    lm = load_model(args.model, device)
-    dataset = load_task_split(spec, args.split, args.data_dir)
-    if args.max_examples is not None:
-        dataset = dataset.select(range(min(args.max_examples, len(dataset))))
-    encoded = encode_split(lm, spec, dataset, args.max_length, not args.no_relayout)
-    meta = {
-        "model": lm.name, "fingerprint": lm.fingerprint, "task": spec.name, "split": args.split,
-        "relayout": not args.no_relayout, "papa_version": __version__,
-    }
-    constant_set = estimate_constants(lm.model, encoded, args.batch_size, device, progress=not args.quiet, meta=meta)
+    constant_set = estimate_task_constants(
+        args.model, args.task, args.split, args.max_examples, args.max_length, not args.no_relayout,
+        args.batch_size, args.data_dir, args.device, progress=not args.quiet,
+    )
     save_constants(args.out, constant_set)
     print(f"wrote {args.out}: constants {list(constant_set.constants.shape)} from {constant_set.meta['num_examples']} "
           f"examples in {constant_set.meta['seconds']:.1f} s")

@@ -112,8 +112,8 @@ def estimate_constants(
         raise PapaError("No examples to estimate constants from", "Check the split and --max-examples.")
     device = torch.device(device) if device is not None else next(model.parameters()).device
     was_training = model.training
+    patches = patch_record(model)  # before eval(): a model it refuses (unsupported, already patched) keeps its mode
     model.eval()
-    patches = patch_record(model)
     counts = torch.zeros(length, length, dtype=torch.float64, device=device)
     started = time.perf_counter()
     try:
@@ -196,4 +196,5 @@ def load_constants(path: str | Path) -> ConstantSet:
     except json.JSONDecodeError:
         raise CorruptFileError(f"Constants file {path} has unreadable metadata", redo) from None
     meta["path"] = str(path)
+    meta["sha256"] = metadata["sha256"]
     return ConstantSet(constants, tensors["counts"], tensors["deviation"], meta)

@@ -23,7 +23,7 @@ from .constants import ConstantSet, load_constants
 from .data import TaskSpec, get_task, label_names, load_task_split, subset
 from .errors import PapaError
 from .features import Features, cached_features_key, extract_features, load_cached, store_cached
-from .heads import count_for, first_k, load_ranking
+from .heads import all_heads, count_for, first_k, load_ranking
 from .layout import IGNORE_INDEX, check_max_length, encode_sequences, encode_words
 from .metrics import compute_task_metrics, majority_baseline
 from .models import LoadedModel, load_model, pick_device
@@ -92,6 +92,37 @@ def prepare_inputs(
     )
 
 
+def estimate_task_constants(
+    model: str | LoadedModel = "minilm-l6",
+    task: str = "sst2",
+    split: str = "train",
+    max_examples: int | None = None,
+    max_length: int = 64,
+    relayout: bool = True,
+    batch_size: int = 64,
+    data_dir: str | None = None,
+    device: str | None = None,
+    progress: bool = False,
+) -> ConstantSet:
+    """Constants of ``model`` over the first ``max_examples`` examples of a task's ``split``."""
+    from . import __version__
+    from .constants import estimate_constants
+
+    spec = get_task(task)
+    torch_device = pick_device(device)
+    lm = model if isinstance(model, LoadedModel) else load_model(model, torch_device)
+    check_max_length(max_length, getattr(lm.model.config, "max_position_embeddings", None))
+    dataset = load_task_split(spec, split, data_dir)
+    if max_examples is not None:
+        dataset = dataset.select(range(min(max_examples, len(dataset))))
+    encoded = encode_split(lm, spec, dataset, max_length, relayout)
+    meta = {
+        "model": lm.name, "fingerprint": lm.fingerprint, "task": spec.name, "split": split,
+        "relayout": relayout, "papa_version": __version__, "device": str(torch_device),
+    }
+    return estimate_constants(lm.model, encoded, batch_size, torch_device, progress=progress, meta=meta)
+
+
 def _token_lists(flat: torch.Tensor, encoded: dict[str, torch.Tensor]) -> list[list[int]]:
     counts = (encoded["labels"] != IGNORE_INDEX).sum(1).tolist()
     return [chunk.tolist() for chunk in torch.split(flat, counts)]
@@ -151,6 +182,8 @@ def resolve_heads(lm: LoadedModel, ranking_path: str | None, constant_heads: int
         return 0, []
     if constants is None:
         raise PapaError(f"{k} constant heads need a constants file", "Pass --constants (from `papa estimate`).")
+    if k == total and ranking_path is None:
+        return k, all_heads(lm.num_layers, lm.num_heads)  # every ordering gives the same head set
     if ranking_path is None:
         raise PapaError(f"{k} constant heads need a head ranking", "Pass --ranking (from `papa rank`).")
     ranking, _ = load_ranking(ranking_path, lm.num_layers, lm.num_heads)
@@ -240,3 +273,10 @@ def run_probe(
         "data": inputs.data_record(),
         "provenance": dict(provenance(torch_device, seed, seconds), weights_fingerprint=lm.fingerprint),
     }
+
+
+def save_result(path: str | Path, result: dict) -> Path:
+    """Write a result JSON atomically, with a checksum (read back by :mod:`papa.results`)."""
+    from .io import atomic_write_json
+
+    return atomic_write_json(path, result)

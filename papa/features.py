@@ -7,7 +7,10 @@ they are computed once, in eval mode, and reused by every epoch, seed and run th
 
 Shapes (``S = layers + 1`` states, ``H`` hidden size):
 
-* sequence tasks: ``states [N, S, L, H]``, ``mask [N, L]``, ``labels [N]``;
+* sequence tasks: ``states [N, S, P, H]``, ``mask [N, P]``, ``labels [N]`` and ``positions [P]``: only
+  the ``P ≤ L`` positions that are a real token in at least one example are kept (with the PAPA
+  layout a single sentence never reaches positions ``L/2 .. L−2``); a pad position contributes
+  nothing to the probe, so this changes no result and halves single-sentence tasks' cost;
 * token tasks: only the labelled positions (each word's first piece) are kept:
   ``states [T, S, H]``, ``labels [T]``, ``example [T]`` (the example each token comes from).
 
@@ -44,6 +47,7 @@ class Features:
     labels: torch.Tensor
     mask: torch.Tensor | None = None  # sequence tasks
     example: torch.Tensor | None = None  # token tasks
+    positions: torch.Tensor | None = None  # sequence tasks: the kept positions (real in some example)
 
     @property
     def is_token(self) -> bool:
@@ -59,6 +63,8 @@ class Features:
             out["mask"] = self.mask
         if self.example is not None:
             out["example"] = self.example
+        if self.positions is not None:
+            out["positions"] = self.positions
         return out
 
 
@@ -113,11 +119,13 @@ def extract_features(
     labels = encoded["labels"]
     try:
         if not token_task:
-            check_budget(feature_bytes(total, num_states, length, hidden, False), "Caching encoder features")
-            states = torch.empty(total, num_states, length, hidden, dtype=FEATURE_DTYPE)
+            mask = encoded["attention_mask"].bool()
+            positions = mask.any(0).nonzero().flatten()
+            check_budget(feature_bytes(total, num_states, len(positions), hidden, False), "Caching encoder features")
+            states = torch.empty(total, num_states, len(positions), hidden, dtype=FEATURE_DTYPE)
             for rows, batch_states in iter_hidden_states(model, encoded, batch_size, device):
-                states[rows] = batch_states.to("cpu", FEATURE_DTYPE)
-            return Features(states, labels.clone(), mask=encoded["attention_mask"].bool().clone())
+                states[rows] = batch_states[:, :, positions.to(device)].to("cpu", FEATURE_DTYPE)
+            return Features(states, labels.clone(), mask=mask[:, positions].clone(), positions=positions)
         keep = labels != IGNORE_INDEX  # [N, L]
         check_budget(int(keep.sum()) * num_states * hidden * 2, "Caching encoder features")
         chunks = []
@@ -129,7 +137,7 @@ def extract_features(
         model.train(was_training)
 
 
-FEATURES_VERSION = 1
+FEATURES_VERSION = 2
 
 
 def cached_features_key(**parts) -> str:
@@ -151,7 +159,7 @@ def load_cached(key: str) -> Features | None:
     except (SafetensorError, OSError):
         path.unlink(missing_ok=True)  # a corrupt cache entry is recomputed, never read
         return None
-    return Features(tensors["states"], tensors["labels"], tensors.get("mask"), tensors.get("example"))
+    return Features(tensors["states"], tensors["labels"], tensors.get("mask"), tensors.get("example"), tensors.get("positions"))
 
 
 def store_cached(key: str, features: Features) -> None:

@@ -142,22 +142,27 @@ def state_dict_fingerprint(model: torch.nn.Module) -> str:
 
 
 def load_model(name: str = DEFAULT_MODEL, device: str | torch.device | None = None) -> LoadedModel:
-    """Load the encoder named ``name`` frozen, in eval mode, with SDPA attention.
+    """Load the encoder named ``name`` frozen, in eval mode, with SDPA attention (eager for DeBERTa/MPNet).
 
     >>> lm = load_model("minilm-l6")          # doctest: +SKIP
     >>> lm.num_layers, lm.num_heads            # doctest: +SKIP
     (6, 12)
     """
+    from .architectures import attn_implementation_for
+
     path, source = resolve_model_path(name)
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
     try:
         config = AutoConfig.from_pretrained(path)
-        model = AutoModel.from_pretrained(path, config=config, attn_implementation="sdpa")
+        # Unsupported architectures fail here, before the weights are read. Inline architectures
+        # (DeBERTa, MPNet) have no SDPA path: asking transformers for "sdpa" raises ValueError.
+        implementation = attn_implementation_for(config)
+        model = AutoModel.from_pretrained(path, config=config, attn_implementation=implementation)
         tokenizer = AutoTokenizer.from_pretrained(path)
     except OSError as err:
         raise PapaError(f"Could not load model {name!r}: {err}", "Check the model name or folder.") from None
-    from .architectures import get_adapter
-
-    get_adapter(model)  # unsupported architectures fail here, before any work
     model.requires_grad_(False).eval()
     if device is not None:
         model.to(device)

@@ -55,7 +55,7 @@ class ProbeConfig:
 
 
 class SequenceProbe(nn.Module):
-    """``states [B, S, L, H]``, ``mask [B, L]`` → logits ``[B, labels]``."""
+    """``states [B, S, L, H]``, ``mask [B, L]`` (or ``P`` kept positions) → logits ``[B, labels]``."""
 
     def __init__(self, num_states: int, length: int, hidden: int, num_labels: int, dropout: float = 0.1):
         super().__init__()
@@ -64,8 +64,10 @@ class SequenceProbe(nn.Module):
         self.dropout = nn.Dropout(dropout)
         self.classifier = nn.Linear(hidden, num_labels)
 
-    def forward(self, states: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        weights = self.position_weights[None] * mask[:, None, :].to(states.dtype)  # [B, S, L]
+    def forward(self, states: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """``positions [P]``: the positions ``states``/``mask`` hold when not all ``L`` (cached features)."""
+        position_weights = self.position_weights if positions is None else self.position_weights[:, positions]
+        weights = position_weights[None] * mask[:, None, :].to(states.dtype)  # [B, S, P]
         pooled = torch.einsum("bsl,bslh->bsh", weights, states).flatten(1)  # [B, S*H]
         return self.classifier(self.dropout(torch.tanh(self.dense(pooled))))
 
@@ -109,7 +111,7 @@ class CachedSource:
     def batch(self, indices: torch.Tensor):
         f = self.features
         if not f.is_token:
-            return (_select_states(f.states[indices].float(), self.probe_input), f.mask[indices]), f.labels[indices]
+            return (_select_states(f.states[indices].float(), self.probe_input), f.mask[indices], f.positions), f.labels[indices]
         rows = torch.cat([self._order[self._starts[i] : self._starts[i + 1]] for i in indices.tolist()])
         return (_select_states(f.states[rows].float(), self.probe_input),), f.labels[rows]
 

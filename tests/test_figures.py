@@ -1,0 +1,149 @@
+"""papa.figures: every chart builds a valid Vega-Lite spec; the offline renderer and bundle need no network."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import altair as alt
+import numpy as np
+import pytest
+import torch
+
+from papa.errors import PapaError
+from papa.figures import (
+    VEGA_BUNDLE_NAME,
+    VEGALITE_MIMETYPE,
+    _downsample,
+    enable_offline_renderer,
+    fig_baseline_vs_drop,
+    fig_constants,
+    fig_convergence,
+    fig_head_ranking,
+    fig_score_vs_dynamic_heads,
+    offline_html,
+    write_vega_bundle,
+)
+from papa.results import epoch_table, floors_table, load_results, summarise
+from test_results import grid
+
+
+@pytest.fixture(scope="module")
+def tables(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("results")
+    for task in ("sst2", "pos"):
+        grid(folder, task=task)
+    grid(folder, task="sst2", model="bert", total=144, baseline=(0.89, 0.90, 0.91))
+    df = load_results(folder)
+    return summarise(df), floors_table(df), epoch_table(folder)
+
+
+def valid(chart) -> dict:
+    spec = chart.to_dict(validate=True)
+    assert spec["$schema"].startswith("https://vega.github.io/schema/vega-lite/")
+    return spec
+
+
+def data_rows(spec: dict) -> list[dict]:
+    return [row for rows in spec.get("datasets", {}).values() for row in rows]
+
+
+def has_tooltip(spec) -> bool:
+    return '"tooltip"' in json.dumps(spec)
+
+
+def test_score_vs_dynamic_heads(tables):
+    summary, floors, _ = tables
+    spec = valid(fig_score_vs_dynamic_heads(summary, floors))
+    assert has_tooltip(spec) and spec["resolve"]["scale"]["y"] == "independent"
+    rows = data_rows(spec)
+    floors_drawn = {(r["task"], r["floor"]) for r in rows if r["layer"] == "floor"}
+    assert ("sst2", "majority") in floors_drawn and ("pos", "attention-free") in floors_drawn
+    scores = [r for r in rows if r["layer"] == "score" and r["model"] == "minilm-l6" and r["task"] == "sst2"]
+    assert sorted(r["dynamic"] for r in scores) == [0, 36, 72]  # the k=0 baseline starts the gates line
+    assert {r["ranking"] for r in scores} == {"gates"}
+    assert "pick_ranking" in json.dumps(spec)  # legend selection
+
+
+def test_baseline_vs_drop(tables):
+    summary, _, _ = tables
+    spec = valid(fig_baseline_vs_drop(summary))
+    assert has_tooltip(spec) and spec["encoding"]["color"]["field"] == "model"
+    assert spec["encoding"]["shape"]["field"] == "task"
+    bert = [r for r in data_rows(spec) if r["model"] == "bert"][0]
+    assert bert["drop"] == pytest.approx((0.90 - 0.72) / 0.90, abs=1e-4)
+
+
+def test_convergence(tables):
+    _, _, epochs = tables
+    spec = valid(fig_convergence(epochs))
+    rows = data_rows(spec)
+    assert {r["condition"] for r in rows} == {"k = 0 (all heads attend)", "k = all (all heads constant)"}
+    assert len(rows) == 3 * 2 * 2  # (model, task) pairs × conditions × epochs, averaged over seeds
+    assert has_tooltip(spec)
+
+
+def test_head_ranking():
+    ranking = [(layer, head) for layer in range(2) for head in range(3)][::-1]
+    spec = valid(fig_head_ranking(ranking, 2, 3, k_values=[0, 3, 6]))
+    rows = {(r["layer"], r["head"]): r for r in data_rows(spec) or spec["layer"][0]["data"]["values"]}
+    assert rows[(1, 2)]["rank"] == 1 and rows[(1, 2)]["constant_from"] == "k = 3"
+    assert rows[(0, 0)]["rank"] == 6 and rows[(0, 0)]["constant_from"] == "k = 6"
+    assert has_tooltip(spec)
+
+
+def test_constants_downsampled_and_small():
+    constants = torch.rand(2, 3, 64, 64).softmax(-1)
+    spec = valid(fig_constants(constants, [(0, 0), (1, 2)], max_cells=16))
+    rows = data_rows(spec)
+    assert len(rows) == 2 * 16 * 16 and has_tooltip(spec)
+    assert len(json.dumps(spec)) < 40_000
+    with pytest.raises(PapaError):
+        fig_constants(constants, [(2, 0)])
+    with pytest.raises(PapaError):
+        fig_constants(constants, [(0, 0)], max_cells=65)
+
+
+def test_downsample_is_block_mean():
+    matrix = np.arange(16, dtype=float).reshape(4, 4)
+    small, starts = _downsample(matrix, 2)
+    assert starts.tolist() == [0, 2]
+    assert small.tolist() == [[2.5, 4.5], [10.5, 12.5]]
+    same, _ = _downsample(matrix, 8)
+    assert same is matrix
+
+
+def test_offline_renderer_html_has_no_url_and_calls_vega_embed():
+    previous = alt.renderers.active
+    try:
+        assert enable_offline_renderer() == "papa" and alt.renderers.active == "papa"
+        chart = alt.Chart(alt.Data(values=[{"a": 1, "b": "</script>"}])).mark_point().encode(x="a:Q", tooltip="b:N")
+        bundle = chart._repr_mimebundle_()
+        bundle = bundle[0] if isinstance(bundle, tuple) else bundle
+    finally:
+        alt.renderers.enable(previous)
+    assert bundle[VEGALITE_MIMETYPE]["mark"] == {"type": "point"}
+    html = bundle["text/html"]
+    assert "http" not in html
+    element = re.search(r'<div id="([\w-]+)"></div>', html).group(1)
+    assert f'vegaEmbed("#{element}", spec, {{"actions": false' in html
+    assert html.count("</script>") == 1  # the data's "</script>" is escaped
+    assert offline_html(chart.to_dict(), "fixed") == offline_html(chart.to_dict(), "fixed")
+
+
+def test_chart_ids_are_deterministic():
+    spec = {"mark": "point", "data": {"values": [{"unique": "test_chart_ids_are_deterministic"}]}}
+    first, second = offline_html(spec), offline_html(spec)
+    id_1, id_2 = (re.search(r'id="([\w-]+)"', h).group(1) for h in (first, second))
+    assert id_2 == id_1 + "-1"  # the same spec shown twice on a page gets a distinct id
+    other = offline_html({**spec, "mark": "line"})
+    assert re.search(r'id="([\w-]+)"', other).group(1) != id_1
+
+
+def test_write_vega_bundle(tmp_path):
+    path = write_vega_bundle(tmp_path / "_static")
+    assert path.name == VEGA_BUNDLE_NAME and path.parent == tmp_path / "_static"
+    code = path.read_text()
+    assert "window.vegaEmbed" in code and "vegaEmbed" in code
+    assert path.stat().st_size > 100_000  # vega + vega-lite + vega-embed, not a loader stub
+    assert not re.search(r"<script[^>]+src=|import\s*\(\s*['\"]https?:", code)  # nothing fetched at load

@@ -1,0 +1,250 @@
+"""papa.results: arithmetic by hand, tidy loading of hand-written result files, floors and claims."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from papa.errors import CorruptFileError, PapaError
+from papa.io import atomic_write_json
+from papa.results import (
+    claims_table,
+    difference_is_real,
+    epoch_table,
+    floors_table,
+    load_results,
+    ranking_method,
+    read_results,
+    relative_drop,
+    retained_gain,
+    score_table,
+    summarise,
+)
+
+
+def result(task="sst2", k=0, seed=1, score=0.8, probe_input="all", ranking="gates", model="minilm-l6", total=72,
+           mode="cached", majority=0.5, metric="accuracy", epochs=2, lr=2e-5, train_examples=1000) -> dict:
+    """A result dict in the format of papa.experiment.run_probe."""
+    metrics = {metric: score, "main": score}
+    if metric == "combined":
+        metrics.update(accuracy=score + 0.01, f1=score - 0.01)
+    history = [{"epoch": e, "train_loss": 1.0 / e, **{m: v - 0.1 * (epochs - e) for m, v in metrics.items()}}
+               for e in range(1, epochs + 1)]
+    return {
+        "config": {"model": model, "task": task, "constant_heads": k, "total_heads": total,
+                   "ranking": f"{model}__{task}__{ranking}.json" if k else None, "constants": None, "mode": mode,
+                   "seed": seed, "lr": lr, "epochs": epochs, "batch_size": 16, "probe_input": probe_input},
+        "task": task, "metric": metric, "score": score, "metrics": metrics, "epochs": history,
+        "floors": {"majority": {metric: majority, "main": majority,
+                                **({"accuracy": majority, "f1": majority} if metric == "combined" else {})}},
+        "timings": {"total": 3.5}, "data": {"train_examples": train_examples, "eval_examples": 100},
+    }
+
+
+def write(folder: Path, runs: dict[str, dict]) -> Path:
+    for name, obj in runs.items():
+        atomic_write_json(folder / f"{name}.json", obj)
+    return folder
+
+
+# --- arithmetic --------------------------------------------------------------------------------
+
+
+def test_relative_drop_and_retained_gain_by_hand():
+    assert relative_drop(0.7, 0.8) == pytest.approx(0.125)
+    assert retained_gain(0.7, 0.8, 0.6) == pytest.approx(0.5)
+    assert relative_drop(0.8, 0.8) == 0
+    assert relative_drop(0.9, 0.8) == pytest.approx(-0.125)  # a gain is a negative drop
+    assert math.isnan(retained_gain(0.7, 0.6, 0.6))
+    assert math.isnan(retained_gain(0.7, 0.5, 0.6))
+    assert math.isnan(relative_drop(0.1, 0.0))
+
+
+def test_difference_is_real_needs_more_than_the_seed_spread():
+    assert difference_is_real([0.80, 0.82, 0.81], [0.70, 0.71])  # gap 0.105 > ranges 0.02, 0.01
+    assert not difference_is_real([0.80, 0.90], [0.84, 0.86])  # gap 0.02 < range 0.10
+    assert not difference_is_real([0.80, 0.84], [0.80, 0.76])  # gap 0.04 == range 0.04: not more
+    assert difference_is_real([0.8], [0.79])  # one seed each: ranges 0
+    with pytest.raises(PapaError):
+        difference_is_real([], [0.5])
+
+
+def test_ranking_method_from_file_name():
+    assert ranking_method("minilm-l6__sst2__gates.json", 36) == "gates"
+    assert ranking_method("bert__mrpc__deviation.json", 1) == "deviation"
+    assert ranking_method("minilm-l6__sst2__gates.json", 0) == "none"
+    assert ranking_method("plain.json", 5) == "plain"
+
+
+# --- loading -----------------------------------------------------------------------------------
+
+
+def test_load_results_tidy_shape(tmp_path):
+    write(tmp_path / "a", {"sst2_k0_s1": result(), "sst2_k36_s1": result(k=36, score=0.75)})
+    write(tmp_path / "b", {"mrpc_k0_s1": result(task="mrpc", metric="combined", score=0.7)})
+    atomic_write_json(tmp_path / "ranking.json", {"ranking": [[0, 0]], "meta": {}})  # not a result
+    (tmp_path / "plain_list.json").write_text("[[0, 1], [0, 0]]")  # official sorted_heads.json style
+    df = load_results(tmp_path)
+    # sst2: accuracy only (main dropped) → 1 row per run; mrpc: combined, accuracy, f1 → 3 rows
+    assert len(df) == 2 + 3
+    assert set(df["run_id"]) == {"sst2_k0_s1", "sst2_k36_s1", "mrpc_k0_s1"}
+    assert "main" not in set(df["metric"])
+    row = df[df["run_id"] == "sst2_k36_s1"].iloc[0]
+    assert (row["k"], row["total_heads"], row["fraction"], row["ranking"]) == (36, 72, 0.5, "gates")
+    assert (row["seed"], row["mode"], row["probe_input"], row["train_examples"]) == (1, "cached", "all", 1000)
+    assert row["value"] == 0.75 and row["is_main"] and row["majority"] == 0.5 and row["seconds"] == 3.5
+    mrpc = df[df["run_id"] == "mrpc_k0_s1"].set_index("metric")
+    assert mrpc.loc["combined", "is_main"] and not mrpc.loc["f1", "is_main"]
+    assert mrpc.loc["combined", "ranking"] == "none"
+    assert df["is_main"].sum() == 3
+
+
+def test_load_results_rejects_a_tampered_result(tmp_path):
+    write(tmp_path, {"run": result()})
+    path = tmp_path / "run.json"
+    path.write_text(path.read_text().replace('"score": 0.8', '"score": 0.9'))
+    with pytest.raises(CorruptFileError):
+        load_results(tmp_path)
+
+
+def test_repeated_stems_get_relative_run_ids(tmp_path):
+    write(tmp_path / "x", {"run": result()})
+    write(tmp_path / "y", {"run": result(seed=2)})
+    assert sorted(read_results(tmp_path)) == ["x/run", "y/run"]
+
+
+def test_epoch_table(tmp_path):
+    write(tmp_path, {"r0": result(epochs=3), "r1": result(k=72, score=0.6, epochs=3)})
+    table = epoch_table(tmp_path)
+    assert len(table) == 6
+    last = table[(table["run_id"] == "r1") & (table["epoch"] == 3)].iloc[0]
+    assert last["score"] == pytest.approx(0.6) and last["ranking"] == "gates" and last["k"] == 72
+    first = table[(table["run_id"] == "r0") & (table["epoch"] == 1)].iloc[0]
+    assert first["score"] == pytest.approx(0.6) and first["train_loss"] == 1.0
+
+
+# --- summaries, floors, claims -----------------------------------------------------------------
+
+
+def grid(tmp_path, baseline=(0.80, 0.82, 0.84), half=(0.79, 0.81, 0.83), full=(0.70, 0.72, 0.74),
+         free=(0.55, 0.56, 0.57), majority=0.5, task="sst2", model="minilm-l6", total=72) -> Path:
+    runs = {}
+    for seed, (b, h, f, e) in enumerate(zip(baseline, half, full, free), start=1):
+        tag = f"{model}_{task}_s{seed}"
+        runs[f"{tag}_k0"] = result(task, 0, seed, b, model=model, total=total, majority=majority)
+        runs[f"{tag}_half"] = result(task, total // 2, seed, h, model=model, total=total, majority=majority)
+        runs[f"{tag}_all"] = result(task, total, seed, f, model=model, total=total, majority=majority)
+        runs[f"{tag}_emb"] = result(task, 0, seed, e, "embeddings", model=model, total=total, majority=majority)
+    return write(tmp_path, runs)
+
+
+def test_summarise_means_and_stds(tmp_path):
+    summary = summarise(load_results(grid(tmp_path)))
+    assert len(summary) == 4  # k0 all, k0 embeddings, half, all
+    base = summary[(summary["k"] == 0) & (summary["probe_input"] == "all")].iloc[0]
+    assert base["mean"] == pytest.approx(0.82) and base["std"] == pytest.approx(0.02)
+    assert (base["min"], base["max"], base["n_seeds"], base["ranking"]) == (0.80, 0.84, 3, "none")
+    full = summary[summary["k"] == 72].iloc[0]
+    assert full["mean"] == pytest.approx(0.72) and full["fraction"] == 1.0 and full["ranking"] == "gates"
+
+
+def test_summarise_single_seed_std_is_nan_and_mixed_settings_raise(tmp_path):
+    write(tmp_path / "one", {"r": result()})
+    assert math.isnan(summarise(load_results(tmp_path / "one"))["std"].iloc[0])
+    write(tmp_path / "mixed", {"a": result(seed=1), "b": result(seed=2, lr=1e-3)})
+    with pytest.raises(PapaError, match="lr"):
+        summarise(load_results(tmp_path / "mixed"))
+    write(tmp_path / "dup", {"a": result(seed=1), "b": result(seed=1)})
+    with pytest.raises(PapaError, match="seed"):
+        summarise(load_results(tmp_path / "dup"))
+
+
+def test_floors_table_informative_flags(tmp_path):
+    # sst2: baseline 0.82 ± 0.02 vs floors max(0.5, 0.56): gap 0.26 > margin 0.04 → informative
+    grid(tmp_path / "g", task="sst2")
+    # cola: baseline 0.10 ± 0.02 vs attention-free 0.09: gap 0.01 < margin 0.04 → not informative
+    grid(tmp_path / "g", task="cola", baseline=(0.08, 0.10, 0.12), half=(0.08, 0.1, 0.1), full=(0.0, 0.01, 0.02),
+         free=(0.08, 0.09, 0.10), majority=0.0)
+    # mrpc: majority 0.81 beats the attention-free floor; baseline 0.815 → gap 0.005 < 0.01 → not informative
+    grid(tmp_path / "g", task="mrpc", baseline=(0.815,) * 3, free=(0.6,) * 3, majority=0.81)
+    df = load_results(tmp_path / "g")
+    floors = floors_table(df).set_index("task")
+    assert floors.loc["sst2", "informative"] and not floors.loc["cola", "informative"]
+    assert not floors.loc["mrpc", "informative"]
+    assert floors.loc["sst2", "attention_free"] == pytest.approx(0.56)
+    assert floors.loc["sst2", "margin"] == pytest.approx(0.04)
+    assert floors.loc["mrpc", "margin"] == pytest.approx(0.01)
+    assert floors.loc["sst2", "majority"] == 0.5 and floors.loc["sst2", "baseline_n"] == 3
+    # without the majority column the floors come from the result files
+    again = floors_table(df.drop(columns="majority"), tmp_path / "g").set_index("task")
+    assert again.loc["mrpc", "majority"] == pytest.approx(0.81)
+
+
+def claims(folder: Path) -> pd.DataFrame:
+    df = load_results(folder)
+    summary = summarise(df)
+    return claims_table(summary, floors_table(df)).set_index(pd.Index([1, 2, 3]))
+
+
+def test_claims_reproduced(tmp_path):
+    # half: 0.81 vs 0.82 (1.2% drop); all: 0.72 vs 0.82 (12.2% drop); one model
+    table = claims(grid(tmp_path))
+    assert table.loc[1, "verdict"] == "reproduced" and table.loc[1, "value"] == pytest.approx(0.01 / 0.82)
+    assert table.loc[2, "verdict"] == "reproduced" and table.loc[2, "value"] == pytest.approx(0.10 / 0.82)
+    assert table.loc[3, "verdict"] == "not testable here"
+
+
+def test_claims_not_reproduced(tmp_path):
+    # half: 0.60 vs 0.82 — 27% drop, far beyond the seed spread; all: 0.41 — 50% drop
+    table = claims(grid(tmp_path, half=(0.59, 0.60, 0.61), full=(0.40, 0.41, 0.42), free=(0.3, 0.3, 0.3)))
+    assert table.loc[1, "verdict"] == "not reproduced"
+    assert table.loc[2, "verdict"] == "not reproduced" and "Larger" in table.loc[2, "note"]
+
+
+def test_claim_one_holds_when_the_drop_is_within_the_seed_spread(tmp_path):
+    # half: mean 0.72 (12% drop) but seeds range 0.5..0.9 → not a real difference
+    table = claims(grid(tmp_path, half=(0.5, 0.76, 0.9)))
+    assert table.loc[1, "value"] > 0.05 and table.loc[1, "verdict"] == "reproduced"
+
+
+def test_claims_exclude_uninformative_tasks(tmp_path):
+    grid(tmp_path, task="sst2")
+    grid(tmp_path, task="cola", baseline=(0.08, 0.10, 0.12), full=(0.0,) * 3, free=(0.08, 0.09, 0.10), majority=0.0)
+    table = claims(tmp_path)
+    assert "cola" in table.loc[2, "note"] and "cola" not in table.loc[2, "ours"]
+    assert table.loc[2, "value"] == pytest.approx(0.10 / 0.82)
+
+
+def test_claims_not_testable_without_informative_tasks(tmp_path):
+    table = claims(grid(tmp_path, baseline=(0.5, 0.5, 0.5), free=(0.5, 0.5, 0.5), majority=0.5))
+    assert (table["verdict"] == "not testable here").all()
+
+
+def test_claim_three_with_two_models(tmp_path):
+    # the better model (bert: 0.90) loses more (22%) than the weaker (minilm: 0.82 → 12%) on both tasks
+    for task in ("sst2", "pos"):
+        grid(tmp_path, task=task)
+        grid(tmp_path, task=task, model="bert", total=144, baseline=(0.89, 0.90, 0.91), half=(0.88, 0.89, 0.90),
+             full=(0.69, 0.70, 0.71))
+    assert claims(tmp_path).loc[3, "verdict"] == "reproduced"
+    # the weaker model losing more contradicts the claim
+    grid(tmp_path / "rev", task="sst2")
+    grid(tmp_path / "rev", task="sst2", model="bert", total=144, baseline=(0.89, 0.90, 0.91), full=(0.88, 0.89, 0.90))
+    assert claims(tmp_path / "rev").loc[3, "verdict"] == "not reproduced"
+
+
+def test_score_table_is_wide_with_mean_pm_std(tmp_path):
+    table = score_table(summarise(load_results(grid(tmp_path))))
+    assert list(table.columns) == [0, 36, 72]
+    assert table.loc[("minilm-l6", "sst2", "gates"), 0] == "0.820 ± 0.020"
+    assert table.loc[("minilm-l6", "sst2", "gates"), 72] == "0.720 ± 0.020"
+    assert len(table) == 1
+
+
+def test_claim_two_rejects_a_drop_smaller_than_the_papers(tmp_path):
+    # all constant: 0.81 vs 0.82 — a 1.2% drop, below the 3% lower bound of the rule
+    table = claims(grid(tmp_path, full=(0.80, 0.81, 0.82)))
+    assert table.loc[2, "verdict"] == "not reproduced" and "Smaller" in table.loc[2, "note"]
