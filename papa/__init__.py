@@ -25,6 +25,7 @@ from .patching import (
     constant_heads_of,
     gate_lambdas,
     is_patched,
+    load_patched,
     masked_rownorm,
     patch_constant_heads,
     patch_gates,
@@ -35,7 +36,7 @@ from .patching import (
 __all__ = [
     "ConstantSet", "DEFAULT_MODEL", "LoadedModel", "PapaError", "__version__", "all_heads", "constant_heads_of",
     "count_for", "encode_sequences", "encode_words", "estimate_constants", "first_k", "gate_lambdas",
-    "get_adapter", "is_patched", "load_constants", "load_model", "load_ranking", "masked_rownorm",
+    "get_adapter", "is_patched", "load_patched", "load_constants", "load_model", "load_ranking", "masked_rownorm",
     "paper_counts", "patch_constant_heads", "patch_gates", "pick_device", "prune_qk", "random_ranking",
     "save_constants", "save_ranking", "supported_model_types", "unpatch",
     "estimate_task_constants", "prepare_inputs", "run_probe", "save_result", "compute_ranking",

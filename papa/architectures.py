@@ -64,8 +64,8 @@ def supported_model_types() -> list[str]:
 
 
 def get_adapter(model: nn.Module) -> ArchitectureAdapter:
-    """The adapter for ``model`` (a ``PreTrainedModel``), or a clear error naming the supported ones."""
-    model_type = getattr(getattr(model, "config", None), "model_type", None)
+    """The adapter for ``model`` (a ``PreTrainedModel``, or its config), or a clear error naming the supported ones."""
+    model_type = getattr(getattr(model, "config", model), "model_type", None)
     if model_type not in ADAPTERS:
         raise UnsupportedArchitectureError(
             f"Architecture {model_type!r} is not supported by papa",
@@ -73,6 +73,16 @@ def get_adapter(model: nn.Module) -> ArchitectureAdapter:
             "Add a row to papa.architectures.ADAPTERS to support another.",
         )
     return ADAPTERS[model_type]
+
+
+def attn_implementation_for(model: nn.Module) -> str:
+    """The attention implementation to load ``model`` (a model or its config) with.
+
+    ``"sdpa"`` for ``interface`` architectures; ``"eager"`` for ``inline`` ones, which have no SDPA
+    path in transformers (``attn_implementation="sdpa"`` raises ``ValueError`` for DeBERTa and MPNet)
+    and whose softmax papa hooks anyway. Raises :class:`UnsupportedArchitectureError` for others.
+    """
+    return "sdpa" if get_adapter(model).mechanism == "interface" else "eager"
 
 
 def _get_path(root: nn.Module, dotted: str) -> nn.Module:

@@ -26,17 +26,19 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Iterable, Sequence
 
 import torch
 import torch.nn.functional as F
+from safetensors import SafetensorError, safe_open
 from torch import nn
 from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from .architectures import get_adapter, self_attention_modules
-from .errors import ConstantsMismatchError, PapaError
+from .errors import ConstantsMismatchError, CorruptFileError, PapaError
 
 ATTN_IMPLEMENTATION = "papa"
 MODES = ("constant", "gates", "record")
@@ -385,6 +387,8 @@ def prune_qk(model: nn.Module) -> nn.Module:
             setattr(module, name, pruned)
         patch.qk_pruned = True
     context.pruned = True
+    if isinstance(getattr(model.config, "papa", None), dict):
+        model.config.papa["qk_pruned"] = True  # save_pretrained now writes pruned Q/K: load_patched needs to know
     return model
 
 
@@ -420,3 +424,123 @@ def constant_heads_of(model: nn.Module) -> list[tuple[int, int]]:
         if getattr(m, "papa_patch", None) is not None and m.papa_patch.mode == "constant"
         for h in m.papa_patch.constant_heads
     ]
+
+
+
+# -- reloading a saved patched model ----------------------------------------------------------------
+_PATCH_SUFFIX = ".papa_patch.constants"
+
+
+def _saved_tensors(folder: Path, wanted) -> dict[str, torch.Tensor]:
+    """The tensors of a ``save_pretrained`` folder (single or sharded safetensors) whose key satisfies ``wanted``."""
+    files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        raise PapaError(f"The folder {folder} holds no *.safetensors weights", "Save the patched model with save_pretrained.")
+    tensors: dict[str, torch.Tensor] = {}
+    for file in files:
+        try:
+            with safe_open(str(file), framework="pt") as handle:
+                for key in handle.keys():
+                    if wanted(key):
+                        tensors[key] = handle.get_tensor(key)
+        except (SafetensorError, OSError) as err:
+            raise CorruptFileError(f"The weights file {file} cannot be read ({err})", "Save the model again.") from None
+    return tensors
+
+
+def _saved_key(tensors: dict[str, torch.Tensor], name: str) -> str | None:
+    """The key of base-model parameter ``name`` in ``tensors``, allowing a task-model prefix (``bert.``)."""
+    if name in tensors:
+        return name
+    matches = [key for key in tensors if key.endswith("." + name)]
+    return matches[0] if len(matches) == 1 else None
+
+
+def load_patched(folder: str | Path, device: str | torch.device | None = None) -> nn.Module:
+    """Reload a model written by ``save_pretrained`` after :func:`patch_constant_heads`.
+
+    Reads ``config.papa`` (``mode``, ``constant_heads``, ``max_length``, ``trainable``) from the
+    folder's ``config.json``, loads the base encoder with ``AutoModel`` (SDPA; eager for inline
+    architectures) and re-attaches the saved constants (``<self-attention>.papa_patch.constants``
+    in the safetensors weights) to the same heads. A folder saved from a task model (e.g.
+    ``BertForSequenceClassification``) comes back as its base encoder; one saved after
+    :func:`prune_qk` (``config.papa["qk_pruned"]``) comes back pruned with its saved Q/K rows.
+    Returned in eval mode (``requires_grad`` as ``from_pretrained`` leaves it).
+    """
+    from transformers import AutoConfig, AutoModel
+    from transformers.utils import logging as hf_logging
+
+    from .architectures import attn_implementation_for
+    from .heads import validate_head_set
+
+    folder = Path(folder)
+    redo = "Patch the model again and save it with save_pretrained."
+    if not (folder / "config.json").is_file():
+        raise PapaError(f"The folder {folder} has no config.json", "Point at a folder written by save_pretrained.")
+    config = AutoConfig.from_pretrained(folder)
+    meta = getattr(config, "papa", None)
+    if not isinstance(meta, dict) or meta.get("mode") != "constant":
+        raise PapaError(
+            f"{folder} does not hold a model patched with constant heads (config.json has no papa.mode 'constant')",
+            "Load it with papa.load_model, or patch it with patch_constant_heads before save_pretrained.",
+        )
+    adapter = get_adapter(config)
+    num_layers, num_heads = config.num_hidden_layers, config.num_attention_heads
+    heads = validate_head_set(meta.get("constant_heads") or [], num_layers, num_heads)
+    length = meta.get("max_length")
+    if not isinstance(length, int) or length < 1:
+        raise CorruptFileError(f"{folder}: config.papa.max_length is {length!r}, not a positive integer", redo)
+    qk_pruned = bool(meta.get("qk_pruned", False)) and adapter.query is not None
+    projections = (adapter.query, adapter.key) if qk_pruned else ()
+    saved = _saved_tensors(
+        folder, lambda key: key.endswith(_PATCH_SUFFIX) or any(f".{name}." in key for name in projections)
+    )
+    previous = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # silence the expected load report (UNEXPECTED papa_patch.constants)
+    try:
+        # Pruned Q/K do not fit the full projections: they are re-initialised here, replaced below.
+        model = AutoModel.from_pretrained(
+            folder, attn_implementation=attn_implementation_for(config), ignore_mismatched_sizes=qk_pruned
+        )
+    finally:
+        hf_logging.set_verbosity(previous)
+    names = {module: name for name, module in model.named_modules()}
+    modules = self_attention_modules(model)
+    by_layer: dict[int, list[int]] = {}
+    for layer, head in heads:
+        by_layer.setdefault(layer, []).append(head)
+    constants = torch.zeros(num_layers, num_heads, length, length)
+    for layer, layer_heads in by_layer.items():
+        name = names[modules[layer]] + _PATCH_SUFFIX
+        key = _saved_key(saved, name)
+        if key is None:
+            raise CorruptFileError(f"{folder} lacks the constants of layer {layer} ({name})", redo)
+        if tuple(saved[key].shape) != (len(layer_heads), length, length):
+            raise CorruptFileError(
+                f"{folder}: the constants of layer {layer} have shape {tuple(saved[key].shape)}, "
+                f"config.papa needs {(len(layer_heads), length, length)}",
+                redo,
+            )
+        constants[layer, sorted(layer_heads)] = saved[key].float()
+    patch_constant_heads(model, constants, heads, trainable=bool(meta.get("trainable", False)))
+    if qk_pruned:
+        prune_qk(model)
+        with torch.no_grad():
+            for module in modules:
+                patch = getattr(module, "papa_patch", None)
+                if patch is None or not patch.qk_pruned:
+                    continue
+                for proj in projections:
+                    linear = getattr(module, proj)
+                    for part in ("weight", "bias"):
+                        target = getattr(linear, part)
+                        if target is None:
+                            continue
+                        key = _saved_key(saved, f"{names[module]}.{proj}.{part}")
+                        if key is None or saved[key].shape != target.shape:
+                            raise CorruptFileError(f"{folder}: no pruned {proj}.{part} of layer {patch.layer} fits", redo)
+                        target.copy_(saved[key])
+    model.eval()
+    if device is not None:
+        model.to(device)
+    return model
