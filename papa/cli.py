@@ -25,11 +25,32 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _device(text: str) -> str:
+    """A torch device this machine has (``cpu``, ``cuda``, ``cuda:1``, ...) or ``auto``."""
+    if text.strip().lower() in ("", "auto"):
+        return "auto"
+    import torch
+
+    try:
+        device = torch.device(text)
+    except (RuntimeError, ValueError):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a device; use cpu, cuda, cuda:N, mps or auto") from None
+    if device.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise argparse.ArgumentTypeError(f"{text!r}: CUDA is not available on this machine; use --device cpu or auto")
+        if device.index is not None and device.index >= count:
+            raise argparse.ArgumentTypeError(f"{text!r}: this machine has {count} CUDA device(s); use --device cpu, auto or cuda:0 .. cuda:{count - 1}")
+    if device.type == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+        raise argparse.ArgumentTypeError(f"{text!r}: MPS is not available on this machine; use --device cpu or auto")
+    return text
+
+
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default="minilm-l6", help="embedded name (minilm-l6), local folder or hub id")
     parser.add_argument("--task", required=True, help="cola, sst2, mrpc, mnli, ner or pos")
     parser.add_argument("--data-dir", default=None, help="task data folder (default: $PAPA_DATA_DIR, else the hub)")
-    parser.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda when available)")
+    parser.add_argument("--device", type=_device, default=None, help="cpu, cuda, cuda:N or auto (default: cuda when available)")
 
 
 def cmd_estimate(args) -> int:
@@ -84,7 +105,7 @@ def cmd_grid(args) -> int:
 def cmd_book(args) -> int:
     from .book import build_book
 
-    return build_book(args.config, as_is=args.as_is)
+    return build_book(args.config, as_is=args.as_is, strict=args.strict)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -139,6 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("action", choices=["build"])
     p.add_argument("--config", default="configs/default.yaml")
     p.add_argument("--as-is", action="store_true", help="render committed runs as they are, marking stale ones")
+    p.add_argument("--strict", action="store_true", help="fail on any warning or broken reference (-W -n --keep-going)")
     p.set_defaults(func=cmd_book)
     return parser
 

@@ -81,12 +81,9 @@ def fig_score_vs_dynamic_heads(summary: pd.DataFrame, floors: pd.DataFrame, mode
     rows = _mode_rows(summary, mode)
     rows = rows[rows["probe_input"] == "all"]
     chosen_mode = rows["mode"].iloc[0] if len(rows) else mode
-    parts = []
-    for _, group in rows.groupby(["model", "task"], sort=True):
-        base, ranked = group[group["k"] == 0], group[group["k"] > 0]
-        parts.append(ranked)
-        for method in ranked["ranking"].unique() if not ranked.empty else ["none"]:
-            parts.append(base.assign(ranking=method))
+    from .results import spread_shared
+
+    parts = [spread_shared(group) for _, group in rows.groupby(["model", "task"], sort=True)]
     scores = pd.concat(parts) if parts else rows
     scores = scores.assign(layer="score", dynamic=scores["total_heads"] - scores["k"])
     scores = scores[["layer", "model", "task", "ranking", "k", "dynamic", "metric", "mean", "std", "min", "max", "n_seeds"]]
@@ -300,11 +297,13 @@ def offline_renderer(spec: dict, **metadata: Any) -> dict[str, Any]:
     return {VEGALITE_MIMETYPE: spec, "text/html": offline_html(spec), "text/plain": "<papa Vega-Lite chart>"}
 
 
-def enable_offline_renderer() -> str:
-    """Register and enable the Altair renderer ``"papa"`` (:func:`offline_renderer`); returns its name."""
+def enable_offline_renderer() -> None:
+    """Register and enable the Altair renderer ``"papa"`` (:func:`offline_renderer`).
+
+    Returns nothing, so that a notebook cell ending with it shows no output.
+    """
     alt.renderers.register(RENDERER_NAME, offline_renderer)
     alt.renderers.enable(RENDERER_NAME)
-    return RENDERER_NAME
 
 
 __all__ = [

@@ -83,6 +83,7 @@ class Run:
     deps: list[str] = field(default_factory=list)
     outputs: list[str] = field(default_factory=list)
     study: str = "main"
+    grid: str = ""
 
     @property
     def notebook(self) -> str:
@@ -112,6 +113,12 @@ def load_config(path: str | Path) -> dict:
     except yaml.YAMLError as err:
         raise PapaError(f"Config {path} is not valid YAML ({str(err).splitlines()[0]})", "Fix the YAML syntax.") from None
     _check_keys(config, _TOP_KEYS, path.name)
+    if not str(config.get("name", "")).replace("-", "").replace("_", "").isalnum():
+        raise PapaError(f"Config {path.name} needs a name of letters, digits, - and _", "Set `name:` (it names book/runs/<name>).")
+    try:
+        config["_path"] = str(path.resolve().relative_to(ROOT))
+    except ValueError:
+        config["_path"] = str(path.resolve())
     for key in ("name", "models", "tasks", "probe"):
         if key not in config:
             raise PapaError(f"Config {path.name} lacks the key {key!r}", "See configs/default.yaml.")
@@ -219,7 +226,9 @@ def expand(config: dict) -> list[Run]:
                             ), deps=deps, outputs=[out.format(seed=s) for s in seeds], study=study["name"])
     upstream = [r.run_id for r in runs.values() if r.kind in ("probe", "rank")]
     for chapter in ("results", "controls"):
-        runs[chapter] = Run(chapter, chapter, dict(config_name=name, runs_dir=f"book/runs/{name}"), deps=upstream)
+        runs[chapter] = Run(chapter, chapter, dict(grid_config=config["_path"]), deps=upstream)
+    for run in runs.values():
+        run.grid = name
     return list(runs.values())
 
 
@@ -300,8 +309,7 @@ def runs_dir(config: dict) -> Path:
 
 
 def run_notebook_path(run: Run) -> str:
-    name = run.params.get("config_name") or run.params["out"].split("/")[2]
-    return f"book/runs/{name}/{run.run_id}.ipynb"
+    return f"book/runs/{run.grid}/{run.run_id}.ipynb"
 
 
 def stale_runs(config: dict) -> tuple[list[Run], list[Run], dict[str, str], Manifest]:
@@ -343,7 +351,8 @@ def execute(run: Run, root: Path = ROOT) -> float:
             nb = nbformat.from_dict(clean_executed(nbformat.read(temp, as_version=4), root))
             atomic_write_text(target.with_suffix(".failed.ipynb"), nbformat.writes(nb))
             temp.unlink()
-        raise PapaError(f"Run {run.run_id} failed: {type(err).__name__}: {str(err).splitlines()[-1] if str(err) else ''}",
+        reason = f"{getattr(err, 'ename', type(err).__name__)}: {getattr(err, 'evalue', str(err))}".strip()
+        raise PapaError(f"Run {run.run_id} failed ({reason[:300]})",
                         f"Read {target.with_suffix('.failed.ipynb').relative_to(root)}") from None
     nb = nbformat.from_dict(clean_executed(nbformat.read(temp, as_version=4), root))
     atomic_write_text(target, nbformat.writes(nb))

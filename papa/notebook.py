@@ -70,7 +70,12 @@ def clean_executed(nb: dict, root: Path) -> dict:
     for key in _VOLATILE_NB:
         paper.pop(key, None)
     roots = sorted({str(root.resolve()), str(Path.home())}, key=len, reverse=True)
+    hidden = any("remove-cell" in c.get("metadata", {}).get("tags", []) and "parameters" in c.get("metadata", {}).get("tags", [])
+                 for c in nb.get("cells", []))
     for cell in nb.get("cells", []):
+        tags = cell.get("metadata", {}).get("tags", [])
+        if hidden and "injected-parameters" in tags and "remove-cell" not in tags:
+            tags.append("remove-cell")  # a chapter hides its parameters, injected ones too
         meta = cell.get("metadata", {})
         meta.pop("execution", None)
         for key in ("start_time", "end_time", "duration"):

@@ -98,10 +98,16 @@ def _as_results(results: str | Path | Mapping[str, dict]) -> Mapping[str, dict]:
     return results if isinstance(results, Mapping) else read_results(results)
 
 
-def ranking_method(ranking_file: str | None, k: int) -> str:
-    """``"gates"`` from ``"minilm-l6__sst2__gates.json"``; ``"none"`` when ``k == 0``."""
+#: Head sets that every ranking shares: k = 0 (``none``) and k = all heads (``all``).
+SHARED_RANKINGS = ("none", "all")
+
+
+def ranking_method(ranking_file: str | None, k: int, total: int | None = None) -> str:
+    """``"gates"`` from ``"minilm-l6__sst2__gates.json"``; ``"none"`` when ``k == 0``, ``"all"`` when ``k == total``."""
     if k == 0:
         return "none"
+    if total is not None and k == total:
+        return "all"
     if not ranking_file:
         return "unknown"
     name = Path(ranking_file).name
@@ -114,7 +120,7 @@ def _run_fields(run_id: str, result: dict) -> dict:
     k, total = int(config["constant_heads"]), int(config["total_heads"])
     return {
         "run_id": run_id, "model": config["model"], "task": result.get("task", config.get("task")), "k": k,
-        "total_heads": total, "fraction": k / total, "ranking": ranking_method(config.get("ranking"), k),
+        "total_heads": total, "fraction": k / total, "ranking": ranking_method(config.get("ranking"), k, total),
         "seed": config.get("seed"), "mode": config.get("mode"), "probe_input": config.get("probe_input", "all"),
         "lr": config.get("lr"), "epochs": config.get("epochs"),
         "train_examples": (result.get("data") or {}).get("train_examples"),
@@ -349,6 +355,15 @@ def claims_table(summary: pd.DataFrame, floors: pd.DataFrame, ranking: str = "ga
     return pd.DataFrame(rows, columns=["claim", "paper", "ours", "value", "verdict", "note"])
 
 
+def spread_shared(group: pd.DataFrame) -> pd.DataFrame:
+    """Repeat the rows every ranking shares (k = 0, k = all) under each specific ranking of ``group``
+    (one model × task), so each ranking's curve runs from no constant head to all of them."""
+    shared = group[group["ranking"].isin(SHARED_RANKINGS)]
+    specific = group[~group["ranking"].isin(SHARED_RANKINGS)]
+    methods = list(specific["ranking"].unique()) or ["none"]
+    return pd.concat([specific] + [shared.assign(ranking=m) for m in methods], ignore_index=True)
+
+
 def score_table(summary: pd.DataFrame, digits: int = 3, probe_input: str = "all") -> pd.DataFrame:
     """Wide table for the book: rows (model, task, ranking[, mode]), one "mean ± std" column per k.
 
@@ -359,12 +374,7 @@ def score_table(summary: pd.DataFrame, digits: int = 3, probe_input: str = "all"
     index = ["model", "task", "ranking"] + (["mode"] if rows["mode"].nunique() > 1 else [])
     rows["cell"] = [f"{m:.{digits}f}" + ("" if pd.isna(s) else f" ± {s:.{digits}f}")
                     for m, s in zip(rows["mean"], rows["std"])]
-    parts = []
-    for _, group in rows.groupby(["model", "task", "mode"], sort=True):
-        base, ranked = group[group["k"] == 0], group[group["k"] > 0]
-        parts.append(ranked)
-        for method in ranked["ranking"].unique() if not ranked.empty else ["none"]:
-            parts.append(base.assign(ranking=method))
+    parts = [spread_shared(group) for _, group in rows.groupby(["model", "task", "mode"], sort=True)]
     table = pd.concat(parts) if parts else rows
     wide = table.pivot_table(index=index, columns="k", values="cell", aggfunc="first")
     wide.columns.name = "k"

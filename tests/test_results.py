@@ -121,7 +121,7 @@ def test_epoch_table(tmp_path):
     table = epoch_table(tmp_path)
     assert len(table) == 6
     last = table[(table["run_id"] == "r1") & (table["epoch"] == 3)].iloc[0]
-    assert last["score"] == pytest.approx(0.6) and last["ranking"] == "gates" and last["k"] == 72
+    assert last["score"] == pytest.approx(0.6) and last["ranking"] == "all" and last["k"] == 72
     first = table[(table["run_id"] == "r0") & (table["epoch"] == 1)].iloc[0]
     assert first["score"] == pytest.approx(0.6) and first["train_loss"] == 1.0
 
@@ -148,7 +148,7 @@ def test_summarise_means_and_stds(tmp_path):
     assert base["mean"] == pytest.approx(0.82) and base["std"] == pytest.approx(0.02)
     assert (base["min"], base["max"], base["n_seeds"], base["ranking"]) == (0.80, 0.84, 3, "none")
     full = summary[summary["k"] == 72].iloc[0]
-    assert full["mean"] == pytest.approx(0.72) and full["fraction"] == 1.0 and full["ranking"] == "gates"
+    assert full["mean"] == pytest.approx(0.72) and full["fraction"] == 1.0 and full["ranking"] == "all"
 
 
 def test_summarise_single_seed_std_is_nan_and_mixed_settings_raise(tmp_path):

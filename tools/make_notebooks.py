@@ -9,7 +9,11 @@ HERE = Path(__file__).resolve().parent.parent / "notebooks"
 SETUP = "import papa\nfrom papa.notebook import parameters\n\nparams = parameters(globals())  # an unknown or mistyped parameter is an error\npapa.figures.enable_offline_renderer()"
 
 
-def notebook(title: str, intro: str, params: str, cells: list) -> nbformat.NotebookNode:
+def notebook(title: str, intro: str, params: str, cells: list, chapter: bool = False) -> nbformat.NotebookNode:
+    """A notebook: title, parameters cell, set-up cell, then ``cells`` ("md: ..." for markdown).
+
+    ``chapter`` notebooks are book chapters: their code is hidden in the book (``remove-input``).
+    """
     nb = new_notebook()
     nb.metadata = {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
                    "language_info": {"name": "python"}}
@@ -19,6 +23,9 @@ def notebook(title: str, intro: str, params: str, cells: list) -> nbformat.Noteb
         nb.cells.append(new_markdown_cell(cell[3:].strip()) if cell.startswith("md:") else new_code_cell(cell.strip()))
     for number, cell in enumerate(nb.cells):
         cell["id"] = f"cell-{number}"
+        if chapter and cell.cell_type == "code":
+            tags = cell.metadata.setdefault("tags", [])
+            tags.append("remove-cell" if "parameters" in tags or number == 2 else "remove-input")
     return nb
 
 
@@ -106,21 +113,106 @@ out: str = "book/runs/scratch/result_s{seed}.json"  # result file per seed ({see
     ),
     "04_results.ipynb": notebook(
         "Results",
-        "{glue:text}`n_runs` probing runs of the `{glue:text}`config_name`` grid feed this chapter.",
-        '''
-config_name: str = "smoke"  # the grid whose runs are aggregated (configs/<name>.yaml)
-runs_dir: str = "book/runs/smoke"  # its runs folder, relative to the repository root
-''',
-        ["data = papa.book.load_book_data(config_name, runs_dir)\ndata.glue_all()"],
+        "How much does the probe lose as heads become constant? This chapter aggregates the "
+        "{glue:text}`n_runs` probing runs of the main part of the {glue:text}`config_name` grid "
+        "(model: {glue:text}`models`; tasks: {glue:text}`tasks`). Every number below is computed from those runs "
+        "when this notebook is executed.",
+        """
+grid_config: str = "configs/smoke.yaml"  # the grid config whose runs this chapter aggregates
+""",
+        [
+            "data = papa.book.load_book_data(grid_config)\nnumbers = papa.book.headline_numbers(data)\npapa.book.glue_numbers(numbers)",
+            "md: ## Score as heads become constant\n\n"
+            "{numref}`fig-score-vs-heads` is the analogue of the paper's Figure 2: the probe's score against the number of "
+            "heads that remain input-dependent, for each ranking, with the floors every score must be read against.\n\n"
+            "```{glue:figure} fig-score-vs-heads\n:name: fig-score-vs-heads\n\n"
+            "Mean score over probe seeds (band: min–max) against the number of input-dependent heads; the rightmost "
+            "point is the unpatched encoder (k = 0), the leftmost has every head constant. Dashed: the majority-class "
+            "floor and the attention-free floor (the same probe on the embedding layer alone). Click a ranking in the "
+            "legend to highlight it.\n```",
+            "from myst_nb import glue\n\nglue(\"fig-score-vs-heads\", papa.figures.fig_score_vs_dynamic_heads(data.summary, data.floors), display=False)",
+            "md: With half of the heads constant ({glue:text}`ranking` ranking) the mean relative drop over the informative "
+            "tasks ({glue:text}`informative_tasks`) is {glue:text}`drop_half_mean`; with every head constant it is "
+            "{glue:text}`drop_all_mean` (largest: {glue:text}`drop_all_max`). Tasks whose k = 0 probe is not clearly "
+            "above its floors carry no information about attention and are left out of these averages: "
+            "{glue:text}`uninformative_tasks`.",
+            "md: ## Baseline score against the drop\n\n"
+            "```{glue:figure} fig-baseline-vs-drop\n:name: fig-baseline-vs-drop\n\n"
+            "The analogue of the paper's Figure 4: each task's k = 0 score against its relative drop with every head "
+            "constant. The paper found that better models lose more; with one model, this figure shows tasks only.\n```",
+            "glue(\"fig-baseline-vs-drop\", papa.figures.fig_baseline_vs_drop(data.summary), display=False)",
+            "md: ## Every score\n\nMean ± standard deviation over probe seeds, per task, ranking and number of constant heads "
+            "k (columns). A cell without ± comes from a single seed.",
+            "papa.results.score_table(data.summary)",
+            "md: Floors, baseline and the informativeness of each task (a task is informative when its k = 0 score "
+            "exceeds both floors by more than twice the seed spread, and at least 0.01):",
+            "papa.book.table(data.floors.drop(columns=[\"mode\"]))",
+            "md: Relative drop $(s_0 - s_k)/s_0$ as in the paper, next to the retained gain $(s_k - f)/(s_0 - f)$ over "
+            "the higher floor $f$ — the share of what attention-bearing layers add over the floor that survives:",
+            "papa.book.table(papa.book.retained_gains(data.summary, data.floors).set_index([\"task\", \"ranking\", \"k\"]))",
+            "md: ## The paper's claims\n\nEach claim checked on our runs, with the rule used (see `papa.results.claims_table`). "
+            "Half the heads constant: **{glue:text}`claim1_verdict`**. All heads constant: **{glue:text}`claim2_verdict`**. "
+            "Better models lose more: **{glue:text}`claim3_verdict`**.",
+            "papa.results.claims_table(data.summary, data.floors, ranking=numbers[\"ranking\"]).set_index(\"claim\")",
+            "md: ## Which heads become constant first\n\n"
+            "How many of the first half of each ranking's heads sit in each layer:",
+            "papa.book.layer_table(data)",
+            "md: ```{glue:figure} fig-ranking\n:name: fig-ranking\n\n"
+            "Rank of every head (layer × head) in the first task's rankings; darker heads become constant earlier.\n```",
+            "first = sorted(data.rankings)[0]\nranking = data.rankings[first]\nglue(\"fig-ranking\", papa.figures.fig_head_ranking(\n"
+            "    ranking, 1 + max(l for l, _ in ranking), 1 + max(h for _, h in ranking), k_values=sorted(set(data.main[\"k\"])),\n), display=False)",
+            "constants_file = sorted(papa.grid.ROOT.glob(f\"book/runs/{data.config['name']}/artifacts/constants/*.safetensors\"))[0]\n"
+            "constant_set = papa.load_constants(constants_file)\nlast = constant_set.constants.shape[0] - 1\n"
+            "glue(\"fig-constants\", papa.figures.fig_constants(constant_set.constants, picks=[(0, 0), (0, 1), (last, 0), (last, 1)]), display=False)\n"
+            "glue(\"constants_task\", constant_set.meta[\"task\"], display=False)\nglue(\"constants_examples\", constant_set.meta[\"num_examples\"], display=False)",
+            "md: Does the paper's ranking beat the training-free one at equal k? A difference counts only when it "
+            "exceeds the seed spread:",
+            "papa.book.ordering_comparison(data).round(3)",
+            "md: ## What these numbers can and cannot show\n\n"
+            "- One small model ({glue:text}`models`, distilled and sentence-tuned), so the claim that better models "
+            "lose more cannot be tested here; the paper used BERT, RoBERTa and DeBERTa, base and large.\n"
+            "- Subsets of each task (see the setup chapter) and short gate training: rankings are noisier than the paper's.\n"
+            "- Features are cached in eval mode (no dropout in the frozen encoder), unlike the official code; the "
+            "controls chapter measures what that changes.\n"
+            "- MNLI is evaluated on a 1k sample of its *training* distribution, not the official dev sets.\n"
+            "- A drop inside the seed spread is not a drop: see the controls chapter for floors, seeds and convergence.",
+        ],
+        chapter=True,
     ),
     "05_controls.ipynb": notebook(
         "Controls",
-        "Floors, seeds, convergence and sensitivity.",
-        '''
-config_name: str = "smoke"  # the grid whose runs are aggregated (configs/<name>.yaml)
-runs_dir: str = "book/runs/smoke"  # its runs folder, relative to the repository root
-''',
-        ["data = papa.book.load_book_data(config_name, runs_dir)"],
+        "Does \"no drop\" mean that attention does not matter, or that the probe extracts little from any layer? "
+        "This chapter reads the results against what no attention at all achieves, with the seed noise, the probe's "
+        "convergence, its sensitivity to training, and the cached execution mode.",
+        """
+grid_config: str = "configs/smoke.yaml"  # the grid config whose runs this chapter aggregates
+""",
+        [
+            "from myst_nb import glue\n\ndata = papa.book.load_book_data(grid_config)\nrising = papa.book.still_rising(data.epochs)\n"
+            "glue(\"n_rising\", int(rising[\"rising\"].sum()) if len(rising) else 0, display=False)\n"
+            "glue(\"n_checked\", int(len(rising)), display=False)",
+            "md: ## Floors\n\nFor each task: the majority-class score, the attention-free probe (embedding layer only) and the "
+            "k = 0 probe, each over probe seeds.",
+            "papa.book.table(data.floors.set_index(\"task\").drop(columns=[\"model\", \"mode\"]))",
+            "md: ## Convergence\n\n```{glue:figure} fig-convergence\n:name: fig-convergence\n\n"
+            "Dev score after every epoch for the runs with no and with all heads constant (mean over seeds, band min–max).\n```\n\n"
+            "{glue:text}`n_rising` of {glue:text}`n_checked` runs are still rising over their last epochs (mean of the last "
+            "three epochs above the three before by more than 0.002):",
+            "glue(\"fig-convergence\", papa.figures.fig_convergence(data.epochs), display=False)\nrising[rising[\"rising\"]].round(4) if len(rising) else rising",
+            "md: ## Sensitivity to the probe's training\n\nThe official setting (lr 2e-5) against a larger learning rate, and "
+            "against more training data, at the same head counts:",
+            "studies = data.studies\nlr = [s for s in data.config.get(\"studies\", []) if \"lr\" in s]\n"
+            "papa.book.compare(data.main, studies[lr[0][\"name\"]], \"lr 2e-5\", f\"lr {lr[0]['lr']:g}\").round(4) if lr and len(studies[lr[0]['name']]) else \"no learning-rate study in this grid\"",
+            "more = [s for s in data.config.get(\"studies\", []) if s.get(\"max_train_examples\", 0) > data.config[\"probe\"][\"max_train_examples\"]]\n"
+            "papa.book.compare(data.main, studies[more[0][\"name\"]], \"main size\", f\"{more[0]['max_train_examples']} examples\").round(4) if more and len(studies[more[0]['name']]) else \"no training-size study in this grid\"",
+            "md: ## Cached vs. faithful execution\n\n`cached` runs the frozen encoder once in eval mode; `faithful` recomputes it "
+            "in train mode (dropout on) for every batch, as the official Trainer-based code. Same task, sizes and seeds:",
+            "pair = [s[\"name\"] for s in data.config.get(\"studies\", []) if s.get(\"modes\") == [\"faithful\"]]\n"
+            "twin = [s[\"name\"] for s in data.config.get(\"studies\", []) if s.get(\"modes\") == [\"cached\"] and s.get(\"epochs\") == next((x.get(\"epochs\") for x in data.config[\"studies\"] if x[\"name\"] in pair), None)]\n"
+            "papa.book.compare(studies[twin[0]], studies[pair[0]], \"cached\", \"faithful\").round(4) if pair and twin and len(studies[pair[0]]) else \"no faithful study in this grid\"",
+            "md: A difference is *real* only when it exceeds the larger of the two seed ranges (max − min over seeds).",
+        ],
+        chapter=True,
     ),
 }
 
