@@ -46,6 +46,21 @@ def _device(text: str) -> str:
     return text
 
 
+def _check_writable(out: str) -> None:
+    """Fail before any work when ``out`` cannot be written (its nearest existing folder is not writable)."""
+    import tempfile
+    from pathlib import Path
+
+    folder = Path(out).expanduser().resolve().parent
+    while not folder.exists():
+        folder = folder.parent
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError:
+        raise PapaError(f"Cannot write {out}: the folder {folder} is not writable", "Choose a writable output folder.") from None
+
+
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default="minilm-l6", help="embedded name (minilm-l6), local folder or hub id")
     parser.add_argument("--task", required=True, help="cola, sst2, mrpc, mnli, ner or pos")
@@ -170,6 +185,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     started = time.perf_counter()
     try:
+        if getattr(args, "out", None):
+            _check_writable(args.out)
         return int(args.func(args) or 0)
     except PapaError as err:
         print(f"papa: error: {err}", file=sys.stderr)

@@ -98,6 +98,26 @@ def _check_keys(section: dict, allowed: set[str], where: str) -> None:
         raise PapaError(f"Unknown config key(s) in {where}: {', '.join(unknown)}", f"Allowed: {', '.join(sorted(allowed))}.")
 
 
+_LISTS = {"models", "tasks", "methods", "fractions", "seeds", "single_seed_fractions", "modes"}
+_INTS = {"max_length", "data_seed", "max_examples", "batch_size", "epochs", "max_train_examples", "max_eval_examples", "seed"}
+
+
+def _check_types(section: dict, where: str) -> None:
+    """Lists must be lists, counts integers, and model/task names strings."""
+    for key, value in section.items():
+        name = f"{where}.{key}" if where else key
+        if key in _LISTS and not isinstance(value, list):
+            raise PapaError(f"Config key {name} must be a list, got {value!r}", f"Write it as a list, e.g. {key}: [{value}].")
+        if key in _INTS and value is not None and (not isinstance(value, int) or isinstance(value, bool)):
+            raise PapaError(f"Config key {name} must be an integer, got {value!r}", "Write a whole number, e.g. 64.")
+        if key in ("models", "tasks", "methods", "modes"):
+            for item in value:
+                if not isinstance(item, str):
+                    label = {"models": "model", "tasks": "task", "methods": "ranking method", "modes": "mode"}[key]
+                    hint = "Use minilm-l6, a local folder or a hub id." if key == "models" else "Write names as text."
+                    raise PapaError(f"Unknown {label} {item!r} in {name} (not a name)", hint)
+
+
 def load_config(path: str | Path) -> dict:
     """Read and validate a grid config (see ``configs/default.yaml``)."""
     from .data import TASKS
@@ -124,12 +144,17 @@ def load_config(path: str | Path) -> dict:
             raise PapaError(f"Config {path.name} lacks the key {key!r}", "See configs/default.yaml.")
     for section, allowed in _SECTION_KEYS.items():
         _check_keys(config.setdefault(section, {}), allowed, f"{path.name}:{section}")
+        _check_types(config[section], section)
+    _check_types({k: v for k, v in config.items() if k not in _SECTION_KEYS and k != "studies"}, "")
+    if not isinstance(config.setdefault("studies", []), list):
+        raise PapaError("Config key studies must be a list of studies", "Write each study as a `- name: ...` item.")
     for model in config["models"]:
         if model not in EMBEDDED_MODELS and "/" not in model and not Path(model).is_dir() and not model.replace("-", "").replace("_", "").isalnum():
             raise PapaError(f"Unknown model {model!r} in {path.name}", f"Use {', '.join(EMBEDDED_MODELS)}, a folder or a hub id.")
-    studies = config.setdefault("studies", [])
+    studies = config["studies"]
     for study in studies:
         _check_keys(study, _STUDY_KEYS, f"{path.name}:studies")
+        _check_types(study, f"studies.{study.get('name', '?')}")
     for where in [config["probe"], config["rank"], *studies]:
         for task in where.get("tasks", config["tasks"]):
             if task not in TASKS:
