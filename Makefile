@@ -18,6 +18,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q "torch==2.13.0"
 	$(PY) -m pip install -q -e ".[dev]"
 	$(PY) -m ipykernel install --prefix $(VENV) --name python3 > /dev/null
+	npm install --prefix $(VENV)/mathjax mathjax@3.2.2 --no-audit --no-fund --silent  # served locally: no CDN
 	@touch $@
 
 # The smoke grid's runs feed the notebook and book tests; they need the task data.

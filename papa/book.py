@@ -377,6 +377,26 @@ def _appendix(config: dict) -> str:
     )
 
 
+MATHJAX = ROOT / ".venv" / "mathjax" / "node_modules" / "mathjax" / "es5"
+
+
+def stage_mathjax(static: Path) -> None:
+    """Copy MathJax (installed from npm by `make install`) into the book's static files: the page
+    loads it from the site itself, never from a CDN."""
+    import shutil
+
+    if not (MATHJAX / "tex-mml-chtml.js").is_file():
+        raise PapaError(f"MathJax is not installed at {MATHJAX.relative_to(ROOT)}", "Run `make install` (it installs mathjax@3 with npm).")
+    target = static / "mathjax"
+    if (target / "tex-mml-chtml.js").is_file():
+        return
+    fonts = Path("output") / "chtml" / "fonts" / "woff-v2"
+    (target / fonts).mkdir(parents=True, exist_ok=True)
+    shutil.copy2(MATHJAX / "tex-mml-chtml.js", target / "tex-mml-chtml.js")
+    for font in (MATHJAX / fonts).glob("*.woff"):
+        shutil.copy2(font, target / fonts / font.name)
+
+
 def write_pages(config: dict, stale: list[str], run_ids: list[str]) -> None:
     from .figures import write_vega_bundle
 
@@ -392,6 +412,7 @@ def write_pages(config: dict, stale: list[str], run_ids: list[str]) -> None:
         f"attention), averaged down for display, from the first task's constants of the `{config['name']}` grid.\n"
     ))
     write_vega_bundle(ROOT / "book" / "_static")
+    stage_mathjax(ROOT / "book" / "_static")
 
 
 def build_book(config_path: str = "configs/default.yaml", as_is: bool = False, strict: bool = False) -> int:

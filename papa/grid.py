@@ -429,8 +429,9 @@ def check_data_available(stale: list[Run]) -> None:
         )
 
 
-def run_grid(config_path: str | Path, only: str | None = None, dry_run: bool = False, out=sys.stdout) -> int:
+def run_grid(config_path: str | Path, only: str | None = None, dry_run: bool = False, out=None) -> int:
     """Bring a grid's runs up to date; returns 0 when every run is up to date, else 1."""
+    out = out or sys.stdout
     config = load_config(config_path)
     runs, stale, keys, manifest = stale_runs(config)
     if only:

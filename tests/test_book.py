@@ -31,6 +31,7 @@ def built_book(tmp_path_factory) -> Path:
             (copy / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, copy / name)
     shutil.copytree(SMOKE_RUNS, copy / "book" / "runs" / "smoke", ignore=shutil.ignore_patterns(".executing", ".lock"))
+    (copy / ".venv").symlink_to(ROOT / ".venv")  # the installed tools, MathJax included
     env = dict(os.environ, PYTHONPATH=str(copy))
     build = subprocess.run([sys.executable, "-m", "papa.cli", "book", "build", "--config", "configs/smoke.yaml", "--as-is", "--strict"],
                            cwd=copy, env=env, capture_output=True, text=True, timeout=900)
@@ -47,7 +48,8 @@ def test_strict_build_has_every_chapter(built_book):
     for notebook in (built_book.parent.parent / "book" / "runs" / "smoke").glob("*.ipynb"):
         assert '"output_type": "error"' not in notebook.read_text(), f"{notebook.name} holds an error output"
     assert (built_book / "_static" / "papa-vega.js").stat().st_size > 100_000
-    assert "cdn.jsdelivr" not in results and "https://cdn" not in results
+    assert "cdn.jsdelivr" not in results and "https://cdn" not in results  # vega and MathJax are served locally
+    assert (built_book / "_static" / "mathjax" / "tex-mml-chtml.js").is_file()
 
 
 def test_every_chart_renders_offline_in_chromium(built_book, tmp_path):

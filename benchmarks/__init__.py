@@ -1,0 +1,1 @@
+"""Speed, memory and equivalence benchmarks of papa (run with ``python -m benchmarks.run``)."""
