@@ -290,6 +290,8 @@ def _reproducibility(config: dict, stale: list[str]) -> str:
             "and library versions; on one CPU with the same versions the same seed gives the same scores (a test "
             "checks it in two processes).", "",
         ]
+    if manifest:
+        lines += _budget(manifest, results)
     lines += ["## Runs", "", "| run | status | seconds |", "|---|---|---:|"]
     for run_id, entry in sorted(manifest.items()):
         status = "stale" if run_id in stale else entry.get("status", "?")
@@ -366,6 +368,30 @@ Further studies:
   compared with the seed spread.
 - **token_type_ids** move with their tokens in the PAPA layout (the official code leaves them in place).
 """
+
+
+def _budget(manifest: dict, results: dict) -> list[str]:
+    """Where the grid's time went, from the manifest (per run) and the results (per probe)."""
+    kinds: dict[str, list[float]] = {}
+    for run_id, entry in manifest.items():
+        kinds.setdefault(run_id.split("__")[0], []).append(float(entry.get("seconds") or 0))
+    extractions = sum(1 for r in results.values() for hit in (r.get("feature_cache_hits") or {}).values() if not hit)
+    reused = sum(1 for r in results.values() for hit in (r.get("feature_cache_hits") or {}).values() if hit)
+    faithful = sum(1 for r in results.values() if r["config"]["mode"] == "faithful")
+    parts = {key: sum(r["timings"].get(key, 0.0) for r in results.values()) for key in ("features", "train", "eval")}
+    probe_total = sum(kinds.get("probe", []))
+    overhead = probe_total - sum(r["timings"]["total"] for r in results.values())
+    total = sum(sum(v) for v in kinds.values())
+    lines = ["## Where the time goes", "",
+             f"The grid's runs took {total / 60:.1f} minutes of wall time in all (each run's notebook, from the manifest):", "",
+             "| runs | count | minutes |", "|---|---:|---:|"]
+    lines += [f"| {kind} | {len(v)} | {sum(v) / 60:.1f} |" for kind, v in sorted(kinds.items())]
+    lines += ["", f"Inside the {len(results)} probing runs: encoder features {parts['features'] / 60:.1f} min "
+              f"({extractions} feature extractions — one per train/eval split, task and head set — and {reused} reuses "
+              f"from the on-disk cache; {faithful} faithful runs recompute the encoder every batch instead), probe training "
+              f"{parts['train'] / 60:.1f} min, evaluation {parts['eval'] / 60:.1f} min; notebook start-up, model loading and "
+              f"tokenisation {max(overhead, 0) / 60:.1f} min.", ""]
+    return lines
 
 
 def _appendix(config: dict) -> str:

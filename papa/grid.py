@@ -279,24 +279,14 @@ def _data_fingerprint(task: str | None) -> str:
     return _sha("\n".join(f"{f.name}:{f.stat().st_size}" for f in files))
 
 
-def _environment() -> dict[str, str]:
-    from importlib.metadata import PackageNotFoundError, version
-
-    out = {}
-    for name in ENV_PACKAGES:
-        try:
-            out[name] = version(name)
-        except PackageNotFoundError:
-            out[name] = "absent"
-    return out
-
-
 def run_keys(runs: list[Run]) -> dict[str, str]:
     """A key per run over its notebook, parameters, papa sources, data, environment and upstream keys."""
     source = {m: _sha((ROOT / "papa" / f"{m}.py").read_bytes() if (ROOT / "papa" / f"{m}.py").is_file() else
                       b"".join(p.read_bytes() for p in sorted((ROOT / "papa" / m).rglob("*.py"))))
               for kind in DEPENDS_ON.values() for m in kind}
-    environment = _environment()
+    from .provenance import package_versions
+
+    environment = package_versions(ENV_PACKAGES)
     keys: dict[str, str] = {}
     for run in runs:
         parts = {

@@ -25,9 +25,10 @@ def git_commit(root: Path | None = None) -> str:
         return "unknown"
 
 
-def package_versions() -> dict[str, str]:
+def package_versions(names: tuple[str, ...] = PACKAGES) -> dict[str, str]:
+    """Installed versions of ``names`` (``"absent"`` for a missing package)."""
     out = {}
-    for name in PACKAGES:
+    for name in names:
         try:
             out[name] = version(name)
         except PackageNotFoundError:

@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
 
 _NO_DATA = (
     "PAPA_DATA_DIR is not set: tests marked 'data' need it to point to the task data folder "
@@ -38,3 +39,12 @@ def data_dir() -> Path:
     if _data_dir_missing():
         _skip_or_fail()
     return Path(os.environ["PAPA_DATA_DIR"])
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Tests run tiny models: one intra-op thread is fastest, and far faster on a busy machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -37,11 +37,9 @@ from papa.patching import (
     unpatch,
 )
 
-LAYERS, HEADS, VOCAB, L = 2, 4, 100, 16
-_COMMON = dict(
-    vocab_size=VOCAB, hidden_size=32, num_hidden_layers=LAYERS, num_attention_heads=HEADS,
-    intermediate_size=37, max_position_embeddings=64,
-)
+from tiny import HEADS, L, LAYERS, TINY_BERT, VOCAB  # noqa: E402
+
+_COMMON = TINY_BERT
 CONFIGS = {
     "bert": lambda: BertConfig(**_COMMON),
     "roberta": lambda: RobertaConfig(**_COMMON, pad_token_id=1),
@@ -63,14 +61,6 @@ CONFIGS = {
 def test_every_adapter_has_a_tiny_config():
     assert sorted(CONFIGS) == sorted(set(ADAPTERS) - {"xlm-roberta"})
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny models: one intra-op thread is fastest, and far faster on a busy machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def _build(arch, attn=None, seed=0):

@@ -25,20 +25,10 @@ from papa.patching import (
     unpatch,
 )
 
-LAYERS, HEADS, VOCAB, L = 2, 4, 100, 16
-CONFIG = BertConfig(
-    vocab_size=VOCAB, hidden_size=32, num_hidden_layers=LAYERS, num_attention_heads=HEADS,
-    intermediate_size=37, max_position_embeddings=64,
-)
+from tiny import HEADS, L, LAYERS, TINY_BERT, VOCAB  # noqa: E402
 
+CONFIG = BertConfig(**TINY_BERT)
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny models: one intra-op thread is fastest, and far faster on a busy machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def _model(seed=0, attn="sdpa"):
