@@ -157,6 +157,20 @@ def table(frame: pd.DataFrame, digits: int = 3):
     return frame.round(digits)
 
 
+def floors_display(floors: pd.DataFrame, digits: int = 3) -> pd.DataFrame:
+    """The floors table for reading: one row per task, means ± seed std, and the verdict."""
+    def cell(mean, std):
+        return "—" if pd.isna(mean) else f"{mean:.{digits}f}" + ("" if pd.isna(std) else f" ± {std:.{digits}f}")
+
+    return pd.DataFrame({
+        "task": floors["task"], "metric": floors["metric"].str.replace("_", " "),
+        "majority class": floors["majority"].round(digits),
+        "attention-free probe": [cell(m, s) for m, s in zip(floors["attention_free"], floors["attention_free_std"])],
+        "k = 0 probe": [cell(m, s) for m, s in zip(floors["baseline"], floors["baseline_std"])],
+        "informative": floors["informative"].map({True: "yes", False: "no"}),
+    }).set_index("task")
+
+
 def headline_numbers(data: BookData, ranking: str | None = None) -> dict:
     """The numbers the results chapter's prose cites, all computed from the runs."""
     from fractions import Fraction

@@ -14,7 +14,8 @@ run, a key over everything that can change its result:
 * the notebook file and the run's parameters;
 * the source of the papa modules that kind of run imports (:data:`DEPENDS_ON`) — editing e.g.
   ``papa/cli.py`` or ``papa/grid.py`` invalidates nothing;
-* the task data (the sha256 lines of ``SHA256SUMS`` for the task's folder, else file sizes);
+* the task data (the sha256 lines of ``SHA256SUMS`` for the task's folder, else file sizes), checked
+  when a local data folder is set (without one the manifest's record is trusted);
 * the environment (torch, transformers, datasets, evaluate versions);
 * the keys of the runs it depends on (so a change propagates to its dependants).
 
@@ -279,8 +280,20 @@ def _data_fingerprint(task: str | None) -> str:
     return _sha("\n".join(f"{f.name}:{f.stat().st_size}" for f in files))
 
 
+def data_fingerprints(runs: list[Run]) -> dict[str, str | None]:
+    """Per run, a fingerprint of its task's local data (``SHA256SUMS`` lines), or None when no local
+    data folder is set: then the data cannot be checked, and the manifest's record is trusted (so a
+    fresh clone renders its committed runs without the data)."""
+    from .data import resolve_data_dir
+
+    if resolve_data_dir() is None:
+        return {run.run_id: None for run in runs}
+    return {run.run_id: _data_fingerprint(run.params.get("task")) for run in runs}
+
+
 def run_keys(runs: list[Run]) -> dict[str, str]:
-    """A key per run over its notebook, parameters, papa sources, data, environment and upstream keys."""
+    """A key per run over its notebook, parameters, papa sources, environment and upstream keys
+    (the task data is checked separately, :func:`data_fingerprints`)."""
     source = {m: _sha((ROOT / "papa" / f"{m}.py").read_bytes() if (ROOT / "papa" / f"{m}.py").is_file() else
                       b"".join(p.read_bytes() for p in sorted((ROOT / "papa" / m).rglob("*.py"))))
               for kind in DEPENDS_ON.values() for m in kind}
@@ -293,7 +306,6 @@ def run_keys(runs: list[Run]) -> dict[str, str]:
             "notebook": _sha((ROOT / run.notebook).read_bytes()),
             "params": run.params,
             "papa": {m: source[m] for m in DEPENDS_ON[run.kind]},
-            "data": _data_fingerprint(run.params.get("task")),
             "environment": environment,
             "deps": {d: keys[d] for d in run.deps},
         }
@@ -302,7 +314,7 @@ def run_keys(runs: list[Run]) -> dict[str, str]:
 
 
 class Manifest:
-    """``{run_id: {"key", "status", "seconds"}}`` stored atomically with a checksum."""
+    """``{run_id: {"key", "data", "status", "seconds"}}`` stored atomically with a checksum."""
 
     def __init__(self, path: Path):
         self.path = path
@@ -313,10 +325,10 @@ class Manifest:
     def save(self) -> None:
         atomic_write_json(self.path, {"runs": self.entries})
 
-    def up_to_date(self, run: Run, key: str) -> bool:
+    def up_to_date(self, run: Run, key: str, data: str | None = None) -> bool:
         entry = self.entries.get(run.run_id, {})
         return entry.get("key") == key and entry.get("status") == "ok" and all((ROOT / o).is_file() for o in run.outputs) \
-            and (ROOT / run_notebook_path(run)).is_file()
+            and (data is None or entry.get("data") in (None, data)) and (ROOT / run_notebook_path(run)).is_file()
 
 
 def runs_dir(config: dict) -> Path:
@@ -328,11 +340,12 @@ def run_notebook_path(run: Run) -> str:
 
 
 def stale_runs(config: dict) -> tuple[list[Run], list[Run], dict[str, str], Manifest]:
-    """``(all runs, stale runs, keys, manifest)``."""
+    """``(all runs, stale runs, keys, manifest)``; ``keys[run_id]`` is ``(key, data fingerprint)``."""
     runs = expand(config)
-    keys = run_keys(runs)
+    keys, data = run_keys(runs), data_fingerprints(runs)
     manifest = Manifest(runs_dir(config) / "manifest.json")
-    return runs, [r for r in runs if not manifest.up_to_date(r, keys[r.run_id])], keys, manifest
+    stale = [r for r in runs if not manifest.up_to_date(r, keys[r.run_id], data[r.run_id])]
+    return runs, stale, {r: (keys[r], data[r]) for r in keys}, manifest
 
 
 def estimate_seconds(runs: list[Run], manifest: Manifest) -> float:
@@ -446,11 +459,12 @@ def run_grid(config_path: str | Path, only: str | None = None, dry_run: bool = F
                 seconds = execute(run)
             except PapaError as err:
                 failed[run.run_id] = str(err)
-                manifest.entries[run.run_id] = {"key": keys[run.run_id], "status": "failed"}
+                manifest.entries[run.run_id] = {"key": keys[run.run_id][0], "data": keys[run.run_id][1], "status": "failed"}
                 manifest.save()
                 print(f"  FAILED: {err}", file=out, flush=True)
                 continue
-            manifest.entries[run.run_id] = {"key": keys[run.run_id], "status": "ok", "seconds": round(seconds, 1)}
+            manifest.entries[run.run_id] = {"key": keys[run.run_id][0], "data": keys[run.run_id][1], "status": "ok",
+                                            "seconds": round(seconds, 1)}
             manifest.save()
     print(f"done in {_format(time.perf_counter() - started)}: {len(stale) - len(failed)} ok, {len(failed)} failed", file=out)
     for run_id, reason in failed.items():

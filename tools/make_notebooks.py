@@ -146,7 +146,7 @@ grid_config: str = "configs/smoke.yaml"  # the grid config whose runs this chapt
             "papa.results.score_table(data.summary)",
             "md: Floors, baseline and the informativeness of each task (a task is informative when its k = 0 score "
             "exceeds both floors by more than twice the seed spread, and at least 0.01):",
-            "papa.book.table(data.floors.drop(columns=[\"mode\"]))",
+            "papa.book.floors_display(data.floors)",
             "md: Relative drop $(s_0 - s_k)/s_0$ as in the paper, next to the retained gain $(s_k - f)/(s_0 - f)$ over "
             "the higher floor $f$ — the share of what attention-bearing layers add over the floor that survives:",
             "papa.book.table(papa.book.retained_gains(data.summary, data.floors).set_index([\"task\", \"ranking\", \"k\"]))",
@@ -193,7 +193,7 @@ grid_config: str = "configs/smoke.yaml"  # the grid config whose runs this chapt
             "glue(\"n_checked\", int(len(rising)), display=False)",
             "md: ## Floors\n\nFor each task: the majority-class score, the attention-free probe (embedding layer only) and the "
             "k = 0 probe, each over probe seeds.",
-            "papa.book.table(data.floors.set_index(\"task\").drop(columns=[\"model\", \"mode\"]))",
+            "papa.book.floors_display(data.floors)",
             "md: ## Convergence\n\n```{glue:figure} fig-convergence\n:name: fig-convergence\n\n"
             "Dev score after every epoch for the runs with no and with all heads constant (mean over seeds, band min–max).\n```\n\n"
             "{glue:text}`n_rising` of {glue:text}`n_checked` runs are still rising over their last epochs (mean of the last "
