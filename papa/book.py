@@ -314,8 +314,9 @@ def _reproducibility(config: dict, stale: list[str]) -> str:
     bench = sorted((ROOT / "benchmarks").glob("results-*.md"))
     if bench:
         for path in bench:
-            lines += [f"From `{path.relative_to(ROOT)}` (written by `python -m benchmarks.run`):", "",
-                      path.read_text(encoding="utf-8").replace("\n# ", "\n### "), ""]
+            text = "\n" + path.read_text(encoding="utf-8")
+            lines += [f"From `{path.relative_to(ROOT)}` (written by `python -m benchmarks.run`):",
+                      text.replace("\n# ", "\n### ").replace("\n## ", "\n#### "), ""]
     else:
         lines += ["No benchmark table yet: run `make bench`.", ""]
     return "\n".join(lines) + "\n"

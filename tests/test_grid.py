@@ -50,7 +50,7 @@ def notebook_mtimes(name: str) -> dict[str, float]:
     return {p.name: p.stat().st_mtime for p in (ROOT / "book" / "runs" / name).glob("*.ipynb")}
 
 
-def test_runs_once_then_only_dependants_then_failures(tmp_path, grid, capsys, data_dir):
+def test_runs_once_then_only_dependants_then_failures(tmp_path, grid, capsys, data_dir, monkeypatch):
     config_path = write_config(tmp_path, grid)
     assert run_grid(config_path) == 0
     first = notebook_mtimes(grid)
@@ -61,6 +61,18 @@ def test_runs_once_then_only_dependants_then_failures(tmp_path, grid, capsys, da
     assert run_grid(config_path) == 0  # nothing is stale: nothing runs
     assert "0 to execute" in capsys.readouterr().out
     assert notebook_mtimes(grid) == first
+
+    # Without the data (a fresh clone), the recorded data fingerprint is trusted: nothing is stale ...
+    monkeypatch.delenv("PAPA_DATA_DIR")
+    assert stale_runs(load_config(config_path))[1] == []
+    # ... but changed data makes every run that reads it stale.
+    changed = tmp_path / "data"
+    shutil.copytree(data_dir, changed, ignore=shutil.ignore_patterns("*.jsonl"))
+    (changed / "SHA256SUMS").chmod(0o644)
+    (changed / "SHA256SUMS").write_text((data_dir / "SHA256SUMS").read_text().replace("sst2/", "sst2/x"))
+    monkeypatch.setenv("PAPA_DATA_DIR", str(changed))
+    assert {r.kind for r in stale_runs(load_config(config_path))[1]} == {"estimate", "rank", "probe"}
+    monkeypatch.setenv("PAPA_DATA_DIR", str(data_dir))
 
     touched = write_config(tmp_path, grid, probe={"epochs": 2})
     _, stale, _, _ = stale_runs(load_config(touched))
