@@ -131,14 +131,14 @@ def still_rising(epochs: pd.DataFrame, last: int = 3, tolerance: float = 0.002) 
 def compare(a: pd.DataFrame, b: pd.DataFrame, label_a: str, label_b: str) -> pd.DataFrame:
     """Main-metric means of two studies side by side per (task, k), with the seed-spread rule."""
     rows = []
-    keys = ["task", "k", "probe_input"]
+    keys = ["task", "ranking", "k", "probe_input"]
     a_main, b_main = a[a["is_main"]], b[b["is_main"]]
     for key, group_a in a_main.groupby(keys):
         group_b = b_main[(b_main[keys] == pd.Series(dict(zip(keys, key)))).all(axis=1)]
         if group_b.empty:
             continue
         va, vb = group_a["value"].astype(float).tolist(), group_b["value"].astype(float).tolist()
-        rows.append({"task": key[0], "k": int(key[1]), label_a: sum(va) / len(va), label_b: sum(vb) / len(vb),
+        rows.append({"task": key[0], "ranking": key[1], "k": int(key[2]), label_a: sum(va) / len(va), label_b: sum(vb) / len(vb),
                      f"{label_a} seeds": len(va), f"{label_b} seeds": len(vb),
                      "difference": sum(vb) / len(vb) - sum(va) / len(va), "real": R.difference_is_real(va, vb)})
     return pd.DataFrame(rows)
