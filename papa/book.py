@@ -152,11 +152,6 @@ def layer_counts(ranking: list, k: int, num_layers: int) -> list[int]:
     return counts
 
 
-def table(frame: pd.DataFrame, digits: int = 3):
-    """A frame rounded for display (index kept)."""
-    return frame.round(digits)
-
-
 def floors_display(floors: pd.DataFrame, digits: int = 3) -> pd.DataFrame:
     """The floors table for reading: one row per task, means ± seed std, and the verdict."""
     def cell(mean, std):

@@ -83,7 +83,6 @@ class Run:
     params: dict[str, Any]
     deps: list[str] = field(default_factory=list)
     outputs: list[str] = field(default_factory=list)
-    study: str = "main"
     grid: str = ""
 
     @property
@@ -249,7 +248,7 @@ def expand(config: dict) -> list[Run]:
                                 probe_input=probe_input, max_train_examples=study.get("max_train_examples", 1000),
                                 max_eval_examples=study.get("max_eval_examples") or 1_000_000, data_seed=data_seed, device=device,
                                 out=out, **common,
-                            ), deps=deps, outputs=[out.format(seed=s) for s in seeds], study=study["name"])
+                            ), deps=deps, outputs=[out.format(seed=s) for s in seeds])
     upstream = [r.run_id for r in runs.values() if r.kind in ("probe", "rank")]
     for chapter in ("results", "controls"):
         runs[chapter] = Run(chapter, chapter, dict(grid_config=config["_path"]), deps=upstream)

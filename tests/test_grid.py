@@ -122,7 +122,6 @@ def test_sigkill_loses_only_the_run_in_progress(tmp_path, grid, data_dir):
         time.sleep(1.0)  # let the next run start, so the kill lands inside it
         os.killpg(process.pid, signal.SIGKILL)
         process.wait()
-        mtimes = {n: t for n, t in notebook_mtimes(grid).items()}
         for path in folder.glob("*.ipynb"):  # every notebook on disk is complete JSON
             json.loads(path.read_text())
         completed.append({r for r, e in Manifest(folder / "manifest.json").entries.items() if e["status"] == "ok"})

@@ -149,7 +149,7 @@ grid_config: str = "configs/smoke.yaml"  # the grid config whose runs this chapt
             "papa.book.floors_display(data.floors)",
             "md: Relative drop $(s_0 - s_k)/s_0$ as in the paper, next to the retained gain $(s_k - f)/(s_0 - f)$ over "
             "the higher floor $f$ — the share of what attention-bearing layers add over the floor that survives:",
-            "papa.book.table(papa.book.retained_gains(data.summary, data.floors).set_index([\"task\", \"ranking\", \"k\"]))",
+            "papa.book.retained_gains(data.summary, data.floors).set_index([\"task\", \"ranking\", \"k\"]).round(3)",
             "md: ## The paper's claims\n\nEach claim checked on our runs, with the rule used (see `papa.results.claims_table`). "
             "Half the heads constant: **{glue:text}`claim1_verdict`**. All heads constant: **{glue:text}`claim2_verdict`**. "
             "Better models lose more: **{glue:text}`claim3_verdict`**.",
