@@ -29,11 +29,11 @@ from pathlib import Path
 from typing import Iterator
 
 import torch
-from safetensors import SafetensorError
-from safetensors.torch import load_file, save
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import load_file, save_file
 
-from .errors import ResourceBudgetError
-from .io import atomic_write_bytes
+from .errors import PapaError, ResourceBudgetError
+from .io import atomic_write_with
 from .layout import IGNORE_INDEX
 
 FEATURE_DTYPE = torch.float16
@@ -69,7 +69,16 @@ class Features:
 
 
 def memory_budget_bytes() -> int:
-    return int(float(os.environ.get("PAPA_MEMORY_BUDGET_GB", "8")) * 1e9)
+    """``PAPA_MEMORY_BUDGET_GB`` (default 8) in bytes."""
+    text = os.environ.get("PAPA_MEMORY_BUDGET_GB", "8")
+    try:
+        gigabytes = float(text)
+    except ValueError:
+        gigabytes = float("nan")
+    if not gigabytes > 0 or gigabytes == float("inf"):
+        raise PapaError(f"PAPA_MEMORY_BUDGET_GB={text!r} is not a positive number of gigabytes",
+                        "Set it to a number such as 8 or 16, or unset it (default 8).")
+    return int(gigabytes * 1e9)
 
 
 def feature_bytes(num_examples: int, num_states: int, length: int, hidden: int, token_task: bool, tokens_per_example: float = 16.0) -> int:
@@ -150,17 +159,36 @@ def cache_dir() -> Path:
     return Path(os.environ.get("PAPA_CACHE_DIR", Path.home() / ".cache" / "papa")) / "features"
 
 
+def _tensors_sha256(tensors: dict[str, torch.Tensor]) -> str:
+    """sha256 over every tensor's name, dtype, shape and bytes (sorted by name)."""
+    digest = hashlib.sha256()
+    for name in sorted(tensors):
+        tensor = tensors[name].contiguous()
+        digest.update(f"{name}|{tensor.dtype}|{list(tensor.shape)}|".encode())
+        digest.update(tensor.view(torch.uint8).reshape(-1).numpy().data if tensor.numel() else b"")
+    return digest.hexdigest()
+
+
 def load_cached(key: str) -> Features | None:
+    """The cached features under ``key``, or ``None`` when absent or corrupt (a corrupt entry is
+    deleted and recomputed, never read: its tensors are checked against the stored sha256)."""
     path = cache_dir() / f"{key}.safetensors"
     if not path.is_file():
         return None
     try:
+        with safe_open(path, framework="pt") as handle:
+            stored = (handle.metadata() or {}).get("sha256")
         tensors = load_file(path)
-    except (SafetensorError, OSError):
-        path.unlink(missing_ok=True)  # a corrupt cache entry is recomputed, never read
+        if stored is None or stored != _tensors_sha256(tensors):
+            raise SafetensorError("checksum")
+    except (SafetensorError, OSError, RuntimeError, ValueError):
+        path.unlink(missing_ok=True)
         return None
     return Features(tensors["states"], tensors["labels"], tensors.get("mask"), tensors.get("example"), tensors.get("positions"))
 
 
 def store_cached(key: str, features: Features) -> None:
-    atomic_write_bytes(cache_dir() / f"{key}.safetensors", save({k: v.contiguous() for k, v in features.as_tensors().items()}))
+    """Write the features atomically, streamed to disk (no second in-memory copy), with a checksum."""
+    tensors = {k: v.contiguous() for k, v in features.as_tensors().items()}
+    metadata = {"sha256": _tensors_sha256(tensors), "version": str(FEATURES_VERSION)}
+    atomic_write_with(cache_dir() / f"{key}.safetensors", lambda tmp: save_file(tensors, tmp, metadata=metadata), by_path=True)

@@ -11,6 +11,7 @@ Counts and fractions: the paper's counts for 144 heads are 0, 72, 126, 135, 144,
 from __future__ import annotations
 
 import math
+import operator
 import random
 from fractions import Fraction
 from pathlib import Path
@@ -29,13 +30,28 @@ def all_heads(num_layers: int, num_heads: int) -> list[Head]:
     return [(layer, head) for layer in range(num_layers) for head in range(num_heads)]
 
 
+def _as_pair(item) -> Head:
+    """``[layer, head]`` (two integers) → ``(layer, head)``; anything else is a :class:`PapaError`."""
+    try:
+        values = list(item) if not isinstance(item, (str, bytes, dict)) else None
+    except TypeError:
+        values = None
+    if values is None or len(values) != 2:
+        raise PapaError(f"Head {item!r} is not a [layer, head] pair", "Write heads as [layer, head].")
+    try:
+        if any(isinstance(x, bool) for x in values):
+            raise TypeError
+        return operator.index(values[0]), operator.index(values[1])
+    except TypeError:
+        raise PapaError(f"Head {values!r} is not a [layer, head] pair of integers",
+                        "Write heads as [layer, head] with integer layer and head.") from None
+
+
 def validate_head_set(heads: Iterable[Sequence[int]], num_layers: int, num_heads: int) -> list[Head]:
     """Check ``(layer, head)`` pairs are in range and distinct; returns them as sorted tuples."""
     result: list[Head] = []
     for item in heads:
-        if len(item) != 2:
-            raise PapaError(f"Head {list(item)} is not a [layer, head] pair", "Write heads as [layer, head].")
-        layer, head = int(item[0]), int(item[1])
+        layer, head = _as_pair(item)
         if not (0 <= layer < num_layers and 0 <= head < num_heads):
             raise PapaError(
                 f"Head [{layer}, {head}] is out of range for {num_layers} layers x {num_heads} heads",
@@ -88,7 +104,9 @@ def first_k(ranking: Sequence[Head], k: int) -> list[Head]:
 
 def validate_ranking(ranking: Sequence[Sequence[int]], num_layers: int, num_heads: int) -> list[Head]:
     """A ranking must list every head of the model exactly once."""
-    heads = [(int(h[0]), int(h[1])) for h in ranking]
+    if isinstance(ranking, (str, bytes)) or not isinstance(ranking, Sequence):
+        raise PapaError(f"A ranking is a list of [layer, head] pairs, got {type(ranking).__name__}", "Compute it with `papa rank`.")
+    heads = [_as_pair(h) for h in ranking]
     validate_head_set(heads, num_layers, num_heads)  # range and duplicates
     missing = sorted(set(all_heads(num_layers, num_heads)) - set(heads))
     if missing:

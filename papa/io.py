@@ -32,8 +32,29 @@ def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
     return digest.hexdigest()
 
 
+def _default_mode() -> int:
+    """The mode a plain ``open(path, "w")`` would give (0666 minus the umask); mkstemp's is 0600."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
     """Write ``data`` to ``path`` atomically (temporary file + fsync + rename)."""
+
+    def write(handle) -> None:
+        handle.write(data)
+
+    return atomic_write_with(path, write)
+
+
+def atomic_write_with(path: str | os.PathLike, write, by_path: bool = False) -> Path:
+    """Atomically create ``path`` with ``write(handle)`` (or ``write(temporary_path)`` when ``by_path``).
+
+    For large artefacts (cached features of a big training set) ``by_path`` lets a library stream
+    to the temporary file instead of building the whole content in memory first. The file gets the
+    usual permissions (0666 minus the umask), not mkstemp's private 0600.
+    """
     target = Path(path)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -41,10 +62,18 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
     except OSError as err:
         raise _os_error(target, err) from None
     try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
+        if by_path:
+            os.close(fd)
+            write(tmp)
+            fd = os.open(tmp, os.O_RDONLY)
+            os.fsync(fd)
+            os.close(fd)
+        else:
+            with os.fdopen(fd, "wb") as handle:
+                write(handle)
+                handle.flush()
+                os.fsync(handle.fileno())
+        os.chmod(tmp, _default_mode())
         os.replace(tmp, target)
     except OSError as err:
         _silent_unlink(tmp)
