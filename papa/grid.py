@@ -52,7 +52,7 @@ NOTEBOOKS = {
     "results": "notebooks/04_results.ipynb",
     "controls": "notebooks/05_controls.ipynb",
 }
-_CORE = ["architectures", "constants", "data", "errors", "io", "layout", "models", "patching"]
+_CORE = ["architectures", "constants", "data", "errors", "io", "layout", "models", "model_packages", "patching"]
 #: papa modules whose source each kind of run depends on (the staleness rule).
 DEPENDS_ON = {
     "estimate": _CORE + ["experiment"],
@@ -68,10 +68,12 @@ _TOP_KEYS = {"name", "description", "models", "tasks", "max_length", "relayout",
 _SECTION_KEYS = {
     "estimate": {"max_examples", "batch_size"},
     "rank": {"methods", "epochs", "lr", "max_train_examples", "max_eval_examples", "seed"},
-    "probe": {"fractions", "seeds", "single_seed_fractions", "modes", "epochs", "lr", "max_train_examples", "max_eval_examples", "methods"},
+    "probe": {"fractions", "seeds", "single_seed_fractions", "modes", "epochs", "lr", "max_train_examples", "max_eval_examples", "methods",
+              "selection", "heldout_fraction"},
     "floors": {"attention_free"},
 }
-_STUDY_KEYS = {"name", "chapter", "tasks", "models", "fractions", "seeds", "single_seed_fractions", "modes", "epochs", "lr", "max_train_examples", "max_eval_examples", "methods", "probe_input"}
+_STUDY_KEYS = {"name", "chapter", "tasks", "models", "fractions", "seeds", "single_seed_fractions", "modes", "epochs", "lr", "max_train_examples", "max_eval_examples", "methods", "probe_input",
+               "selection", "heldout_fraction"}
 
 
 @dataclass
@@ -167,6 +169,12 @@ def load_config(path: str | Path) -> dict:
         for mode in where.get("modes", []):
             if mode not in ("cached", "faithful"):
                 raise PapaError(f"Unknown mode {mode!r} in {path.name}", "Use cached or faithful.")
+        if where.get("selection", "final") not in ("final", "heldout"):
+            raise PapaError(f"Unknown epoch selection {where['selection']!r} in {path.name}",
+                            "Use final (the official runs) or heldout (best epoch on held-out training examples).")
+        fraction = where.get("heldout_fraction", 0.1)
+        if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction < 1:
+            raise PapaError(f"heldout_fraction must be a number in (0, 1), got {fraction!r} in {path.name}", "Use e.g. 0.1.")
     return config
 
 
@@ -245,7 +253,9 @@ def expand(config: dict) -> list[Run]:
                                 constants=f"{art}/constants/{model}__{task}.safetensors" if k else "",
                                 ranking=f"{art}/rankings/{model}__{task}__{method}.json" if method not in ("none", "all") else "",
                                 mode=mode, seeds=list(seeds), epochs=study.get("epochs", 15), lr=float(study.get("lr", 2e-5)),
-                                probe_input=probe_input, max_train_examples=study.get("max_train_examples", 1000),
+                                probe_input=probe_input, selection=study.get("selection", "final"),
+                                heldout_fraction=float(study.get("heldout_fraction", 0.1)),
+                                max_train_examples=study.get("max_train_examples", 1000),
                                 max_eval_examples=study.get("max_eval_examples") or 1_000_000, data_seed=data_seed, device=device,
                                 out=out, **common,
                             ), deps=deps, outputs=[out.format(seed=s) for s in seeds])

