@@ -59,15 +59,19 @@ def _study_settings(config: dict, study: dict) -> dict:
         "modes": study.get("modes", probe.get("modes", ["cached"])),
         "tasks": study.get("tasks", config["tasks"]),
         "train_examples": study.get("max_train_examples", probe.get("max_train_examples", 1000)),
+        "selection": study.get("selection", probe.get("selection", "final")),
+        "models": study.get("models", config["models"]),
     }
 
 
 def study_frame(tidy: pd.DataFrame, config: dict, study: dict | None = None) -> pd.DataFrame:
     """Rows of ``tidy`` that belong to a study (the main grid when ``study`` is None): the same lr,
-    epochs, modes and tasks, and per task the largest training size not above the study's."""
+    epochs, epoch selection, modes, models and tasks, and per task the largest training size not above
+    the study's."""
     s = _study_settings(config, study or {})
     rows = tidy[
         (tidy["lr"].astype(float).round(12) == round(s["lr"], 12)) & (tidy["epochs"] == s["epochs"])
+        & (tidy["selection"] == s["selection"]) & tidy["model"].isin(s["models"])
         & tidy["mode"].isin(s["modes"]) & tidy["task"].isin(s["tasks"]) & (tidy["train_examples"] <= s["train_examples"])
     ]
     if rows.empty:
@@ -131,16 +135,70 @@ def still_rising(epochs: pd.DataFrame, last: int = 3, tolerance: float = 0.002) 
 def compare(a: pd.DataFrame, b: pd.DataFrame, label_a: str, label_b: str) -> pd.DataFrame:
     """Main-metric means of two studies side by side per (task, k), with the seed-spread rule."""
     rows = []
-    keys = ["task", "ranking", "k", "probe_input"]
+    keys = ["model", "task", "ranking", "k", "probe_input"]
     a_main, b_main = a[a["is_main"]], b[b["is_main"]]
     for key, group_a in a_main.groupby(keys):
         group_b = b_main[(b_main[keys] == pd.Series(dict(zip(keys, key)))).all(axis=1)]
         if group_b.empty:
             continue
         va, vb = group_a["value"].astype(float).tolist(), group_b["value"].astype(float).tolist()
-        rows.append({"task": key[0], "ranking": key[1], "k": int(key[2]), label_a: sum(va) / len(va), label_b: sum(vb) / len(vb),
+        rows.append({"model": key[0], "task": key[1], "ranking": key[2], "k": int(key[3]), label_a: sum(va) / len(va), label_b: sum(vb) / len(vb),
                      f"{label_a} seeds": len(va), f"{label_b} seeds": len(vb),
                      "difference": sum(vb) / len(vb) - sum(va) / len(va), "real": R.difference_is_real(va, vb)})
+    return pd.DataFrame(rows)
+
+
+def _describe(settings: dict, official: dict) -> str:
+    parts = []
+    if settings["lr"] != official["lr"]:
+        parts.append(f"lr {settings['lr']:g}")
+    if settings["epochs"] != official["epochs"]:
+        parts.append(f"{settings['epochs']} epochs")
+    if settings["selection"] != official["selection"]:
+        parts.append("epoch chosen on held-out training data" if settings["selection"] == "heldout" else f"{settings['selection']} epoch")
+    if settings["train_examples"] != official["train_examples"]:
+        parts.append(f"{settings['train_examples']} training examples")
+    return ", ".join(parts)
+
+
+def sensitivity_table(data: BookData) -> pd.DataFrame:
+    """Does the size of the PAPA drop depend on how well the probe is trained?
+
+    One row per sensitivity study (a study in the main grid's mode that changes the probe's lr,
+    epochs, epoch selection or training size) × model × task: the k = 0 and k = all means over seeds
+    and the relative drop, under the official setting and under the study's, and whether each
+    score's change exceeds the seed spread (:func:`papa.results.difference_is_real`).
+    """
+    official = _study_settings(data.config, {})
+    rows = []
+    for study in data.config.get("studies", []):
+        settings = _study_settings(data.config, study)
+        if settings["modes"] != official["modes"] or not (setting := _describe(settings, official)):
+            continue
+        frame = data.studies.get(study["name"])
+        if frame is None or frame.empty:
+            continue
+        for (model, task), group in frame[frame["is_main"] & (frame["probe_input"] == "all")].groupby(["model", "task"]):
+            base = data.main[data.main["is_main"] & (data.main["probe_input"] == "all")
+                             & (data.main["model"] == model) & (data.main["task"] == task)]
+            scores = {}
+            for label, df in (("official", base), ("study", group)):
+                for name, ranking in (("k0", "none"), ("kall", "all")):
+                    scores[label, name] = df.loc[df["ranking"] == ranking, "value"].astype(float).tolist()
+            if not all(scores.values()):
+                continue
+            mean = {key: sum(v) / len(v) for key, v in scores.items()}
+            chosen = group.loc[group["ranking"].isin(["none", "all"]), "selected_epoch"].astype(float)
+            rows.append({
+                "study": study["name"], "setting": setting, "model": model, "task": task,
+                "k=0 official": mean["official", "k0"], "k=all official": mean["official", "kall"],
+                "drop official": R.relative_drop(mean["official", "kall"], mean["official", "k0"]),
+                "k=0 study": mean["study", "k0"], "k=all study": mean["study", "kall"],
+                "drop study": R.relative_drop(mean["study", "kall"], mean["study", "k0"]),
+                "k=0 change real": R.difference_is_real(scores["official", "k0"], scores["study", "k0"]),
+                "k=all change real": R.difference_is_real(scores["official", "kall"], scores["study", "kall"]),
+                "mean epoch reported": float(chosen.mean()),
+            })
     return pd.DataFrame(rows)
 
 

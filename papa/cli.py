@@ -102,7 +102,8 @@ def cmd_probe(args) -> int:
 
     result = run_probe(
         args.model, args.task, args.constants, args.ranking, args.constant_heads, mode=args.mode, seed=args.seed,
-        epochs=args.epochs, lr=args.lr, probe_input=args.probe_input, max_train_examples=args.max_train_examples,
+        epochs=args.epochs, lr=args.lr, probe_input=args.probe_input, selection=args.selection,
+        heldout_fraction=args.heldout_fraction, max_train_examples=args.max_train_examples,
         max_eval_examples=args.max_eval_examples, data_dir=args.data_dir, device=args.device,
     )
     atomic_write_json(args.out, result)
@@ -159,6 +160,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lr", type=float, default=2e-5)
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--probe-input", default="all", help="all (every layer) or embeddings (attention-free floor)")
+    p.add_argument("--selection", default="final", help="reported epoch: final (the paper) or heldout (best on held-out training examples)")
+    p.add_argument("--heldout-fraction", type=float, default=0.1, help="with --selection heldout: share of the training subset held out")
     p.add_argument("--max-train-examples", type=_positive_int, default=1000)
     p.add_argument("--max-eval-examples", type=_positive_int, default=None)
     p.add_argument("--out", required=True)

@@ -7,7 +7,9 @@ encoder in train mode for every batch of every epoch), trains the probe and retu
 
 ``{"config", "task", "metric", "score", "metrics", "epochs", "floors", "timings", "data", "provenance"}``
 
-``score`` is the final epoch's main metric; ``epochs`` holds every epoch's train loss and metrics.
+``score`` is the main metric of the reported epoch (``selected_epoch``: the final one, or with
+``selection="heldout"`` the best on held-out training examples); ``epochs`` holds every epoch's train
+loss and metrics (and held-out metrics).
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ from .layout import IGNORE_INDEX, check_max_length, encode_sequences, encode_wor
 from .metrics import compute_task_metrics, majority_baseline
 from .models import LoadedModel, load_model, pick_device
 from .patching import patch_constant_heads, prune_qk, unpatch
-from .probe import CachedSource, LiveSource, ProbeConfig, build_probe, predict, seed_everything, train_probe
+from .probe import (SELECTIONS, CachedSource, LiveSource, ProbeConfig, SubsetSource, build_probe, predict,
+                    seed_everything, select_epoch, split_heldout, train_probe)
 from .provenance import provenance
 
 MODES = ("cached", "faithful")
@@ -128,13 +131,15 @@ def _token_lists(flat: torch.Tensor, encoded: dict[str, torch.Tensor]) -> list[l
     return [chunk.tolist() for chunk in torch.split(flat, counts)]
 
 
-def make_evaluator(inputs: TaskInputs, source):
-    """A function ``probe → metrics`` on the eval source."""
+def make_evaluator(inputs: TaskInputs, source, encoded: dict[str, torch.Tensor] | None = None):
+    """A function ``probe → metrics`` on ``source`` (default: the eval split; ``encoded`` are the
+    encoded examples ``source`` yields, needed to regroup a token task's predictions by example)."""
+    encoded = inputs.eval if encoded is None else encoded
 
     def evaluate(probe) -> dict:
         preds, labels = predict(probe, source)
         if inputs.spec.is_token_task:
-            preds, labels = _token_lists(preds, inputs.eval), _token_lists(labels, inputs.eval)
+            preds, labels = _token_lists(preds, encoded), _token_lists(labels, encoded)
         else:
             preds, labels = preds.tolist(), labels.tolist()
         return compute_task_metrics(inputs.spec, preds, labels, inputs.label_names)
@@ -211,11 +216,20 @@ def run_probe(
     device: str | None = None,
     inputs: TaskInputs | None = None,
     use_cache: bool = True,
+    selection: str = "final",
+    heldout_fraction: float = 0.1,
 ) -> dict:
-    """Train and score one probe (see the module docstring for the result)."""
+    """Train and score one probe (see the module docstring for the result).
+
+    ``selection="final"`` reports the last epoch (the official runs); ``"heldout"`` trains on all but
+    a seeded ``heldout_fraction`` of the training subset (the same for every probe seed) and reports
+    the dev scores of the epoch that scores best on those held-out *training* examples.
+    """
     started = time.perf_counter()
     if mode not in MODES:
         raise PapaError(f"Unknown mode {mode!r}", f"Use one of {', '.join(MODES)}.")
+    if selection not in SELECTIONS:
+        raise PapaError(f"Unknown epoch selection {selection!r}", f"Use one of {', '.join(SELECTIONS)}.")
     probe_config = ProbeConfig(lr=lr, epochs=epochs, batch_size=batch_size, seed=seed, probe_input=probe_input)
     torch_device = pick_device(device)
     lm = model if isinstance(model, LoadedModel) else load_model(model, torch_device)
@@ -241,21 +255,29 @@ def run_probe(
         train_source = LiveSource(lm.model, inputs.train, inputs.spec.is_token_task, torch_device, True, probe_input)
         eval_source = LiveSource(lm.model, inputs.eval, inputs.spec.is_token_task, torch_device, False, probe_input)
     timings["features"] = time.perf_counter() - t0
+    heldout = None
+    if selection == "heldout":
+        fit, held = split_heldout(train_source.num_examples, heldout_fraction, data_seed)
+        scoring_source = train_source if mode == "cached" else LiveSource(
+            lm.model, inputs.train, inputs.spec.is_token_task, torch_device, False, probe_input)
+        heldout = make_evaluator(inputs, SubsetSource(scoring_source, held), {k_: v[held] for k_, v in inputs.train.items()})
+        train_source = SubsetSource(train_source, fit)
     num_labels = len(inputs.label_names)
     seed_everything(seed)
     probe = build_probe(inputs.spec.is_token_task, config.num_hidden_layers + 1, inputs.max_length, config.hidden_size, num_labels, probe_config).to(torch_device)
     try:
-        history = train_probe(probe, train_source, make_evaluator(inputs, eval_source), probe_config)
+        history = train_probe(probe, train_source, make_evaluator(inputs, eval_source), probe_config, heldout=heldout)
     finally:
         unpatch(lm.model)
     timings.update(train=history.seconds_train, eval=history.seconds_eval)
-    final = history.epochs[-1]
-    metrics = {k_: v for k_, v in final.items() if k_ not in ("epoch", "train_loss")}
+    chosen = select_epoch(history.epochs, selection)
+    metrics = {k_: v for k_, v in chosen.items() if k_ not in ("epoch", "train_loss") and not k_.startswith("heldout_")}
     result_config = {
         "model": lm.name, "task": inputs.spec.name, "constant_heads": k, "total_heads": lm.num_layers * lm.num_heads,
         "ranking": Path(ranking).name if ranking else None, "constants": Path(constants).name if constants else None,
         "mode": mode, "seed": seed, **{key: value for key, value in vars(probe_config).items() if key != "seed"},
         "max_length": inputs.max_length, "relayout": inputs.relayout, "data_seed": data_seed,
+        "selection": selection, **({"heldout_fraction": heldout_fraction} if selection == "heldout" else {}),
     }
     seconds = time.perf_counter() - started
     timings["total"] = seconds
@@ -265,6 +287,7 @@ def run_probe(
         "metric": inputs.spec.main_metric,
         "score": metrics["main"],
         "metrics": metrics,
+        "selected_epoch": chosen["epoch"],
         "epochs": history.epochs,
         "floors": {"majority": floors(inputs)},
         "heads": [list(h) for h in heads],

@@ -181,9 +181,29 @@ class HeadPatch(nn.Module):
             return probs
         return masked_rownorm(constants, key_mask).to(dtype)
 
+    def _constant_output(self, value: torch.Tensor, key_mask: torch.Tensor, eps: float = 1e-12) -> torch.Tensor:
+        """``rownorm(C ⊙ m mᵀ) @ V`` without forming the ``[B, n, L, L]`` probabilities and without a
+        host synchronisation: ``m_i · (C @ (m ⊙ V))_i / (C @ m)_i``.
+
+        Args:
+            value: ``[B, n_const, L, d]``, the constant heads' values.
+            key_mask: ``[B, L]`` bool, True for real tokens.
+        Returns:
+            ``[B, n_const, L, d]``; pad query rows are 0, as with :func:`masked_rownorm`.
+        """
+        length = value.shape[2]
+        constants = self.constants[:, :length, :length]  # [n, L, L]
+        m = key_mask.to(constants.dtype)[:, None, :, None]  # [B, 1, L, 1]
+        denominator = torch.matmul(constants, m)  # [B, n, L, 1] (float32: no underflow in half precision)
+        scale = (m / denominator.clamp_min(eps)).to(value.dtype)
+        numerator = torch.matmul(constants.to(value.dtype), value * m.to(value.dtype))  # [B, n, L, d]
+        return numerator * scale
+
     def _attend_constant(self, query, key, value, attention_mask, dropout, scaling):
         batch, num_heads, length, head_dim = value.shape
         key_mask = self._key_mask(batch, length, value.device)
+        if self.constant_heads and not self.dynamic_heads and not (dropout and self.training):
+            return self._constant_output(value, key_mask).transpose(1, 2).contiguous(), None  # all constant: no scatter
         output = value.new_empty(batch, num_heads, length, head_dim)
         if self.dynamic_heads:
             if not self.qk_pruned:
@@ -193,10 +213,11 @@ class HeadPatch(nn.Module):
                 dropout_p=dropout if self.training else 0.0, scale=scaling,
             )
         if self.constant_heads:
-            probs = self._constant_probs(key_mask, length, value.dtype)
-            if dropout and self.training:
-                probs = F.dropout(probs.expand(batch, -1, -1, -1), p=dropout)
-            output[:, self._const_idx] = torch.matmul(probs, value[:, self._const_idx])
+            if dropout and self.training:  # dropout acts on the probabilities: form them
+                probs = F.dropout(self._constant_probs(key_mask, length, value.dtype).expand(batch, -1, -1, -1), p=dropout)
+                output[:, self._const_idx] = torch.matmul(probs, value[:, self._const_idx])
+            else:
+                output[:, self._const_idx] = self._constant_output(value[:, self._const_idx], key_mask)
         return output.transpose(1, 2).contiguous(), None
 
 

@@ -175,8 +175,14 @@ def train_probe(
     config: ProbeConfig,
     extra_parameters: list[nn.Parameter] | None = None,
     on_epoch: Callable[[dict], None] | None = None,
+    heldout: Callable[[nn.Module], dict] | None = None,
 ) -> TrainHistory:
-    """Train ``probe`` (and ``extra_parameters``, e.g. gate λ) on ``train``; evaluate every epoch."""
+    """Train ``probe`` (and ``extra_parameters``, e.g. gate λ) on ``train``; evaluate every epoch.
+
+    ``heldout`` (optional) scores the probe on training examples kept out of ``train``; its metrics
+    are recorded per epoch as ``heldout_<name>`` so that an epoch can be chosen without the dev set
+    (:func:`select_epoch`).
+    """
     generator = torch.Generator().manual_seed(config.seed)
     params = list(probe.parameters()) + list(extra_parameters or [])
     optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
@@ -199,6 +205,8 @@ def train_probe(
         history.seconds_train += time.perf_counter() - started
         started = time.perf_counter()
         record = {"epoch": epoch, "train_loss": total_loss / max(batches, 1), **evaluate(probe)}
+        if heldout is not None:
+            record.update({f"heldout_{name}": value for name, value in heldout(probe).items()})
         history.seconds_eval += time.perf_counter() - started
         if not math.isfinite(record["train_loss"]):
             raise PapaError(f"The probe's training loss became {record['train_loss']} at epoch {epoch}", "Lower the learning rate.")
@@ -206,6 +214,44 @@ def train_probe(
         if on_epoch is not None:
             on_epoch(record)
     return history
+
+
+SELECTIONS = ("final", "heldout")
+
+
+def select_epoch(epochs: list[dict], selection: str) -> dict:
+    """The epoch whose scores are reported: the last (``final``, the official runs), or the one
+    with the best held-out training score (``heldout``; the earliest among ties)."""
+    if selection == "final":
+        return epochs[-1]
+    if selection == "heldout":
+        if "heldout_main" not in epochs[0]:
+            raise PapaError("Epoch selection 'heldout' needs held-out scores", "Train with a heldout evaluator.")
+        return max(epochs, key=lambda record: (record["heldout_main"], -record["epoch"]))
+    raise PapaError(f"Unknown epoch selection {selection!r}", f"Use one of {', '.join(SELECTIONS)}.")
+
+
+class SubsetSource:
+    """The examples ``indices [M]`` of another :class:`FeatureSource`, renumbered ``0 .. M-1``."""
+
+    def __init__(self, source: FeatureSource, indices: torch.Tensor):
+        self.source, self.indices = source, indices
+        self.num_examples = len(indices)
+
+    def batch(self, indices: torch.Tensor):
+        return self.source.batch(self.indices[indices])
+
+
+def split_heldout(num_examples: int, fraction: float, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A seeded split of ``range(num_examples)`` into (fit ``[N - M]``, held out ``[M]``), each sorted."""
+    if not 0 < fraction < 1:
+        raise PapaError(f"heldout_fraction must be in (0, 1), got {fraction!r}", "Use e.g. 0.1.")
+    held = max(1, int(round(fraction * num_examples)))
+    if held >= num_examples:
+        raise PapaError(f"Holding out {held} of {num_examples} training examples leaves none to train on",
+                        "Use more training examples or a smaller heldout_fraction.")
+    order = torch.randperm(num_examples, generator=torch.Generator().manual_seed(seed))
+    return order[held:].sort().values, order[:held].sort().values
 
 
 def seed_everything(seed: int) -> None:

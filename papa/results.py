@@ -25,7 +25,7 @@ from .heads import count_for
 from .io import read_json_verified
 
 RUN_COLUMNS = ["run_id", "model", "task", "k", "total_heads", "fraction", "ranking", "seed", "mode",
-               "probe_input", "lr", "epochs", "train_examples"]
+               "probe_input", "lr", "epochs", "train_examples", "selection", "selected_epoch"]
 #: Columns of :func:`load_results`.
 TIDY_COLUMNS = RUN_COLUMNS + ["metric", "value", "is_main", "majority", "seconds"]
 #: Group keys of :func:`summarise` (``total_heads`` and ``metric`` follow from model and task).
@@ -124,11 +124,14 @@ def _run_fields(run_id: str, result: dict) -> dict:
         "seed": config.get("seed"), "mode": config.get("mode"), "probe_input": config.get("probe_input", "all"),
         "lr": config.get("lr"), "epochs": config.get("epochs"),
         "train_examples": (result.get("data") or {}).get("train_examples"),
+        "selection": config.get("selection", "final"),
+        "selected_epoch": result.get("selected_epoch", len(result.get("epochs", [])) or None),
     }
 
 
 def load_results(folder: str | Path | Mapping[str, dict]) -> pd.DataFrame:
-    """Tidy table of a results folder: one row per run × metric of the final epoch.
+    """Tidy table of a results folder: one row per run × metric of the reported epoch (the final
+    one, or the one chosen on held-out training data: ``selection``, ``selected_epoch``).
 
     Columns: :data:`TIDY_COLUMNS`. ``metric`` is the metric's own name (the duplicate ``main`` key
     is dropped); ``is_main`` marks the task's main metric; ``majority`` is that metric's value for
@@ -173,7 +176,7 @@ def summarise(df: pd.DataFrame) -> pd.DataFrame:
     out = []
     for keys, group in main.groupby(SUMMARY_KEYS, sort=True, dropna=False):
         label = dict(zip(SUMMARY_KEYS, keys))
-        for column in ("lr", "epochs", "train_examples"):
+        for column in ("lr", "epochs", "train_examples", "selection"):
             if group[column].nunique(dropna=False) > 1:
                 raise PapaError(f"Runs of {label} differ in {column} ({sorted(group[column].unique())})",
                                 f"Filter the table to one {column} before summarising.")

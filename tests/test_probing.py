@@ -18,7 +18,9 @@ from papa.features import extract_features
 from papa.heads import all_heads
 from papa.models import load_model
 from papa.patching import gate_lambdas, patch_gates, unpatch
-from papa.probe import CachedSource, LiveSource, ProbeConfig, SequenceProbe, TokenProbe, build_probe, predict, train_probe
+from papa.errors import PapaError
+from papa.probe import (CachedSource, LiveSource, ProbeConfig, SequenceProbe, SubsetSource, TokenProbe, build_probe, predict,
+                        select_epoch, split_heldout, train_probe)
 from papa.ranking import rank_gates
 
 
@@ -114,6 +116,56 @@ def test_gates_rank_every_head_and_move_lambdas():
 
     ranking = ranking_from_scores(moved)
     assert sorted(ranking) == all_heads(2, 4)
+
+
+def test_select_epoch_on_hand_made_histories():
+    epochs = [{"epoch": 1, "main": 0.60, "heldout_main": 0.70}, {"epoch": 2, "main": 0.50, "heldout_main": 0.80},
+              {"epoch": 3, "main": 0.90, "heldout_main": 0.80}, {"epoch": 4, "main": 0.95, "heldout_main": 0.75}]
+    assert select_epoch(epochs, "final")["epoch"] == 4
+    assert select_epoch(epochs, "heldout")["epoch"] == 2  # the best held-out score; the earliest of a tie
+    with pytest.raises(PapaError, match="needs held-out scores"):
+        select_epoch([{"epoch": 1, "main": 0.5}], "heldout")
+    with pytest.raises(PapaError, match="Unknown epoch selection 'best'"):
+        select_epoch(epochs, "best")
+
+
+def test_split_heldout_is_seeded_disjoint_and_complete():
+    fit, held = split_heldout(50, 0.1, seed=3)
+    assert len(held) == 5 and len(fit) == 45
+    assert sorted(torch.cat([fit, held]).tolist()) == list(range(50))
+    again_fit, again_held = split_heldout(50, 0.1, seed=3)
+    assert torch.equal(fit, again_fit) and torch.equal(held, again_held)
+    assert not torch.equal(held, split_heldout(50, 0.1, seed=4)[1])
+    with pytest.raises(PapaError, match=r"heldout_fraction must be in \(0, 1\), got 1.5"):
+        split_heldout(50, 1.5, seed=0)
+
+
+def test_heldout_training_never_sees_heldout_examples():
+    states, mask, labels = separable(40)
+    source = ArraySource(states, mask, labels)
+    fit, held = split_heldout(40, 0.25, seed=0)
+    seen = []
+
+    class Spy(SubsetSource):
+        def batch(self, indices):
+            seen.extend(self.indices[indices].tolist())
+            return super().batch(indices)
+
+    probe = SequenceProbe(3, 8, 16, 2, dropout=0.0)
+    score = lambda model: {"main": float((predict(model, SubsetSource(source, held))[0] == labels[held]).float().mean())}  # noqa: E731
+    history = train_probe(probe, Spy(source, fit), score, ProbeConfig(lr=1e-2, epochs=2, batch_size=8), heldout=score)
+    assert set(seen) == set(fit.tolist()) and not set(seen) & set(held.tolist())
+    assert all("heldout_main" in record for record in history.epochs)
+
+
+@pytest.mark.data
+def test_run_probe_reports_the_epoch_chosen_on_heldout_training_data(data_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("PAPA_CACHE_DIR", str(tmp_path))
+    result = run_probe("minilm-l6", "sst2", epochs=4, lr=1e-3, max_train_examples=60, max_eval_examples=40, max_length=32,
+                       selection="heldout", heldout_fraction=0.25)
+    best = max(result["epochs"], key=lambda r: (r["heldout_main"], -r["epoch"]))
+    assert result["selected_epoch"] == best["epoch"] and result["score"] == best["main"]
+    assert result["config"]["selection"] == "heldout" and result["config"]["heldout_fraction"] == 0.25
 
 
 @pytest.mark.data

@@ -248,3 +248,30 @@ def test_claim_two_rejects_a_drop_smaller_than_the_papers(tmp_path):
     # all constant: 0.81 vs 0.82 — a 1.2% drop, below the 3% lower bound of the rule
     table = claims(grid(tmp_path, full=(0.80, 0.81, 0.82)))
     assert table.loc[2, "verdict"] == "not reproduced" and "Smaller" in table.loc[2, "note"]
+
+
+def test_sensitivity_table_by_hand(tmp_path):
+    from papa.book import BookData, sensitivity_table, study_frame
+
+    runs = {}
+    for seed in (1, 2, 3):  # official: 0.80 → 0.72 (drop 10%); tuned: 0.90 → 0.88 (drop ≈2.2%)
+        runs[f"o0_{seed}"] = result(k=0, seed=seed, score=0.80 + 0.001 * seed, epochs=2)
+        runs[f"oa_{seed}"] = result(k=72, seed=seed, score=0.72 + 0.001 * seed, epochs=2)
+        for k, score in ((0, 0.90), (72, 0.88)):
+            r = result(k=k, seed=seed, score=score + 0.001 * seed, epochs=4, lr=1e-3)
+            r["config"]["selection"], r["selected_epoch"] = "heldout", 3
+            runs[f"t{k}_{seed}"] = r
+    tidy = load_results(write(tmp_path, runs))
+    config = {"models": ["minilm-l6"], "tasks": ["sst2"],
+              "probe": {"lr": 2e-5, "epochs": 2, "max_train_examples": 1000, "modes": ["cached"]},
+              "studies": [{"name": "tuned", "lr": 1e-3, "epochs": 4, "selection": "heldout"}]}
+    main = study_frame(tidy, config)
+    assert set(main["lr"]) == {2e-5}  # the tuned runs are not mixed into the main grid
+    studies = {"tuned": study_frame(tidy, config, config["studies"][0])}
+    data = BookData(config, tidy, main, summarise(main), floors_table(main), pd.DataFrame(), studies)
+    row = sensitivity_table(data).iloc[0]
+    assert row["setting"] == "lr 0.001, 4 epochs, epoch chosen on held-out training data"
+    assert row["k=0 official"] == pytest.approx(0.802) and row["k=all official"] == pytest.approx(0.722)
+    assert row["drop official"] == pytest.approx(0.08 / 0.802)
+    assert row["drop study"] == pytest.approx(0.02 / 0.902)
+    assert row["k=0 change real"] and row["k=all change real"] and row["mean epoch reported"] == 3
