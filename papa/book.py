@@ -72,7 +72,8 @@ def study_frame(tidy: pd.DataFrame, config: dict, study: dict | None = None) -> 
     rows = tidy[
         (tidy["lr"].astype(float).round(12) == round(s["lr"], 12)) & (tidy["epochs"] == s["epochs"])
         & (tidy["selection"] == s["selection"]) & tidy["model"].isin(s["models"])
-        & tidy["mode"].isin(s["modes"]) & tidy["task"].isin(s["tasks"]) & (tidy["train_examples"] <= s["train_examples"])
+        & tidy["mode"].isin(s["modes"]) & tidy["task"].isin(s["tasks"])
+        & (tidy["train_examples"] <= (math.inf if s["train_examples"] is None else s["train_examples"]))
     ]
     if rows.empty:
         return rows
@@ -157,7 +158,8 @@ def _describe(settings: dict, official: dict) -> str:
     if settings["selection"] != official["selection"]:
         parts.append("epoch chosen on held-out training data" if settings["selection"] == "heldout" else f"{settings['selection']} epoch")
     if settings["train_examples"] != official["train_examples"]:
-        parts.append(f"{settings['train_examples']} training examples")
+        size = settings["train_examples"]
+        parts.append("the whole training split" if size is None else f"{size} training examples")
     return ", ".join(parts)
 
 

@@ -247,8 +247,8 @@ def run_probe(
     if mode == "cached":
         train_features, cache_hits["train"] = get_features(lm, inputs, "train", heads, constant_set, torch_device, use_cache=use_cache)
         eval_features, cache_hits["eval"] = get_features(lm, inputs, "eval", heads, constant_set, torch_device, use_cache=use_cache)
-        train_source = CachedSource(train_features, probe_input)
-        eval_source = CachedSource(eval_features, probe_input)
+        train_source = CachedSource(train_features, probe_input, torch_device)
+        eval_source = CachedSource(eval_features, probe_input, torch_device)
     else:
         if heads:
             patch_constant_heads(lm.model, constant_set.constants, heads)

@@ -96,23 +96,41 @@ def _select_states(states: torch.Tensor, probe_input: str) -> torch.Tensor:
     return states[:, :1] if probe_input == "embeddings" else states
 
 
-class CachedSource:
-    """Batches from cached :class:`Features` (float16 → float32 per batch)."""
+def _on_device(features: Features, device: torch.device | str | None) -> Features:
+    """``features`` moved to a CUDA ``device`` when they fit in 80% of its free memory (then batches
+    are gathered there, without a host copy per batch); otherwise, or on the CPU, unchanged."""
+    device = torch.device(device) if device is not None else torch.device("cpu")
+    if device.type != "cuda":
+        return features
+    tensors = features.as_tensors()
+    needed = sum(t.numel() * t.element_size() for t in tensors.values())
+    free, _ = torch.cuda.mem_get_info(device)
+    if needed > 0.8 * free:
+        return features
+    moved = {name: t.to(device, non_blocking=True) for name, t in tensors.items()}
+    return Features(moved["states"], moved["labels"], moved.get("mask"), moved.get("example"), moved.get("positions"))
 
-    def __init__(self, features: Features, probe_input: str = "all"):
+
+class CachedSource:
+    """Batches from cached :class:`Features` (float16 → float32 per batch), gathered on ``device``
+    when the features fit there (a CUDA device), else on the CPU."""
+
+    def __init__(self, features: Features, probe_input: str = "all", device: torch.device | str | None = None):
+        features = _on_device(features, device)
         self.features, self.probe_input = features, probe_input
         self.num_examples = features.num_examples
         if features.is_token:
-            order = torch.argsort(features.example, stable=True)
-            self._order = order
-            counts = torch.bincount(features.example, minlength=self.num_examples)
+            example = features.example.cpu()
+            self._order = torch.argsort(example, stable=True)
+            counts = torch.bincount(example, minlength=self.num_examples)
             self._starts = torch.cat([torch.zeros(1, dtype=torch.long), counts.cumsum(0)])
 
     def batch(self, indices: torch.Tensor):
         f = self.features
         if not f.is_token:
+            indices = indices.to(f.states.device)
             return (_select_states(f.states[indices].float(), self.probe_input), f.mask[indices], f.positions), f.labels[indices]
-        rows = torch.cat([self._order[self._starts[i] : self._starts[i + 1]] for i in indices.tolist()])
+        rows = torch.cat([self._order[self._starts[i] : self._starts[i + 1]] for i in indices.tolist()]).to(f.states.device)
         return (_select_states(f.states[rows].float(), self.probe_input),), f.labels[rows]
 
 
