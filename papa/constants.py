@@ -103,7 +103,8 @@ def estimate_constants(
 ) -> ConstantSet:
     """One streaming pass of ``model`` over ``encoded`` (``[N, L]`` tensors from :mod:`papa.layout`).
 
-    The model is put in eval mode for the pass and restored afterwards.
+    The model is moved to ``device`` (default: where it is) and put in eval mode for the pass; its
+    mode is restored afterwards.
     """
     if batch_size < 1:
         raise PapaError(f"batch_size must be positive, got {batch_size}", "Use e.g. 64.")
@@ -111,6 +112,7 @@ def estimate_constants(
     if num_examples == 0:
         raise PapaError("No examples to estimate constants from", "Check the split and --max-examples.")
     device = torch.device(device) if device is not None else next(model.parameters()).device
+    model.to(device)  # in place: the model runs where the batches go
     was_training = model.training
     patches = patch_record(model)  # before eval(): a model it refuses (unsupported, already patched) keeps its mode
     model.eval()

@@ -193,8 +193,8 @@ class HeadPatch(nn.Module):
         """
         length = value.shape[2]
         constants = self.constants[:, :length, :length]  # [n, L, L]
-        m = key_mask.to(constants.dtype)[:, None, :, None]  # [B, 1, L, 1]
-        denominator = torch.matmul(constants, m)  # [B, n, L, 1] (float32: no underflow in half precision)
+        m = key_mask.to(torch.float32)[:, None, :, None]  # [B, 1, L, 1]
+        denominator = torch.matmul(constants.float(), m)  # [B, n, L, 1] in float32 (no underflow in half precision)
         scale = (m / denominator.clamp_min(eps)).to(value.dtype)
         numerator = torch.matmul(constants.to(value.dtype), value * m.to(value.dtype))  # [B, n, L, d]
         return numerator * scale
@@ -291,6 +291,9 @@ def _attach(model: nn.Module, patches: Iterable[HeadPatch]) -> None:
     modules = self_attention_modules(model)
     for patch in patches:
         module = modules[patch.layer]
+        reference = next(module.parameters(), None)
+        if reference is not None:
+            patch.to(reference.device)  # constants and indices live where the layer lives (in place for parameters)
         module.papa_patch = patch
         if adapter.mechanism == "inline":
             setattr(module, adapter.probs_dropout, ProbsHook(getattr(module, adapter.probs_dropout), patch))
