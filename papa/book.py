@@ -128,7 +128,7 @@ def still_rising(epochs: pd.DataFrame, last: int = 3, tolerance: float = 0.002) 
             continue
         gain = scores[-last:].mean() - scores[-2 * last:-last].mean()
         first = group.iloc[0]
-        rows.append({"run_id": run_id, "task": first["task"], "k": int(first["k"]), "seed": int(first["seed"]),
+        rows.append({"run_id": run_id, "model": first["model"], "task": first["task"], "k": int(first["k"]), "seed": int(first["seed"]),
                      "probe_input": first["probe_input"], "late_gain": float(gain), "rising": bool(gain > tolerance)})
     return pd.DataFrame(rows)
 

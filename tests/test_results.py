@@ -275,3 +275,32 @@ def test_sensitivity_table_by_hand(tmp_path):
     assert row["drop official"] == pytest.approx(0.08 / 0.802)
     assert row["drop study"] == pytest.approx(0.02 / 0.902)
     assert row["k=0 change real"] and row["k=all change real"] and row["mean epoch reported"] == 3
+
+
+def test_still_rising_by_hand():
+    from papa.book import still_rising
+
+    def run(run_id, scores):
+        return [{"run_id": run_id, "model": "minilm-l6", "task": "sst2", "k": 0, "seed": 1, "probe_input": "all",
+                 "epoch": e + 1, "score": s} for e, s in enumerate(scores)]
+
+    epochs = pd.DataFrame(run("rising", [0.5, 0.6, 0.7, 0.8, 0.85, 0.9]) + run("flat", [0.7, 0.71, 0.7, 0.7, 0.701, 0.7])
+                          + run("short", [0.1, 0.2, 0.3, 0.4]))
+    table = still_rising(epochs).set_index("run_id")
+    assert table.loc["rising", "late_gain"] == pytest.approx(0.85 - 0.6) and table.loc["rising", "rising"]
+    assert not table.loc["flat", "rising"] and "short" not in table.index  # fewer than 2 × 3 epochs: not judged
+
+
+def test_ordering_comparison_keeps_models_apart(tmp_path):
+    from papa.book import BookData, ordering_comparison
+
+    runs = {}
+    for model, total, (gates, deviation) in (("minilm-l6", 72, (0.80, 0.70)), ("minilm-l3", 36, (0.60, 0.65))):
+        for seed in (1, 2, 3):
+            runs[f"{model}_g{seed}"] = result(model=model, total=total, k=total // 2, seed=seed, ranking="gates", score=gates + 0.001 * seed)
+            runs[f"{model}_d{seed}"] = result(model=model, total=total, k=total // 2, seed=seed, ranking="deviation", score=deviation + 0.001 * seed)
+    main = load_results(write(tmp_path, runs))
+    table = ordering_comparison(BookData({}, main, main, summarise(main), pd.DataFrame(), pd.DataFrame())).set_index("model")
+    assert table.loc["minilm-l6", "gates"] == pytest.approx(0.802) and table.loc["minilm-l6", "better"] == "gates"
+    assert table.loc["minilm-l3", "deviation"] == pytest.approx(0.652) and table.loc["minilm-l3", "better"] == "deviation"
+    assert table["real"].all() and sorted(table["k"]) == [18, 36]
