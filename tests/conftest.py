@@ -2,6 +2,10 @@
 
 Tests marked ``data`` need the real task data in ``$PAPA_DATA_DIR``. Without it they are
 skipped locally, but fail in CI (``$CI`` set), so CI cannot silently skip them.
+
+Tests marked ``cuda`` (``tests/test_cuda.py``) compare GPU and CPU numbers. On a machine without a
+CUDA device they are deselected, and the report header says so; on a GPU machine they run with the
+rest (``pytest -m cuda`` runs only them).
 """
 
 from __future__ import annotations
@@ -26,6 +30,21 @@ def _skip_or_fail() -> None:
     if os.environ.get("CI"):
         pytest.fail(_NO_DATA + "; it is required in CI.", pytrace=False)
     pytest.skip(_NO_DATA + ".")
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    if not torch.cuda.is_available():
+        return "no CUDA device: the 'cuda' tests (tests/test_cuda.py) are deselected; run them on a GPU machine"
+    return None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if torch.cuda.is_available():
+        return
+    deselected = [item for item in items if item.get_closest_marker("cuda") is not None]
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = [item for item in items if item.get_closest_marker("cuda") is None]
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

@@ -1,6 +1,6 @@
 """The same numbers on a CUDA device as on the CPU: constant heads (fp32 and fp16), estimation and
-cached features. These need a GPU; on a machine without one they are skipped with that reason
-(the CPU suite covers the same code paths). `benchmarks/run.py --device cuda` times them."""
+cached features. These need a GPU; on a machine without one they are deselected (tests/conftest.py;
+the CPU suite covers the same code paths). `benchmarks/run.py --device cuda` times them."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from papa.patching import HeadPatch, patch_constant_heads, prune_qk, unpatch
 
 from tiny import HEADS, L, LAYERS, TINY_BERT, VOCAB  # noqa: E402
 
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (run on the GPU machine)")
+pytestmark = pytest.mark.cuda  # deselected on a machine without a CUDA device (tests/conftest.py)
 CUDA = torch.device("cuda")
 
 
