@@ -218,12 +218,12 @@ def floors_display(floors: pd.DataFrame, digits: int = 3) -> pd.DataFrame:
         return "—" if pd.isna(mean) else f"{mean:.{digits}f}" + ("" if pd.isna(std) else f" ± {std:.{digits}f}")
 
     return pd.DataFrame({
-        "task": floors["task"], "metric": floors["metric"].str.replace("_", " "),
+        "model": floors["model"], "task": floors["task"], "metric": floors["metric"].str.replace("_", " "),
         "majority class": floors["majority"].round(digits),
         "attention-free probe": [cell(m, s) for m, s in zip(floors["attention_free"], floors["attention_free_std"])],
         "k = 0 probe": [cell(m, s) for m, s in zip(floors["baseline"], floors["baseline_std"])],
         "informative": floors["informative"].map({True: "yes", False: "no"}),
-    }).set_index("task")
+    }).set_index(["model", "task"] if floors["model"].nunique() > 1 else "task").drop(columns="model", errors="ignore")
 
 
 def headline_numbers(data: BookData, ranking: str | None = None) -> dict:
