@@ -214,7 +214,7 @@ grid_config: str = "configs/smoke.yaml"  # the grid config whose runs this chapt
             "in train mode (dropout on) for every batch, as the official Trainer-based code. Same task, sizes and seeds:",
             "pair = [s[\"name\"] for s in data.config.get(\"studies\", []) if s.get(\"modes\") == [\"faithful\"]]\n"
             "twin = [s[\"name\"] for s in data.config.get(\"studies\", []) if s.get(\"modes\") == [\"cached\"] and s.get(\"epochs\") == next((x.get(\"epochs\") for x in data.config[\"studies\"] if x[\"name\"] in pair), None)]\n"
-            "papa.book.compare(studies[twin[0]], studies[pair[0]], \"cached\", \"faithful\").round(4) if pair and twin and len(studies[pair[0]]) else \"no faithful study in this grid\"",
+            "papa.book.compare(data.studies[twin[0]], data.studies[pair[0]], \"cached\", \"faithful\").round(4) if pair and twin and len(data.studies[pair[0]]) else \"no faithful study in this grid\"",
             "md: A difference is *real* only when it exceeds the larger of the two seed ranges (max − min over seeds).",
         ],
         chapter=True,
