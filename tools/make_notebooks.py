@@ -123,6 +123,7 @@ out: str = "book/runs/scratch/result_s{seed}.json"  # result file per seed ({see
 grid_config: str = "configs/smoke.yaml"  # the grid config whose runs this chapter aggregates
 """,
         [
+            "import pandas as pd\n\npd.set_option(\"display.max_colwidth\", None)  # claims and notes are read in full\n"
             "data = papa.book.load_book_data(grid_config)\nnumbers = papa.book.headline_numbers(data)\npapa.book.glue_numbers(numbers)",
             "md: ## Score as heads become constant\n\n"
             "{numref}`fig-score-vs-heads` is the analogue of the paper's Figure 2: the probe's score against the number of "
