@@ -125,6 +125,7 @@ def load_config(path: str | Path) -> dict:
     from .data import TASKS
     from .heads import count_for
     from .models import EMBEDDED_MODELS
+    from .probe import SELECTIONS
     from .ranking import METHODS
 
     path = Path(path)
@@ -169,7 +170,7 @@ def load_config(path: str | Path) -> dict:
         for mode in where.get("modes", []):
             if mode not in ("cached", "faithful"):
                 raise PapaError(f"Unknown mode {mode!r} in {path.name}", "Use cached or faithful.")
-        if where.get("selection", "final") not in ("final", "heldout"):
+        if where.get("selection", "final") not in SELECTIONS:
             raise PapaError(f"Unknown epoch selection {where['selection']!r} in {path.name}",
                             "Use final (the official runs) or heldout (best epoch on held-out training examples).")
         fraction = where.get("heldout_fraction", 0.1)

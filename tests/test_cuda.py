@@ -15,7 +15,7 @@ from papa.features import extract_features
 from papa.heads import all_heads
 from papa.patching import HeadPatch, patch_constant_heads, prune_qk, unpatch
 
-from tiny import HEADS, L, LAYERS, TINY_BERT, VOCAB  # noqa: E402
+from tiny import LAYERS, HEADS, TINY_BERT, tiny_batch as _batch, tiny_constants as _constants  # noqa: E402
 
 pytestmark = pytest.mark.cuda  # deselected on a machine without a CUDA device (tests/conftest.py)
 CUDA = torch.device("cuda")
@@ -24,19 +24,6 @@ CUDA = torch.device("cuda")
 def _model(seed=0):
     torch.manual_seed(seed)
     return AutoModel.from_config(copy.deepcopy(BertConfig(**TINY_BERT)), attn_implementation="sdpa").eval()
-
-
-def _batch(lengths, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(5, VOCAB, (len(lengths), L), generator=g)
-    mask = torch.zeros(len(lengths), L, dtype=torch.long)
-    for row, n in enumerate(lengths):
-        mask[row, :n] = 1
-    return {"input_ids": ids.masked_fill(mask == 0, 0), "attention_mask": mask}
-
-
-def _constants(seed=0):
-    return torch.rand(LAYERS, HEADS, L, L, generator=torch.Generator().manual_seed(seed)) + 0.01
 
 
 def _to(batch, device):

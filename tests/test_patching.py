@@ -25,7 +25,7 @@ from papa.patching import (
     unpatch,
 )
 
-from tiny import HEADS, L, LAYERS, TINY_BERT, VOCAB  # noqa: E402
+from tiny import HEADS, L, LAYERS, TINY_BERT, tiny_batch as _batch, tiny_constants as _constants  # noqa: E402
 
 CONFIG = BertConfig(**TINY_BERT)
 
@@ -40,20 +40,6 @@ def _eager_twin(model):
     eager = AutoModel.from_config(copy.deepcopy(CONFIG), attn_implementation="eager").eval()
     eager.load_state_dict(model.state_dict())
     return eager
-
-
-def _batch(lengths, length=L, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(5, VOCAB, (len(lengths), length), generator=g)
-    mask = torch.zeros(len(lengths), length, dtype=torch.long)
-    for x, n in enumerate(lengths):
-        mask[x, :n] = 1
-    return {"input_ids": ids.masked_fill(mask == 0, 0), "attention_mask": mask}
-
-
-def _constants(length=L, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    return torch.rand(LAYERS, HEADS, length, length, generator=g) + 0.01  # positive everywhere, pads included
 
 
 @torch.no_grad()
