@@ -204,6 +204,27 @@ def sensitivity_table(data: BookData) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def train_size_study(data: BookData) -> pd.DataFrame:
+    """:func:`papa.results.train_size_table` at the official probe setting (the main grid's lr,
+    epochs, epoch selection and mode), for the model × task pairs run at more than one size."""
+    official = _study_settings(data.config, {})
+    table = R.train_size_table(data.tidy, official["lr"], official["epochs"], official["selection"], official["modes"][0])
+    sizes = table.groupby(["model", "task"])["train_examples"].transform("nunique")
+    return table[sizes > 1].reset_index(drop=True)
+
+
+def train_size_sentence(table: pd.DataFrame) -> str:
+    """One clause per model × task: its relative drop with all heads constant at each training size,
+    starred where k = 0 and k = all are within the seed spread (``table`` from :func:`train_size_study`)."""
+    if table.empty:
+        return "no task was run at more than one training size"
+    clauses = []
+    for (model, task), group in table.groupby(["model", "task"], sort=True):
+        steps = ", ".join(f"{row.drop:.1%} at {row.train_examples:,}" + ("" if row.drop_real else "*") for row in group.itertuples())
+        clauses.append(f"{model} / {task}: {steps}")
+    return "; ".join(clauses)
+
+
 def layer_counts(ranking: list, k: int, num_layers: int) -> list[int]:
     """How many of the first ``k`` heads of ``ranking`` lie in each layer."""
     counts = [0] * num_layers

@@ -6,6 +6,7 @@ stay small):
 * :func:`fig_score_vs_dynamic_heads` — the paper's Figure 2: score vs number of input-dependent heads;
 * :func:`fig_baseline_vs_drop` — Figure 4: baseline score vs relative drop with all heads constant;
 * :func:`fig_convergence` — dev score per epoch for k = 0 and k = all;
+* :func:`fig_score_vs_train_size` — k = 0 and k = all scores against the probe's training-set size;
 * :func:`fig_head_ranking` — which heads become constant first (layer × head heatmap);
 * :func:`fig_constants` — a few constant attention matrices.
 
@@ -155,6 +156,35 @@ def fig_convergence(epochs: pd.DataFrame, mode: str | None = None) -> alt.FacetC
                  alt.Tooltip("loss:Q", format=".4f", title="train loss"), "n_seeds:Q"],
     )
     return _facet(alt.layer(band, line, data=data).properties(width=FACET_WIDTH, height=FACET_HEIGHT), data)
+
+
+def fig_score_vs_train_size(table: pd.DataFrame) -> alt.FacetChart:
+    """k = 0 and k = all scores (mean, band min–max over seeds) against the number of training
+    examples the probe saw (log scale), per model × task; the gap between the lines is the PAPA drop.
+
+    ``table`` from :func:`papa.results.train_size_table`.
+    """
+    if table.empty:
+        raise PapaError("No training size has both k = 0 and k = all runs", "Run the k = 0 and k = all probes at several sizes first.")
+    parts = []
+    for prefix, condition in (("k0", "k = 0 (all heads attend)"), ("kall", "k = all (all heads constant)")):
+        part = table[["model", "task", "train_examples", "n_seeds", "drop", "drop_real"]].copy()
+        part["condition"] = condition
+        for stat in ("mean", "min", "max"):
+            part[stat] = table[f"{prefix}_{stat}"]
+        parts.append(part)
+    data = _clean(pd.concat(parts, ignore_index=True))
+    color = alt.Color("condition:N", title=None)
+    x = alt.X("train_examples:Q", scale=alt.Scale(type="log"), title="training examples (log scale)")
+    band = alt.Chart().mark_area(opacity=0.2).encode(x=x, y=alt.Y("min:Q", title="dev score"), y2="max:Q", color=color)
+    line = alt.Chart().mark_line(point=True).encode(
+        x=x, y=alt.Y("mean:Q", scale=alt.Scale(zero=False)), color=color,
+        tooltip=["model:N", "task:N", "condition:N", alt.Tooltip("train_examples:Q", format=","),
+                 alt.Tooltip("mean:Q", format=".4f"), alt.Tooltip("min:Q", format=".4f"), alt.Tooltip("max:Q", format=".4f"),
+                 alt.Tooltip("drop:Q", format=".2%", title="relative drop"), alt.Tooltip("drop_real:N", title="drop beyond seed spread"),
+                 "n_seeds:Q"],
+    )
+    return _facet(alt.layer(band, line, data=data).properties(width=FACET_WIDTH + 80, height=FACET_HEIGHT), data)
 
 
 def fig_head_ranking(ranking: Sequence[Sequence[int]] | str | Path, num_layers: int, num_heads: int,

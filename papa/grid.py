@@ -358,11 +358,46 @@ def stale_runs(config: dict) -> tuple[list[Run], list[Run], dict[str, str], Mani
     return runs, stale, {r: (keys[r], data[r]) for r in keys}, manifest
 
 
+#: A probe run never timed before is estimated from its size: seconds per training example for the
+#: feature extraction (once per run) and per example × epoch × seed for the probe, measured on
+#: MiniLM-L6 on two CPU cores (SST-2, 8000 examples: about 95 s of extraction, 90 s per seed).
+PROBE_SECONDS_PER_EXAMPLE = {"extract": 0.012, "train": 0.00075}
+#: Assumed training-split size when a run asks for the whole split and no local data says how large.
+WHOLE_SPLIT_GUESS = 10_000
+
+
+def _train_split_size(task: str) -> int:
+    """Lines of the task's local ``train.jsonl``, or :data:`WHOLE_SPLIT_GUESS` (hub or no file)."""
+    from .data import get_task, resolve_data_dir
+
+    root = resolve_data_dir()
+    path = root / get_task(task).local_folder / "train.jsonl" if root is not None else None
+    if path is None or not path.is_file():
+        return WHOLE_SPLIT_GUESS
+    with path.open("rb") as handle:
+        return sum(1 for line in handle if line.strip())
+
+
+def run_seconds_guess(run: Run) -> float:
+    """Seconds a run is expected to take when the manifest has no earlier duration for it: a probe
+    scales with its training examples, epochs and seeds (a faithful probe pays an encoder pass for
+    every example of every epoch); other kinds take :data:`DEFAULT_SECONDS`."""
+    if run.kind != "probe":
+        return DEFAULT_SECONDS[run.kind]
+    p = run.params
+    examples = p["max_train_examples"] if p["max_train_examples"] is not None else _train_split_size(p["task"])
+    passes = p["epochs"] * len(p["seeds"])
+    rate = PROBE_SECONDS_PER_EXAMPLE
+    per_example = rate["extract"] * passes if p["mode"] == "faithful" else rate["extract"] + rate["train"] * passes
+    return DEFAULT_SECONDS["probe"] / 3 + examples * per_example
+
+
 def estimate_seconds(runs: list[Run], manifest: Manifest) -> float:
+    """Expected seconds for ``runs``: each run's last recorded duration, else :func:`run_seconds_guess`."""
     seconds = 0.0
     for run in runs:
         previous = manifest.entries.get(run.run_id, {}).get("seconds")
-        seconds += previous if previous else DEFAULT_SECONDS[run.kind]
+        seconds += previous if previous else run_seconds_guess(run)
     return seconds
 
 

@@ -21,10 +21,11 @@ from papa.figures import (
     fig_convergence,
     fig_head_ranking,
     fig_score_vs_dynamic_heads,
+    fig_score_vs_train_size,
     offline_html,
     write_vega_bundle,
 )
-from papa.results import epoch_table, floors_table, load_results, summarise
+from papa.results import TRAIN_SIZE_COLUMNS, epoch_table, floors_table, load_results, summarise
 from test_results import grid
 
 
@@ -81,6 +82,21 @@ def test_convergence(tables):
     assert {r["condition"] for r in rows} == {"k = 0 (all heads attend)", "k = all (all heads constant)"}
     assert len(rows) == 3 * 2 * 2  # (model, task) pairs × conditions × epochs, averaged over seeds
     assert has_tooltip(spec)
+
+
+def test_score_vs_train_size():
+    import pandas as pd
+
+    rows = [["minilm-l6", "sst2", size, k0, k0 - 0.01, k0 + 0.01, kall, kall - 0.01, kall + 0.01, 3, (k0 - kall) / k0, real]
+            for size, k0, kall, real in ((400, 0.78, 0.72, True), (67349, 0.82, 0.81, False))]
+    spec = valid(fig_score_vs_train_size(pd.DataFrame(rows, columns=TRAIN_SIZE_COLUMNS)))
+    drawn = data_rows(spec)
+    assert len(drawn) == 4 and has_tooltip(spec)  # sizes × {k = 0, k = all}
+    point = [r for r in drawn if r["train_examples"] == 67349 and r["condition"].startswith("k = all")][0]
+    assert (point["mean"], point["min"], point["max"]) == (0.81, 0.80, 0.82) and point["drop_real"] is False
+    assert '"type": "log"' in json.dumps(spec)
+    with pytest.raises(PapaError, match="at several sizes"):
+        fig_score_vs_train_size(pd.DataFrame(columns=TRAIN_SIZE_COLUMNS))
 
 
 def test_head_ranking():

@@ -314,3 +314,37 @@ def test_floors_display_names_the_model_when_there_are_several(tmp_path):
     assert list(two.index.names) == ["model", "task"] and ("minilm-l3", "sst2") in two.index
     one = floors_display(floors_table(load_results(write(tmp_path / "one", {k: v for k, v in runs.items() if "l6" in k}))))
     assert one.index.name == "task" and "model" not in one.columns and one.loc["sst2", "k = 0 probe"] == "0.802 ± 0.001"
+
+
+def test_train_size_table_and_sentence_by_hand(tmp_path):
+    from papa.book import BookData, study_frame, train_size_sentence, train_size_study
+    from papa.results import train_size_table
+
+    runs = {}
+    # 400 examples: 0.80 → 0.70 (drop 12.5%, beyond the 0.002 seed range); 8000: 0.85 → 0.849 (inside it)
+    for seed in (1, 2, 3):
+        for size, (k0, kall) in ((400, (0.80, 0.70)), (8000, (0.85, 0.849))):
+            runs[f"n{size}_0_{seed}"] = result(k=0, seed=seed, score=k0 + 0.001 * seed, train_examples=size)
+            runs[f"n{size}_a_{seed}"] = result(k=72, seed=seed, score=kall + 0.001 * seed, train_examples=size)
+        runs[f"lr_0_{seed}"] = result(k=0, seed=seed, score=0.5, lr=1e-3, train_examples=400)  # another setting: not read
+        runs[f"lr_a_{seed}"] = result(k=72, seed=seed, score=0.4, lr=1e-3, train_examples=400)
+    runs["mrpc_0"] = result(task="mrpc", k=0, score=0.7)  # one size, no k = all: no row
+    tidy = load_results(write(tmp_path, runs))
+
+    table = train_size_table(tidy, lr=2e-5, epochs=2)
+    assert table[["task", "train_examples"]].values.tolist() == [["sst2", 400], ["sst2", 8000]]
+    small, large = table.iloc[0], table.iloc[1]
+    assert small["k0_mean"] == pytest.approx(0.802) and small["kall_min"] == pytest.approx(0.701)
+    assert small["kall_max"] == pytest.approx(0.703) and small["n_seeds"] == 3
+    assert small["drop"] == pytest.approx(0.1 / 0.802) and bool(small["drop_real"])
+    assert large["drop"] == pytest.approx(0.001 / 0.852) and not bool(large["drop_real"])
+    assert train_size_table(tidy, lr=1e-3, epochs=2)["drop"].tolist() == [pytest.approx(0.2)]
+
+    config = {"models": ["minilm-l6"], "tasks": ["sst2", "mrpc"],
+              "probe": {"lr": 2e-5, "epochs": 2, "max_train_examples": 400, "modes": ["cached"]}}
+    main = study_frame(tidy, config)
+    data = BookData(config, tidy, main, summarise(main), floors_table(main), pd.DataFrame())
+    study = train_size_study(data)
+    assert study["train_examples"].tolist() == [400, 8000]
+    assert train_size_sentence(study) == "minilm-l6 / sst2: 12.5% at 400, 0.1% at 8,000*"
+    assert train_size_sentence(study.iloc[:0]) == "no task was run at more than one training size"
