@@ -149,7 +149,9 @@ def compare(a: pd.DataFrame, b: pd.DataFrame, label_a: str, label_b: str) -> pd.
     return pd.DataFrame(rows)
 
 
-def _describe(settings: dict, official: dict) -> str:
+def _describe(settings: dict, official: dict, whole_split: int | None = None) -> str:
+    """The study's differences from the official setting in words (``whole_split``: the number of
+    examples the whole training split turned out to hold, when the study used it)."""
     parts = []
     if settings["lr"] != official["lr"]:
         parts.append(f"lr {settings['lr']:g}")
@@ -159,7 +161,8 @@ def _describe(settings: dict, official: dict) -> str:
         parts.append("epoch chosen on held-out training data" if settings["selection"] == "heldout" else f"{settings['selection']} epoch")
     if settings["train_examples"] != official["train_examples"]:
         size = settings["train_examples"]
-        parts.append("the whole training split" if size is None else f"{size} training examples")
+        whole = "the whole training split" + (f" ({whole_split:,} examples)" if whole_split else "")
+        parts.append(whole if size is None else f"{size} training examples")
     return ", ".join(parts)
 
 
@@ -192,7 +195,8 @@ def sensitivity_table(data: BookData) -> pd.DataFrame:
             mean = {key: sum(v) / len(v) for key, v in scores.items()}
             chosen = group.loc[group["ranking"].isin(["none", "all"]), "selected_epoch"].astype(float)
             rows.append({
-                "study": study["name"], "setting": setting, "model": model, "task": task,
+                "study": study["name"], "setting": _describe(settings, official, int(group["train_examples"].max())),
+                "model": model, "task": task,
                 "k=0 official": mean["official", "k0"], "k=all official": mean["official", "kall"],
                 "drop official": R.relative_drop(mean["official", "kall"], mean["official", "k0"]),
                 "k=0 study": mean["study", "k0"], "k=all study": mean["study", "kall"],

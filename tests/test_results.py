@@ -348,3 +348,24 @@ def test_train_size_table_and_sentence_by_hand(tmp_path):
     assert study["train_examples"].tolist() == [400, 8000]
     assert train_size_sentence(study) == "minilm-l6 / sst2: 12.5% at 400, 0.1% at 8,000*"
     assert train_size_sentence(study.iloc[:0]) == "no task was run at more than one training size"
+
+
+def test_sensitivity_table_names_the_size_of_the_whole_split(tmp_path):
+    from papa.book import BookData, sensitivity_table, study_frame
+
+    runs = {}
+    for seed in (1, 2):
+        for size, (k0, kall) in ((1000, (0.80, 0.72)), (67349, (0.85, 0.84))):
+            runs[f"n{size}_0_{seed}"] = result(k=0, seed=seed, score=k0 + 0.001 * seed, train_examples=size)
+            runs[f"n{size}_a_{seed}"] = result(k=72, seed=seed, score=kall + 0.001 * seed, train_examples=size)
+    tidy = load_results(write(tmp_path, runs))
+    config = {"models": ["minilm-l6"], "tasks": ["sst2"],
+              "probe": {"lr": 2e-5, "epochs": 2, "max_train_examples": 1000, "modes": ["cached"]},
+              "studies": [{"name": "fulldata", "max_train_examples": None}]}
+    main = study_frame(tidy, config)
+    assert set(main["train_examples"]) == {1000}
+    studies = {"fulldata": study_frame(tidy, config, config["studies"][0])}
+    data = BookData(config, tidy, main, summarise(main), floors_table(main), pd.DataFrame(), studies)
+    row = sensitivity_table(data).iloc[0]
+    assert row["setting"] == "the whole training split (67,349 examples)"
+    assert row["k=0 study"] == pytest.approx(0.8515) and row["drop study"] == pytest.approx(0.01 / 0.8515)
