@@ -412,8 +412,10 @@ def _setup(config: dict) -> str:
 
     probe, rank, est = config["probe"], config["rank"], config["estimate"]
     tasks = "\n".join(f"| {t} | {TASKS[t].kind} | {TASKS[t].main_metric.replace('_', ' ')} |" for t in config["tasks"])
+    whole = {"max_train_examples": "max_train_examples: the whole training split", "max_eval_examples": "max_eval_examples: the whole split"}
     studies = "\n".join(f"- `{s['name']}` ({s.get('chapter', 'controls')}): " + ", ".join(
-        f"{k} {v}" for k, v in s.items() if k not in ("name", "chapter")) for s in config.get("studies", []))
+        whole[k] if v is None and k in whole else f"{k} {v}" for k, v in s.items() if k not in ("name", "chapter"))
+        for s in config.get("studies", []))
     return f"""# Experimental setup
 
 This page is written from `configs/{config['name']}.yaml` by `papa book build`.
