@@ -219,12 +219,15 @@ def train_size_study(data: BookData) -> pd.DataFrame:
 
 def train_size_sentence(table: pd.DataFrame) -> str:
     """One clause per model × task: its relative drop with all heads constant at each training size,
-    starred where k = 0 and k = all are within the seed spread (``table`` from :func:`train_size_study`)."""
+    starred where k = 0 and k = all are within the seed spread, with the retained gain over the
+    attention-free floor where that floor ran at the same size (``table`` from :func:`train_size_study`)."""
     if table.empty:
         return "no task was run at more than one training size"
     clauses = []
     for (model, task), group in table.groupby(["model", "task"], sort=True):
-        steps = ", ".join(f"{row.drop:.1%} at {row.train_examples:,}" + ("" if row.drop_real else "*") for row in group.itertuples())
+        steps = ", ".join(f"{row.drop:.1%} at {row.train_examples:,}" + ("" if row.drop_real else "*")
+                          + ("" if math.isnan(row.retained_gain) else f" (retained gain {row.retained_gain:.0%})")
+                          for row in group.itertuples())
         clauses.append(f"{model} / {task}: {steps}")
     return "; ".join(clauses)
 

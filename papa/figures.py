@@ -161,18 +161,21 @@ def fig_convergence(epochs: pd.DataFrame, mode: str | None = None) -> alt.FacetC
 def fig_score_vs_train_size(table: pd.DataFrame) -> alt.FacetChart:
     """k = 0 and k = all scores (mean, band min–max over seeds) against the number of training
     examples the probe saw (log scale), per model × task; the gap between the lines is the PAPA drop.
+    The attention-free floor is drawn at the sizes where it ran.
 
     ``table`` from :func:`papa.results.train_size_table`.
     """
     if table.empty:
         raise PapaError("No training size has both k = 0 and k = all runs", "Run the k = 0 and k = all probes at several sizes first.")
     parts = []
-    for prefix, condition in (("k0", "k = 0 (all heads attend)"), ("kall", "k = all (all heads constant)")):
-        part = table[["model", "task", "train_examples", "n_seeds", "drop", "drop_real"]].copy()
+    conditions = (("k0", "k = 0 (all heads attend)"), ("kall", "k = all (all heads constant)"),
+                  ("floor", "attention-free floor (embeddings only)"))
+    for prefix, condition in conditions:
+        part = table[["model", "task", "train_examples", "n_seeds", "drop", "drop_real", "retained_gain"]].copy()
         part["condition"] = condition
         for stat in ("mean", "min", "max"):
             part[stat] = table[f"{prefix}_{stat}"]
-        parts.append(part)
+        parts.append(part.dropna(subset=["mean"]))
     data = _clean(pd.concat(parts, ignore_index=True))
     color = alt.Color("condition:N", title=None)
     x = alt.X("train_examples:Q", scale=alt.Scale(type="log"), title="training examples (log scale)")
@@ -182,7 +185,7 @@ def fig_score_vs_train_size(table: pd.DataFrame) -> alt.FacetChart:
         tooltip=["model:N", "task:N", "condition:N", alt.Tooltip("train_examples:Q", format=","),
                  alt.Tooltip("mean:Q", format=".4f"), alt.Tooltip("min:Q", format=".4f"), alt.Tooltip("max:Q", format=".4f"),
                  alt.Tooltip("drop:Q", format=".2%", title="relative drop"), alt.Tooltip("drop_real:N", title="drop beyond seed spread"),
-                 "n_seeds:Q"],
+                 alt.Tooltip("retained_gain:Q", format=".2%", title="retained gain over the floor"), "n_seeds:Q"],
     )
     return _facet(alt.layer(band, line, data=data).properties(width=FACET_WIDTH + 80, height=FACET_HEIGHT), data)
 

@@ -385,35 +385,41 @@ def score_table(summary: pd.DataFrame, digits: int = 3, probe_input: str = "all"
 
 
 TRAIN_SIZE_COLUMNS = ["model", "task", "train_examples", "k0_mean", "k0_min", "k0_max", "kall_mean", "kall_min",
-                      "kall_max", "n_seeds", "drop", "drop_real"]
+                      "kall_max", "n_seeds", "drop", "drop_real", "floor_mean", "floor_min", "floor_max", "retained_gain"]
 
 
 def train_size_table(tidy: pd.DataFrame, lr: float, epochs: int, selection: str = "final", mode: str = "cached") -> pd.DataFrame:
     """The k = 0 and k = all scores against the probe's training-set size, at one probe setting.
 
-    ``tidy`` from :func:`load_results`. Only main-metric rows of the full probe (``probe_input``
-    "all") trained with ``lr``, ``epochs``, ``selection`` and ``mode`` are read. One row per
-    (model, task, train_examples) that has both no and every head constant: each side's mean and seed
-    range (min, max), the smaller number of seeds, the relative drop ``(k0 − kall) / k0`` of the
-    means, and ``drop_real``: whether k = 0 and k = all differ by more than the seed spread
-    (:func:`difference_is_real`). Sorted by model, task and size.
+    ``tidy`` from :func:`load_results`. Only main-metric rows trained with ``lr``, ``epochs``,
+    ``selection`` and ``mode`` are read. One row per (model, task, train_examples) where the full
+    probe (``probe_input`` "all") ran with both no and every head constant: each side's mean and seed
+    range (min, max), the smaller number of seeds, the relative drop ``(k0 − kall) / k0`` of the means,
+    and ``drop_real``: whether k = 0 and k = all differ by more than the seed spread
+    (:func:`difference_is_real`). Where the attention-free probe (``probe_input`` "embeddings") ran at
+    the same size: its mean and range, and the retained gain ``(kall − floor) / (k0 − floor)``; NaN
+    elsewhere. Sorted by model, task and size.
     """
-    rows = tidy[tidy["is_main"] & (tidy["probe_input"] == "all") & (tidy["mode"] == mode)
-                & (tidy["lr"].astype(float).round(12) == round(float(lr), 12)) & (tidy["epochs"] == epochs)
-                & (tidy["selection"] == selection) & tidy["ranking"].isin(SHARED_RANKINGS)]
+    rows = tidy[tidy["is_main"] & (tidy["mode"] == mode) & (tidy["lr"].astype(float).round(12) == round(float(lr), 12))
+                & (tidy["epochs"] == epochs) & (tidy["selection"] == selection) & tidy["ranking"].isin(SHARED_RANKINGS)]
     out = []
     for (model, task, size), group in rows.groupby(["model", "task", "train_examples"], sort=True):
-        k0 = group.loc[group["ranking"] == "none", "value"].astype(float)
-        kall = group.loc[group["ranking"] == "all", "value"].astype(float)
+        full = group[group["probe_input"] == "all"]
+        k0 = full.loc[full["ranking"] == "none", "value"].astype(float)
+        kall = full.loc[full["ranking"] == "all", "value"].astype(float)
         if k0.empty or kall.empty:
             continue
+        floor = group.loc[(group["probe_input"] == "embeddings") & (group["ranking"] == "none"), "value"].astype(float)
+        floor_mean = floor.mean() if len(floor) else math.nan
         out.append({"model": model, "task": task, "train_examples": int(size),
                     "k0_mean": k0.mean(), "k0_min": k0.min(), "k0_max": k0.max(),
                     "kall_mean": kall.mean(), "kall_min": kall.min(), "kall_max": kall.max(),
                     "n_seeds": int(min(k0.size, kall.size)), "drop": relative_drop(kall.mean(), k0.mean()),
-                    "drop_real": difference_is_real(k0.tolist(), kall.tolist())})
+                    "drop_real": difference_is_real(k0.tolist(), kall.tolist()),
+                    "floor_mean": floor_mean, "floor_min": floor.min() if len(floor) else math.nan,
+                    "floor_max": floor.max() if len(floor) else math.nan,
+                    "retained_gain": retained_gain(kall.mean(), k0.mean(), floor_mean) if len(floor) else math.nan})
     return pd.DataFrame(out, columns=TRAIN_SIZE_COLUMNS)
-
 
 __all__ = [
     "ALL_DROP_RANGE", "HALF_MAX_DROP", "SUMMARY_KEYS", "TIDY_COLUMNS", "claims_table", "difference_is_real",

@@ -87,11 +87,14 @@ def test_convergence(tables):
 def test_score_vs_train_size():
     import pandas as pd
 
-    rows = [["minilm-l6", "sst2", size, k0, k0 - 0.01, k0 + 0.01, kall, kall - 0.01, kall + 0.01, 3, (k0 - kall) / k0, real]
-            for size, k0, kall, real in ((400, 0.78, 0.72, True), (67349, 0.82, 0.81, False))]
+    nan = float("nan")
+    rows = [["minilm-l6", "sst2", size, k0, k0 - 0.01, k0 + 0.01, kall, kall - 0.01, kall + 0.01, 3, (k0 - kall) / k0, real,
+             floor, floor, floor, nan]
+            for size, k0, kall, real, floor in ((400, 0.78, 0.72, True, 0.57), (67349, 0.82, 0.81, False, nan))]
     spec = valid(fig_score_vs_train_size(pd.DataFrame(rows, columns=TRAIN_SIZE_COLUMNS)))
     drawn = data_rows(spec)
-    assert len(drawn) == 4 and has_tooltip(spec)  # sizes × {k = 0, k = all}
+    assert len(drawn) == 5 and has_tooltip(spec)  # sizes × {k = 0, k = all}, and the floor where it ran
+    assert [r["train_examples"] for r in drawn if r["condition"].startswith("attention-free")] == [400]
     point = [r for r in drawn if r["train_examples"] == 67349 and r["condition"].startswith("k = all")][0]
     assert (point["mean"], point["min"], point["max"]) == (0.81, 0.80, 0.82) and point["drop_real"] is False
     assert '"type": "log"' in json.dumps(spec)

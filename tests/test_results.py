@@ -328,6 +328,7 @@ def test_train_size_table_and_sentence_by_hand(tmp_path):
             runs[f"n{size}_a_{seed}"] = result(k=72, seed=seed, score=kall + 0.001 * seed, train_examples=size)
         runs[f"lr_0_{seed}"] = result(k=0, seed=seed, score=0.5, lr=1e-3, train_examples=400)  # another setting: not read
         runs[f"lr_a_{seed}"] = result(k=72, seed=seed, score=0.4, lr=1e-3, train_examples=400)
+        runs[f"n8000_f_{seed}"] = result(k=0, seed=seed, score=0.75 + 0.001 * seed, probe_input="embeddings", train_examples=8000)
     runs["mrpc_0"] = result(task="mrpc", k=0, score=0.7)  # one size, no k = all: no row
     tidy = load_results(write(tmp_path, runs))
 
@@ -338,6 +339,9 @@ def test_train_size_table_and_sentence_by_hand(tmp_path):
     assert small["kall_max"] == pytest.approx(0.703) and small["n_seeds"] == 3
     assert small["drop"] == pytest.approx(0.1 / 0.802) and bool(small["drop_real"])
     assert large["drop"] == pytest.approx(0.001 / 0.852) and not bool(large["drop_real"])
+    assert math.isnan(small["floor_mean"]) and math.isnan(small["retained_gain"])  # no floor run at 400
+    assert large["floor_mean"] == pytest.approx(0.752) and large["floor_max"] == pytest.approx(0.753)
+    assert large["retained_gain"] == pytest.approx((0.851 - 0.752) / (0.852 - 0.752))
     assert train_size_table(tidy, lr=1e-3, epochs=2)["drop"].tolist() == [pytest.approx(0.2)]
 
     config = {"models": ["minilm-l6"], "tasks": ["sst2", "mrpc"],
@@ -346,7 +350,7 @@ def test_train_size_table_and_sentence_by_hand(tmp_path):
     data = BookData(config, tidy, main, summarise(main), floors_table(main), pd.DataFrame())
     study = train_size_study(data)
     assert study["train_examples"].tolist() == [400, 8000]
-    assert train_size_sentence(study) == "minilm-l6 / sst2: 12.5% at 400, 0.1% at 8,000*"
+    assert train_size_sentence(study) == "minilm-l6 / sst2: 12.5% at 400, 0.1% at 8,000* (retained gain 99%)"
     assert train_size_sentence(study.iloc[:0]) == "no task was run at more than one training size"
 
 

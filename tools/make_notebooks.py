@@ -220,8 +220,9 @@ grid_config: str = "configs/smoke.yaml"  # the grid config whose runs this chapt
             "official setting (lr 2e-5, 15 epochs, final epoch; mean over seeds, band min–max, log scale). The gap between "
             "the two lines is the PAPA drop.\n```\n\n"
             "Relative drop with every head constant, by training size (*: k = 0 and k = all are within the seed spread, "
-            "so no drop is shown): {glue:text}`drop_by_size`. The attention-free floor was measured at the main grid's "
-            "size only, so at the larger sizes the table cannot say how much of the k = 0 score needs attention at all.",
+            "so no drop is shown), with the retained gain $(s_{all} - f)/(s_0 - f)$ over the attention-free floor $f$ "
+            "where that floor ran at the same size: {glue:text}`drop_by_size`. At a size without a floor the table "
+            "cannot say how much of the k = 0 score needs attention at all.",
             "sizes = papa.book.train_size_study(data)\nglue(\"drop_by_size\", papa.book.train_size_sentence(sizes), display=False)\n"
             "glue(\"fig-train-size\", papa.figures.fig_score_vs_train_size(sizes) if len(sizes) else \"no task was run at more than one training size\", display=False)\n"
             "sizes.round(4)",
