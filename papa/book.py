@@ -67,8 +67,11 @@ def _study_settings(config: dict, study: dict) -> dict:
 def study_frame(tidy: pd.DataFrame, config: dict, study: dict | None = None) -> pd.DataFrame:
     """Rows of ``tidy`` that belong to a study (the main grid when ``study`` is None): the same lr,
     epochs, epoch selection, modes, models and tasks, and per task the largest training size not above
-    the study's."""
+    the study's. A named study keeps only its own runs (run ids tagged ``__<name>__s<seed>`` by
+    :func:`papa.grid.expand`), so a study that has not run yet is empty, never another study's runs."""
     s = _study_settings(config, study or {})
+    if study is not None and "name" in study:
+        tidy = tidy[tidy["run_id"].str.contains(f"__{study['name']}__s", regex=False)]
     rows = tidy[
         (tidy["lr"].astype(float).round(12) == round(s["lr"], 12)) & (tidy["epochs"] == s["epochs"])
         & (tidy["selection"] == s["selection"]) & tidy["model"].isin(s["models"])
@@ -149,6 +152,10 @@ def compare(a: pd.DataFrame, b: pd.DataFrame, label_a: str, label_b: str) -> pd.
     return pd.DataFrame(rows)
 
 
+def _size_words(size: int | None) -> str:
+    return "the whole training split" if size is None else f"{size:,}"
+
+
 def _describe(settings: dict, official: dict, whole_split: int | None = None) -> str:
     """The study's differences from the official setting in words (``whole_split``: the number of
     examples the whole training split turned out to hold, when the study used it)."""
@@ -169,8 +176,8 @@ def _describe(settings: dict, official: dict, whole_split: int | None = None) ->
 def sensitivity_table(data: BookData) -> pd.DataFrame:
     """Does the size of the PAPA drop depend on how well the probe is trained?
 
-    One row per sensitivity study (a study in the main grid's mode that changes the probe's lr,
-    epochs, epoch selection or training size) × model × task: the k = 0 and k = all means over seeds
+    One row per sensitivity study (a study of the full probe in the main grid's mode that changes the
+    probe's lr, epochs, epoch selection or training size) × model × task: the k = 0 and k = all means over seeds
     and the relative drop, under the official setting and under the study's, and whether each
     score's change exceeds the seed spread (:func:`papa.results.difference_is_real`).
     """
@@ -178,7 +185,7 @@ def sensitivity_table(data: BookData) -> pd.DataFrame:
     rows = []
     for study in data.config.get("studies", []):
         settings = _study_settings(data.config, study)
-        if settings["modes"] != official["modes"] or not (setting := _describe(settings, official)):
+        if settings["modes"] != official["modes"] or study.get("probe_input", "all") != "all" or not _describe(settings, official):
             continue
         frame = data.studies.get(study["name"])
         if frame is None or frame.empty:
@@ -284,6 +291,8 @@ def headline_numbers(data: BookData, ranking: str | None = None) -> dict:
         "drop_all_mean": float(keep(full)["drop"].mean()) if len(keep(full)) else math.nan,
         "drop_all_max": float(keep(full)["drop"].max()) if len(keep(full)) else math.nan,
         "drop_all_all_tasks": float(full["drop"].mean()) if len(full) else math.nan,
+        "drop_by_size": train_size_sentence(train_size_study(data)),
+        "probe_train_examples": _size_words(data.config["probe"].get("max_train_examples", 1000)),
     }
     for index, row in claims.iterrows():
         numbers[f"claim{index + 1}_verdict"] = row["verdict"]
@@ -415,9 +424,8 @@ def _setup(config: dict) -> str:
 
     probe, rank, est = config["probe"], config["rank"], config["estimate"]
     tasks = "\n".join(f"| {t} | {TASKS[t].kind} | {TASKS[t].main_metric.replace('_', ' ')} |" for t in config["tasks"])
-    whole = {"max_train_examples": "max_train_examples: the whole training split", "max_eval_examples": "max_eval_examples: the whole split"}
     studies = "\n".join(f"- `{s['name']}` ({s.get('chapter', 'controls')}): " + ", ".join(
-        whole[k] if v is None and k in whole else f"{k} {v}" for k, v in s.items() if k not in ("name", "chapter"))
+        f"{k} {_size_words(v) if k.startswith('max_') else v}" for k, v in s.items() if k not in ("name", "chapter"))
         for s in config.get("studies", []))
     return f"""# Experimental setup
 
@@ -456,7 +464,7 @@ official matched/mismatched dev sets: its scores are not comparable to published
 - Constants: the first {est.get('max_examples')} training examples of each task.
 - Rankings: {', '.join(rank.get('methods', []))}; gates trained for {rank.get('epochs')} epochs at lr {rank.get('lr', 2e-5):g} on
   {rank.get('max_train_examples')} training examples.
-- Probes: {probe.get('max_train_examples')} training and at most {probe.get('max_eval_examples')} validation examples
+- Probes: {_size_words(probe.get('max_train_examples', 1000))} training and at most {probe.get('max_eval_examples')} validation examples
   (seeded subsets, the same for every probe seed), {probe.get('epochs')} epochs at lr {float(probe.get('lr', 2e-5)):g},
   seeds {probe.get('seeds')}{f" (only the first seed at fractions {probe['single_seed_fractions']})" if probe.get('single_seed_fractions') else " at every head count"},
   head fractions {probe.get('fractions')} of all heads, mode(s) {probe.get('modes')}; the reported score is the

@@ -40,6 +40,10 @@ VEGA_BUNDLE_NAME = "papa-vega.js"
 VEGALITE_MIMETYPE = "application/vnd.vegalite.v5+json"
 RENDERER_NAME = "papa"
 FACET_WIDTH, FACET_HEIGHT = 220, 160
+#: The training-size figure's facets are wider: its log x axis spans 2–3 decades.
+TRAIN_SIZE_WIDTH = 300
+K0_LABEL, KALL_LABEL = "k = 0 (all heads attend)", "k = all (all heads constant)"
+FLOOR_LABEL = "attention-free floor (embeddings only)"
 
 
 def _mode_rows(frame: pd.DataFrame, mode: str | None) -> pd.DataFrame:
@@ -141,7 +145,7 @@ def fig_convergence(epochs: pd.DataFrame, mode: str | None = None) -> alt.FacetC
     """
     rows = _mode_rows(epochs, mode)
     rows = rows[(rows["probe_input"] == "all") & ((rows["k"] == 0) | (rows["k"] == rows["total_heads"]))]
-    rows = rows.assign(condition=np.where(rows["k"] == 0, "k = 0 (all heads attend)", "k = all (all heads constant)"))
+    rows = rows.assign(condition=np.where(rows["k"] == 0, K0_LABEL, KALL_LABEL))
     data = rows.groupby(["model", "task", "condition", "epoch"], as_index=False).agg(
         mean=("score", "mean"), min=("score", "min"), max=("score", "max"), loss=("train_loss", "mean"),
         n_seeds=("seed", "nunique"))
@@ -160,17 +164,16 @@ def fig_convergence(epochs: pd.DataFrame, mode: str | None = None) -> alt.FacetC
 
 def fig_score_vs_train_size(table: pd.DataFrame) -> alt.FacetChart:
     """k = 0 and k = all scores (mean, band min–max over seeds) against the number of training
-    examples the probe saw (log scale), per model × task; the gap between the lines is the PAPA drop.
-    The attention-free floor is drawn at the sizes where it ran.
+    examples the probe saw (log scale), per model × task; the vertical gap between the lines is the
+    absolute drop with every head constant. The attention-free floor is drawn as points with min–max
+    bars, only at the sizes where it ran (no line joins sizes it did not run at).
 
     ``table`` from :func:`papa.results.train_size_table`.
     """
     if table.empty:
         raise PapaError("No training size has both k = 0 and k = all runs", "Run the k = 0 and k = all probes at several sizes first.")
     parts = []
-    conditions = (("k0", "k = 0 (all heads attend)"), ("kall", "k = all (all heads constant)"),
-                  ("floor", "attention-free floor (embeddings only)"))
-    for prefix, condition in conditions:
+    for prefix, condition in (("k0", K0_LABEL), ("kall", KALL_LABEL), ("floor", FLOOR_LABEL)):
         part = table[["model", "task", "train_examples", "n_seeds", "drop", "drop_real", "retained_gain"]].copy()
         part["condition"] = condition
         for stat in ("mean", "min", "max"):
@@ -179,16 +182,19 @@ def fig_score_vs_train_size(table: pd.DataFrame) -> alt.FacetChart:
     data = _clean(pd.concat(parts, ignore_index=True))
     color = alt.Color("condition:N", title=None)
     x = alt.X("train_examples:Q", scale=alt.Scale(type="log"), title="training examples (log scale)")
-    band = alt.Chart().mark_area(opacity=0.2).encode(x=x, y=alt.Y("min:Q", title="dev score"), y2="max:Q", color=color)
-    line = alt.Chart().mark_line(point=True).encode(
-        x=x, y=alt.Y("mean:Q", scale=alt.Scale(zero=False)), color=color,
-        tooltip=["model:N", "task:N", "condition:N", alt.Tooltip("train_examples:Q", format=","),
-                 alt.Tooltip("mean:Q", format=".4f"), alt.Tooltip("min:Q", format=".4f"), alt.Tooltip("max:Q", format=".4f"),
-                 alt.Tooltip("drop:Q", format=".2%", title="relative drop"), alt.Tooltip("drop_real:N", title="drop beyond seed spread"),
-                 alt.Tooltip("retained_gain:Q", format=".2%", title="retained gain over the floor"), "n_seeds:Q"],
-    )
-    return _facet(alt.layer(band, line, data=data).properties(width=FACET_WIDTH + 80, height=FACET_HEIGHT), data)
-
+    y = alt.Y("mean:Q", scale=alt.Scale(zero=False), title="dev score")
+    tooltip = ["model:N", "task:N", "condition:N", alt.Tooltip("train_examples:Q", format=","),
+               alt.Tooltip("mean:Q", format=".4f"), alt.Tooltip("min:Q", format=".4f"), alt.Tooltip("max:Q", format=".4f"),
+               alt.Tooltip("drop:Q", format=".2%", title="relative drop"), alt.Tooltip("drop_real:N", title="drop beyond seed spread"),
+               alt.Tooltip("retained_gain:Q", format=".2%", title="retained gain over the higher floor"), "n_seeds:Q"]
+    probes, floor = alt.datum.condition != FLOOR_LABEL, alt.datum.condition == FLOOR_LABEL
+    band = alt.Chart().transform_filter(probes).mark_area(opacity=0.2).encode(x=x, y="min:Q", y2="max:Q", color=color)
+    line = alt.Chart().transform_filter(probes).mark_line(point=True).encode(x=x, y=y, color=color, tooltip=tooltip)
+    floor_bar = alt.Chart().transform_filter(floor).mark_rule().encode(x=x, y="min:Q", y2="max:Q", color=color)
+    floor_point = alt.Chart().transform_filter(floor).mark_point(shape="diamond", filled=True, size=60).encode(
+        x=x, y=y, color=color, tooltip=tooltip)
+    layers = alt.layer(band, line, floor_bar, floor_point, data=data)
+    return _facet(layers.properties(width=TRAIN_SIZE_WIDTH, height=FACET_HEIGHT), data)
 
 def fig_head_ranking(ranking: Sequence[Sequence[int]] | str | Path, num_layers: int, num_heads: int,
                      k_values: Sequence[int] | None = None) -> alt.LayerChart:

@@ -360,20 +360,23 @@ def stale_runs(config: dict) -> tuple[list[Run], list[Run], dict[str, str], Mani
 
 #: A probe run never timed before is estimated from its size: seconds per training example for the
 #: feature extraction (once per run) and per example × epoch × seed for the probe, measured on
-#: MiniLM-L6 on two CPU cores (SST-2, 8000 examples: about 95 s of extraction, 90 s per seed).
+#: MiniLM-L6 on two CPU cores (SST-2, 8000 examples: about 95 s of extraction, 90 s per seed), plus
+#: a fixed start-up (kernel, model and data loading).
 PROBE_SECONDS_PER_EXAMPLE = {"extract": 0.012, "train": 0.00075}
-#: Assumed training-split size when a run asks for the whole split and no local data says how large.
-WHOLE_SPLIT_GUESS = 10_000
+PROBE_STARTUP_SECONDS = 20
+#: Training-split sizes on the hub, for a run that asks for the whole split when no local data says
+#: how large it is (MNLI: the full 393k-pair split; the local stand-in holds a 9k subset).
+HUB_TRAIN_SIZES = {"cola": 8551, "sst2": 67349, "mrpc": 3668, "mnli": 392702, "ner": 14041, "pos": 14041}
 
 
 def _train_split_size(task: str) -> int:
-    """Lines of the task's local ``train.jsonl``, or :data:`WHOLE_SPLIT_GUESS` (hub or no file)."""
+    """Examples in the task's local ``train.jsonl`` (non-blank lines), else its hub size."""
     from .data import get_task, resolve_data_dir
 
     root = resolve_data_dir()
     path = root / get_task(task).local_folder / "train.jsonl" if root is not None else None
     if path is None or not path.is_file():
-        return WHOLE_SPLIT_GUESS
+        return HUB_TRAIN_SIZES[get_task(task).name]
     with path.open("rb") as handle:
         return sum(1 for line in handle if line.strip())
 
@@ -389,7 +392,7 @@ def run_seconds_guess(run: Run) -> float:
     passes = p["epochs"] * len(p["seeds"])
     rate = PROBE_SECONDS_PER_EXAMPLE
     per_example = rate["extract"] * passes if p["mode"] == "faithful" else rate["extract"] + rate["train"] * passes
-    return DEFAULT_SECONDS["probe"] / 3 + examples * per_example
+    return PROBE_STARTUP_SECONDS + examples * per_example
 
 
 def estimate_seconds(runs: list[Run], manifest: Manifest) -> float:

@@ -384,45 +384,58 @@ def score_table(summary: pd.DataFrame, digits: int = 3, probe_input: str = "all"
     return wide
 
 
+#: Columns of :func:`train_size_table`.
 TRAIN_SIZE_COLUMNS = ["model", "task", "train_examples", "k0_mean", "k0_min", "k0_max", "kall_mean", "kall_min",
-                      "kall_max", "n_seeds", "drop", "drop_real", "floor_mean", "floor_min", "floor_max", "retained_gain"]
+                      "kall_max", "n_seeds", "drop", "drop_real", "floor_mean", "floor_min", "floor_max", "majority",
+                      "retained_gain", "informative"]
 
 
 def train_size_table(tidy: pd.DataFrame, lr: float, epochs: int, selection: str = "final", mode: str = "cached") -> pd.DataFrame:
     """The k = 0 and k = all scores against the probe's training-set size, at one probe setting.
 
-    ``tidy`` from :func:`load_results`. Only main-metric rows trained with ``lr``, ``epochs``,
-    ``selection`` and ``mode`` are read. One row per (model, task, train_examples) where the full
-    probe (``probe_input`` "all") ran with both no and every head constant: each side's mean and seed
-    range (min, max), the smaller number of seeds, the relative drop ``(k0 − kall) / k0`` of the means,
-    and ``drop_real``: whether k = 0 and k = all differ by more than the seed spread
-    (:func:`difference_is_real`). Where the attention-free probe (``probe_input`` "embeddings") ran at
-    the same size: its mean and range, and the retained gain ``(kall − floor) / (k0 − floor)``; NaN
-    elsewhere. Sorted by model, task and size.
+    ``tidy`` from :func:`load_results`; only main-metric rows trained with ``lr``, ``epochs``,
+    ``selection`` and ``mode`` are read (rows without a recorded size are left out). Each size is
+    aggregated with :func:`summarise` and :func:`floors_table`, so a repeated seed raises. One row
+    per (model, task, train_examples) where the full probe ran with both no and every head constant
+    (columns :data:`TRAIN_SIZE_COLUMNS`): each side's mean and seed range (min, max); ``n_seeds``,
+    the smaller number of seeds of the two; the relative drop ``(k0 − kall) / k0`` of the means;
+    ``drop_real``, whether the two differ by more than the seed spread (:func:`difference_is_real`);
+    the attention-free floor's mean and range where it ran at that size; the majority score; and,
+    where the attention-free floor ran (else NaN / None), the retained gain over the higher of the two
+    floors, as in the results chapter, and whether the task is informative at that size
+    (:func:`floors_table`). Sorted by model, task and size.
     """
     rows = tidy[tidy["is_main"] & (tidy["mode"] == mode) & (tidy["lr"].astype(float).round(12) == round(float(lr), 12))
                 & (tidy["epochs"] == epochs) & (tidy["selection"] == selection) & tidy["ranking"].isin(SHARED_RANKINGS)]
     out = []
-    for (model, task, size), group in rows.groupby(["model", "task", "train_examples"], sort=True):
-        full = group[group["probe_input"] == "all"]
-        k0 = full.loc[full["ranking"] == "none", "value"].astype(float)
-        kall = full.loc[full["ranking"] == "all", "value"].astype(float)
-        if k0.empty or kall.empty:
-            continue
-        floor = group.loc[(group["probe_input"] == "embeddings") & (group["ranking"] == "none"), "value"].astype(float)
-        floor_mean = floor.mean() if len(floor) else math.nan
-        out.append({"model": model, "task": task, "train_examples": int(size),
-                    "k0_mean": k0.mean(), "k0_min": k0.min(), "k0_max": k0.max(),
-                    "kall_mean": kall.mean(), "kall_min": kall.min(), "kall_max": kall.max(),
-                    "n_seeds": int(min(k0.size, kall.size)), "drop": relative_drop(kall.mean(), k0.mean()),
-                    "drop_real": difference_is_real(k0.tolist(), kall.tolist()),
-                    "floor_mean": floor_mean, "floor_min": floor.min() if len(floor) else math.nan,
-                    "floor_max": floor.max() if len(floor) else math.nan,
-                    "retained_gain": retained_gain(kall.mean(), k0.mean(), floor_mean) if len(floor) else math.nan})
-    return pd.DataFrame(out, columns=TRAIN_SIZE_COLUMNS)
+    for size, group in rows.groupby("train_examples", sort=True):
+        summary = summarise(group).set_index(["model", "task", "ranking", "probe_input"])
+        for floor in floors_table(group).itertuples():
+            key = (floor.model, floor.task)
+            if (*key, "none", "all") not in summary.index or (*key, "all", "all") not in summary.index:
+                continue
+            k0, kall = summary.loc[(*key, "none", "all")], summary.loc[(*key, "all", "all")]
+            free = summary.loc[(*key, "none", "embeddings")] if (*key, "none", "embeddings") in summary.index else None
+            higher_floor = np.nanmax([floor.majority, floor.attention_free, -math.inf])
+            values = {side: group.loc[(group["model"] == floor.model) & (group["task"] == floor.task) & (group["ranking"] == ranking)
+                                      & (group["probe_input"] == "all"), "value"].astype(float).tolist()
+                      for side, ranking in (("k0", "none"), ("kall", "all"))}
+            out.append({"model": floor.model, "task": floor.task, "train_examples": int(size),
+                        "k0_mean": k0["mean"], "k0_min": k0["min"], "k0_max": k0["max"],
+                        "kall_mean": kall["mean"], "kall_min": kall["min"], "kall_max": kall["max"],
+                        "n_seeds": int(min(k0["n_seeds"], kall["n_seeds"])), "drop": relative_drop(kall["mean"], k0["mean"]),
+                        "drop_real": difference_is_real(values["k0"], values["kall"]),
+                        "floor_mean": math.nan if free is None else free["mean"],
+                        "floor_min": math.nan if free is None else free["min"],
+                        "floor_max": math.nan if free is None else free["max"], "majority": floor.majority,
+                        "retained_gain": math.nan if free is None else retained_gain(kall["mean"], k0["mean"], higher_floor),
+                        "informative": None if free is None else bool(floor.informative)})
+    table = pd.DataFrame(out, columns=TRAIN_SIZE_COLUMNS)
+    return table.sort_values(["model", "task", "train_examples"], ignore_index=True)
+
 
 __all__ = [
     "ALL_DROP_RANGE", "HALF_MAX_DROP", "SUMMARY_KEYS", "TIDY_COLUMNS", "claims_table", "difference_is_real",
     "drops_at", "epoch_table", "floors_table", "load_results", "ranking_method", "read_results", "relative_drop",
-    "retained_gain", "score_table", "summarise", "train_size_table",
+    "retained_gain", "score_table", "summarise", "train_size_table", "TRAIN_SIZE_COLUMNS",
 ]

@@ -12,6 +12,7 @@ import torch
 
 from papa.errors import PapaError
 from papa.figures import (
+    FLOOR_LABEL,
     VEGA_BUNDLE_NAME,
     VEGALITE_MIMETYPE,
     _downsample,
@@ -89,12 +90,18 @@ def test_score_vs_train_size():
 
     nan = float("nan")
     rows = [["minilm-l6", "sst2", size, k0, k0 - 0.01, k0 + 0.01, kall, kall - 0.01, kall + 0.01, 3, (k0 - kall) / k0, real,
-             floor, floor, floor, nan]
+             floor, floor - 0.01, floor + 0.01, 0.5, nan, None]
             for size, k0, kall, real, floor in ((400, 0.78, 0.72, True, 0.57), (67349, 0.82, 0.81, False, nan))]
     spec = valid(fig_score_vs_train_size(pd.DataFrame(rows, columns=TRAIN_SIZE_COLUMNS)))
     drawn = data_rows(spec)
     assert len(drawn) == 5 and has_tooltip(spec)  # sizes × {k = 0, k = all}, and the floor where it ran
-    assert [r["train_examples"] for r in drawn if r["condition"].startswith("attention-free")] == [400]
+    assert [r["train_examples"] for r in drawn if r["condition"] == FLOOR_LABEL] == [400]
+    def mark(layer):
+        return layer["mark"]["type"] if isinstance(layer["mark"], dict) else layer["mark"]
+
+    filters = {mark(layer): json.dumps(layer.get("transform", [])) for layer in spec["spec"]["layer"]}
+    assert all(FLOOR_LABEL in f and "!==" in f for m, f in filters.items() if m in ("line", "area"))  # never joined
+    assert "!==" not in filters["point"] and FLOOR_LABEL in filters["point"]  # the floor: points (and bars) only
     point = [r for r in drawn if r["train_examples"] == 67349 and r["condition"].startswith("k = all")][0]
     assert (point["mean"], point["min"], point["max"]) == (0.81, 0.80, 0.82) and point["drop_real"] is False
     assert '"type": "log"' in json.dumps(spec)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from papa.grid import DEFAULT_SECONDS, PROBE_SECONDS_PER_EXAMPLE, WHOLE_SPLIT_GUESS, Manifest, Run, estimate_seconds, run_seconds_guess
+from papa.grid import (DEFAULT_SECONDS, HUB_TRAIN_SIZES, PROBE_SECONDS_PER_EXAMPLE, PROBE_STARTUP_SECONDS, Manifest, Run,
+                       estimate_seconds, run_seconds_guess)
 
 
 def test_a_probe_never_timed_is_estimated_from_its_size(tmp_path, monkeypatch):
@@ -12,7 +13,7 @@ def test_a_probe_never_timed_is_estimated_from_its_size(tmp_path, monkeypatch):
     (tmp_path / "sst2" / "train.jsonl").write_text('{"a": 1}\n' * 5 + "\n")  # 5 examples, a blank line not counted
     monkeypatch.setenv("PAPA_DATA_DIR", str(tmp_path))
     extract, train = PROBE_SECONDS_PER_EXAMPLE["extract"], PROBE_SECONDS_PER_EXAMPLE["train"]
-    base = DEFAULT_SECONDS["probe"] / 3
+    base = PROBE_STARTUP_SECONDS
 
     def probe(examples, mode="cached", task="sst2"):
         return Run("p", "probe", dict(task=task, max_train_examples=examples, epochs=15, seeds=[1, 2, 3], mode=mode))
@@ -20,7 +21,10 @@ def test_a_probe_never_timed_is_estimated_from_its_size(tmp_path, monkeypatch):
     assert run_seconds_guess(probe(8000)) == pytest.approx(base + 8000 * (extract + train * 45))
     assert run_seconds_guess(probe(100, mode="faithful")) == pytest.approx(base + 100 * extract * 45)
     assert run_seconds_guess(probe(None)) == pytest.approx(base + 5 * (extract + train * 45))  # the whole local split
-    assert run_seconds_guess(probe(None, task="mrpc")) == pytest.approx(base + WHOLE_SPLIT_GUESS * (extract + train * 45))
+    assert run_seconds_guess(probe(None, task="mrpc")) == pytest.approx(base + 3668 * (extract + train * 45))  # no local file
+    assert HUB_TRAIN_SIZES["sst2"] == 67349
+    # the calibration: 8000 SST-2 sentences, 3 seeds × 15 epochs took 374–389 s on two cores
+    assert 300 < run_seconds_guess(probe(8000)) < 450
     assert run_seconds_guess(Run("r", "results", {})) == DEFAULT_SECONDS["results"]
     manifest = Manifest(tmp_path / "manifest.json")
     manifest.entries["p"] = {"seconds": 12.5}  # a recorded duration wins over the guess

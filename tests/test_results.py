@@ -260,7 +260,7 @@ def test_sensitivity_table_by_hand(tmp_path):
         for k, score in ((0, 0.90), (72, 0.88)):
             r = result(k=k, seed=seed, score=score + 0.001 * seed, epochs=4, lr=1e-3)
             r["config"]["selection"], r["selected_epoch"] = "heldout", 3
-            runs[f"t{k}_{seed}"] = r
+            runs[f"probe__sst2__k{k}__tuned__s{seed}"] = r  # a study's runs carry its name (papa.grid.expand)
     tidy = load_results(write(tmp_path, runs))
     config = {"models": ["minilm-l6"], "tasks": ["sst2"],
               "probe": {"lr": 2e-5, "epochs": 2, "max_train_examples": 1000, "modes": ["cached"]},
@@ -329,47 +329,69 @@ def test_train_size_table_and_sentence_by_hand(tmp_path):
         runs[f"lr_0_{seed}"] = result(k=0, seed=seed, score=0.5, lr=1e-3, train_examples=400)  # another setting: not read
         runs[f"lr_a_{seed}"] = result(k=72, seed=seed, score=0.4, lr=1e-3, train_examples=400)
         runs[f"n8000_f_{seed}"] = result(k=0, seed=seed, score=0.75 + 0.001 * seed, probe_input="embeddings", train_examples=8000)
-    runs["mrpc_0"] = result(task="mrpc", k=0, score=0.7)  # one size, no k = all: no row
+        runs[f"ep_0_{seed}"] = result(k=0, seed=seed, score=0.3, epochs=5, train_examples=400)  # another setting: not read
+        runs[f"ep_a_{seed}"] = result(k=72, seed=seed, score=0.2, epochs=5, train_examples=400)
+        # MRPC at one size only; its majority class (0.70) is above its attention-free floor (0.60)
+        for k, score, probe_input in ((0, 0.80, "all"), (72, 0.76, "all"), (0, 0.60, "embeddings")):
+            runs[f"mrpc_{k}_{probe_input}_{seed}"] = result(task="mrpc", k=k, seed=seed, score=score, probe_input=probe_input,
+                                                            majority=0.70, train_examples=400)
+    runs["cola_0"] = result(task="cola", k=0, score=0.7)  # no k = all: no row
     tidy = load_results(write(tmp_path, runs))
 
     table = train_size_table(tidy, lr=2e-5, epochs=2)
-    assert table[["task", "train_examples"]].values.tolist() == [["sst2", 400], ["sst2", 8000]]
-    small, large = table.iloc[0], table.iloc[1]
+    assert table[["task", "train_examples"]].values.tolist() == [["mrpc", 400], ["sst2", 400], ["sst2", 8000]]
+    mrpc, small, large = table.iloc[0], table.iloc[1], table.iloc[2]
+    assert mrpc["retained_gain"] == pytest.approx((0.76 - 0.70) / (0.80 - 0.70))  # over the higher floor
+    assert mrpc["majority"] == pytest.approx(0.70) and mrpc["informative"] is True
     assert small["k0_mean"] == pytest.approx(0.802) and small["kall_min"] == pytest.approx(0.701)
     assert small["kall_max"] == pytest.approx(0.703) and small["n_seeds"] == 3
     assert small["drop"] == pytest.approx(0.1 / 0.802) and bool(small["drop_real"])
     assert large["drop"] == pytest.approx(0.001 / 0.852) and not bool(large["drop_real"])
     assert math.isnan(small["floor_mean"]) and math.isnan(small["retained_gain"])  # no floor run at 400
+    assert small["informative"] is None
     assert large["floor_mean"] == pytest.approx(0.752) and large["floor_max"] == pytest.approx(0.753)
     assert large["retained_gain"] == pytest.approx((0.851 - 0.752) / (0.852 - 0.752))
     assert train_size_table(tidy, lr=1e-3, epochs=2)["drop"].tolist() == [pytest.approx(0.2)]
+    assert train_size_table(tidy, lr=2e-5, epochs=5)["drop"].tolist() == [pytest.approx(0.1 / 0.3)]
 
-    config = {"models": ["minilm-l6"], "tasks": ["sst2", "mrpc"],
+    repeated = load_results(write(tmp_path / "repeated", {**runs, "again_n400_0_1": runs["n400_0_1"]}))
+    with pytest.raises(PapaError, match="repeat a seed"):
+        train_size_table(repeated, lr=2e-5, epochs=2)
+
+    config = {"models": ["minilm-l6"], "tasks": ["sst2", "mrpc", "cola"],
               "probe": {"lr": 2e-5, "epochs": 2, "max_train_examples": 400, "modes": ["cached"]}}
     main = study_frame(tidy, config)
     data = BookData(config, tidy, main, summarise(main), floors_table(main), pd.DataFrame())
     study = train_size_study(data)
-    assert study["train_examples"].tolist() == [400, 8000]
+    assert study["train_examples"].tolist() == [400, 8000]  # MRPC ran at one size only
     assert train_size_sentence(study) == "minilm-l6 / sst2: 12.5% at 400, 0.1% at 8,000* (retained gain 99%)"
     assert train_size_sentence(study.iloc[:0]) == "no task was run at more than one training size"
 
 
-def test_sensitivity_table_names_the_size_of_the_whole_split(tmp_path):
+def test_sensitivity_table_names_the_whole_split_and_skips_what_is_not_its_own(tmp_path):
     from papa.book import BookData, sensitivity_table, study_frame
 
     runs = {}
     for seed in (1, 2):
-        for size, (k0, kall) in ((1000, (0.80, 0.72)), (67349, (0.85, 0.84))):
-            runs[f"n{size}_0_{seed}"] = result(k=0, seed=seed, score=k0 + 0.001 * seed, train_examples=size)
-            runs[f"n{size}_a_{seed}"] = result(k=72, seed=seed, score=kall + 0.001 * seed, train_examples=size)
-    tidy = load_results(write(tmp_path, runs))
+        for size, (k0, kall), tag in ((1000, (0.80, 0.72), ""), (67349, (0.85, 0.84), "__fulldata"), (8000, (0.83, 0.82), "__more")):
+            runs[f"p0{tag}__s{seed}"] = result(k=0, seed=seed, score=k0 + 0.001 * seed, train_examples=size)
+            runs[f"pa{tag}__s{seed}"] = result(k=72, seed=seed, score=kall + 0.001 * seed, train_examples=size)
+        runs[f"pf__floorfull__s{seed}"] = result(k=0, seed=seed, score=0.7, probe_input="embeddings", train_examples=67349)
     config = {"models": ["minilm-l6"], "tasks": ["sst2"],
               "probe": {"lr": 2e-5, "epochs": 2, "max_train_examples": 1000, "modes": ["cached"]},
-              "studies": [{"name": "fulldata", "max_train_examples": None}]}
-    main = study_frame(tidy, config)
-    assert set(main["train_examples"]) == {1000}
-    studies = {"fulldata": study_frame(tidy, config, config["studies"][0])}
-    data = BookData(config, tidy, main, summarise(main), floors_table(main), pd.DataFrame(), studies)
-    row = sensitivity_table(data).iloc[0]
-    assert row["setting"] == "the whole training split (67,349 examples)"
-    assert row["k=0 study"] == pytest.approx(0.8515) and row["drop study"] == pytest.approx(0.01 / 0.8515)
+              "studies": [{"name": "fulldata", "max_train_examples": None},
+                          {"name": "floorfull", "max_train_examples": None, "probe_input": "embeddings"}]}
+
+    def table(names):
+        tidy = load_results(write(tmp_path / "_".join(names), {r: v for r, v in runs.items() if any(n in r for n in names)}))
+        main = study_frame(tidy, config)
+        assert set(main["train_examples"]) == {1000}
+        studies = {s["name"]: study_frame(tidy, config, s) for s in config["studies"]}
+        return sensitivity_table(BookData(config, tidy, main, summarise(main), floors_table(main), pd.DataFrame(), studies))
+
+    rows = table(["p0", "pa", "pf"])
+    assert rows["study"].tolist() == ["fulldata"]  # the embeddings-only study is not a row of its own
+    assert rows.iloc[0]["setting"] == "the whole training split (67,349 examples)"
+    assert rows.iloc[0]["k=0 study"] == pytest.approx(0.8515) and rows.iloc[0]["drop study"] == pytest.approx(0.01 / 0.8515)
+    # before fulldata has run, it has no row: the 8000-example runs of another study are not borrowed
+    assert table(["p0__s", "pa__s", "__more"]).empty

@@ -123,9 +123,8 @@ out: str = "book/runs/scratch/result_s{seed}.json"  # result file per seed ({see
 grid_config: str = "configs/smoke.yaml"  # the grid config whose runs this chapter aggregates
 """,
         [
-            "import pandas as pd\nfrom myst_nb import glue\n\npd.set_option(\"display.max_colwidth\", None)  # claims and notes are read in full\n"
-            "data = papa.book.load_book_data(grid_config)\nnumbers = papa.book.headline_numbers(data)\npapa.book.glue_numbers(numbers)\n"
-            "glue(\"drop_by_size\", papa.book.train_size_sentence(papa.book.train_size_study(data)), display=False)",
+            "import pandas as pd\n\npd.set_option(\"display.max_colwidth\", None)  # claims and notes are read in full\n"
+            "data = papa.book.load_book_data(grid_config)\nnumbers = papa.book.headline_numbers(data)\npapa.book.glue_numbers(numbers)",
             "md: ## Score as heads become constant\n\n"
             "{numref}`fig-score-vs-heads` is the analogue of the paper's Figure 2: the probe's score against the number of "
             "heads that remain input-dependent, for each ranking, with the floors every score must be read against.\n\n"
@@ -182,9 +181,9 @@ grid_config: str = "configs/smoke.yaml"  # the grid config whose runs this chapt
             "controls chapter measures what that changes.\n"
             "- MNLI is evaluated on a 1k sample of its *training* distribution, not the official dev sets.\n"
             "- A drop inside the seed spread is not a drop: see the controls chapter for floors, seeds and convergence.\n"
-            "- The probes see a few hundred training examples, as a probing grid on two CPU cores allows. The drop with "
-            "every head constant depends on that size (*: within the seed spread): {glue:text}`drop_by_size`; see the "
-            "controls chapter.",
+            "- The main grid's probes see at most {glue:text}`probe_train_examples` training examples per task (see the "
+            "setup chapter). The relative drop with every head constant at each size a task was run at (*: within the "
+            "seed spread): {glue:text}`drop_by_size`; see the controls chapter.",
         ],
         chapter=True,
     ),
@@ -217,12 +216,13 @@ grid_config: str = "configs/smoke.yaml"  # the grid config whose runs this chapt
             "papa.book.sensitivity_table(data).round(4)",
             "md: ## Sensitivity to the training-set size\n\n```{glue:figure} fig-train-size\n:name: fig-train-size\n\n"
             "Score with no and with all heads constant against the number of training examples the probe saw, at the "
-            "official setting (lr 2e-5, 15 epochs, final epoch; mean over seeds, band min–max, log scale). The gap between "
-            "the two lines is the PAPA drop.\n```\n\n"
-            "Relative drop with every head constant, by training size (*: k = 0 and k = all are within the seed spread, "
-            "so no drop is shown), with the retained gain $(s_{all} - f)/(s_0 - f)$ over the attention-free floor $f$ "
-            "where that floor ran at the same size: {glue:text}`drop_by_size`. At a size without a floor the table "
-            "cannot say how much of the k = 0 score needs attention at all.",
+            "main grid's probe setting (learning rate, epochs, epoch selection: see the setup chapter); mean over seeds, "
+            "band min–max, log scale. The vertical gap between the two lines is the absolute drop with every head "
+            "constant. Diamonds: the attention-free floor (embedding layer only), at the sizes where it ran.\n```\n\n"
+            "Relative drop with every head constant, by training size (*: the drop is within the seed spread), with the "
+            "retained gain $(s_{all} - f)/(s_0 - f)$ over the higher floor $f$ (majority class or attention-free) where "
+            "the attention-free probe ran at the same size: {glue:text}`drop_by_size`. At a size without that floor the "
+            "table cannot say how much of the k = 0 score needs attention at all.",
             "sizes = papa.book.train_size_study(data)\nglue(\"drop_by_size\", papa.book.train_size_sentence(sizes), display=False)\n"
             "glue(\"fig-train-size\", papa.figures.fig_score_vs_train_size(sizes) if len(sizes) else \"no task was run at more than one training size\", display=False)\n"
             "sizes.round(4)",
