@@ -233,7 +233,8 @@ def train_size_sentence(table: pd.DataFrame) -> str:
     clauses = []
     for (model, task), group in table.groupby(["model", "task"], sort=True):
         steps = ", ".join(f"{row.drop:.1%} at {row.train_examples:,}" + ("" if row.drop_real else "*")
-                          + ("" if math.isnan(row.retained_gain) else f" (retained gain {row.retained_gain:.0%})")
+                          + ("" if math.isnan(row.retained_gain) else f" (retained gain {row.retained_gain:.0%}"
+                             + (", floor from one seed)" if row.floor_n_seeds == 1 else ")"))
                           for row in group.itertuples())
         clauses.append(f"{model} / {task}: {steps}")
     return "; ".join(clauses)

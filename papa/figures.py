@@ -178,6 +178,8 @@ def fig_score_vs_train_size(table: pd.DataFrame) -> alt.FacetChart:
         part["condition"] = condition
         for stat in ("mean", "min", "max"):
             part[stat] = table[f"{prefix}_{stat}"]
+        if prefix == "floor":
+            part["n_seeds"] = table["floor_n_seeds"]
         parts.append(part.dropna(subset=["mean"]))
     data = _clean(pd.concat(parts, ignore_index=True))
     color = alt.Color("condition:N", title=None)

@@ -386,7 +386,7 @@ def score_table(summary: pd.DataFrame, digits: int = 3, probe_input: str = "all"
 
 #: Columns of :func:`train_size_table`.
 TRAIN_SIZE_COLUMNS = ["model", "task", "train_examples", "k0_mean", "k0_min", "k0_max", "kall_mean", "kall_min",
-                      "kall_max", "n_seeds", "drop", "drop_real", "floor_mean", "floor_min", "floor_max", "majority",
+                      "kall_max", "n_seeds", "drop", "drop_real", "floor_mean", "floor_min", "floor_max", "floor_n_seeds", "majority",
                       "retained_gain", "informative"]
 
 
@@ -400,7 +400,8 @@ def train_size_table(tidy: pd.DataFrame, lr: float, epochs: int, selection: str 
     (columns :data:`TRAIN_SIZE_COLUMNS`): each side's mean and seed range (min, max); ``n_seeds``,
     the smaller number of seeds of the two; the relative drop ``(k0 − kall) / k0`` of the means;
     ``drop_real``, whether the two differ by more than the seed spread (:func:`difference_is_real`);
-    the attention-free floor's mean and range where it ran at that size; the majority score; and,
+    the attention-free floor's mean, range and number of seeds where it ran at that size (else NaN
+    and 0 seeds); the majority score; and,
     where the attention-free floor ran (else NaN / None), the retained gain over the higher of the two
     floors, as in the results chapter, and whether the task is informative at that size
     (:func:`floors_table`). Sorted by model, task and size.
@@ -427,7 +428,8 @@ def train_size_table(tidy: pd.DataFrame, lr: float, epochs: int, selection: str 
                         "drop_real": difference_is_real(values["k0"], values["kall"]),
                         "floor_mean": math.nan if free is None else free["mean"],
                         "floor_min": math.nan if free is None else free["min"],
-                        "floor_max": math.nan if free is None else free["max"], "majority": floor.majority,
+                        "floor_max": math.nan if free is None else free["max"],
+                        "floor_n_seeds": 0 if free is None else int(free["n_seeds"]), "majority": floor.majority,
                         "retained_gain": math.nan if free is None else retained_gain(kall["mean"], k0["mean"], higher_floor),
                         "informative": None if free is None else bool(floor.informative)})
     table = pd.DataFrame(out, columns=TRAIN_SIZE_COLUMNS)

@@ -90,12 +90,12 @@ def test_score_vs_train_size():
 
     nan = float("nan")
     rows = [["minilm-l6", "sst2", size, k0, k0 - 0.01, k0 + 0.01, kall, kall - 0.01, kall + 0.01, 3, (k0 - kall) / k0, real,
-             floor, floor - 0.01, floor + 0.01, 0.5, nan, None]
-            for size, k0, kall, real, floor in ((400, 0.78, 0.72, True, 0.57), (67349, 0.82, 0.81, False, nan))]
+             floor, floor - 0.01, floor + 0.01, n_floor, 0.5, nan, None]
+            for size, k0, kall, real, floor, n_floor in ((400, 0.78, 0.72, True, 0.57, 1), (67349, 0.82, 0.81, False, nan, 0))]
     spec = valid(fig_score_vs_train_size(pd.DataFrame(rows, columns=TRAIN_SIZE_COLUMNS)))
     drawn = data_rows(spec)
     assert len(drawn) == 5 and has_tooltip(spec)  # sizes × {k = 0, k = all}, and the floor where it ran
-    assert [r["train_examples"] for r in drawn if r["condition"] == FLOOR_LABEL] == [400]
+    assert [(r["train_examples"], r["n_seeds"]) for r in drawn if r["condition"] == FLOOR_LABEL] == [(400, 1)]  # the floor's own seeds
     def mark(layer):
         return layer["mark"]["type"] if isinstance(layer["mark"], dict) else layer["mark"]
 

@@ -350,6 +350,7 @@ def test_train_size_table_and_sentence_by_hand(tmp_path):
     assert math.isnan(small["floor_mean"]) and math.isnan(small["retained_gain"])  # no floor run at 400
     assert small["informative"] is None
     assert large["floor_mean"] == pytest.approx(0.752) and large["floor_max"] == pytest.approx(0.753)
+    assert large["floor_n_seeds"] == 3 and small["floor_n_seeds"] == 0
     assert large["retained_gain"] == pytest.approx((0.851 - 0.752) / (0.852 - 0.752))
     assert train_size_table(tidy, lr=1e-3, epochs=2)["drop"].tolist() == [pytest.approx(0.2)]
     assert train_size_table(tidy, lr=2e-5, epochs=5)["drop"].tolist() == [pytest.approx(0.1 / 0.3)]
@@ -366,6 +367,8 @@ def test_train_size_table_and_sentence_by_hand(tmp_path):
     assert study["train_examples"].tolist() == [400, 8000]  # MRPC ran at one size only
     assert train_size_sentence(study) == "minilm-l6 / sst2: 12.5% at 400, 0.1% at 8,000* (retained gain 99%)"
     assert train_size_sentence(study.iloc[:0]) == "no task was run at more than one training size"
+    one_seed = study.assign(floor_n_seeds=[0, 1])
+    assert train_size_sentence(one_seed).endswith("0.1% at 8,000* (retained gain 99%, floor from one seed)")
 
 
 def test_sensitivity_table_names_the_whole_split_and_skips_what_is_not_its_own(tmp_path):
