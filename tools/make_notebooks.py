@@ -208,8 +208,8 @@ grid_config: str = "configs/smoke.yaml"  # the grid config whose runs this chapt
             "three epochs above the three before by more than 0.002):",
             "glue(\"fig-convergence\", papa.figures.fig_convergence(data.epochs), display=False)\nrising[rising[\"rising\"]].round(4) if len(rising) else rising",
             "md: ## Sensitivity to the probe's training\n\nDoes the size of the PAPA drop depend on how well the probe is "
-            "trained? Each row compares the official setting (lr 2e-5, 15 epochs, the final epoch, the main grid's training "
-            "subset) with one sensitivity study on the same task, at no and at all heads constant: a larger learning rate; "
+            "trained? Each row compares the main grid's probe setting (in the default grid the paper's: lr 2e-5, 15 epochs, "
+            "the final epoch, on the main grid's training subset) with one sensitivity study on the same task, at no and at all heads constant: a larger learning rate; "
             "a better-trained probe (larger lr, more epochs, the reported epoch chosen on 10% of the *training* subset held "
             "out, never on the dev set); more training data. *drop* is the relative drop (score₀ − score_all) / score₀; "
             "*change real* says whether a score moved by more than the seed spread.",
