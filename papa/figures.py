@@ -198,6 +198,7 @@ def fig_score_vs_train_size(table: pd.DataFrame) -> alt.FacetChart:
     layers = alt.layer(band, line, floor_bar, floor_point, data=data)
     return _facet(layers.properties(width=TRAIN_SIZE_WIDTH, height=FACET_HEIGHT), data)
 
+
 def fig_head_ranking(ranking: Sequence[Sequence[int]] | str | Path, num_layers: int, num_heads: int,
                      k_values: Sequence[int] | None = None) -> alt.LayerChart:
     """Layer × head heatmap of each head's rank (1 = made constant first).

@@ -418,14 +418,11 @@ def train_size_table(tidy: pd.DataFrame, lr: float, epochs: int, selection: str 
             k0, kall = summary.loc[(*key, "none", "all")], summary.loc[(*key, "all", "all")]
             free = summary.loc[(*key, "none", "embeddings")] if (*key, "none", "embeddings") in summary.index else None
             higher_floor = np.nanmax([floor.majority, floor.attention_free, -math.inf])
-            values = {side: group.loc[(group["model"] == floor.model) & (group["task"] == floor.task) & (group["ranking"] == ranking)
-                                      & (group["probe_input"] == "all"), "value"].astype(float).tolist()
-                      for side, ranking in (("k0", "none"), ("kall", "all"))}
             out.append({"model": floor.model, "task": floor.task, "train_examples": int(size),
                         "k0_mean": k0["mean"], "k0_min": k0["min"], "k0_max": k0["max"],
                         "kall_mean": kall["mean"], "kall_min": kall["min"], "kall_max": kall["max"],
                         "n_seeds": int(min(k0["n_seeds"], kall["n_seeds"])), "drop": relative_drop(kall["mean"], k0["mean"]),
-                        "drop_real": difference_is_real(values["k0"], values["kall"]),
+                        "drop_real": _real(k0["mean"], kall["mean"], k0["max"] - k0["min"], kall["max"] - kall["min"]),
                         "floor_mean": math.nan if free is None else free["mean"],
                         "floor_min": math.nan if free is None else free["min"],
                         "floor_max": math.nan if free is None else free["max"],
