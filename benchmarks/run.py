@@ -29,13 +29,13 @@ import transformers
 from transformers import AttentionInterface, AutoModel, BertConfig
 from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
-from papa.architectures import self_attention_modules
-from papa.constants import estimate_constants
-from papa.data import get_task
-from papa.experiment import TaskInputs, prepare_inputs, run_probe
-from papa.heads import all_heads
-from papa.models import LoadedModel, load_model
-from papa.patching import patch_constant_heads, prune_qk
+from papa.core.architectures import self_attention_modules
+from papa.core.constants import estimate_constants
+from papa.probing.data import get_task
+from papa.probing.experiment import TaskInputs, prepare_inputs, run_probe
+from papa.core.heads import all_heads
+from papa.core.models import LoadedModel, load_model
+from papa.core.patching import patch_constant_heads, prune_qk
 
 L = 64
 # probe_*: probing examples; est_n: estimation examples (est_repeats timed pairs); mem_n: N of the memory check

@@ -12,16 +12,26 @@ Five-line use::
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
-from .architectures import get_adapter, supported_model_types
-from .constants import ConstantSet, estimate_constants, load_constants, save_constants
-from .errors import PapaError
-from .experiment import estimate_task_constants, prepare_inputs, run_probe, save_result
-from .heads import all_heads, count_for, first_k, load_ranking, paper_counts, random_ranking, save_ranking
-from .layout import encode_sequences, encode_words
-from .models import DEFAULT_MODEL, LoadedModel, load_model, pick_device
-from .patching import (
+from papa.core.architectures import get_adapter, supported_model_types
+from papa.core.constants import (
+    ConstantSet,
+    estimate_constants,
+    load_constants,
+    save_constants,
+)
+from papa.core.errors import PapaError
+from papa.core.heads import (
+    all_heads,
+    count_for,
+    first_k,
+    load_ranking,
+    paper_counts,
+    random_ranking,
+    save_ranking,
+)
+from papa.core.layout import encode_sequences, encode_words
+from papa.core.models import DEFAULT_MODEL, LoadedModel, load_model, pick_device
+from papa.core.patching import (
     constant_heads_of,
     gate_lambdas,
     is_patched,
@@ -31,6 +41,13 @@ from .patching import (
     patch_gates,
     prune_qk,
     unpatch,
+)
+from papa.core.version import __version__
+from papa.probing.experiment import (
+    estimate_task_constants,
+    prepare_inputs,
+    run_probe,
+    save_result,
 )
 
 __all__ = [
@@ -43,15 +60,24 @@ __all__ = [
 ]
 
 
-_LAZY_MODULES = {"figures", "results", "book", "grid", "notebook", "ranking", "io"}
+#: Short names of the heavier modules, loaded on first use (``papa.figures``, ``papa.results``, ...).
+_LAZY_MODULES = {
+    "figures": "papa.analysis.figures",
+    "results": "papa.analysis.results",
+    "book": "papa.book",
+    "grid": "papa.pipeline.grid",
+    "notebook": "papa.pipeline.notebook",
+    "ranking": "papa.probing.ranking",
+    "io": "papa.core.io",
+}
 
 
 def __getattr__(name: str):
-    """Lazy access to ``compute_ranking`` and to the heavier submodules (figures, results, book, grid)."""
+    """Lazy access to ``compute_ranking`` and to the heavier modules (figures, results, book, grid)."""
     import importlib
 
     if name == "compute_ranking":
-        return importlib.import_module(".ranking", __name__).compute_ranking
+        return importlib.import_module("papa.probing.ranking").compute_ranking
     if name in _LAZY_MODULES:
-        return importlib.import_module(f".{name}", __name__)
+        return importlib.import_module(_LAZY_MODULES[name])
     raise AttributeError(f"module 'papa' has no attribute {name!r}")

@@ -12,7 +12,7 @@ import json
 import sys
 import time
 
-from .errors import PapaError
+from papa.core.errors import PapaError
 
 
 def _positive_int(text: str) -> int:
@@ -69,8 +69,8 @@ def _common(parser: argparse.ArgumentParser) -> None:
 
 
 def cmd_estimate(args) -> int:
-    from .constants import save_constants
-    from .experiment import estimate_task_constants
+    from papa.core.constants import save_constants
+    from papa.probing.experiment import estimate_task_constants
 
     constant_set = estimate_task_constants(
         args.model, args.task, args.split, args.max_examples, args.max_length, not args.no_relayout,
@@ -83,8 +83,8 @@ def cmd_estimate(args) -> int:
 
 
 def cmd_rank(args) -> int:
-    from .heads import save_ranking
-    from .ranking import compute_ranking
+    from papa.core.heads import save_ranking
+    from papa.probing.ranking import compute_ranking
 
     ranking, meta = compute_ranking(
         args.method, args.model, args.task, args.constants, seed=args.seed, epochs=args.epochs,
@@ -97,8 +97,8 @@ def cmd_rank(args) -> int:
 
 
 def cmd_probe(args) -> int:
-    from .experiment import run_probe
-    from .io import atomic_write_json
+    from papa.core.io import atomic_write_json
+    from papa.probing.experiment import run_probe
 
     result = run_probe(
         args.model, args.task, args.constants, args.ranking, args.constant_heads, mode=args.mode, seed=args.seed,
@@ -113,13 +113,13 @@ def cmd_probe(args) -> int:
 
 
 def cmd_grid(args) -> int:
-    from .grid import run_grid
+    from papa.pipeline.runner import run_grid
 
     return run_grid(args.config, only=args.only, dry_run=args.dry_run)
 
 
 def cmd_book(args) -> int:
-    from .book import build_book
+    from papa.book import build_book
 
     return build_book(args.config, as_is=args.as_is, strict=args.strict)
 

@@ -26,10 +26,10 @@ import pytest
 import torch
 import yaml
 
-from papa import io as papa_io
+from papa.core import io as papa_io
 from papa.cli import main
-from papa.constants import ConstantSet, load_constants, save_constants
-from papa.errors import (
+from papa.core.constants import ConstantSet, load_constants, save_constants
+from papa.core.errors import (
     ConstantsMismatchError,
     CorruptFileError,
     DataError,
@@ -93,8 +93,8 @@ def _constant_set(fingerprint: str, length: int = 64, relayout: bool = True, lay
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory) -> Path:
     """Every bad (and good) input file the cases read, under one folder that is never an output."""
-    from papa.heads import all_heads, save_ranking
-    from papa.models import resolve_model_path, weights_fingerprint
+    from papa.core.heads import all_heads, save_ranking
+    from papa.core.models import resolve_model_path, weights_fingerprint
 
     root = tmp_path_factory.mktemp("inputs")
     good_row = {"sentence": "a fine film", "label": 1}
@@ -321,7 +321,7 @@ def _failing(err: int):
 
 
 def _proxy(module, **overrides):
-    """A stand-in for ``module`` inside papa.io only (the real module stays untouched for everyone else)."""
+    """A stand-in for ``module`` inside papa.core.io only (the real module stays untouched for everyone else)."""
     proxy = types.SimpleNamespace(**{name: getattr(module, name) for name in dir(module) if not name.startswith("__")})
     for name, value in overrides.items():
         setattr(proxy, name, value)
@@ -433,7 +433,7 @@ CONFIG_CASES = [
 
 @pytest.mark.parametrize(("config", "problem", "hint"), CONFIG_CASES)
 def test_config_bad_input(config, problem, hint, tmp_path):
-    from papa.grid import load_config
+    from papa.pipeline.grid import load_config
 
     path = tmp_path / "bad.yaml"
     path.write_text(config if isinstance(config, str) else yaml.safe_dump(config), encoding="utf-8")
@@ -482,7 +482,7 @@ NOTEBOOK_CASES = [
 
 @pytest.mark.parametrize(("values", "problem", "hint"), NOTEBOOK_CASES)
 def test_notebook_bad_parameter(values, problem, hint):
-    from papa.notebook import parameters
+    from papa.pipeline.notebook import parameters
 
     assert parameters(_namespace())["k"] == 0  # the clean namespace passes
     with pytest.raises(PapaError) as info:
@@ -503,7 +503,7 @@ def _tiny_bert():
 
 
 def _extract_with_tiny_budget(inputs, monkeypatch):
-    from papa.features import extract_features
+    from papa.probing.features import extract_features
 
     monkeypatch.setenv("PAPA_MEMORY_BUDGET_GB", "1e-9")
     ids = torch.randint(5, 50, (4, 8))
@@ -512,14 +512,14 @@ def _extract_with_tiny_budget(inputs, monkeypatch):
 
 
 def _check_budget(inputs, monkeypatch):
-    from papa.features import check_budget, feature_bytes
+    from papa.probing.features import check_budget, feature_bytes
 
     monkeypatch.setenv("PAPA_MEMORY_BUDGET_GB", "0.5")
     check_budget(feature_bytes(10_000, 13, 64, 768, token_task=False), "Caching encoder features")
 
 
 def _bad_budget_setting(inputs, monkeypatch):
-    from papa.features import check_budget
+    from papa.probing.features import check_budget
 
     monkeypatch.setenv("PAPA_MEMORY_BUDGET_GB", "lots")
     check_budget(1, "Caching encoder features")
@@ -534,7 +534,7 @@ def _compatible(**wanted):
 
 def _load_split(folder: str, task: str = "sst2", split: str = "train"):
     def call(inputs, monkeypatch):
-        from papa.data import load_task_split
+        from papa.probing.data import load_task_split
 
         load_task_split(task, split, inputs / "data" / folder)
 
@@ -553,7 +553,7 @@ def _call(function: str, *args, **kwargs):
 
 def _load_ranking(name: str):
     def call(inputs, monkeypatch):
-        from papa.heads import load_ranking
+        from papa.core.heads import load_ranking
 
         load_ranking(inputs / "rankings" / name, LAYERS, HEADS)
 
@@ -561,7 +561,7 @@ def _load_ranking(name: str):
 
 
 def _load_gpt2(inputs, monkeypatch):
-    from papa.models import load_model
+    from papa.core.models import load_model
 
     load_model(str(inputs / "gpt2"))
 
@@ -569,7 +569,7 @@ def _load_gpt2(inputs, monkeypatch):
 def _estimate_on_gpt2(inputs, monkeypatch):
     from transformers import AutoModel
 
-    from papa.constants import estimate_constants
+    from papa.core.constants import estimate_constants
 
     model = AutoModel.from_pretrained(inputs / "gpt2")
     estimate_constants(model, {"input_ids": torch.zeros(1, 4, dtype=torch.long), "attention_mask": torch.ones(1, 4)})
@@ -589,15 +589,15 @@ LIBRARY_CASES = [
                  "papa estimate", id="check-compatible-relayout"),
     pytest.param(_compatible(num_heads=16), ConstantsMismatchError, "heads: file has 12, this run needs 16",
                  "papa estimate", id="check-compatible-heads"),
-    pytest.param(_call("papa.constants.load_constants", "/nonexistent/c.safetensors"), PapaError, "does not exist",
+    pytest.param(_call("papa.core.constants.load_constants", "/nonexistent/c.safetensors"), PapaError, "does not exist",
                  "Create it with `papa estimate`", id="load-constants-missing"),
-    pytest.param(_call("papa.models.pick_device", "gpu9"), PapaError, "Unknown device 'gpu9'", "Use cpu, cuda",
+    pytest.param(_call("papa.core.models.pick_device", "gpu9"), PapaError, "Unknown device 'gpu9'", "Use cpu, cuda",
                  id="pick-device-unknown"),
-    pytest.param(_call("papa.models.pick_device", "cuda:99"), PapaError, "'cuda:99'", "Use",
+    pytest.param(_call("papa.core.models.pick_device", "cuda:99"), PapaError, "'cuda:99'", "Use",
                  id="pick-device-absent"),
-    pytest.param(_call("papa.heads.validate_ranking", "0,1", 1, 2), PapaError, "list of [layer, head] pairs",
+    pytest.param(_call("papa.core.heads.validate_ranking", "0,1", 1, 2), PapaError, "list of [layer, head] pairs",
                  "papa rank", id="ranking-not-a-list"),
-    pytest.param(_call("papa.heads.validate_head_set", [[0, True]], 1, 2), PapaError, "pair of integers",
+    pytest.param(_call("papa.core.heads.validate_head_set", [[0, True]], 1, 2), PapaError, "pair of integers",
                  "integer layer and head", id="head-set-boolean"),
     pytest.param(_load_split("missing_split", split="validation"), DataError, "splits found: train",
                  "Choose an existing split", id="load-split-missing"),
@@ -608,34 +608,34 @@ LIBRARY_CASES = [
     pytest.param(_load_split("empty_split"), DataError, "is empty", "Fill it", id="load-split-empty"),
     pytest.param(_load_split("ragged_tags", task="ner", split="validation"), DataError, "2 tokens but 1 ner_tags",
                  "Give exactly one tag per token", id="load-split-ragged-tags"),
-    pytest.param(_call("papa.data.get_task", "qqp"), PapaError, "Unknown task 'qqp'", "Use one of", id="get-task-unknown"),
-    pytest.param(_call("papa.heads.count_for", -1, 72), PapaError, "Head count -1 is outside [0, 72]", "72 heads", id="count-negative"),
-    pytest.param(_call("papa.heads.count_for", 1.25, 72), PapaError, "Head fraction 1.25 is outside [0, 1]", "Fractions run",
+    pytest.param(_call("papa.probing.data.get_task", "qqp"), PapaError, "Unknown task 'qqp'", "Use one of", id="get-task-unknown"),
+    pytest.param(_call("papa.core.heads.count_for", -1, 72), PapaError, "Head count -1 is outside [0, 72]", "72 heads", id="count-negative"),
+    pytest.param(_call("papa.core.heads.count_for", 1.25, 72), PapaError, "Head fraction 1.25 is outside [0, 1]", "Fractions run",
                  id="count-fraction-above-one"),
-    pytest.param(_call("papa.heads.count_for", True, 72), PapaError, "True is not a head count", "integer count",
+    pytest.param(_call("papa.core.heads.count_for", True, 72), PapaError, "True is not a head count", "integer count",
                  id="count-bool"),
-    pytest.param(_call("papa.heads.validate_head_set", [[0, 1, 2]], 6, 12), PapaError, "is not a [layer, head] pair",
+    pytest.param(_call("papa.core.heads.validate_head_set", [[0, 1, 2]], 6, 12), PapaError, "is not a [layer, head] pair",
                  "Write heads as [layer, head]", id="head-set-triple"),
-    pytest.param(_call("papa.heads.validate_head_set", [[0, 1], [0, 1]], 6, 12), PapaError, "more than once",
+    pytest.param(_call("papa.core.heads.validate_head_set", [[0, 1], [0, 1]], 6, 12), PapaError, "more than once",
                  "List each head once", id="head-set-duplicate"),
-    pytest.param(_call("papa.heads.first_k", [(0, 0)], 2), PapaError, "Head count 2 is outside [0, 1]", "covers 1 heads",
+    pytest.param(_call("papa.core.heads.first_k", [(0, 0)], 2), PapaError, "Head count 2 is outside [0, 1]", "covers 1 heads",
                  id="first-k-too-many"),
     pytest.param(_load_ranking("empty.json"), PapaError, "misses 72 heads", "papa rank", id="load-ranking-empty"),
-    pytest.param(_call("papa.ranking.compute_ranking", "sorted", "minilm-l6"), PapaError, "Unknown ranking method 'sorted'",
+    pytest.param(_call("papa.probing.ranking.compute_ranking", "sorted", "minilm-l6"), PapaError, "Unknown ranking method 'sorted'",
                  "Use one of gates", id="compute-ranking-unknown-method"),
-    pytest.param(_call("papa.layout.check_max_length", 0), PapaError, "at least 4, got 0", "The paper uses 64",
+    pytest.param(_call("papa.core.layout.check_max_length", 0), PapaError, "at least 4, got 0", "The paper uses 64",
                  id="max-length-zero"),
-    pytest.param(_call("papa.layout.check_max_length", 1024, 512), PapaError, "exceeds the model's 512 positions",
+    pytest.param(_call("papa.core.layout.check_max_length", 1024, 512), PapaError, "exceeds the model's 512 positions",
                  "Use at most 512", id="max-length-above-positions"),
-    pytest.param(_call("papa.data.subset", [1, 2, 3], 0, 0), PapaError, "must be a positive integer or None", "Pass a number",
+    pytest.param(_call("papa.probing.data.subset", [1, 2, 3], 0, 0), PapaError, "must be a positive integer or None", "Pass a number",
                  id="subset-zero"),
-    pytest.param(_call("papa.models.resolve_model_path", "papa-tests/no-such-model"), PapaError, "HF_HUB_OFFLINE is set",
+    pytest.param(_call("papa.core.models.resolve_model_path", "papa-tests/no-such-model"), PapaError, "HF_HUB_OFFLINE is set",
                  "Use the embedded model", id="hub-id-offline"),
     pytest.param(_load_gpt2, UnsupportedArchitectureError, "Architecture 'gpt2' is not supported",
-                 "Add a row to papa.architectures.ADAPTERS", id="load-unsupported-architecture"),
+                 "Add a row to papa.core.architectures.ADAPTERS", id="load-unsupported-architecture"),
     pytest.param(_estimate_on_gpt2, UnsupportedArchitectureError, "Architecture 'gpt2' is not supported",
                  "Supported model types", id="estimate-unsupported-architecture"),
-    pytest.param(_call("papa.patching.load_patched", "/nonexistent/patched"), PapaError, "has no config.json",
+    pytest.param(_call("papa.core.patching.load_patched", "/nonexistent/patched"), PapaError, "has no config.json",
                  "save_pretrained", id="load-patched-missing"),
 ]
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from papa.grid import ROOT
+from papa.pipeline.plan import ROOT
 
 pytestmark = [pytest.mark.data, pytest.mark.slow, pytest.mark.book]
 SMOKE_RUNS = ROOT / "book" / "runs" / "smoke"

@@ -9,9 +9,9 @@ import pytest
 import torch
 from transformers import AutoModel, BertConfig
 
-from papa.constants import ConstantSet, estimate_constants, load_constants, save_constants
-from papa.errors import ConstantsMismatchError, CorruptFileError, PapaError
-from papa.patching import is_patched, patch_constant_heads, unpatch
+from papa.core.constants import ConstantSet, estimate_constants, load_constants, save_constants
+from papa.core.errors import ConstantsMismatchError, CorruptFileError, PapaError
+from papa.core.patching import is_patched, patch_constant_heads, unpatch
 
 from tiny import HEADS, L, LAYERS, TINY_BERT, VOCAB  # noqa: E402
 

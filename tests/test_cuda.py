@@ -10,10 +10,10 @@ import pytest
 import torch
 from transformers import AutoModel, BertConfig
 
-from papa.constants import estimate_constants
-from papa.features import extract_features
-from papa.heads import all_heads
-from papa.patching import HeadPatch, patch_constant_heads, prune_qk, unpatch
+from papa.core.constants import estimate_constants
+from papa.probing.features import extract_features
+from papa.core.heads import all_heads
+from papa.core.patching import HeadPatch, patch_constant_heads, prune_qk, unpatch
 
 from tiny import LAYERS, HEADS, TINY_BERT, tiny_batch as _batch, tiny_constants as _constants  # noqa: E402
 

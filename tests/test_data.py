@@ -8,9 +8,9 @@ from pathlib import Path
 import datasets
 import pytest
 
-from papa import data as papa_data
-from papa.data import TASKS, get_task, label_names, load_task_split, subset
-from papa.errors import DataError, PapaError
+from papa.probing import data as papa_data
+from papa.probing.data import TASKS, get_task, label_names, load_task_split, subset
+from papa.core.errors import DataError, PapaError
 
 SST_NAMES = ["bad", "good"]
 PAIR_NAMES = ["yes", "maybe", "no"]

@@ -11,7 +11,7 @@ from safetensors.torch import load_file
 from transformers import AutoModel, AutoTokenizer
 
 from papa.cli import main
-from papa.models import resolve_model_path
+from papa.core.models import resolve_model_path
 
 pytestmark = pytest.mark.data
 

@@ -1,4 +1,4 @@
-"""papa.figures: every chart builds a valid Vega-Lite spec; the offline renderer and bundle need no network."""
+"""papa.analysis.figures: every chart builds a valid Vega-Lite spec; the offline renderer and bundle need no network."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from papa.errors import PapaError
-from papa.figures import (
+from papa.core.errors import PapaError
+from papa.analysis.figures import (
     FLOOR_LABEL,
     VEGA_BUNDLE_NAME,
     VEGALITE_MIMETYPE,
@@ -26,7 +26,7 @@ from papa.figures import (
     offline_html,
     write_vega_bundle,
 )
-from papa.results import TRAIN_SIZE_COLUMNS, epoch_table, floors_table, load_results, summarise
+from papa.analysis.results import TRAIN_SIZE_COLUMNS, epoch_table, floors_table, load_results, summarise
 from test_results import grid
 
 

@@ -8,9 +8,9 @@ import stat
 import pytest
 import torch
 
-from papa import features as feature_cache
-from papa.features import Features
-from papa.io import atomic_write_json, atomic_write_with
+from papa.probing import features as feature_cache
+from papa.probing.features import Features
+from papa.core.io import atomic_write_json, atomic_write_with
 
 
 @pytest.fixture

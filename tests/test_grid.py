@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from papa.errors import PapaError
-from papa.grid import ROOT, GridLock, Manifest, expand, load_config, run_grid, runs_dir, stale_runs
+from papa.core.errors import PapaError
+from papa.pipeline.grid import ROOT, GridLock, Manifest, expand, load_config, run_grid, runs_dir, stale_runs
 
 pytestmark = [pytest.mark.data, pytest.mark.slow]
 

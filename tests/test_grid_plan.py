@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from papa.grid import (DEFAULT_SECONDS, HUB_TRAIN_SIZES, PROBE_SECONDS_PER_EXAMPLE, PROBE_STARTUP_SECONDS, Manifest, Run,
+from papa.pipeline.grid import (DEFAULT_SECONDS, HUB_TRAIN_SIZES, PROBE_SECONDS_PER_EXAMPLE, PROBE_STARTUP_SECONDS, Manifest, Run,
                        estimate_seconds, run_seconds_guess)
 
 

@@ -7,8 +7,8 @@ from fractions import Fraction
 
 import pytest
 
-from papa.errors import PapaError
-from papa.heads import (
+from papa.core.errors import PapaError
+from papa.core.heads import (
     all_heads,
     count_for,
     first_k,

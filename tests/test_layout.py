@@ -6,9 +6,9 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
-from papa.errors import PapaError
-from papa.layout import IGNORE_INDEX, encode_sequences, encode_words
-from papa.models import resolve_model_path
+from papa.core.errors import PapaError
+from papa.core.layout import IGNORE_INDEX, encode_sequences, encode_words
+from papa.core.models import resolve_model_path
 
 CLS, SEP, PAD = 101, 102, 0
 L = 16

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from papa.data import get_task
-from papa.errors import PapaError
-from papa.metrics import METRIC_SCRIPTS, compute_task_metrics, load_metric, majority_baseline, metric_path
+from papa.probing.data import get_task
+from papa.core.errors import PapaError
+from papa.probing.metrics import METRIC_SCRIPTS, compute_task_metrics, load_metric, majority_baseline, metric_path
 
 NER_NAMES = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
 O, BP, IP, BL, IL = range(5)
@@ -234,7 +234,7 @@ def test_scripts_ship_inside_the_package():
 
     package = Path(papa.__file__).resolve().parent
     for folder in METRIC_SCRIPTS.values():
-        script = package / "metrics" / folder / f"{folder}.py"
+        script = package / "probing" / "metrics" / folder / f"{folder}.py"
         assert script.is_file()
         assert metric_path(folder) == script.parent
 

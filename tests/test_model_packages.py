@@ -1,4 +1,4 @@
-"""The ONNX-to-BertModel conversion of minilm-l3 (papa.model_packages).
+"""The ONNX-to-BertModel conversion of minilm-l3 (papa.core.model_packages).
 
 The converted folder must reproduce the packaged ONNX graph (run by onnxruntime) on padded
 batches, be converted once and then reused, never be trusted half-written, and fail with an
@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 import torch
 
-from papa import model_packages
-from papa.errors import PapaError
-from papa.model_packages import CACHE_ENV, RECORD_NAME, minilm_l3_folder
+from papa.core import model_packages
+from papa.core.errors import PapaError
+from papa.core.model_packages import CACHE_ENV, RECORD_NAME, minilm_l3_folder
 
 
 def _missing(*modules: str) -> str | None:

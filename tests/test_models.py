@@ -23,12 +23,12 @@ from transformers import (
     T5EncoderModel,
 )
 
-from papa.architectures import ADAPTERS, attn_implementation_for, get_adapter, supported_model_types
-from papa.constants import estimate_constants
-from papa.errors import PapaError, UnsupportedArchitectureError
-from papa.heads import all_heads
-from papa.models import load_model, resolve_model_path, weights_fingerprint
-from papa.patching import (
+from papa.core.architectures import ADAPTERS, attn_implementation_for, get_adapter, supported_model_types
+from papa.core.constants import estimate_constants
+from papa.core.errors import PapaError, UnsupportedArchitectureError
+from papa.core.heads import all_heads
+from papa.core.models import load_model, resolve_model_path, weights_fingerprint
+from papa.core.patching import (
     is_patched,
     load_patched,
     patch_constant_heads,
@@ -232,7 +232,7 @@ def test_load_local_unsupported_folder(tmp_path):
 
 @pytest.mark.parametrize("hub_id", ["bert-base-uncased", "papa-tests-no-such-org/no-such-model"])
 def test_hub_id_offline_fails_fast(monkeypatch, hub_id):
-    from papa.models import _hub_cached
+    from papa.core.models import _hub_cached
 
     if _hub_cached(hub_id):
         pytest.skip(f"{hub_id} is in the local Hugging Face cache")

@@ -9,9 +9,9 @@ import pytest
 import torch
 from transformers import AutoModel, BertConfig, BertForSequenceClassification
 
-from papa.errors import ConstantsMismatchError, CorruptFileError, PapaError
-from papa.heads import all_heads
-from papa.patching import (
+from papa.core.errors import ConstantsMismatchError, CorruptFileError, PapaError
+from papa.core.heads import all_heads
+from papa.core.patching import (
     HeadPatch,
     constant_heads_of,
     gate_lambdas,

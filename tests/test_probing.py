@@ -13,15 +13,15 @@ import pytest
 import torch
 from transformers import AutoModel, BertConfig
 
-from papa.experiment import make_evaluator, prepare_inputs, run_probe
-from papa.features import extract_features
-from papa.heads import all_heads
-from papa.models import load_model
-from papa.patching import gate_lambdas, patch_gates, unpatch
-from papa.errors import PapaError
-from papa.probe import (CachedSource, LiveSource, ProbeConfig, SequenceProbe, SubsetSource, TokenProbe, build_probe, predict,
+from papa.probing.experiment import make_evaluator, prepare_inputs, run_probe
+from papa.probing.features import extract_features
+from papa.core.heads import all_heads
+from papa.core.models import load_model
+from papa.core.patching import gate_lambdas, patch_gates, unpatch
+from papa.core.errors import PapaError
+from papa.probing.probe import (CachedSource, LiveSource, ProbeConfig, SequenceProbe, SubsetSource, TokenProbe, build_probe, predict,
                         select_epoch, split_heldout, train_probe)
-from papa.ranking import rank_gates
+from papa.probing.ranking import rank_gates
 
 
 class ArraySource:
@@ -112,7 +112,7 @@ def test_gates_rank_every_head_and_move_lambdas():
     moved = gate_lambdas(model)
     unpatch(model)
     assert moved.shape == (2, 4) and moved.abs().max() > 1e-4
-    from papa.heads import ranking_from_scores
+    from papa.core.heads import ranking_from_scores
 
     ranking = ranking_from_scores(moved)
     assert sorted(ranking) == all_heads(2, 4)

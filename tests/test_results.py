@@ -1,4 +1,4 @@
-"""papa.results: arithmetic by hand, tidy loading of hand-written result files, floors and claims."""
+"""papa.analysis.results: arithmetic by hand, tidy loading of hand-written result files, floors and claims."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from papa.errors import CorruptFileError, PapaError
-from papa.io import atomic_write_json
-from papa.results import (
+from papa.core.errors import CorruptFileError, PapaError
+from papa.core.io import atomic_write_json
+from papa.analysis.results import (
     claims_table,
     difference_is_real,
     epoch_table,
@@ -27,7 +27,7 @@ from papa.results import (
 
 def result(task="sst2", k=0, seed=1, score=0.8, probe_input="all", ranking="gates", model="minilm-l6", total=72,
            mode="cached", majority=0.5, metric="accuracy", epochs=2, lr=2e-5, train_examples=1000) -> dict:
-    """A result dict in the format of papa.experiment.run_probe."""
+    """A result dict in the format of papa.probing.experiment.run_probe."""
     metrics = {metric: score, "main": score}
     if metric == "combined":
         metrics.update(accuracy=score + 0.01, f1=score - 0.01)
@@ -260,7 +260,7 @@ def test_sensitivity_table_by_hand(tmp_path):
         for k, score in ((0, 0.90), (72, 0.88)):
             r = result(k=k, seed=seed, score=score + 0.001 * seed, epochs=4, lr=1e-3)
             r["config"]["selection"], r["selected_epoch"] = "heldout", 3
-            runs[f"probe__sst2__k{k}__tuned__s{seed}"] = r  # a study's runs carry its name (papa.grid.expand)
+            runs[f"probe__sst2__k{k}__tuned__s{seed}"] = r  # a study's runs carry its name (papa.pipeline.grid.expand)
     tidy = load_results(write(tmp_path, runs))
     config = {"models": ["minilm-l6"], "tasks": ["sst2"],
               "probe": {"lr": 2e-5, "epochs": 2, "max_train_examples": 1000, "modes": ["cached"]},
@@ -318,7 +318,7 @@ def test_floors_display_names_the_model_when_there_are_several(tmp_path):
 
 def test_train_size_table_and_sentence_by_hand(tmp_path):
     from papa.book import BookData, study_frame, train_size_sentence, train_size_study
-    from papa.results import train_size_table
+    from papa.analysis.results import train_size_table
 
     runs = {}
     # 400 examples: 0.80 → 0.70 (drop 12.5%, beyond the 0.002 seed range); 8000: 0.85 → 0.849 (inside it)

@@ -1,0 +1,1 @@
+"""Reading finished runs: tidy result tables, studies and the book's figures."""

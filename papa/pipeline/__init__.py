@@ -1,0 +1,1 @@
+"""Grids of runs: the config, the plan of notebook runs, their keys, and the papermill runner."""

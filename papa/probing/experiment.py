@@ -1,0 +1,327 @@
+"""One probing run: (model, task, constants, head ordering, k, seed, mode, sizes) → a scored result.
+
+:func:`prepare_inputs` loads and encodes a task once; :func:`run_probe` patches the first ``k``
+heads of a ranking with their constants, gets the encoder's features (``cached``: once, in eval
+mode, from the on-disk cache when another run already computed them; ``faithful``: the live
+encoder in train mode for every batch of every epoch), trains the probe and returns a result dict:
+
+``{"config", "task", "metric", "score", "metrics", "epochs", "floors", "timings", "data", "provenance"}``
+
+``score`` is the main metric of the reported epoch (``selected_epoch``: the final one, or with
+``selection="heldout"`` the best on held-out training examples); ``epochs`` holds every epoch's train
+loss and metrics (and held-out metrics).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from papa.core.constants import ConstantSet, load_constants
+from papa.core.errors import PapaError
+from papa.core.heads import all_heads, count_for, first_k, load_ranking
+from papa.core.layout import (
+    IGNORE_INDEX,
+    check_max_length,
+    encode_sequences,
+    encode_words,
+)
+from papa.core.models import LoadedModel, load_model, pick_device
+from papa.core.patching import patch_constant_heads, prune_qk, unpatch
+from papa.core.provenance import provenance
+from papa.probing.data import TaskSpec, get_task, label_names, load_task_split, subset
+from papa.probing.features import (
+    Features,
+    cached_features_key,
+    extract_features,
+    load_cached,
+    store_cached,
+)
+from papa.probing.metrics import compute_task_metrics, majority_baseline
+from papa.probing.probe import (
+    SELECTIONS,
+    CachedSource,
+    LiveSource,
+    ProbeConfig,
+    SubsetSource,
+    build_probe,
+    predict,
+    seed_everything,
+    select_epoch,
+    split_heldout,
+    train_probe,
+)
+
+MODES = ("cached", "faithful")
+
+
+@dataclass
+class TaskInputs:
+    """A task's encoded train and eval subsets (``[N, L]`` tensors with ``labels``)."""
+
+    spec: TaskSpec
+    label_names: list[str]
+    train: dict[str, torch.Tensor]
+    eval: dict[str, torch.Tensor]
+    train_indices: list[int]
+    eval_indices: list[int]
+    max_length: int
+    relayout: bool
+
+    def data_record(self) -> dict:
+        digest = lambda xs: hashlib.sha256(",".join(map(str, xs)).encode()).hexdigest()[:16]  # noqa: E731
+        return {
+            "train_examples": len(self.train_indices),
+            "eval_examples": len(self.eval_indices),
+            "train_indices_sha": digest(self.train_indices),
+            "eval_indices_sha": digest(self.eval_indices),
+        }
+
+
+def encode_split(lm: LoadedModel, spec: TaskSpec, dataset, max_length: int, relayout: bool) -> dict[str, torch.Tensor]:
+    """Encode a loaded split with the PAPA layout; adds ``labels`` (``[N]`` or ``[N, L]``)."""
+    if spec.is_token_task:
+        return encode_words(lm.tokenizer, dataset["tokens"], dataset[spec.label_column], max_length, relayout)
+    columns = [dataset[c] for c in spec.text_columns]
+    encoded = encode_sequences(lm.tokenizer, columns[0], columns[1] if len(columns) > 1 else None, max_length, relayout)
+    encoded["labels"] = torch.tensor(dataset[spec.label_column], dtype=torch.long)
+    return encoded
+
+
+def prepare_inputs(
+    lm: LoadedModel,
+    task: str,
+    max_length: int = 64,
+    relayout: bool = True,
+    max_train_examples: int | None = None,
+    max_eval_examples: int | None = None,
+    data_seed: int = 0,
+    data_dir: str | None = None,
+) -> TaskInputs:
+    """Load, subset (seeded, the same for every probe seed) and encode a task's train and eval splits."""
+    spec = get_task(task)
+    check_max_length(max_length, getattr(lm.model.config, "max_position_embeddings", None))
+    for name, value in (("max_train_examples", max_train_examples), ("max_eval_examples", max_eval_examples)):
+        if value is not None and (not isinstance(value, int) or value < 1):
+            raise PapaError(f"{name} must be a positive integer or null, got {value!r}", "Use e.g. 1000.")
+    train_ds, train_idx = subset(load_task_split(spec, "train", data_dir), max_train_examples, data_seed)
+    eval_ds, eval_idx = subset(load_task_split(spec, spec.eval_split, data_dir), max_eval_examples, data_seed)
+    return TaskInputs(
+        spec, label_names(spec, train_ds),
+        encode_split(lm, spec, train_ds, max_length, relayout), encode_split(lm, spec, eval_ds, max_length, relayout),
+        list(train_idx), list(eval_idx), max_length, relayout,
+    )
+
+
+def estimate_task_constants(
+    model: str | LoadedModel = "minilm-l6",
+    task: str = "sst2",
+    split: str = "train",
+    max_examples: int | None = None,
+    max_length: int = 64,
+    relayout: bool = True,
+    batch_size: int = 64,
+    data_dir: str | None = None,
+    device: str | None = None,
+    progress: bool = False,
+) -> ConstantSet:
+    """Constants of ``model`` over the first ``max_examples`` examples of a task's ``split``."""
+    from papa.core.constants import estimate_constants
+    from papa.core.version import __version__
+
+    spec = get_task(task)
+    torch_device = pick_device(device)
+    lm = model if isinstance(model, LoadedModel) else load_model(model, torch_device)
+    check_max_length(max_length, getattr(lm.model.config, "max_position_embeddings", None))
+    dataset = load_task_split(spec, split, data_dir)
+    if max_examples is not None:
+        dataset = dataset.select(range(min(max_examples, len(dataset))))
+    encoded = encode_split(lm, spec, dataset, max_length, relayout)
+    meta = {
+        "model": lm.name, "fingerprint": lm.fingerprint, "task": spec.name, "split": split,
+        "relayout": relayout, "papa_version": __version__, "device": str(torch_device),
+    }
+    return estimate_constants(lm.model, encoded, batch_size, torch_device, progress=progress, meta=meta)
+
+
+def _token_lists(flat: torch.Tensor, encoded: dict[str, torch.Tensor]) -> list[list[int]]:
+    counts = (encoded["labels"] != IGNORE_INDEX).sum(1).tolist()
+    return [chunk.tolist() for chunk in torch.split(flat, counts)]
+
+
+def make_evaluator(inputs: TaskInputs, source, encoded: dict[str, torch.Tensor] | None = None):
+    """A function ``probe → metrics`` on ``source`` (default: the eval split; ``encoded`` are the
+    encoded examples ``source`` yields, needed to regroup a token task's predictions by example)."""
+    encoded = inputs.eval if encoded is None else encoded
+
+    def evaluate(probe) -> dict:
+        preds, labels = predict(probe, source)
+        if inputs.spec.is_token_task:
+            preds, labels = _token_lists(preds, encoded), _token_lists(labels, encoded)
+        else:
+            preds, labels = preds.tolist(), labels.tolist()
+        return compute_task_metrics(inputs.spec, preds, labels, inputs.label_names)
+
+    return evaluate
+
+
+def floors(inputs: TaskInputs) -> dict:
+    """The majority-class floor (metrics of always predicting the most frequent training label)."""
+    train, evals = inputs.train["labels"], inputs.eval["labels"]
+    if inputs.spec.is_token_task:
+        train_lists = _token_lists(train[train != IGNORE_INDEX], inputs.train)
+        eval_lists = _token_lists(evals[evals != IGNORE_INDEX], inputs.eval)
+        return majority_baseline(inputs.spec, train_lists, eval_lists, inputs.label_names)
+    return majority_baseline(inputs.spec, train.tolist(), evals.tolist(), inputs.label_names)
+
+
+def get_features(lm: LoadedModel, inputs: TaskInputs, split: str, heads, constants: ConstantSet | None, device, batch_size: int = 64, use_cache: bool = True) -> tuple[Features, bool]:
+    """Features of ``split`` ("train"/"eval") with ``heads`` constant; returns (features, from_cache)."""
+    encoded = inputs.train if split == "train" else inputs.eval
+    record = inputs.data_record()
+    key = cached_features_key(
+        fingerprint=lm.fingerprint, task=inputs.spec.name, split=split,
+        indices=record[f"{split}_indices_sha"], max_length=inputs.max_length, relayout=inputs.relayout,
+        heads=sorted(map(list, heads)), constants=constants.meta.get("sha256") if (heads and constants) else None,
+    )
+    if use_cache and (hit := load_cached(key)) is not None:
+        return hit, True
+    if heads:
+        patch_constant_heads(lm.model, constants.constants, heads)
+        prune_qk(lm.model)
+    try:
+        features = extract_features(lm.model, encoded, inputs.spec.is_token_task, batch_size, device)
+    finally:
+        unpatch(lm.model)
+    if use_cache:
+        store_cached(key, features)
+    return features, False
+
+
+def resolve_heads(lm: LoadedModel, ranking_path: str | None, constant_heads: int | float | str, constants: ConstantSet | None):
+    total = lm.num_layers * lm.num_heads
+    k = count_for(constant_heads, total)
+    if k == 0:
+        return 0, []
+    if constants is None:
+        raise PapaError(f"{k} constant heads need a constants file", "Pass --constants (from `papa estimate`).")
+    if k == total and ranking_path is None:
+        return k, all_heads(lm.num_layers, lm.num_heads)  # every ordering gives the same head set
+    if ranking_path is None:
+        raise PapaError(f"{k} constant heads need a head ranking", "Pass --ranking (from `papa rank`).")
+    ranking, _ = load_ranking(ranking_path, lm.num_layers, lm.num_heads)
+    return k, first_k(ranking, k)
+
+
+def run_probe(
+    model: str | LoadedModel = "minilm-l6",
+    task: str = "sst2",
+    constants: str | None = None,
+    ranking: str | None = None,
+    constant_heads: int | float | str = 0,
+    mode: str = "cached",
+    seed: int = 42,
+    epochs: int = 15,
+    lr: float = 2e-5,
+    batch_size: int = 16,
+    probe_input: str = "all",
+    max_length: int = 64,
+    relayout: bool = True,
+    max_train_examples: int | None = 1000,
+    max_eval_examples: int | None = None,
+    data_seed: int = 0,
+    data_dir: str | None = None,
+    device: str | None = None,
+    inputs: TaskInputs | None = None,
+    use_cache: bool = True,
+    selection: str = "final",
+    heldout_fraction: float = 0.1,
+) -> dict:
+    """Train and score one probe (see the module docstring for the result).
+
+    ``selection="final"`` reports the last epoch (the official runs); ``"heldout"`` trains on all but
+    a seeded ``heldout_fraction`` of the training subset (the same for every probe seed) and reports
+    the dev scores of the epoch that scores best on those held-out *training* examples.
+    """
+    started = time.perf_counter()
+    if mode not in MODES:
+        raise PapaError(f"Unknown mode {mode!r}", f"Use one of {', '.join(MODES)}.")
+    if selection not in SELECTIONS:
+        raise PapaError(f"Unknown epoch selection {selection!r}", f"Use one of {', '.join(SELECTIONS)}.")
+    probe_config = ProbeConfig(lr=lr, epochs=epochs, batch_size=batch_size, seed=seed, probe_input=probe_input)
+    torch_device = pick_device(device)
+    lm = model if isinstance(model, LoadedModel) else load_model(model, torch_device)
+    constant_set = load_constants(constants) if constants else None
+    if inputs is None:
+        inputs = prepare_inputs(lm, task, max_length, relayout, max_train_examples, max_eval_examples, data_seed, data_dir)
+    if constant_set is not None:
+        constant_set.check_compatible(lm.fingerprint, lm.num_layers, lm.num_heads, inputs.max_length, inputs.relayout)
+    k, heads = resolve_heads(lm, ranking, constant_heads, constant_set)
+    seed_everything(seed)
+    timings: dict[str, float] = {}
+    t0 = time.perf_counter()
+    config = lm.model.config
+    cache_hits = {}
+    if mode == "cached":
+        train_features, cache_hits["train"] = get_features(lm, inputs, "train", heads, constant_set, torch_device, use_cache=use_cache)
+        eval_features, cache_hits["eval"] = get_features(lm, inputs, "eval", heads, constant_set, torch_device, use_cache=use_cache)
+        train_source = CachedSource(train_features, probe_input, torch_device)
+        eval_source = CachedSource(eval_features, probe_input, torch_device)
+    else:
+        if heads:
+            patch_constant_heads(lm.model, constant_set.constants, heads)
+        train_source = LiveSource(lm.model, inputs.train, inputs.spec.is_token_task, torch_device, True, probe_input)
+        eval_source = LiveSource(lm.model, inputs.eval, inputs.spec.is_token_task, torch_device, False, probe_input)
+    timings["features"] = time.perf_counter() - t0
+    heldout = None
+    if selection == "heldout":
+        fit, held = split_heldout(train_source.num_examples, heldout_fraction, data_seed)
+        scoring_source = train_source if mode == "cached" else LiveSource(
+            lm.model, inputs.train, inputs.spec.is_token_task, torch_device, False, probe_input)
+        heldout = make_evaluator(inputs, SubsetSource(scoring_source, held), {k_: v[held] for k_, v in inputs.train.items()})
+        train_source = SubsetSource(train_source, fit)
+    num_labels = len(inputs.label_names)
+    seed_everything(seed)
+    probe = build_probe(inputs.spec.is_token_task, config.num_hidden_layers + 1, inputs.max_length, config.hidden_size, num_labels, probe_config).to(torch_device)
+    try:
+        history = train_probe(probe, train_source, make_evaluator(inputs, eval_source), probe_config, heldout=heldout)
+    finally:
+        unpatch(lm.model)
+    timings.update(train=history.seconds_train, eval=history.seconds_eval)
+    chosen = select_epoch(history.epochs, selection)
+    metrics = {k_: v for k_, v in chosen.items() if k_ not in ("epoch", "train_loss") and not k_.startswith("heldout_")}
+    result_config = {
+        "model": lm.name, "task": inputs.spec.name, "constant_heads": k, "total_heads": lm.num_layers * lm.num_heads,
+        "ranking": Path(ranking).name if ranking else None, "constants": Path(constants).name if constants else None,
+        "mode": mode, "seed": seed, **{key: value for key, value in vars(probe_config).items() if key != "seed"},
+        "max_length": inputs.max_length, "relayout": inputs.relayout, "data_seed": data_seed,
+        "selection": selection, **({"heldout_fraction": heldout_fraction} if selection == "heldout" else {}),
+    }
+    seconds = time.perf_counter() - started
+    timings["total"] = seconds
+    return {
+        "config": result_config,
+        "task": inputs.spec.name,
+        "metric": inputs.spec.main_metric,
+        "score": metrics["main"],
+        "metrics": metrics,
+        "selected_epoch": chosen["epoch"],
+        "epochs": history.epochs,
+        "floors": {"majority": floors(inputs)},
+        "heads": [list(h) for h in heads],
+        "feature_cache_hits": cache_hits,
+        "timings": {key: round(value, 3) for key, value in timings.items()},
+        "data": inputs.data_record(),
+        "provenance": dict(provenance(torch_device, seed, seconds), weights_fingerprint=lm.fingerprint),
+    }
+
+
+def save_result(path: str | Path, result: dict) -> Path:
+    """Write a result JSON atomically, with a checksum (read back by :mod:`papa.analysis.results`)."""
+    from papa.core.io import atomic_write_json
+
+    return atomic_write_json(path, result)

@@ -1,0 +1,282 @@
+"""The frozen-encoder probe (official ``FreezeExtractPoller``) and its training loop.
+
+Sequence tasks (``FreezeExtractPoller``): for each of the ``S = layers + 1`` hidden states a
+position-weight vector ``w_s ∈ R^L`` (initialised to ``1/L``), multiplied by the padding mask
+(not renormalised), pools ``[L, H] → [H]``; the ``S`` pooled vectors are concatenated →
+``Linear(S·H → H)`` → tanh → dropout → ``Linear(H → labels)``.
+
+Token tasks (``FreezeExtractPollerTokenClassification``): a token's ``S`` states concatenated →
+``Linear(S·H → H)`` → tanh → ``Linear(H → labels)``.
+
+``probe_input="embeddings"`` feeds only the embedding layer's output (the input to the first
+attention layer): the *attention-free floor* of the scientific controls.
+
+Training follows the official runs: AdamW (weight decay 0), lr 2e-5, constant schedule, batch 16,
+15 epochs, seed 42, evaluation on the validation split after every epoch; the reported score is the
+final epoch's. Features come from a :class:`FeatureSource`: cached states (:mod:`papa.probing.features`) or
+the live encoder (``faithful`` mode: train mode, dropout active, recomputed for every batch).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Callable, Protocol
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from papa.core.errors import PapaError
+from papa.core.layout import IGNORE_INDEX
+from papa.probing.features import Features
+
+PROBE_INPUTS = ("all", "embeddings")
+
+
+@dataclass
+class ProbeConfig:
+    """Probe and optimiser settings (defaults: the official runs)."""
+
+    lr: float = 2e-5
+    epochs: int = 15
+    batch_size: int = 16
+    weight_decay: float = 0.0
+    seed: int = 42
+    dropout: float = 0.1
+    probe_input: str = "all"
+
+    def __post_init__(self):
+        if self.probe_input not in PROBE_INPUTS:
+            raise PapaError(f"Unknown probe_input {self.probe_input!r}", f"Use one of {', '.join(PROBE_INPUTS)}.")
+        if not (self.lr > 0 and self.epochs >= 1 and self.batch_size >= 1):
+            raise PapaError("lr, epochs and batch_size must be positive", "Check the probe settings.")
+
+
+class SequenceProbe(nn.Module):
+    """``states [B, S, L, H]``, ``mask [B, L]`` (or ``P`` kept positions) → logits ``[B, labels]``."""
+
+    def __init__(self, num_states: int, length: int, hidden: int, num_labels: int, dropout: float = 0.1):
+        super().__init__()
+        self.position_weights = nn.Parameter(torch.full((num_states, length), 1.0 / length))
+        self.dense = nn.Linear(num_states * hidden, hidden)
+        self.dropout = nn.Dropout(dropout)
+        self.classifier = nn.Linear(hidden, num_labels)
+
+    def forward(self, states: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """``positions [P]``: the positions ``states``/``mask`` hold when not all ``L`` (cached features)."""
+        position_weights = self.position_weights if positions is None else self.position_weights[:, positions]
+        weights = position_weights[None] * mask[:, None, :].to(states.dtype)  # [B, S, P]
+        pooled = torch.einsum("bsl,bslh->bsh", weights, states).flatten(1)  # [B, S*H]
+        return self.classifier(self.dropout(torch.tanh(self.dense(pooled))))
+
+
+class TokenProbe(nn.Module):
+    """``states [T, S, H]`` → logits ``[T, labels]``."""
+
+    def __init__(self, num_states: int, hidden: int, num_labels: int):
+        super().__init__()
+        self.dense = nn.Linear(num_states * hidden, hidden)
+        self.classifier = nn.Linear(hidden, num_labels)
+
+    def forward(self, states: torch.Tensor) -> torch.Tensor:
+        return self.classifier(torch.tanh(self.dense(states.flatten(1))))
+
+
+class FeatureSource(Protocol):
+    """Gives probe inputs for a batch of example indices."""
+
+    num_examples: int
+
+    def batch(self, indices: torch.Tensor) -> tuple[tuple, torch.Tensor]: ...
+
+
+def _select_states(states: torch.Tensor, probe_input: str) -> torch.Tensor:
+    return states[:, :1] if probe_input == "embeddings" else states
+
+
+def _on_device(features: Features, device: torch.device | str | None) -> Features:
+    """``features`` moved to a CUDA ``device`` when they fit in 80% of its free memory (then batches
+    are gathered there, without a host copy per batch); otherwise, or on the CPU, unchanged."""
+    device = torch.device(device) if device is not None else torch.device("cpu")
+    if device.type != "cuda":
+        return features
+    tensors = features.as_tensors()
+    needed = sum(t.numel() * t.element_size() for t in tensors.values())
+    free, _ = torch.cuda.mem_get_info(device)
+    if needed > 0.8 * free:
+        return features
+    moved = {name: t.to(device, non_blocking=True) for name, t in tensors.items()}
+    return Features(moved["states"], moved["labels"], moved.get("mask"), moved.get("example"), moved.get("positions"))
+
+
+class CachedSource:
+    """Batches from cached :class:`Features` (float16 → float32 per batch), gathered on ``device``
+    when the features fit there (a CUDA device), else on the CPU."""
+
+    def __init__(self, features: Features, probe_input: str = "all", device: torch.device | str | None = None):
+        features = _on_device(features, device)
+        self.features, self.probe_input = features, probe_input
+        self.num_examples = features.num_examples
+        if features.is_token:
+            example = features.example.cpu()
+            self._order = torch.argsort(example, stable=True)
+            counts = torch.bincount(example, minlength=self.num_examples)
+            self._starts = torch.cat([torch.zeros(1, dtype=torch.long), counts.cumsum(0)])
+
+    def batch(self, indices: torch.Tensor):
+        f = self.features
+        if not f.is_token:
+            indices = indices.to(f.states.device)
+            return (_select_states(f.states[indices].float(), self.probe_input), f.mask[indices], f.positions), f.labels[indices]
+        rows = torch.cat([self._order[self._starts[i] : self._starts[i + 1]] for i in indices.tolist()]).to(f.states.device)
+        return (_select_states(f.states[rows].float(), self.probe_input),), f.labels[rows]
+
+
+class LiveSource:
+    """Batches from the live encoder (``faithful`` mode); ``train_mode`` turns its dropout on."""
+
+    def __init__(self, model: nn.Module, encoded: dict[str, torch.Tensor], token_task: bool, device, train_mode: bool, probe_input: str = "all", grad: bool = False):
+        self.model, self.encoded, self.token_task, self.device = model, encoded, token_task, torch.device(device)
+        self.train_mode, self.probe_input, self.grad = train_mode, probe_input, grad
+        self.num_examples = encoded["input_ids"].shape[0]
+
+    def batch(self, indices: torch.Tensor):
+        self.model.train(self.train_mode)
+        inputs = {k: v[indices].to(self.device) for k, v in self.encoded.items() if k != "labels"}
+        with torch.set_grad_enabled(self.grad):
+            states = torch.stack(self.model(**inputs, output_hidden_states=True).hidden_states, dim=1)
+        labels = self.encoded["labels"][indices].to(self.device)
+        if not self.token_task:
+            return (_select_states(states, self.probe_input), inputs["attention_mask"]), labels
+        keep = labels != IGNORE_INDEX
+        return (_select_states(states.permute(0, 2, 1, 3)[keep], self.probe_input),), labels[keep]
+
+
+def build_probe(token_task: bool, num_states: int, length: int, hidden: int, num_labels: int, config: ProbeConfig) -> nn.Module:
+    states = 1 if config.probe_input == "embeddings" else num_states
+    if token_task:
+        return TokenProbe(states, hidden, num_labels)
+    return SequenceProbe(states, length, hidden, num_labels, config.dropout)
+
+
+@dataclass
+class TrainHistory:
+    """Per-epoch record of a probe's training."""
+
+    epochs: list[dict] = field(default_factory=list)  # {"epoch", "train_loss", metrics...}
+    seconds_train: float = 0.0
+    seconds_eval: float = 0.0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@torch.no_grad()
+def predict(probe: nn.Module, source: FeatureSource, batch_size: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
+    """Predicted and true labels over a whole source (probe in eval mode)."""
+    probe.eval()
+    preds, labels = [], []
+    device = next(probe.parameters()).device
+    for start in range(0, source.num_examples, batch_size):
+        inputs, y = source.batch(torch.arange(start, min(start + batch_size, source.num_examples)))
+        preds.append(probe(*[x.to(device) for x in inputs]).argmax(-1).cpu())
+        labels.append(y.cpu())
+    return torch.cat(preds), torch.cat(labels)
+
+
+def train_probe(
+    probe: nn.Module,
+    train: FeatureSource,
+    evaluate: Callable[[nn.Module], dict],
+    config: ProbeConfig,
+    extra_parameters: list[nn.Parameter] | None = None,
+    on_epoch: Callable[[dict], None] | None = None,
+    heldout: Callable[[nn.Module], dict] | None = None,
+) -> TrainHistory:
+    """Train ``probe`` (and ``extra_parameters``, e.g. gate λ) on ``train``; evaluate every epoch.
+
+    ``heldout`` (optional) scores the probe on training examples kept out of ``train``; its metrics
+    are recorded per epoch as ``heldout_<name>`` so that an epoch can be chosen without the dev set
+    (:func:`select_epoch`).
+    """
+    generator = torch.Generator().manual_seed(config.seed)
+    params = list(probe.parameters()) + list(extra_parameters or [])
+    optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
+    device = next(probe.parameters()).device
+    history = TrainHistory()
+    for epoch in range(1, config.epochs + 1):
+        started = time.perf_counter()
+        probe.train()
+        order = torch.randperm(train.num_examples, generator=generator)
+        total_loss, batches = 0.0, 0
+        for start in range(0, train.num_examples, config.batch_size):
+            inputs, labels = train.batch(order[start : start + config.batch_size])
+            logits = probe(*[x.to(device) for x in inputs])
+            loss = F.cross_entropy(logits, labels.to(device))
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            total_loss += float(loss.detach())
+            batches += 1
+        history.seconds_train += time.perf_counter() - started
+        started = time.perf_counter()
+        record = {"epoch": epoch, "train_loss": total_loss / max(batches, 1), **evaluate(probe)}
+        if heldout is not None:
+            record.update({f"heldout_{name}": value for name, value in heldout(probe).items()})
+        history.seconds_eval += time.perf_counter() - started
+        if not math.isfinite(record["train_loss"]):
+            raise PapaError(f"The probe's training loss became {record['train_loss']} at epoch {epoch}", "Lower the learning rate.")
+        history.epochs.append(record)
+        if on_epoch is not None:
+            on_epoch(record)
+    return history
+
+
+SELECTIONS = ("final", "heldout")
+
+
+def select_epoch(epochs: list[dict], selection: str) -> dict:
+    """The epoch whose scores are reported: the last (``final``, the official runs), or the one
+    with the best held-out training score (``heldout``; the earliest among ties)."""
+    if selection == "final":
+        return epochs[-1]
+    if selection == "heldout":
+        if "heldout_main" not in epochs[0]:
+            raise PapaError("Epoch selection 'heldout' needs held-out scores", "Train with a heldout evaluator.")
+        return max(epochs, key=lambda record: (record["heldout_main"], -record["epoch"]))
+    raise PapaError(f"Unknown epoch selection {selection!r}", f"Use one of {', '.join(SELECTIONS)}.")
+
+
+class SubsetSource:
+    """The examples ``indices [M]`` of another :class:`FeatureSource`, renumbered ``0 .. M-1``."""
+
+    def __init__(self, source: FeatureSource, indices: torch.Tensor):
+        self.source, self.indices = source, indices
+        self.num_examples = len(indices)
+
+    def batch(self, indices: torch.Tensor):
+        return self.source.batch(self.indices[indices])
+
+
+def split_heldout(num_examples: int, fraction: float, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A seeded split of ``range(num_examples)`` into (fit ``[N - M]``, held out ``[M]``), each sorted."""
+    if not 0 < fraction < 1:
+        raise PapaError(f"heldout_fraction must be in (0, 1), got {fraction!r}", "Use e.g. 0.1.")
+    held = max(1, int(round(fraction * num_examples)))
+    if held >= num_examples:
+        raise PapaError(f"Holding out {held} of {num_examples} training examples leaves none to train on",
+                        "Use more training examples or a smaller heldout_fraction.")
+    order = torch.randperm(num_examples, generator=torch.Generator().manual_seed(seed))
+    return order[held:].sort().values, order[:held].sort().values
+
+
+def seed_everything(seed: int) -> None:
+    torch.manual_seed(seed)
+    import random
+
+    import numpy as np
+
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
