@@ -31,11 +31,11 @@ from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
 from papa.core.architectures import self_attention_modules
 from papa.core.constants import estimate_constants
-from papa.probing.data import get_task
-from papa.probing.experiment import TaskInputs, prepare_inputs, run_probe
 from papa.core.heads import all_heads
 from papa.core.models import LoadedModel, load_model
 from papa.core.patching import patch_constant_heads, prune_qk
+from papa.probing.data import get_task
+from papa.probing.experiment import TaskInputs, prepare_inputs, run_probe
 
 L = 64
 # probe_*: probing examples; est_n: estimation examples (est_repeats timed pairs); mem_n: N of the memory check
@@ -75,8 +75,15 @@ def compare(name: str, fn_a, fn_b, repeats: int, warmup: int = 1) -> dict:
             if i >= warmup:
                 times[side].append(time.perf_counter() - started)
                 last[side] = out
-    return {"name": name, "a_s": statistics.median(times["a"]), "b_s": statistics.median(times["b"]),
-            "a_all": times["a"], "b_all": times["b"], "a_out": last["a"], "b_out": last["b"]}
+    return {
+        "name": name,
+        "a_s": statistics.median(times["a"]),
+        "b_s": statistics.median(times["b"]),
+        "a_all": times["a"],
+        "b_all": times["b"],
+        "a_out": last["a"],
+        "b_out": last["b"],
+    }
 
 
 def row(comparison, side_a, side_b, a, b, ratio, target, met, **extra) -> dict:
@@ -105,29 +112,42 @@ def synthetic_inputs(lm, sizes: dict) -> TaskInputs:
     g = torch.Generator().manual_seed(7)
     train["labels"] = torch.randint(0, 2, (sizes["probe_train"],), generator=g)
     evals["labels"] = torch.randint(0, 2, (sizes["probe_eval"],), generator=g)
-    return TaskInputs(get_task("sst2"), ["negative", "positive"], train, evals, list(range(sizes["probe_train"])),
-                      list(range(sizes["probe_eval"])), L, True)
+    return TaskInputs(get_task("sst2"), ["negative", "positive"], train, evals, list(range(sizes["probe_train"])), list(range(sizes["probe_eval"])), L, True)
 
 
 def bench_probe(lm, sizes: dict, device: torch.device, synthetic: bool = False) -> list[dict]:
     inputs = synthetic_inputs(lm, sizes) if synthetic else prepare_inputs(lm, "sst2", L, True, sizes["probe_train"], sizes["probe_eval"], data_seed=0)
-    common = dict(model=lm, task="sst2", constant_heads=0, epochs=sizes["epochs"], seed=42, inputs=inputs,
-                  device=str(device), use_cache=False)
+    common = dict(model=lm, task="sst2", constant_heads=0, epochs=sizes["epochs"], seed=42, inputs=inputs, device=str(device), use_cache=False)
     with torch.no_grad():  # warm-up (kernels, allocator): one forward outside the timed pair
         lm.model(**to({k: v[:16] for k, v in inputs.train.items()}, device))
-    result = compare("probe", lambda: run_probe(mode="cached", **common), lambda: run_probe(mode="faithful", **common),
-                     repeats=1, warmup=0)
+    result = compare("probe", lambda: run_probe(mode="cached", **common), lambda: run_probe(mode="faithful", **common), repeats=1, warmup=0)
     speedup = result["b_s"] / result["a_s"]
     score_a, score_b = 100 * result["a_out"]["score"], 100 * result["b_out"]["score"]
     setting = f"{sizes['probe_train']} train / {sizes['probe_eval']} eval, {sizes['epochs']} epochs, L={L}, 1 pair"
     what = f"{lm.name}, random inputs" if synthetic else "SST-2"
     return [
-        row(f"Probing time, {what}, k=0 ({setting})", "cached", "faithful", f"{result['a_s']:.1f} s",
-            f"{result['b_s']:.1f} s", f"speed-up B/A = {speedup:.1f}×", "cached ≥ 10× faster", speedup >= 10,
-            timings=[result["a_all"], result["b_all"]]),
-        row("Probing score (accuracy, same run)", "cached", "faithful", f"{score_a:.1f}", f"{score_b:.1f}",
-            f"|A−B| = {abs(score_a - score_b):.1f} pt", "≤ 1 point", abs(score_a - score_b) <= 1.0,
-            scores=[score_a, score_b]),
+        row(
+            f"Probing time, {what}, k=0 ({setting})",
+            "cached",
+            "faithful",
+            f"{result['a_s']:.1f} s",
+            f"{result['b_s']:.1f} s",
+            f"speed-up B/A = {speedup:.1f}×",
+            "cached ≥ 10× faster",
+            speedup >= 10,
+            timings=[result["a_all"], result["b_all"]],
+        ),
+        row(
+            "Probing score (accuracy, same run)",
+            "cached",
+            "faithful",
+            f"{score_a:.1f}",
+            f"{score_b:.1f}",
+            f"|A−B| = {abs(score_a - score_b):.1f} pt",
+            "≤ 1 point",
+            abs(score_a - score_b) <= 1.0,
+            scores=[score_a, score_b],
+        ),
     ]
 
 
@@ -148,8 +168,7 @@ def _estimation_peak(n: int, device: str, batch_size: int, synthetic: bool = Fal
         before = torch.cuda.memory_allocated()
         estimate_constants(lm.model, encoded, batch_size, device)
         torch.cuda.synchronize()
-        return {"n": n, "what": "torch.cuda.max_memory_allocated", "before_mb": before / 2**20,
-                "peak_mb": torch.cuda.max_memory_allocated() / 2**20}
+        return {"n": n, "what": "torch.cuda.max_memory_allocated", "before_mb": before / 2**20, "peak_mb": torch.cuda.max_memory_allocated() / 2**20}
     try:  # "5" resets VmHWM to the current RSS (Linux >= 4.0): the peak then excludes the model load
         Path("/proc/self/clear_refs").write_text("5")
         what = "VmHWM (reset after loading)"
@@ -173,13 +192,22 @@ def bench_estimation(lm, sizes: dict, device: torch.device, synthetic: bool = Fa
         for start in range(0, n, batch_size):
             lm.model(**to({k: v[start : start + batch_size] for k, v in encoded.items()}, device))
 
-    result = compare("estimation", plain, lambda: estimate_constants(lm.model, encoded, batch_size, device),
-                     repeats=sizes["est_repeats"])
+    result = compare("estimation", plain, lambda: estimate_constants(lm.model, encoded, batch_size, device), repeats=sizes["est_repeats"])
     rate_a, rate_b = n / result["a_s"], n / result["b_s"]
-    rows = [row(f"Estimation throughput ({lm.name}, {'random inputs' if synthetic else 'SST-2 train'}, N={n}, batch {batch_size}, L={L})",
-                "plain forward (SDPA)", "estimate_constants", f"{rate_a:.0f} ex/s", f"{rate_b:.0f} ex/s",
-                f"B/A = {rate_b / rate_a:.2f}", "≥ 0.8", rate_b / rate_a >= 0.8, examples_per_s=[rate_a, rate_b],
-                timings=[result["a_all"], result["b_all"]])]
+    rows = [
+        row(
+            f"Estimation throughput ({lm.name}, {'random inputs' if synthetic else 'SST-2 train'}, N={n}, batch {batch_size}, L={L})",
+            "plain forward (SDPA)",
+            "estimate_constants",
+            f"{rate_a:.0f} ex/s",
+            f"{rate_b:.0f} ex/s",
+            f"B/A = {rate_b / rate_a:.2f}",
+            "≥ 0.8",
+            rate_b / rate_a >= 0.8,
+            examples_per_s=[rate_a, rate_b],
+            timings=[result["a_all"], result["b_all"]],
+        )
+    ]
     peaks = []
     # glibc's adaptive mmap threshold keeps freed activations in the heap, so VmHWM would wander by ±10%
     # between runs; a fixed threshold returns large blocks at once and makes the peak reproducible.
@@ -197,9 +225,19 @@ def bench_estimation(lm, sizes: dict, device: torch.device, synthetic: bool = Fa
     small, large = peaks
     growth = large["peak_mb"] / small["peak_mb"]
     extra = lambda p: f"{p['peak_mb']:.0f} MiB (+{p['peak_mb'] - p['before_mb']:.0f})"  # noqa: E731
-    rows.append(row(f"Estimation peak memory, {small['what']}, random padded inputs, batch {batch_size}",
-                    f"N={small['n']}", f"4N={large['n']}", extra(small), extra(large),
-                    f"B/A = {growth:.3f}", "≤ 1.05 (independent of N)", growth <= 1.05, memory=peaks))
+    rows.append(
+        row(
+            f"Estimation peak memory, {small['what']}, random padded inputs, batch {batch_size}",
+            f"N={small['n']}",
+            f"4N={large['n']}",
+            extra(small),
+            extra(large),
+            f"B/A = {growth:.3f}",
+            "≤ 1.05 (independent of N)",
+            growth <= 1.05,
+            memory=peaks,
+        )
+    )
     return rows, result["b_out"]
 
 
@@ -218,6 +256,7 @@ def bench_inference(name: str, model, constants, sizes: dict, dtype: torch.dtype
         def run():
             for _ in range(iters):
                 m(**batch)
+
         return run
 
     setting = f"{name}, {str(dtype).replace('torch.', '')}, batch {sizes['batch']}, L={L}, padded"
@@ -229,8 +268,9 @@ def bench_inference(name: str, model, constants, sizes: dict, dtype: torch.dtype
             ratio, target, met = f"speed-up A/B = {ms_a / ms_b:.2f}×", "≥ 1.15×", ms_a / ms_b >= 1.15
         else:
             ratio, target, met = f"slow-down B/A = {ms_b / ms_a:.3f}×", "≤ 1.05×", ms_b / ms_a <= 1.05
-        rows.append(row(f"Inference, {setting}: {label}", "unpatched (SDPA)", "patched", f"{ms_a:.2f} ms",
-                        f"{ms_b:.2f} ms", ratio, target, met, timings=[result["a_all"], result["b_all"]]))
+        rows.append(
+            row(f"Inference, {setting}: {label}", "unpatched (SDPA)", "patched", f"{ms_a:.2f} ms", f"{ms_b:.2f} ms", ratio, target, met, timings=[result["a_all"], result["b_all"]])
+        )
     return rows
 
 
@@ -304,9 +344,18 @@ def bench_equivalence(model, constants, device: torch.device, name: str = "minil
             diff = float((fast - reference_output(model, constants, heads, batch)).abs().max())
             cases.append({"heads": label, "padded": padded, "max_abs_diff": diff})
     worst = max(c["max_abs_diff"] for c in cases)
-    rows = [row(f"Equivalence, {name} fp32: patched fast path (+prune_qk) vs eager reference, "
-                f"{len(cases)} cases", "eager reference", "fast path", "—", "—", f"max |A−B| = {worst:.1e}",
-                "≤ 1e-5", worst <= 1e-5)]
+    rows = [
+        row(
+            f"Equivalence, {name} fp32: patched fast path (+prune_qk) vs eager reference, {len(cases)} cases",
+            "eager reference",
+            "fast path",
+            "—",
+            "—",
+            f"max |A−B| = {worst:.1e}",
+            "≤ 1e-5",
+            worst <= 1e-5,
+        )
+    ]
     return rows, cases
 
 
@@ -321,27 +370,34 @@ def _cpu_name() -> str:
 
 def header(args, device: torch.device, sizes: dict) -> dict:
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else _cpu_name()
-    return {"command": shlex.join(["python", "-m", "benchmarks.run", *sys.argv[1:]]), "device": f"{device.type} ({name})",
-            "torch": torch.__version__, "transformers": transformers.__version__, "threads": torch.get_num_threads(),
-            "cpu_count": os.cpu_count(), "load_average": [round(x, 2) for x in os.getloadavg()],
-            "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "quick": args.quick, "sizes": sizes}
+    return {
+        "command": shlex.join(["python", "-m", "benchmarks.run", *sys.argv[1:]]),
+        "device": f"{device.type} ({name})",
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "threads": torch.get_num_threads(),
+        "cpu_count": os.cpu_count(),
+        "load_average": [round(x, 2) for x in os.getloadavg()],
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "quick": args.quick,
+        "sizes": sizes,
+    }
 
 
 def to_markdown(info: dict, rows: list[dict], cases: list[dict]) -> str:
     lines = [f"# papa benchmarks — {info['device']}", ""]
-    lines += [f"- command: `{info['command']}`",
-              f"- device: {info['device']}; torch {info['torch']}, transformers {info['transformers']}; "
-              f"{info['threads']} torch threads on {info['cpu_count']} CPUs; load average at start {info['load_average']}",
-              f"- date: {info['date']}; sizes: `{json.dumps(info['sizes'])}`",
-              "- each comparison runs in one process, its sides alternating A, B, A, B after a warm-up pair "
-              "(probing: one timed pair, no warm-up pair); medians shown.", ""]
-    lines += ["| comparison | side A | side B | A (median) | B (median) | ratio | target | met |",
-              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines += [
+        f"- command: `{info['command']}`",
+        f"- device: {info['device']}; torch {info['torch']}, transformers {info['transformers']}; "
+        f"{info['threads']} torch threads on {info['cpu_count']} CPUs; load average at start {info['load_average']}",
+        f"- date: {info['date']}; sizes: `{json.dumps(info['sizes'])}`",
+        "- each comparison runs in one process, its sides alternating A, B, A, B after a warm-up pair (probing: one timed pair, no warm-up pair); medians shown.",
+        "",
+    ]
+    lines += ["| comparison | side A | side B | A (median) | B (median) | ratio | target | met |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in rows:
-        lines.append(f"| {r['comparison']} | {r['side_a']} | {r['side_b']} | {r['a']} | {r['b']} | {r['ratio']} | "
-                     f"{r['target']} | {'met' if r['met'] else 'NOT met'} |")
-    lines += ["", "Equivalence cases (max abs diff of `last_hidden_state`, fp32):", "",
-              "| constant heads | padded batch | max abs diff |", "| --- | --- | --- |"]
+        lines.append(f"| {r['comparison']} | {r['side_a']} | {r['side_b']} | {r['a']} | {r['b']} | {r['ratio']} | {r['target']} | {'met' if r['met'] else 'NOT met'} |")
+    lines += ["", "Equivalence cases (max abs diff of `last_hidden_state`, fp32):", "", "| constant heads | padded batch | max abs diff |", "| --- | --- | --- |"]
     lines += [f"| {c['heads']} | {c['padded']} | {c['max_abs_diff']:.2e} |" for c in cases]
     return "\n".join(lines) + "\n"
 
@@ -352,8 +408,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="smallest sizes (a smoke test, not a measurement)")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--json", type=Path, help="write every measurement as JSON here")
-    parser.add_argument("--synthetic", action="store_true",
-                        help="a bert-base-shaped random-init model on random inputs: no task data or embedded weights needed")
+    parser.add_argument("--synthetic", action="store_true", help="a bert-base-shaped random-init model on random inputs: no task data or embedded weights needed")
     parser.add_argument("--markdown", type=Path, help="default benchmarks/results-<device>[-quick].md")
     args = parser.parse_args(argv)
     _DEVICE = device = torch.device(args.device)

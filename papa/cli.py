@@ -73,12 +73,19 @@ def cmd_estimate(args) -> int:
     from papa.probing.experiment import estimate_task_constants
 
     constant_set = estimate_task_constants(
-        args.model, args.task, args.split, args.max_examples, args.max_length, not args.no_relayout,
-        args.batch_size, args.data_dir, args.device, progress=not args.quiet,
+        args.model,
+        args.task,
+        args.split,
+        args.max_examples,
+        args.max_length,
+        not args.no_relayout,
+        args.batch_size,
+        args.data_dir,
+        args.device,
+        progress=not args.quiet,
     )
     save_constants(args.out, constant_set)
-    print(f"wrote {args.out}: constants {list(constant_set.constants.shape)} from {constant_set.meta['num_examples']} "
-          f"examples in {constant_set.meta['seconds']:.1f} s")
+    print(f"wrote {args.out}: constants {list(constant_set.constants.shape)} from {constant_set.meta['num_examples']} examples in {constant_set.meta['seconds']:.1f} s")
     return 0
 
 
@@ -87,9 +94,16 @@ def cmd_rank(args) -> int:
     from papa.probing.ranking import compute_ranking
 
     ranking, meta = compute_ranking(
-        args.method, args.model, args.task, args.constants, seed=args.seed, epochs=args.epochs,
-        max_train_examples=args.max_train_examples, max_eval_examples=args.max_eval_examples,
-        data_dir=args.data_dir, device=args.device,
+        args.method,
+        args.model,
+        args.task,
+        args.constants,
+        seed=args.seed,
+        epochs=args.epochs,
+        max_train_examples=args.max_train_examples,
+        max_eval_examples=args.max_eval_examples,
+        data_dir=args.data_dir,
+        device=args.device,
     )
     save_ranking(args.out, ranking, meta)
     print(f"wrote {args.out}: {len(ranking)} heads ranked by {args.method}; first {[list(h) for h in ranking[:3]]}")
@@ -101,14 +115,25 @@ def cmd_probe(args) -> int:
     from papa.probing.experiment import run_probe
 
     result = run_probe(
-        args.model, args.task, args.constants, args.ranking, args.constant_heads, mode=args.mode, seed=args.seed,
-        epochs=args.epochs, lr=args.lr, probe_input=args.probe_input, selection=args.selection,
-        heldout_fraction=args.heldout_fraction, max_train_examples=args.max_train_examples,
-        max_eval_examples=args.max_eval_examples, data_dir=args.data_dir, device=args.device,
+        args.model,
+        args.task,
+        args.constants,
+        args.ranking,
+        args.constant_heads,
+        mode=args.mode,
+        seed=args.seed,
+        epochs=args.epochs,
+        lr=args.lr,
+        probe_input=args.probe_input,
+        selection=args.selection,
+        heldout_fraction=args.heldout_fraction,
+        max_train_examples=args.max_train_examples,
+        max_eval_examples=args.max_eval_examples,
+        data_dir=args.data_dir,
+        device=args.device,
     )
     atomic_write_json(args.out, result)
-    print(f"wrote {args.out}: {result['task']} {result['metric']} = {result['score']:.4f} "
-          f"(k={result['config']['constant_heads']}, {result['timings']['total']:.1f} s)")
+    print(f"wrote {args.out}: {result['task']} {result['metric']} = {result['score']:.4f} (k={result['config']['constant_heads']}, {result['timings']['total']:.1f} s)")
     return 0
 
 

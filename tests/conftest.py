@@ -16,10 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-_NO_DATA = (
-    "PAPA_DATA_DIR is not set: tests marked 'data' need it to point to the task data folder "
-    "(TASK/SPLIT.jsonl + TASK/labels.json)"
-)
+_NO_DATA = "PAPA_DATA_DIR is not set: tests marked 'data' need it to point to the task data folder (TASK/SPLIT.jsonl + TASK/labels.json)"
 
 
 def _data_dir_missing() -> bool:

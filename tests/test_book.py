@@ -33,15 +33,23 @@ def built_book(tmp_path_factory) -> Path:
     shutil.copytree(SMOKE_RUNS, copy / "book" / "runs" / "smoke", ignore=shutil.ignore_patterns(".executing", ".lock"))
     (copy / ".venv").symlink_to(ROOT / ".venv")  # the installed tools, MathJax included
     env = dict(os.environ, PYTHONPATH=str(copy))
-    build = subprocess.run([sys.executable, "-m", "papa.cli", "book", "build", "--config", "configs/smoke.yaml", "--as-is", "--strict"],
-                           cwd=copy, env=env, capture_output=True, text=True, timeout=900)
+    build = subprocess.run(
+        [sys.executable, "-m", "papa.cli", "book", "build", "--config", "configs/smoke.yaml", "--as-is", "--strict"], cwd=copy, env=env, capture_output=True, text=True, timeout=900
+    )
     assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
     return copy / "_build" / "html"
 
 
 def test_strict_build_has_every_chapter(built_book):
-    for page in ("index.html", "book/method.html", "book/setup.html", "book/reproducibility.html",
-                 "book/runs/smoke/results.html", "book/runs/smoke/controls.html", "book/appendix.html"):
+    for page in (
+        "index.html",
+        "book/method.html",
+        "book/setup.html",
+        "book/reproducibility.html",
+        "book/runs/smoke/results.html",
+        "book/runs/smoke/controls.html",
+        "book/appendix.html",
+    ):
         assert (built_book / page).is_file(), page
     results = (built_book / "book/runs/smoke/results.html").read_text()
     assert "Traceback" not in results
@@ -61,13 +69,26 @@ def test_every_chart_renders_offline_in_chromium(built_book, tmp_path):
     chart_ids = set(re.findall(r'<div id="(papa-vl-[0-9a-f-]+)"', html))
     assert len(chart_ids) >= 3, "the results page should hold the score, drop and ranking charts"
     dom = subprocess.run(
-        [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={tmp_path}",
-         "--virtual-time-budget=15000", "--dump-dom", page.as_uri()],
-        capture_output=True, text=True, timeout=120,
+        [
+            chromium,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-first-run",
+            f"--user-data-dir={tmp_path}",
+            "--virtual-time-budget=15000",
+            "--dump-dom",
+            page.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
     ).stdout
     for chart_id in chart_ids:
         start = dom.find(f'id="{chart_id}"')
         assert start >= 0, f"{chart_id} missing from the rendered page"
-        block = dom[start:start + 4000]
+        block = dom[start : start + 4000]
         assert "<canvas" in block or "<svg" in block, f"{chart_id} did not render"

@@ -7,16 +7,14 @@ import json
 
 import pytest
 import torch
+from tiny import HEADS, LAYERS, TINY_BERT, VOCAB  # noqa: E402
 from transformers import AutoModel, BertConfig
 
 from papa.core.constants import ConstantSet, estimate_constants, load_constants, save_constants
 from papa.core.errors import ConstantsMismatchError, CorruptFileError, PapaError
 from papa.core.patching import is_patched, patch_constant_heads, unpatch
 
-from tiny import HEADS, L, LAYERS, TINY_BERT, VOCAB  # noqa: E402
-
 CONFIG = BertConfig(**TINY_BERT)
-
 
 
 def _pair(seed: int = 0):

@@ -8,14 +8,15 @@ import copy
 
 import pytest
 import torch
+from tiny import HEADS, LAYERS, TINY_BERT  # noqa: E402
+from tiny import tiny_batch as _batch
+from tiny import tiny_constants as _constants
 from transformers import AutoModel, BertConfig
 
 from papa.core.constants import estimate_constants
-from papa.probing.features import extract_features
 from papa.core.heads import all_heads
 from papa.core.patching import HeadPatch, patch_constant_heads, prune_qk, unpatch
-
-from tiny import LAYERS, HEADS, TINY_BERT, tiny_batch as _batch, tiny_constants as _constants  # noqa: E402
+from papa.probing.features import extract_features
 
 pytestmark = pytest.mark.cuda  # deselected on a machine without a CUDA device (tests/conftest.py)
 CUDA = torch.device("cuda")

@@ -8,9 +8,9 @@ from pathlib import Path
 import datasets
 import pytest
 
+from papa.core.errors import DataError, PapaError
 from papa.probing import data as papa_data
 from papa.probing.data import TASKS, get_task, label_names, load_task_split, subset
-from papa.core.errors import DataError, PapaError
 
 SST_NAMES = ["bad", "good"]
 PAIR_NAMES = ["yes", "maybe", "no"]
@@ -43,8 +43,7 @@ PAIR_ROWS = [
     {"premise": "the dog ran", "hypothesis": "nothing moved", "label": 2, "idx": 1},
 ]
 CONLL_ROWS = [
-    {"id": "0", "tokens": ["the", "big", "cat", "sat"], "pos_tags": [0, 1, 1, 2], "chunk_tags": [0, 0, 0, 0],
-     "ner_tags": [0, 1, 2, 0]},
+    {"id": "0", "tokens": ["the", "big", "cat", "sat"], "pos_tags": [0, 1, 1, 2], "chunk_tags": [0, 0, 0, 0], "ner_tags": [0, 1, 2, 0]},
     {"id": "1", "tokens": ["dogs", "run"], "pos_tags": [1, 2], "chunk_tags": [0, 0], "ner_tags": [1, 0]},
 ]
 CONLL_LABELS = {"pos_tags": POS_NAMES, "chunk_tags": ["O"], "ner_tags": NER_NAMES}

@@ -18,8 +18,7 @@ pytestmark = pytest.mark.data
 
 def test_estimate_cli_matches_official_formula(data_dir, tmp_path):
     out = tmp_path / "c.safetensors"
-    assert main(["estimate", "--model", "minilm-l6", "--task", "sst2", "--max-examples", "64", "--no-relayout",
-                 "--quiet", "--out", str(out)]) == 0
+    assert main(["estimate", "--model", "minilm-l6", "--task", "sst2", "--max-examples", "64", "--no-relayout", "--quiet", "--out", str(out)]) == 0
     constants = load_file(out)["constants"]
 
     sentences = [json.loads(line)["sentence"] for line in (data_dir / "sst2" / "train.jsonl").open()][:64]

@@ -9,8 +9,8 @@ import altair as alt
 import numpy as np
 import pytest
 import torch
+from test_results import grid
 
-from papa.core.errors import PapaError
 from papa.analysis.figures import (
     FLOOR_LABEL,
     VEGA_BUNDLE_NAME,
@@ -27,7 +27,7 @@ from papa.analysis.figures import (
     write_vega_bundle,
 )
 from papa.analysis.results import TRAIN_SIZE_COLUMNS, epoch_table, floors_table, load_results, summarise
-from test_results import grid
+from papa.core.errors import PapaError
 
 
 @pytest.fixture(scope="module")
@@ -89,13 +89,15 @@ def test_score_vs_train_size():
     import pandas as pd
 
     nan = float("nan")
-    rows = [["minilm-l6", "sst2", size, k0, k0 - 0.01, k0 + 0.01, kall, kall - 0.01, kall + 0.01, 3, (k0 - kall) / k0, real,
-             floor, floor - 0.01, floor + 0.01, n_floor, 0.5, nan, None]
-            for size, k0, kall, real, floor, n_floor in ((400, 0.78, 0.72, True, 0.57, 1), (67349, 0.82, 0.81, False, nan, 0))]
+    rows = [
+        ["minilm-l6", "sst2", size, k0, k0 - 0.01, k0 + 0.01, kall, kall - 0.01, kall + 0.01, 3, (k0 - kall) / k0, real, floor, floor - 0.01, floor + 0.01, n_floor, 0.5, nan, None]
+        for size, k0, kall, real, floor, n_floor in ((400, 0.78, 0.72, True, 0.57, 1), (67349, 0.82, 0.81, False, nan, 0))
+    ]
     spec = valid(fig_score_vs_train_size(pd.DataFrame(rows, columns=TRAIN_SIZE_COLUMNS)))
     drawn = data_rows(spec)
     assert len(drawn) == 5 and has_tooltip(spec)  # sizes × {k = 0, k = all}, and the floor where it ran
     assert [(r["train_examples"], r["n_seeds"]) for r in drawn if r["condition"] == FLOOR_LABEL] == [(400, 1)]  # the floor's own seeds
+
     def mark(layer):
         return layer["mark"]["type"] if isinstance(layer["mark"], dict) else layer["mark"]
 

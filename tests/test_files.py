@@ -8,9 +8,9 @@ import stat
 import pytest
 import torch
 
+from papa.core.io import atomic_write_json, atomic_write_with
 from papa.probing import features as feature_cache
 from papa.probing.features import Features
-from papa.core.io import atomic_write_json, atomic_write_with
 
 
 @pytest.fixture
@@ -22,8 +22,7 @@ def cache(tmp_path, monkeypatch):
 def _features() -> Features:
     generator = torch.Generator().manual_seed(0)
     states = torch.randn(3, 2, 4, 5, generator=generator).half()
-    return Features(states, torch.tensor([0, 1, 1]), mask=torch.tensor([[1, 1, 0, 0]] * 3, dtype=torch.bool),
-                    positions=torch.arange(4))
+    return Features(states, torch.tensor([0, 1, 1]), mask=torch.tensor([[1, 1, 0, 0]] * 3, dtype=torch.bool), positions=torch.arange(4))
 
 
 def test_files_get_the_umask_permissions_not_0600(tmp_path):

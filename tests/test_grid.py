@@ -23,8 +23,11 @@ from papa.pipeline.grid import ROOT, GridLock, Manifest, expand, load_config, ru
 pytestmark = [pytest.mark.data, pytest.mark.slow]
 
 TINY = {
-    "models": ["minilm-l6"], "tasks": ["sst2"], "max_length": 32,
-    "estimate": {"max_examples": 16}, "rank": {"methods": ["deviation"]},
+    "models": ["minilm-l6"],
+    "tasks": ["sst2"],
+    "max_length": 32,
+    "estimate": {"max_examples": 16},
+    "rank": {"methods": ["deviation"]},
     "probe": {"fractions": [0, 1], "seeds": [1], "epochs": 1, "max_train_examples": 16, "max_eval_examples": 16},
     "floors": {"attention_free": False},
 }
@@ -54,7 +57,7 @@ def test_runs_once_then_only_dependants_then_failures(tmp_path, grid, capsys, da
     config_path = write_config(tmp_path, grid)
     assert run_grid(config_path) == 0
     first = notebook_mtimes(grid)
-    assert {"results.ipynb", "controls.ipynb", f"estimate__minilm-l6__sst2.ipynb"} <= set(first)
+    assert {"results.ipynb", "controls.ipynb", "estimate__minilm-l6__sst2.ipynb"} <= set(first)
     assert all(json.loads((ROOT / "book" / "runs" / grid / n).read_text())["cells"] for n in first)
 
     capsys.readouterr()
@@ -107,8 +110,9 @@ def test_sigkill_loses_only_the_run_in_progress(tmp_path, grid, data_dir):
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     completed: list[set[str]] = []
     for target in (1, 3):  # kill once after the first finished run, once after the third
-        process = subprocess.Popen([sys.executable, "-m", "papa.cli", "grid", "run", str(config_path)], cwd=ROOT, env=env,
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        process = subprocess.Popen(
+            [sys.executable, "-m", "papa.cli", "grid", "run", str(config_path)], cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+        )
         deadline = time.time() + 300
         done: set[str] = set()
         while time.time() < deadline and process.poll() is None:

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from papa.pipeline.grid import (DEFAULT_SECONDS, HUB_TRAIN_SIZES, PROBE_SECONDS_PER_EXAMPLE, PROBE_STARTUP_SECONDS, Manifest, Run,
-                       estimate_seconds, run_seconds_guess)
+from papa.pipeline.grid import DEFAULT_SECONDS, HUB_TRAIN_SIZES, PROBE_SECONDS_PER_EXAMPLE, PROBE_STARTUP_SECONDS, Manifest, Run, estimate_seconds, run_seconds_guess
 
 
 def test_a_probe_never_timed_is_estimated_from_its_size(tmp_path, monkeypatch):

@@ -8,6 +8,7 @@ import time
 
 import pytest
 import torch
+from tiny import HEADS, LAYERS, TINY_BERT, VOCAB, L  # noqa: E402
 from transformers import (
     AutoModel,
     AutoTokenizer,
@@ -37,22 +38,20 @@ from papa.core.patching import (
     unpatch,
 )
 
-from tiny import HEADS, L, LAYERS, TINY_BERT, VOCAB  # noqa: E402
-
 _COMMON = TINY_BERT
 CONFIGS = {
     "bert": lambda: BertConfig(**_COMMON),
     "roberta": lambda: RobertaConfig(**_COMMON, pad_token_id=1),
     "electra": lambda: ElectraConfig(**_COMMON, embedding_size=16),
-    "distilbert": lambda: DistilBertConfig(
-        vocab_size=VOCAB, dim=32, n_layers=LAYERS, n_heads=HEADS, hidden_dim=37, max_position_embeddings=64
-    ),
-    "deberta": lambda: DebertaConfig(
-        **_COMMON, relative_attention=True, pos_att_type=["c2p", "p2c"], max_relative_positions=16
-    ),
+    "distilbert": lambda: DistilBertConfig(vocab_size=VOCAB, dim=32, n_layers=LAYERS, n_heads=HEADS, hidden_dim=37, max_position_embeddings=64),
+    "deberta": lambda: DebertaConfig(**_COMMON, relative_attention=True, pos_att_type=["c2p", "p2c"], max_relative_positions=16),
     "deberta-v2": lambda: DebertaV2Config(
-        **_COMMON, relative_attention=True, pos_att_type=["c2p", "p2c"], position_buckets=8,
-        max_relative_positions=16, position_biased_input=False,
+        **_COMMON,
+        relative_attention=True,
+        pos_att_type=["c2p", "p2c"],
+        position_buckets=8,
+        max_relative_positions=16,
+        position_biased_input=False,
     ),
     "mpnet": lambda: MPNetConfig(**_COMMON),
 }
@@ -60,7 +59,6 @@ CONFIGS = {
 
 def test_every_adapter_has_a_tiny_config():
     assert sorted(CONFIGS) == sorted(set(ADAPTERS) - {"xlm-roberta"})
-
 
 
 def _build(arch, attn=None, seed=0):

@@ -7,6 +7,9 @@ import json
 
 import pytest
 import torch
+from tiny import HEADS, LAYERS, TINY_BERT, L  # noqa: E402
+from tiny import tiny_batch as _batch
+from tiny import tiny_constants as _constants
 from transformers import AutoModel, BertConfig, BertForSequenceClassification
 
 from papa.core.errors import ConstantsMismatchError, CorruptFileError, PapaError
@@ -25,10 +28,7 @@ from papa.core.patching import (
     unpatch,
 )
 
-from tiny import HEADS, L, LAYERS, TINY_BERT, tiny_batch as _batch, tiny_constants as _constants  # noqa: E402
-
 CONFIG = BertConfig(**TINY_BERT)
-
 
 
 def _model(seed=0, attn="sdpa"):

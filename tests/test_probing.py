@@ -13,14 +13,13 @@ import pytest
 import torch
 from transformers import AutoModel, BertConfig
 
-from papa.probing.experiment import make_evaluator, prepare_inputs, run_probe
-from papa.probing.features import extract_features
+from papa.core.errors import PapaError
 from papa.core.heads import all_heads
 from papa.core.models import load_model
 from papa.core.patching import gate_lambdas, patch_gates, unpatch
-from papa.core.errors import PapaError
-from papa.probing.probe import (CachedSource, LiveSource, ProbeConfig, SequenceProbe, SubsetSource, TokenProbe, build_probe, predict,
-                        select_epoch, split_heldout, train_probe)
+from papa.probing.experiment import prepare_inputs, run_probe
+from papa.probing.features import extract_features
+from papa.probing.probe import CachedSource, LiveSource, ProbeConfig, SequenceProbe, SubsetSource, TokenProbe, build_probe, predict, select_epoch, split_heldout, train_probe
 from papa.probing.ranking import rank_gates
 
 
@@ -81,8 +80,7 @@ def test_same_seed_same_history():
 
 
 def tiny_model():
-    config = BertConfig(vocab_size=120, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                        intermediate_size=37, max_position_embeddings=64)
+    config = BertConfig(vocab_size=120, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37, max_position_embeddings=64)
     torch.manual_seed(0)
     return AutoModel.from_config(copy.deepcopy(config), attn_implementation="sdpa").eval()
 
@@ -119,8 +117,12 @@ def test_gates_rank_every_head_and_move_lambdas():
 
 
 def test_select_epoch_on_hand_made_histories():
-    epochs = [{"epoch": 1, "main": 0.60, "heldout_main": 0.70}, {"epoch": 2, "main": 0.50, "heldout_main": 0.80},
-              {"epoch": 3, "main": 0.90, "heldout_main": 0.80}, {"epoch": 4, "main": 0.95, "heldout_main": 0.75}]
+    epochs = [
+        {"epoch": 1, "main": 0.60, "heldout_main": 0.70},
+        {"epoch": 2, "main": 0.50, "heldout_main": 0.80},
+        {"epoch": 3, "main": 0.90, "heldout_main": 0.80},
+        {"epoch": 4, "main": 0.95, "heldout_main": 0.75},
+    ]
     assert select_epoch(epochs, "final")["epoch"] == 4
     assert select_epoch(epochs, "heldout")["epoch"] == 2  # the best held-out score; the earliest of a tie
     with pytest.raises(PapaError, match="needs held-out scores"):
@@ -161,8 +163,7 @@ def test_heldout_training_never_sees_heldout_examples():
 @pytest.mark.data
 def test_run_probe_reports_the_epoch_chosen_on_heldout_training_data(data_dir, tmp_path, monkeypatch):
     monkeypatch.setenv("PAPA_CACHE_DIR", str(tmp_path))
-    result = run_probe("minilm-l6", "sst2", epochs=4, lr=1e-3, max_train_examples=60, max_eval_examples=40, max_length=32,
-                       selection="heldout", heldout_fraction=0.25)
+    result = run_probe("minilm-l6", "sst2", epochs=4, lr=1e-3, max_train_examples=60, max_eval_examples=40, max_length=32, selection="heldout", heldout_fraction=0.25)
     best = max(result["epochs"], key=lambda r: (r["heldout_main"], -r["epoch"]))
     assert result["selected_epoch"] == best["epoch"] and result["score"] == best["main"]
     assert result["config"]["selection"] == "heldout" and result["config"]["heldout_fraction"] == 0.25
@@ -204,9 +205,29 @@ def test_same_seed_same_scores_in_two_processes(data_dir, tmp_path):
     outs = []
     for n in range(2):
         out = tmp_path / f"r{n}.json"
-        subprocess.run([sys.executable, "-m", "papa.cli", "probe", "--task", "sst2", "--epochs", "2", "--max-train-examples", "32",
-                        "--max-eval-examples", "32", "--seed", "7", "--out", str(out)], check=True, capture_output=True,
-                       env={**__import__("os").environ, "PAPA_CACHE_DIR": str(tmp_path / f"cache{n}")})
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "papa.cli",
+                "probe",
+                "--task",
+                "sst2",
+                "--epochs",
+                "2",
+                "--max-train-examples",
+                "32",
+                "--max-eval-examples",
+                "32",
+                "--seed",
+                "7",
+                "--out",
+                str(out),
+            ],
+            check=True,
+            capture_output=True,
+            env={**__import__("os").environ, "PAPA_CACHE_DIR": str(tmp_path / f"cache{n}")},
+        )
         outs.append(json.loads(out.read_text()))
     assert [e["main"] for e in outs[0]["epochs"]] == [e["main"] for e in outs[1]["epochs"]]
     assert [e["train_loss"] for e in outs[0]["epochs"]] == [e["train_loss"] for e in outs[1]["epochs"]]

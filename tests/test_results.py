@@ -8,8 +8,6 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from papa.core.errors import CorruptFileError, PapaError
-from papa.core.io import atomic_write_json
 from papa.analysis.results import (
     claims_table,
     difference_is_real,
@@ -23,24 +21,54 @@ from papa.analysis.results import (
     score_table,
     summarise,
 )
+from papa.core.errors import CorruptFileError, PapaError
+from papa.core.io import atomic_write_json
 
 
-def result(task="sst2", k=0, seed=1, score=0.8, probe_input="all", ranking="gates", model="minilm-l6", total=72,
-           mode="cached", majority=0.5, metric="accuracy", epochs=2, lr=2e-5, train_examples=1000) -> dict:
+def result(
+    task="sst2",
+    k=0,
+    seed=1,
+    score=0.8,
+    probe_input="all",
+    ranking="gates",
+    model="minilm-l6",
+    total=72,
+    mode="cached",
+    majority=0.5,
+    metric="accuracy",
+    epochs=2,
+    lr=2e-5,
+    train_examples=1000,
+) -> dict:
     """A result dict in the format of papa.probing.experiment.run_probe."""
     metrics = {metric: score, "main": score}
     if metric == "combined":
         metrics.update(accuracy=score + 0.01, f1=score - 0.01)
-    history = [{"epoch": e, "train_loss": 1.0 / e, **{m: v - 0.1 * (epochs - e) for m, v in metrics.items()}}
-               for e in range(1, epochs + 1)]
+    history = [{"epoch": e, "train_loss": 1.0 / e, **{m: v - 0.1 * (epochs - e) for m, v in metrics.items()}} for e in range(1, epochs + 1)]
     return {
-        "config": {"model": model, "task": task, "constant_heads": k, "total_heads": total,
-                   "ranking": f"{model}__{task}__{ranking}.json" if k else None, "constants": None, "mode": mode,
-                   "seed": seed, "lr": lr, "epochs": epochs, "batch_size": 16, "probe_input": probe_input},
-        "task": task, "metric": metric, "score": score, "metrics": metrics, "epochs": history,
-        "floors": {"majority": {metric: majority, "main": majority,
-                                **({"accuracy": majority, "f1": majority} if metric == "combined" else {})}},
-        "timings": {"total": 3.5}, "data": {"train_examples": train_examples, "eval_examples": 100},
+        "config": {
+            "model": model,
+            "task": task,
+            "constant_heads": k,
+            "total_heads": total,
+            "ranking": f"{model}__{task}__{ranking}.json" if k else None,
+            "constants": None,
+            "mode": mode,
+            "seed": seed,
+            "lr": lr,
+            "epochs": epochs,
+            "batch_size": 16,
+            "probe_input": probe_input,
+        },
+        "task": task,
+        "metric": metric,
+        "score": score,
+        "metrics": metrics,
+        "epochs": history,
+        "floors": {"majority": {metric: majority, "main": majority, **({"accuracy": majority, "f1": majority} if metric == "combined" else {})}},
+        "timings": {"total": 3.5},
+        "data": {"train_examples": train_examples, "eval_examples": 100},
     }
 
 
@@ -129,8 +157,9 @@ def test_epoch_table(tmp_path):
 # --- summaries, floors, claims -----------------------------------------------------------------
 
 
-def grid(tmp_path, baseline=(0.80, 0.82, 0.84), half=(0.79, 0.81, 0.83), full=(0.70, 0.72, 0.74),
-         free=(0.55, 0.56, 0.57), majority=0.5, task="sst2", model="minilm-l6", total=72) -> Path:
+def grid(
+    tmp_path, baseline=(0.80, 0.82, 0.84), half=(0.79, 0.81, 0.83), full=(0.70, 0.72, 0.74), free=(0.55, 0.56, 0.57), majority=0.5, task="sst2", model="minilm-l6", total=72
+) -> Path:
     runs = {}
     for seed, (b, h, f, e) in enumerate(zip(baseline, half, full, free), start=1):
         tag = f"{model}_{task}_s{seed}"
@@ -166,8 +195,7 @@ def test_floors_table_informative_flags(tmp_path):
     # sst2: baseline 0.82 ± 0.02 vs floors max(0.5, 0.56): gap 0.26 > margin 0.04 → informative
     grid(tmp_path / "g", task="sst2")
     # cola: baseline 0.10 ± 0.02 vs attention-free 0.09: gap 0.01 < margin 0.04 → not informative
-    grid(tmp_path / "g", task="cola", baseline=(0.08, 0.10, 0.12), half=(0.08, 0.1, 0.1), full=(0.0, 0.01, 0.02),
-         free=(0.08, 0.09, 0.10), majority=0.0)
+    grid(tmp_path / "g", task="cola", baseline=(0.08, 0.10, 0.12), half=(0.08, 0.1, 0.1), full=(0.0, 0.01, 0.02), free=(0.08, 0.09, 0.10), majority=0.0)
     # mrpc: majority 0.81 beats the attention-free floor; baseline 0.815 → gap 0.005 < 0.01 → not informative
     grid(tmp_path / "g", task="mrpc", baseline=(0.815,) * 3, free=(0.6,) * 3, majority=0.81)
     df = load_results(tmp_path / "g")
@@ -227,8 +255,7 @@ def test_claim_three_with_two_models(tmp_path):
     # the better model (bert: 0.90) loses more (22%) than the weaker (minilm: 0.82 → 12%) on both tasks
     for task in ("sst2", "pos"):
         grid(tmp_path, task=task)
-        grid(tmp_path, task=task, model="bert", total=144, baseline=(0.89, 0.90, 0.91), half=(0.88, 0.89, 0.90),
-             full=(0.69, 0.70, 0.71))
+        grid(tmp_path, task=task, model="bert", total=144, baseline=(0.89, 0.90, 0.91), half=(0.88, 0.89, 0.90), full=(0.69, 0.70, 0.71))
     assert claims(tmp_path).loc[3, "verdict"] == "reproduced"
     # the weaker model losing more contradicts the claim
     grid(tmp_path / "rev", task="sst2")
@@ -262,9 +289,12 @@ def test_sensitivity_table_by_hand(tmp_path):
             r["config"]["selection"], r["selected_epoch"] = "heldout", 3
             runs[f"probe__sst2__k{k}__tuned__s{seed}"] = r  # a study's runs carry its name (papa.pipeline.grid.expand)
     tidy = load_results(write(tmp_path, runs))
-    config = {"models": ["minilm-l6"], "tasks": ["sst2"],
-              "probe": {"lr": 2e-5, "epochs": 2, "max_train_examples": 1000, "modes": ["cached"]},
-              "studies": [{"name": "tuned", "lr": 1e-3, "epochs": 4, "selection": "heldout"}]}
+    config = {
+        "models": ["minilm-l6"],
+        "tasks": ["sst2"],
+        "probe": {"lr": 2e-5, "epochs": 2, "max_train_examples": 1000, "modes": ["cached"]},
+        "studies": [{"name": "tuned", "lr": 1e-3, "epochs": 4, "selection": "heldout"}],
+    }
     main = study_frame(tidy, config)
     assert set(main["lr"]) == {2e-5}  # the tuned runs are not mixed into the main grid
     studies = {"tuned": study_frame(tidy, config, config["studies"][0])}
@@ -281,11 +311,9 @@ def test_still_rising_by_hand():
     from papa.book import still_rising
 
     def run(run_id, scores):
-        return [{"run_id": run_id, "model": "minilm-l6", "task": "sst2", "k": 0, "seed": 1, "probe_input": "all",
-                 "epoch": e + 1, "score": s} for e, s in enumerate(scores)]
+        return [{"run_id": run_id, "model": "minilm-l6", "task": "sst2", "k": 0, "seed": 1, "probe_input": "all", "epoch": e + 1, "score": s} for e, s in enumerate(scores)]
 
-    epochs = pd.DataFrame(run("rising", [0.5, 0.6, 0.7, 0.8, 0.85, 0.9]) + run("flat", [0.7, 0.71, 0.7, 0.7, 0.701, 0.7])
-                          + run("short", [0.1, 0.2, 0.3, 0.4]))
+    epochs = pd.DataFrame(run("rising", [0.5, 0.6, 0.7, 0.8, 0.85, 0.9]) + run("flat", [0.7, 0.71, 0.7, 0.7, 0.701, 0.7]) + run("short", [0.1, 0.2, 0.3, 0.4]))
     table = still_rising(epochs).set_index("run_id")
     assert table.loc["rising", "late_gain"] == pytest.approx(0.85 - 0.6) and table.loc["rising", "rising"]
     assert not table.loc["flat", "rising"] and "short" not in table.index  # fewer than 2 × 3 epochs: not judged
@@ -317,8 +345,8 @@ def test_floors_display_names_the_model_when_there_are_several(tmp_path):
 
 
 def test_train_size_table_and_sentence_by_hand(tmp_path):
-    from papa.book import BookData, study_frame, train_size_sentence, train_size_study
     from papa.analysis.results import train_size_table
+    from papa.book import BookData, study_frame, train_size_sentence, train_size_study
 
     runs = {}
     # 400 examples: 0.80 → 0.70 (drop 12.5%, beyond the 0.002 seed range); 8000: 0.85 → 0.849 (inside it)
@@ -333,8 +361,7 @@ def test_train_size_table_and_sentence_by_hand(tmp_path):
         runs[f"ep_a_{seed}"] = result(k=72, seed=seed, score=0.2, epochs=5, train_examples=400)
         # MRPC at one size only; its majority class (0.70) is above its attention-free floor (0.60)
         for k, score, probe_input in ((0, 0.80, "all"), (72, 0.76, "all"), (0, 0.60, "embeddings")):
-            runs[f"mrpc_{k}_{probe_input}_{seed}"] = result(task="mrpc", k=k, seed=seed, score=score, probe_input=probe_input,
-                                                            majority=0.70, train_examples=400)
+            runs[f"mrpc_{k}_{probe_input}_{seed}"] = result(task="mrpc", k=k, seed=seed, score=score, probe_input=probe_input, majority=0.70, train_examples=400)
     runs["cola_0"] = result(task="cola", k=0, score=0.7)  # no k = all: no row
     tidy = load_results(write(tmp_path, runs))
 
@@ -359,8 +386,7 @@ def test_train_size_table_and_sentence_by_hand(tmp_path):
     with pytest.raises(PapaError, match="repeat a seed"):
         train_size_table(repeated, lr=2e-5, epochs=2)
 
-    config = {"models": ["minilm-l6"], "tasks": ["sst2", "mrpc", "cola"],
-              "probe": {"lr": 2e-5, "epochs": 2, "max_train_examples": 400, "modes": ["cached"]}}
+    config = {"models": ["minilm-l6"], "tasks": ["sst2", "mrpc", "cola"], "probe": {"lr": 2e-5, "epochs": 2, "max_train_examples": 400, "modes": ["cached"]}}
     main = study_frame(tidy, config)
     data = BookData(config, tidy, main, summarise(main), floors_table(main), pd.DataFrame())
     study = train_size_study(data)
@@ -380,10 +406,12 @@ def test_sensitivity_table_names_the_whole_split_and_skips_what_is_not_its_own(t
             runs[f"p0{tag}__s{seed}"] = result(k=0, seed=seed, score=k0 + 0.001 * seed, train_examples=size)
             runs[f"pa{tag}__s{seed}"] = result(k=72, seed=seed, score=kall + 0.001 * seed, train_examples=size)
         runs[f"pf__floorfull__s{seed}"] = result(k=0, seed=seed, score=0.7, probe_input="embeddings", train_examples=67349)
-    config = {"models": ["minilm-l6"], "tasks": ["sst2"],
-              "probe": {"lr": 2e-5, "epochs": 2, "max_train_examples": 1000, "modes": ["cached"]},
-              "studies": [{"name": "fulldata", "max_train_examples": None},
-                          {"name": "floorfull", "max_train_examples": None, "probe_input": "embeddings"}]}
+    config = {
+        "models": ["minilm-l6"],
+        "tasks": ["sst2"],
+        "probe": {"lr": 2e-5, "epochs": 2, "max_train_examples": 1000, "modes": ["cached"]},
+        "studies": [{"name": "fulldata", "max_train_examples": None}, {"name": "floorfull", "max_train_examples": None, "probe_input": "embeddings"}],
+    }
 
     def table(names):
         tidy = load_results(write(tmp_path / "_".join(names), {r: v for r, v in runs.items() if any(n in r for n in names)}))

@@ -92,30 +92,59 @@ def fig_score_vs_dynamic_heads(summary: pd.DataFrame, floors: pd.DataFrame, mode
     scores = pd.concat(parts) if parts else rows
     scores = scores.assign(layer="score", dynamic=scores["total_heads"] - scores["k"])
     scores = scores[["layer", "model", "task", "ranking", "k", "dynamic", "metric", "mean", "std", "min", "max", "n_seeds"]]
-    lines = floors[floors["mode"] == chosen_mode].melt(
-        id_vars=["model", "task"], value_vars=["majority", "attention_free"], var_name="floor", value_name="value")
+    lines = floors[floors["mode"] == chosen_mode].melt(id_vars=["model", "task"], value_vars=["majority", "attention_free"], var_name="floor", value_name="value")
     lines = lines.dropna(subset=["value"]).assign(layer="floor", floor=lambda f: f["floor"].str.replace("_", "-"))
     data = _clean(pd.concat([scores, lines], ignore_index=True))
 
     pick = alt.selection_point(name="pick_ranking", fields=["ranking"], bind="legend")
     x = alt.X("dynamic:Q", title="input-dependent heads (total − k)")
     is_score = alt.datum.layer == "score"
-    band = alt.Chart().mark_area(opacity=0.2).encode(
-        x=x, y=alt.Y("min:Q", scale=alt.Scale(zero=False), title="score"), y2="max:Q",
-        color=alt.Color("ranking:N", title="ranking"),
-        opacity=alt.condition(pick, alt.value(0.25), alt.value(0.03)),
-    ).transform_filter(is_score)
-    line = alt.Chart().mark_line(point=True).encode(
-        x=x, y=alt.Y("mean:Q", scale=alt.Scale(zero=False)), color="ranking:N",
-        opacity=alt.condition(pick, alt.value(1.0), alt.value(0.15)),
-        tooltip=["task:N", "ranking:N", "k:Q", "dynamic:Q", "metric:N", alt.Tooltip("mean:Q", format=".4f"),
-                 alt.Tooltip("std:Q", format=".4f"), alt.Tooltip("min:Q", format=".4f"),
-                 alt.Tooltip("max:Q", format=".4f"), "n_seeds:Q"],
-    ).add_params(pick).transform_filter(is_score)
-    rule = alt.Chart().mark_rule(color="gray").encode(
-        y="value:Q", strokeDash=alt.StrokeDash("floor:N", title="floor"),
-        tooltip=["task:N", "floor:N", alt.Tooltip("value:Q", format=".4f")],
-    ).transform_filter(alt.datum.layer == "floor")
+    band = (
+        alt.Chart()
+        .mark_area(opacity=0.2)
+        .encode(
+            x=x,
+            y=alt.Y("min:Q", scale=alt.Scale(zero=False), title="score"),
+            y2="max:Q",
+            color=alt.Color("ranking:N", title="ranking"),
+            opacity=alt.condition(pick, alt.value(0.25), alt.value(0.03)),
+        )
+        .transform_filter(is_score)
+    )
+    line = (
+        alt.Chart()
+        .mark_line(point=True)
+        .encode(
+            x=x,
+            y=alt.Y("mean:Q", scale=alt.Scale(zero=False)),
+            color="ranking:N",
+            opacity=alt.condition(pick, alt.value(1.0), alt.value(0.15)),
+            tooltip=[
+                "task:N",
+                "ranking:N",
+                "k:Q",
+                "dynamic:Q",
+                "metric:N",
+                alt.Tooltip("mean:Q", format=".4f"),
+                alt.Tooltip("std:Q", format=".4f"),
+                alt.Tooltip("min:Q", format=".4f"),
+                alt.Tooltip("max:Q", format=".4f"),
+                "n_seeds:Q",
+            ],
+        )
+        .add_params(pick)
+        .transform_filter(is_score)
+    )
+    rule = (
+        alt.Chart()
+        .mark_rule(color="gray")
+        .encode(
+            y="value:Q",
+            strokeDash=alt.StrokeDash("floor:N", title="floor"),
+            tooltip=["task:N", "floor:N", alt.Tooltip("value:Q", format=".4f")],
+        )
+        .transform_filter(alt.datum.layer == "floor")
+    )
     layered = alt.layer(band, line, rule, data=data).properties(width=FACET_WIDTH, height=FACET_HEIGHT)
     return _facet(layered, data, x_per_model=True)
 
@@ -129,13 +158,18 @@ def fig_baseline_vs_drop(summary: pd.DataFrame, mode: str | None = None) -> alt.
     drops = drops_at(summary, 1, None, chosen)
     if drops.empty:
         raise PapaError("No model/task has both k=0 and k=all runs", "Run the k=0 and k=all probes first.")
-    return alt.Chart(_clean(drops)).mark_point(size=90, filled=True).encode(
-        x=alt.X("baseline:Q", scale=alt.Scale(zero=False, padding=20), title="baseline score (k = 0)"),
-        y=alt.Y("drop:Q", scale=alt.Scale(padding=20), axis=alt.Axis(format="%"), title="relative drop, all heads constant"),
-        color=alt.Color("model:N"), shape=alt.Shape("task:N"),
-        tooltip=["model:N", "task:N", alt.Tooltip("baseline:Q", format=".4f"), alt.Tooltip("score:Q", format=".4f"),
-                 alt.Tooltip("drop:Q", format=".2%"), "real:N"],
-    ).properties(width=360, height=260)
+    return (
+        alt.Chart(_clean(drops))
+        .mark_point(size=90, filled=True)
+        .encode(
+            x=alt.X("baseline:Q", scale=alt.Scale(zero=False, padding=20), title="baseline score (k = 0)"),
+            y=alt.Y("drop:Q", scale=alt.Scale(padding=20), axis=alt.Axis(format="%"), title="relative drop, all heads constant"),
+            color=alt.Color("model:N"),
+            shape=alt.Shape("task:N"),
+            tooltip=["model:N", "task:N", alt.Tooltip("baseline:Q", format=".4f"), alt.Tooltip("score:Q", format=".4f"), alt.Tooltip("drop:Q", format=".2%"), "real:N"],
+        )
+        .properties(width=360, height=260)
+    )
 
 
 def fig_convergence(epochs: pd.DataFrame, mode: str | None = None) -> alt.FacetChart:
@@ -147,17 +181,30 @@ def fig_convergence(epochs: pd.DataFrame, mode: str | None = None) -> alt.FacetC
     rows = rows[(rows["probe_input"] == "all") & ((rows["k"] == 0) | (rows["k"] == rows["total_heads"]))]
     rows = rows.assign(condition=np.where(rows["k"] == 0, K0_LABEL, KALL_LABEL))
     data = rows.groupby(["model", "task", "condition", "epoch"], as_index=False).agg(
-        mean=("score", "mean"), min=("score", "min"), max=("score", "max"), loss=("train_loss", "mean"),
-        n_seeds=("seed", "nunique"))
+        mean=("score", "mean"), min=("score", "min"), max=("score", "max"), loss=("train_loss", "mean"), n_seeds=("seed", "nunique")
+    )
     data = _clean(data)
     color = alt.Color("condition:N", title=None)
     x = alt.X("epoch:Q", axis=alt.Axis(tickMinStep=1, format="d"))
     band = alt.Chart().mark_area(opacity=0.2).encode(x=x, y=alt.Y("min:Q", title="dev score"), y2="max:Q", color=color)
-    line = alt.Chart().mark_line(point=True).encode(
-        x=x, y=alt.Y("mean:Q", scale=alt.Scale(zero=False)), color=color,
-        tooltip=["task:N", "condition:N", "epoch:Q", alt.Tooltip("mean:Q", format=".4f"),
-                 alt.Tooltip("min:Q", format=".4f"), alt.Tooltip("max:Q", format=".4f"),
-                 alt.Tooltip("loss:Q", format=".4f", title="train loss"), "n_seeds:Q"],
+    line = (
+        alt.Chart()
+        .mark_line(point=True)
+        .encode(
+            x=x,
+            y=alt.Y("mean:Q", scale=alt.Scale(zero=False)),
+            color=color,
+            tooltip=[
+                "task:N",
+                "condition:N",
+                "epoch:Q",
+                alt.Tooltip("mean:Q", format=".4f"),
+                alt.Tooltip("min:Q", format=".4f"),
+                alt.Tooltip("max:Q", format=".4f"),
+                alt.Tooltip("loss:Q", format=".4f", title="train loss"),
+                "n_seeds:Q",
+            ],
+        )
     )
     return _facet(alt.layer(band, line, data=data).properties(width=FACET_WIDTH, height=FACET_HEIGHT), data)
 
@@ -185,22 +232,29 @@ def fig_score_vs_train_size(table: pd.DataFrame) -> alt.FacetChart:
     color = alt.Color("condition:N", title=None)
     x = alt.X("train_examples:Q", scale=alt.Scale(type="log"), title="training examples (log scale)")
     y = alt.Y("mean:Q", scale=alt.Scale(zero=False), title="dev score")
-    tooltip = ["model:N", "task:N", "condition:N", alt.Tooltip("train_examples:Q", format=","),
-               alt.Tooltip("mean:Q", format=".4f"), alt.Tooltip("min:Q", format=".4f"), alt.Tooltip("max:Q", format=".4f"),
-               alt.Tooltip("drop:Q", format=".2%", title="relative drop"), alt.Tooltip("drop_real:N", title="drop beyond seed spread"),
-               alt.Tooltip("retained_gain:Q", format=".2%", title="retained gain over the higher floor"), "n_seeds:Q"]
+    tooltip = [
+        "model:N",
+        "task:N",
+        "condition:N",
+        alt.Tooltip("train_examples:Q", format=","),
+        alt.Tooltip("mean:Q", format=".4f"),
+        alt.Tooltip("min:Q", format=".4f"),
+        alt.Tooltip("max:Q", format=".4f"),
+        alt.Tooltip("drop:Q", format=".2%", title="relative drop"),
+        alt.Tooltip("drop_real:N", title="drop beyond seed spread"),
+        alt.Tooltip("retained_gain:Q", format=".2%", title="retained gain over the higher floor"),
+        "n_seeds:Q",
+    ]
     probes, floor = alt.datum.condition != FLOOR_LABEL, alt.datum.condition == FLOOR_LABEL
     band = alt.Chart().transform_filter(probes).mark_area(opacity=0.2).encode(x=x, y="min:Q", y2="max:Q", color=color)
     line = alt.Chart().transform_filter(probes).mark_line(point=True).encode(x=x, y=y, color=color, tooltip=tooltip)
     floor_bar = alt.Chart().transform_filter(floor).mark_rule().encode(x=x, y="min:Q", y2="max:Q", color=color)
-    floor_point = alt.Chart().transform_filter(floor).mark_point(shape="diamond", filled=True, size=60).encode(
-        x=x, y=y, color=color, tooltip=tooltip)
+    floor_point = alt.Chart().transform_filter(floor).mark_point(shape="diamond", filled=True, size=60).encode(x=x, y=y, color=color, tooltip=tooltip)
     layers = alt.layer(band, line, floor_bar, floor_point, data=data)
     return _facet(layers.properties(width=TRAIN_SIZE_WIDTH, height=FACET_HEIGHT), data)
 
 
-def fig_head_ranking(ranking: Sequence[Sequence[int]] | str | Path, num_layers: int, num_heads: int,
-                     k_values: Sequence[int] | None = None) -> alt.LayerChart:
+def fig_head_ranking(ranking: Sequence[Sequence[int]] | str | Path, num_layers: int, num_heads: int, k_values: Sequence[int] | None = None) -> alt.LayerChart:
     """Layer × head heatmap of each head's rank (1 = made constant first).
 
     ``ranking`` is a list of ``(layer, head)`` pairs or a ranking file; the tooltip gives the first
@@ -214,8 +268,7 @@ def fig_head_ranking(ranking: Sequence[Sequence[int]] | str | Path, num_layers: 
     rows = []
     for position, (layer, head) in enumerate(ranking, start=1):
         first = next((k for k in steps if k >= position), None)
-        rows.append({"layer": int(layer), "head": int(head), "rank": position,
-                     "constant_from": f"k = {first}" if first is not None else "never (in these k)"})
+        rows.append({"layer": int(layer), "head": int(head), "rank": position, "constant_from": f"k = {first}" if first is not None else "never (in these k)"})
     data = pd.DataFrame(rows)
     base = alt.Chart(data).encode(x=alt.X("head:O", title="head"), y=alt.Y("layer:O", title="layer"))
     cells = base.mark_rect().encode(
@@ -223,8 +276,7 @@ def fig_head_ranking(ranking: Sequence[Sequence[int]] | str | Path, num_layers: 
         tooltip=["layer:O", "head:O", "rank:Q", alt.Tooltip("constant_from:N", title="constant from")],
     )
     size = max(12, min(28, 480 // max(num_heads, 1)))
-    text = base.mark_text(fontSize=8).encode(
-        text="rank:Q", color=alt.condition(alt.datum.rank > len(data) / 2, alt.value("black"), alt.value("white")))
+    text = base.mark_text(fontSize=8).encode(text="rank:Q", color=alt.condition(alt.datum.rank > len(data) / 2, alt.value("black"), alt.value("white")))
     return alt.layer(cells, text).properties(width=size * num_heads, height=size * num_layers)
 
 
@@ -239,8 +291,7 @@ def _downsample(matrix: np.ndarray, cells: int) -> tuple[np.ndarray, np.ndarray]
     return summed / np.outer(sizes, sizes), starts
 
 
-def fig_constants(constants: Any, picks: Sequence[tuple[int, int]], max_cells: int = 32,
-                  columns: int = 3) -> alt.ConcatChart:
+def fig_constants(constants: Any, picks: Sequence[tuple[int, int]], max_cells: int = 32, columns: int = 3) -> alt.ConcatChart:
     """Heatmaps of the constant matrices ``constants[layer, head]`` (query row × key column).
 
     ``constants`` is ``[layers, heads, L, L]`` (torch or numpy). Each matrix is block-averaged to at
@@ -256,18 +307,21 @@ def fig_constants(constants: Any, picks: Sequence[tuple[int, int]], max_cells: i
     charts = []
     for layer, head in picks:
         if not (0 <= layer < array.shape[0] and 0 <= head < array.shape[1]):
-            raise PapaError(f"Head ({layer}, {head}) is out of range for {array.shape[0]}×{array.shape[1]} heads",
-                            "Layers and heads count from 0.")
+            raise PapaError(f"Head ({layer}, {head}) is out of range for {array.shape[0]}×{array.shape[1]} heads", "Layers and heads count from 0.")
         matrix, starts = _downsample(array[layer, head].astype(np.float64), max_cells)
         ii, jj = np.meshgrid(starts, starts, indexing="ij")
         data = pd.DataFrame({"i": ii.ravel(), "j": jj.ravel(), "v": np.round(matrix.ravel(), 4)})
-        charts.append(alt.Chart(data, title=f"layer {layer}, head {head}").mark_rect().encode(
-            x=alt.X("j:O", title="key position", axis=alt.Axis(labelOverlap=True)),
-            y=alt.Y("i:O", title="query position", axis=alt.Axis(labelOverlap=True)),
-            color=alt.Color("v:Q", scale=alt.Scale(scheme="blues"), title="weight"),
-            tooltip=[alt.Tooltip("i:O", title="query"), alt.Tooltip("j:O", title="key"),
-                     alt.Tooltip("v:Q", title="weight", format=".4f")],
-        ).properties(width=180, height=180))
+        charts.append(
+            alt.Chart(data, title=f"layer {layer}, head {head}")
+            .mark_rect()
+            .encode(
+                x=alt.X("j:O", title="key position", axis=alt.Axis(labelOverlap=True)),
+                y=alt.Y("i:O", title="query position", axis=alt.Axis(labelOverlap=True)),
+                color=alt.Color("v:Q", scale=alt.Scale(scheme="blues"), title="weight"),
+                tooltip=[alt.Tooltip("i:O", title="query"), alt.Tooltip("j:O", title="key"), alt.Tooltip("v:Q", title="weight", format=".4f")],
+            )
+            .properties(width=180, height=180)
+        )
     return alt.concat(*charts, columns=columns).resolve_scale(color="independent")
 
 
@@ -288,8 +342,10 @@ def write_vega_bundle(static_dir: str | Path, vl_version: str | None = None) -> 
         wanted = ".".join(alt.SCHEMA_VERSION.lstrip("v").split(".")[:2])
         vl_version = wanted if wanted in vl_convert.get_vegalite_versions() else None
     code = vl_convert.javascript_bundle("window.vegaEmbed = vegaEmbed; window.vega = vega;", vl_version=vl_version)
-    header = (f"/* papa offline Vega bundle: vega {vl_convert.get_vega_version()}, vega-lite {vl_version or 'latest'}, "
-              f"vega-embed {vl_convert.get_vega_embed_version()}; written by papa.analysis.figures.write_vega_bundle. */\n")
+    header = (
+        f"/* papa offline Vega bundle: vega {vl_convert.get_vega_version()}, vega-lite {vl_version or 'latest'}, "
+        f"vega-embed {vl_convert.get_vega_embed_version()}; written by papa.analysis.figures.write_vega_bundle. */\n"
+    )
     return atomic_write_text(Path(static_dir) / VEGA_BUNDLE_NAME, header + "(function () {\n" + code + "\n})();\n")
 
 
@@ -349,7 +405,17 @@ def enable_offline_renderer() -> None:
 
 
 __all__ = [
-    "RENDERER_NAME", "VEGALITE_MIMETYPE", "VEGA_BUNDLE_NAME", "chart_id", "enable_offline_renderer",
-    "fig_baseline_vs_drop", "fig_constants", "fig_convergence", "fig_head_ranking", "fig_score_vs_dynamic_heads",
-    "offline_html", "offline_renderer", "write_vega_bundle",
+    "RENDERER_NAME",
+    "VEGALITE_MIMETYPE",
+    "VEGA_BUNDLE_NAME",
+    "chart_id",
+    "enable_offline_renderer",
+    "fig_baseline_vs_drop",
+    "fig_constants",
+    "fig_convergence",
+    "fig_head_ranking",
+    "fig_score_vs_dynamic_heads",
+    "offline_html",
+    "offline_renderer",
+    "write_vega_bundle",
 ]

@@ -24,8 +24,7 @@ from papa.core.errors import PapaError
 from papa.core.heads import count_for
 from papa.core.io import read_json_verified
 
-RUN_COLUMNS = ["run_id", "model", "task", "k", "total_heads", "fraction", "ranking", "seed", "mode",
-               "probe_input", "lr", "epochs", "train_examples", "selection", "selected_epoch"]
+RUN_COLUMNS = ["run_id", "model", "task", "k", "total_heads", "fraction", "ranking", "seed", "mode", "probe_input", "lr", "epochs", "train_examples", "selection", "selected_epoch"]
 #: Columns of :func:`load_results`.
 TIDY_COLUMNS = RUN_COLUMNS + ["metric", "value", "is_main", "majority", "seconds"]
 #: Group keys of :func:`summarise` (``total_heads`` and ``metric`` follow from model and task).
@@ -90,8 +89,7 @@ def read_results(folder: str | Path) -> dict[str, dict]:
         if isinstance(raw, dict) and "config" in raw and "score" in raw:
             found.append((path, read_json_verified(path, "result")))
     stems = [p.stem for p, _ in found]
-    return {(p.stem if stems.count(p.stem) == 1 else p.relative_to(root).with_suffix("").as_posix()): r
-            for p, r in found}
+    return {(p.stem if stems.count(p.stem) == 1 else p.relative_to(root).with_suffix("").as_posix()): r for p, r in found}
 
 
 def _as_results(results: str | Path | Mapping[str, dict]) -> Mapping[str, dict]:
@@ -119,10 +117,18 @@ def _run_fields(run_id: str, result: dict) -> dict:
     config = result["config"]
     k, total = int(config["constant_heads"]), int(config["total_heads"])
     return {
-        "run_id": run_id, "model": config["model"], "task": result.get("task", config.get("task")), "k": k,
-        "total_heads": total, "fraction": k / total, "ranking": ranking_method(config.get("ranking"), k, total),
-        "seed": config.get("seed"), "mode": config.get("mode"), "probe_input": config.get("probe_input", "all"),
-        "lr": config.get("lr"), "epochs": config.get("epochs"),
+        "run_id": run_id,
+        "model": config["model"],
+        "task": result.get("task", config.get("task")),
+        "k": k,
+        "total_heads": total,
+        "fraction": k / total,
+        "ranking": ranking_method(config.get("ranking"), k, total),
+        "seed": config.get("seed"),
+        "mode": config.get("mode"),
+        "probe_input": config.get("probe_input", "all"),
+        "lr": config.get("lr"),
+        "epochs": config.get("epochs"),
         "train_examples": (result.get("data") or {}).get("train_examples"),
         "selection": config.get("selection", "final"),
         "selected_epoch": result.get("selected_epoch", len(result.get("epochs", [])) or None),
@@ -145,9 +151,16 @@ def load_results(folder: str | Path | Mapping[str, dict]) -> pd.DataFrame:
         for metric, value in result["metrics"].items():
             if metric == "main":
                 continue
-            rows.append({**run, "metric": metric, "value": float(value), "is_main": metric == main,
-                         "majority": float(majority[metric]) if metric in majority else math.nan,
-                         "seconds": (result.get("timings") or {}).get("total", math.nan)})
+            rows.append(
+                {
+                    **run,
+                    "metric": metric,
+                    "value": float(value),
+                    "is_main": metric == main,
+                    "majority": float(majority[metric]) if metric in majority else math.nan,
+                    "seconds": (result.get("timings") or {}).get("total", math.nan),
+                }
+            )
     return pd.DataFrame(rows, columns=TIDY_COLUMNS)
 
 
@@ -157,8 +170,7 @@ def epoch_table(folder_or_results: str | Path | Mapping[str, dict]) -> pd.DataFr
     for run_id, result in _as_results(folder_or_results).items():
         run = _run_fields(run_id, result)
         for record in result.get("epochs", []):
-            rows.append({**run, "epoch": int(record["epoch"]), "train_loss": float(record["train_loss"]),
-                         "score": float(record["main"]), "metric": result.get("metric")})
+            rows.append({**run, "epoch": int(record["epoch"]), "train_loss": float(record["train_loss"]), "score": float(record["main"]), "metric": result.get("metric")})
     return pd.DataFrame(rows, columns=RUN_COLUMNS + ["epoch", "train_loss", "score", "metric"])
 
 
@@ -178,14 +190,13 @@ def summarise(df: pd.DataFrame) -> pd.DataFrame:
         label = dict(zip(SUMMARY_KEYS, keys))
         for column in ("lr", "epochs", "train_examples", "selection"):
             if group[column].nunique(dropna=False) > 1:
-                raise PapaError(f"Runs of {label} differ in {column} ({sorted(group[column].unique())})",
-                                f"Filter the table to one {column} before summarising.")
+                raise PapaError(f"Runs of {label} differ in {column} ({sorted(group[column].unique())})", f"Filter the table to one {column} before summarising.")
         if group["seed"].duplicated().any():
-            raise PapaError(f"Runs of {label} repeat a seed ({group['seed'].tolist()})",
-                            "Remove the duplicate result files, or filter the table.")
+            raise PapaError(f"Runs of {label} repeat a seed ({group['seed'].tolist()})", "Remove the duplicate result files, or filter the table.")
         values = group["value"].astype(float)
-        out.append({**label, "mean": values.mean(), "std": values.std(ddof=1) if len(values) > 1 else math.nan,
-                    "min": values.min(), "max": values.max(), "n_seeds": int(len(values))})
+        out.append(
+            {**label, "mean": values.mean(), "std": values.std(ddof=1) if len(values) > 1 else math.nan, "min": values.min(), "max": values.max(), "n_seeds": int(len(values))}
+        )
     return pd.DataFrame(out, columns=SUMMARY_KEYS + ["mean", "std", "min", "max", "n_seeds"])
 
 
@@ -211,8 +222,7 @@ def floors_table(df: pd.DataFrame, results: str | Path | Mapping[str, dict] | No
         majority = frame.groupby(["model", "task", "mode"])["majority"].mean()
     rows = []
     for (model, task, mode), group in main[main["k"] == 0].groupby(["model", "task", "mode"], sort=True):
-        row = {"model": model, "task": task, "mode": mode, "metric": group["metric"].iloc[0],
-               "majority": float(majority.get((model, task, mode), math.nan))}
+        row = {"model": model, "task": task, "mode": mode, "metric": group["metric"].iloc[0], "majority": float(majority.get((model, task, mode), math.nan))}
         for name, probe_input in (("attention_free", "embeddings"), ("baseline", "all")):
             values = group.loc[group["probe_input"] == probe_input, "value"].astype(float)
             row[name] = values.mean() if len(values) else math.nan
@@ -222,8 +232,21 @@ def floors_table(df: pd.DataFrame, results: str | Path | Mapping[str, dict] | No
         floor = np.nanmax([row["majority"], row["attention_free"], -math.inf])
         row["informative"] = bool(not math.isnan(row["baseline"]) and row["baseline"] - floor > row["margin"])
         rows.append(row)
-    columns = ["model", "task", "mode", "metric", "majority", "attention_free", "attention_free_std", "attention_free_n",
-               "baseline", "baseline_std", "baseline_n", "margin", "informative"]
+    columns = [
+        "model",
+        "task",
+        "mode",
+        "metric",
+        "majority",
+        "attention_free",
+        "attention_free_std",
+        "attention_free_n",
+        "baseline",
+        "baseline_std",
+        "baseline_n",
+        "margin",
+        "informative",
+    ]
     return pd.DataFrame(rows, columns=columns)
 
 
@@ -245,8 +268,7 @@ def _pick_mode(summary: pd.DataFrame, mode: str | None) -> str:
     return "faithful" if "faithful" in modes else modes[0]
 
 
-def drops_at(summary: pd.DataFrame, fraction: float | Fraction, ranking: str | None = None,
-             mode: str | None = None) -> pd.DataFrame:
+def drops_at(summary: pd.DataFrame, fraction: float | Fraction, ranking: str | None = None, mode: str | None = None) -> pd.DataFrame:
     """Per model and task: the k = 0 baseline and the score at ``fraction`` of the heads constant.
 
     ``k`` is :func:`papa.core.heads.count_for` of ``fraction``. ``ranking`` None averages the means
@@ -263,9 +285,17 @@ def drops_at(summary: pd.DataFrame, fraction: float | Fraction, ranking: str | N
         if base.empty or at.empty or k == 0:
             continue
         b, a = base.iloc[0], at.agg({"mean": "mean", "min": "min", "max": "max"})
-        out.append({"model": model, "task": task, "k": k, "baseline": b["mean"], "score": a["mean"],
-                    "drop": relative_drop(a["mean"], b["mean"]),
-                    "real": _real(a["mean"], b["mean"], a["max"] - a["min"], b["max"] - b["min"])})
+        out.append(
+            {
+                "model": model,
+                "task": task,
+                "k": k,
+                "baseline": b["mean"],
+                "score": a["mean"],
+                "drop": relative_drop(a["mean"], b["mean"]),
+                "real": _real(a["mean"], b["mean"], a["max"] - a["min"], b["max"] - b["min"]),
+            }
+        )
     return pd.DataFrame(out, columns=["model", "task", "k", "baseline", "score", "drop", "real"])
 
 
@@ -287,8 +317,7 @@ def _per_task(drops: pd.DataFrame) -> str:
     return ", ".join(f"{m}/{t} {d:.1%}" for m, t, d in zip(drops["model"], drops["task"], drops["drop"]))
 
 
-def claims_table(summary: pd.DataFrame, floors: pd.DataFrame, ranking: str = "gates",
-                 mode: str | None = None) -> pd.DataFrame:
+def claims_table(summary: pd.DataFrame, floors: pd.DataFrame, ranking: str = "gates", mode: str | None = None) -> pd.DataFrame:
     """The paper's three claims checked on informative tasks only (see :func:`floors_table`).
 
     Rules (relative drops are :func:`relative_drop` of the seed means, averaged over informative
@@ -314,30 +343,57 @@ def claims_table(summary: pd.DataFrame, floors: pd.DataFrame, ranking: str = "ga
     excluded = f" Excluded as uninformative: {', '.join(skipped)}." if skipped else ""
 
     if half.empty:
-        rows.append(("1. Half the heads constant: little or no drop", "≈0–2% relative drop", "—", math.nan,
-                     "not testable here", f"No informative task with k=0 and k=half ({ranking}) runs.{excluded}"))
+        rows.append(
+            (
+                "1. Half the heads constant: little or no drop",
+                "≈0–2% relative drop",
+                "—",
+                math.nan,
+                "not testable here",
+                f"No informative task with k=0 and k=half ({ranking}) runs.{excluded}",
+            )
+        )
     else:
         mean = float(half["drop"].mean())
         ok = mean <= HALF_MAX_DROP or not half["real"].any()
-        rows.append(("1. Half the heads constant: little or no drop", "≈0–2% relative drop",
-                     f"{mean:.1%} mean relative drop ({_per_task(half)})", mean, VERDICTS[0] if ok else VERDICTS[1],
-                     f"Rule: mean ≤ {HALF_MAX_DROP:.0%} or no difference beyond the seed spread; "
-                     f"{int(half['real'].sum())}/{len(half)} real; ranking {ranking}, mode {mode}.{excluded}"))
+        rows.append(
+            (
+                "1. Half the heads constant: little or no drop",
+                "≈0–2% relative drop",
+                f"{mean:.1%} mean relative drop ({_per_task(half)})",
+                mean,
+                VERDICTS[0] if ok else VERDICTS[1],
+                f"Rule: mean ≤ {HALF_MAX_DROP:.0%} or no difference beyond the seed spread; {int(half['real'].sum())}/{len(half)} real; ranking {ranking}, mode {mode}.{excluded}",
+            )
+        )
 
     if full.empty:
-        rows.append(("2. All heads constant: modest drop", "8% average relative drop (≤ ~20% per task)", "—",
-                     math.nan, "not testable here", f"No informative task with k=0 and k=all runs.{excluded}"))
+        rows.append(
+            (
+                "2. All heads constant: modest drop",
+                "8% average relative drop (≤ ~20% per task)",
+                "—",
+                math.nan,
+                "not testable here",
+                f"No informative task with k=0 and k=all runs.{excluded}",
+            )
+        )
     else:
         mean = float(full["drop"].mean())
         low, high = ALL_DROP_RANGE
         ok = low <= mean <= high
-        side = "" if ok else (" Smaller than the paper's: attention matters even less here." if mean < low
-                              else " Larger than the paper's: attention matters more here.")
+        side = "" if ok else (" Smaller than the paper's: attention matters even less here." if mean < low else " Larger than the paper's: attention matters more here.")
         worst = full.loc[full["drop"] > high, "task"].tolist()
-        rows.append(("2. All heads constant: modest drop", "8% average relative drop (≤ ~20% per task)",
-                     f"{mean:.1%} mean relative drop ({_per_task(full)})", mean, VERDICTS[0] if ok else VERDICTS[1],
-                     f"Rule: mean in [{low:.0%}, {high:.0%}]; mode {mode}.{side}"
-                     + (f" Tasks above {high:.0%}: {', '.join(worst)}." if worst else "") + excluded))
+        rows.append(
+            (
+                "2. All heads constant: modest drop",
+                "8% average relative drop (≤ ~20% per task)",
+                f"{mean:.1%} mean relative drop ({_per_task(full)})",
+                mean,
+                VERDICTS[0] if ok else VERDICTS[1],
+                f"Rule: mean in [{low:.0%}, {high:.0%}]; mode {mode}.{side}" + (f" Tasks above {high:.0%}: {', '.join(worst)}." if worst else "") + excluded,
+            )
+        )
 
     tested = [(task, _spearman(g["baseline"], g["drop"])) for task, g in full.groupby("task") if g["model"].nunique() >= 2]
     tested = [(t, r) for t, r in tested if not math.isnan(r)]
@@ -345,16 +401,21 @@ def claims_table(summary: pd.DataFrame, floors: pd.DataFrame, ranking: str = "ga
     paper3 = "higher-scoring models show larger relative drops (Figure 4)"
     if not tested:
         models = summary["model"].nunique()
-        rows.append((claim3, paper3, "—", math.nan, "not testable here",
-                     f"Needs ≥ 2 models on an informative task; {models} model(s) here.{excluded}"))
+        rows.append((claim3, paper3, "—", math.nan, "not testable here", f"Needs ≥ 2 models on an informative task; {models} model(s) here.{excluded}"))
     else:
         positive = sum(r > 0 for _, r in tested)
         mean_rho = float(np.mean([r for _, r in tested]))
         ok = positive > len(tested) / 2
-        rows.append((claim3, paper3, f"Spearman ρ(baseline, drop) mean {mean_rho:+.2f}; positive on {positive}/{len(tested)} tasks",
-                     mean_rho, VERDICTS[0] if ok else VERDICTS[1],
-                     "Rule: ρ > 0 on a strict majority of tasks; "
-                     + ", ".join(f"{t} {r:+.2f}" for t, r in tested) + f".{excluded}"))
+        rows.append(
+            (
+                claim3,
+                paper3,
+                f"Spearman ρ(baseline, drop) mean {mean_rho:+.2f}; positive on {positive}/{len(tested)} tasks",
+                mean_rho,
+                VERDICTS[0] if ok else VERDICTS[1],
+                "Rule: ρ > 0 on a strict majority of tasks; " + ", ".join(f"{t} {r:+.2f}" for t, r in tested) + f".{excluded}",
+            )
+        )
     return pd.DataFrame(rows, columns=["claim", "paper", "ours", "value", "verdict", "note"])
 
 
@@ -375,8 +436,7 @@ def score_table(summary: pd.DataFrame, digits: int = 3, probe_input: str = "all"
     """
     rows = summary[summary["probe_input"] == probe_input].copy()
     index = ["model", "task", "ranking"] + (["mode"] if rows["mode"].nunique() > 1 else [])
-    rows["cell"] = [f"{m:.{digits}f}" + ("" if pd.isna(s) else f" ± {s:.{digits}f}")
-                    for m, s in zip(rows["mean"], rows["std"])]
+    rows["cell"] = [f"{m:.{digits}f}" + ("" if pd.isna(s) else f" ± {s:.{digits}f}") for m, s in zip(rows["mean"], rows["std"])]
     parts = [spread_shared(group) for _, group in rows.groupby(["model", "task", "mode"], sort=True)]
     table = pd.concat(parts) if parts else rows
     wide = table.pivot_table(index=index, columns="k", values="cell", aggfunc="first")
@@ -385,9 +445,27 @@ def score_table(summary: pd.DataFrame, digits: int = 3, probe_input: str = "all"
 
 
 #: Columns of :func:`train_size_table`.
-TRAIN_SIZE_COLUMNS = ["model", "task", "train_examples", "k0_mean", "k0_min", "k0_max", "kall_mean", "kall_min",
-                      "kall_max", "n_seeds", "drop", "drop_real", "floor_mean", "floor_min", "floor_max", "floor_n_seeds", "majority",
-                      "retained_gain", "informative"]
+TRAIN_SIZE_COLUMNS = [
+    "model",
+    "task",
+    "train_examples",
+    "k0_mean",
+    "k0_min",
+    "k0_max",
+    "kall_mean",
+    "kall_min",
+    "kall_max",
+    "n_seeds",
+    "drop",
+    "drop_real",
+    "floor_mean",
+    "floor_min",
+    "floor_max",
+    "floor_n_seeds",
+    "majority",
+    "retained_gain",
+    "informative",
+]
 
 
 def train_size_table(tidy: pd.DataFrame, lr: float, epochs: int, selection: str = "final", mode: str = "cached") -> pd.DataFrame:
@@ -406,8 +484,14 @@ def train_size_table(tidy: pd.DataFrame, lr: float, epochs: int, selection: str 
     floors, as in the results chapter, and whether the task is informative at that size
     (:func:`floors_table`). Sorted by model, task and size.
     """
-    rows = tidy[tidy["is_main"] & (tidy["mode"] == mode) & (tidy["lr"].astype(float).round(12) == round(float(lr), 12))
-                & (tidy["epochs"] == epochs) & (tidy["selection"] == selection) & tidy["ranking"].isin(SHARED_RANKINGS)]
+    rows = tidy[
+        tidy["is_main"]
+        & (tidy["mode"] == mode)
+        & (tidy["lr"].astype(float).round(12) == round(float(lr), 12))
+        & (tidy["epochs"] == epochs)
+        & (tidy["selection"] == selection)
+        & tidy["ranking"].isin(SHARED_RANKINGS)
+    ]
     out = []
     for size, group in rows.groupby("train_examples", sort=True):
         summary = summarise(group).set_index(["model", "task", "ranking", "probe_input"])
@@ -418,23 +502,50 @@ def train_size_table(tidy: pd.DataFrame, lr: float, epochs: int, selection: str 
             k0, kall = summary.loc[(*key, "none", "all")], summary.loc[(*key, "all", "all")]
             free = summary.loc[(*key, "none", "embeddings")] if (*key, "none", "embeddings") in summary.index else None
             higher_floor = np.nanmax([floor.majority, floor.attention_free, -math.inf])
-            out.append({"model": floor.model, "task": floor.task, "train_examples": int(size),
-                        "k0_mean": k0["mean"], "k0_min": k0["min"], "k0_max": k0["max"],
-                        "kall_mean": kall["mean"], "kall_min": kall["min"], "kall_max": kall["max"],
-                        "n_seeds": int(min(k0["n_seeds"], kall["n_seeds"])), "drop": relative_drop(kall["mean"], k0["mean"]),
-                        "drop_real": _real(k0["mean"], kall["mean"], k0["max"] - k0["min"], kall["max"] - kall["min"]),
-                        "floor_mean": math.nan if free is None else free["mean"],
-                        "floor_min": math.nan if free is None else free["min"],
-                        "floor_max": math.nan if free is None else free["max"],
-                        "floor_n_seeds": 0 if free is None else int(free["n_seeds"]), "majority": floor.majority,
-                        "retained_gain": math.nan if free is None else retained_gain(kall["mean"], k0["mean"], higher_floor),
-                        "informative": None if free is None else bool(floor.informative)})
+            out.append(
+                {
+                    "model": floor.model,
+                    "task": floor.task,
+                    "train_examples": int(size),
+                    "k0_mean": k0["mean"],
+                    "k0_min": k0["min"],
+                    "k0_max": k0["max"],
+                    "kall_mean": kall["mean"],
+                    "kall_min": kall["min"],
+                    "kall_max": kall["max"],
+                    "n_seeds": int(min(k0["n_seeds"], kall["n_seeds"])),
+                    "drop": relative_drop(kall["mean"], k0["mean"]),
+                    "drop_real": _real(k0["mean"], kall["mean"], k0["max"] - k0["min"], kall["max"] - kall["min"]),
+                    "floor_mean": math.nan if free is None else free["mean"],
+                    "floor_min": math.nan if free is None else free["min"],
+                    "floor_max": math.nan if free is None else free["max"],
+                    "floor_n_seeds": 0 if free is None else int(free["n_seeds"]),
+                    "majority": floor.majority,
+                    "retained_gain": math.nan if free is None else retained_gain(kall["mean"], k0["mean"], higher_floor),
+                    "informative": None if free is None else bool(floor.informative),
+                }
+            )
     table = pd.DataFrame(out, columns=TRAIN_SIZE_COLUMNS)
     return table.sort_values(["model", "task", "train_examples"], ignore_index=True)
 
 
 __all__ = [
-    "ALL_DROP_RANGE", "HALF_MAX_DROP", "SUMMARY_KEYS", "TIDY_COLUMNS", "claims_table", "difference_is_real",
-    "drops_at", "epoch_table", "floors_table", "load_results", "ranking_method", "read_results", "relative_drop",
-    "retained_gain", "score_table", "summarise", "train_size_table", "TRAIN_SIZE_COLUMNS",
+    "ALL_DROP_RANGE",
+    "HALF_MAX_DROP",
+    "SUMMARY_KEYS",
+    "TIDY_COLUMNS",
+    "claims_table",
+    "difference_is_real",
+    "drops_at",
+    "epoch_table",
+    "floors_table",
+    "load_results",
+    "ranking_method",
+    "read_results",
+    "relative_drop",
+    "retained_gain",
+    "score_table",
+    "summarise",
+    "train_size_table",
+    "TRAIN_SIZE_COLUMNS",
 ]

@@ -26,7 +26,6 @@ BUILD_DIR = ROOT / "_build" / "html"
 __all__ = ["BUILD_DIR", "build_book"]
 
 
-
 def build_book(config_path: str = "configs/default.yaml", as_is: bool = False, strict: bool = False) -> int:
     """Bring the runs up to date (unless ``as_is``), write the generated pages, build ``_build/html``."""
     config = load_config(ROOT / config_path if not Path(config_path).is_absolute() else config_path)

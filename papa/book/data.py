@@ -57,9 +57,12 @@ def study_frame(tidy: pd.DataFrame, config: dict, study: dict | None = None) -> 
     if study is not None and "name" in study:
         tidy = tidy[tidy["run_id"].str.contains(f"__{study['name']}__s", regex=False)]
     rows = tidy[
-        (tidy["lr"].astype(float).round(12) == round(s["lr"], 12)) & (tidy["epochs"] == s["epochs"])
-        & (tidy["selection"] == s["selection"]) & tidy["model"].isin(s["models"])
-        & tidy["mode"].isin(s["modes"]) & tidy["task"].isin(s["tasks"])
+        (tidy["lr"].astype(float).round(12) == round(s["lr"], 12))
+        & (tidy["epochs"] == s["epochs"])
+        & (tidy["selection"] == s["selection"])
+        & tidy["model"].isin(s["models"])
+        & tidy["mode"].isin(s["modes"])
+        & tidy["task"].isin(s["tasks"])
         & (tidy["train_examples"] <= (math.inf if s["train_examples"] is None else s["train_examples"]))
     ]
     if rows.empty:
@@ -78,9 +81,14 @@ def load_book_data(config_path: str) -> BookData:
     for path in sorted((folder / "rankings").glob("*.json")):
         rankings[path.stem] = [tuple(h) for h in read_json_verified(path, "ranking")["ranking"]]
     return BookData(
-        config, tidy, main, R.summarise(main), R.floors_table(main),
+        config,
+        tidy,
+        main,
+        R.summarise(main),
+        R.floors_table(main),
         epochs[epochs["run_id"].isin(set(main["run_id"]))],
-        {s["name"]: study_frame(tidy, config, s) for s in config.get("studies", [])}, rankings,
+        {s["name"]: study_frame(tidy, config, s) for s in config.get("studies", [])},
+        rankings,
     )
 
 
@@ -95,13 +103,20 @@ def retained_gains(summary: pd.DataFrame, floors: pd.DataFrame) -> pd.DataFrame:
         floor = floor.iloc[0]
         base = float(floor["baseline"])
         higher_floor = max(x for x in (floor["majority"], floor["attention_free"], -math.inf) if not pd.isna(x))
-        rows.append({
-            "model": row["model"], "task": row["task"], "ranking": row["ranking"], "k": int(row["k"]),
-            "fraction": float(row["fraction"]), "score": float(row["mean"]), "spread": float(row["max"] - row["min"]),
-            "relative_drop": R.relative_drop(float(row["mean"]), base),
-            "retained_gain": R.retained_gain(float(row["mean"]), base, higher_floor),
-            "informative": bool(floor["informative"]),
-        })
+        rows.append(
+            {
+                "model": row["model"],
+                "task": row["task"],
+                "ranking": row["ranking"],
+                "k": int(row["k"]),
+                "fraction": float(row["fraction"]),
+                "score": float(row["mean"]),
+                "spread": float(row["max"] - row["min"]),
+                "relative_drop": R.relative_drop(float(row["mean"]), base),
+                "retained_gain": R.retained_gain(float(row["mean"]), base, higher_floor),
+                "informative": bool(floor["informative"]),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -113,10 +128,20 @@ def still_rising(epochs: pd.DataFrame, last: int = 3, tolerance: float = 0.002) 
         scores = group.sort_values("epoch")["score"].to_numpy()
         if len(scores) < 2 * last:
             continue
-        gain = scores[-last:].mean() - scores[-2 * last:-last].mean()
+        gain = scores[-last:].mean() - scores[-2 * last : -last].mean()
         first = group.iloc[0]
-        rows.append({"run_id": run_id, "model": first["model"], "task": first["task"], "k": int(first["k"]), "seed": int(first["seed"]),
-                     "probe_input": first["probe_input"], "late_gain": float(gain), "rising": bool(gain > tolerance)})
+        rows.append(
+            {
+                "run_id": run_id,
+                "model": first["model"],
+                "task": first["task"],
+                "k": int(first["k"]),
+                "seed": int(first["seed"]),
+                "probe_input": first["probe_input"],
+                "late_gain": float(gain),
+                "rising": bool(gain > tolerance),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -130,9 +155,20 @@ def compare(a: pd.DataFrame, b: pd.DataFrame, label_a: str, label_b: str) -> pd.
         if group_b.empty:
             continue
         va, vb = group_a["value"].astype(float).tolist(), group_b["value"].astype(float).tolist()
-        rows.append({"model": key[0], "task": key[1], "ranking": key[2], "k": int(key[3]), label_a: sum(va) / len(va), label_b: sum(vb) / len(vb),
-                     f"{label_a} seeds": len(va), f"{label_b} seeds": len(vb),
-                     "difference": sum(vb) / len(vb) - sum(va) / len(va), "real": R.difference_is_real(va, vb)})
+        rows.append(
+            {
+                "model": key[0],
+                "task": key[1],
+                "ranking": key[2],
+                "k": int(key[3]),
+                label_a: sum(va) / len(va),
+                label_b: sum(vb) / len(vb),
+                f"{label_a} seeds": len(va),
+                f"{label_b} seeds": len(vb),
+                "difference": sum(vb) / len(vb) - sum(va) / len(va),
+                "real": R.difference_is_real(va, vb),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -175,8 +211,7 @@ def sensitivity_table(data: BookData) -> pd.DataFrame:
         if frame is None or frame.empty:
             continue
         for (model, task), group in frame[frame["is_main"] & (frame["probe_input"] == "all")].groupby(["model", "task"]):
-            base = data.main[data.main["is_main"] & (data.main["probe_input"] == "all")
-                             & (data.main["model"] == model) & (data.main["task"] == task)]
+            base = data.main[data.main["is_main"] & (data.main["probe_input"] == "all") & (data.main["model"] == model) & (data.main["task"] == task)]
             scores = {}
             for label, df in (("official", base), ("study", group)):
                 for name, ranking in (("k0", "none"), ("kall", "all")):
@@ -185,17 +220,23 @@ def sensitivity_table(data: BookData) -> pd.DataFrame:
                 continue
             mean = {key: sum(v) / len(v) for key, v in scores.items()}
             chosen = group.loc[group["ranking"].isin(["none", "all"]), "selected_epoch"].astype(float)
-            rows.append({
-                "study": study["name"], "setting": _describe(settings, official, int(group["train_examples"].max())),
-                "model": model, "task": task,
-                "k=0 official": mean["official", "k0"], "k=all official": mean["official", "kall"],
-                "drop official": R.relative_drop(mean["official", "kall"], mean["official", "k0"]),
-                "k=0 study": mean["study", "k0"], "k=all study": mean["study", "kall"],
-                "drop study": R.relative_drop(mean["study", "kall"], mean["study", "k0"]),
-                "k=0 change real": R.difference_is_real(scores["official", "k0"], scores["study", "k0"]),
-                "k=all change real": R.difference_is_real(scores["official", "kall"], scores["study", "kall"]),
-                "mean epoch reported": float(chosen.mean()),
-            })
+            rows.append(
+                {
+                    "study": study["name"],
+                    "setting": _describe(settings, official, int(group["train_examples"].max())),
+                    "model": model,
+                    "task": task,
+                    "k=0 official": mean["official", "k0"],
+                    "k=all official": mean["official", "kall"],
+                    "drop official": R.relative_drop(mean["official", "kall"], mean["official", "k0"]),
+                    "k=0 study": mean["study", "k0"],
+                    "k=all study": mean["study", "kall"],
+                    "drop study": R.relative_drop(mean["study", "kall"], mean["study", "k0"]),
+                    "k=0 change real": R.difference_is_real(scores["official", "k0"], scores["study", "k0"]),
+                    "k=all change real": R.difference_is_real(scores["official", "kall"], scores["study", "kall"]),
+                    "mean epoch reported": float(chosen.mean()),
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -216,10 +257,12 @@ def train_size_sentence(table: pd.DataFrame) -> str:
         return "no task was run at more than one training size"
     clauses = []
     for (model, task), group in table.groupby(["model", "task"], sort=True):
-        steps = ", ".join(f"{row.drop:.1%} at {row.train_examples:,}" + ("" if row.drop_real else "*")
-                          + ("" if math.isnan(row.retained_gain) else f" (retained gain {row.retained_gain:.0%}"
-                             + (", floor from one seed)" if row.floor_n_seeds == 1 else ")"))
-                          for row in group.itertuples())
+        steps = ", ".join(
+            f"{row.drop:.1%} at {row.train_examples:,}"
+            + ("" if row.drop_real else "*")
+            + ("" if math.isnan(row.retained_gain) else f" (retained gain {row.retained_gain:.0%}" + (", floor from one seed)" if row.floor_n_seeds == 1 else ")"))
+            for row in group.itertuples()
+        )
         clauses.append(f"{model} / {task}: {steps}")
     return "; ".join(clauses)
 
@@ -234,16 +277,25 @@ def layer_counts(ranking: list, k: int, num_layers: int) -> list[int]:
 
 def floors_display(floors: pd.DataFrame, digits: int = 3) -> pd.DataFrame:
     """The floors table for reading: one row per task, means ± seed std, and the verdict."""
+
     def cell(mean, std):
         return "—" if pd.isna(mean) else f"{mean:.{digits}f}" + ("" if pd.isna(std) else f" ± {std:.{digits}f}")
 
-    return pd.DataFrame({
-        "model": floors["model"], "task": floors["task"], "metric": floors["metric"].str.replace("_", " "),
-        "majority class": floors["majority"].round(digits),
-        "attention-free probe": [cell(m, s) for m, s in zip(floors["attention_free"], floors["attention_free_std"])],
-        "k = 0 probe": [cell(m, s) for m, s in zip(floors["baseline"], floors["baseline_std"])],
-        "informative": floors["informative"].map({True: "yes", False: "no"}),
-    }).set_index(["model", "task"] if floors["model"].nunique() > 1 else "task").drop(columns="model", errors="ignore")
+    return (
+        pd.DataFrame(
+            {
+                "model": floors["model"],
+                "task": floors["task"],
+                "metric": floors["metric"].str.replace("_", " "),
+                "majority class": floors["majority"].round(digits),
+                "attention-free probe": [cell(m, s) for m, s in zip(floors["attention_free"], floors["attention_free_std"])],
+                "k = 0 probe": [cell(m, s) for m, s in zip(floors["baseline"], floors["baseline_std"])],
+                "informative": floors["informative"].map({True: "yes", False: "no"}),
+            }
+        )
+        .set_index(["model", "task"] if floors["model"].nunique() > 1 else "task")
+        .drop(columns="model", errors="ignore")
+    )
 
 
 def headline_numbers(data: BookData, ranking: str | None = None) -> dict:
@@ -305,12 +357,21 @@ def ordering_comparison(data: BookData) -> pd.DataFrame:
     for (model, task, k), group in main[(main["k"] > 0) & (main["k"] < main["total_heads"])].groupby(["model", "task", "k"]):
         methods = sorted(group["ranking"].unique())
         for i, a in enumerate(methods):
-            for b in methods[i + 1:]:
+            for b in methods[i + 1 :]:
                 va = group.loc[group["ranking"] == a, "value"].astype(float).tolist()
                 vb = group.loc[group["ranking"] == b, "value"].astype(float).tolist()
-                rows.append({"model": model, "task": task, "k": int(k), a: sum(va) / len(va), b: sum(vb) / len(vb),
-                             "seeds": f"{len(va)}/{len(vb)}", "better": a if sum(va) / len(va) > sum(vb) / len(vb) else b,
-                             "real": R.difference_is_real(va, vb)})
+                rows.append(
+                    {
+                        "model": model,
+                        "task": task,
+                        "k": int(k),
+                        a: sum(va) / len(va),
+                        b: sum(vb) / len(vb),
+                        "seeds": f"{len(va)}/{len(vb)}",
+                        "better": a if sum(va) / len(va) > sum(vb) / len(vb) else b,
+                        "real": R.difference_is_real(va, vb),
+                    }
+                )
     return pd.DataFrame(rows)
 
 
@@ -321,8 +382,5 @@ def layer_table(data: BookData, fraction: float = 0.5) -> pd.DataFrame:
         model, task, method = key.split("__")
         num_layers = 1 + max(layer for layer, _ in ranking)
         k = int(math.floor(fraction * len(ranking) + 0.5))
-        rows.append({"model": model, "task": task, "ranking": method,
-                     **{f"layer {i}": c for i, c in enumerate(layer_counts(ranking, k, num_layers))}})
+        rows.append({"model": model, "task": task, "ranking": method, **{f"layer {i}": c for i, c in enumerate(layer_counts(ranking, k, num_layers))}})
     return pd.DataFrame(rows)
-
-

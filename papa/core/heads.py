@@ -13,9 +13,9 @@ from __future__ import annotations
 import math
 import operator
 import random
+from collections.abc import Iterable, Sequence
 from fractions import Fraction
 from pathlib import Path
-from typing import Iterable, Sequence
 
 from papa.core.errors import PapaError
 from papa.core.io import atomic_write_json, read_json_verified
@@ -43,8 +43,7 @@ def _as_pair(item) -> Head:
             raise TypeError
         return operator.index(values[0]), operator.index(values[1])
     except TypeError:
-        raise PapaError(f"Head {values!r} is not a [layer, head] pair of integers",
-                        "Write heads as [layer, head] with integer layer and head.") from None
+        raise PapaError(f"Head {values!r} is not a [layer, head] pair of integers", "Write heads as [layer, head] with integer layer and head.") from None
 
 
 def validate_head_set(heads: Iterable[Sequence[int]], num_layers: int, num_heads: int) -> list[Head]:

@@ -20,7 +20,7 @@ piece but a word's first).
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from transformers import PreTrainedTokenizerBase
@@ -36,9 +36,7 @@ def check_max_length(max_length: int, model_positions: int | None = None) -> int
     if max_length % 2:
         raise PapaError(f"max_length must be even for the PAPA layout, got {max_length}", "The paper uses 64.")
     if model_positions is not None and max_length > model_positions:
-        raise PapaError(
-            f"max_length {max_length} exceeds the model's {model_positions} positions", f"Use at most {model_positions}."
-        )
+        raise PapaError(f"max_length {max_length} exceeds the model's {model_positions} positions", f"Use at most {model_positions}.")
     return max_length
 
 
@@ -82,9 +80,7 @@ def encode_sequences(
         ids_out, mask_out, types_out = [], [], []
         types_in = out.get("token_type_ids")
         for n, ids in enumerate(out["input_ids"]):
-            ids_n, mask_n, types_n = _relayout_sequence(
-                ids, None if types_in is None else types_in[n], tokenizer.sep_token_id, tokenizer.pad_token_id, max_length
-            )
+            ids_n, mask_n, types_n = _relayout_sequence(ids, None if types_in is None else types_in[n], tokenizer.sep_token_id, tokenizer.pad_token_id, max_length)
             ids_out.append(ids_n), mask_out.append(mask_n), types_out.append(types_n)
         out["input_ids"], out["attention_mask"] = ids_out, mask_out
         if types_in is not None:
@@ -101,9 +97,7 @@ def encode_words(
 ) -> dict[str, torch.Tensor]:
     """Tokenise pre-split words; with ``tags`` adds ``labels`` on each word's first piece."""
     check_max_length(max_length)
-    enc = tokenizer(
-        [list(w) for w in words], is_split_into_words=True, padding="max_length", truncation=True, max_length=max_length
-    )
+    enc = tokenizer([list(w) for w in words], is_split_into_words=True, padding="max_length", truncation=True, max_length=max_length)
     input_ids, attention_mask = enc["input_ids"], enc["attention_mask"]
     labels = []
     for n in range(len(input_ids)):

@@ -56,8 +56,12 @@ RECORD_NAME = "papa_conversion.json"
 CONVERTER_VERSION = 1
 TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 SELF_CHECK_TOLERANCE = 1e-4  # the largest max-abs difference (real tokens) the conversion's self-check accepts
-SELF_CHECK_TEXTS = ("Short.", "A man is playing a guitar on the street.", "How much attention depends on the input?",
-                    "The quick brown fox jumps over the lazy dog while the children watch from the river bank.")
+SELF_CHECK_TEXTS = (
+    "Short.",
+    "A man is playing a guitar on the street.",
+    "How much attention depends on the input?",
+    "The quick brown fox jumps over the lazy dog while the children watch from the river bank.",
+)
 _STALE_TMP_S = 3600.0
 Tensors = dict[str, np.ndarray]
 
@@ -199,8 +203,7 @@ def convert_onnx_bert(onnx_path: Path, out_dir: Path, tokenizer_dir: Path) -> di
     fast_vocab = len(json.loads((tokenizer_dir / "tokenizer.json").read_text(encoding="utf-8"))["model"]["vocab"])
     if not vocab_lines == fast_vocab == config["vocab_size"]:
         raise ConversionError(
-            f"The tokenizer in {tokenizer_dir} has {vocab_lines} (vocab.txt) / {fast_vocab} (tokenizer.json) entries "
-            f"but the ONNX word embeddings have {config['vocab_size']} rows",
+            f"The tokenizer in {tokenizer_dir} has {vocab_lines} (vocab.txt) / {fast_vocab} (tokenizer.json) entries but the ONNX word embeddings have {config['vocab_size']} rows",
             "The tokenizer does not fit this model: use one with the same vocabulary.",
         )
 
@@ -306,8 +309,7 @@ def _bert_from_graph(proto: onnx.ModelProto) -> tuple[Tensors, dict[str, str], d
     return tensors, sources, config, outputs
 
 
-def _config_and_outputs(graph: onnx.GraphProto, tensors: Tensors, prefix: str, producers: dict[str, Any],
-                        consumers: dict[str, list[Any]]) -> tuple[dict[str, Any], dict[str, str]]:
+def _config_and_outputs(graph: onnx.GraphProto, tensors: Tensors, prefix: str, producers: dict[str, Any], consumers: dict[str, list[Any]]) -> tuple[dict[str, Any], dict[str, str]]:
     """BertConfig values read from the shapes and the graph, and a description of each graph output."""
     from onnx import helper, numpy_helper
 
@@ -395,5 +397,10 @@ def _self_check(proto: onnx.ModelProto, folder: Path, last_hidden: str) -> dict[
     worst, pad = float(diff[real].max()), float(diff[~real].max()) if (~real).any() else None
     if not worst <= SELF_CHECK_TOLERANCE:
         raise ConversionError(f"The converted model differs from the ONNX graph by {worst:.3g} (max abs)")
-    return {"reference": "onnx.reference.ReferenceEvaluator", "attn_implementation": "eager", "shape": list(expected.shape),
-            "max_abs_diff_real_tokens": worst, "max_abs_diff_pad_positions": pad}
+    return {
+        "reference": "onnx.reference.ReferenceEvaluator",
+        "attn_implementation": "eager",
+        "shape": list(expected.shape),
+        "max_abs_diff_real_tokens": worst,
+        "max_abs_diff_pad_positions": pad,
+    }

@@ -19,10 +19,10 @@ from __future__ import annotations
 import hashlib
 import os
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Callable
 from urllib.parse import urlparse
 
 import torch
@@ -116,10 +116,7 @@ def _ensure_hub_reachable(repo_id: str, timeout_s: float = 3.0) -> None:
     """Fail fast (seconds, not the hub client's long retries) when ``repo_id`` cannot be fetched."""
     if _hub_cached(repo_id):
         return
-    hint = (
-        f"Use the embedded model `{DEFAULT_MODEL}` (no network needed), a local model folder, "
-        "or run where the Hugging Face hub is reachable."
-    )
+    hint = f"Use the embedded model `{DEFAULT_MODEL}` (no network needed), a local model folder, or run where the Hugging Face hub is reachable."
     if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in {"1", "true", "yes", "on"}:
         raise PapaError(f"Model {repo_id!r} is not in the local Hugging Face cache and HF_HUB_OFFLINE is set", hint)
     endpoint = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
@@ -196,10 +193,8 @@ def pick_device(requested: str | None = None) -> torch.device:
             raise PapaError("Device 'mps' was asked for, but MPS is not available here", "Use --device cpu or auto.")
         if device.type == "cuda":
             if not torch.cuda.is_available():
-                raise PapaError(f"Device {requested!r} was asked for, but CUDA is not available here",
-                                "Use --device cpu (or auto, which picks the GPU when there is one).")
+                raise PapaError(f"Device {requested!r} was asked for, but CUDA is not available here", "Use --device cpu (or auto, which picks the GPU when there is one).")
             if device.index is not None and device.index >= torch.cuda.device_count():
-                raise PapaError(f"Device {requested!r} does not exist: this machine has {torch.cuda.device_count()} GPU(s)",
-                                "Use cuda:0 .. cuda:N-1, or auto.")
+                raise PapaError(f"Device {requested!r} does not exist: this machine has {torch.cuda.device_count()} GPU(s)", "Use cuda:0 .. cuda:N-1, or auto.")
         return device
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")

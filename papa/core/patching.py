@@ -25,9 +25,9 @@ architectures the probability dropout is wrapped by :class:`ProbsHook`.
 from __future__ import annotations
 
 import inspect
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -209,8 +209,12 @@ class HeadPatch(nn.Module):
             if not self.qk_pruned:
                 query, key = query[:, self._dyn_idx], key[:, self._dyn_idx]
             output[:, self._dyn_idx] = F.scaled_dot_product_attention(
-                query, key, value[:, self._dyn_idx], attn_mask=attention_mask,
-                dropout_p=dropout if self.training else 0.0, scale=scaling,
+                query,
+                key,
+                value[:, self._dyn_idx],
+                attn_mask=attention_mask,
+                dropout_p=dropout if self.training else 0.0,
+                scale=scaling,
             )
         if self.constant_heads:
             if dropout and self.training:  # dropout acts on the probabilities: form them
@@ -276,9 +280,7 @@ def _install(model: nn.Module, max_length: int | None) -> PatchContext:
     adapter = get_adapter(model)
     base = getattr(model, "base_model", model)
     context = PatchContext(max_length=max_length)
-    context.hook_handle = base.register_forward_pre_hook(
-        _capture_mask_hook(context, inspect.signature(base.forward)), with_kwargs=True
-    )
+    context.hook_handle = base.register_forward_pre_hook(_capture_mask_hook(context, inspect.signature(base.forward)), with_kwargs=True)
     if adapter.mechanism == "interface":
         context.previous_attn_implementation = model.config._attn_implementation
         model.config._attn_implementation = ATTN_IMPLEMENTATION
@@ -304,15 +306,12 @@ def _check_constants(model: nn.Module, constants: torch.Tensor) -> None:
     expected = (config.num_hidden_layers, config.num_attention_heads)
     if constants.dim() != 4 or tuple(constants.shape[:2]) != expected or constants.shape[2] != constants.shape[3]:
         raise ConstantsMismatchError(
-            f"Constants of shape {tuple(constants.shape)} do not fit a model with {expected[0]} layers x "
-            f"{expected[1]} heads (expected [layers, heads, L, L])",
+            f"Constants of shape {tuple(constants.shape)} do not fit a model with {expected[0]} layers x {expected[1]} heads (expected [layers, heads, L, L])",
             "Estimate constants for this model with `papa estimate --model ...`.",
         )
     limit = getattr(config, "max_position_embeddings", None)
     if limit is not None and constants.shape[2] > limit:
-        raise ConstantsMismatchError(
-            f"Constants of length {constants.shape[2]} exceed the model's {limit} positions", "Use a smaller L."
-        )
+        raise ConstantsMismatchError(f"Constants of length {constants.shape[2]} exceed the model's {limit} positions", "Use a smaller L.")
 
 
 def patch_constant_heads(
@@ -339,9 +338,7 @@ def patch_constant_heads(
     patches = []
     for layer, layer_heads in sorted(by_layer.items()):
         layer_heads = sorted(layer_heads)
-        patches.append(
-            HeadPatch(layer, num_heads, "constant", context, constants[layer, layer_heads], layer_heads, trainable)
-        )
+        patches.append(HeadPatch(layer, num_heads, "constant", context, constants[layer, layer_heads], layer_heads, trainable))
     _attach(model, patches)
     context.meta = {"mode": "constant", "constant_heads": [list(h) for h in head_set], "max_length": int(constants.shape[-1])}
     model.config.papa = dict(context.meta, trainable=trainable)
@@ -450,7 +447,6 @@ def constant_heads_of(model: nn.Module) -> list[tuple[int, int]]:
     ]
 
 
-
 # -- reloading a saved patched model ----------------------------------------------------------------
 _PATCH_SUFFIX = ".papa_patch.constants"
 
@@ -516,16 +512,12 @@ def load_patched(folder: str | Path, device: str | torch.device | None = None) -
         raise CorruptFileError(f"{folder}: config.papa.max_length is {length!r}, not a positive integer", redo)
     qk_pruned = bool(meta.get("qk_pruned", False)) and adapter.query is not None
     projections = (adapter.query, adapter.key) if qk_pruned else ()
-    saved = _saved_tensors(
-        folder, lambda key: key.endswith(_PATCH_SUFFIX) or any(f".{name}." in key for name in projections)
-    )
+    saved = _saved_tensors(folder, lambda key: key.endswith(_PATCH_SUFFIX) or any(f".{name}." in key for name in projections))
     previous = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()  # silence the expected load report (UNEXPECTED papa_patch.constants)
     try:
         # Pruned Q/K do not fit the full projections: they are re-initialised here, replaced below.
-        model = AutoModel.from_pretrained(
-            folder, attn_implementation=attn_implementation_for(config), ignore_mismatched_sizes=qk_pruned
-        )
+        model = AutoModel.from_pretrained(folder, attn_implementation=attn_implementation_for(config), ignore_mismatched_sizes=qk_pruned)
     finally:
         hf_logging.set_verbosity(previous)
     names = {module: name for name, module in model.named_modules()}
@@ -541,8 +533,7 @@ def load_patched(folder: str | Path, device: str | torch.device | None = None) -
             raise CorruptFileError(f"{folder} lacks the constants of layer {layer} ({name})", redo)
         if tuple(saved[key].shape) != (len(layer_heads), length, length):
             raise CorruptFileError(
-                f"{folder}: the constants of layer {layer} have shape {tuple(saved[key].shape)}, "
-                f"config.papa needs {(len(layer_heads), length, length)}",
+                f"{folder}: the constants of layer {layer} have shape {tuple(saved[key].shape)}, config.papa needs {(len(layer_heads), length, length)}",
                 redo,
             )
         constants[layer, sorted(layer_heads)] = saved[key].float()

@@ -56,8 +56,5 @@ def estimate_seconds(runs: list[Run], manifest: Manifest) -> float:
     return seconds
 
 
-
 def _format(seconds: float) -> str:
     return f"{int(seconds // 60)}m{int(seconds % 60):02d}s"
-
-

@@ -55,9 +55,11 @@ def data_fingerprints(runs: list[Run]) -> dict[str, str | None]:
 def run_keys(runs: list[Run]) -> dict[str, str]:
     """A key per run over its notebook, parameters, papa sources, environment and upstream keys
     (the task data is checked separately, :func:`data_fingerprints`)."""
-    source = {m: _sha((ROOT / "papa" / f"{m}.py").read_bytes() if (ROOT / "papa" / f"{m}.py").is_file() else
-                      b"".join(p.read_bytes() for p in sorted((ROOT / "papa" / m).rglob("*.py"))))
-              for kind in DEPENDS_ON.values() for m in kind}
+    source = {
+        m: _sha((ROOT / "papa" / f"{m}.py").read_bytes() if (ROOT / "papa" / f"{m}.py").is_file() else b"".join(p.read_bytes() for p in sorted((ROOT / "papa" / m).rglob("*.py"))))
+        for kind in DEPENDS_ON.values()
+        for m in kind
+    }
     from papa.core.provenance import package_versions
 
     environment = package_versions(ENV_PACKAGES)
@@ -72,5 +74,3 @@ def run_keys(runs: list[Run]) -> dict[str, str]:
         }
         keys[run.run_id] = _sha(json.dumps(parts, sort_keys=True, default=str))[:24]
     return keys
-
-

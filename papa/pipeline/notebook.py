@@ -25,9 +25,9 @@ def parameters(namespace: dict[str, Any]) -> dict[str, Any]:
     annotations = namespace.get("__annotations__", {})
     declared = {name: annotations[name] for name in annotations}
     unknown = sorted(
-        name for name, value in namespace.items()
-        if not name.startswith("_") and name not in declared and name not in _KERNEL_NAMES
-        and not isinstance(value, (types.ModuleType, types.FunctionType, type))
+        name
+        for name, value in namespace.items()
+        if not name.startswith("_") and name not in declared and name not in _KERNEL_NAMES and not isinstance(value, (types.ModuleType, types.FunctionType, type))
     )
     if unknown:
         raise PapaError(
@@ -84,8 +84,7 @@ def clean_executed(nb: dict, root: Path) -> dict:
     for key in _VOLATILE_NB:
         paper.pop(key, None)
     roots = sorted({str(root.resolve()), str(Path.home())}, key=len, reverse=True)
-    hidden = any("remove-cell" in c.get("metadata", {}).get("tags", []) and "parameters" in c.get("metadata", {}).get("tags", [])
-                 for c in nb.get("cells", []))
+    hidden = any("remove-cell" in c.get("metadata", {}).get("tags", []) and "parameters" in c.get("metadata", {}).get("tags", []) for c in nb.get("cells", []))
     for cell in nb.get("cells", []):
         tags = cell.get("metadata", {}).get("tags", [])
         if hidden and "injected-parameters" in tags and "remove-cell" not in tags:

@@ -26,12 +26,27 @@ _TOP_KEYS = {"name", "description", "models", "tasks", "max_length", "relayout",
 _SECTION_KEYS = {
     "estimate": {"max_examples", "batch_size"},
     "rank": {"methods", "epochs", "lr", "max_train_examples", "max_eval_examples", "seed"},
-    "probe": {"fractions", "seeds", "single_seed_fractions", "modes", "epochs", "lr", "max_train_examples", "max_eval_examples", "methods",
-              "selection", "heldout_fraction"},
+    "probe": {"fractions", "seeds", "single_seed_fractions", "modes", "epochs", "lr", "max_train_examples", "max_eval_examples", "methods", "selection", "heldout_fraction"},
     "floors": {"attention_free"},
 }
-_STUDY_KEYS = {"name", "chapter", "tasks", "models", "fractions", "seeds", "single_seed_fractions", "modes", "epochs", "lr", "max_train_examples", "max_eval_examples", "methods", "probe_input",
-               "selection", "heldout_fraction"}
+_STUDY_KEYS = {
+    "name",
+    "chapter",
+    "tasks",
+    "models",
+    "fractions",
+    "seeds",
+    "single_seed_fractions",
+    "modes",
+    "epochs",
+    "lr",
+    "max_train_examples",
+    "max_eval_examples",
+    "methods",
+    "probe_input",
+    "selection",
+    "heldout_fraction",
+}
 
 
 @dataclass
@@ -129,8 +144,9 @@ def load_config(path: str | Path) -> dict:
             if mode not in ("cached", "faithful"):
                 raise PapaError(f"Unknown mode {mode!r} in {path.name}", "Use cached or faithful.")
         if where.get("selection", "final") not in SELECTIONS:
-            raise PapaError(f"Unknown epoch selection {where['selection']!r} in {path.name}",
-                            "Use final (the official runs) or heldout (best epoch on held-out training examples).")
+            raise PapaError(
+                f"Unknown epoch selection {where['selection']!r} in {path.name}", "Use final (the official runs) or heldout (best epoch on held-out training examples)."
+            )
         fraction = where.get("heldout_fraction", 0.1)
         if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction < 1:
             raise PapaError(f"heldout_fraction must be a number in (0, 1), got {fraction!r} in {path.name}", "Use e.g. 0.1.")
@@ -169,21 +185,44 @@ def expand(config: dict) -> list[Run]:
     if config["floors"].get("attention_free", True):
         studies.append(dict(probe, name="floor", chapter="results", fractions=[0], probe_input="embeddings", tasks=config["tasks"], models=config["models"]))
     studies += [dict(probe, **s) for s in config["studies"]]
-    methods_needed = {(m, t, meth) for s in studies for m in s.get("models", config["models"]) for t in s.get("tasks", config["tasks"]) for meth in s.get("methods", rank.get("methods", ["gates"]))}
+    methods_needed = {
+        (m, t, meth)
+        for s in studies
+        for m in s.get("models", config["models"])
+        for t in s.get("tasks", config["tasks"])
+        for meth in s.get("methods", rank.get("methods", ["gates"]))
+    }
     for model in config["models"]:
         for task in config["tasks"]:
             rid = f"estimate__{model}__{task}"
-            runs[rid] = Run(rid, "estimate", dict(model=model, task=task, max_examples=est.get("max_examples", 2000), **common,
-                                                  device=device, out=f"{art}/constants/{model}__{task}.safetensors"),
-                            outputs=[f"{art}/constants/{model}__{task}.safetensors"])
+            runs[rid] = Run(
+                rid,
+                "estimate",
+                dict(model=model, task=task, max_examples=est.get("max_examples", 2000), **common, device=device, out=f"{art}/constants/{model}__{task}.safetensors"),
+                outputs=[f"{art}/constants/{model}__{task}.safetensors"],
+            )
     for model, task, method in sorted(methods_needed):
         rid = f"rank__{model}__{task}__{method}"
-        runs[rid] = Run(rid, "rank", dict(
-            model=model, task=task, method=method, constants=f"{art}/constants/{model}__{task}.safetensors",
-            epochs=rank.get("epochs", 15), lr=float(rank.get("lr", 2e-5)), max_train_examples=rank.get("max_train_examples", 1000),
-            max_eval_examples=rank.get("max_eval_examples", probe.get("max_eval_examples")) or 1_000_000, seed=rank.get("seed", 42),
-            data_seed=data_seed, device=device, out=f"{art}/rankings/{model}__{task}__{method}.json",
-        ), deps=[f"estimate__{model}__{task}"], outputs=[f"{art}/rankings/{model}__{task}__{method}.json"])
+        runs[rid] = Run(
+            rid,
+            "rank",
+            dict(
+                model=model,
+                task=task,
+                method=method,
+                constants=f"{art}/constants/{model}__{task}.safetensors",
+                epochs=rank.get("epochs", 15),
+                lr=float(rank.get("lr", 2e-5)),
+                max_train_examples=rank.get("max_train_examples", 1000),
+                max_eval_examples=rank.get("max_eval_examples", probe.get("max_eval_examples")) or 1_000_000,
+                seed=rank.get("seed", 42),
+                data_seed=data_seed,
+                device=device,
+                out=f"{art}/rankings/{model}__{task}__{method}.json",
+            ),
+            deps=[f"estimate__{model}__{task}"],
+            outputs=[f"{art}/rankings/{model}__{task}__{method}.json"],
+        )
     totals = {model: _heads_for(model) for model in config["models"]}
     for study in studies:
         for model in study.get("models", config["models"]):
@@ -207,17 +246,32 @@ def expand(config: dict) -> list[Run]:
                             if method not in ("none", "all"):
                                 deps.append(f"rank__{model}__{task}__{method}")
                             out = f"{art}/results/{rid}__s{{seed}}.json"
-                            runs[rid] = Run(rid, "probe", dict(
-                                model=model, task=task, k=k,
-                                constants=f"{art}/constants/{model}__{task}.safetensors" if k else "",
-                                ranking=f"{art}/rankings/{model}__{task}__{method}.json" if method not in ("none", "all") else "",
-                                mode=mode, seeds=list(seeds), epochs=study.get("epochs", 15), lr=float(study.get("lr", 2e-5)),
-                                probe_input=probe_input, selection=study.get("selection", "final"),
-                                heldout_fraction=float(study.get("heldout_fraction", 0.1)),
-                                max_train_examples=study.get("max_train_examples", 1000),
-                                max_eval_examples=study.get("max_eval_examples") or 1_000_000, data_seed=data_seed, device=device,
-                                out=out, **common,
-                            ), deps=deps, outputs=[out.format(seed=s) for s in seeds])
+                            runs[rid] = Run(
+                                rid,
+                                "probe",
+                                dict(
+                                    model=model,
+                                    task=task,
+                                    k=k,
+                                    constants=f"{art}/constants/{model}__{task}.safetensors" if k else "",
+                                    ranking=f"{art}/rankings/{model}__{task}__{method}.json" if method not in ("none", "all") else "",
+                                    mode=mode,
+                                    seeds=list(seeds),
+                                    epochs=study.get("epochs", 15),
+                                    lr=float(study.get("lr", 2e-5)),
+                                    probe_input=probe_input,
+                                    selection=study.get("selection", "final"),
+                                    heldout_fraction=float(study.get("heldout_fraction", 0.1)),
+                                    max_train_examples=study.get("max_train_examples", 1000),
+                                    max_eval_examples=study.get("max_eval_examples") or 1_000_000,
+                                    data_seed=data_seed,
+                                    device=device,
+                                    out=out,
+                                    **common,
+                                ),
+                                deps=deps,
+                                outputs=[out.format(seed=s) for s in seeds],
+                            )
     upstream = [r.run_id for r in runs.values() if r.kind in ("probe", "rank")]
     for chapter in ("results", "controls"):
         runs[chapter] = Run(chapter, chapter, dict(grid_config=config["_path"]), deps=upstream)
@@ -226,13 +280,9 @@ def expand(config: dict) -> list[Run]:
     return list(runs.values())
 
 
-
-
 def runs_dir(config: dict) -> Path:
     return ROOT / "book" / "runs" / config["name"]
 
 
 def run_notebook_path(run: Run) -> str:
     return f"book/runs/{run.grid}/{run.run_id}.ipynb"
-
-

@@ -10,6 +10,7 @@ from pathlib import Path
 from papa.core.errors import PapaError
 from papa.core.io import atomic_write_json, atomic_write_text, read_json_verified
 from papa.pipeline.estimate import _format, estimate_seconds
+from papa.pipeline.executors import SequentialExecutor
 from papa.pipeline.keys import data_fingerprints, run_keys
 from papa.pipeline.plan import (
     ROOT,
@@ -35,10 +36,13 @@ class Manifest:
 
     def up_to_date(self, run: Run, key: str, data: str | None = None) -> bool:
         entry = self.entries.get(run.run_id, {})
-        return entry.get("key") == key and entry.get("status") == "ok" and all((ROOT / o).is_file() for o in run.outputs) \
-            and (data is None or entry.get("data") in (None, data)) and (ROOT / run_notebook_path(run)).is_file()
-
-
+        return (
+            entry.get("key") == key
+            and entry.get("status") == "ok"
+            and all((ROOT / o).is_file() for o in run.outputs)
+            and (data is None or entry.get("data") in (None, data))
+            and (ROOT / run_notebook_path(run)).is_file()
+        )
 
 
 def stale_runs(config: dict) -> tuple[list[Run], list[Run], dict[str, str], Manifest]:
@@ -71,8 +75,14 @@ def execute(run: Run, root: Path = ROOT) -> float:
     started = time.perf_counter()
     try:
         papermill.execute_notebook(
-            str(source), str(temp), parameters=run.params, kernel_name="python3", cwd=str(root),
-            progress_bar=False, log_output=False, report_mode=False,
+            str(source),
+            str(temp),
+            parameters=run.params,
+            kernel_name="python3",
+            cwd=str(root),
+            progress_bar=False,
+            log_output=False,
+            report_mode=False,
         )
     except Exception as err:  # the failed notebook is kept for reading
         if temp.is_file():
@@ -80,8 +90,7 @@ def execute(run: Run, root: Path = ROOT) -> float:
             atomic_write_text(target.with_suffix(".failed.ipynb"), nbformat.writes(nb))
             temp.unlink()
         reason = f"{getattr(err, 'ename', type(err).__name__)}: {getattr(err, 'evalue', str(err))}".strip()
-        raise PapaError(f"Run {run.run_id} failed ({reason[:300]})",
-                        f"Read {target.with_suffix('.failed.ipynb').relative_to(root)}") from None
+        raise PapaError(f"Run {run.run_id} failed ({reason[:300]})", f"Read {target.with_suffix('.failed.ipynb').relative_to(root)}") from None
     nb = nbformat.from_dict(clean_executed(nbformat.read(temp, as_version=4), root))
     atomic_write_text(target, nbformat.writes(nb))
     temp.unlink()
@@ -109,8 +118,7 @@ class GridLock:
             self.lock.acquire()
         except Timeout:
             holder = self.owner.read_text(encoding="utf-8").strip() if self.owner.is_file() else "another process"
-            raise PapaError(f"Another papa runner ({holder}) is working on {self.path.parent}",
-                            "Wait for it to finish (or stop it), then run again.") from None
+            raise PapaError(f"Another papa runner ({holder}) is working on {self.path.parent}", "Wait for it to finish (or stop it), then run again.") from None
         atomic_write_text(self.owner, f"host {socket.gethostname()}, pid {os.getpid()}\n")
         return self
 
@@ -137,6 +145,44 @@ def check_data_available(stale: list[Run]) -> None:
         )
 
 
+def _drive(executor, stale: list[Run], keys: dict, manifest: Manifest, failed: dict[str, str], started: float, out) -> None:
+    """Hand every stale run to ``executor`` once its stale dependencies are done; the driver alone
+    records outcomes in the manifest. A failed run blocks its dependants."""
+    pending = {run.run_id: run for run in stale}
+    stale_ids = set(pending)
+    done: set[str] = set()
+    in_flight: set[str] = set()
+    number = 0
+    while pending or in_flight:
+        for run_id, run in list(pending.items()):
+            blocked = [d for d in run.deps if d in failed]
+            if blocked:
+                failed[run_id] = f"not run: depends on failed {blocked[0]}"
+                del pending[run_id]
+            elif len(in_flight) < executor.slots and all(d in done or d not in stale_ids for d in run.deps):
+                number += 1
+                print(f"[{number}/{len(stale)}] {run_id} (elapsed {_format(time.perf_counter() - started)})", file=out, flush=True)
+                executor.submit(run)
+                in_flight.add(run_id)
+                del pending[run_id]
+        if not in_flight:
+            for run_id in pending:  # unreachable with a plan in dependency order; never loop forever
+                failed[run_id] = "not run: its dependencies never finished"
+            break
+        for outcome in executor.wait():
+            run_id = outcome.run.run_id
+            in_flight.discard(run_id)
+            entry = {"key": keys[run_id][0], "data": keys[run_id][1], "status": outcome.status}
+            if outcome.status == "ok":
+                done.add(run_id)
+                entry["seconds"] = round(outcome.seconds, 1)
+            else:
+                failed[run_id] = outcome.error
+                print(f"  FAILED: {outcome.error}", file=out, flush=True)
+            manifest.entries[run_id] = entry
+            manifest.save()
+
+
 def run_grid(config_path: str | Path, only: str | None = None, dry_run: bool = False, out=None) -> int:
     """Bring a grid's runs up to date; returns 0 when every run is up to date, else 1."""
     out = out or sys.stdout
@@ -154,23 +200,11 @@ def run_grid(config_path: str | Path, only: str | None = None, dry_run: bool = F
     started = time.perf_counter()
     with GridLock(runs_dir(config)):
         manifest = Manifest(manifest.path)  # re-read under the lock
-        for number, run in enumerate(stale, 1):
-            blocked = [d for d in run.deps if d in failed]
-            if blocked:
-                failed[run.run_id] = f"not run: depends on failed {blocked[0]}"
-                continue
-            print(f"[{number}/{len(stale)}] {run.run_id} (elapsed {_format(time.perf_counter() - started)})", file=out, flush=True)
-            try:
-                seconds = execute(run)
-            except PapaError as err:
-                failed[run.run_id] = str(err)
-                manifest.entries[run.run_id] = {"key": keys[run.run_id][0], "data": keys[run.run_id][1], "status": "failed"}
-                manifest.save()
-                print(f"  FAILED: {err}", file=out, flush=True)
-                continue
-            manifest.entries[run.run_id] = {"key": keys[run.run_id][0], "data": keys[run.run_id][1], "status": "ok",
-                                            "seconds": round(seconds, 1)}
-            manifest.save()
+        executor = SequentialExecutor(execute)
+        try:
+            _drive(executor, stale, keys, manifest, failed, started, out)
+        finally:
+            executor.close()
     print(f"done in {_format(time.perf_counter() - started)}: {len(stale) - len(failed)} ok, {len(failed)} failed", file=out)
     for run_id, reason in failed.items():
         print(f"  {run_id}: {reason}", file=out)

@@ -22,10 +22,7 @@ import datasets
 from papa.core.errors import DataError, PapaError
 
 DATA_DIR_ENV = "PAPA_DATA_DIR"
-_LAYOUT_HINT = (
-    f"Set {DATA_DIR_ENV} (or pass data_dir) to a folder laid out as TASK/SPLIT.jsonl with "
-    "TASK/labels.json, e.g. sst2/validation.jsonl and sst2/labels.json."
-)
+_LAYOUT_HINT = f"Set {DATA_DIR_ENV} (or pass data_dir) to a folder laid out as TASK/SPLIT.jsonl with TASK/labels.json, e.g. sst2/validation.jsonl and sst2/labels.json."
 
 
 @dataclass(frozen=True)
@@ -66,13 +63,10 @@ class TaskSpec:
 
 
 TASKS: dict[str, TaskSpec] = {
-    "cola": TaskSpec("cola", "sequence", "nyu-mll/glue", "cola", "cola", ("sentence",), "label",
-                     "matthews_correlation"),
+    "cola": TaskSpec("cola", "sequence", "nyu-mll/glue", "cola", "cola", ("sentence",), "label", "matthews_correlation"),
     "sst2": TaskSpec("sst2", "sequence", "nyu-mll/glue", "sst2", "sst2", ("sentence",), "label", "accuracy"),
-    "mrpc": TaskSpec("mrpc", "sequence", "nyu-mll/glue", "mrpc", "mrpc", ("sentence1", "sentence2"), "label",
-                     "combined"),
-    "mnli": TaskSpec("mnli", "sequence", "nyu-mll/glue", "mnli", "mnli", ("premise", "hypothesis"), "label",
-                     "accuracy", hub_splits=(("validation", "validation_matched"),)),
+    "mrpc": TaskSpec("mrpc", "sequence", "nyu-mll/glue", "mrpc", "mrpc", ("sentence1", "sentence2"), "label", "combined"),
+    "mnli": TaskSpec("mnli", "sequence", "nyu-mll/glue", "mnli", "mnli", ("premise", "hypothesis"), "label", "accuracy", hub_splits=(("validation", "validation_matched"),)),
     "ner": TaskSpec("ner", "token", "conll2003", None, "conll2003", ("tokens",), "ner_tags", "f1"),
     "pos": TaskSpec("pos", "token", "conll2003", None, "conll2003", ("tokens",), "pos_tags", "accuracy"),
 }
@@ -96,9 +90,7 @@ def resolve_data_dir(data_dir: str | os.PathLike | None = None) -> Path | None:
     return Path(env).expanduser() if env else None
 
 
-def load_task_split(
-    task: str | TaskSpec, split: str, data_dir: str | os.PathLike | None = None
-) -> datasets.Dataset:
+def load_task_split(task: str | TaskSpec, split: str, data_dir: str | os.PathLike | None = None) -> datasets.Dataset:
     """Load one split of a task with the hub's columns and ``ClassLabel`` label ids.
 
     The result holds the task's text columns and its label column only. The source is
@@ -116,13 +108,11 @@ def label_names(task: str | TaskSpec, dataset: datasets.Dataset) -> list[str]:
     spec = get_task(task)
     feature = dataset.features.get(spec.label_column)
     if feature is None:
-        raise DataError(f"The dataset has no column {spec.label_column!r} for task {spec.name}",
-                        "Load it with papa.probing.data.load_task_split.")
+        raise DataError(f"The dataset has no column {spec.label_column!r} for task {spec.name}", "Load it with papa.probing.data.load_task_split.")
     if spec.is_token_task:
         feature = getattr(feature, "feature", None)
     if not isinstance(feature, datasets.ClassLabel):
-        raise DataError(f"The column {spec.label_column!r} is not a ClassLabel column",
-                        "Load the data with papa.probing.data.load_task_split, which casts it.")
+        raise DataError(f"The column {spec.label_column!r} is not a ClassLabel column", "Load the data with papa.probing.data.load_task_split, which casts it.")
     return list(feature.names)
 
 
@@ -134,8 +124,7 @@ def subset(dataset: datasets.Dataset, n: int | None, seed: int) -> tuple[dataset
     """
     total = len(dataset)
     if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
-        raise PapaError(f"The subset size must be a positive integer or None, not {n!r}",
-                        "Pass a number of examples such as 500, or None for all.")
+        raise PapaError(f"The subset size must be a positive integer or None, not {n!r}", "Pass a number of examples such as 500, or None for all.")
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise PapaError(f"The subset seed must be an integer, not {seed!r}", "Pass an integer seed such as 0.")
     if n is None or n >= total:
@@ -190,31 +179,26 @@ def _load_local(spec: TaskSpec, split: str, root: Path) -> datasets.Dataset:
     columns = _read_jsonl(spec, path, len(names))
     label_feature: Any = datasets.ClassLabel(names=names)
     if spec.is_token_task:
-        features = datasets.Features({"tokens": datasets.Sequence(datasets.Value("string")),
-                                      spec.label_column: datasets.Sequence(label_feature)})
+        features = datasets.Features({"tokens": datasets.Sequence(datasets.Value("string")), spec.label_column: datasets.Sequence(label_feature)})
     else:
-        features = datasets.Features({**{c: datasets.Value("string") for c in spec.text_columns},
-                                      spec.label_column: label_feature})
+        features = datasets.Features({**{c: datasets.Value("string") for c in spec.text_columns}, spec.label_column: label_feature})
     return datasets.Dataset.from_dict(columns, features=features)
 
 
 def _read_label_names(spec: TaskSpec, path: Path) -> list[str]:
     if not path.is_file():
-        raise DataError(f"The label file {path} does not exist",
-                        f"Add it: a JSON object mapping {spec.label_column!r} to the label names in id order. "
-                        + _LAYOUT_HINT)
+        raise DataError(f"The label file {path} does not exist", f"Add it: a JSON object mapping {spec.label_column!r} to the label names in id order. " + _LAYOUT_HINT)
     try:
         obj = json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise DataError(f"The label file {path} is not valid JSON ({err})",
-                        "Fix or replace it.") from None
+        raise DataError(f"The label file {path} is not valid JSON ({err})", "Fix or replace it.") from None
     names = obj.get(spec.label_column) if isinstance(obj, dict) else obj
     if not isinstance(names, list) or not names or not all(isinstance(x, str) for x in names):
-        raise DataError(f"The label file {path} has no non-empty list of names under {spec.label_column!r}",
-                        f'Write it as {{"{spec.label_column}": ["name0", "name1", ...]}} in id order.')
+        raise DataError(
+            f"The label file {path} has no non-empty list of names under {spec.label_column!r}", f'Write it as {{"{spec.label_column}": ["name0", "name1", ...]}} in id order.'
+        )
     if len(set(names)) != len(names):
-        raise DataError(f"The label file {path} repeats a name under {spec.label_column!r}",
-                        "Give each label id a distinct name.")
+        raise DataError(f"The label file {path} repeats a name under {spec.label_column!r}", "Give each label id a distinct name.")
     return list(names)
 
 
@@ -237,20 +221,17 @@ def _read_jsonl(spec: TaskSpec, path: Path, num_labels: int) -> dict[str, list]:
     return columns
 
 
-def _parse_line(spec: TaskSpec, path: Path, lineno: int, line: str, num_labels: int,
-                columns: dict[str, list]) -> None:
+def _parse_line(spec: TaskSpec, path: Path, lineno: int, line: str, num_labels: int, columns: dict[str, list]) -> None:
     where = f"{path.name} line {lineno} ({path})"
     try:
         obj = json.loads(line)
     except json.JSONDecodeError as err:
-        raise DataError(f"Malformed JSON in {where}: {err.msg} at column {err.colno}",
-                        "Fix the line: each line must be one JSON object.") from None
+        raise DataError(f"Malformed JSON in {where}: {err.msg} at column {err.colno}", "Fix the line: each line must be one JSON object.") from None
     if not isinstance(obj, dict):
         raise DataError(f"{where} is not a JSON object", "Each line must be one JSON object.")
     for column in spec.columns:
         if column not in obj:
-            raise DataError(f"{where} has no column {column!r} (task {spec.name} needs {list(spec.columns)})",
-                            "Add the column to every line.")
+            raise DataError(f"{where} has no column {column!r} (task {spec.name} needs {list(spec.columns)})", "Add the column to every line.")
     label_hint = f"Use label ids 0..{num_labels - 1}, in the order of labels.json."
     if spec.is_token_task:
         tokens, tags = obj["tokens"], obj[spec.label_column]
@@ -259,8 +240,7 @@ def _parse_line(spec: TaskSpec, path: Path, lineno: int, line: str, num_labels: 
         if not isinstance(tags, list) or not all(_is_int(t) for t in tags):
             raise DataError(f"{where}: {spec.label_column!r} must be a list of integer ids", label_hint)
         if len(tags) != len(tokens):
-            raise DataError(f"{where}: {len(tokens)} tokens but {len(tags)} {spec.label_column}",
-                            "Give exactly one tag per token.")
+            raise DataError(f"{where}: {len(tokens)} tokens but {len(tags)} {spec.label_column}", "Give exactly one tag per token.")
         bad = [t for t in tags if not 0 <= t < num_labels]
         if bad:
             raise DataError(f"{where}: tag id {bad[0]} is outside the label set of {num_labels} names", label_hint)

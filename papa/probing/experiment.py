@@ -111,9 +111,14 @@ def prepare_inputs(
     train_ds, train_idx = subset(load_task_split(spec, "train", data_dir), max_train_examples, data_seed)
     eval_ds, eval_idx = subset(load_task_split(spec, spec.eval_split, data_dir), max_eval_examples, data_seed)
     return TaskInputs(
-        spec, label_names(spec, train_ds),
-        encode_split(lm, spec, train_ds, max_length, relayout), encode_split(lm, spec, eval_ds, max_length, relayout),
-        list(train_idx), list(eval_idx), max_length, relayout,
+        spec,
+        label_names(spec, train_ds),
+        encode_split(lm, spec, train_ds, max_length, relayout),
+        encode_split(lm, spec, eval_ds, max_length, relayout),
+        list(train_idx),
+        list(eval_idx),
+        max_length,
+        relayout,
     )
 
 
@@ -142,8 +147,13 @@ def estimate_task_constants(
         dataset = dataset.select(range(min(max_examples, len(dataset))))
     encoded = encode_split(lm, spec, dataset, max_length, relayout)
     meta = {
-        "model": lm.name, "fingerprint": lm.fingerprint, "task": spec.name, "split": split,
-        "relayout": relayout, "papa_version": __version__, "device": str(torch_device),
+        "model": lm.name,
+        "fingerprint": lm.fingerprint,
+        "task": spec.name,
+        "split": split,
+        "relayout": relayout,
+        "papa_version": __version__,
+        "device": str(torch_device),
     }
     return estimate_constants(lm.model, encoded, batch_size, torch_device, progress=progress, meta=meta)
 
@@ -179,14 +189,21 @@ def floors(inputs: TaskInputs) -> dict:
     return majority_baseline(inputs.spec, train.tolist(), evals.tolist(), inputs.label_names)
 
 
-def get_features(lm: LoadedModel, inputs: TaskInputs, split: str, heads, constants: ConstantSet | None, device, batch_size: int = 64, use_cache: bool = True) -> tuple[Features, bool]:
+def get_features(
+    lm: LoadedModel, inputs: TaskInputs, split: str, heads, constants: ConstantSet | None, device, batch_size: int = 64, use_cache: bool = True
+) -> tuple[Features, bool]:
     """Features of ``split`` ("train"/"eval") with ``heads`` constant; returns (features, from_cache)."""
     encoded = inputs.train if split == "train" else inputs.eval
     record = inputs.data_record()
     key = cached_features_key(
-        fingerprint=lm.fingerprint, task=inputs.spec.name, split=split,
-        indices=record[f"{split}_indices_sha"], max_length=inputs.max_length, relayout=inputs.relayout,
-        heads=sorted(map(list, heads)), constants=constants.meta.get("sha256") if (heads and constants) else None,
+        fingerprint=lm.fingerprint,
+        task=inputs.spec.name,
+        split=split,
+        indices=record[f"{split}_indices_sha"],
+        max_length=inputs.max_length,
+        relayout=inputs.relayout,
+        heads=sorted(map(list, heads)),
+        constants=constants.meta.get("sha256") if (heads and constants) else None,
     )
     if use_cache and (hit := load_cached(key)) is not None:
         return hit, True
@@ -280,8 +297,7 @@ def run_probe(
     heldout = None
     if selection == "heldout":
         fit, held = split_heldout(train_source.num_examples, heldout_fraction, data_seed)
-        scoring_source = train_source if mode == "cached" else LiveSource(
-            lm.model, inputs.train, inputs.spec.is_token_task, torch_device, False, probe_input)
+        scoring_source = train_source if mode == "cached" else LiveSource(lm.model, inputs.train, inputs.spec.is_token_task, torch_device, False, probe_input)
         heldout = make_evaluator(inputs, SubsetSource(scoring_source, held), {k_: v[held] for k_, v in inputs.train.items()})
         train_source = SubsetSource(train_source, fit)
     num_labels = len(inputs.label_names)
@@ -295,11 +311,20 @@ def run_probe(
     chosen = select_epoch(history.epochs, selection)
     metrics = {k_: v for k_, v in chosen.items() if k_ not in ("epoch", "train_loss") and not k_.startswith("heldout_")}
     result_config = {
-        "model": lm.name, "task": inputs.spec.name, "constant_heads": k, "total_heads": lm.num_layers * lm.num_heads,
-        "ranking": Path(ranking).name if ranking else None, "constants": Path(constants).name if constants else None,
-        "mode": mode, "seed": seed, **{key: value for key, value in vars(probe_config).items() if key != "seed"},
-        "max_length": inputs.max_length, "relayout": inputs.relayout, "data_seed": data_seed,
-        "selection": selection, **({"heldout_fraction": heldout_fraction} if selection == "heldout" else {}),
+        "model": lm.name,
+        "task": inputs.spec.name,
+        "constant_heads": k,
+        "total_heads": lm.num_layers * lm.num_heads,
+        "ranking": Path(ranking).name if ranking else None,
+        "constants": Path(constants).name if constants else None,
+        "mode": mode,
+        "seed": seed,
+        **{key: value for key, value in vars(probe_config).items() if key != "seed"},
+        "max_length": inputs.max_length,
+        "relayout": inputs.relayout,
+        "data_seed": data_seed,
+        "selection": selection,
+        **({"heldout_fraction": heldout_fraction} if selection == "heldout" else {}),
     }
     seconds = time.perf_counter() - started
     timings["total"] = seconds

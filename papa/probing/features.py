@@ -26,9 +26,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 import torch
 from safetensors import SafetensorError, safe_open
@@ -87,8 +87,9 @@ def memory_budget_bytes() -> int:
     except ValueError:
         gigabytes = float("nan")
     if not gigabytes > 0 or gigabytes == float("inf"):
-        raise PapaError(f"PAPA_MEMORY_BUDGET_GB={text!r} is not a positive number of gigabytes",
-                        "Set it to a number such as 8 or 16, or unset it (default: 60% of the physical memory).")
+        raise PapaError(
+            f"PAPA_MEMORY_BUDGET_GB={text!r} is not a positive number of gigabytes", "Set it to a number such as 8 or 16, or unset it (default: 60% of the physical memory)."
+        )
     return int(gigabytes * 1e9)
 
 
@@ -108,9 +109,7 @@ def check_budget(needed: int, what: str) -> None:
         )
 
 
-def iter_hidden_states(
-    model: torch.nn.Module, encoded: dict[str, torch.Tensor], batch_size: int, device: torch.device
-) -> Iterator[tuple[slice, torch.Tensor]]:
+def iter_hidden_states(model: torch.nn.Module, encoded: dict[str, torch.Tensor], batch_size: int, device: torch.device) -> Iterator[tuple[slice, torch.Tensor]]:
     """Yield ``(rows, states [B, S, L, H])`` batch by batch (no gradients; the caller sets the mode)."""
     total = encoded["input_ids"].shape[0]
     inputs = {k: v for k, v in encoded.items() if k != "labels"}

@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Callable, Protocol
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
@@ -266,8 +267,7 @@ def split_heldout(num_examples: int, fraction: float, seed: int) -> tuple[torch.
         raise PapaError(f"heldout_fraction must be in (0, 1), got {fraction!r}", "Use e.g. 0.1.")
     held = max(1, int(round(fraction * num_examples)))
     if held >= num_examples:
-        raise PapaError(f"Holding out {held} of {num_examples} training examples leaves none to train on",
-                        "Use more training examples or a smaller heldout_fraction.")
+        raise PapaError(f"Holding out {held} of {num_examples} training examples leaves none to train on", "Use more training examples or a smaller heldout_fraction.")
     order = torch.randperm(num_examples, generator=torch.Generator().manual_seed(seed))
     return order[held:].sort().values, order[:held].sort().values
 

@@ -43,8 +43,12 @@ def rank_gates(lm: LoadedModel, inputs: TaskInputs, constants: torch.Tensor, con
         train = LiveSource(lm.model, inputs.train, inputs.spec.is_token_task, device, train_mode=True, grad=True)
         evaluation = LiveSource(lm.model, inputs.eval, inputs.spec.is_token_task, device, train_mode=False)
         probe = build_probe(
-            inputs.spec.is_token_task, lm.num_layers + 1, inputs.max_length, lm.model.config.hidden_size,
-            len(inputs.label_names), config,
+            inputs.spec.is_token_task,
+            lm.num_layers + 1,
+            inputs.max_length,
+            lm.model.config.hidden_size,
+            len(inputs.label_names),
+            config,
         ).to(device)
         history = train_probe(probe, train, make_evaluator(inputs, evaluation), config, extra_parameters=lambdas)
         final = gate_lambdas(lm.model)

@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from papa.probing.data import TaskSpec, get_task
 from papa.core.errors import PapaError
+from papa.probing.data import TaskSpec, get_task
 
 METRICS_DIR = Path(__file__).resolve().parent
 
@@ -36,12 +36,11 @@ def metric_path(name: str) -> Path:
         raise PapaError(f"Unknown metric {name!r}", f"Use one of: {', '.join(METRIC_SCRIPTS)}.")
     path = METRICS_DIR / folder
     if not (path / f"{folder}.py").is_file():
-        raise PapaError(f"The metric script {path / (folder + '.py')} is missing",
-                        "Reinstall papa: the metric scripts ship as package data.")
+        raise PapaError(f"The metric script {path / (folder + '.py')} is missing", "Reinstall papa: the metric scripts ship as package data.")
     return path
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def load_metric(name: str) -> Any:
     """Load a shipped metric script by path with ``evaluate.load`` (cached per name, kept in memory)."""
     import evaluate
@@ -75,8 +74,7 @@ def compute_task_metrics(
     spec = get_task(task)
     preds, refs = list(predictions), list(references)
     if len(preds) != len(refs):
-        raise PapaError(f"{len(preds)} predictions but {len(refs)} references for task {spec.name}",
-                        "Pass one prediction per evaluation example.")
+        raise PapaError(f"{len(preds)} predictions but {len(refs)} references for task {spec.name}", "Pass one prediction per evaluation example.")
     if not refs:
         raise PapaError(f"No predictions to score for task {spec.name}", "Evaluate at least one example.")
     if spec.is_token_task:
@@ -110,8 +108,7 @@ def majority_baseline(
     spec = get_task(task)
     flat = [t for seq in train_labels for t in seq] if spec.is_token_task else list(train_labels)
     if not flat:
-        raise PapaError(f"No training labels for the majority baseline of task {spec.name}",
-                        "Pass the training split's labels.")
+        raise PapaError(f"No training labels for the majority baseline of task {spec.name}", "Pass the training split's labels.")
     counts = Counter(_as_ids(flat, "training labels"))
     majority = min(counts, key=lambda label: (-counts[label], label))
     if spec.is_token_task:
@@ -124,20 +121,19 @@ def majority_baseline(
 def _token_metrics(spec: TaskSpec, preds: list, refs: list, label_names: Sequence[str] | None) -> dict[str, float]:
     for number, (p, r) in enumerate(zip(preds, refs)):
         if len(p) != len(r):
-            raise PapaError(f"Sentence {number} has {len(p)} predicted tags but {len(r)} reference tags",
-                            "Align predictions to words (first word piece) and drop ignored positions.")
+            raise PapaError(
+                f"Sentence {number} has {len(p)} predicted tags but {len(r)} reference tags", "Align predictions to words (first word piece) and drop ignored positions."
+            )
     if spec.main_metric == "f1":  # NER: spans need tag names
         if not label_names:
-            raise PapaError(f"Task {spec.name} needs label_names to find entity spans",
-                            "Pass the tag names in id order, e.g. papa.probing.data.label_names(task, dataset).")
+            raise PapaError(f"Task {spec.name} needs label_names to find entity spans", "Pass the tag names in id order, e.g. papa.probing.data.label_names(task, dataset).")
         names = list(label_names)
 
         def to_names(seqs: list, what: str) -> list[list[str]]:
             try:
                 return [[names[t] for t in _as_ids(seq, what)] for seq in seqs]
             except IndexError:
-                raise PapaError(f"The {what} hold a tag id outside the {len(names)} label names",
-                                "Check that the label names belong to this model and task.") from None
+                raise PapaError(f"The {what} hold a tag id outside the {len(names)} label names", "Check that the label names belong to this model and task.") from None
 
         return _compute("seqeval", to_names(preds, "predictions"), to_names(refs, "references"))
     flat_p = _as_ids([t for seq in preds for t in seq], "predictions")
@@ -153,10 +149,8 @@ def _as_ids(values: Sequence[Any], what: str) -> list[int]:
         try:
             as_int = int(value)
         except (TypeError, ValueError):
-            raise PapaError(f"The {what} hold {value!r}, not a label id",
-                            "Pass integer label ids (argmax of the logits).") from None
+            raise PapaError(f"The {what} hold {value!r}, not a label id", "Pass integer label ids (argmax of the logits).") from None
         if as_int != value or as_int < 0:
-            raise PapaError(f"The {what} hold {value!r}, not a non-negative integer label id",
-                            "Pass integer label ids; drop ignored positions (-100) first.")
+            raise PapaError(f"The {what} hold {value!r}, not a non-negative integer label id", "Pass integer label ids; drop ignored positions (-100) first.")
         out.append(as_int)
     return out

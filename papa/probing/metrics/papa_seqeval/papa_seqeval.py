@@ -85,9 +85,7 @@ class PapaSeqeval(evaluate.Metric):
         n_tokens = n_tokens_correct = 0
         for number, (pred, ref) in enumerate(zip(predictions, references)):
             if len(pred) != len(ref):
-                raise ValueError(
-                    f"Sentence {number} has {len(pred)} predicted tags but {len(ref)} reference tags."
-                )
+                raise ValueError(f"Sentence {number} has {len(pred)} predicted tags but {len(ref)} reference tags.")
             pred_spans = set(get_entities(pred))
             true_spans = set(get_entities(ref))
             n_pred += len(pred_spans)

@@ -1,0 +1,72 @@
+"""Where runs execute: the driver (:func:`papa.pipeline.runner.run_grid`) hands ready runs to an
+:class:`Executor` and records what comes back. Only the driver writes the manifest.
+
+* :class:`SequentialExecutor` (the default) executes one run at a time in this process, with no
+  extra dependency.
+* A Dask executor (``--scheduler local:N | tcp://HOST:PORT | slurm[:JOBS]``) runs several at once.
+
+An executor never writes the manifest; it returns one :class:`Outcome` per submitted run.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from papa.core.errors import PapaError
+from papa.pipeline.plan import Run
+
+
+@dataclass
+class Outcome:
+    """What became of one submitted run.
+
+    ``status``: ``"ok"`` (notebook and outputs in place), ``"failed"`` (the notebook raised: a result,
+    its dependants are blocked) or ``"lost"`` (the worker died or the kernel never started: the
+    driver may submit it again).
+    """
+
+    run: Run
+    status: str
+    seconds: float = 0.0
+    error: str = ""
+
+
+class Executor(Protocol):
+    """Runs submitted :class:`Run` objects; ``slots`` is how many may be in flight at once."""
+
+    slots: int
+
+    def submit(self, run: Run) -> None: ...
+
+    def wait(self) -> list[Outcome]:
+        """Block until at least one submitted run has finished; return the finished ones."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class SequentialExecutor:
+    """One run at a time, in this process (``execute`` is :func:`papa.pipeline.runner.execute`)."""
+
+    slots = 1
+
+    def __init__(self, execute: Callable[[Run], float]):
+        self._execute = execute
+        self._queue: deque[Run] = deque()
+
+    def submit(self, run: Run) -> None:
+        self._queue.append(run)
+
+    def wait(self) -> list[Outcome]:
+        run = self._queue.popleft()
+        try:
+            seconds = self._execute(run)
+        except PapaError as err:
+            return [Outcome(run, "failed", error=str(err))]
+        return [Outcome(run, "ok", seconds=seconds)]
+
+    def close(self) -> None:
+        self._queue.clear()
