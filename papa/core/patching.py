@@ -274,6 +274,12 @@ def _capture_mask_hook(context: PatchContext, signature: inspect.Signature):
     return hook
 
 
+def _set_attn_implementation(model: nn.Module, name: str | None) -> None:
+    """Switch the model's attention function through transformers' own API (``papa`` is registered in
+    ``AttentionInterface``, so transformers accepts it like ``sdpa`` or ``eager``)."""
+    model.set_attn_implementation(name or "eager")
+
+
 def _install(model: nn.Module, max_length: int | None) -> PatchContext:
     if is_patched(model):
         raise PapaError("The model is already patched", "Call papa.unpatch(model) first.")
@@ -283,7 +289,7 @@ def _install(model: nn.Module, max_length: int | None) -> PatchContext:
     context.hook_handle = base.register_forward_pre_hook(_capture_mask_hook(context, inspect.signature(base.forward)), with_kwargs=True)
     if adapter.mechanism == "interface":
         context.previous_attn_implementation = model.config._attn_implementation
-        model.config._attn_implementation = ATTN_IMPLEMENTATION
+        _set_attn_implementation(model, ATTN_IMPLEMENTATION)
     object.__setattr__(model, "_papa_context", context)
     return context
 
@@ -430,7 +436,7 @@ def unpatch(model: nn.Module) -> nn.Module:
         del module.papa_patch
     context.hook_handle.remove()
     if adapter.mechanism == "interface":
-        model.config._attn_implementation = context.previous_attn_implementation
+        _set_attn_implementation(model, context.previous_attn_implementation)
     if hasattr(model.config, "papa"):
         del model.config.papa
     object.__delattr__(model, "_papa_context")
