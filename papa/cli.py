@@ -12,7 +12,7 @@ import inspect
 import re
 import sys
 import types
-from typing import Any, Union, get_args, get_origin
+from typing import Annotated, Any, Union, get_args, get_origin
 
 from pydantic import BaseModel
 
@@ -68,10 +68,12 @@ def _check_writable(out: str) -> None:
 
 def _base_type(annotation: Any) -> type:
     """int, float or str: what a flag's text is converted to (the schema checks the rest)."""
+    if get_origin(annotation) is Annotated:
+        return _base_type(get_args(annotation)[0])
     if annotation in (int, float):
         return annotation
     if get_origin(annotation) in (Union, types.UnionType):
-        return next((arg for arg in get_args(annotation) if arg in (int, float)), str)
+        return next((kind for kind in map(_base_type, get_args(annotation)) if kind in (int, float)), str)
     return str
 
 

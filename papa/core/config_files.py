@@ -101,9 +101,9 @@ def read_yaml(path: str | Path) -> Any:
             f"Config {path.name}: the key {dup.key!r} appears twice in one mapping (lines {dup.first} and {dup.second})", "Keep one of them: YAML would silently use the last."
         ) from None
     except yaml.YAMLError as err:
-        raise PapaError(f"Config {path} is not valid YAML ({str(err).splitlines()[0]})", "Fix the YAML syntax.") from None
+        raise PapaError(f"Config {path.name}: not valid YAML ({str(err).splitlines()[0]})", "Fix the YAML syntax.") from None
     except UnicodeDecodeError:
-        raise PapaError(f"Config {path} is not UTF-8 text", "Save it as UTF-8.") from None
+        raise PapaError(f"Config {path.name}: not UTF-8 text", "Save it as UTF-8.") from None
 
 
 def _path(loc: tuple, data: Any, style: str) -> tuple[str, list[str | int]]:
@@ -166,13 +166,13 @@ def as_papa_error(err: ValidationError, data: Any, model: type[BaseModel], where
     prefix = f"{where}: " if where else ""
     if kind == "extra_forbidden":
         parent = keys[:-1]
-        problem, hint = f"unknown key {path}", f"Allowed {'here' if parent else 'at the top level'}: {', '.join(_allowed(model, parent))}."
+        problem, hint = f"Unknown config key {path}", f"Allowed {'here' if parent else 'at the top level'}: {', '.join(_allowed(model, parent))}."
     elif kind == "missing":
         problem, hint = f"the key {path} is missing", "Add it. " + SCHEMA_HINT
     elif kind == "literal_error":
         label = _LABELS.get(field, field)
         choices = ", ".join(repr(c).strip("'") for c in _literal_choices(model, keys)) or ctx.get("expected", "")
-        problem, hint = f"unknown {label} {given!r} at {path}", f"Use one of {choices}."
+        problem, hint = f"Unknown {label} {given!r} at {path}", f"Use one of {choices}."
         if field in ("modes", "mode") and not choices:
             hint = f"Use one of {', '.join(MODES)}."
     elif isinstance(cause, ConfigValueError):
@@ -218,7 +218,7 @@ def _literals(annotation: Any) -> tuple:
 def validate(model: type[M], data: Any, where: str, style: str = "yaml") -> M:
     """``data`` validated as ``model``, or one :class:`PapaError` (see :func:`as_papa_error`)."""
     if style == "yaml" and not isinstance(data, dict):
-        raise PapaError(f"{where} must be a mapping of keys to values, got {type(data).__name__}", "See configs/default.yaml for the layout.")
+        raise PapaError(f"{where}: the file must be a mapping of keys to values, got {type(data).__name__}", "See configs/default.yaml for the layout.")
     try:
         return model.model_validate(data)
     except ValidationError as err:
