@@ -17,7 +17,7 @@ from typing import Annotated, Any, Union, get_args, get_origin
 from pydantic import BaseModel
 
 from papa.core.errors import PapaError
-from papa.core.schema import EstimateParams, ProbeParams, RankParams
+from papa.core.schema import DEFAULT_BATCH_SIZE, EstimateParams, ProbeParams, RankParams
 
 
 def _positive_int(text: str) -> int:
@@ -286,7 +286,7 @@ def build_parser() -> argparse.ArgumentParser:
     _schema_flags(p, EstimateParams)
     _data_dir(p)
     p.add_argument("--split", default="train")
-    p.add_argument("--batch-size", type=_positive_int, default=64)
+    p.add_argument("--batch-size", type=_positive_int, default=DEFAULT_BATCH_SIZE, help=f"encoder batch size (default: {DEFAULT_BATCH_SIZE})")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_estimate)
 
