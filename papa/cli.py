@@ -8,11 +8,16 @@ command leaves no half-written file.
 from __future__ import annotations
 
 import argparse
-import json
+import inspect
+import re
 import sys
-import time
+import types
+from typing import Annotated, Any, Union, get_args, get_origin
+
+from pydantic import BaseModel
 
 from papa.core.errors import PapaError
+from papa.core.schema import DEFAULT_BATCH_SIZE, EstimateParams, ProbeParams, RankParams
 
 
 def _positive_int(text: str) -> int:
@@ -61,14 +66,72 @@ def _check_writable(out: str) -> None:
         raise PapaError(f"Cannot write {out}: the folder {folder} is not writable", "Choose a writable output folder.") from None
 
 
-def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", default="minilm-l6", help="embedded name (minilm-l6), local folder or hub id")
-    parser.add_argument("--task", required=True, help="cola, sst2, mrpc, mnli, ner or pos")
+def _base_type(annotation: Any) -> type:
+    """int, float or str: what a flag's text is converted to (the schema checks the rest)."""
+    if get_origin(annotation) is Annotated:
+        return _base_type(get_args(annotation)[0])
+    if annotation in (int, float):
+        return annotation
+    if get_origin(annotation) in (Union, types.UnionType):
+        return next((kind for kind in map(_base_type, get_args(annotation)) if kind in (int, float)), str)
+    return str
+
+
+def _converter(annotation: Any, optional: bool):
+    """Text → the field's type; text that does not convert is passed on as is, so that the schema
+    names the flag in its error (``--epochs must be a whole number, got 'abc'``)."""
+    kind = _base_type(annotation)
+
+    def convert(text: str):
+        if optional and text.strip().lower() in ("none", "null", "all"):
+            return None
+        try:
+            return kind(text)
+        except ValueError:
+            return text
+
+    convert.__name__ = kind.__name__
+    return convert
+
+
+def _schema_flags(parser: argparse.ArgumentParser, params: type[BaseModel], skip: tuple[str, ...] = ()) -> None:
+    """One flag per field of ``params`` (``max_train_examples`` → ``--max-train-examples``), with its
+    default, requiredness and help from the schema; a bool gets ``--name/--no-name``."""
+    for name, field in params.model_fields.items():
+        if name in skip:
+            continue
+        flag = "--" + name.replace("_", "-")
+        default = None if field.is_required() else field.default
+        help_text = field.description + ("" if field.is_required() else f" (default: {default})")
+        if field.annotation is bool:
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=default, help=help_text)
+        elif name == "device":
+            parser.add_argument(flag, type=_device, default=default, help=help_text)
+        else:
+            optional = type(None) in get_args(field.annotation)
+            parser.add_argument(flag, type=_converter(field.annotation, optional), default=default, required=field.is_required(), help=help_text)
+
+
+def _checked(params: type[BaseModel], args, **values) -> BaseModel:
+    """The parsed flags validated by the schema; a bad value is one :class:`PapaError` naming its flag."""
+    from pydantic import ValidationError
+
+    from papa.core.config_files import as_papa_error
+
+    data = {name: getattr(args, name) for name in params.model_fields if hasattr(args, name)} | values
+    try:
+        return params.model_validate(data)
+    except ValidationError as err:
+        error = as_papa_error(err, data, params, "", style="cli")
+        raise PapaError(str(error.problem).replace("--seeds", "--seed").replace("--k ", "--constant-heads "), error.hint) from None
+
+
+def _data_dir(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data-dir", default=None, help="task data folder (default: $PAPA_DATA_DIR, else the hub)")
-    parser.add_argument("--device", type=_device, default=None, help="cpu, cuda, cuda:N or auto (default: cuda when available)")
 
 
 def cmd_estimate(args) -> int:
+    _checked(EstimateParams, args)
     from papa.core.constants import save_constants
     from papa.probing.experiment import estimate_task_constants
 
@@ -78,7 +141,7 @@ def cmd_estimate(args) -> int:
         args.split,
         args.max_examples,
         args.max_length,
-        not args.no_relayout,
+        args.relayout,
         args.batch_size,
         args.data_dir,
         args.device,
@@ -90,6 +153,7 @@ def cmd_estimate(args) -> int:
 
 
 def cmd_rank(args) -> int:
+    _checked(RankParams, args)
     from papa.core.heads import save_ranking
     from papa.probing.ranking import compute_ranking
 
@@ -97,11 +161,13 @@ def cmd_rank(args) -> int:
         args.method,
         args.model,
         args.task,
-        args.constants,
+        args.constants or None,
         seed=args.seed,
         epochs=args.epochs,
+        lr=args.lr,
         max_train_examples=args.max_train_examples,
         max_eval_examples=args.max_eval_examples,
+        data_seed=args.data_seed,
         data_dir=args.data_dir,
         device=args.device,
     )
@@ -111,14 +177,15 @@ def cmd_rank(args) -> int:
 
 
 def cmd_probe(args) -> int:
+    _checked(ProbeParams, args, seeds=[args.seed])
     from papa.core.io import atomic_write_json
     from papa.probing.experiment import run_probe
 
     result = run_probe(
         args.model,
         args.task,
-        args.constants,
-        args.ranking,
+        args.constants or None,
+        args.ranking or None,
         args.constant_heads,
         mode=args.mode,
         seed=args.seed,
@@ -127,8 +194,11 @@ def cmd_probe(args) -> int:
         probe_input=args.probe_input,
         selection=args.selection,
         heldout_fraction=args.heldout_fraction,
+        max_length=args.max_length,
+        relayout=args.relayout,
         max_train_examples=args.max_train_examples,
         max_eval_examples=args.max_eval_examples,
+        data_seed=args.data_seed,
         data_dir=args.data_dir,
         device=args.device,
     )
@@ -137,10 +207,68 @@ def cmd_probe(args) -> int:
     return 0
 
 
+_SCHEDULER = re.compile(r"^(sequential|local:[1-9]\d*|tcp://[A-Za-z0-9._-]+:\d{1,5}|slurm(:[1-9]\d*)?)$")
+
+
+def _scheduler(text: str) -> str:
+    """``sequential``, ``local:N``, ``tcp://HOST:PORT`` or ``slurm[:JOBS]``."""
+    if not _SCHEDULER.match(text.strip()):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a scheduler; use sequential, local:N, tcp://HOST:PORT or slurm[:JOBS]")
+    return text.strip()
+
+
+def _count(minimum: int):
+    def convert(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
+        return value
+
+    convert.__name__ = "integer"
+    return convert
+
+
+#: Scale-out flags and their defaults: passed to ``run_grid`` only when set to something else.
+GRID_OPTIONS = {"replace": False, "scheduler": "sequential", "gpus_per_run": 0, "threads_per_run": None}
+
+
 def cmd_grid(args) -> int:
+    from papa.pipeline.plan import expand, load_config
     from papa.pipeline.runner import run_grid
 
-    return run_grid(args.config, only=args.only, dry_run=args.dry_run)
+    config = load_config(args.config)
+    unsized = expand(config).unsized
+    for model, why in unsized.items():
+        print(f"cannot size {model}: {why}; its probe runs are not planned", file=sys.stderr)
+    if unsized and not args.dry_run:
+        raise PapaError(
+            f"Cannot count the heads of {', '.join(unsized)} offline", "Download the model once with the hub reachable (or use a local folder), or plan with --dry-run."
+        )
+    options = {name: getattr(args, name) for name, default in GRID_OPTIONS.items() if getattr(args, name) != default}
+    accepted = inspect.signature(run_grid).parameters
+    unsupported = [name for name in options if name not in accepted]
+    if unsupported:
+        flags = ", ".join("--" + name.replace("_", "-") for name in unsupported)
+        raise PapaError(f"This papa's runner does not support {flags} yet", "Run without it (the sequential scheduler).")
+    return run_grid(args.config, only=args.only, dry_run=args.dry_run, **options)
+
+
+def cmd_grid_schema(args) -> int:
+    import json
+
+    from papa.core.io import atomic_write_text
+    from papa.core.schema import GridConfig
+
+    text = json.dumps(GridConfig.model_json_schema(), indent=2) + "\n"
+    if args.out:
+        atomic_write_text(args.out, text)
+        print(f"wrote {args.out}: the JSON Schema of grid configs")
+    else:
+        sys.stdout.write(text)
+    return 0
 
 
 def cmd_book(args) -> int:
@@ -150,54 +278,44 @@ def cmd_book(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The parser; the flags of ``estimate``, ``rank`` and ``probe`` come from the schema's params models."""
     parser = argparse.ArgumentParser(prog="papa", description="Probing how much pretrained encoders need attention (PAPA).")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("estimate", help="estimate constant attention matrices over a task's training split")
-    _common(p)
+    _schema_flags(p, EstimateParams)
+    _data_dir(p)
     p.add_argument("--split", default="train")
-    p.add_argument("--max-examples", type=_positive_int, default=None, help="use the first N examples")
-    p.add_argument("--max-length", type=int, default=64)
-    p.add_argument("--no-relayout", action="store_true", help="plain padding instead of the PAPA layout")
-    p.add_argument("--batch-size", type=_positive_int, default=64)
+    p.add_argument("--batch-size", type=_positive_int, default=DEFAULT_BATCH_SIZE, help=f"encoder batch size (default: {DEFAULT_BATCH_SIZE})")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.add_argument("--out", required=True, help="output .safetensors file")
     p.set_defaults(func=cmd_estimate)
 
     p = sub.add_parser("rank", help="rank heads (which become constant first)")
-    _common(p)
-    p.add_argument("--constants", default=None)
-    p.add_argument("--method", required=True, help="gates, deviation or random")
-    p.add_argument("--epochs", type=_positive_int, default=15)
-    p.add_argument("--seed", type=int, default=42)
-    p.add_argument("--max-train-examples", type=_positive_int, default=1000)
-    p.add_argument("--max-eval-examples", type=_positive_int, default=None)
-    p.add_argument("--out", required=True)
+    _schema_flags(p, RankParams)
+    _data_dir(p)
     p.set_defaults(func=cmd_rank)
 
     p = sub.add_parser("probe", help="train and score one probe with k constant heads")
-    _common(p)
-    p.add_argument("--constants", default=None)
-    p.add_argument("--ranking", default=None)
+    _schema_flags(p, ProbeParams, skip=("k", "seeds"))
+    _data_dir(p)
     p.add_argument("--constant-heads", default="0", help="a count (36), a fraction (0.5, 7/8) or 'all'")
-    p.add_argument("--mode", default="cached", help="cached or faithful")
-    p.add_argument("--epochs", type=_positive_int, default=15)
-    p.add_argument("--lr", type=float, default=2e-5)
-    p.add_argument("--seed", type=int, default=42)
-    p.add_argument("--probe-input", default="all", help="all (every layer) or embeddings (attention-free floor)")
-    p.add_argument("--selection", default="final", help="reported epoch: final (the paper) or heldout (best on held-out training examples)")
-    p.add_argument("--heldout-fraction", type=float, default=0.1, help="with --selection heldout: share of the training subset held out")
-    p.add_argument("--max-train-examples", type=_positive_int, default=1000)
-    p.add_argument("--max-eval-examples", type=_positive_int, default=None)
-    p.add_argument("--out", required=True)
+    p.add_argument("--seed", type=_converter(int, False), default=ProbeParams.model_fields["seeds"].default[0], help="probe seed")
     p.set_defaults(func=cmd_probe)
 
-    p = sub.add_parser("grid", help="run a grid config with papermill")
-    p.add_argument("action", choices=["run"])
-    p.add_argument("config")
-    p.add_argument("--only", default=None, help="run only the runs whose id contains this text")
-    p.add_argument("--dry-run", action="store_true", help="print what would run")
-    p.set_defaults(func=cmd_grid)
+    p = sub.add_parser("grid", help="run a grid config with papermill, or write its JSON Schema")
+    grid = p.add_subparsers(dest="action", required=True)
+    g = grid.add_parser("run", help="bring a grid's runs up to date")
+    g.add_argument("config")
+    g.add_argument("--only", default=None, help="run only the runs whose id contains this text")
+    g.add_argument("--dry-run", action="store_true", help="print what would run (offline: needs neither the hub nor the models)")
+    g.add_argument("--replace", action="store_true", help="take over a runs folder that another config with the same name wrote")
+    g.add_argument("--scheduler", type=_scheduler, default="sequential", help="sequential (default), local:N, tcp://HOST:PORT or slurm[:JOBS]")
+    g.add_argument("--gpus-per-run", type=_count(0), default=0, help="GPUs each run needs (a Dask worker resource)")
+    g.add_argument("--threads-per-run", type=_count(1), default=None, help="torch threads per run")
+    g.set_defaults(func=cmd_grid)
+    g = grid.add_parser("schema", help="write the JSON Schema of grid configs (for editors)")
+    g.add_argument("--out", default=None, help="output file (default: standard output)")
+    g.set_defaults(func=cmd_grid_schema)
 
     p = sub.add_parser("book", help="bring the book's runs up to date and build the site")
     p.add_argument("action", choices=["build"])
@@ -211,7 +329,6 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    started = time.perf_counter()
     try:
         if getattr(args, "out", None):
             _check_writable(args.out)
@@ -222,9 +339,6 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("papa: interrupted; finished outputs are kept", file=sys.stderr)
         return 130
-    finally:
-        if getattr(args, "verbose", False):
-            print(json.dumps({"seconds": round(time.perf_counter() - started, 3)}))
 
 
 if __name__ == "__main__":

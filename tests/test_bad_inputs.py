@@ -162,11 +162,11 @@ def _data(name: str) -> list[str]:
 #: (argv, what is wrong, what to do). ``{out}`` is the (empty) output folder, ``{inputs}`` the fixtures.
 CLI_CASES = [
     # names
-    pytest.param(["estimate", "--task", "qqp", "--out", "{out}/c.safetensors"], "Unknown task 'qqp'", "Use one of: cola, sst2", id="unknown-task"),
+    pytest.param(["estimate", "--task", "qqp", "--out", "{out}/c.safetensors"], "Unknown task 'qqp' at --task", "Use one of cola, sst2", id="unknown-task"),
     pytest.param(
         ["rank", "--task", "sst2", "--method", "magic", "--out", "{out}/r.json"], "Unknown ranking method 'magic'", "Use one of gates, deviation, random", id="unknown-method"
     ),
-    pytest.param(PROBE + ["--model", "./no/such/model"] + DATA, "Unknown model './no/such/model'", "Use one of minilm-l3, minilm-l6, a local model folder", id="unknown-model"),
+    pytest.param(PROBE + ["--model", "./no/such/model"] + DATA, "--model: Unknown model './no/such/model'", "Use minilm-l6, minilm-l3, a local model folder", id="unknown-model"),
     pytest.param(
         PROBE + ["--model", "papa-tests/no-such-model"] + DATA,
         "is not in the local Hugging Face cache and HF_HUB_OFFLINE is set",
@@ -177,13 +177,13 @@ CLI_CASES = [
     pytest.param(PROBE + ["--model", "{inputs}/no_config"] + DATA, "has no config.json", "written by save_pretrained", id="model-folder-without-config"),
     pytest.param(PROBE + ["--mode", "fast"] + DATA, "Unknown mode 'fast'", "Use one of cached, faithful", id="unknown-mode"),
     pytest.param(PROBE + ["--probe-input", "pixels"] + DATA, "Unknown probe_input 'pixels'", "Use one of all, embeddings", id="unknown-probe-input"),
-    pytest.param(PROBE + ["--lr", "-1"] + DATA, "lr, epochs and batch_size must be positive", "Check the probe settings", id="negative-lr"),
+    pytest.param(PROBE + ["--lr", "-1"] + DATA, "--lr must be > 0, got -1.0", "Use a positive learning rate", id="negative-lr"),
     pytest.param(PROBE + ["--device", "gpu9"] + DATA, "'gpu9' is not a device", "use cpu, cuda", id="unknown-device"),
     pytest.param(PROBE + ["--device", "cuda:99"] + DATA, "'cuda:99'", "use --device cpu", id="absent-device"),
     pytest.param(
         ["estimate", "--task", "sst2", "--max-examples", "0", "--out", "{out}/c.safetensors"],
-        "--max-examples: must be a positive integer",
-        "usage: papa estimate",
+        "--max-examples must be >= 1, got 0",
+        "Use a count >= 1",
         id="max-examples-zero",
     ),
     # head counts
@@ -226,14 +226,14 @@ CLI_CASES = [
     # lengths
     pytest.param(
         ["estimate", "--task", "sst2", "--max-length", "0", "--out", "{out}/c.safetensors"],
-        "max_length must be an integer of at least 4, got 0",
-        "The paper uses 64",
+        "--max-length must be >= 8, got 0",
+        "Use an input length L from 8 to 512",
         id="max-length-zero",
     ),
     pytest.param(
         ["estimate", "--task", "sst2", "--max-length", "1024", "--out", "{out}/c.safetensors"],
-        "max_length 1024 exceeds the model's 512 positions",
-        "Use at most 512",
+        "--max-length must be <= 512, got 1024",
+        "Use an input length L from 8 to 512",
         id="max-length-above-positions",
     ),
     pytest.param(
@@ -442,23 +442,31 @@ def _with(path: str, value):
 
 
 CONFIG_CASES = [
-    pytest.param(_with("repeats", 3), "Unknown config key(s) in bad.yaml: repeats", "Allowed: data_seed", id="unknown-top-key"),
-    pytest.param(_with("probe.folds", 3), "Unknown config key(s) in bad.yaml:probe: folds", "Allowed: epochs", id="unknown-section-key"),
-    pytest.param(_with("studies", [{"name": "s", "colour": "red"}]), "Unknown config key(s) in bad.yaml:studies: colour", "Allowed: chapter", id="unknown-study-key"),
-    pytest.param(_with("models", ["no such model!"]), "Unknown model 'no such model!' in bad.yaml", "Use minilm-l6, minilm-l3, a folder or a hub id", id="unknown-model"),
-    pytest.param(_with("tasks", ["qqp"]), "Unknown task 'qqp' in bad.yaml", "Use one of cola, sst2", id="unknown-task"),
-    pytest.param(_with("rank.methods", ["oracle"]), "Unknown ranking method 'oracle' in bad.yaml", "Use one of gates, deviation, random", id="unknown-method"),
-    pytest.param(_with("probe.modes", ["fast"]), "Unknown mode 'fast' in bad.yaml", "Use cached or faithful", id="unknown-mode"),
-    pytest.param(_with("probe.fractions", [0, "9/8"]), "Head fraction 1.125 is outside [0, 1]", "Fractions run from 0", id="fraction-above-one"),
-    pytest.param(_with("probe.fractions", [-0.5]), "Head fraction -0.5 is outside [0, 1]", "Fractions run from 0", id="fraction-negative"),
-    pytest.param(_with("probe.fractions", ["half"]), "Head fraction 'half' is not a number", "Write fractions as 0, 1/2", id="fraction-text"),
-    pytest.param({k: v for k, v in SMOKE.items() if k != "probe"}, "lacks the key 'probe'", "See configs/default.yaml", id="missing-key"),
-    pytest.param(["models", "tasks"], "must be a mapping", "See configs/default.yaml", id="not-a-mapping"),
-    pytest.param("models: [minilm-l6\ntasks: sst2\n", "is not valid YAML", "Fix the YAML syntax", id="invalid-yaml"),
-    pytest.param(_with("probe.fractions", 0.5), "fractions", "list", id="fractions-not-a-list"),
-    pytest.param(_with("models", [3]), "Unknown model 3", "Use minilm-l6", id="model-not-a-string"),
-    pytest.param(_with("tasks", "sst2"), "tasks", "list", id="tasks-not-a-list"),
-    pytest.param(_with("max_length", "long"), "max_length", "integer", id="max-length-not-a-number"),
+    pytest.param(_with("repeats", 3), "Config bad.yaml: Unknown config key repeats", "Allowed at the top level: data_seed", id="unknown-top-key"),
+    pytest.param(_with("probe.folds", 3), "Config bad.yaml: Unknown config key probe.folds", "Allowed here: epochs", id="unknown-section-key"),
+    pytest.param(_with("studies", [{"name": "s", "colour": "red"}]), "Config bad.yaml: Unknown config key studies[0].colour", "Allowed here: chapter", id="unknown-study-key"),
+    pytest.param(
+        _with("models", ["no such model!"]),
+        "Config bad.yaml: models[0]: Unknown model 'no such model!'",
+        "Use minilm-l6, minilm-l3, a local model folder or a hub id",
+        id="unknown-model",
+    ),
+    pytest.param(_with("tasks", ["qqp"]), "Config bad.yaml: Unknown task 'qqp' at tasks[0]", "Use one of cola, sst2", id="unknown-task"),
+    pytest.param(_with("rank.methods", ["oracle"]), "Unknown ranking method 'oracle' at rank.methods[0]", "Use one of gates, deviation, random", id="unknown-method"),
+    pytest.param(_with("probe.modes", ["fast"]), "Unknown mode 'fast' at probe.modes[0]", "Use one of cached, faithful", id="unknown-mode"),
+    pytest.param(_with("probe.fractions", [0, "9/8"]), "probe.fractions[1]: head fraction '9/8' is outside [0, 1]", "Fractions run from 0", id="fraction-above-one"),
+    pytest.param(_with("probe.fractions", [-0.5, 1]), "probe.fractions[0]: head fraction -0.5 is outside [0, 1]", "Fractions run from 0", id="fraction-negative"),
+    pytest.param(_with("probe.fractions", ["half", 1]), "probe.fractions[0]: head fraction 'half' is not a number", "Write fractions as 0, 1/2", id="fraction-text"),
+    pytest.param({k: v for k, v in SMOKE.items() if k != "probe"}, "Config bad.yaml: the key probe is missing", "Add it", id="missing-key"),
+    pytest.param(["models", "tasks"], "the file must be a mapping", "See configs/default.yaml", id="not-a-mapping"),
+    pytest.param("models: [minilm-l6\ntasks: sst2\n", "Config bad.yaml: not valid YAML", "Fix the YAML syntax", id="invalid-yaml"),
+    pytest.param(_with("probe.fractions", 0.5), "probe.fractions must be a list, got 0.5", "Write fractions as 0, 1/2", id="fractions-not-a-list"),
+    pytest.param(_with("models", [3]), "models[0] must be text, got 3", "Use minilm-l6", id="model-not-a-string"),
+    pytest.param(_with("tasks", "sst2"), "tasks must be a list, got 'sst2'", "grid.schema.json", id="tasks-not-a-list"),
+    pytest.param(_with("max_length", "long"), "max_length must be a whole number, got 'long'", "from 8 to 512", id="max-length-not-a-number"),
+    pytest.param(_with("probe.seeds", [1.5]), "probe.seeds[0] must be a whole number, got 1.5", "whole numbers", id="seeds-not-integers"),
+    pytest.param(_with("probe.max_eval_examples", 0), "probe.max_eval_examples must be >= 1, got 0", "null for the whole evaluation split", id="zero-is-not-all"),
+    pytest.param("name: bad\nmodels: [minilm-l6]\nname: other\n", "the key 'name' appears twice in one mapping (lines 1 and 3)", "Keep one of them", id="duplicate-key"),
 ]
 
 
@@ -481,7 +489,7 @@ def test_config_cli_bad_input(tmp_path, capsys):
     path.write_text(yaml.safe_dump(_with("tasks", ["qqp"])), encoding="utf-8")
     status, message = _run_main(["grid", "run", str(path), "--dry-run"], capsys)
     assert status == 2
-    _assert_clean(message, "Unknown task 'qqp' in bad.yaml", "Use one of cola")
+    _assert_clean(message, "papa: error: Config bad.yaml: Unknown task 'qqp' at tasks[0]", "Use one of cola")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.yaml"]
 
 

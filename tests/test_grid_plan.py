@@ -28,3 +28,69 @@ def test_a_probe_never_timed_is_estimated_from_its_size(tmp_path, monkeypatch):
     manifest = Manifest(tmp_path / "manifest.json")
     manifest.entries["p"] = {"seconds": 12.5}  # a recorded duration wins over the guess
     assert estimate_seconds([probe(8000), Run("r", "results", {})], manifest) == pytest.approx(12.5 + DEFAULT_SECONDS["results"])
+
+
+def test_the_smoke_plan_exactly():
+    """Run ids, dependencies, outputs and parameters of the smoke grid, from the schema's params models."""
+    from papa.pipeline.plan import ROOT, expand, load_config
+
+    runs = {r.run_id: r for r in expand(load_config(ROOT / "configs" / "smoke.yaml"))}
+    art = "book/runs/smoke/artifacts"
+    estimate, rank = "estimate__minilm-l6__sst2", "rank__minilm-l6__sst2__deviation"
+    probes = ["probe__minilm-l6__sst2__none__k0__cached", "probe__minilm-l6__sst2__deviation__k36__cached", "probe__minilm-l6__sst2__all__k72__cached"]
+    assert list(runs) == [estimate, rank, *probes, "results", "controls"]
+    assert [runs[p].deps for p in probes] == [[], [estimate, rank], [estimate]]
+    assert runs["results"].deps == [rank, *probes] and runs["results"].params == {"grid_config": "configs/smoke.yaml"}
+    constants = f"{art}/constants/minilm-l6__sst2.safetensors"
+    assert runs[estimate].params == dict(model="minilm-l6", task="sst2", max_examples=32, max_length=32, relayout=True, device="auto", out=constants)
+    assert runs[rank].params == dict(
+        model="minilm-l6",
+        task="sst2",
+        method="deviation",
+        constants=f"{art}/constants/minilm-l6__sst2.safetensors",
+        epochs=1,
+        lr=2e-5,
+        max_train_examples=16,
+        max_eval_examples=16,
+        seed=42,
+        data_seed=0,
+        device="auto",
+        out=f"{art}/rankings/minilm-l6__sst2__deviation.json",
+    )
+    probe = runs[probes[1]]
+    assert probe.outputs == [f"{art}/results/{probes[1]}__s42.json"]
+    assert probe.params == dict(
+        model="minilm-l6",
+        task="sst2",
+        k=36,
+        constants=f"{art}/constants/minilm-l6__sst2.safetensors",
+        ranking=f"{art}/rankings/minilm-l6__sst2__deviation.json",
+        mode="cached",
+        seeds=[42],
+        epochs=1,
+        lr=2e-5,
+        probe_input="all",
+        selection="final",
+        heldout_fraction=0.1,
+        max_train_examples=32,
+        max_eval_examples=32,
+        data_seed=0,
+        max_length=32,
+        relayout=True,
+        device="auto",
+        out=f"{art}/results/{probes[1]}__s{{seed}}.json",
+    )
+
+
+def test_committed_results_match_the_result_record():
+    """Every committed result JSON is a :class:`papa.core.schema.ResultRecord`, and declares no field the record lacks."""
+    from papa.core.io import read_json_verified
+    from papa.core.schema import ResultConfig, ResultRecord
+    from papa.pipeline.plan import ROOT
+
+    files = sorted((ROOT / "book" / "runs").glob("*/artifacts/results/*.json"))
+    assert files, "no committed results"
+    for path in files:
+        record = read_json_verified(path, "result")
+        ResultRecord.model_validate(record)
+        assert set(record) <= set(ResultRecord.model_fields) and set(record["config"]) <= set(ResultConfig.model_fields), path.name

@@ -1,17 +1,28 @@
 """A grid config (``configs/*.yaml``) → its validated form and the dependency-ordered list of runs.
 
+The config is checked against :class:`papa.core.schema.GridConfig` before anything runs (every bad
+value is one :class:`PapaError` naming its YAML path); each run's parameters are a params model of
+:mod:`papa.core.schema` dumped to a dict, so no field list is copied here. Run ids and artefact
+names are slugs (:mod:`papa.core.names`): a hub id such as ``microsoft/deberta-base`` or a local
+folder never puts ``/`` into a path. Planning is offline: head counts come from
+:func:`head_count` (a local ``config.json``, a table of known models, the Hugging Face cache), and
+a model it cannot size is named in :attr:`Plan.unsized` instead of failing the plan.
+
 See :mod:`papa.pipeline.grid` for the whole flow."""
 
 from __future__ import annotations
 
+import json
+import os
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from papa.core.config_files import read_yaml, validate
 from papa.core.errors import PapaError
+from papa.core.names import run_id, slug
+from papa.core.schema import ChapterParams, EstimateParams, GridConfig, ProbeParams, RankParams, parse_fraction, study_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = {
@@ -20,32 +31,6 @@ NOTEBOOKS = {
     "probe": "notebooks/03_probe.md",
     "results": "notebooks/04_results.md",
     "controls": "notebooks/05_controls.md",
-}
-
-_TOP_KEYS = {"name", "description", "models", "tasks", "max_length", "relayout", "data_seed", "device", "estimate", "rank", "probe", "floors", "studies"}
-_SECTION_KEYS = {
-    "estimate": {"max_examples", "batch_size"},
-    "rank": {"methods", "epochs", "lr", "max_train_examples", "max_eval_examples", "seed"},
-    "probe": {"fractions", "seeds", "single_seed_fractions", "modes", "epochs", "lr", "max_train_examples", "max_eval_examples", "methods", "selection", "heldout_fraction"},
-    "floors": {"attention_free"},
-}
-_STUDY_KEYS = {
-    "name",
-    "chapter",
-    "tasks",
-    "models",
-    "fractions",
-    "seeds",
-    "single_seed_fractions",
-    "modes",
-    "epochs",
-    "lr",
-    "max_train_examples",
-    "max_eval_examples",
-    "methods",
-    "probe_input",
-    "selection",
-    "heldout_fraction",
 }
 
 
@@ -65,219 +50,199 @@ class Run:
         return NOTEBOOKS[self.kind]
 
 
-def _check_keys(section: dict, allowed: set[str], where: str) -> None:
-    if not isinstance(section, dict):
-        raise PapaError(f"Config section {where} must be a mapping", "See configs/default.yaml for the layout.")
-    unknown = sorted(set(section) - allowed)
-    if unknown:
-        raise PapaError(f"Unknown config key(s) in {where}: {', '.join(unknown)}", f"Allowed: {', '.join(sorted(allowed))}.")
+class Plan(list):
+    """The runs of a grid in dependency order (a ``list[Run]``). ``unsized`` maps each model whose
+    head count could not be found offline to the reason: its probe runs are not in the plan."""
 
-
-_LISTS = {"models", "tasks", "methods", "fractions", "seeds", "single_seed_fractions", "modes"}
-_INTS = {"max_length", "data_seed", "max_examples", "batch_size", "epochs", "max_train_examples", "max_eval_examples", "seed"}
-
-
-def _check_types(section: dict, where: str) -> None:
-    """Lists must be lists, counts integers, and model/task names strings."""
-    for key, value in section.items():
-        name = f"{where}.{key}" if where else key
-        if key in _LISTS and not isinstance(value, list):
-            raise PapaError(f"Config key {name} must be a list, got {value!r}", f"Write it as a list, e.g. {key}: [{value}].")
-        if key in _INTS and value is not None and (not isinstance(value, int) or isinstance(value, bool)):
-            raise PapaError(f"Config key {name} must be an integer, got {value!r}", "Write a whole number, e.g. 64.")
-        if key in ("models", "tasks", "methods", "modes"):
-            for item in value:
-                if not isinstance(item, str):
-                    label = {"models": "model", "tasks": "task", "methods": "ranking method", "modes": "mode"}[key]
-                    hint = "Use minilm-l6, a local folder or a hub id." if key == "models" else "Write names as text."
-                    raise PapaError(f"Unknown {label} {item!r} in {name} (not a name)", hint)
+    def __init__(self, runs=(), unsized: dict[str, str] | None = None):
+        super().__init__(runs)
+        self.unsized = dict(unsized or {})
 
 
 def load_config(path: str | Path) -> dict:
-    """Read and validate a grid config (see ``configs/default.yaml``)."""
-    from papa.core.heads import count_for
-    from papa.core.models import EMBEDDED_MODELS
-    from papa.probing.data import TASKS
-    from papa.probing.probe import SELECTIONS
-    from papa.probing.ranking import METHODS
-
+    """Read and validate a grid config: a plain dict with every default filled in (studies keep only
+    the keys they set, the rest inherit the probe section), plus ``_path`` (repo-relative when inside
+    the repository). Any bad value is one :class:`PapaError` naming its path; nothing is written."""
     path = Path(path)
-    if not path.is_file():
-        raise PapaError(f"Config {path} does not exist", "Use one of configs/*.yaml.")
-    try:
-        config = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as err:
-        raise PapaError(f"Config {path} is not valid YAML ({str(err).splitlines()[0]})", "Fix the YAML syntax.") from None
-    _check_keys(config, _TOP_KEYS, path.name)
-    if not str(config.get("name", "")).replace("-", "").replace("_", "").isalnum():
-        raise PapaError(f"Config {path.name} needs a name of letters, digits, - and _", "Set `name:` (it names book/runs/<name>).")
+    data = read_yaml(path)
+    grid = validate(GridConfig, data, f"Config {path.name}")
+    config = config_dict(grid)
     try:
         config["_path"] = str(path.resolve().relative_to(ROOT))
     except ValueError:
         config["_path"] = str(path.resolve())
-    for key in ("name", "models", "tasks", "probe"):
-        if key not in config:
-            raise PapaError(f"Config {path.name} lacks the key {key!r}", "See configs/default.yaml.")
-    for section, allowed in _SECTION_KEYS.items():
-        _check_keys(config.setdefault(section, {}), allowed, f"{path.name}:{section}")
-        _check_types(config[section], section)
-    _check_types({k: v for k, v in config.items() if k not in _SECTION_KEYS and k != "studies"}, "")
-    if not isinstance(config.setdefault("studies", []), list):
-        raise PapaError("Config key studies must be a list of studies", "Write each study as a `- name: ...` item.")
-    for model in config["models"]:
-        if model not in EMBEDDED_MODELS and "/" not in model and not Path(model).is_dir() and not model.replace("-", "").replace("_", "").isalnum():
-            raise PapaError(f"Unknown model {model!r} in {path.name}", f"Use {', '.join(EMBEDDED_MODELS)}, a folder or a hub id.")
-    studies = config["studies"]
-    for study in studies:
-        _check_keys(study, _STUDY_KEYS, f"{path.name}:studies")
-        _check_types(study, f"studies.{study.get('name', '?')}")
-    for where in [config["probe"], config["rank"], *studies]:
-        for task in where.get("tasks", config["tasks"]):
-            if task not in TASKS:
-                raise PapaError(f"Unknown task {task!r} in {path.name}", f"Use one of {', '.join(TASKS)}.")
-        for method in where.get("methods", []):
-            if method not in METHODS:
-                raise PapaError(f"Unknown ranking method {method!r} in {path.name}", f"Use one of {', '.join(METHODS)}.")
-        for fraction in where.get("fractions", []):
-            count_for(_fraction(fraction), 144)
-        for mode in where.get("modes", []):
-            if mode not in ("cached", "faithful"):
-                raise PapaError(f"Unknown mode {mode!r} in {path.name}", "Use cached or faithful.")
-        if where.get("selection", "final") not in SELECTIONS:
-            raise PapaError(
-                f"Unknown epoch selection {where['selection']!r} in {path.name}", "Use final (the official runs) or heldout (best epoch on held-out training examples)."
-            )
-        fraction = where.get("heldout_fraction", 0.1)
-        if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction < 1:
-            raise PapaError(f"heldout_fraction must be a number in (0, 1), got {fraction!r} in {path.name}", "Use e.g. 0.1.")
     return config
+
+
+def config_dict(grid: GridConfig) -> dict:
+    """``grid`` as the dict the rest of papa reads (``config["probe"]["lr"]``, ``study.get("tasks", ...)``)."""
+    config = grid.model_dump(exclude={"studies"})
+    config["studies"] = [study.model_dump(include=study.model_fields_set | {"name", "chapter"}) for study in grid.studies]
+    return config
+
+
+def grid_model(config: dict | GridConfig) -> GridConfig:
+    """The typed config behind a dict of :func:`load_config` (validated again: a hand-edited dict is checked too)."""
+    if isinstance(config, GridConfig):
+        return config
+    return validate(GridConfig, {k: v for k, v in config.items() if not k.startswith("_")}, f"Config {config.get('name', '?')}")
 
 
 def _fraction(value) -> Fraction:
     """A config fraction (``0``, ``1/2``, ``0.875``, ``1``) as an exact :class:`Fraction`."""
+    from papa.core.schema import ConfigValueError
+
     try:
-        return Fraction(str(value).strip())
-    except (ValueError, ZeroDivisionError):
-        raise PapaError(f"Head fraction {value!r} is not a number", "Write fractions as 0, 1/2, 7/8, 15/16 or 1.") from None
+        return parse_fraction(value)
+    except ConfigValueError as err:
+        raise PapaError(err.message[0].upper() + err.message[1:], err.hint) from None
+
+
+# --- head counts, offline ----------------------------------------------------------------------------------------------
+#: Layers × heads of the embedded models and of the paper's hub models (and their usual relatives).
+KNOWN_HEAD_COUNTS = {
+    "minilm-l6": 6 * 12,
+    "minilm-l3": 3 * 12,
+    "mpnet-base": 12 * 12,
+    **{f"{org}bert-{size}-{case}": heads for org in ("", "google-bert/") for size, heads in (("base", 144), ("large", 384)) for case in ("uncased", "cased")},
+    **{f"{org}roberta-{size}": heads for org in ("", "FacebookAI/") for size, heads in (("base", 144), ("large", 384))},
+    **{f"{org}xlm-roberta-{size}": heads for org in ("", "FacebookAI/") for size, heads in (("base", 144), ("large", 384))},
+    **{f"microsoft/deberta-{v}{size}": heads for v in ("", "v3-") for size, heads in (("base", 144), ("large", 384))},
+    **{f"google/electra-{size}-discriminator": heads for size, heads in (("base", 144), ("large", 384))},
+}
+EMBEDDED = ("minilm-l6", "minilm-l3", "mpnet-base")
+
+
+def _heads_in(config_file: str | Path) -> int | None:
+    try:
+        config = json.loads(Path(config_file).read_text(encoding="utf-8"))
+        layers, heads = config["num_hidden_layers"], config["num_attention_heads"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return layers * heads if isinstance(layers, int) and isinstance(heads, int) else None
+
+
+def head_count(model: str) -> tuple[int | None, str]:
+    """``(layers × heads, where it came from)`` without loading the model, or ``(None, why not)``.
+
+    In order: an embedded model's known size; a local folder's ``config.json``; the table
+    :data:`KNOWN_HEAD_COUNTS`; a ``config.json`` in the Hugging Face cache; the hub itself, unless
+    ``HF_HUB_OFFLINE`` is set."""
+    if model in EMBEDDED:
+        return KNOWN_HEAD_COUNTS[model], "embedded"
+    folder = Path(model).expanduser()
+    if folder.is_dir():
+        heads = _heads_in(folder / "config.json")
+        return (heads, "config.json") if heads else (None, f"the folder {model} has no readable config.json with num_hidden_layers and num_attention_heads")
+    if model in KNOWN_HEAD_COUNTS:
+        return KNOWN_HEAD_COUNTS[model], "table"
+    try:
+        from huggingface_hub import hf_hub_download, try_to_load_from_cache
+
+        cached = try_to_load_from_cache(model, "config.json")
+        if isinstance(cached, str) and _heads_in(cached):
+            return _heads_in(cached), "cache"
+        if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() not in ("1", "true", "yes", "on"):
+            heads = _heads_in(hf_hub_download(model, "config.json"))
+            if heads:
+                return heads, "hub"
+    except Exception:  # noqa: BLE001 (no network, unknown id, bad cache: the model stays unsized)
+        pass
+    return None, "not in papa's table of known models, not a local folder, and its config.json is not in the Hugging Face cache"
 
 
 def _heads_for(model: str) -> int:
-    """Total heads of a model (reads its config only)."""
-    from transformers import AutoConfig
-
-    from papa.core.models import resolve_model_path
-
-    config = AutoConfig.from_pretrained(resolve_model_path(model)[0])
-    return config.num_hidden_layers * config.num_attention_heads
+    """Total heads of a model; :class:`PapaError` when it cannot be found out."""
+    heads, why = head_count(model)
+    if heads is None:
+        raise PapaError(f"Cannot count the heads of {model!r}: {why}", "Download it once (with the hub reachable), or use a local model folder.")
+    return heads
 
 
-def expand(config: dict) -> list[Run]:
-    """All runs of a config in dependency order (estimates, rankings, probes, then the chapters)."""
+# --- expansion ---------------------------------------------------------------------------------------------------------
+def expand(config: dict | GridConfig, path: str | None = None) -> Plan:
+    """All runs of a config in dependency order (estimates, rankings, probes, then the chapters).
+
+    Every run's ``params`` is a params model of :mod:`papa.core.schema` dumped to a dict; ``path`` (the
+    config file for the chapters) defaults to ``config["_path"]``."""
     from papa.core.heads import count_for
 
-    name = config["name"]
-    art = f"book/runs/{name}/artifacts"
-    common = {"max_length": int(config.get("max_length", 64)), "relayout": bool(config.get("relayout", True))}
-    data_seed, device = int(config.get("data_seed", 0)), str(config.get("device", "auto"))
-    est, rank, probe = config["estimate"], config["rank"], config["probe"]
+    grid = grid_model(config)
+    path = path or (config.get("_path") if isinstance(config, dict) else None) or ChapterParams().grid_config
+    art = f"book/runs/{grid.name}/artifacts"
+    common = dict(max_length=grid.max_length, relayout=grid.relayout, device=grid.device)
+    main = grid.probe.model_dump()
+    studies = [("main", grid.models, grid.tasks, "all", main)]
+    if grid.floors.attention_free:
+        studies.append(("floor", grid.models, grid.tasks, "embeddings", {**main, "fractions": [0]}))
+    studies += [(s.name, s.models or grid.models, s.tasks or grid.tasks, s.probe_input, study_settings(grid, s)) for s in grid.studies]
+    constants = lambda model, task: f"{art}/constants/{slug(model)}__{task}.safetensors"  # noqa: E731
+    ranking = lambda model, task, method: f"{art}/rankings/{slug(model)}__{task}__{method}.json"  # noqa: E731
     runs: dict[str, Run] = {}
-    studies = [dict(probe, name="main", chapter="results", tasks=config["tasks"], models=config["models"])]
-    if config["floors"].get("attention_free", True):
-        studies.append(dict(probe, name="floor", chapter="results", fractions=[0], probe_input="embeddings", tasks=config["tasks"], models=config["models"]))
-    studies += [dict(probe, **s) for s in config["studies"]]
-    methods_needed = {
-        (m, t, meth)
-        for s in studies
-        for m in s.get("models", config["models"])
-        for t in s.get("tasks", config["tasks"])
-        for meth in s.get("methods", rank.get("methods", ["gates"]))
-    }
-    for model in config["models"]:
-        for task in config["tasks"]:
-            rid = f"estimate__{model}__{task}"
-            runs[rid] = Run(
-                rid,
-                "estimate",
-                dict(model=model, task=task, max_examples=est.get("max_examples", 2000), **common, device=device, out=f"{art}/constants/{model}__{task}.safetensors"),
-                outputs=[f"{art}/constants/{model}__{task}.safetensors"],
-            )
+    for model in grid.models:
+        for task in grid.tasks:
+            rid = run_id("estimate", model, task)
+            params = EstimateParams(model=model, task=task, max_examples=grid.estimate.max_examples, out=constants(model, task), **common)
+            runs[rid] = Run(rid, "estimate", params.model_dump(), outputs=[constants(model, task)])
+    methods_needed = {(m, t, meth) for _, models, tasks, _, s in studies for m in models for t in tasks for meth in (s["methods"] or grid.rank.methods)}
+    rank = grid.rank
     for model, task, method in sorted(methods_needed):
-        rid = f"rank__{model}__{task}__{method}"
-        runs[rid] = Run(
-            rid,
-            "rank",
-            dict(
-                model=model,
-                task=task,
-                method=method,
-                constants=f"{art}/constants/{model}__{task}.safetensors",
-                epochs=rank.get("epochs", 15),
-                lr=float(rank.get("lr", 2e-5)),
-                max_train_examples=rank.get("max_train_examples", 1000),
-                max_eval_examples=rank.get("max_eval_examples", probe.get("max_eval_examples")) or 1_000_000,
-                seed=rank.get("seed", 42),
-                data_seed=data_seed,
-                device=device,
-                out=f"{art}/rankings/{model}__{task}__{method}.json",
-            ),
-            deps=[f"estimate__{model}__{task}"],
-            outputs=[f"{art}/rankings/{model}__{task}__{method}.json"],
+        rid = run_id("rank", model, task, method)
+        params = RankParams(
+            model=model,
+            task=task,
+            method=method,
+            constants=constants(model, task),
+            **rank.model_dump(include={"epochs", "lr", "max_train_examples", "max_eval_examples", "seed"}),
+            data_seed=grid.data_seed,
+            device=grid.device,
+            out=ranking(model, task, method),
         )
-    totals = {model: _heads_for(model) for model in config["models"]}
-    for study in studies:
-        for model in study.get("models", config["models"]):
-            total = totals[model]
-            for task in study.get("tasks", config["tasks"]):
-                for fraction in study.get("fractions", probe.get("fractions", [0, 1])):
-                    k = count_for(_fraction(fraction), total)
-                    methods = ["none"] if k == 0 else ["all"] if k == total else study.get("methods", rank.get("methods", ["gates"]))
-                    seeds = study.get("seeds", [42])
-                    if _fraction(fraction) in {_fraction(f) for f in study.get("single_seed_fractions", [])}:
-                        seeds = seeds[:1]
+        runs[rid] = Run(rid, "rank", params.model_dump(), deps=[run_id("estimate", model, task)], outputs=[ranking(model, task, method)])
+    totals = {model: head_count(model) for model in grid.models}
+    unsized = {model: why for model, (heads, why) in totals.items() if heads is None}
+    for name, models, tasks, probe_input, s in studies:
+        single = {parse_fraction(f) for f in s["single_seed_fractions"]}
+        for model in models:
+            total = totals[model][0]
+            if total is None:
+                continue
+            for task in tasks:
+                for fraction in s["fractions"]:
+                    k = count_for(parse_fraction(fraction), total)
+                    methods = ["none"] if k == 0 else ["all"] if k == total else (s["methods"] or grid.rank.methods)
+                    seeds = s["seeds"][:1] if parse_fraction(fraction) in single else s["seeds"]
                     for method in methods:
-                        for mode in study.get("modes", ["cached"]):
-                            probe_input = study.get("probe_input", "all")
-                            suffix = "" if probe_input == "all" else f"__{probe_input}"
-                            tag = "" if study["name"] in ("main", "floor") else f"__{study['name']}"
-                            rid = f"probe__{model}__{task}__{method}__k{k}__{mode}{suffix}{tag}"
+                        for mode in s["modes"]:
+                            extra = ([] if probe_input == "all" else [probe_input]) + ([] if name in ("main", "floor") else [name])
+                            rid = run_id("probe", model, task, method, f"k{k}", mode, *extra)
                             if rid in runs:
                                 continue
-                            deps = [f"estimate__{model}__{task}"] if k else []
+                            deps = [run_id("estimate", model, task)] if k else []
                             if method not in ("none", "all"):
-                                deps.append(f"rank__{model}__{task}__{method}")
+                                deps.append(run_id("rank", model, task, method))
                             out = f"{art}/results/{rid}__s{{seed}}.json"
-                            runs[rid] = Run(
-                                rid,
-                                "probe",
-                                dict(
-                                    model=model,
-                                    task=task,
-                                    k=k,
-                                    constants=f"{art}/constants/{model}__{task}.safetensors" if k else "",
-                                    ranking=f"{art}/rankings/{model}__{task}__{method}.json" if method not in ("none", "all") else "",
-                                    mode=mode,
-                                    seeds=list(seeds),
-                                    epochs=study.get("epochs", 15),
-                                    lr=float(study.get("lr", 2e-5)),
-                                    probe_input=probe_input,
-                                    selection=study.get("selection", "final"),
-                                    heldout_fraction=float(study.get("heldout_fraction", 0.1)),
-                                    max_train_examples=study.get("max_train_examples", 1000),
-                                    max_eval_examples=study.get("max_eval_examples") or 1_000_000,
-                                    data_seed=data_seed,
-                                    device=device,
-                                    out=out,
-                                    **common,
-                                ),
-                                deps=deps,
-                                outputs=[out.format(seed=s) for s in seeds],
+                            params = ProbeParams(
+                                model=model,
+                                task=task,
+                                k=k,
+                                constants=constants(model, task) if k else "",
+                                ranking=ranking(model, task, method) if method not in ("none", "all") else "",
+                                mode=mode,
+                                seeds=list(seeds),
+                                probe_input=probe_input,
+                                **{key: s[key] for key in ("epochs", "lr", "selection", "heldout_fraction", "max_train_examples", "max_eval_examples")},
+                                data_seed=grid.data_seed,
+                                out=out,
+                                **common,
                             )
+                            runs[rid] = Run(rid, "probe", params.model_dump(), deps=deps, outputs=[out.format(seed=seed) for seed in seeds])
     upstream = [r.run_id for r in runs.values() if r.kind in ("probe", "rank")]
     for chapter in ("results", "controls"):
-        runs[chapter] = Run(chapter, chapter, dict(grid_config=config["_path"]), deps=upstream)
+        runs[chapter] = Run(chapter, chapter, ChapterParams(grid_config=path).model_dump(), deps=upstream)
     for run in runs.values():
-        run.grid = name
-    return list(runs.values())
+        run.grid = grid.name
+    return Plan(runs.values(), unsized)
 
 
 def runs_dir(config: dict) -> Path:
