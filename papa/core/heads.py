@@ -144,7 +144,7 @@ def load_ranking(path: str | Path, num_layers: int | None = None, num_heads: int
 
     path = Path(path)
     remedy = "recompute it with `papa rank`"
-    foreign = f"Check the path: pass a ranking written by papa ({remedy}) or a JSON list of [layer, head] pairs. Do not delete this file: nothing shows papa wrote it."
+    foreign = f"Check the path: pass a ranking written by papa ({remedy}). Do not delete this file: nothing shows papa wrote it."
     try:
         text = path.read_text(encoding="utf-8", errors="replace") if path.is_file() else ""
     except OSError as err:

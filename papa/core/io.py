@@ -209,4 +209,4 @@ def _os_error(target: Path, err: OSError, setting: str | None = None) -> PapaErr
     if err.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
         hint = f"Set {setting} to a writable folder." if setting else "Choose a writable output folder."
         return PapaError(f"Cannot write {target}: the folder is not writable", hint)
-    return PapaError(f"Cannot write {target}: {err.strerror}", "Check the output path.")
+    return PapaError(f"Cannot write {target}: {err.strerror}", f"Check {setting}." if setting else "Check the output path.")

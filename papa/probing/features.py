@@ -145,9 +145,10 @@ def _cache_folder() -> Path:
 
 def check_disk(needed: int, what: str) -> Path:
     """Refuse (with the numbers, naming ``PAPA_CACHE_DIR``) features that would stream to a disk
-    without room for them; returns the feature cache folder."""
-    folder = _cache_folder()
-    free = shutil.disk_usage(folder).free
+    without room for them; returns the feature cache folder (not created here)."""
+    folder = cache_dir()
+    existing = next((p for p in (folder, *folder.parents) if p.is_dir()), Path("/"))
+    free = shutil.disk_usage(existing).free
     if needed > free:
         raise ResourceBudgetError(
             f"{what} would need {needed / 1e9:.2f} GB, above the memory budget of {memory_budget_bytes() / 1e9:.2f} GB, "
@@ -203,7 +204,7 @@ def _stream(batches: Iterator[torch.Tensor], small: dict[str, torch.Tensor], sha
         if writer is not None:
             writer.abort()
         _remove(path)
-        raise write_error(path, err, _CACHE_SETTING) from None
+        raise write_error(folder, err, _CACHE_SETTING) from None
     except BaseException:
         if writer is not None:
             writer.abort()
