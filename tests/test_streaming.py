@@ -157,3 +157,33 @@ def test_disk_full_while_streaming_names_papa_cache_dir(cache, monkeypatch):
         extract_features(_model(), _sequence_inputs(), token_task=False, batch_size=5)
     assert str(err.value) == f"No space left to write {cache}. Free disk space there, or set PAPA_CACHE_DIR to a folder on a larger disk."
     assert calls == [5, 5] and list(cache.iterdir()) == []
+
+
+def _tiny_run():
+    from papa.core.models import LoadedModel
+    from papa.probing.data import get_task
+    from papa.probing.experiment import TaskInputs
+
+    lm = LoadedModel("tiny", _model(), tokenizer=None, source="local", fingerprint="0123456789abcdef")
+    train = _sequence_inputs()
+    evals = tiny_batch([5, 16, 9, 2], seed=4)
+    evals["labels"] = torch.tensor([1, 0, 0, 1])
+    return lm, TaskInputs(get_task("sst2"), ["negative", "positive"], train, evals, list(range(12)), list(range(4)), 16, True)
+
+
+def test_a_run_above_the_memory_budget_streams_and_scores_as_in_ram(cache, monkeypatch):
+    from papa.probing.experiment import get_features, run_probe
+
+    lm, inputs = _tiny_run()
+    settings = dict(model=lm, inputs=inputs, epochs=3, lr=1e-3, batch_size=4, seed=5, device="cpu")
+    in_ram = run_probe(**settings, use_cache=False)
+    assert not cache.exists()
+    monkeypatch.setenv("PAPA_MEMORY_BUDGET_GB", TINY_BUDGET)
+    streamed = run_probe(**settings)
+    assert streamed["feature_cache_hits"] == {"train": False, "eval": False}
+    assert streamed["epochs"] == in_ram["epochs"] and streamed["score"] == in_ram["score"]
+    assert len(list(cache.glob("*.safetensors"))) == 2 and not [p for p in cache.iterdir() if p.name.startswith(".")]
+    again = run_probe(**settings)
+    assert again["feature_cache_hits"] == {"train": True, "eval": True} and again["epochs"] == in_ram["epochs"]
+    features, hit = get_features(lm, inputs, "train", [], None, "cpu")
+    assert hit and features.streamed and features.file.parent == cache

@@ -3,7 +3,7 @@
 The probe reads all ``layers + 1`` hidden states (the embeddings included). In ``cached`` mode
 they are computed once, in eval mode, and reused by every epoch, seed and run that shares the same
 (model, task, subset, head set, L, layout): :class:`Features` holds them in RAM as float16 and
-:func:`cached_features` keeps them on disk as safetensors.
+:func:`store_cached` / :func:`load_cached` keep them on disk as safetensors.
 
 Shapes (``S = layers + 1`` states, ``H`` hidden size):
 
