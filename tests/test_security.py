@@ -181,3 +181,31 @@ def test_checksum_can_be_required(tmp_path):
         f"{path} is not a papa manifest file (no sha256 checksum). "
         "Check the path: pass a manifest written by papa (write it again with papa). Do not delete this file: nothing shows papa wrote it."
     )
+
+
+def test_trust_remote_code_false_is_a_second_wall(tmp_path, monkeypatch):
+    """Were the folder check bypassed (a hub config not yet cached), transformers still refuses to run the code."""
+    marker = tmp_path / "marker"
+    folder = _evil_folder(tmp_path / "evil", marker)
+    monkeypatch.setattr(models, "check_model_folder", lambda *args, **kwargs: None)
+    with pytest.raises(PapaError) as err:
+        load_model(str(folder))
+    assert str(err.value) == (
+        f"The model {folder} needs custom code (transformers cannot read its config without it), and papa never runs code shipped with a model. {CUSTOM_CODE_HINT}"
+    )
+    assert not marker.exists()
+
+
+def test_a_cached_hub_config_with_custom_code_is_refused(tmp_path, monkeypatch):
+    marker = tmp_path / "marker"
+    folder = _evil_folder(tmp_path / "evil", marker)
+    monkeypatch.setattr(models, "resolve_model_path", lambda name: (name, "hub"))
+    monkeypatch.setattr(models, "_hub_cached_config", lambda repo_id: folder / "config.json")
+    _transformers_must_not_be_asked(monkeypatch)
+    with pytest.raises(PapaError) as err:
+        load_model("someone/evil-model")
+    assert str(err.value) == (
+        "The model someone/evil-model needs custom code (model_type 'evil' is unknown to transformers and its config.json has an auto_map), "
+        f"and papa never runs code shipped with a model. {CUSTOM_CODE_HINT}"
+    )
+    assert not marker.exists()
