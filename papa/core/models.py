@@ -208,12 +208,13 @@ def _ensure_hub_reachable(repo_id: str, timeout_s: float = 3.0) -> None:
 
 @lru_cache(maxsize=16)
 def weights_fingerprint(path_or_id: str) -> str:
-    """sha256 over the model's weight files (``*.safetensors`` / ``*.bin``), first 16 hex digits."""
+    """sha256 over the model's weight files (``*.safetensors``; ``*.bin`` for a folder papa would not
+    load), first 16 hex digits. A hub id downloads only the safetensors papa loads."""
     folder = Path(path_or_id)
     if not folder.is_dir():
         from huggingface_hub import snapshot_download
 
-        folder = Path(snapshot_download(path_or_id, allow_patterns=["*.safetensors", "*.bin", "config.json"]))
+        folder = Path(snapshot_download(path_or_id, allow_patterns=["*.safetensors", "config.json"]))
     files = sorted(folder.glob("*.safetensors")) or sorted(folder.glob("*.bin"))
     digest = hashlib.sha256()
     for file in files:
