@@ -254,8 +254,10 @@ def load_model(name: str = DEFAULT_MODEL, device: str | torch.device | None = No
     try:
         try:
             config = AutoConfig.from_pretrained(path, **NO_CUSTOM_CODE)
-        except ValueError:  # a hub config that needs custom code (its local copy was not cached)
-            raise _custom_code_error(name, "transformers cannot read its config without it") from None
+        except ValueError as err:  # with trust_remote_code=False, a config that needs custom code
+            if "trust_remote_code" in str(err) or source == "hub":
+                raise _custom_code_error(name, "transformers cannot read its config without it") from None
+            raise PapaError(f"Could not read the config of model {name!r}: {err}", "Point --model at a folder written by save_pretrained.") from None
         # Unsupported architectures fail here, before the weights are read. Inline architectures
         # (DeBERTa, MPNet) have no SDPA path: asking transformers for "sdpa" raises ValueError.
         implementation = attn_implementation_for(config)
