@@ -187,3 +187,15 @@ def test_a_run_above_the_memory_budget_streams_and_scores_as_in_ram(cache, monke
     assert again["feature_cache_hits"] == {"train": True, "eval": True} and again["epochs"] == in_ram["epochs"]
     features, hit = get_features(lm, inputs, "train", [], None, "cpu")
     assert hit and features.streamed and features.file.parent == cache
+
+
+def test_a_failed_stream_leaves_gradients_enabled(cache, monkeypatch):
+    monkeypatch.setenv("PAPA_MEMORY_BUDGET_GB", TINY_BUDGET)
+
+    def fail(self, rows):
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(feature_files.StreamedFile, "append", fail)
+    with pytest.raises(PapaError) as err:  # the traceback stays alive, as in a notebook's last error
+        extract_features(_model(), _sequence_inputs(), token_task=False, batch_size=5)
+    assert torch.is_grad_enabled() and err.value is not None

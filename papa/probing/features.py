@@ -159,15 +159,19 @@ def check_disk(needed: int, what: str) -> Path:
 
 
 def iter_hidden_states(model: torch.nn.Module, encoded: dict[str, torch.Tensor], batch_size: int, device: torch.device) -> Iterator[tuple[slice, torch.Tensor]]:
-    """Yield ``(rows, states [B, S, L, H])`` batch by batch (no gradients; the caller sets the mode)."""
+    """Yield ``(rows, states [B, S, L, H])`` batch by batch (no gradients; the caller sets the mode).
+
+    Gradients are off only around each forward pass, never across a ``yield``: a consumer that stops
+    early (an error while writing a batch) must not leave the thread with gradients disabled.
+    """
     total = encoded["input_ids"].shape[0]
     inputs = {k: v for k, v in encoded.items() if k != "labels"}
-    with torch.no_grad():
-        for start in range(0, total, batch_size):
-            rows = slice(start, min(start + batch_size, total))
-            batch = {k: v[rows].to(device) for k, v in inputs.items()}
-            out = model(**batch, output_hidden_states=True)
-            yield rows, torch.stack(out.hidden_states, dim=1)
+    for start in range(0, total, batch_size):
+        rows = slice(start, min(start + batch_size, total))
+        batch = {k: v[rows].to(device) for k, v in inputs.items()}
+        with torch.no_grad():
+            states = torch.stack(model(**batch, output_hidden_states=True).hidden_states, dim=1)
+        yield rows, states
 
 
 FEATURES_VERSION = 2
