@@ -217,3 +217,24 @@ def test_unwritable_cache_names_papa_cache_dir(tmp_path, monkeypatch):
     with pytest.raises(PapaError) as err:
         feature_cache.store_cached("key", _features())
     assert str(err.value) == f"Cannot create the feature cache {blocker / 'features'}: Not a directory. Set PAPA_CACHE_DIR to a writable folder."
+
+
+def test_a_killed_writer_leaves_a_umask_temporary_that_cleanup_removes(tmp_path):
+    """SIGKILL-like exit mid-write: the leftover is papa's temp name at 0644, and only it is removed."""
+    import subprocess
+    import sys
+
+    script = (
+        "import os\n"
+        "os.umask(0o022)\n"
+        "from papa.core.io import atomic_write_with\n"
+        "def write(handle):\n"
+        "    handle.write(b'half'); handle.flush(); os._exit(9)\n"
+        f"atomic_write_with({str(tmp_path / 'manifest.json')!r}, write)\n"
+    )
+    assert subprocess.run([sys.executable, "-c", script], check=False).returncode == 9
+    (leftover,) = tmp_path.iterdir()
+    assert papa_io.TEMP_NAME.fullmatch(leftover.name) and leftover.name.startswith(".manifest.json.")
+    assert stat.S_IMODE(leftover.stat().st_mode) == 0o644 and leftover.read_bytes() == b"half"
+    assert remove_stale_temp_files(tmp_path) == [leftover]
+    assert list(tmp_path.iterdir()) == []
