@@ -219,7 +219,7 @@ CLI_CASES = [
     pytest.param(
         PROBE + RANKED + ["{inputs}/rankings/out_of_range.json"] + DATA, "Head [6, 0] is out of range for 6 layers x 12 heads", "count from 0", id="ranking-head-out-of-range"
     ),
-    pytest.param(PROBE + RANKED + ["{inputs}/rankings/edited.json"] + DATA, "fails its checksum", "delete it and create it again", id="ranking-edited"),
+    pytest.param(PROBE + RANKED + ["{inputs}/rankings/edited.json"] + DATA, "fails its checksum", "recompute it with `papa rank` (papa replaces the file)", id="ranking-edited"),
     pytest.param(PROBE + RANKED + ["{inputs}/rankings/nowhere.json"] + DATA, "does not exist", "Check the path", id="ranking-missing-file"),
     pytest.param(PROBE + RANKED + ["{inputs}/rankings/not_pairs.json"] + DATA, "is not a [layer, head] pair", "Write heads as [layer, head]", id="ranking-not-pairs"),
     pytest.param(PROBE + RANKED + ["{inputs}/rankings/not_ints.json"] + DATA, "[layer, head]", "integer", id="ranking-not-integers"),
@@ -550,9 +550,13 @@ def _tiny_bert():
 
 
 def _extract_with_tiny_budget(inputs, monkeypatch):
+    """Above the memory budget features stream to disk: refused when PAPA_CACHE_DIR lacks the room."""
+    from papa.probing import features
     from papa.probing.features import extract_features
 
     monkeypatch.setenv("PAPA_MEMORY_BUDGET_GB", "1e-9")
+    monkeypatch.setenv("PAPA_CACHE_DIR", str(inputs / "cache"))
+    monkeypatch.setattr(features.shutil, "disk_usage", lambda folder: types.SimpleNamespace(free=0))
     ids = torch.randint(5, 50, (4, 8))
     encoded = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": torch.zeros(4, dtype=torch.long)}
     extract_features(_tiny_bert(), encoded, token_task=False)
@@ -623,7 +627,9 @@ def _estimate_on_gpt2(inputs, monkeypatch):
 
 
 LIBRARY_CASES = [
-    pytest.param(_extract_with_tiny_budget, ResourceBudgetError, "Caching encoder features would need", "raise PAPA_MEMORY_BUDGET_GB", id="memory-budget-extract"),
+    pytest.param(
+        _extract_with_tiny_budget, ResourceBudgetError, "so they stream to disk, but PAPA_CACHE_DIR", "set PAPA_CACHE_DIR to a folder on a larger disk", id="memory-budget-extract"
+    ),
     pytest.param(
         _check_budget, ResourceBudgetError, "would need 12.78 GB, above the memory budget of 0.50 GB", "Lower max_train_examples / max_eval_examples", id="memory-budget-numbers"
     ),

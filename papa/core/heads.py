@@ -143,15 +143,21 @@ def load_ranking(path: str | Path, num_layers: int | None = None, num_heads: int
     import json
 
     path = Path(path)
-    if path.is_file() and path.read_text(encoding="utf-8", errors="replace").lstrip().startswith("["):
+    remedy = "recompute it with `papa rank`"
+    foreign = f"Check the path: pass a ranking written by papa ({remedy}). Do not delete this file: nothing shows papa wrote it."
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace") if path.is_file() else ""
+    except OSError as err:
+        raise PapaError(f"Cannot read the ranking {path}: {err.strerror}", "Check the path and the file's permissions.") from None
+    if text.lstrip().startswith("["):
         try:
-            obj = {"ranking": json.loads(path.read_text(encoding="utf-8")), "meta": {}}
-        except json.JSONDecodeError:
-            raise PapaError(f"The ranking {path} is not valid JSON", "Recompute it with `papa rank`.") from None
+            obj = {"ranking": json.loads(path.read_bytes().decode("utf-8")), "meta": {}}
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            raise PapaError(f"{path} is not a papa ranking file (not valid JSON)", foreign) from None
     else:
-        obj = read_json_verified(path, "ranking")
+        obj = read_json_verified(path, "ranking", remedy)
     if "ranking" not in obj:
-        raise PapaError(f"The file {path} holds no 'ranking'", "Recompute it with `papa rank`.")
+        raise PapaError(f"{path} is not a papa ranking file (it holds no 'ranking')", foreign)
     ranking = obj["ranking"]
     if num_layers is not None and num_heads is not None:
         ranking = validate_ranking(ranking, num_layers, num_heads)

@@ -5,6 +5,10 @@ Every artefact papa writes (constants, rankings, results, manifests, notebooks) 
 written to a temporary file in the same folder, flushed and fsynced, then renamed over the target,
 so a reader never sees a half-written file and a killed writer leaves the old file intact.
 JSON artefacts carry a ``sha256`` of their canonical body, checked by :func:`read_json_verified`.
+
+A temporary file is named ``.<target name>.<8 random characters>.tmp`` and has the usual permissions
+(0666 minus the umask) from the moment it exists, so a writer killed mid-write leaves no private
+(0600) file; :func:`remove_stale_temp_files` removes such leftovers (and nothing else).
 """
 
 from __future__ import annotations
@@ -13,7 +17,9 @@ import errno
 import hashlib
 import json
 import os
+import re
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +45,11 @@ def _default_mode() -> int:
     return 0o666 & ~umask
 
 
+#: The names :func:`atomic_write_with` and :func:`temporary_file` give their temporary files:
+#: ``.<target name>.<8 characters of tempfile's alphabet>.tmp``.
+TEMP_NAME = re.compile(r"\..+\.[a-z0-9_]{8}\.tmp")
+
+
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
     """Write ``data`` to ``path`` atomically (temporary file + fsync + rename)."""
 
@@ -48,19 +59,41 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
     return atomic_write_with(path, write)
 
 
-def atomic_write_with(path: str | os.PathLike, write, by_path: bool = False) -> Path:
-    """Atomically create ``path`` with ``write(handle)`` (or ``write(temporary_path)`` when ``by_path``).
-
-    For large artefacts (cached features of a big training set) ``by_path`` lets a library stream
-    to the temporary file instead of building the whole content in memory first. The file gets the
-    usual permissions (0666 minus the umask), not mkstemp's private 0600.
-    """
-    target = Path(path)
+def _make_temp(target: Path, setting: str | None) -> tuple[int, str]:
+    """An open temporary file next to ``target`` (papa's temp name), already at the umask's mode."""
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     except OSError as err:
-        raise _os_error(target, err) from None
+        raise _os_error(target, err, setting) from None
+    try:
+        os.fchmod(fd, _default_mode())
+    except OSError as err:
+        os.close(fd)
+        _silent_unlink(tmp)
+        raise _os_error(target, err, setting) from None
+    return fd, tmp
+
+
+def temporary_file(target: str | os.PathLike, setting: str | None = None) -> Path:
+    """Create an empty temporary file for ``target`` (papa's temp name, umask permissions) and return
+    its path; the caller fills it and renames it over ``target`` (or deletes it)."""
+    fd, tmp = _make_temp(Path(target), setting)
+    os.close(fd)
+    return Path(tmp)
+
+
+def atomic_write_with(path: str | os.PathLike, write, by_path: bool = False, setting: str | None = None) -> Path:
+    """Atomically create ``path`` with ``write(handle)`` (or ``write(temporary_path)`` when ``by_path``).
+
+    For large artefacts (cached features of a big training set) ``by_path`` lets a library stream
+    to the temporary file instead of building the whole content in memory first. The file gets the
+    usual permissions (0666 minus the umask), not mkstemp's private 0600, from its creation on.
+    ``setting`` names what chose the folder (``"PAPA_CACHE_DIR"``): the hints of a full or read-only
+    disk then name it, instead of advising another output folder.
+    """
+    target = Path(path)
+    fd, tmp = _make_temp(target, setting)
     try:
         if by_path:
             os.close(fd)
@@ -77,7 +110,7 @@ def atomic_write_with(path: str | os.PathLike, write, by_path: bool = False) -> 
         os.replace(tmp, target)
     except OSError as err:
         _silent_unlink(tmp)
-        raise _os_error(target, err) from None
+        raise _os_error(target, err, setting) from None
     except BaseException:
         _silent_unlink(tmp)
         raise
@@ -100,27 +133,61 @@ def atomic_write_json(path: str | os.PathLike, obj: dict, checksum: bool = True)
     return atomic_write_text(path, canonical_json(body))
 
 
-def read_json_verified(path: str | os.PathLike, what: str = "file") -> dict:
-    """Read a JSON object written by :func:`atomic_write_json` and check its ``sha256``."""
+def read_json_verified(path: str | os.PathLike, what: str = "file", remedy: str = "write it again with papa", require_checksum: bool = False) -> dict:
+    """Read a JSON object written by :func:`atomic_write_json` and check its ``sha256``.
+
+    ``what`` names the kind of file in messages ("ranking", "manifest"); ``remedy`` says how papa
+    makes a good one ("recompute it with `papa rank`"). A file that is not a JSON object (or, with
+    ``require_checksum``, has no ``sha256``) is reported as not being a papa file, and the hint never
+    advises deleting it: nothing shows papa wrote it.
+    """
     path = Path(path)
     if not path.is_file():
         raise PapaError(f"The {what} {path} does not exist", "Check the path, or create it first.")
+    foreign = f"Check the path: pass a {what} written by papa ({remedy}). Do not delete this file: nothing shows papa wrote it."
     try:
         obj = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise CorruptFileError(
-            f"The {what} {path} is not valid JSON ({err.__class__.__name__})",
-            "It is corrupt or truncated: delete it and create it again.",
-        ) from None
+    except OSError as err:
+        raise PapaError(f"Cannot read the {what} {path}: {err.strerror}", "Check the path and the file's permissions.") from None
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise CorruptFileError(f"{path} is not a papa {what} file (not valid JSON)", foreign) from None
     if not isinstance(obj, dict):
-        raise CorruptFileError(f"The {what} {path} does not hold a JSON object", "Delete it and create it again.")
+        raise CorruptFileError(f"{path} is not a papa {what} file (not a JSON object)", foreign)
     stored = obj.pop("sha256", None)
+    if stored is None and require_checksum:
+        raise CorruptFileError(f"{path} is not a papa {what} file (no sha256 checksum)", foreign)
     if stored is not None and stored != sha256_bytes(canonical_json(obj).encode("utf-8")):
-        raise CorruptFileError(
-            f"The {what} {path} fails its checksum",
-            "It was edited or corrupted: delete it and create it again.",
-        )
+        raise CorruptFileError(f"The {what} {path} fails its checksum", f"It was edited or corrupted after papa wrote it: {remedy} (papa replaces the file).")
     return obj
+
+
+def remove_stale_temp_files(folder: str | os.PathLike, min_age_s: float = 0.0) -> list[Path]:
+    """Delete the temporary files papa's atomic writers left in ``folder`` and its subfolders (a
+    writer that was killed), and return them sorted.
+
+    Only plain files named like papa's temporaries (:data:`TEMP_NAME`) are touched. ``min_age_s``
+    spares files modified more recently (a writer of another process may still be running: call it
+    with 0 only while holding the lock of every writer of ``folder``).
+    """
+    root = Path(folder)
+    if not root.is_dir():
+        return []
+    now = time.time()
+    removed = []
+    for directory, _, files in os.walk(root):
+        for name in files:
+            path = Path(directory) / name
+            if not TEMP_NAME.fullmatch(name):
+                continue
+            try:
+                info = path.lstat()
+                if not os.path.isfile(path) or os.path.islink(path) or now - info.st_mtime < min_age_s:
+                    continue
+                path.unlink()
+            except OSError:
+                continue
+            removed.append(path)
+    return sorted(removed)
 
 
 def _silent_unlink(path: str) -> None:
@@ -130,9 +197,16 @@ def _silent_unlink(path: str) -> None:
         pass
 
 
-def _os_error(target: Path, err: OSError) -> PapaError:
+def write_error(target: Path, err: OSError, setting: str | None = None) -> PapaError:
+    """The :class:`PapaError` for an ``OSError`` while writing ``target`` (see :func:`atomic_write_with`'s ``setting``)."""
+    return _os_error(target, err, setting)
+
+
+def _os_error(target: Path, err: OSError, setting: str | None = None) -> PapaError:
     if err.errno in (errno.ENOSPC, errno.EDQUOT):
-        return PapaError(f"No space left to write {target}", "Free disk space or choose another output folder.")
+        hint = f"Free disk space there, or set {setting} to a folder on a larger disk." if setting else "Free disk space or choose another output folder."
+        return PapaError(f"No space left to write {target}", hint)
     if err.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-        return PapaError(f"Cannot write {target}: the folder is not writable", "Choose a writable output folder.")
-    return PapaError(f"Cannot write {target}: {err.strerror}", "Check the output path.")
+        hint = f"Set {setting} to a writable folder." if setting else "Choose a writable output folder."
+        return PapaError(f"Cannot write {target}: the folder is not writable", hint)
+    return PapaError(f"Cannot write {target}: {err.strerror}", f"Check {setting}." if setting else "Check the output path.")

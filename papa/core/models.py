@@ -12,11 +12,17 @@ Names:
 
 A hub id that is not cached fails within seconds when the hub cannot be reached, naming the
 embedded model as the offline alternative; with ``HF_HUB_OFFLINE=1`` it fails at once.
+
+papa never runs code from a model folder and never unpickles: every ``from_pretrained`` gets
+``trust_remote_code=False`` (:data:`NO_CUSTOM_CODE`), and :func:`check_model_folder` refuses, before
+transformers reads anything, a folder whose config needs custom code (an ``auto_map``, or a
+``model_type`` transformers does not know) or whose weights are only pickled (``*.bin``).
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import socket
 from collections.abc import Callable
@@ -38,6 +44,11 @@ from papa.core.errors import PapaError
 from papa.core.io import sha256_file
 
 DEFAULT_MODEL = "minilm-l6"
+
+#: Keyword arguments for every ``from_pretrained`` papa calls: no code from the model folder or hub.
+NO_CUSTOM_CODE = {"trust_remote_code": False}
+
+_PICKLED_WEIGHTS = ("*.bin", "*.pt", "*.pth", "*.ckpt", "*.pkl")
 
 
 def _minilm_l6_folder() -> Path:
@@ -103,6 +114,74 @@ def resolve_model_path(name: str) -> tuple[str, str]:
     return name, "hub"
 
 
+def _custom_code_error(name: str, reason: str) -> PapaError:
+    return PapaError(
+        f"The model {name} needs custom code ({reason}), and papa never runs code shipped with a model",
+        "Use a model whose architecture transformers ships (bert, roberta, deberta, ...); papa loads every model with trust_remote_code=False.",
+    )
+
+
+def check_model_config(config: object, name: str, file: str = "config.json") -> None:
+    """Refuse (one :class:`PapaError`) a model config that needs custom code: an ``auto_map``, or a
+    ``model_type`` missing or unknown to transformers. ``config`` is the parsed ``config.json``."""
+    from transformers import CONFIG_MAPPING
+
+    if not isinstance(config, dict):
+        raise PapaError(f"The {file} of model {name} is not a JSON object", "Point --model at a folder written by save_pretrained.")
+    reasons = []
+    model_type = config.get("model_type")
+    if not isinstance(model_type, str) or not model_type:
+        reasons.append(f"its {file} names no model_type")
+    elif model_type not in CONFIG_MAPPING:
+        reasons.append(f"model_type {model_type!r} is unknown to transformers")
+    if "auto_map" in config:
+        reasons.append(f"its {file} has an auto_map")
+    if reasons:
+        raise _custom_code_error(name, " and ".join(reasons))
+
+
+def _read_json_object(path: Path, name: str) -> object:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        raise PapaError(f"The {path.name} of model {name} is not readable JSON", "Point --model at a folder written by save_pretrained.") from None
+
+
+def check_model_folder(folder: str | os.PathLike, name: str | None = None) -> None:
+    """Refuse a model folder papa cannot load without running its code or unpickling its weights.
+
+    Checks, reading only JSON and file names: ``config.json`` (:func:`check_model_config`), the
+    ``auto_map`` of ``tokenizer_config.json``, and that the weights are ``*.safetensors``.
+    """
+    folder = Path(folder)
+    name = name or str(folder)
+    check_model_config(_read_json_object(folder / "config.json", name), name)
+    tokenizer_config = folder / "tokenizer_config.json"
+    if tokenizer_config.is_file():
+        parsed = _read_json_object(tokenizer_config, name)
+        if isinstance(parsed, dict) and "auto_map" in parsed:
+            raise _custom_code_error(name, "its tokenizer_config.json has an auto_map")
+    if any(folder.glob("*.safetensors")):
+        return
+    pickled = sorted(path.name for pattern in _PICKLED_WEIGHTS for path in folder.glob(pattern))
+    if pickled:
+        raise PapaError(
+            f"The model {name} has only pickled weights ({', '.join(pickled)}), and papa never unpickles (it could run code)",
+            "Convert the weights to safetensors where you trust them: load the model and call model.save_pretrained(folder) (which writes model.safetensors).",
+        )
+    raise PapaError(f"The model {name} has no weights (no *.safetensors file)", "Point --model at a folder written by save_pretrained.")
+
+
+def _hub_cached_config(repo_id: str) -> Path | None:
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        found = try_to_load_from_cache(repo_id, "config.json")
+    except Exception:  # pragma: no cover - defensive: a broken cache is "not cached"
+        return None
+    return Path(found) if isinstance(found, str) else None
+
+
 def _hub_cached(repo_id: str) -> bool:
     try:
         from huggingface_hub import try_to_load_from_cache
@@ -129,12 +208,13 @@ def _ensure_hub_reachable(repo_id: str, timeout_s: float = 3.0) -> None:
 
 @lru_cache(maxsize=16)
 def weights_fingerprint(path_or_id: str) -> str:
-    """sha256 over the model's weight files (``*.safetensors`` / ``*.bin``), first 16 hex digits."""
+    """sha256 over the model's weight files (``*.safetensors``; ``*.bin`` for a folder papa would not
+    load), first 16 hex digits. A hub id downloads only the safetensors papa loads."""
     folder = Path(path_or_id)
     if not folder.is_dir():
         from huggingface_hub import snapshot_download
 
-        folder = Path(snapshot_download(path_or_id, allow_patterns=["*.safetensors", "*.bin", "config.json"]))
+        folder = Path(snapshot_download(path_or_id, allow_patterns=["*.safetensors", "config.json"]))
     files = sorted(folder.glob("*.safetensors")) or sorted(folder.glob("*.bin"))
     digest = hashlib.sha256()
     for file in files:
@@ -162,18 +242,29 @@ def load_model(name: str = DEFAULT_MODEL, device: str | torch.device | None = No
     from papa.core.architectures import attn_implementation_for
 
     path, source = resolve_model_path(name)
+    if source == "hub":
+        cached = _hub_cached_config(path)
+        if cached is not None:
+            check_model_config(_read_json_object(cached, name), name)
+    else:
+        check_model_folder(path, name)
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
     try:
-        config = AutoConfig.from_pretrained(path)
+        try:
+            config = AutoConfig.from_pretrained(path, **NO_CUSTOM_CODE)
+        except ValueError as err:  # with trust_remote_code=False, a config that needs custom code
+            if "trust_remote_code" in str(err) or source == "hub":
+                raise _custom_code_error(name, "transformers cannot read its config without it") from None
+            raise PapaError(f"Could not read the config of model {name!r}: {err}", "Point --model at a folder written by save_pretrained.") from None
         # Unsupported architectures fail here, before the weights are read. Inline architectures
         # (DeBERTa, MPNet) have no SDPA path: asking transformers for "sdpa" raises ValueError.
         implementation = attn_implementation_for(config)
-        model = AutoModel.from_pretrained(path, config=config, attn_implementation=implementation)
-        tokenizer = AutoTokenizer.from_pretrained(path)
+        model = AutoModel.from_pretrained(path, config=config, attn_implementation=implementation, use_safetensors=True, **NO_CUSTOM_CODE)
+        tokenizer = AutoTokenizer.from_pretrained(path, **NO_CUSTOM_CODE)
     except OSError as err:
-        raise PapaError(f"Could not load model {name!r}: {err}", "Check the model name or folder.") from None
+        raise PapaError(f"Could not load model {name!r}: {err}", "Check the model name or folder; papa loads only safetensors weights.") from None
     model.requires_grad_(False).eval()
     if device is not None:
         model.to(device)

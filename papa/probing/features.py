@@ -3,7 +3,7 @@
 The probe reads all ``layers + 1`` hidden states (the embeddings included). In ``cached`` mode
 they are computed once, in eval mode, and reused by every epoch, seed and run that shares the same
 (model, task, subset, head set, L, layout): :class:`Features` holds them in RAM as float16 and
-:func:`cached_features` keeps them on disk as safetensors.
+:func:`store_cached` / :func:`load_cached` keep them on disk as safetensors.
 
 Shapes (``S = layers + 1`` states, ``H`` hidden size):
 
@@ -14,11 +14,18 @@ Shapes (``S = layers + 1`` states, ``H`` hidden size):
 * token tasks: only the labelled positions (each word's first piece) are kept:
   ``states [T, S, H]``, ``labels [T]``, ``example [T]`` (the example each token comes from).
 
-Memory: ``N·S·L·H·2`` bytes for sequence tasks (1000 SST-2 examples on MiniLM-L6: 0.34 GB),
-``T·S·H·2`` for token tasks. :func:`feature_bytes` predicts it and :func:`check_budget` refuses a
-configuration above ``PAPA_MEMORY_BUDGET_GB`` (default: 60% of the machine's physical memory) before
-anything is computed. Cache files are streamed to disk (no second in-memory copy), so the full SST-2
-training set (67k sentences, ~12 GB on MiniLM-L6) fits a 24 GB machine.
+Memory: ``N·S·P·H·2`` bytes for sequence tasks (1000 SST-2 examples on MiniLM-L6: 0.34 GB),
+``T·S·H·2`` for token tasks. :func:`extract_features` keeps features within ``PAPA_MEMORY_BUDGET_GB``
+(default: 60% of the machine's physical memory) in RAM. Larger ones *stream from disk*: they are
+written batch by batch to a feature file under ``PAPA_CACHE_DIR`` (after :func:`check_disk` made sure
+the disk has room) and memory-mapped, so the probe reads each batch from the page cache; the values
+are the same bytes as in RAM, so are the scores. :func:`store_cached` then renames that file into the
+cache (no second copy), and :func:`load_cached` maps an entry above the budget instead of loading it.
+
+Every cache entry records its key and the parameters the key was hashed from
+(:func:`cached_features_key`); an entry read under another key is a miss, reported once
+(:class:`FeatureCacheWarning`), deleted and recomputed, like an entry failing its checksum.
+The file layout is in :mod:`papa.probing.feature_files`.
 """
 
 from __future__ import annotations
@@ -26,17 +33,19 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
+import warnings
+import weakref
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from safetensors import SafetensorError, safe_open
-from safetensors.torch import load_file
 
 from papa.core.errors import PapaError, ResourceBudgetError
-from papa.core.io import atomic_write_with
+from papa.core.io import atomic_write_with, temporary_file, write_error
 from papa.core.layout import IGNORE_INDEX
+from papa.probing.feature_files import FeatureFileError, StreamedFile, read_file, read_header, rewrite_metadata, tensors_sha256, write_tensors
 
 FEATURE_DTYPE = torch.float16
 
@@ -50,6 +59,13 @@ class Features:
     mask: torch.Tensor | None = None  # sequence tasks
     example: torch.Tensor | None = None  # token tasks
     positions: torch.Tensor | None = None  # sequence tasks: the kept positions (real in some example)
+    file: Path | None = field(default=None, compare=False)  # the feature file the tensors are mapped from (None: in RAM)
+    _scratch: weakref.finalize | None = field(default=None, compare=False, repr=False)  # deletes an unstored streamed file
+
+    @property
+    def streamed(self) -> bool:
+        """Whether the tensors are memory-mapped from a file on disk rather than held in RAM."""
+        return self.file is not None
 
     @property
     def is_token(self) -> bool:
@@ -109,16 +125,96 @@ def check_budget(needed: int, what: str) -> None:
         )
 
 
+def cache_root() -> Path:
+    """``PAPA_CACHE_DIR`` (default ``~/.cache/papa``)."""
+    return Path(os.environ.get("PAPA_CACHE_DIR", Path.home() / ".cache" / "papa"))
+
+
+def cache_dir() -> Path:
+    return cache_root() / "features"
+
+
+def _cache_folder() -> Path:
+    folder = cache_dir()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise PapaError(f"Cannot create the feature cache {folder}: {err.strerror}", "Set PAPA_CACHE_DIR to a writable folder.") from None
+    return folder
+
+
+def check_disk(needed: int, what: str) -> Path:
+    """Refuse (with the numbers, naming ``PAPA_CACHE_DIR``) features that would stream to a disk
+    without room for them; returns the feature cache folder (not created here)."""
+    folder = cache_dir()
+    existing = next((p for p in (folder, *folder.parents) if p.is_dir()), Path("/"))
+    free = shutil.disk_usage(existing).free
+    if needed > free:
+        raise ResourceBudgetError(
+            f"{what} would need {needed / 1e9:.2f} GB, above the memory budget of {memory_budget_bytes() / 1e9:.2f} GB, "
+            f"so they stream to disk, but PAPA_CACHE_DIR ({cache_root()}) has only {free / 1e9:.2f} GB free",
+            "Free disk space there, set PAPA_CACHE_DIR to a folder on a larger disk, or lower max_train_examples / max_eval_examples.",
+        )
+    return folder
+
+
 def iter_hidden_states(model: torch.nn.Module, encoded: dict[str, torch.Tensor], batch_size: int, device: torch.device) -> Iterator[tuple[slice, torch.Tensor]]:
-    """Yield ``(rows, states [B, S, L, H])`` batch by batch (no gradients; the caller sets the mode)."""
+    """Yield ``(rows, states [B, S, L, H])`` batch by batch (no gradients; the caller sets the mode).
+
+    Gradients are off only around each forward pass, never across a ``yield``: a consumer that stops
+    early (an error while writing a batch) must not leave the thread with gradients disabled.
+    """
     total = encoded["input_ids"].shape[0]
     inputs = {k: v for k, v in encoded.items() if k != "labels"}
-    with torch.no_grad():
-        for start in range(0, total, batch_size):
-            rows = slice(start, min(start + batch_size, total))
-            batch = {k: v[rows].to(device) for k, v in inputs.items()}
-            out = model(**batch, output_hidden_states=True)
-            yield rows, torch.stack(out.hidden_states, dim=1)
+    for start in range(0, total, batch_size):
+        rows = slice(start, min(start + batch_size, total))
+        batch = {k: v[rows].to(device) for k, v in inputs.items()}
+        with torch.no_grad():
+            states = torch.stack(model(**batch, output_hidden_states=True).hidden_states, dim=1)
+        yield rows, states
+
+
+FEATURES_VERSION = 2
+_CACHE_SETTING = "PAPA_CACHE_DIR"
+
+
+def _remove(path: Path) -> None:
+    path.unlink(missing_ok=True)
+
+
+def _mapped(path: Path, scratch: bool) -> Features:
+    """The features of the feature file ``path``, memory-mapped; a ``scratch`` file is deleted when
+    the returned object is garbage-collected, unless :func:`store_cached` adopted it."""
+    _, tensors = read_file(path)
+    features = Features(tensors["states"], tensors["labels"], tensors.get("mask"), tensors.get("example"), tensors.get("positions"), file=path)
+    if scratch:
+        features._scratch = weakref.finalize(features, _remove, path)
+    return features
+
+
+def _stream(batches: Iterator[torch.Tensor], small: dict[str, torch.Tensor], shape: list[int]) -> Features:
+    """Write the states arriving in ``batches`` (row order) with ``small`` to a scratch feature file
+    under ``PAPA_CACHE_DIR`` and map it."""
+    needed = int(torch.Size(shape).numel()) * 2
+    folder = check_disk(needed, "Caching encoder features")
+    path = temporary_file(folder / "streamed.safetensors", setting=_CACHE_SETTING)
+    writer = None
+    try:
+        writer = StreamedFile(path, small, "states", FEATURE_DTYPE, shape, {"version": str(FEATURES_VERSION)})
+        for batch in batches:
+            writer.append(batch)
+        writer.finish()
+    except OSError as err:
+        if writer is not None:
+            writer.abort()
+        _remove(path)
+        raise write_error(folder, err, _CACHE_SETTING) from None
+    except BaseException:
+        if writer is not None:
+            writer.abort()
+        _remove(path)
+        raise
+    return _mapped(path, scratch=True)
 
 
 def extract_features(
@@ -128,7 +224,8 @@ def extract_features(
     batch_size: int = 64,
     device: torch.device | str = "cpu",
 ) -> Features:
-    """Run the frozen encoder once in eval mode over ``encoded`` and keep its states (float16)."""
+    """Run the frozen encoder once in eval mode over ``encoded`` and keep its states (float16): in
+    RAM within ``PAPA_MEMORY_BUDGET_GB``, else streamed to a memory-mapped file (same values)."""
     device = torch.device(device)
     was_training = model.training
     model.eval()
@@ -140,86 +237,122 @@ def extract_features(
         if not token_task:
             mask = encoded["attention_mask"].bool()
             positions = mask.any(0).nonzero().flatten()
-            check_budget(feature_bytes(total, num_states, len(positions), hidden, False), "Caching encoder features")
-            states = torch.empty(total, num_states, len(positions), hidden, dtype=FEATURE_DTYPE)
-            for rows, batch_states in iter_hidden_states(model, encoded, batch_size, device):
-                states[rows] = batch_states[:, :, positions.to(device)].to("cpu", FEATURE_DTYPE)
-            return Features(states, labels.clone(), mask=mask[:, positions].clone(), positions=positions)
+            kept = positions.to(device)
+            batches = ((rows, batch[:, :, kept].to("cpu", FEATURE_DTYPE)) for rows, batch in iter_hidden_states(model, encoded, batch_size, device))
+            shape = [total, num_states, len(positions), hidden]
+            small = {"labels": labels.clone(), "mask": mask[:, positions].clone(), "positions": positions}
+            if feature_bytes(total, num_states, len(positions), hidden, False) > memory_budget_bytes():
+                return _stream((batch for _, batch in batches), small, shape)
+            states = torch.empty(shape, dtype=FEATURE_DTYPE)
+            for rows, batch in batches:
+                states[rows] = batch
+            return Features(states, small["labels"], mask=small["mask"], positions=positions)
         keep = labels != IGNORE_INDEX  # [N, L]
-        check_budget(int(keep.sum()) * num_states * hidden * 2, "Caching encoder features")
-        chunks = []
-        for rows, batch_states in iter_hidden_states(model, encoded, batch_size, device):
-            chunks.append(batch_states.permute(0, 2, 1, 3)[keep[rows].to(device)].to("cpu", FEATURE_DTYPE))
-        example = torch.arange(total)[:, None].expand(total, length)[keep]
-        return Features(torch.cat(chunks), labels[keep].clone(), example=example.clone())
+        batches = (batch.permute(0, 2, 1, 3)[keep[rows].to(device)].to("cpu", FEATURE_DTYPE) for rows, batch in iter_hidden_states(model, encoded, batch_size, device))
+        example = torch.arange(total)[:, None].expand(total, length)[keep].clone()
+        count = int(keep.sum())
+        if count * num_states * hidden * 2 > memory_budget_bytes():
+            return _stream(batches, {"labels": labels[keep].clone(), "example": example}, [count, num_states, hidden])
+        return Features(torch.cat(list(batches)) if count else torch.empty(0, num_states, hidden, dtype=FEATURE_DTYPE), labels[keep].clone(), example=example)
     finally:
         model.train(was_training)
 
 
-FEATURES_VERSION = 2
+class FeatureKey(str):
+    """A cache key (20 hex digits) that remembers the canonical JSON of the parts it was hashed from."""
+
+    parts_json: str = ""
 
 
-def cached_features_key(**parts) -> str:
-    """A stable short hash of everything that determines a feature tensor."""
+def cached_features_key(**parts) -> FeatureKey:
+    """A stable short hash of everything that determines a feature tensor (and those parts)."""
     parts["version"] = FEATURES_VERSION
-    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:20]
+    text = json.dumps(parts, sort_keys=True, default=str)
+    key = FeatureKey(hashlib.sha256(text.encode()).hexdigest()[:20])
+    key.parts_json = text
+    return key
 
 
-def cache_dir() -> Path:
-    return Path(os.environ.get("PAPA_CACHE_DIR", Path.home() / ".cache" / "papa")) / "features"
+class FeatureCacheWarning(UserWarning):
+    """A feature-cache entry held the features of another key: it is recomputed."""
 
 
-def _tensors_sha256(tensors: dict[str, torch.Tensor]) -> str:
-    """sha256 over every tensor's name, dtype, shape and bytes (sorted by name)."""
-    digest = hashlib.sha256()
-    for name in sorted(tensors):
-        tensor = tensors[name].contiguous()
-        digest.update(f"{name}|{tensor.dtype}|{list(tensor.shape)}|".encode())
-        digest.update(tensor.view(torch.uint8).reshape(-1).numpy().data if tensor.numel() else b"")
-    return digest.hexdigest()
+def _entry_metadata(key: str, sha256: str) -> dict[str, str]:
+    metadata = {"key": str(key), "sha256": sha256, "version": str(FEATURES_VERSION)}
+    if getattr(key, "parts_json", ""):
+        metadata["parts"] = key.parts_json
+    return metadata
+
+
+def _foreign(key: str, metadata: dict[str, str]) -> str | None:
+    """Why an entry read under ``key`` does not belong to it (``None`` when it does)."""
+    stored = metadata.get("key")
+    if stored != str(key):
+        return f"it holds the features of key {stored}"
+    parts = metadata.get("parts")
+    if parts is not None and hashlib.sha256(parts.encode()).hexdigest()[:20] != stored:
+        return "its recorded parameters do not hash to its key"
+    if getattr(key, "parts_json", "") and parts is not None and parts != key.parts_json:
+        return "its recorded parameters differ from the requested ones"
+    return None
 
 
 def load_cached(key: str) -> Features | None:
-    """The cached features under ``key``, or ``None`` when absent or corrupt (a corrupt entry is
-    deleted and recomputed, never read: its tensors are checked against the stored sha256)."""
+    """The cached features under ``key``, or ``None`` (a miss: recompute) when the entry is absent,
+    corrupt (tensors checked against the stored sha256) or recorded under another key; such an
+    entry is deleted, never read. An entry above ``PAPA_MEMORY_BUDGET_GB`` is memory-mapped."""
     path = cache_dir() / f"{key}.safetensors"
     if not path.is_file():
         return None
+    identity = None
     try:
-        with safe_open(path, framework="pt") as handle:
-            stored = (handle.metadata() or {}).get("sha256")
-        tensors = load_file(path)
-        if stored is None or stored != _tensors_sha256(tensors):
-            raise SafetensorError("checksum")
-    except (SafetensorError, OSError, RuntimeError, ValueError):
-        path.unlink(missing_ok=True)
+        identity = path.stat().st_ino
+        metadata, tensors = read_file(path)
+        if "key" not in metadata:
+            raise FeatureFileError("an entry from before keys were recorded")
+        if (reason := _foreign(key, metadata)) is not None:
+            warnings.warn(f"The feature-cache entry {path.name} does not belong to its name ({reason}): it is recomputed", FeatureCacheWarning, stacklevel=2)
+            raise FeatureFileError(reason)
+        if metadata.get("sha256") != tensors_sha256(tensors):
+            raise FeatureFileError("checksum")
+    except (FeatureFileError, OSError, RuntimeError, ValueError):
+        _remove_if_same(path, identity)
         return None
-    return Features(tensors["states"], tensors["labels"], tensors.get("mask"), tensors.get("example"), tensors.get("positions"))
+    if sum(t.numel() * t.element_size() for t in tensors.values()) > memory_budget_bytes():
+        return _mapped(path, scratch=False)
+    ram = {name: tensor.clone() for name, tensor in tensors.items()}
+    return Features(ram["states"], ram["labels"], ram.get("mask"), ram.get("example"), ram.get("positions"))
 
 
-_SAFETENSORS_DTYPES = {torch.float16: "F16", torch.float32: "F32", torch.int64: "I64", torch.bool: "BOOL"}
-
-
-def _write_safetensors(handle, tensors: dict[str, torch.Tensor], metadata: dict[str, str]) -> None:
-    """Write the safetensors format (8-byte header length, JSON header, raw bytes) straight from the
-    tensors' memory: ``safetensors.torch.save_file`` first copies every tensor into a bytes object."""
-    header: dict = {"__metadata__": metadata}
-    offset = 0
-    for name in sorted(tensors):
-        tensor = tensors[name]
-        size = tensor.numel() * tensor.element_size()
-        header[name] = {"dtype": _SAFETENSORS_DTYPES[tensor.dtype], "shape": list(tensor.shape), "data_offsets": [offset, offset + size]}
-        offset += size
-    encoded = json.dumps(header, separators=(",", ":")).encode()
-    encoded += b" " * (-len(encoded) % 8)
-    handle.write(len(encoded).to_bytes(8, "little") + encoded)
-    for name in sorted(tensors):
-        if tensors[name].numel():
-            handle.write(tensors[name].view(torch.uint8).reshape(-1).numpy().data)
+def _remove_if_same(path: Path, identity: int | None) -> None:
+    """Delete ``path`` unless another writer has replaced it since it was read."""
+    try:
+        if identity is None or path.stat().st_ino == identity:
+            path.unlink()
+    except OSError:
+        pass
 
 
 def store_cached(key: str, features: Features) -> None:
-    """Write the features atomically, streamed to disk (no second in-memory copy), with a checksum."""
+    """Write the features atomically under ``key`` with a checksum and the key; features streamed
+    to a scratch file are moved into the cache (renamed, not copied)."""
+    target = cache_dir() / f"{key}.safetensors"
+    scratch = features._scratch
+    if scratch is not None and scratch.alive and features.file is not None:
+        try:
+            _, header = read_header(features.file)
+            rewrite_metadata(features.file, _entry_metadata(key, header["__metadata__"]["sha256"]))
+            os.replace(features.file, target)
+        except OSError as err:
+            raise write_error(target, err, _CACHE_SETTING) from None
+        except (FeatureFileError, KeyError):
+            raise PapaError(f"The streamed features {features.file} were changed on disk", "Run again: papa recomputes them.") from None
+        scratch.detach()
+        features.file = target
+        return
+    if features.file is not None and features.file == target:
+        return
     tensors = {k: v.detach().cpu().contiguous() for k, v in features.as_tensors().items()}
-    metadata = {"sha256": _tensors_sha256(tensors), "version": str(FEATURES_VERSION)}
-    atomic_write_with(cache_dir() / f"{key}.safetensors", lambda handle: _write_safetensors(handle, tensors, metadata))
+    metadata = _entry_metadata(key, tensors_sha256(tensors))
+    _cache_folder()
+    atomic_write_with(target, lambda handle: write_tensors(handle, tensors, metadata), setting=_CACHE_SETTING)
