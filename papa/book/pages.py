@@ -305,6 +305,14 @@ def stage_itables(static: Path) -> Path:
     return target
 
 
+def point_front_page(text: str, name: str) -> str:
+    """The front page with every ``runs/<grid>/results`` or ``controls`` path (glued numbers, links) pointed
+    at grid ``name``, the grid the book is built from."""
+    import re
+
+    return re.sub(r"runs/[\w-]+/(results|controls)\b", rf"runs/{name}/\1", text)
+
+
 def write_pages(config: dict, stale: list[str], run_ids: list[str]) -> None:
     from papa.analysis.figures import write_vega_bundle
     from papa.pipeline.plan import expand, runs_dir
@@ -314,6 +322,10 @@ def write_pages(config: dict, stale: list[str], run_ids: list[str]) -> None:
     present = set(run_ids)
     rows = appendix_rows(config, [r for r in expand(config) if r.run_id in present], manifest)
     atomic_write_text(ROOT / "_toc.yml", _toc(config, run_ids))
+    front = ROOT / "book" / "index.md"
+    text = front.read_text(encoding="utf-8")
+    if point_front_page(text, config["name"]) != text:
+        atomic_write_text(front, point_front_page(text, config["name"]))
     atomic_write_text(ROOT / "book" / "reproducibility.md", _reproducibility(config, stale))
     atomic_write_text(ROOT / "book" / "appendix.md", _appendix(config, rows))
     atomic_write_text(ROOT / "book" / "setup.md", _setup(config))

@@ -202,7 +202,7 @@ def clean_executed(nb: dict, root: Path) -> dict:
     if title:
         _retitle(nb, title)
     roots = sorted({str(root.resolve()), str(Path.home())}, key=len, reverse=True)
-    hidden = any("remove-cell" in c.get("metadata", {}).get("tags", []) and "parameters" in c.get("metadata", {}).get("tags", []) for c in nb.get("cells", []))
+    hidden = not title and any("remove-cell" in c.get("metadata", {}).get("tags", []) and "parameters" in c.get("metadata", {}).get("tags", []) for c in nb.get("cells", []))
     for cell in nb.get("cells", []):
         tags = cell.get("metadata", {}).get("tags", [])
         if hidden and "injected-parameters" in tags and "remove-cell" not in tags:
