@@ -142,7 +142,7 @@ def test_front_page_is_an_abstract_with_links():
     page = (ROOT / "book" / "index.md").read_text(encoding="utf-8")
     assert "https://arxiv.org/abs/2211.03495" in page and "https://github.com/schwartz-lab-NLP/papa" in page
     assert "CoNLL-2003" in page
-    glued = set(re.findall(r"\{glue:text\}`[^`]*::(\w+)`", page))
+    glued = set(re.findall(r"\{glue:text\}`[^`]*::(\w+):s`", page))
     assert {"drop_half_mean", "drop_all_mean", "drop_all_max", "claim1_verdict", "claim2_verdict", "claim3_verdict"} <= glued
     for chapter in ("introduction", "method", "setup", "reproducibility", "rerun", "appendix"):
         assert f"{{doc}}`{chapter}`" in page
@@ -236,3 +236,35 @@ def test_rerun_chapter_papermill_recipe_runs(tmp_path):
     finally:
         for path in outputs:
             path.unlink(missing_ok=True)
+
+
+@pytest.mark.book
+def test_itables_script_makes_the_index_sortable_and_searchable_offline_in_chromium(tmp_path):
+    """The staged script, loaded from ``file://`` with the network off, turns a plain table into a
+    DataTable with a search box and sortable columns (no book build needed)."""
+    import shutil
+
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        pytest.fail("Debian's chromium is not installed: `make test` (via .ci/run) installs it with apt-get.")
+    (tmp_path / "_static").mkdir()
+    stage_itables(tmp_path / "_static")
+    (tmp_path / "book").mkdir()
+    page = tmp_path / "book" / "appendix.html"
+    rows = "".join(f"<tr><td>probe</td><td>{score:.3f}</td></tr>" for score in (0.5, 0.75, 0.25))
+    page.write_text(
+        f'<html><head></head><body><table id="runs-index"><thead><tr><th>Kind</th><th>Score</th></tr></thead><tbody>{rows}</tbody></table>'
+        '<script src="../_static/papa-itables.js"></script></body></html>',
+        encoding="utf-8",
+    )
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update", "--disable-sync", "--no-first-run"]
+    dom = subprocess.run(
+        [chromium, *flags, f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=10000", "--dump-dom", page.as_uri()],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    ).stdout
+    assert re.search(r'<table(?=[^>]*id="runs-index")(?=[^>]*class="[^"]*\bdataTable\b)[^>]*>', dom), dom[-2000:]
+    assert 'aria-controls="runs-index"' in dom  # the search box
+    assert "Showing 1 to 3 of 3 entries" in dom
+    assert dom.count("dt-orderable-asc") >= 2  # both columns sort
