@@ -249,24 +249,6 @@ def train_size_study(data: BookData) -> pd.DataFrame:
     return table[sizes > 1].reset_index(drop=True)
 
 
-def train_size_sentence(table: pd.DataFrame) -> str:
-    """One clause per model × task: its relative drop with all heads constant at each training size,
-    starred where k = 0 and k = all are within the seed spread, with the retained gain over the
-    attention-free floor where that floor ran at the same size (``table`` from :func:`train_size_study`)."""
-    if table.empty:
-        return "no task was run at more than one training size"
-    clauses = []
-    for (model, task), group in table.groupby(["model", "task"], sort=True):
-        steps = ", ".join(
-            f"{row.drop:.1%} at {row.train_examples:,}"
-            + ("" if row.drop_real else "*")
-            + ("" if math.isnan(row.retained_gain) else f" (retained gain {row.retained_gain:.0%}" + (", floor from one seed)" if row.floor_n_seeds == 1 else ")"))
-            for row in group.itertuples()
-        )
-        clauses.append(f"{model} / {task}: {steps}")
-    return "; ".join(clauses)
-
-
 def layer_counts(ranking: list, k: int, num_layers: int) -> list[int]:
     """How many of the first ``k`` heads of ``ranking`` lie in each layer."""
     counts = [0] * num_layers
@@ -328,7 +310,6 @@ def headline_numbers(data: BookData, ranking: str | None = None) -> dict:
         "drop_all_mean": float(keep(full)["drop"].mean()) if len(keep(full)) else math.nan,
         "drop_all_max": float(keep(full)["drop"].max()) if len(keep(full)) else math.nan,
         "drop_all_all_tasks": float(full["drop"].mean()) if len(full) else math.nan,
-        "drop_by_size": train_size_sentence(train_size_study(data)),
         "probe_train_examples": _size_words(data.config["probe"].get("max_train_examples", 1000)),
     }
     for index, row in claims.iterrows():
