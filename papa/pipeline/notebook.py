@@ -92,6 +92,10 @@ STUDY_WORDS = {
     "fulldata": "the whole training split",
     "fulldatafloor": "the whole training split, attention-free floor",
     "paper": "the paper's literal setting (learning rate 2e-5, 15 epochs, final epoch)",
+    "literal": "the paper's literal setting (learning rate 2e-5, 15 epochs, final epoch)",
+    "literalmpnet": "the paper's literal setting on mpnet-base, one seed",
+    "deviation": "the deviation ordering",
+    "random": "seeded random orderings",
 }
 
 
