@@ -7,7 +7,7 @@ STAMP := $(VENV)/.papa-installed
 OFFLINE := HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 HF_EVALUATE_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 CONFIG ?= default
 
-.PHONY: install test book book-as-is bench smoke-runs
+.PHONY: install test book book-as-is bench smoke-runs lab
 
 install: $(STAMP)
 
@@ -37,3 +37,11 @@ book-as-is: $(STAMP)
 
 bench: $(STAMP)
 	$(OFFLINE) $(PY) -m benchmarks.run
+
+# JupyterLab on the text notebooks in notebooks/: jupytext opens the MyST Markdown files as notebooks
+# (a double-click opens them as notebooks, set below for this venv only) and saves them back as text.
+LAB_SETTINGS := $(VENV)/share/jupyter/lab/settings
+lab: $(STAMP)
+	@mkdir -p $(LAB_SETTINGS)
+	@echo '{"@jupyterlab/docmanager-extension:plugin": {"defaultViewers": {"markdown": "Jupytext Notebook", "myst": "Jupytext Notebook"}}}' > $(LAB_SETTINGS)/overrides.json
+	$(OFFLINE) $(VENV)/bin/jupyter lab notebooks/

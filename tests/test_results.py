@@ -344,9 +344,9 @@ def test_floors_display_names_the_model_when_there_are_several(tmp_path):
     assert one.index.name == "task" and "model" not in one.columns and one.loc["sst2", "k = 0 probe"] == "0.802 ± 0.001"
 
 
-def test_train_size_table_and_sentence_by_hand(tmp_path):
+def test_train_size_table_and_extremes_by_hand(tmp_path):
     from papa.analysis.results import train_size_table
-    from papa.book import BookData, study_frame, train_size_sentence, train_size_study
+    from papa.book import BookData, size_extremes, study_frame, train_size_study
 
     runs = {}
     # 400 examples: 0.80 → 0.70 (drop 12.5%, beyond the 0.002 seed range); 8000: 0.85 → 0.849 (inside it)
@@ -391,10 +391,15 @@ def test_train_size_table_and_sentence_by_hand(tmp_path):
     data = BookData(config, tidy, main, summarise(main), floors_table(main), pd.DataFrame())
     study = train_size_study(data)
     assert study["train_examples"].tolist() == [400, 8000]  # MRPC ran at one size only
-    assert train_size_sentence(study) == "minilm-l6 / sst2: 12.5% at 400, 0.1% at 8,000* (retained gain 99%)"
-    assert train_size_sentence(study.iloc[:0]) == "no task was run at more than one training size"
-    one_seed = study.assign(floor_n_seeds=[0, 1])
-    assert train_size_sentence(one_seed).endswith("0.1% at 8,000* (retained gain 99%, floor from one seed)")
+    assert size_extremes(study) == {
+        "size_model": "minilm-l6",
+        "size_task": "SST-2",
+        "size_small": "400",
+        "size_large": "8,000",
+        "drop_all_small_train": "12.5%",
+        "drop_all_large_train": "0.1%",
+    }
+    assert set(size_extremes(study.iloc[:0]).values()) == {"n/a"}
 
 
 def test_sensitivity_table_names_the_whole_split_and_skips_what_is_not_its_own(tmp_path):

@@ -249,24 +249,6 @@ def train_size_study(data: BookData) -> pd.DataFrame:
     return table[sizes > 1].reset_index(drop=True)
 
 
-def train_size_sentence(table: pd.DataFrame) -> str:
-    """One clause per model × task: its relative drop with all heads constant at each training size,
-    starred where k = 0 and k = all are within the seed spread, with the retained gain over the
-    attention-free floor where that floor ran at the same size (``table`` from :func:`train_size_study`)."""
-    if table.empty:
-        return "no task was run at more than one training size"
-    clauses = []
-    for (model, task), group in table.groupby(["model", "task"], sort=True):
-        steps = ", ".join(
-            f"{row.drop:.1%} at {row.train_examples:,}"
-            + ("" if row.drop_real else "*")
-            + ("" if math.isnan(row.retained_gain) else f" (retained gain {row.retained_gain:.0%}" + (", floor from one seed)" if row.floor_n_seeds == 1 else ")"))
-            for row in group.itertuples()
-        )
-        clauses.append(f"{model} / {task}: {steps}")
-    return "; ".join(clauses)
-
-
 def layer_counts(ranking: list, k: int, num_layers: int) -> list[int]:
     """How many of the first ``k`` heads of ``ranking`` lie in each layer."""
     counts = [0] * num_layers
@@ -328,7 +310,6 @@ def headline_numbers(data: BookData, ranking: str | None = None) -> dict:
         "drop_all_mean": float(keep(full)["drop"].mean()) if len(keep(full)) else math.nan,
         "drop_all_max": float(keep(full)["drop"].max()) if len(keep(full)) else math.nan,
         "drop_all_all_tasks": float(full["drop"].mean()) if len(full) else math.nan,
-        "drop_by_size": train_size_sentence(train_size_study(data)),
         "probe_train_examples": _size_words(data.config["probe"].get("max_train_examples", 1000)),
     }
     for index, row in claims.iterrows():
@@ -384,3 +365,49 @@ def layer_table(data: BookData, fraction: float = 0.5) -> pd.DataFrame:
         k = int(math.floor(fraction * len(ranking) + 0.5))
         rows.append({"model": model, "task": task, "ranking": method, **{f"layer {i}": c for i, c in enumerate(layer_counts(ranking, k, num_layers))}})
     return pd.DataFrame(rows)
+
+
+def drops_by_model(data: BookData, ranking: str | None = None) -> pd.DataFrame:
+    """The front page's table: per model, its heads, its informative tasks and the mean relative drop
+    over them with half (``ranking``'s order, default the config's first method) and with all heads constant."""
+    from fractions import Fraction
+
+    ranking = ranking or data.config["rank"].get("methods", ["gates"])[0]
+    informative = set(zip(data.floors.loc[data.floors["informative"], "model"], data.floors.loc[data.floors["informative"], "task"]))
+    half, full = R.drops_at(data.summary, Fraction(1, 2), ranking), R.drops_at(data.summary, 1)
+    rows = []
+    for model in data.models:
+        tasks = [t for t in data.tasks if (model, t) in informative]
+        at_half, at_all = (frame[(frame["model"] == model) & frame["task"].isin(tasks)]["drop"] for frame in (half, full))
+        heads = data.main.loc[data.main["model"] == model, "total_heads"]
+        rows.append(
+            {
+                "model": model,
+                "heads": int(heads.iloc[0]) if len(heads) else 0,
+                "informative tasks": len(tasks),
+                f"drop, half of the heads constant ({ranking})": f"{at_half.mean():.1%}" if len(at_half) else "—",
+                "drop, all heads constant": f"{at_all.mean():.1%}" if len(at_all) else "—",
+            }
+        )
+    return pd.DataFrame(rows).set_index("model")
+
+
+def size_extremes(sizes: pd.DataFrame) -> dict[str, str]:
+    """The first model × task of :func:`train_size_study` at its smallest and largest training size, for the
+    results chapter's prose: ``size_model``, ``size_task``, ``size_small``/``size_large`` (examples) and
+    ``drop_all_small_train``/``drop_all_large_train`` (relative drop with every head constant); "n/a" without one."""
+    from papa.pipeline.notebook import task_name
+
+    if sizes.empty:
+        return dict.fromkeys(("size_model", "size_task", "size_small", "size_large", "drop_all_small_train", "drop_all_large_train"), "n/a")
+    first = sizes.iloc[0]
+    pair = sizes[(sizes["model"] == first["model"]) & (sizes["task"] == first["task"])].sort_values("train_examples")
+    small, large = pair.iloc[0], pair.iloc[-1]
+    return {
+        "size_model": str(first["model"]),
+        "size_task": task_name(str(first["task"])),
+        "size_small": f"{int(small['train_examples']):,}",
+        "size_large": f"{int(large['train_examples']):,}",
+        "drop_all_small_train": f"{small['drop']:.1%}",
+        "drop_all_large_train": f"{large['drop']:.1%}",
+    }

@@ -1,0 +1,270 @@
+"""The generated pages (sidebar, appendix index, setup prose, front page) and the "Rerun and extend" chapter,
+whose every command is checked against the CLI and the Makefile, and whose papermill recipe is run."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from papa.book.pages import _appendix, _run_groups, _setup, _toc, appendix_rows, point_front_page, stage_itables
+from papa.book.setup_page import heads_words, lr_words
+from papa.book.words import and_list, count, duration, fraction_words
+from papa.cli import build_parser
+from papa.pipeline.plan import ROOT, Run, load_config
+
+RERUN = ROOT / "book" / "rerun.md"
+
+
+# -- words -------------------------------------------------------------------------------------------
+def test_words():
+    assert and_list(["a"]) == "a" and and_list(["a", "b"]) == "a and b" and and_list([42, 43, 44]) == "42, 43 and 44"
+    assert and_list(["x", "y"], "or") == "x or y" and and_list([]) == ""
+    assert [count(n, "seed") for n in (1, 3, 40)] == ["one seed", "three seeds", "40 seeds"]
+    assert [fraction_words(f) for f in (0, "1/2", "7/8", 0.9375, 1)] == ["none", "half", "7/8", "15/16", "all"]
+    assert [duration(s) for s in (None, 42.3, 754, 7300)] == ["", "42 s", "12.6 min", "2.0 h"]
+    assert [lr_words(x) for x in (2e-5, 1e-3, 0.01, 2.0e-4)] == ["2e-5", "0.001", "0.01", "0.0002"]
+    assert heads_words([0, "1/2", 1]) == "none, half and all of the heads constant"
+    assert heads_words([0]) == "no head constant"
+
+
+# -- the sidebar -------------------------------------------------------------------------------------
+RUN_IDS = [
+    "estimate__minilm-l6__sst2",
+    "estimate__minilm-l3__sst2",
+    "rank__minilm-l6__sst2__gates",
+    "probe__minilm-l6__sst2__none__k0__cached",
+    "probe__minilm-l3__sst2__gates__k18__cached",
+    "probe__minilm-l6__sst2__all__k72__cached__moredata8k",
+    "results",
+    "controls",
+]
+
+
+def test_toc_groups_the_run_pages_by_kind_and_model():
+    toc = yaml.safe_load(_toc({"name": "g"}, RUN_IDS))
+    assert toc["root"] == "book/index"
+    parts = {part["caption"]: [c["file"] for c in part["chapters"]] for part in toc["parts"]}
+    assert list(parts) == ["The question", "Findings", "Rerun and extend", "Appendix", "Constants", "Rankings", "Probes — minilm-l6", "Probes — minilm-l3"]
+    assert parts["Rerun and extend"] == ["book/rerun"]
+    assert parts["Appendix"] == ["book/appendix"]
+    assert parts["Findings"][:2] == ["book/runs/g/results", "book/runs/g/controls"]
+    assert parts["Probes — minilm-l6"] == ["book/runs/g/probe__minilm-l6__sst2__none__k0__cached", "book/runs/g/probe__minilm-l6__sst2__all__k72__cached__moredata8k"]
+    listed = [f for files in parts.values() for f in files]
+    assert sorted(f for f in listed if "/runs/g/" in f) == sorted(f"book/runs/g/{r}" for r in RUN_IDS)  # every run once
+    # kinds in a fixed order, models in their order of first appearance
+    assert list(_run_groups(RUN_IDS[::-1])) == ["Constants", "Rankings", "Probes — minilm-l6", "Probes — minilm-l3"]
+    assert list(_run_groups([RUN_IDS[4], RUN_IDS[0], RUN_IDS[3]])) == ["Constants", "Probes — minilm-l3", "Probes — minilm-l6"]
+
+
+# -- the appendix ------------------------------------------------------------------------------------
+def _probe(run_id: str, k: int, seeds: list[int], **extra) -> Run:
+    params = dict(model="minilm-l6", task="sst2", k=k, mode="cached", seeds=seeds, probe_input="all", out=f"results/{run_id}__s{{seed}}.json") | extra
+    return Run(run_id, "probe", params)
+
+
+def _result(root: Path, run_id: str, seed: int, score: float) -> None:
+    from papa.core.io import atomic_write_json
+
+    (root / "results").mkdir(exist_ok=True)
+    atomic_write_json(root / "results" / f"{run_id}__s{seed}.json", {"score": score, "config": {"total_heads": 72}})
+
+
+def test_appendix_rows_describe_every_run(tmp_path):
+    runs = [
+        Run("estimate__minilm-l6__sst2", "estimate", dict(model="minilm-l6", task="sst2", max_examples=1000)),
+        Run("rank__minilm-l6__sst2__gates", "rank", dict(model="minilm-l6", task="sst2", method="gates", seed=42)),
+        _probe("probe__minilm-l6__sst2__gates__k36__cached", 36, [42, 43]),
+        _probe("probe__minilm-l6__sst2__none__k0__cached__embeddings", 0, [42], probe_input="embeddings"),
+        _probe("probe__minilm-l6__sst2__all__k72__cached__moredata8k", 72, [42]),
+        Run("results", "results", {"grid_config": "configs/g.yaml"}),
+    ]
+    _result(tmp_path, "probe__minilm-l6__sst2__gates__k36__cached", 42, 0.75)
+    _result(tmp_path, "probe__minilm-l6__sst2__gates__k36__cached", 43, 0.80)
+    _result(tmp_path, "probe__minilm-l6__sst2__none__k0__cached__embeddings", 42, 0.6)
+    manifest = {"estimate__minilm-l6__sst2": {"seconds": 26.4}, "probe__minilm-l6__sst2__gates__k36__cached": {"seconds": 95.0}}
+    rows = appendix_rows({"name": "g"}, runs, manifest, tmp_path)
+    assert [r.pop("page") for r in rows] == [f"book/runs/g/{r.run_id}" for r in runs[:5]]  # the chapter has no row
+    assert rows == [
+        dict(kind="constants", model="minilm-l6", task="SST-2", ordering="", k="", setting="1,000 training examples", seeds="", score="", duration="26 s"),
+        dict(kind="ranking", model="minilm-l6", task="SST-2", ordering="gates", k="", setting="", seeds="42", score="", duration=""),
+        dict(kind="probe", model="minilm-l6", task="SST-2", ordering="gates", k="36 of 72", setting="main grid", seeds="42, 43", score="0.775", duration="1.6 min"),
+        dict(kind="probe", model="minilm-l6", task="SST-2", ordering="", k="", setting="attention-free floor", seeds="42", score="0.600", duration=""),
+        dict(kind="probe", model="minilm-l6", task="SST-2", ordering="", k="72", setting="8,000 training examples", seeds="42", score="", duration=""),
+    ]
+    page = _appendix({"name": "g"}, appendix_rows({"name": "g"}, runs, manifest, tmp_path))
+    table = [line for line in page.splitlines() if line.startswith("| ")]
+    assert table[0] == "| Kind | Model | Task | Ordering | k | Setting | Seeds | Score | Duration | Page |"
+    assert len(table) == 1 + 5 and all(line.count(" | ") == 9 for line in table)
+    for run in runs[:5]:
+        assert f"{{doc}}`open </book/runs/g/{run.run_id}>`" in page
+    assert ":name: runs-index" in page and '<script src="../_static/papa-itables.js"></script>' in page
+
+
+def test_itables_script_is_offline(tmp_path):
+    script = stage_itables(tmp_path).read_text(encoding="utf-8")
+    assert "table#runs-index" in script and "new ITable(" in script
+    assert len(script) > 500_000  # the whole DataTables bundle, inline
+    assert "https://cdn" not in script and "cdn.datatables" not in script
+
+
+# -- the setup page ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("config", ["configs/default.yaml", "configs/smoke.yaml", "configs/paper.yaml"])
+def test_setup_page_reads_as_prose(config):
+    page = _setup(load_config(ROOT / config))
+    assert "(s)" not in page
+    assert not re.search(r"\[[^\]]*['\d][^\]]*\]", page.split("## ", 1)[1].replace("[SEP]", "")), "a Python list on the page"
+    assert "{'" not in page and "None" not in page
+    for name in ("cachedsmall", "moredata8k"):
+        if name in page:
+            assert f"(study `{name}`" in page  # named only beside its words
+
+
+def test_setup_page_words_for_the_default_grid():
+    page = _setup(load_config(ROOT / "configs/default.yaml"))
+    assert "The book runs two encoders, both installed from PyPI" in page
+    assert "with three seeds (42, 43 and 44) at every head count" in page
+    assert "It runs with none, half, 7/8, 15/16 and all of the heads constant, in cached mode" in page
+    assert "- **8,000 training examples** (study `moredata8k`, read in the controls chapter)" in page
+    assert "- **cached, small (the faithful check's counterpart)** (study `cachedsmall`" in page
+    assert "| CoNLL-2003 NER | one label per word | entity-level micro F1 | CoNLL-2003 |" in page
+
+
+# -- the front page ----------------------------------------------------------------------------------
+def test_front_page_is_an_abstract_with_links():
+    page = (ROOT / "book" / "index.md").read_text(encoding="utf-8")
+    assert "https://arxiv.org/abs/2211.03495" in page and "https://github.com/schwartz-lab-NLP/papa" in page
+    assert "CoNLL-2003" in page
+    glued = set(re.findall(r"\{glue:text\}`[^`]*::(\w+):s`", page))
+    assert {"drop_half_mean", "drop_all_mean", "drop_all_max", "claim1_verdict", "claim2_verdict", "claim3_verdict"} <= glued
+    for chapter in ("introduction", "method", "setup", "reproducibility", "rerun", "appendix"):
+        assert f"{{doc}}`{chapter}`" in page
+    pointed = point_front_page(page, "smoke")
+    assert "runs/default/" not in pointed and pointed.count("runs/smoke/") == page.count("runs/default/") > 10
+    assert point_front_page(pointed, "smoke") == pointed
+
+
+# -- the "Rerun and extend" chapter --------------------------------------------------------------------
+def _blocks(language: str) -> list[str]:
+    return re.findall(rf"```{language}\n(.*?)```", RERUN.read_text(encoding="utf-8"), re.S)
+
+
+def _commands() -> list[list[str]]:
+    """Every command of the chapter's bash blocks, environment assignments (``HF_HUB_OFFLINE=0``) dropped."""
+    commands = []
+    for block in _blocks("bash"):
+        for line in block.splitlines():
+            words = shlex.split(line, comments=True)
+            while words and re.fullmatch(r"[A-Z_]+=\S*", words[0]):
+                words = words[1:]
+            if words:
+                commands.append(words)
+    return commands
+
+
+def test_rerun_chapter_is_in_the_toc_and_every_command_exists():
+    assert "      - file: book/rerun" in _toc({"name": "g"}, [])
+    commands = _commands()
+    programs = {c[0] for c in commands}
+    assert programs == {"make", "papa", "mkdir", "jupytext", "papermill"}, programs
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    targets = set(re.findall(r"^([\w-]+):", makefile, re.M))
+    made = [c for c in commands if c[0] == "make"]
+    assert {c[1] for c in made} == {"book", "test", "book-as-is", "lab"}
+    for command in made:
+        assert command[1] in targets, command
+        for variable in command[2:]:
+            assert re.fullmatch(r"[A-Z]+=\w+", variable) and f"{variable.split('=')[0]} ?=" in makefile, command
+    parser = build_parser()
+    cli = [c for c in commands if c[0] == "papa"]
+    assert len(cli) == 7
+    for command in cli:
+        args = parser.parse_args(command[1:])  # an unknown command or flag exits with status 2
+        assert callable(args.func)
+    assert any(parser.parse_args(c[1:]).dry_run for c in cli if c[1] == "grid" and "--dry-run" in c)
+    assert any(parser.parse_args(c[1:]).only == "estimate__minilm-l6__sst2" for c in cli if "--only" in c)
+
+
+def test_rerun_chapter_grid_yaml_is_a_valid_config(tmp_path):
+    (yaml_text,) = _blocks("yaml")
+    path = tmp_path / "mine.yaml"
+    path.write_text(yaml_text, encoding="utf-8")
+    config = load_config(path)
+    assert config["name"] == "mine" and config["rank"]["methods"] == ["gates", "random"]
+    assert config["studies"][0]["max_train_examples"] == 1200
+    assert "configs/mine.yaml" in RERUN.read_text(encoding="utf-8")
+
+
+def test_rerun_chapter_only_selects_a_run_of_the_smoke_grid():
+    from papa.pipeline.plan import expand
+
+    only = next(c[c.index("--only") + 1] for c in _commands() if "--only" in c)
+    config = next(c[3] for c in _commands() if "--only" in c)
+    assert [r.run_id for r in expand(load_config(ROOT / config)) if only in r.run_id] == [only]
+
+
+@pytest.mark.data
+@pytest.mark.slow
+def test_rerun_chapter_papermill_recipe_runs(tmp_path):
+    """The chapter's jupytext + papermill lines, run as written from the repository root."""
+    import papa
+
+    recipe = [c for c in _commands() if c[0] in ("mkdir", "jupytext", "papermill")]
+    assert [c[0] for c in recipe] == ["mkdir", "jupytext", "papermill"]
+    bin_dir = Path(sys.executable).parent
+    env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
+    outputs = [ROOT / p for p in ("book/runs/scratch/estimate.ipynb", "book/runs/scratch/estimate.out.ipynb", "book/runs/scratch/constants.safetensors")]
+    for path in outputs:
+        path.unlink(missing_ok=True)
+    try:
+        for command in recipe:
+            program = str(bin_dir / command[0]) if (bin_dir / command[0]).is_file() else command[0]
+            done = subprocess.run([program, *command[1:]], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+            assert done.returncode == 0, done.stderr[-3000:]
+        executed = json.loads(outputs[1].read_text(encoding="utf-8"))
+        assert executed["metadata"]["papermill"]["parameters"] == {"task": "sst2", "max_examples": 32, "max_length": 32, "out": "book/runs/scratch/constants.safetensors"}
+        constant_set = papa.load_constants(outputs[2])
+        assert list(constant_set.constants.shape) == [6, 12, 32, 32]
+        assert constant_set.meta["num_examples"] == 32
+    finally:
+        for path in outputs:
+            path.unlink(missing_ok=True)
+
+
+@pytest.mark.book
+def test_itables_script_makes_the_index_sortable_and_searchable_offline_in_chromium(tmp_path):
+    """The staged script, loaded from ``file://`` with the network off, turns a plain table into a
+    DataTable with a search box and sortable columns (no book build needed)."""
+    import shutil
+
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        pytest.fail("Debian's chromium is not installed: `make test` (via .ci/run) installs it with apt-get.")
+    (tmp_path / "_static").mkdir()
+    stage_itables(tmp_path / "_static")
+    (tmp_path / "book").mkdir()
+    page = tmp_path / "book" / "appendix.html"
+    rows = "".join(f"<tr><td>probe</td><td>{score:.3f}</td></tr>" for score in (0.5, 0.75, 0.25))
+    page.write_text(
+        f'<html><head></head><body><table id="runs-index"><thead><tr><th>Kind</th><th>Score</th></tr></thead><tbody>{rows}</tbody></table>'
+        '<script src="../_static/papa-itables.js"></script></body></html>',
+        encoding="utf-8",
+    )
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update", "--disable-sync", "--no-first-run"]
+    dom = subprocess.run(
+        [chromium, *flags, f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=10000", "--dump-dom", page.as_uri()],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    ).stdout
+    assert re.search(r'<table(?=[^>]*id="runs-index")(?=[^>]*class="[^"]*\bdataTable\b)[^>]*>', dom), dom[-2000:]
+    assert 'aria-controls="runs-index"' in dom  # the search box
+    assert "Showing 1 to 3 of 3 entries" in dom
+    assert dom.count("dt-orderable-asc") >= 2  # both columns sort
