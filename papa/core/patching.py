@@ -498,12 +498,14 @@ def load_patched(folder: str | Path, device: str | torch.device | None = None) -
 
     from papa.core.architectures import attn_implementation_for
     from papa.core.heads import validate_head_set
+    from papa.core.models import NO_CUSTOM_CODE, check_model_folder
 
     folder = Path(folder)
     redo = "Patch the model again and save it with save_pretrained."
     if not (folder / "config.json").is_file():
         raise PapaError(f"The folder {folder} has no config.json", "Point at a folder written by save_pretrained.")
-    config = AutoConfig.from_pretrained(folder)
+    check_model_folder(folder)
+    config = AutoConfig.from_pretrained(folder, **NO_CUSTOM_CODE)
     meta = getattr(config, "papa", None)
     if not isinstance(meta, dict) or meta.get("mode") != "constant":
         raise PapaError(
@@ -523,7 +525,7 @@ def load_patched(folder: str | Path, device: str | torch.device | None = None) -
     hf_logging.set_verbosity_error()  # silence the expected load report (UNEXPECTED papa_patch.constants)
     try:
         # Pruned Q/K do not fit the full projections: they are re-initialised here, replaced below.
-        model = AutoModel.from_pretrained(folder, attn_implementation=attn_implementation_for(config), ignore_mismatched_sizes=qk_pruned)
+        model = AutoModel.from_pretrained(folder, attn_implementation=attn_implementation_for(config), ignore_mismatched_sizes=qk_pruned, **NO_CUSTOM_CODE)
     finally:
         hf_logging.set_verbosity(previous)
     names = {module: name for name, module in model.named_modules()}
