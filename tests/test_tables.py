@@ -139,6 +139,13 @@ def test_escape_cell_pipes_keeps_the_column_count(row, cells_expected):
     assert escape_cell_pipes(fixed) == fixed  # idempotent
 
 
+def test_an_empty_result_is_an_empty_table():
+    from papa.book.tables import rising_display
+
+    shown = rising_display(pd.DataFrame())
+    assert shown.rows == [] and shown.columns[0] == "run" and "<tbody></tbody>" in shown._repr_html_()
+
+
 def test_md_cell():
     assert md_cell("|A−B| = 0.0 pt") == "\\|A−B\\| = 0.0 pt" and md_cell("two\nlines") == "two lines"
     assert md_cell(md_cell("a|b")) == "a\\|b"

@@ -150,6 +150,8 @@ def table(
     headers, missing = dict(headers or {}), dict(missing or {})
     columns = list(kinds)
     formatters = {c: KINDS[k] if isinstance(k, str) else k for c, k in kinds.items()}
+    if frame.empty:
+        frame = frame.reindex(columns=columns)  # an empty result may lack its columns
     rows = [[formatters[c](value) for c, value in zip(columns, values)] for values in frame[columns].itertuples(index=False, name=None)]
     named = [headers.get(c, c) for c in columns]
     text_columns = {headers.get(c, c) for c, k in kinds.items() if k == "text"}
