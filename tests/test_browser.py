@@ -20,6 +20,9 @@ import pytest
 import yaml
 
 WINDOW = (1280, 900)
+#: The window at which the text column is narrowest (the contents bar appears on the right): pages with
+#: charts are read there too.
+NARROWEST = 1200
 SLACK_PX = 2  # sub-pixel rounding
 
 #: Runs in the page after load: waits (≤ 10 s of virtual time) until every chart has an <svg> or
@@ -29,7 +32,9 @@ MEASURE = r"""
 (function () {
   function measure() {
     var column = document.querySelector("article.bd-article") || document.querySelector("main") || document.body;
-    var box = column.getBoundingClientRect();
+    var rect = column.getBoundingClientRect(), style = getComputedStyle(column);
+    var left = rect.left + parseFloat(style.paddingLeft), right = rect.right - parseFloat(style.paddingRight);
+    var box = {left: left, right: right, width: right - left};  // the content box: the text column itself
     var figures = [];
     document.querySelectorAll('div[id^="papa-vl-"]').forEach(function (chart) {
       var drawn = chart.querySelector("svg, canvas");
@@ -70,8 +75,8 @@ def chromium() -> str:
     return found
 
 
-def layout(page: Path, profile: Path) -> dict:
-    """Load ``page`` in headless Chromium at :data:`WINDOW` and return what the measuring script found."""
+def layout(page: Path, profile: Path, width: int = WINDOW[0]) -> dict:
+    """Load ``page`` in headless Chromium ``width`` px wide and return what the measuring script found."""
     source = page.read_text(encoding="utf-8")
     probe = page.with_name(page.stem + ".layout-check.html")
     probe.write_text(source.replace("</body>", MEASURE + "</body>") if "</body>" in source else source + MEASURE, encoding="utf-8")
@@ -86,7 +91,7 @@ def layout(page: Path, profile: Path) -> dict:
         "--no-first-run",
         "--hide-scrollbars",
         f"--user-data-dir={profile}",
-        f"--window-size={WINDOW[0]},{WINDOW[1]}",
+        f"--window-size={width},{WINDOW[1]}",
         "--run-all-compositor-stages-before-draw",
         "--virtual-time-budget=20000",
         "--dump-dom",
@@ -164,5 +169,9 @@ def test_every_chapter_reads_well_at_1280_px(built_book, tmp_path):
     assert len(pages) >= 7 and all(page.is_file() for page in pages), [p.name for p in pages if not p.is_file()]
     issues = []
     for page in pages:
-        issues += problems(str(page.relative_to(built_book)), layout(page, tmp_path / "profile"))
+        name = str(page.relative_to(built_book))
+        found = layout(page, tmp_path / "profile")
+        issues += problems(name, found)
+        if found["figures"]:
+            issues += problems(f"{name} at {NARROWEST} px", layout(page, tmp_path / "profile", NARROWEST))
     assert issues == [], "\n".join(issues)

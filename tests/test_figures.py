@@ -84,7 +84,7 @@ def test_score_vs_dynamic_heads(tables):
     assert {r["ranking"] for r in scores} == {"gates"}
     assert {r["panel"] for r in rows} == {"minilm-l6 · SST-2", "minilm-l6 · POS (CoNLL-2003)", "bert · SST-2"}
     assert "pick_ranking" in json.dumps(spec)  # legend selection
-    assert spec["columns"] == 3 and spec["spec"]["layer"][1]["encoding"]["y"]["title"] == "score (accuracy)"
+    assert spec["columns"] == 2 and spec["spec"]["layer"][1]["encoding"]["y"]["title"] == "score (accuracy)"  # three panels wrap in rows of two
 
 
 def test_floor_dashes_and_caption_come_from_one_specification(tables):

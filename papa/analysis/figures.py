@@ -44,11 +44,12 @@ from papa.analysis.offline import (  # noqa: F401  (re-exported: the old import 
 from papa.analysis.results import drops_at, spread_shared
 from papa.core.errors import PapaError
 
-#: The widest a figure may be, in CSS pixels: the book's text column at a 1,024 px window.
-TEXT_WIDTH = 700
+#: The widest a figure may be, in CSS pixels. The book's text column is narrowest (624 px) at a 1,200 px
+#: window, where the page's contents bar appears on the right (measured in Chromium, tests/test_browser.py).
+TEXT_WIDTH = 600
 #: Room one panel's y axis takes (tick labels and title), and Vega-Lite's gap between panels.
 AXIS_PX, PANEL_SPACING = 60, 20
-PANEL_HEIGHT, MAX_PANEL_WIDTH = 150, 420
+PANEL_HEIGHT, MAX_PANEL_WIDTH = 130, 420
 K0_LABEL, KALL_LABEL = "k = 0 (all heads attend)", "k = all (all heads constant)"
 FLOOR_LABEL = "attention-free floor (embeddings only)"
 #: The floors of :func:`fig_score_vs_dynamic_heads`: legend label, dash pattern, and the word the caption uses.
@@ -231,13 +232,13 @@ def fig_baseline_vs_drop(summary: pd.DataFrame, mode: str | None = None, label: 
         alt.Chart(data)
         .mark_point(size=90, filled=True)
         .encode(
-            x=alt.X("baseline:Q", scale=alt.Scale(zero=False, padding=20), title=f"score with no head constant, k = 0 ({unit})"),
+            x=alt.X("baseline:Q", scale=alt.Scale(zero=False, padding=20), axis=alt.Axis(format=".2f"), title=f"score with no head constant, k = 0 ({unit})"),
             y=alt.Y("drop:Q", scale=alt.Scale(padding=20), axis=alt.Axis(format="%"), title="relative drop, all heads constant (%)"),
-            color=alt.Color("model:N", legend=_legend("model")),
-            shape=alt.Shape("task:N", legend=_legend("task")),
+            color=alt.Color("model:N", legend=_legend("model", columns=1)),
+            shape=alt.Shape("task:N", legend=_legend("task", columns=3)),
             tooltip=["model:N", "task:N", alt.Tooltip("baseline:Q", format=".4f"), alt.Tooltip("score:Q", format=".4f"), alt.Tooltip("drop:Q", format=".2%"), "real:N"],
         )
-        .properties(width=440, height=280)
+        .properties(width=TEXT_WIDTH - 2 * AXIS_PX, height=280)
     )
     models, tasks = sorted(drops["model"].unique()), sorted(data["task"].unique())
     caption = (
