@@ -117,7 +117,7 @@ def test_train_size_display_dashes_the_floor_where_it_did_not_run():
     nan = math.nan
     row = ["minilm-l6", "sst2", 67349, 0.82, 0.81, 0.83, 0.81, 0.80, 0.82, 3, 0.0122, False, nan, nan, nan, 0, 0.5, nan, None]
     shown = train_size_display(pd.DataFrame([row], columns=TRAIN_SIZE_COLUMNS))
-    assert shown.columns[:5] == ["task", "training examples", "relative drop", "beyond the seed spread", "retained gain"]
+    assert shown.columns[:5] == ["task", "training examples", "relative drop", "real?", "retained gain"]
     assert shown.rows[0][:6] == ["SST-2", "67,349", "1.2%", "no", None, f"0.820{NBSP}[0.810,{NBSP}0.830]"]
     assert "the attention-free probe did not run at this size" in shown._repr_html_()
 
@@ -143,7 +143,8 @@ def test_an_empty_result_is_an_empty_table():
     from papa.book.tables import rising_display
 
     shown = rising_display(pd.DataFrame())
-    assert shown.rows == [] and shown.columns[0] == "run" and "<tbody></tbody>" in shown._repr_html_()
+    assert shown.rows == [] and shown.columns[0] == "run"
+    assert shown._repr_html_() == '<p class="papa-table-empty"><em>Nothing to show: no run of this grid belongs in this table.</em></p>'
 
 
 def test_md_cell():

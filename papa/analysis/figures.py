@@ -265,10 +265,10 @@ def fig_convergence(epochs: pd.DataFrame, mode: str | None = None, label: str = 
     color = alt.Color("condition:N", legend=_legend(None))
     x = alt.X("epoch:Q", axis=alt.Axis(tickMinStep=1, format="d"), title="epoch")
     y_title = f"dev score ({unit})"
-    band = alt.Chart().mark_area(opacity=0.2).encode(x=x, y=alt.Y("min:Q", title=y_title), y2="max:Q", color=color)
+    band = alt.Chart().mark_area(opacity=0.2).encode(x=x, y=alt.Y("min:Q", title=y_title, axis=alt.Axis(format=".2f")), y2="max:Q", color=color)
     tooltip = ["panel:N", "condition:N", "epoch:Q"] + [alt.Tooltip(f"{s}:Q", format=".4f") for s in ("mean", "min", "max")]
     tooltip += [alt.Tooltip("loss:Q", format=".4f", title="train loss"), "n_seeds:Q"]
-    line = alt.Chart().mark_line(point=True).encode(x=x, y=alt.Y("mean:Q", scale=alt.Scale(zero=False), title=y_title), color=color, tooltip=tooltip)
+    line = alt.Chart().mark_line(point=True).encode(x=x, y=alt.Y("mean:Q", scale=alt.Scale(zero=False), title=y_title, axis=alt.Axis(format=".2f")), color=color, tooltip=tooltip)
     chart = _facet(alt.layer(band, line, data=data), data)
     caption = (
         f"Dev score ({unit}) after every epoch for the runs with no head constant ({K0_LABEL.split(' (')[0]}) and with every head "
@@ -300,7 +300,7 @@ def fig_score_vs_train_size(table: pd.DataFrame, label: str = "fig-train-size") 
     color = alt.Color("condition:N", legend=_legend(None, columns=2))
     x = alt.X("train_examples:Q", scale=alt.Scale(type="log"), title="training examples (log scale)")
     y_title = "dev score (the task's metric)"
-    y = alt.Y("mean:Q", scale=alt.Scale(zero=False), title=y_title)
+    y = alt.Y("mean:Q", scale=alt.Scale(zero=False), title=y_title, axis=alt.Axis(format=".2f"))
     tooltip = [
         "panel:N",
         "condition:N",

@@ -30,6 +30,8 @@ from papa.analysis.figures import metric_name, task_name
 
 NBSP = "\u00a0"
 DASH = "\u2013"  # en dash: a missing value
+#: The footnote of every "real?" column.
+REAL_NOTE = "real?: whether the difference exceeds the larger of the two seed ranges (max − min over seeds)."
 #: Why a value is missing when the caller gives no reason.
 DEFAULT_MISSING = "no run of this grid measured this value"
 _STYLE = (
@@ -98,6 +100,7 @@ class Table:
     missing_notes: dict[str, str] = field(default_factory=dict)  # column → why a cell is missing
     text_columns: set[str] = field(default_factory=set)  # left-aligned
     notes: list[str] = field(default_factory=list)  # footnotes printed under the table
+    empty: str = "Nothing to show: no run of this grid belongs in this table."  # shown instead of a table without rows
 
     def _marks(self) -> dict[str, str]:
         """Footnote letter per reason, for the columns that have a missing cell."""
@@ -109,6 +112,8 @@ class Table:
         return reasons
 
     def _repr_html_(self) -> str:
+        if not self.rows:
+            return f'<p class="papa-table-empty"><em>{html.escape(self.empty)}</em></p>'
         marks = self._marks()
         align = lambda c: ' class="text"' if c in self.text_columns else ""  # noqa: E731
         head = "".join(f"<th{align(c)}>{html.escape(c)}</th>" for c in self.columns)
@@ -127,6 +132,8 @@ class Table:
         return f'{_STYLE}<div class="papa-table-wrap"><table class="papa-table"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>{foot}</div>'
 
     def __repr__(self) -> str:
+        if not self.rows:
+            return self.empty
         marks = self._marks()
         show = lambda c, v: v if v is not None else DASH + marks[self.missing_notes.get(c, DEFAULT_MISSING)]  # noqa: E731
         lines = [" | ".join(self.columns)] + [" | ".join(show(c, v) for c, v in zip(self.columns, row)) for row in self.rows]
@@ -292,8 +299,8 @@ def ordering_display(comparison: pd.DataFrame) -> Table:
         means.append(f"{NBSP}vs{NBSP}".join(f"{row[m]:.3f}" for m in present))
     frame = _key_text(comparison).assign(pair=pairs, means=means)
     kinds = _model_task(frame) | {"k": "int", "pair": "text", "means": "text", "better": "text", "real": "yes/no", "seeds": "text"}
-    headers = {"pair": "rankings", "means": "mean scores", "real": "beyond the seed spread", "seeds": "seeds"}
-    return table(frame, kinds, headers, notes=["A tie: both means are equal to three decimals."])
+    headers = {"pair": "rankings", "means": "mean scores", "real": "real?", "seeds": "seeds"}
+    return table(frame, kinds, headers, notes=["A tie: both means are equal to three decimals.", REAL_NOTE])
 
 
 def layer_display(layers: pd.DataFrame) -> Table:
@@ -321,17 +328,17 @@ def sensitivity_display(sensitivity: pd.DataFrame) -> Table:
         }
     )
     headers = {
-        "drop official": "drop, official setting",
-        "drop study": "drop, this study",
-        "k=0 change real": "k = 0 score changed (beyond seed spread)",
-        "k=all change real": "k = all score changed (beyond seed spread)",
+        "drop official": "drop (official)",
+        "drop study": "drop (study)",
+        "k=0 change real": "k = 0 change real?",
+        "k=all change real": "k = all change real?",
         "k=0 official": "k = 0, official",
         "k=0 study": "k = 0, study",
         "k=all official": "k = all, official",
         "k=all study": "k = all, study",
         "mean epoch reported": "mean epoch reported",
     }
-    return table(_key_text(sensitivity), kinds, headers)
+    return table(_key_text(sensitivity), kinds, headers, notes=["drop: the relative drop with every head constant. " + REAL_NOTE])
 
 
 def train_size_display(sizes: pd.DataFrame) -> Table:
@@ -355,7 +362,7 @@ def train_size_display(sizes: pd.DataFrame) -> Table:
     headers = {
         "train_examples": "training examples",
         "drop": "relative drop",
-        "drop_real": "beyond the seed spread",
+        "drop_real": "real?",
         "retained_gain": "retained gain",
         "k0": "k = 0 [min, max]",
         "kall": "k = all [min, max]",
@@ -363,15 +370,15 @@ def train_size_display(sizes: pd.DataFrame) -> Table:
         "n_seeds": "seeds",
     }
     no_floor = "the attention-free probe did not run at this size"
-    return table(frame, kinds, headers, {"retained_gain": no_floor, "floor": no_floor})
+    return table(frame, kinds, headers, {"retained_gain": no_floor, "floor": no_floor}, [REAL_NOTE])
 
 
 def compare_display(comparison: pd.DataFrame, label_a: str, label_b: str) -> Table:
     """:func:`papa.book.data.compare` for reading: the difference and whether it is real first."""
     kinds = _model_task(comparison) | {"ranking": "text", "k": "int", "difference": "score", "real": "yes/no", label_a: "score", label_b: "score"}
     kinds |= {f"{label_a} seeds": "int", f"{label_b} seeds": "int"}
-    headers = {"difference": f"difference ({label_b} − {label_a})", "real": "beyond the seed spread"}
-    return table(_key_text(comparison), kinds, headers)
+    headers = {"difference": f"difference ({label_b} − {label_a})", "real": "real?"}
+    return table(_key_text(comparison), kinds, headers, notes=[REAL_NOTE])
 
 
 def rising_display(rising: pd.DataFrame) -> Table:
