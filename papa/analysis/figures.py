@@ -17,13 +17,13 @@ so it fits the book's text column at any window width from 1,024 px up.
 * :func:`fig_head_ranking` — which heads become constant first (layer × head heatmap);
 * :func:`fig_constants` — a few constant attention matrices.
 
-Offline rendering lives in :mod:`papa.analysis.offline` (re-exported here).
+Shared pieces (Figure, width budget, panels, caption words) live in :mod:`papa.analysis.figure_kit`,
+offline rendering in :mod:`papa.analysis.offline`; both are re-exported here.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,24 @@ import altair as alt
 import numpy as np
 import pandas as pd
 
+from papa.analysis.figure_kit import (  # noqa: F401  (TASK_NAMES, METRIC_NAMES, Figure ... are part of this module's interface)
+    AXIS_PX,
+    METRIC_NAMES,
+    TASK_NAMES,
+    TEXT_WIDTH,
+    Figure,
+    clean,
+    facet,
+    finish,
+    glue_figure,
+    legend,
+    metric_name,
+    panel_layout,
+    panels,
+    seeds_words,
+    task_name,
+    words,
+)
 from papa.analysis.offline import (  # noqa: F401  (re-exported: the old import path)
     RENDERER_NAME,
     VEGA_BUNDLE_NAME,
@@ -44,73 +62,10 @@ from papa.analysis.offline import (  # noqa: F401  (re-exported: the old import 
 from papa.analysis.results import drops_at, spread_shared
 from papa.core.errors import PapaError
 
-#: The widest a figure may be, in CSS pixels. The book's text column is narrowest (624 px) at a 1,200 px
-#: window, where the page's contents bar appears on the right (measured in Chromium, tests/test_browser.py).
-TEXT_WIDTH = 600
-#: Room one panel's y axis takes (tick labels and title), and Vega-Lite's gap between panels.
-AXIS_PX, PANEL_SPACING = 60, 20
-PANEL_HEIGHT, MAX_PANEL_WIDTH = 130, 420
 K0_LABEL, KALL_LABEL = "k = 0 (all heads attend)", "k = all (all heads constant)"
 FLOOR_LABEL = "attention-free floor (embeddings only)"
 #: The floors of :func:`fig_score_vs_dynamic_heads`: legend label, dash pattern, and the word the caption uses.
 FLOOR_STYLES = {"majority": ("majority class", [8, 4], "dashed"), "attention_free": ("attention-free probe", [2, 3], "dotted")}
-TASK_NAMES = {"cola": "CoLA", "sst2": "SST-2", "mrpc": "MRPC", "mnli": "MNLI", "ner": "NER (CoNLL-2003)", "pos": "POS (CoNLL-2003)"}
-METRIC_NAMES = {"accuracy": "accuracy", "matthews_correlation": "Matthews correlation", "combined": "mean of accuracy and F1", "f1": "F1"}
-
-
-def task_name(task: str) -> str:
-    """``"sst2"`` → ``"SST-2"``; an unknown task keeps its name."""
-    return TASK_NAMES.get(task, task)
-
-
-def metric_name(metric: str) -> str:
-    """``"matthews_correlation"`` → ``"Matthews correlation"``."""
-    return METRIC_NAMES.get(metric, str(metric).replace("_", " "))
-
-
-@dataclass(frozen=True)
-class Figure:
-    """A chart with its caption and cross-reference label; displays as the chart."""
-
-    chart: Any  # an Altair top-level chart
-    caption: str
-    label: str
-
-    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> Any:
-        return self.chart._repr_mimebundle_(include=include, exclude=exclude)
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__") or name == "chart":
-            raise AttributeError(name)
-        return getattr(self.chart, name)
-
-
-def glue_figure(figure: Figure) -> None:
-    """Glue the chart under ``figure.label`` and the caption under ``<label>-caption`` (not displayed):
-    ``{glue:figure} <label>`` with ``:name: <label>`` and ``{glue:text}`<label>-caption``` as its caption."""
-    from myst_nb import glue
-
-    glue(figure.label, figure, display=False)
-    glue(f"{figure.label}-caption", figure.caption, display=False)
-
-
-def panel_layout(panels: int, max_columns: int = 3, min_width: int = 150) -> tuple[int, int]:
-    """``(columns, panel width)``: as many columns (≤ ``max_columns``) as fit :data:`TEXT_WIDTH`
-    with each panel's y axis, panels at least ``min_width`` wide (at most :data:`MAX_PANEL_WIDTH`)."""
-    columns = max(1, min(panels, max_columns))
-    while True:
-        width = (TEXT_WIDTH - columns * AXIS_PX - (columns - 1) * PANEL_SPACING) // columns
-        if width >= min_width or columns == 1:
-            return columns, min(width, MAX_PANEL_WIDTH)
-        columns -= 1
-
-
-def _legend(title: str | None = None, **extra: Any) -> alt.Legend:
-    return alt.Legend(title=title, orient="bottom", direction="horizontal", labelLimit=0, titleLimit=0, **extra)
-
-
-def _finish(chart: Any, caption: str, label: str) -> Figure:
-    return Figure(chart.configure_legend(orient="bottom", labelLimit=0, titleLimit=0), caption, label)
 
 
 def _mode_rows(frame: pd.DataFrame, mode: str | None) -> pd.DataFrame:
@@ -121,46 +76,6 @@ def _mode_rows(frame: pd.DataFrame, mode: str | None) -> pd.DataFrame:
     if chosen not in modes:
         raise PapaError(f"No runs in mode {chosen!r}", f"Modes present: {', '.join(modes)}.")
     return frame[frame["mode"] == chosen]
-
-
-def _panels(frame: pd.DataFrame) -> tuple[pd.DataFrame, str, str]:
-    """Add a ``panel`` column (task, or "model · task" with several models; the metric in brackets
-    when tasks differ in metric). Returns (frame, the y title's metric words, what one panel shows)."""
-    metrics = sorted(frame["metric"].dropna().unique()) if "metric" in frame else []
-    several_models = frame["model"].nunique() > 1
-    names = [f"{m} · {task_name(t)}" if several_models else task_name(t) for m, t in zip(frame["model"], frame["task"])]
-    if len(metrics) > 1:
-        names = [f"{n} ({metric_name(x)})" for n, x in zip(names, frame["metric"])]
-    unit = metric_name(metrics[0]) if len(metrics) == 1 else "each panel's metric"
-    return frame.assign(panel=names), unit, "model and task" if several_models else "task"
-
-
-def _facet(chart: alt.LayerChart, frame: pd.DataFrame, width: int | None = None, x_independent: bool = False) -> alt.FacetChart:
-    """Wrap the panels of ``frame`` (column ``panel``) in rows of at most three; independent y."""
-    columns, fitted = panel_layout(frame["panel"].nunique())
-    faceted = chart.properties(width=min(width or fitted, fitted), height=PANEL_HEIGHT).facet(
-        facet=alt.Facet("panel:N", title=None, header=alt.Header(labelLimit=0)), columns=columns
-    )
-    return faceted.resolve_scale(y="independent", x="independent" if x_independent else "shared")
-
-
-def _clean(frame: pd.DataFrame, digits: int = 4) -> pd.DataFrame:
-    """Round floats (smaller JSON; Altair writes NaN as null)."""
-    out = frame.copy()
-    for column in out.select_dtypes("float").columns:
-        out[column] = out[column].round(digits)
-    return out
-
-
-def _seeds(counts: Sequence[int]) -> str:
-    counts = sorted({int(c) for c in counts}) or [0]
-    low, high = counts[0], counts[-1]
-    return f"{high} probe seed" + ("s" if high != 1 else "") if low == high else f"{low}–{high} probe seeds"
-
-
-def _words(items: Sequence[str]) -> str:
-    items = list(items)
-    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1] if items else "none"
 
 
 # --- figures -----------------------------------------------------------------------------------
@@ -187,33 +102,33 @@ def fig_score_vs_dynamic_heads(summary: pd.DataFrame, floors: pd.DataFrame, mode
     lines = floors[floors["mode"] == chosen_mode].melt(id_vars=["model", "task"], value_vars=list(FLOOR_STYLES), var_name="floor", value_name="value").dropna(subset=["value"])
     drawn = [name for name in FLOOR_STYLES if name in set(lines["floor"])]
     lines = lines.assign(layer="floor", floor=lines["floor"].map(lambda f: FLOOR_STYLES[f][0]), metric=[metric_of.get((m, t)) for m, t in zip(lines["model"], lines["task"])])
-    data, unit, per = _panels(_clean(pd.concat([scores, lines], ignore_index=True)))
-    of = f"of {totals[0]}" if len(totals) == 1 else "of " + _words([f"{int(t)} in {m}" for m, t in totals_by_model.items()])
+    data, unit, per = panels(clean(pd.concat([scores, lines], ignore_index=True)))
+    of = f"of {totals[0]}" if len(totals) == 1 else "of " + words([f"{int(t)} in {m}" for m, t in totals_by_model.items()])
 
     pick = alt.selection_point(name="pick_ranking", fields=["ranking"], bind="legend")
     x = alt.X("dynamic:Q", title=f"input-dependent heads ({of})" if len(totals) == 1 else "input-dependent heads")
     is_score = alt.datum.layer == "score"
-    color = alt.Color("ranking:N", legend=_legend("ranking (click to highlight)"))
+    color = alt.Color("ranking:N", legend=legend("ranking (click to highlight)"))
     y_title = f"score ({unit})"
     band = alt.Chart().mark_area(opacity=0.2).encode(x=x, y=alt.Y("min:Q", scale=alt.Scale(zero=False), title=y_title), y2="max:Q", color=color)
     band = band.encode(opacity=alt.condition(pick, alt.value(0.25), alt.value(0.03))).transform_filter(is_score)
     tooltip = ["panel:N", "ranking:N", "k:Q", "dynamic:Q", "metric:N"] + [alt.Tooltip(f"{s}:Q", format=".4f") for s in ("mean", "std", "min", "max")] + ["n_seeds:Q"]
     line = alt.Chart().mark_line(point=True).encode(x=x, y=alt.Y("mean:Q", scale=alt.Scale(zero=False), title=y_title), color=color, tooltip=tooltip)
     line = line.encode(opacity=alt.condition(pick, alt.value(1.0), alt.value(0.15))).add_params(pick).transform_filter(is_score)
-    dash = alt.StrokeDash("floor:N", scale=alt.Scale(domain=[FLOOR_STYLES[f][0] for f in drawn], range=[FLOOR_STYLES[f][1] for f in drawn]), legend=_legend("floor"))
+    dash = alt.StrokeDash("floor:N", scale=alt.Scale(domain=[FLOOR_STYLES[f][0] for f in drawn], range=[FLOOR_STYLES[f][1] for f in drawn]), legend=legend("floor"))
     rule = alt.Chart().mark_rule(color="gray").encode(y="value:Q", strokeDash=dash, tooltip=["panel:N", "floor:N", alt.Tooltip("value:Q", format=".4f")])
     rule = rule.transform_filter(alt.datum.layer == "floor")
-    chart = _facet(alt.layer(band, line, rule, data=data), data, x_independent=len(totals) > 1)
+    chart = facet(alt.layer(band, line, rule, data=data), data, x_independent=len(totals) > 1)
 
     rankings = sorted(scores["ranking"].unique())
     floor_words = "; ".join(f"the {FLOOR_STYLES[f][0]} floor ({FLOOR_STYLES[f][2]})" for f in drawn) or "no floor ran"
     caption = (
-        f"Mean {unit} of the probe over {_seeds(scores['n_seeds'])} (band: min–max) against the number of input-dependent heads "
-        f"({of}), one panel per {per}, one colour per ranking ({_words(rankings)}). The rightmost point of each line is the "
+        f"Mean {unit} of the probe over {seeds_words(scores['n_seeds'])} (band: min–max) against the number of input-dependent heads "
+        f"({of}), one panel per {per}, one colour per ranking ({words(rankings)}). The rightmost point of each line is the "
         f"unpatched encoder (k = 0); the leftmost has every head constant. Grey rules: {floor_words}. "
         "Click a ranking in the legend to highlight it."
     )
-    return _finish(chart, caption, label)
+    return finish(chart, caption, label)
 
 
 def fig_baseline_vs_drop(summary: pd.DataFrame, mode: str | None = None, label: str = "fig-baseline-vs-drop") -> Figure:
@@ -225,7 +140,7 @@ def fig_baseline_vs_drop(summary: pd.DataFrame, mode: str | None = None, label: 
     drops = drops_at(summary, 1, None, chosen)
     if drops.empty:
         raise PapaError("No model/task has both k=0 and k=all runs", "Run the k=0 and k=all probes first.")
-    data = _clean(drops).assign(task=lambda f: f["task"].map(task_name))
+    data = clean(drops).assign(task=lambda f: f["task"].map(task_name))
     metrics = sorted(summary.loc[summary["task"].isin(drops["task"]), "metric"].dropna().unique())
     unit = metric_name(metrics[0]) if len(metrics) == 1 else "each task's metric"
     chart = (
@@ -234,8 +149,8 @@ def fig_baseline_vs_drop(summary: pd.DataFrame, mode: str | None = None, label: 
         .encode(
             x=alt.X("baseline:Q", scale=alt.Scale(zero=False, padding=20), axis=alt.Axis(format=".2f"), title=f"score with no head constant, k = 0 ({unit})"),
             y=alt.Y("drop:Q", scale=alt.Scale(padding=20), axis=alt.Axis(format="%"), title="relative drop, all heads constant (%)"),
-            color=alt.Color("model:N", legend=_legend("model", columns=1)),
-            shape=alt.Shape("task:N", legend=_legend("task", columns=3)),
+            color=alt.Color("model:N", legend=legend("model", columns=1)),
+            shape=alt.Shape("task:N", legend=legend("task", columns=3)),
             tooltip=["model:N", "task:N", alt.Tooltip("baseline:Q", format=".4f"), alt.Tooltip("score:Q", format=".4f"), alt.Tooltip("drop:Q", format=".2%"), "real:N"],
         )
         .properties(width=TEXT_WIDTH - 2 * AXIS_PX, height=280)
@@ -243,11 +158,11 @@ def fig_baseline_vs_drop(summary: pd.DataFrame, mode: str | None = None, label: 
     models, tasks = sorted(drops["model"].unique()), sorted(data["task"].unique())
     caption = (
         f"The analogue of the paper's Figure 4: each model's score with no head constant (k = 0) against its relative drop "
-        f"with every head constant; colour: model ({_words(models)}), shape: task ({_words(tasks)}). "
+        f"with every head constant; colour: model ({words(models)}), shape: task ({words(tasks)}). "
         "The paper found that better models lose more: within a task, points further right should sit higher."
         + (" With one model, this figure cannot test that." if len(models) == 1 else "")
     )
-    return _finish(chart, caption, label)
+    return finish(chart, caption, label)
 
 
 def fig_convergence(epochs: pd.DataFrame, mode: str | None = None, label: str = "fig-convergence") -> Figure:
@@ -261,20 +176,20 @@ def fig_convergence(epochs: pd.DataFrame, mode: str | None = None, label: str = 
     data = rows.groupby(["model", "task", "metric", "condition", "epoch"], as_index=False, dropna=False).agg(
         mean=("score", "mean"), min=("score", "min"), max=("score", "max"), loss=("train_loss", "mean"), n_seeds=("seed", "nunique")
     )
-    data, unit, per = _panels(_clean(data))
-    color = alt.Color("condition:N", legend=_legend(None))
+    data, unit, per = panels(clean(data))
+    color = alt.Color("condition:N", legend=legend(None))
     x = alt.X("epoch:Q", axis=alt.Axis(tickMinStep=1, format="d"), title="epoch")
     y_title = f"dev score ({unit})"
     band = alt.Chart().mark_area(opacity=0.2).encode(x=x, y=alt.Y("min:Q", title=y_title, axis=alt.Axis(format=".2f")), y2="max:Q", color=color)
     tooltip = ["panel:N", "condition:N", "epoch:Q"] + [alt.Tooltip(f"{s}:Q", format=".4f") for s in ("mean", "min", "max")]
     tooltip += [alt.Tooltip("loss:Q", format=".4f", title="train loss"), "n_seeds:Q"]
     line = alt.Chart().mark_line(point=True).encode(x=x, y=alt.Y("mean:Q", scale=alt.Scale(zero=False), title=y_title, axis=alt.Axis(format=".2f")), color=color, tooltip=tooltip)
-    chart = _facet(alt.layer(band, line, data=data), data)
+    chart = facet(alt.layer(band, line, data=data), data)
     caption = (
         f"Dev score ({unit}) after every epoch for the runs with no head constant ({K0_LABEL.split(' (')[0]}) and with every head "
-        f"constant ({KALL_LABEL.split(' (')[0]}): mean over {_seeds(data['n_seeds'])}, band min–max; one panel per {per}."
+        f"constant ({KALL_LABEL.split(' (')[0]}): mean over {seeds_words(data['n_seeds'])}, band min–max; one panel per {per}."
     )
-    return _finish(chart, caption, label)
+    return finish(chart, caption, label)
 
 
 def fig_score_vs_train_size(table: pd.DataFrame, label: str = "fig-train-size") -> Figure:
@@ -296,8 +211,8 @@ def fig_score_vs_train_size(table: pd.DataFrame, label: str = "fig-train-size") 
         if prefix == "floor":
             part["n_seeds"] = table["floor_n_seeds"]
         parts.append(part.dropna(subset=["mean"]))
-    data, _, per = _panels(_clean(pd.concat(parts, ignore_index=True)))
-    color = alt.Color("condition:N", legend=_legend(None, columns=2))
+    data, _, per = panels(clean(pd.concat(parts, ignore_index=True)))
+    color = alt.Color("condition:N", legend=legend(None, columns=2))
     x = alt.X("train_examples:Q", scale=alt.Scale(type="log"), title="training examples (log scale)")
     y_title = "dev score (the task's metric)"
     y = alt.Y("mean:Q", scale=alt.Scale(zero=False), title=y_title, axis=alt.Axis(format=".2f"))
@@ -316,15 +231,15 @@ def fig_score_vs_train_size(table: pd.DataFrame, label: str = "fig-train-size") 
     line = alt.Chart().transform_filter(probes).mark_line(point=True).encode(x=x, y=y, color=color, tooltip=tooltip)
     floor_bar = alt.Chart().transform_filter(floor).mark_rule().encode(x=x, y="min:Q", y2="max:Q", color=color)
     floor_point = alt.Chart().transform_filter(floor).mark_point(shape="diamond", filled=True, size=60).encode(x=x, y=y, color=color, tooltip=tooltip)
-    chart = _facet(alt.layer(band, line, floor_bar, floor_point, data=data), data)
+    chart = facet(alt.layer(band, line, floor_bar, floor_point, data=data), data)
     has_floor = (data["condition"] == FLOOR_LABEL).any()
     caption = (
         f"Score with no and with every head constant against the number of training examples the probe saw (log scale), one panel per {per}: "
-        f"mean over {_seeds(data.loc[data['condition'] != FLOOR_LABEL, 'n_seeds'])}, band min–max. The vertical gap between the two lines is "
+        f"mean over {seeds_words(data.loc[data['condition'] != FLOOR_LABEL, 'n_seeds'])}, band min–max. The vertical gap between the two lines is "
         "the absolute drop with every head constant."
         + (" Diamonds with min–max bars: the attention-free floor (the probe on the embedding layer alone), at the sizes where it ran." if has_floor else "")
     )
-    return _finish(chart, caption, label)
+    return finish(chart, caption, label)
 
 
 def _ranking_words(source: str | None) -> str:
@@ -357,9 +272,9 @@ def fig_head_ranking(
     data = pd.DataFrame(rows)
     size = max(12, min(28, (TEXT_WIDTH - AXIS_PX) // max(num_heads, 1)))
     base = alt.Chart(data).encode(x=alt.X("head:O", title="head (index within its layer)"), y=alt.Y("layer:O", title="layer"))
-    legend = _legend("rank (1 = made constant first)", gradientLength=min(300, size * num_heads))
+    rank_legend = legend("rank (1 = made constant first)", gradientLength=min(300, size * num_heads))
     cells = base.mark_rect().encode(
-        color=alt.Color("rank:Q", scale=alt.Scale(scheme="viridis"), legend=legend),
+        color=alt.Color("rank:Q", scale=alt.Scale(scheme="viridis"), legend=rank_legend),
         tooltip=["layer:O", "head:O", "rank:Q", alt.Tooltip("constant_from:N", title="constant from")],
     )
     text = base.mark_text(fontSize=8).encode(text="rank:Q", color=alt.condition(alt.datum.rank > len(data) / 2, alt.value("black"), alt.value("white")))
@@ -368,7 +283,7 @@ def fig_head_ranking(
         f"Rank of every head ({num_layers} layers × {num_heads} heads) in {_ranking_words(source)}: 1 is made constant first. "
         "Darker cells become constant earlier; the number in each cell is its rank."
     )
-    return _finish(chart, caption, label)
+    return finish(chart, caption, label)
 
 
 def _downsample(matrix: np.ndarray, cells: int) -> tuple[np.ndarray, np.ndarray]:
@@ -411,20 +326,20 @@ def fig_constants(constants: Any, picks: Sequence[tuple[int, int]], max_cells: i
             .encode(
                 x=alt.X("j:O", title="key position", axis=alt.Axis(labelOverlap=True)),
                 y=alt.Y("i:O", title="query position", axis=alt.Axis(labelOverlap=True)),
-                color=alt.Color("v:Q", scale=alt.Scale(scheme="blues"), legend=_legend("attention weight", gradientLength=width - 20)),
+                color=alt.Color("v:Q", scale=alt.Scale(scheme="blues"), legend=legend("attention weight", gradientLength=width - 20)),
                 tooltip=[alt.Tooltip("i:O", title="query"), alt.Tooltip("j:O", title="key"), alt.Tooltip("v:Q", title="weight", format=".4f")],
             )
             .properties(width=width, height=width)
         )
     chart = alt.concat(*charts, columns=columns).resolve_scale(color="independent")
-    heads = _words([f"layer {layer} head {head}" for layer, head in picks])
+    heads = words([f"layer {layer} head {head}" for layer, head in picks])
     caption = (
         f"Constant attention matrices of {heads} (layers and heads count from 0)"
         + (f", estimated on {source}" if source else "")
         + f": the weight each query position (row) gives each key position (column), averaged over blocks of positions to at most "
         f"{max_cells} × {max_cells} cells. Each panel has its own colour scale."
     )
-    return _finish(chart, caption, label)
+    return finish(chart, caption, label)
 
 
 __all__ = [

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from papa.analysis import results as R
-from papa.analysis.figures import metric_name, task_name
+from papa.analysis.figure_kit import metric_name, task_name
 from papa.book import tables as T
 from papa.core.io import read_json_verified
 from papa.pipeline.plan import ROOT, load_config
