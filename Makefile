@@ -7,7 +7,7 @@ STAMP := $(VENV)/.papa-installed
 OFFLINE := HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 HF_EVALUATE_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 CONFIG ?= default
 
-.PHONY: install test book book-as-is bench smoke-runs lab
+.PHONY: install test book book-as-is bench smoke-runs lab browser
 
 install: $(STAMP)
 
@@ -26,7 +26,15 @@ smoke-runs: $(STAMP)
 	@if [ -n "$$PAPA_DATA_DIR" ]; then $(OFFLINE) $(PY) -m papa.cli grid run configs/smoke.yaml; \
 	else echo "PAPA_DATA_DIR is unset: data, notebook and book tests will be skipped (CI sets it)"; fi
 
-test: smoke-runs
+# tests/test_browser.py reads the built book in Debian's headless chromium: installed here when missing
+# (as root, or with sudo), so `make test` is all the set-up a fresh machine needs.
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  echo "Installing chromium (apt-get) for the headless-browser tests"; \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  $$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+
+test: smoke-runs browser
 	$(OFFLINE) $(PY) -m pytest -q tests -p no:cacheprovider
 
 book: $(STAMP)

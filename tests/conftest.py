@@ -11,6 +11,9 @@ rest (``pytest -m cuda`` runs only them).
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -64,3 +67,35 @@ def _one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+def _smoke_runs() -> Path:
+    from papa.pipeline.plan import ROOT
+
+    return ROOT / "book" / "runs" / "smoke"
+
+
+@pytest.fixture(scope="session")
+def built_book(tmp_path_factory) -> Path:
+    """A copy of the repository (tracked and unignored files, plus the smoke runs) with its book built
+    strictly; one build per session, shared by tests/test_book.py and tests/test_browser.py."""
+    from papa.pipeline.plan import ROOT
+
+    smoke_runs = _smoke_runs()
+    if not (smoke_runs / "results.ipynb").is_file():
+        pytest.fail("The smoke grid has not been run: `make test` runs it first (papa grid run configs/smoke.yaml).")
+    copy = tmp_path_factory.mktemp("repo")
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True, text=True, check=True)
+    for name in files.stdout.splitlines():
+        source = ROOT / name
+        if source.is_file() and not name.startswith("book/runs/"):
+            (copy / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, copy / name)
+    shutil.copytree(smoke_runs, copy / "book" / "runs" / "smoke", ignore=shutil.ignore_patterns(".executing", ".lock"))
+    (copy / ".venv").symlink_to(ROOT / ".venv")  # the installed tools, MathJax included
+    env = dict(os.environ, PYTHONPATH=str(copy))
+    build = subprocess.run(
+        [sys.executable, "-m", "papa.cli", "book", "build", "--config", "configs/smoke.yaml", "--as-is", "--strict"], cwd=copy, env=env, capture_output=True, text=True, timeout=900
+    )
+    assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
+    return copy / "_build" / "html"

@@ -3,41 +3,14 @@ error output fails), and headless Chromium finding every chart of the results pa
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-from papa.pipeline.plan import ROOT
-
 pytestmark = [pytest.mark.data, pytest.mark.slow, pytest.mark.book]
-SMOKE_RUNS = ROOT / "book" / "runs" / "smoke"
-
-
-@pytest.fixture(scope="module")
-def built_book(tmp_path_factory) -> Path:
-    """A copy of the repository (tracked and unignored files, plus the smoke runs) with its book built."""
-    if not (SMOKE_RUNS / "results.ipynb").is_file():
-        pytest.fail("The smoke grid has not been run: `make test` runs it first (papa grid run configs/smoke.yaml).")
-    copy = tmp_path_factory.mktemp("repo")
-    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True, text=True, check=True)
-    for name in files.stdout.splitlines():
-        source = ROOT / name
-        if source.is_file() and not name.startswith("book/runs/"):
-            (copy / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, copy / name)
-    shutil.copytree(SMOKE_RUNS, copy / "book" / "runs" / "smoke", ignore=shutil.ignore_patterns(".executing", ".lock"))
-    (copy / ".venv").symlink_to(ROOT / ".venv")  # the installed tools, MathJax included
-    env = dict(os.environ, PYTHONPATH=str(copy))
-    build = subprocess.run(
-        [sys.executable, "-m", "papa.cli", "book", "build", "--config", "configs/smoke.yaml", "--as-is", "--strict"], cwd=copy, env=env, capture_output=True, text=True, timeout=900
-    )
-    assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
-    return copy / "_build" / "html"
+# `built_book` (conftest.py): the smoke grid's book, built once per session and shared with tests/test_browser.py.
 
 
 def test_strict_build_has_every_chapter(built_book):

@@ -1,4 +1,6 @@
-"""papa.analysis.figures: every chart builds a valid Vega-Lite spec; the offline renderer and bundle need no network."""
+"""papa.analysis.figures: every chart builds a valid Vega-Lite spec that fits the text column (measured
+on the SVG Vega renders), with a caption written from the same specification; the offline renderer and
+bundle need no network."""
 
 from __future__ import annotations
 
@@ -13,8 +15,10 @@ from test_results import grid
 
 from papa.analysis.figures import (
     FLOOR_LABEL,
+    TEXT_WIDTH,
     VEGA_BUNDLE_NAME,
     VEGALITE_MIMETYPE,
+    Figure,
     _downsample,
     enable_offline_renderer,
     fig_baseline_vs_drop,
@@ -23,6 +27,7 @@ from papa.analysis.figures import (
     fig_head_ranking,
     fig_score_vs_dynamic_heads,
     fig_score_vs_train_size,
+    glue_figure,
     offline_html,
     write_vega_bundle,
 )
@@ -40,8 +45,11 @@ def tables(tmp_path_factory):
     return summarise(df), floors_table(df), epoch_table(folder)
 
 
-def valid(chart) -> dict:
-    spec = chart.to_dict(validate=True)
+def valid(figure) -> dict:
+    assert isinstance(figure, Figure) and figure.caption and figure.label.startswith("fig-")
+    spec = figure.chart.to_dict(validate=True)
+    assert figure.to_dict() == figure.chart.to_dict()  # a Figure still answers as its chart (old callers)
+    assert spec["config"]["legend"]["orient"] == "bottom"  # legends below the plot: never off-screen to the right
     assert spec["$schema"].startswith("https://vega.github.io/schema/vega-lite/")
     return spec
 
@@ -54,17 +62,60 @@ def has_tooltip(spec) -> bool:
     return '"tooltip"' in json.dumps(spec)
 
 
+def svg_size(figure) -> tuple[float, float]:
+    """The width and height of the SVG Vega draws for ``figure`` (axes, headers and legends included)."""
+    import vl_convert
+
+    svg = vl_convert.vegalite_to_svg(figure.chart.to_dict())
+    width, height = re.search(r'<svg[^>]*width="([\d.]+)"[^>]*height="([\d.]+)"', svg).groups()
+    return float(width), float(height)
+
+
 def test_score_vs_dynamic_heads(tables):
     summary, floors, _ = tables
-    spec = valid(fig_score_vs_dynamic_heads(summary, floors))
+    figure = fig_score_vs_dynamic_heads(summary, floors)
+    spec = valid(figure)
     assert has_tooltip(spec) and spec["resolve"]["scale"]["y"] == "independent"
     rows = data_rows(spec)
     floors_drawn = {(r["task"], r["floor"]) for r in rows if r["layer"] == "floor"}
-    assert ("sst2", "majority") in floors_drawn and ("pos", "attention-free") in floors_drawn
+    assert ("sst2", "majority class") in floors_drawn and ("pos", "attention-free probe") in floors_drawn
     scores = [r for r in rows if r["layer"] == "score" and r["model"] == "minilm-l6" and r["task"] == "sst2"]
     assert sorted(r["dynamic"] for r in scores) == [0, 36, 72]  # the k=0 baseline starts the gates line
     assert {r["ranking"] for r in scores} == {"gates"}
+    assert {r["panel"] for r in rows} == {"minilm-l6 · SST-2", "minilm-l6 · POS (CoNLL-2003)", "bert · SST-2"}
     assert "pick_ranking" in json.dumps(spec)  # legend selection
+    assert spec["columns"] == 2 and spec["spec"]["layer"][1]["encoding"]["y"]["title"] == "score (accuracy)"  # three panels wrap in rows of two
+
+
+def test_floor_dashes_and_caption_come_from_one_specification(tables):
+    """Fig. 1's old caption said both floors were dashed while the legend drew one solid."""
+    summary, floors, _ = tables
+    figure = fig_score_vs_dynamic_heads(summary, floors)
+    dash = figure.chart.to_dict()["spec"]["layer"][2]["encoding"]["strokeDash"]
+    assert dash["scale"] == {"domain": ["majority class", "attention-free probe"], "range": [[8, 4], [2, 3]]}  # neither is solid
+    assert "Grey rules: the majority class floor (dashed); the attention-free probe floor (dotted)." in figure.caption
+    assert "over 3 probe seeds" in figure.caption and "one colour per ranking (gates)" in figure.caption
+    assert "(of 144 in bert and 72 in minilm-l6)" in figure.caption  # two models: the totals are named per model
+    without_free = floors.assign(attention_free=float("nan"))
+    only = fig_score_vs_dynamic_heads(summary, without_free)
+    assert only.chart.to_dict()["spec"]["layer"][2]["encoding"]["strokeDash"]["scale"]["range"] == [[8, 4]]
+    assert "Grey rules: the majority class floor (dashed)." in only.caption and "attention-free" not in only.caption
+
+
+def test_every_figure_fits_the_text_column(tables):
+    """Measured on the SVG Vega draws: panels wrap, legends sit below, nothing is wider than the text column."""
+    summary, floors, epochs = tables
+    heads = [(layer, head) for layer in range(24) for head in range(16)]
+    figures = [
+        fig_score_vs_dynamic_heads(summary, floors),
+        fig_baseline_vs_drop(summary),
+        fig_convergence(epochs),
+        fig_head_ranking(heads, 24, 16),
+        fig_constants(torch.rand(2, 3, 64, 64).softmax(-1), [(0, 0), (0, 1), (1, 0), (1, 2)]),
+    ]
+    for figure in figures:
+        width, _ = svg_size(figure)
+        assert 300 < width <= TEXT_WIDTH, (figure.label, width)
 
 
 def test_baseline_vs_drop(tables):
@@ -74,12 +125,19 @@ def test_baseline_vs_drop(tables):
     assert spec["encoding"]["shape"]["field"] == "task"
     bert = [r for r in data_rows(spec) if r["model"] == "bert"][0]
     assert bert["drop"] == pytest.approx((0.90 - 0.72) / 0.90, abs=1e-4)
+    encoding = spec["encoding"]
+    assert encoding["x"]["title"] == "score with no head constant, k = 0 (accuracy)"
+    assert encoding["y"]["title"] == "relative drop, all heads constant (%)"
+    figure = fig_baseline_vs_drop(summary)
+    assert "colour: model (bert and minilm-l6), shape: task (POS (CoNLL-2003) and SST-2)" in figure.caption
 
 
 def test_convergence(tables):
     _, _, epochs = tables
-    spec = valid(fig_convergence(epochs))
+    figure = fig_convergence(epochs)
+    spec = valid(figure)
     rows = data_rows(spec)
+    assert "mean over 3 probe seeds" in figure.caption and "one panel per model and task" in figure.caption
     assert {r["condition"] for r in rows} == {"k = 0 (all heads attend)", "k = all (all heads constant)"}
     assert len(rows) == 3 * 2 * 2  # (model, task) pairs × conditions × epochs, averaged over seeds
     assert has_tooltip(spec)
@@ -93,7 +151,9 @@ def test_score_vs_train_size():
         ["minilm-l6", "sst2", size, k0, k0 - 0.01, k0 + 0.01, kall, kall - 0.01, kall + 0.01, 3, (k0 - kall) / k0, real, floor, floor - 0.01, floor + 0.01, n_floor, 0.5, nan, None]
         for size, k0, kall, real, floor, n_floor in ((400, 0.78, 0.72, True, 0.57, 1), (67349, 0.82, 0.81, False, nan, 0))
     ]
-    spec = valid(fig_score_vs_train_size(pd.DataFrame(rows, columns=TRAIN_SIZE_COLUMNS)))
+    figure = fig_score_vs_train_size(pd.DataFrame(rows, columns=TRAIN_SIZE_COLUMNS))
+    assert "Diamonds with min–max bars: the attention-free floor" in figure.caption and svg_size(figure)[0] <= TEXT_WIDTH
+    spec = valid(figure)
     drawn = data_rows(spec)
     assert len(drawn) == 5 and has_tooltip(spec)  # sizes × {k = 0, k = all}, and the floor where it ran
     assert [(r["train_examples"], r["n_seeds"]) for r in drawn if r["condition"] == FLOOR_LABEL] == [(400, 1)]  # the floor's own seeds
@@ -113,7 +173,9 @@ def test_score_vs_train_size():
 
 def test_head_ranking():
     ranking = [(layer, head) for layer in range(2) for head in range(3)][::-1]
-    spec = valid(fig_head_ranking(ranking, 2, 3, k_values=[0, 3, 6]))
+    figure = fig_head_ranking(ranking, 2, 3, k_values=[0, 3, 6], source="minilm-l6__mnli__gates")
+    assert figure.caption.startswith("Rank of every head (2 layers × 3 heads) in the gates ranking of minilm-l6 on MNLI:")  # names its task
+    spec = valid(figure)
     rows = {(r["layer"], r["head"]): r for r in data_rows(spec) or spec["layer"][0]["data"]["values"]}
     assert rows[(1, 2)]["rank"] == 1 and rows[(1, 2)]["constant_from"] == "k = 3"
     assert rows[(0, 0)]["rank"] == 6 and rows[(0, 0)]["constant_from"] == "k = 6"
@@ -122,7 +184,10 @@ def test_head_ranking():
 
 def test_constants_downsampled_and_small():
     constants = torch.rand(2, 3, 64, 64).softmax(-1)
-    spec = valid(fig_constants(constants, [(0, 0), (1, 2)], max_cells=16))
+    figure = fig_constants(constants, [(0, 0), (1, 2)], max_cells=16, source="SST-2 (32 sentences)")
+    assert "of layer 0 head 0 and layer 1 head 2 (layers and heads count from 0), estimated on SST-2 (32 sentences)" in figure.caption
+    assert "at most 16 × 16 cells" in figure.caption
+    spec = valid(figure)
     rows = data_rows(spec)
     assert len(rows) == 2 * 16 * 16 and has_tooltip(spec)
     assert len(json.dumps(spec)) < 40_000
@@ -149,8 +214,11 @@ def test_offline_renderer_html_has_no_url_and_calls_vega_embed():
         chart = alt.Chart(alt.Data(values=[{"a": 1, "b": "</script>"}])).mark_point().encode(x="a:Q", tooltip="b:N")
         bundle = chart._repr_mimebundle_()
         bundle = bundle[0] if isinstance(bundle, tuple) else bundle
+        figure_bundle = Figure(chart, "A caption.", "fig-x")._repr_mimebundle_()
+        figure_bundle = figure_bundle[0] if isinstance(figure_bundle, tuple) else figure_bundle
     finally:
         alt.renderers.enable(previous)
+    assert figure_bundle[VEGALITE_MIMETYPE] == bundle[VEGALITE_MIMETYPE]  # a Figure displays (and glues) as its chart
     assert bundle[VEGALITE_MIMETYPE]["mark"] == {"type": "point"}
     html = bundle["text/html"]
     assert "http" not in html
@@ -176,3 +244,13 @@ def test_write_vega_bundle(tmp_path):
     assert "window.vegaEmbed" in code and "vegaEmbed" in code
     assert path.stat().st_size > 100_000  # vega + vega-lite + vega-embed, not a loader stub
     assert not re.search(r"<script[^>]+src=|import\s*\(\s*['\"]https?:", code)  # nothing fetched at load
+
+
+def test_glue_figure_glues_the_chart_and_its_caption(monkeypatch):
+    import myst_nb
+
+    glued = []
+    monkeypatch.setattr(myst_nb, "glue", lambda name, value, display=True: glued.append((name, value, display)))
+    figure = Figure(alt.Chart().mark_point(), "The caption.", "fig-demo")
+    glue_figure(figure)
+    assert glued == [("fig-demo", figure, False), ("fig-demo-caption", "The caption.", False)]

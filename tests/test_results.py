@@ -334,16 +334,6 @@ def test_ordering_comparison_keeps_models_apart(tmp_path):
     assert table["real"].all() and sorted(table["k"]) == [18, 36]
 
 
-def test_floors_display_names_the_model_when_there_are_several(tmp_path):
-    from papa.book import floors_display
-
-    runs = {f"{m}_{s}": result(model=m, seed=s, score=0.8 + 0.001 * s) for m in ("minilm-l6", "minilm-l3") for s in (1, 2)}
-    two = floors_display(floors_table(load_results(write(tmp_path / "two", runs))))
-    assert list(two.index.names) == ["model", "task"] and ("minilm-l3", "sst2") in two.index
-    one = floors_display(floors_table(load_results(write(tmp_path / "one", {k: v for k, v in runs.items() if "l6" in k}))))
-    assert one.index.name == "task" and "model" not in one.columns and one.loc["sst2", "k = 0 probe"] == "0.802 ± 0.001"
-
-
 def test_train_size_table_and_extremes_by_hand(tmp_path):
     from papa.analysis.results import train_size_table
     from papa.book import BookData, size_extremes, study_frame, train_size_study

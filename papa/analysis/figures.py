@@ -1,7 +1,14 @@
-"""Interactive Altair figures for the book, and an offline renderer.
+"""The book's figures: Altair charts that fit the text column, each with its caption and label.
 
-Figures (each returns an Altair chart with tooltips; data is aggregated in pandas first so specs
-stay small):
+Every ``fig_*`` function returns a :class:`Figure`: the chart, a caption written from the same
+encodings, labels and data (so the text cannot say "dashed" where the legend draws a solid line), and
+the label the chapters cross-reference (``{numref}`fig-score-vs-heads```). A :class:`Figure` displays
+as its chart and forwards every other attribute to it, so ``glue("fig-…", fig_…(…))`` and
+``fig_…(…).to_dict()`` work as they did when these functions returned bare charts.
+:func:`glue_figure` glues the chart under its label and the caption under ``<label>-caption``.
+
+Every figure is at most :data:`TEXT_WIDTH` pixels wide (facets wrap; legends sit below the plot),
+so it fits the book's text column at any window width from 1,024 px up.
 
 * :func:`fig_score_vs_dynamic_heads` — the paper's Figure 2: score vs number of input-dependent heads;
 * :func:`fig_baseline_vs_drop` — Figure 4: baseline score vs relative drop with all heads constant;
@@ -10,18 +17,12 @@ stay small):
 * :func:`fig_head_ranking` — which heads become constant first (layer × head heatmap);
 * :func:`fig_constants` — a few constant attention matrices.
 
-Offline rendering: Altair's default HTML output loads vega from a CDN, which shows nothing offline.
-:func:`write_vega_bundle` writes one self-contained JavaScript file (vega, vega-lite and
-vega-embed, from ``vl_convert.javascript_bundle``) that defines the global ``vegaEmbed``; the book
-ships it in ``_static/`` and loads it on every page (``html_js_files``). :func:`enable_offline_renderer`
-makes every chart display as a mimebundle with the Vega-Lite JSON (rendered natively by JupyterLab)
-and a ``text/html`` div + script that calls that global ``vegaEmbed`` — no URL anywhere.
+Shared pieces (Figure, width budget, panels, caption words) live in :mod:`papa.analysis.figure_kit`,
+offline rendering in :mod:`papa.analysis.offline`; both are re-exported here.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -30,20 +31,41 @@ import altair as alt
 import numpy as np
 import pandas as pd
 
-from papa.analysis.results import drops_at
+from papa.analysis.figure_kit import (  # noqa: F401  (TASK_NAMES, METRIC_NAMES, Figure ... are part of this module's interface)
+    AXIS_PX,
+    METRIC_NAMES,
+    TASK_NAMES,
+    TEXT_WIDTH,
+    Figure,
+    clean,
+    facet,
+    finish,
+    glue_figure,
+    legend,
+    metric_name,
+    panel_layout,
+    panels,
+    seeds_words,
+    task_name,
+    words,
+)
+from papa.analysis.offline import (  # noqa: F401  (re-exported: the old import path)
+    RENDERER_NAME,
+    VEGA_BUNDLE_NAME,
+    VEGALITE_MIMETYPE,
+    chart_id,
+    enable_offline_renderer,
+    offline_html,
+    offline_renderer,
+    write_vega_bundle,
+)
+from papa.analysis.results import drops_at, spread_shared
 from papa.core.errors import PapaError
-from papa.core.io import atomic_write_text
 
-#: The file :func:`write_vega_bundle` writes (load it with ``html_js_files`` in the book's config).
-VEGA_BUNDLE_NAME = "papa-vega.js"
-#: The mimetype JupyterLab's built-in Vega-Lite renderer handles.
-VEGALITE_MIMETYPE = "application/vnd.vegalite.v5+json"
-RENDERER_NAME = "papa"
-FACET_WIDTH, FACET_HEIGHT = 220, 160
-#: The training-size figure's facets are wider: its log x axis spans 2–3 decades.
-TRAIN_SIZE_WIDTH = 300
 K0_LABEL, KALL_LABEL = "k = 0 (all heads attend)", "k = all (all heads constant)"
 FLOOR_LABEL = "attention-free floor (embeddings only)"
+#: The floors of :func:`fig_score_vs_dynamic_heads`: legend label, dash pattern, and the word the caption uses.
+FLOOR_STYLES = {"majority": ("majority class", [8, 4], "dashed"), "attention_free": ("attention-free probe", [2, 3], "dotted")}
 
 
 def _mode_rows(frame: pd.DataFrame, mode: str | None) -> pd.DataFrame:
@@ -56,100 +78,60 @@ def _mode_rows(frame: pd.DataFrame, mode: str | None) -> pd.DataFrame:
     return frame[frame["mode"] == chosen]
 
 
-def _facet(chart: alt.LayerChart, frame: pd.DataFrame, x_per_model: bool = False) -> alt.FacetChart:
-    """Facet by task (wrapped), or model × task when there are several models; independent y
-    (and x, with ``x_per_model``, when models differ)."""
-    if frame["model"].nunique() > 1:
-        faceted = chart.facet(row=alt.Row("model:N", title=None), column=alt.Column("task:N", title=None))
-        return faceted.resolve_scale(y="independent", x="independent" if x_per_model else "shared")
-    return chart.facet(facet=alt.Facet("task:N", title=None), columns=3).resolve_scale(y="independent")
-
-
-def _clean(frame: pd.DataFrame, digits: int = 4) -> pd.DataFrame:
-    """Round floats (smaller JSON; Altair writes NaN as null)."""
-    out = frame.copy()
-    for column in out.select_dtypes("float").columns:
-        out[column] = out[column].round(digits)
-    return out
-
-
 # --- figures -----------------------------------------------------------------------------------
 
 
-def fig_score_vs_dynamic_heads(summary: pd.DataFrame, floors: pd.DataFrame, mode: str | None = None) -> alt.FacetChart:
-    """Figure 2 analogue: mean score (band: min–max over seeds) vs input-dependent heads, per task.
+def fig_score_vs_dynamic_heads(summary: pd.DataFrame, floors: pd.DataFrame, mode: str | None = None, label: str = "fig-score-vs-heads") -> Figure:
+    """Figure 2 analogue: mean score (band: min–max over seeds) vs input-dependent heads, one panel per
+    task (model × task with several models), colour = ranking (click the legend to highlight one);
+    grey rules are the floors, each with its own dash (:data:`FLOOR_STYLES`).
 
     ``summary`` from :func:`papa.analysis.results.summarise`, ``floors`` from :func:`papa.analysis.results.floors_table`.
-    Colour is the ranking (click the legend to highlight one); dashed rules are the majority and
-    attention-free floors. The k = 0 baseline is drawn as the start of every ranking's line.
+    The k = 0 baseline is drawn as the start of every ranking's line.
     """
     rows = _mode_rows(summary, mode)
     rows = rows[rows["probe_input"] == "all"]
     chosen_mode = rows["mode"].iloc[0] if len(rows) else mode
-    from papa.analysis.results import spread_shared
-
     parts = [spread_shared(group) for _, group in rows.groupby(["model", "task"], sort=True)]
     scores = pd.concat(parts) if parts else rows
     scores = scores.assign(layer="score", dynamic=scores["total_heads"] - scores["k"])
+    totals = sorted(int(t) for t in scores["total_heads"].unique())
+    totals_by_model = scores.groupby("model")["total_heads"].first()
     scores = scores[["layer", "model", "task", "ranking", "k", "dynamic", "metric", "mean", "std", "min", "max", "n_seeds"]]
-    lines = floors[floors["mode"] == chosen_mode].melt(id_vars=["model", "task"], value_vars=["majority", "attention_free"], var_name="floor", value_name="value")
-    lines = lines.dropna(subset=["value"]).assign(layer="floor", floor=lambda f: f["floor"].str.replace("_", "-"))
-    data = _clean(pd.concat([scores, lines], ignore_index=True))
+    metric_of = scores.groupby(["model", "task"])["metric"].first()
+    lines = floors[floors["mode"] == chosen_mode].melt(id_vars=["model", "task"], value_vars=list(FLOOR_STYLES), var_name="floor", value_name="value").dropna(subset=["value"])
+    drawn = [name for name in FLOOR_STYLES if name in set(lines["floor"])]
+    lines = lines.assign(layer="floor", floor=lines["floor"].map(lambda f: FLOOR_STYLES[f][0]), metric=[metric_of.get((m, t)) for m, t in zip(lines["model"], lines["task"])])
+    data, unit, per = panels(clean(pd.concat([scores, lines], ignore_index=True)))
+    of = f"of {totals[0]}" if len(totals) == 1 else "of " + words([f"{int(t)} in {m}" for m, t in totals_by_model.items()])
 
     pick = alt.selection_point(name="pick_ranking", fields=["ranking"], bind="legend")
-    x = alt.X("dynamic:Q", title="input-dependent heads (total − k)")
+    x = alt.X("dynamic:Q", title=f"input-dependent heads ({of})" if len(totals) == 1 else "input-dependent heads")
     is_score = alt.datum.layer == "score"
-    band = (
-        alt.Chart()
-        .mark_area(opacity=0.2)
-        .encode(
-            x=x,
-            y=alt.Y("min:Q", scale=alt.Scale(zero=False), title="score"),
-            y2="max:Q",
-            color=alt.Color("ranking:N", title="ranking"),
-            opacity=alt.condition(pick, alt.value(0.25), alt.value(0.03)),
-        )
-        .transform_filter(is_score)
+    color = alt.Color("ranking:N", legend=legend("ranking (click to highlight)"))
+    y_title = f"score ({unit})"
+    band = alt.Chart().mark_area(opacity=0.2).encode(x=x, y=alt.Y("min:Q", scale=alt.Scale(zero=False), title=y_title), y2="max:Q", color=color)
+    band = band.encode(opacity=alt.condition(pick, alt.value(0.25), alt.value(0.03))).transform_filter(is_score)
+    tooltip = ["panel:N", "ranking:N", "k:Q", "dynamic:Q", "metric:N"] + [alt.Tooltip(f"{s}:Q", format=".4f") for s in ("mean", "std", "min", "max")] + ["n_seeds:Q"]
+    line = alt.Chart().mark_line(point=True).encode(x=x, y=alt.Y("mean:Q", scale=alt.Scale(zero=False), title=y_title), color=color, tooltip=tooltip)
+    line = line.encode(opacity=alt.condition(pick, alt.value(1.0), alt.value(0.15))).add_params(pick).transform_filter(is_score)
+    dash = alt.StrokeDash("floor:N", scale=alt.Scale(domain=[FLOOR_STYLES[f][0] for f in drawn], range=[FLOOR_STYLES[f][1] for f in drawn]), legend=legend("floor"))
+    rule = alt.Chart().mark_rule(color="gray").encode(y="value:Q", strokeDash=dash, tooltip=["panel:N", "floor:N", alt.Tooltip("value:Q", format=".4f")])
+    rule = rule.transform_filter(alt.datum.layer == "floor")
+    chart = facet(alt.layer(band, line, rule, data=data), data, x_independent=len(totals) > 1)
+
+    rankings = sorted(scores["ranking"].unique())
+    floor_words = "; ".join(f"the {FLOOR_STYLES[f][0]} floor ({FLOOR_STYLES[f][2]})" for f in drawn) or "no floor ran"
+    caption = (
+        f"Mean {unit} of the probe over {seeds_words(scores['n_seeds'])} (band: min–max) against the number of input-dependent heads "
+        f"({of}), one panel per {per}, one colour per ranking ({words(rankings)}). The rightmost point of each line is the "
+        f"unpatched encoder (k = 0); the leftmost has every head constant. Grey rules: {floor_words}. "
+        "Click a ranking in the legend to highlight it."
     )
-    line = (
-        alt.Chart()
-        .mark_line(point=True)
-        .encode(
-            x=x,
-            y=alt.Y("mean:Q", scale=alt.Scale(zero=False)),
-            color="ranking:N",
-            opacity=alt.condition(pick, alt.value(1.0), alt.value(0.15)),
-            tooltip=[
-                "task:N",
-                "ranking:N",
-                "k:Q",
-                "dynamic:Q",
-                "metric:N",
-                alt.Tooltip("mean:Q", format=".4f"),
-                alt.Tooltip("std:Q", format=".4f"),
-                alt.Tooltip("min:Q", format=".4f"),
-                alt.Tooltip("max:Q", format=".4f"),
-                "n_seeds:Q",
-            ],
-        )
-        .add_params(pick)
-        .transform_filter(is_score)
-    )
-    rule = (
-        alt.Chart()
-        .mark_rule(color="gray")
-        .encode(
-            y="value:Q",
-            strokeDash=alt.StrokeDash("floor:N", title="floor"),
-            tooltip=["task:N", "floor:N", alt.Tooltip("value:Q", format=".4f")],
-        )
-        .transform_filter(alt.datum.layer == "floor")
-    )
-    layered = alt.layer(band, line, rule, data=data).properties(width=FACET_WIDTH, height=FACET_HEIGHT)
-    return _facet(layered, data, x_per_model=True)
+    return finish(chart, caption, label)
 
 
-def fig_baseline_vs_drop(summary: pd.DataFrame, mode: str | None = None) -> alt.Chart:
+def fig_baseline_vs_drop(summary: pd.DataFrame, mode: str | None = None, label: str = "fig-baseline-vs-drop") -> Figure:
     """Figure 4 analogue: baseline (k = 0) score vs relative drop with all heads constant.
 
     One point per model × task; colour = model, shape = task.
@@ -158,58 +140,59 @@ def fig_baseline_vs_drop(summary: pd.DataFrame, mode: str | None = None) -> alt.
     drops = drops_at(summary, 1, None, chosen)
     if drops.empty:
         raise PapaError("No model/task has both k=0 and k=all runs", "Run the k=0 and k=all probes first.")
-    return (
-        alt.Chart(_clean(drops))
+    data = clean(drops).assign(task=lambda f: f["task"].map(task_name))
+    metrics = sorted(summary.loc[summary["task"].isin(drops["task"]), "metric"].dropna().unique())
+    unit = metric_name(metrics[0]) if len(metrics) == 1 else "each task's metric"
+    chart = (
+        alt.Chart(data)
         .mark_point(size=90, filled=True)
         .encode(
-            x=alt.X("baseline:Q", scale=alt.Scale(zero=False, padding=20), title="baseline score (k = 0)"),
-            y=alt.Y("drop:Q", scale=alt.Scale(padding=20), axis=alt.Axis(format="%"), title="relative drop, all heads constant"),
-            color=alt.Color("model:N"),
-            shape=alt.Shape("task:N"),
+            x=alt.X("baseline:Q", scale=alt.Scale(zero=False, padding=20), axis=alt.Axis(format=".2f"), title=f"score with no head constant, k = 0 ({unit})"),
+            y=alt.Y("drop:Q", scale=alt.Scale(padding=20), axis=alt.Axis(format="%"), title="relative drop, all heads constant (%)"),
+            color=alt.Color("model:N", legend=legend("model", columns=1)),
+            shape=alt.Shape("task:N", legend=legend("task", columns=3)),
             tooltip=["model:N", "task:N", alt.Tooltip("baseline:Q", format=".4f"), alt.Tooltip("score:Q", format=".4f"), alt.Tooltip("drop:Q", format=".2%"), "real:N"],
         )
-        .properties(width=360, height=260)
+        .properties(width=TEXT_WIDTH - 2 * AXIS_PX, height=280)
     )
+    models, tasks = sorted(drops["model"].unique()), sorted(data["task"].unique())
+    caption = (
+        f"The analogue of the paper's Figure 4: each model's score with no head constant (k = 0) against its relative drop "
+        f"with every head constant; colour: model ({words(models)}), shape: task ({words(tasks)}). "
+        "The paper found that better models lose more: within a task, points further right should sit higher."
+        + (" With one model, this figure cannot test that." if len(models) == 1 else "")
+    )
+    return finish(chart, caption, label)
 
 
-def fig_convergence(epochs: pd.DataFrame, mode: str | None = None) -> alt.FacetChart:
-    """Dev score per epoch (mean, band min–max over seeds) for k = 0 and k = all, per task.
+def fig_convergence(epochs: pd.DataFrame, mode: str | None = None, label: str = "fig-convergence") -> Figure:
+    """Dev score per epoch (mean, band min–max over seeds) for k = 0 and k = all, one panel per task.
 
     ``epochs`` from :func:`papa.analysis.results.epoch_table`.
     """
     rows = _mode_rows(epochs, mode)
     rows = rows[(rows["probe_input"] == "all") & ((rows["k"] == 0) | (rows["k"] == rows["total_heads"]))]
     rows = rows.assign(condition=np.where(rows["k"] == 0, K0_LABEL, KALL_LABEL))
-    data = rows.groupby(["model", "task", "condition", "epoch"], as_index=False).agg(
+    data = rows.groupby(["model", "task", "metric", "condition", "epoch"], as_index=False, dropna=False).agg(
         mean=("score", "mean"), min=("score", "min"), max=("score", "max"), loss=("train_loss", "mean"), n_seeds=("seed", "nunique")
     )
-    data = _clean(data)
-    color = alt.Color("condition:N", title=None)
-    x = alt.X("epoch:Q", axis=alt.Axis(tickMinStep=1, format="d"))
-    band = alt.Chart().mark_area(opacity=0.2).encode(x=x, y=alt.Y("min:Q", title="dev score"), y2="max:Q", color=color)
-    line = (
-        alt.Chart()
-        .mark_line(point=True)
-        .encode(
-            x=x,
-            y=alt.Y("mean:Q", scale=alt.Scale(zero=False)),
-            color=color,
-            tooltip=[
-                "task:N",
-                "condition:N",
-                "epoch:Q",
-                alt.Tooltip("mean:Q", format=".4f"),
-                alt.Tooltip("min:Q", format=".4f"),
-                alt.Tooltip("max:Q", format=".4f"),
-                alt.Tooltip("loss:Q", format=".4f", title="train loss"),
-                "n_seeds:Q",
-            ],
-        )
+    data, unit, per = panels(clean(data))
+    color = alt.Color("condition:N", legend=legend(None))
+    x = alt.X("epoch:Q", axis=alt.Axis(tickMinStep=1, format="d"), title="epoch")
+    y_title = f"dev score ({unit})"
+    band = alt.Chart().mark_area(opacity=0.2).encode(x=x, y=alt.Y("min:Q", title=y_title, axis=alt.Axis(format=".2f")), y2="max:Q", color=color)
+    tooltip = ["panel:N", "condition:N", "epoch:Q"] + [alt.Tooltip(f"{s}:Q", format=".4f") for s in ("mean", "min", "max")]
+    tooltip += [alt.Tooltip("loss:Q", format=".4f", title="train loss"), "n_seeds:Q"]
+    line = alt.Chart().mark_line(point=True).encode(x=x, y=alt.Y("mean:Q", scale=alt.Scale(zero=False), title=y_title, axis=alt.Axis(format=".2f")), color=color, tooltip=tooltip)
+    chart = facet(alt.layer(band, line, data=data), data)
+    caption = (
+        f"Dev score ({unit}) after every epoch for the runs with no head constant ({K0_LABEL.split(' (')[0]}) and with every head "
+        f"constant ({KALL_LABEL.split(' (')[0]}): mean over {seeds_words(data['n_seeds'])}, band min–max; one panel per {per}."
     )
-    return _facet(alt.layer(band, line, data=data).properties(width=FACET_WIDTH, height=FACET_HEIGHT), data)
+    return finish(chart, caption, label)
 
 
-def fig_score_vs_train_size(table: pd.DataFrame) -> alt.FacetChart:
+def fig_score_vs_train_size(table: pd.DataFrame, label: str = "fig-train-size") -> Figure:
     """k = 0 and k = all scores (mean, band min–max over seeds) against the number of training
     examples the probe saw (log scale), per model × task; the vertical gap between the lines is the
     absolute drop with every head constant. The attention-free floor is drawn as points with min–max
@@ -228,37 +211,54 @@ def fig_score_vs_train_size(table: pd.DataFrame) -> alt.FacetChart:
         if prefix == "floor":
             part["n_seeds"] = table["floor_n_seeds"]
         parts.append(part.dropna(subset=["mean"]))
-    data = _clean(pd.concat(parts, ignore_index=True))
-    color = alt.Color("condition:N", title=None)
+    data, _, per = panels(clean(pd.concat(parts, ignore_index=True)))
+    color = alt.Color("condition:N", legend=legend(None, columns=2))
     x = alt.X("train_examples:Q", scale=alt.Scale(type="log"), title="training examples (log scale)")
-    y = alt.Y("mean:Q", scale=alt.Scale(zero=False), title="dev score")
+    y_title = "dev score (the task's metric)"
+    y = alt.Y("mean:Q", scale=alt.Scale(zero=False), title=y_title, axis=alt.Axis(format=".2f"))
     tooltip = [
-        "model:N",
-        "task:N",
+        "panel:N",
         "condition:N",
         alt.Tooltip("train_examples:Q", format=","),
-        alt.Tooltip("mean:Q", format=".4f"),
-        alt.Tooltip("min:Q", format=".4f"),
-        alt.Tooltip("max:Q", format=".4f"),
+        *[alt.Tooltip(f"{s}:Q", format=".4f") for s in ("mean", "min", "max")],
         alt.Tooltip("drop:Q", format=".2%", title="relative drop"),
         alt.Tooltip("drop_real:N", title="drop beyond seed spread"),
         alt.Tooltip("retained_gain:Q", format=".2%", title="retained gain over the higher floor"),
         "n_seeds:Q",
     ]
     probes, floor = alt.datum.condition != FLOOR_LABEL, alt.datum.condition == FLOOR_LABEL
-    band = alt.Chart().transform_filter(probes).mark_area(opacity=0.2).encode(x=x, y="min:Q", y2="max:Q", color=color)
+    band = alt.Chart().transform_filter(probes).mark_area(opacity=0.2).encode(x=x, y=alt.Y("min:Q", title=y_title), y2="max:Q", color=color)
     line = alt.Chart().transform_filter(probes).mark_line(point=True).encode(x=x, y=y, color=color, tooltip=tooltip)
     floor_bar = alt.Chart().transform_filter(floor).mark_rule().encode(x=x, y="min:Q", y2="max:Q", color=color)
     floor_point = alt.Chart().transform_filter(floor).mark_point(shape="diamond", filled=True, size=60).encode(x=x, y=y, color=color, tooltip=tooltip)
-    layers = alt.layer(band, line, floor_bar, floor_point, data=data)
-    return _facet(layers.properties(width=TRAIN_SIZE_WIDTH, height=FACET_HEIGHT), data)
+    chart = facet(alt.layer(band, line, floor_bar, floor_point, data=data), data)
+    has_floor = (data["condition"] == FLOOR_LABEL).any()
+    caption = (
+        f"Score with no and with every head constant against the number of training examples the probe saw (log scale), one panel per {per}: "
+        f"mean over {seeds_words(data.loc[data['condition'] != FLOOR_LABEL, 'n_seeds'])}, band min–max. The vertical gap between the two lines is "
+        "the absolute drop with every head constant."
+        + (" Diamonds with min–max bars: the attention-free floor (the probe on the embedding layer alone), at the sizes where it ran." if has_floor else "")
+    )
+    return finish(chart, caption, label)
 
 
-def fig_head_ranking(ranking: Sequence[Sequence[int]] | str | Path, num_layers: int, num_heads: int, k_values: Sequence[int] | None = None) -> alt.LayerChart:
+def _ranking_words(source: str | None) -> str:
+    if not source:
+        return "the ranking"
+    parts = source.split("__")
+    if len(parts) == 3:
+        return f"the {parts[2]} ranking of {parts[0]} on {task_name(parts[1])}"
+    return source
+
+
+def fig_head_ranking(
+    ranking: Sequence[Sequence[int]] | str | Path, num_layers: int, num_heads: int, k_values: Sequence[int] | None = None, source: str | None = None, label: str = "fig-ranking"
+) -> Figure:
     """Layer × head heatmap of each head's rank (1 = made constant first).
 
     ``ranking`` is a list of ``(layer, head)`` pairs or a ranking file; the tooltip gives the first
-    of ``k_values`` at which the head is constant.
+    of ``k_values`` at which the head is constant. ``source`` names the ranking in the caption: a
+    ranking key ``"<model>__<task>__<method>"`` (as in ``BookData.rankings``) or words.
     """
     if isinstance(ranking, (str, Path)):
         from papa.core.heads import load_ranking
@@ -270,14 +270,20 @@ def fig_head_ranking(ranking: Sequence[Sequence[int]] | str | Path, num_layers: 
         first = next((k for k in steps if k >= position), None)
         rows.append({"layer": int(layer), "head": int(head), "rank": position, "constant_from": f"k = {first}" if first is not None else "never (in these k)"})
     data = pd.DataFrame(rows)
-    base = alt.Chart(data).encode(x=alt.X("head:O", title="head"), y=alt.Y("layer:O", title="layer"))
+    size = max(12, min(28, (TEXT_WIDTH - AXIS_PX) // max(num_heads, 1)))
+    base = alt.Chart(data).encode(x=alt.X("head:O", title="head (index within its layer)"), y=alt.Y("layer:O", title="layer"))
+    rank_legend = legend("rank (1 = made constant first)", gradientLength=min(300, size * num_heads))
     cells = base.mark_rect().encode(
-        color=alt.Color("rank:Q", scale=alt.Scale(scheme="viridis"), title="rank (1 = first constant)"),
+        color=alt.Color("rank:Q", scale=alt.Scale(scheme="viridis"), legend=rank_legend),
         tooltip=["layer:O", "head:O", "rank:Q", alt.Tooltip("constant_from:N", title="constant from")],
     )
-    size = max(12, min(28, 480 // max(num_heads, 1)))
     text = base.mark_text(fontSize=8).encode(text="rank:Q", color=alt.condition(alt.datum.rank > len(data) / 2, alt.value("black"), alt.value("white")))
-    return alt.layer(cells, text).properties(width=size * num_heads, height=size * num_layers)
+    chart = alt.layer(cells, text).properties(width=size * num_heads, height=size * num_layers)
+    caption = (
+        f"Rank of every head ({num_layers} layers × {num_heads} heads) in {_ranking_words(source)}: 1 is made constant first. "
+        "Darker cells become constant earlier; the number in each cell is its rank."
+    )
+    return finish(chart, caption, label)
 
 
 def _downsample(matrix: np.ndarray, cells: int) -> tuple[np.ndarray, np.ndarray]:
@@ -291,11 +297,12 @@ def _downsample(matrix: np.ndarray, cells: int) -> tuple[np.ndarray, np.ndarray]
     return summed / np.outer(sizes, sizes), starts
 
 
-def fig_constants(constants: Any, picks: Sequence[tuple[int, int]], max_cells: int = 32, columns: int = 3) -> alt.ConcatChart:
+def fig_constants(constants: Any, picks: Sequence[tuple[int, int]], max_cells: int = 32, columns: int = 2, source: str | None = None, label: str = "fig-constants") -> Figure:
     """Heatmaps of the constant matrices ``constants[layer, head]`` (query row × key column).
 
     ``constants`` is ``[layers, heads, L, L]`` (torch or numpy). Each matrix is block-averaged to at
-    most ``max_cells × max_cells`` (≤ 64) cells and rounded, to keep the spec small.
+    most ``max_cells × max_cells`` (≤ 64) cells and rounded, to keep the spec small; panels wrap after
+    ``columns``. ``source`` says what they were estimated on (e.g. "SST-2, 1,000 sentences"), for the caption.
     """
     if not 1 <= max_cells <= 64:
         raise PapaError(f"max_cells={max_cells} is outside [1, 64]", "Use e.g. 32.")
@@ -304,6 +311,8 @@ def fig_constants(constants: Any, picks: Sequence[tuple[int, int]], max_cells: i
         raise PapaError(f"Constants of shape {list(array.shape)} are not [layers, heads, L, L]", "Pass ConstantSet.constants.")
     if not picks:
         raise PapaError("No heads picked", "Pass picks=[(layer, head), ...].")
+    columns, width = panel_layout(len(picks), max_columns=columns, min_width=120)
+    width = min(width, 240)
     charts = []
     for layer, head in picks:
         if not (0 <= layer < array.shape[0] and 0 <= head < array.shape[1]):
@@ -317,95 +326,27 @@ def fig_constants(constants: Any, picks: Sequence[tuple[int, int]], max_cells: i
             .encode(
                 x=alt.X("j:O", title="key position", axis=alt.Axis(labelOverlap=True)),
                 y=alt.Y("i:O", title="query position", axis=alt.Axis(labelOverlap=True)),
-                color=alt.Color("v:Q", scale=alt.Scale(scheme="blues"), title="weight"),
+                color=alt.Color("v:Q", scale=alt.Scale(scheme="blues"), legend=legend("attention weight", gradientLength=width - 20)),
                 tooltip=[alt.Tooltip("i:O", title="query"), alt.Tooltip("j:O", title="key"), alt.Tooltip("v:Q", title="weight", format=".4f")],
             )
-            .properties(width=180, height=180)
+            .properties(width=width, height=width)
         )
-    return alt.concat(*charts, columns=columns).resolve_scale(color="independent")
-
-
-# --- offline rendering -------------------------------------------------------------------------
-
-
-def write_vega_bundle(static_dir: str | Path, vl_version: str | None = None) -> Path:
-    """Write :data:`VEGA_BUNDLE_NAME` (vega + vega-lite + vega-embed, no network) into ``static_dir``.
-
-    The code comes from ``vl_convert.javascript_bundle`` with a snippet that sets the globals
-    ``window.vegaEmbed`` and ``window.vega``; it is wrapped in a function so its minified top-level
-    names do not leak into the page (a plain ``<script src>`` can load it). ``vl_version``
-    defaults to the installed Altair's Vega-Lite version (major.minor) when vl_convert ships it.
-    """
-    import vl_convert
-
-    if vl_version is None:
-        wanted = ".".join(alt.SCHEMA_VERSION.lstrip("v").split(".")[:2])
-        vl_version = wanted if wanted in vl_convert.get_vegalite_versions() else None
-    code = vl_convert.javascript_bundle("window.vegaEmbed = vegaEmbed; window.vega = vega;", vl_version=vl_version)
-    header = (
-        f"/* papa offline Vega bundle: vega {vl_convert.get_vega_version()}, vega-lite {vl_version or 'latest'}, "
-        f"vega-embed {vl_convert.get_vega_embed_version()}; written by papa.analysis.figures.write_vega_bundle. */\n"
+    chart = alt.concat(*charts, columns=columns).resolve_scale(color="independent")
+    heads = words([f"layer {layer} head {head}" for layer, head in picks])
+    caption = (
+        f"Constant attention matrices of {heads} (layers and heads count from 0)"
+        + (f", estimated on {source}" if source else "")
+        + f": the weight each query position (row) gives each key position (column), averaged over blocks of positions to at most "
+        f"{max_cells} × {max_cells} cells. Each panel has its own colour scale."
     )
-    return atomic_write_text(Path(static_dir) / VEGA_BUNDLE_NAME, header + "(function () {\n" + code + "\n})();\n")
-
-
-_seen_ids: dict[str, int] = {}
-
-
-def chart_id(spec: dict) -> str:
-    """A deterministic element id: a hash of the spec, plus ``-N`` when the same spec is shown again."""
-    digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode("utf-8")).hexdigest()[:12]
-    count = _seen_ids.get(digest, 0)
-    _seen_ids[digest] = count + 1
-    return f"papa-vl-{digest}" + (f"-{count}" if count else "")
-
-
-def offline_html(spec: dict, element_id: str | None = None) -> str:
-    """A ``<div>`` plus a ``<script>`` that renders ``spec`` with the global ``vegaEmbed`` (no URLs).
-
-    The spec's ``$schema`` URL is dropped (the mode is given explicitly). When the bundle has not
-    loaded yet the script waits for the page's ``load`` event; if it never loads, the div says so.
-    """
-    element_id = element_id or chart_id(spec)
-    body = {key: value for key, value in spec.items() if key != "$schema"}
-    spec_json = json.dumps(body, sort_keys=True).replace("</", "<\\/")
-    return (
-        f'<div id="{element_id}"></div>\n'
-        '<script type="text/javascript">\n'
-        "(function () {\n"
-        f"  var spec = {spec_json};\n"
-        f'  var target = document.getElementById("{element_id}");\n'
-        "  function show() {\n"
-        '    if (typeof window.vegaEmbed !== "function") {\n'
-        f'      target.textContent = "Chart not shown: the page does not load _static/{VEGA_BUNDLE_NAME}.";\n'
-        "      return;\n"
-        "    }\n"
-        f'    vegaEmbed("#{element_id}", spec, {{"actions": false, "mode": "vega-lite"}})'
-        '.catch(function (err) { target.textContent = "Chart error: " + err; });\n'
-        "  }\n"
-        '  if (typeof window.vegaEmbed === "function" || document.readyState === "complete") { show(); }\n'
-        '  else { window.addEventListener("load", show); }\n'
-        "})();\n"
-        "</script>"
-    )
-
-
-def offline_renderer(spec: dict, **metadata: Any) -> dict[str, Any]:
-    """Altair renderer: Vega-Lite JSON for JupyterLab plus offline HTML for the book."""
-    return {VEGALITE_MIMETYPE: spec, "text/html": offline_html(spec), "text/plain": "<papa Vega-Lite chart>"}
-
-
-def enable_offline_renderer() -> None:
-    """Register and enable the Altair renderer ``"papa"`` (:func:`offline_renderer`).
-
-    Returns nothing, so that a notebook cell ending with it shows no output.
-    """
-    alt.renderers.register(RENDERER_NAME, offline_renderer)
-    alt.renderers.enable(RENDERER_NAME)
+    return finish(chart, caption, label)
 
 
 __all__ = [
+    "FLOOR_STYLES",
+    "Figure",
     "RENDERER_NAME",
+    "TEXT_WIDTH",
     "VEGALITE_MIMETYPE",
     "VEGA_BUNDLE_NAME",
     "chart_id",
@@ -415,7 +356,12 @@ __all__ = [
     "fig_convergence",
     "fig_head_ranking",
     "fig_score_vs_dynamic_heads",
+    "fig_score_vs_train_size",
+    "glue_figure",
+    "metric_name",
     "offline_html",
     "offline_renderer",
+    "panel_layout",
+    "task_name",
     "write_vega_bundle",
 ]

@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from papa.analysis import results as R
+from papa.analysis.figure_kit import metric_name, task_name
+from papa.book import tables as T
 from papa.core.io import read_json_verified
 from papa.pipeline.plan import ROOT, load_config
 
@@ -257,27 +259,25 @@ def layer_counts(ranking: list, k: int, num_layers: int) -> list[int]:
     return counts
 
 
-def floors_display(floors: pd.DataFrame, digits: int = 3) -> pd.DataFrame:
-    """The floors table for reading: one row per task, means ± seed std, and the verdict."""
-
-    def cell(mean, std):
-        return "—" if pd.isna(mean) else f"{mean:.{digits}f}" + ("" if pd.isna(std) else f" ± {std:.{digits}f}")
-
-    return (
-        pd.DataFrame(
-            {
-                "model": floors["model"],
-                "task": floors["task"],
-                "metric": floors["metric"].str.replace("_", " "),
-                "majority class": floors["majority"].round(digits),
-                "attention-free probe": [cell(m, s) for m, s in zip(floors["attention_free"], floors["attention_free_std"])],
-                "k = 0 probe": [cell(m, s) for m, s in zip(floors["baseline"], floors["baseline_std"])],
-                "informative": floors["informative"].map({True: "yes", False: "no"}),
-            }
-        )
-        .set_index(["model", "task"] if floors["model"].nunique() > 1 else "task")
-        .drop(columns="model", errors="ignore")
+def floors_display(floors: pd.DataFrame, digits: int = 3) -> T.Table:
+    """The floors table for reading (:class:`papa.book.tables.Table`): one row per (model and) task, means ± seed std, and the verdict."""
+    frame = floors.assign(
+        free=[T.score_spread(m, s, digits) for m, s in zip(floors["attention_free"], floors["attention_free_std"])],
+        base=[T.score_spread(m, s, digits) for m, s in zip(floors["baseline"], floors["baseline_std"])],
+        task=floors["task"].map(task_name),
+        metric=floors["metric"].map(metric_name),
     )
+    kinds = ({"model": "text"} if floors["model"].nunique() > 1 else {}) | {
+        "task": "text",
+        "informative": "yes/no",
+        "metric": "text",
+        "majority": "score",
+        "free": T.text,
+        "base": T.text,
+    }
+    headers = {"informative": "informative", "majority": "majority class", "free": "attention-free probe", "base": "k = 0 probe"}
+    missing = {"free": "the attention-free probe (embedding layer only) did not run in this grid", "base": "no k = 0 probe ran"}
+    return T.table(frame, kinds, headers, missing, ["± is the standard deviation over probe seeds; a score without ± comes from a single seed."])
 
 
 def headline_numbers(data: BookData, ranking: str | None = None) -> dict:
@@ -331,8 +331,16 @@ def glue_numbers(numbers: dict) -> None:
         glue(key, value, display=False)
 
 
+def _better(a: str, mean_a: float, b: str, mean_b: float, digits: int = 3) -> str:
+    """The ranking with the higher mean, or ``"tie"`` when the means agree to ``digits`` decimals (as shown)."""
+    if round(mean_a, digits) == round(mean_b, digits):
+        return "tie"
+    return a if mean_a > mean_b else b
+
+
 def ordering_comparison(data: BookData) -> pd.DataFrame:
-    """Every pair of rankings at equal k (0 < k < all): means, and whether the difference is real."""
+    """Every pair of rankings at equal k (0 < k < all): means, the better one (``"tie"`` when equal to
+    three decimals, as shown), and whether the difference is real (never for a tie)."""
     rows = []
     main = data.main[data.main["is_main"] & (data.main["probe_input"] == "all")]
     for (model, task, k), group in main[(main["k"] > 0) & (main["k"] < main["total_heads"])].groupby(["model", "task", "k"]):
@@ -349,8 +357,8 @@ def ordering_comparison(data: BookData) -> pd.DataFrame:
                         a: sum(va) / len(va),
                         b: sum(vb) / len(vb),
                         "seeds": f"{len(va)}/{len(vb)}",
-                        "better": a if sum(va) / len(va) > sum(vb) / len(vb) else b,
-                        "real": R.difference_is_real(va, vb),
+                        "better": (better := _better(a, sum(va) / len(va), b, sum(vb) / len(vb))),
+                        "real": better != "tie" and R.difference_is_real(va, vb),
                     }
                 )
     return pd.DataFrame(rows)

@@ -1,0 +1,221 @@
+"""Display tables: the :class:`Table` (HTML without index, every row, one-line number cells, an en dash
+with a footnote for a missing value), cell formatters, :func:`auto_table` and :func:`enable_table_display`
+for any frame, and Markdown cell escaping. The chapters' tables are in :mod:`papa.book.tables`."""
+
+from __future__ import annotations
+
+import html
+import math
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from papa.analysis.figure_kit import metric_name, task_name
+
+NBSP = "\u00a0"
+DASH = "\u2013"  # en dash: a missing value
+#: The footnote of every "real?" column.
+REAL_NOTE = "real?: whether the difference exceeds the larger of the two seed ranges (max − min over seeds)."
+#: Why a value is missing when the caller gives no reason.
+DEFAULT_MISSING = "no run of this grid measured this value"
+_STYLE = (
+    "<style>.papa-table-wrap{overflow-x:auto;max-width:100%;margin-bottom:1em}"
+    ".papa-table{border-collapse:collapse;font-size:0.9em}"
+    ".papa-table th,.papa-table td{padding:0.25em 0.6em;white-space:nowrap;text-align:right;border-bottom:1px solid #ddd}"
+    ".papa-table th{white-space:normal;vertical-align:bottom;min-width:4em}"
+    ".papa-table td.text,.papa-table th.text{text-align:left}.papa-table td.text{white-space:normal;min-width:6em}"
+    ".papa-table-notes{font-size:0.85em;margin-top:0.3em}</style>"
+)
+
+
+def is_missing(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA or value is pd.NaT
+
+
+def score(value: Any, digits: int = 3) -> str | None:
+    """``0.81234`` → ``"0.812"``; None for a missing value."""
+    return None if is_missing(value) else f"{float(value):.{digits}f}"
+
+
+def percent(value: Any, digits: int = 1) -> str | None:
+    """``0.04321`` → ``"4.3%"``."""
+    return None if is_missing(value) else f"{float(value):.{digits}%}"
+
+
+def integer(value: Any) -> str | None:
+    """``67349`` → ``"67,349"``."""
+    return None if is_missing(value) else f"{int(value):,}"
+
+
+def yes_no(value: Any) -> str | None:
+    """True → ``"yes"``, False → ``"no"``."""
+    return None if is_missing(value) else ("yes" if bool(value) else "no")
+
+
+def text(value: Any) -> str | None:
+    return None if is_missing(value) else str(value)
+
+
+def score_spread(mean: Any, spread: Any, digits: int = 3) -> str | None:
+    """``"0.812 ± 0.020"`` with non-breaking spaces (one line); the mean alone when ``spread`` is missing."""
+    if is_missing(mean):
+        return None
+    return f"{float(mean):.{digits}f}" + ("" if is_missing(spread) else f"{NBSP}±{NBSP}{float(spread):.{digits}f}")
+
+
+def score_interval(mean: Any, low: Any, high: Any, digits: int = 3) -> str | None:
+    """``"0.812 [0.800, 0.840]"`` with non-breaking spaces; the mean alone when the interval is missing."""
+    if is_missing(mean):
+        return None
+    interval = "" if is_missing(low) or is_missing(high) else f"{NBSP}[{float(low):.{digits}f},{NBSP}{float(high):.{digits}f}]"
+    return f"{float(mean):.{digits}f}{interval}"
+
+
+#: Column kinds :func:`table` understands.
+KINDS: dict[str, Callable[[Any], str | None]] = {"score": score, "percent": percent, "int": integer, "yes/no": yes_no, "text": text}
+
+
+@dataclass
+class Table:
+    """A display table: string cells (None = missing), headers, per-column footnotes for missing cells."""
+
+    columns: list[str]
+    rows: list[list[str | None]]
+    missing_notes: dict[str, str] = field(default_factory=dict)  # column → why a cell is missing
+    text_columns: set[str] = field(default_factory=set)  # left-aligned
+    notes: list[str] = field(default_factory=list)  # footnotes printed under the table
+    empty: str = "Nothing to show: no run of this grid belongs in this table."  # shown instead of a table without rows
+
+    def _marks(self) -> dict[str, str]:
+        """Footnote letter per reason, for the columns that have a missing cell."""
+        reasons: dict[str, str] = {}
+        for j, column in enumerate(self.columns):
+            if any(row[j] is None for row in self.rows):
+                reason = self.missing_notes.get(column, DEFAULT_MISSING)
+                reasons.setdefault(reason, "abcdefghijklmnopqrstuvwxyz"[len(reasons) % 26])
+        return reasons
+
+    def _repr_html_(self) -> str:
+        if not self.rows:
+            return f'<p class="papa-table-empty"><em>{html.escape(self.empty)}</em></p>'
+        marks = self._marks()
+        align = lambda c: ' class="text"' if c in self.text_columns else ""  # noqa: E731
+        head = "".join(f"<th{align(c)}>{html.escape(c)}</th>" for c in self.columns)
+        body = []
+        for row in self.rows:
+            cells = []
+            for column, value in zip(self.columns, row):
+                if value is None:
+                    mark = marks[self.missing_notes.get(column, DEFAULT_MISSING)]
+                    cells.append(f"<td{align(column)}>{DASH}<sup>{mark}</sup></td>")
+                else:
+                    cells.append(f"<td{align(column)}>{html.escape(value)}</td>")
+            body.append("<tr>" + "".join(cells) + "</tr>")
+        notes = [f"<sup>{mark}</sup>{NBSP}{DASH}: {html.escape(reason)}" for reason, mark in marks.items()] + [html.escape(n) for n in self.notes]
+        foot = f'<p class="papa-table-notes">{"<br>".join(notes)}</p>' if notes else ""
+        return f'{_STYLE}<div class="papa-table-wrap"><table class="papa-table"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>{foot}</div>'
+
+    def __repr__(self) -> str:
+        if not self.rows:
+            return self.empty
+        marks = self._marks()
+        show = lambda c, v: v if v is not None else DASH + marks[self.missing_notes.get(c, DEFAULT_MISSING)]  # noqa: E731
+        lines = [" | ".join(self.columns)] + [" | ".join(show(c, v) for c, v in zip(self.columns, row)) for row in self.rows]
+        return "\n".join(lines + [f"{m}: {r}" for r, m in marks.items()] + self.notes)
+
+    def to_frame(self) -> pd.DataFrame:
+        """The cells as strings (missing: None), for tests and further work."""
+        return pd.DataFrame(self.rows, columns=self.columns)
+
+
+def table(
+    frame: pd.DataFrame,
+    kinds: Mapping[str, str | Callable[[Any], str | None]],
+    headers: Mapping[str, str] | None = None,
+    missing: Mapping[str, str] | None = None,
+    notes: Sequence[str] = (),
+) -> Table:
+    """A :class:`Table` of ``frame``'s columns named in ``kinds`` (in that order: put the key columns
+    first), each formatted by its kind (a name in :data:`KINDS` or a function of the cell).
+    ``headers`` renames columns; ``missing`` says, per column (original name), why a cell is missing."""
+    headers, missing = dict(headers or {}), dict(missing or {})
+    columns = list(kinds)
+    formatters = {c: KINDS[k] if isinstance(k, str) else k for c, k in kinds.items()}
+    if frame.empty:
+        frame = frame.reindex(columns=columns)  # an empty result may lack its columns
+    rows = [[formatters[c](value) for c, value in zip(columns, values)] for values in frame[columns].itertuples(index=False, name=None)]
+    named = [headers.get(c, c) for c in columns]
+    text_columns = {headers.get(c, c) for c, k in kinds.items() if k == "text"}
+    return Table(named, rows, {headers.get(c, c): why for c, why in missing.items()}, text_columns, list(notes))
+
+
+def key_text(frame: pd.DataFrame) -> pd.DataFrame:
+    """Task ids as names (``sst2`` → ``SST-2``), metrics in words."""
+    out = frame.copy()
+    if "task" in out:
+        out["task"] = out["task"].map(task_name)
+    if "metric" in out:
+        out["metric"] = out["metric"].map(lambda m: m if is_missing(m) else metric_name(m))
+    return out
+
+
+def has_several(frame: pd.DataFrame, column: str) -> bool:
+    return column in frame and frame[column].nunique() > 1
+
+
+def auto_table(frame: pd.DataFrame) -> Table:
+    """Any frame for reading: the index (when it is not a plain 0..n-1) becomes leading columns; floats
+    get three decimals (percent when the column name says drop or gain), bools yes/no, ints thousands separators."""
+    if not isinstance(frame.index, pd.RangeIndex) or frame.index.name is not None:
+        frame = frame.reset_index()
+    frame = key_text(frame)
+    kinds: dict[str, str] = {}
+    for column in frame.columns:
+        series = frame[column]
+        if pd.api.types.is_bool_dtype(series):
+            kinds[column] = "yes/no"
+        elif pd.api.types.is_integer_dtype(series):
+            kinds[column] = "int"
+        elif pd.api.types.is_float_dtype(series):
+            kinds[column] = "percent" if re.search(r"drop|gain", str(column)) else "score"
+        else:
+            kinds[column] = "text"
+    frame.columns = [str(c) for c in frame.columns]
+    return table(frame, {str(c): k for c, k in kinds.items()}, {str(c): str(c).replace("_", " ") for c in kinds})
+
+
+def enable_table_display() -> None:
+    """Show every pandas DataFrame in this notebook as :func:`auto_table` (HTML, nothing truncated)."""
+    from IPython import get_ipython
+
+    shell = get_ipython()
+    if shell is not None:
+        shell.display_formatter.formatters["text/html"].for_type(pd.DataFrame, lambda frame: auto_table(frame)._repr_html_())
+
+
+def md_cell(value: Any) -> str:
+    """A value for a Markdown table cell: ``|`` escaped, newlines as spaces."""
+    return str(value).replace("\\|", "|").replace("|", "\\|").replace("\n", " ")
+
+
+def escape_cell_pipes(markdown: str) -> str:
+    """Escape the literal ``|`` inside the cells of a Markdown document's tables (``|A−B| = 0.0 pt``).
+
+    In a table row (a line starting with ``|``), a pipe is a cell delimiter only at the start or end of
+    the line or with white space on both sides; every other pipe is text and gets a backslash.
+    """
+    out = []
+    for line in markdown.split("\n"):
+        stripped = line.rstrip()
+        if not stripped.startswith("|"):
+            out.append(line)
+            continue
+        chars = []
+        for i, char in enumerate(stripped):
+            delimiter = i == 0 or i == len(stripped) - 1 or (stripped[i - 1].isspace() and stripped[i + 1].isspace())
+            chars.append(char if char != "|" or delimiter or stripped[i - 1] == "\\" else "\\|")
+        out.append("".join(chars))
+    return "\n".join(out)

@@ -1,0 +1,225 @@
+"""Tables for reading: the tidy frames of :mod:`papa.analysis.results` and :mod:`papa.book.data`
+turned into display tables.
+
+A :class:`Table` renders as one HTML table: no pandas index, headers a person would write, every row
+(never "96 rows × 7 columns"), numbers formatted by kind (percentages with one decimal, scores with
+three decimals and their "± spread" or "[lo, hi]" in one cell that never wraps), and no ``NaN``: a
+missing value is an en dash with a footnote that says why. Key columns come first. Wider than the
+text column, the table scrolls inside its own box, never the page.
+
+* :func:`table` — any frame, with explicit column kinds, headers and footnotes;
+* :func:`scores_display`, :func:`retained_gains_display`, :func:`claims_display`,
+  :func:`ordering_display`, :func:`layer_display`, :func:`sensitivity_display`,
+  :func:`train_size_display`, :func:`compare_display`, :func:`rising_display` — the chapters' tables;
+* :func:`enable_table_display` — every other DataFrame a notebook shows goes through :func:`auto_table`;
+* :func:`md_cell`, :func:`escape_cell_pipes` — a literal ``|`` inside a Markdown table cell.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from papa.book.table_format import (  # noqa: F401  (re-exported: papa.book.tables is the notebooks' one import)
+    DASH,
+    DEFAULT_MISSING,
+    KINDS,
+    NBSP,
+    REAL_NOTE,
+    Table,
+    auto_table,
+    enable_table_display,
+    escape_cell_pipes,
+    has_several,
+    integer,
+    is_missing,
+    key_text,
+    md_cell,
+    percent,
+    score,
+    score_interval,
+    score_spread,
+    table,
+    text,
+    yes_no,
+)
+
+
+# -- the chapters' tables ----------------------------------------------------------------------------
+def _model_task(frame: pd.DataFrame) -> dict[str, str]:
+    """The leading key columns: model (only when there are several) and task."""
+    return ({"model": "text"} if has_several(frame, "model") else {}) | {"task": "text"}
+
+
+def _fraction(value: float) -> str:
+    from fractions import Fraction
+
+    return str(Fraction(float(value)).limit_denominator(1000))
+
+
+def scores_display(summary: pd.DataFrame, probe_input: str = "all") -> Table:
+    """Every score: one row per (model,) task and ranking, one "mean ± std" column per number of constant
+    heads k (per fraction of the heads when models differ in size). The k = 0 and k = all runs every
+    ranking shares are shown in each ranking's row."""
+    from papa.analysis.results import spread_shared
+
+    rows = summary[summary["probe_input"] == probe_input]
+    parts = [spread_shared(group) for _, group in rows.groupby(["model", "task", "mode"], sort=True)]
+    rows = key_text(pd.concat(parts, ignore_index=True)) if parts else key_text(rows)
+    by_fraction = rows["total_heads"].nunique() > 1
+    step = "fraction" if by_fraction else "k"
+    steps = sorted(rows[step].unique())
+    total = int(rows["total_heads"].iloc[0]) if len(rows) else 0
+    header = {s: (f"{_fraction(s)} of the heads" if by_fraction else f"k = {int(s)}" + (" (all)" if int(s) == total else "")) for s in steps}
+    keys = [c for c in ("model", "task", "ranking", "mode") if has_several(rows, c) or c in ("task", "ranking")]
+    wide = rows.assign(cell=[score_spread(m, s) for m, s in zip(rows["mean"], rows["std"])]).pivot_table(index=keys, columns=step, values="cell", aggfunc="first").reset_index()
+    kinds: dict[str, Any] = {k: "text" for k in keys} | {s: text for s in steps}
+    notes = ["A score without ± comes from a single seed; ± is the standard deviation over seeds."]
+    return table(wide, kinds, header, {s: "this ranking was not run with this many constant heads" for s in steps}, notes)
+
+
+def retained_gains_display(gains: pd.DataFrame) -> Table:
+    """:func:`papa.book.data.retained_gains` for reading: the drop and the retained gain first."""
+    kinds = _model_task(gains) | {
+        "ranking": "text",
+        "k": "int",
+        "relative_drop": "percent",
+        "retained_gain": "percent",
+        "score": "score",
+        "spread": "score",
+        "informative": "yes/no",
+    }
+    headers = {"relative_drop": "relative drop", "retained_gain": "retained gain", "score": "mean score", "spread": "seed range (max − min)", "informative": "informative task"}
+    return table(key_text(gains), kinds, headers, {"retained_gain": "no floor to measure the gain against"})
+
+
+def claims_display(claims: pd.DataFrame) -> Table:
+    """:func:`papa.analysis.results.claims_table` for reading (the raw ``value`` column left out)."""
+    return table(claims, {"claim": "text", "verdict": "text", "ours": "text", "paper": "text", "note": "text"}, {"ours": "our runs", "paper": "the paper"})
+
+
+def ordering_display(comparison: pd.DataFrame) -> Table:
+    """:func:`papa.book.data.ordering_comparison` for reading: the two rankings and their means in one
+    cell each, which is better (or a tie at three decimals) and whether the difference is real."""
+    fixed = {"model", "task", "k", "seeds", "better", "real"}
+    methods = [c for c in comparison.columns if c not in fixed]
+    pairs, means = [], []
+    for _, row in comparison.iterrows():
+        present = [m for m in methods if not is_missing(row[m])]
+        pairs.append(" vs ".join(present))
+        means.append(f"{NBSP}vs{NBSP}".join(f"{row[m]:.3f}" for m in present))
+    frame = key_text(comparison).assign(pair=pairs, means=means)
+    kinds = _model_task(frame) | {"k": "int", "pair": "text", "means": "text", "better": "text", "real": "yes/no", "seeds": "text"}
+    headers = {"pair": "rankings", "means": "mean scores", "real": "real?", "seeds": "seeds"}
+    return table(frame, kinds, headers, notes=["A tie: both means are equal to three decimals.", REAL_NOTE])
+
+
+def layer_display(layers: pd.DataFrame) -> Table:
+    """:func:`papa.book.data.layer_table` for reading (a model with fewer layers shows dashes)."""
+    columns = [c for c in layers.columns if str(c).startswith("layer ")]
+    kinds = _model_task(layers) | {"ranking": "text"} | {c: "int" for c in columns}
+    return table(key_text(layers), kinds, missing={c: "this model has fewer layers" for c in columns})
+
+
+def sensitivity_display(sensitivity: pd.DataFrame) -> Table:
+    """:func:`papa.book.data.sensitivity_table` for reading: the drops and whether each change is real first."""
+    kinds = (
+        {"study": "text", "setting": "text"}
+        | _model_task(sensitivity)
+        | {
+            "drop official": "percent",
+            "drop study": "percent",
+            "k=0 change real": "yes/no",
+            "k=all change real": "yes/no",
+            "k=0 official": "score",
+            "k=0 study": "score",
+            "k=all official": "score",
+            "k=all study": "score",
+            "mean epoch reported": lambda v: None if is_missing(v) else f"{float(v):.1f}",
+        }
+    )
+    headers = {
+        "drop official": "drop (official)",
+        "drop study": "drop (study)",
+        "k=0 change real": "k = 0 change real?",
+        "k=all change real": "k = all change real?",
+        "k=0 official": "k = 0, official",
+        "k=0 study": "k = 0, study",
+        "k=all official": "k = all, official",
+        "k=all study": "k = all, study",
+        "mean epoch reported": "mean epoch reported",
+    }
+    return table(key_text(sensitivity), kinds, headers, notes=["drop: the relative drop with every head constant. " + REAL_NOTE])
+
+
+def train_size_display(sizes: pd.DataFrame) -> Table:
+    """:func:`papa.book.data.train_size_study` for reading: per training size, the drop, whether it is
+    real, the retained gain, then each score with its seed range ``[min, max]``."""
+    frame = key_text(sizes).assign(
+        k0=[score_interval(m, lo, hi) for m, lo, hi in zip(sizes["k0_mean"], sizes["k0_min"], sizes["k0_max"])],
+        kall=[score_interval(m, lo, hi) for m, lo, hi in zip(sizes["kall_mean"], sizes["kall_min"], sizes["kall_max"])],
+        floor=[score_interval(m, lo, hi) for m, lo, hi in zip(sizes["floor_mean"], sizes["floor_min"], sizes["floor_max"])],
+    )
+    kinds = _model_task(frame) | {
+        "train_examples": "int",
+        "drop": "percent",
+        "drop_real": "yes/no",
+        "retained_gain": "percent",
+        "k0": text,
+        "kall": text,
+        "floor": text,
+        "n_seeds": "int",
+    }
+    headers = {
+        "train_examples": "training examples",
+        "drop": "relative drop",
+        "drop_real": "real?",
+        "retained_gain": "retained gain",
+        "k0": "k = 0 [min, max]",
+        "kall": "k = all [min, max]",
+        "floor": "attention-free [min, max]",
+        "n_seeds": "seeds",
+    }
+    no_floor = "the attention-free probe did not run at this size"
+    return table(frame, kinds, headers, {"retained_gain": no_floor, "floor": no_floor}, [REAL_NOTE])
+
+
+def compare_display(comparison: pd.DataFrame, label_a: str, label_b: str) -> Table:
+    """:func:`papa.book.data.compare` for reading: the difference and whether it is real first."""
+    kinds = _model_task(comparison) | {"ranking": "text", "k": "int", "difference": "score", "real": "yes/no", label_a: "score", label_b: "score"}
+    kinds |= {f"{label_a} seeds": "int", f"{label_b} seeds": "int"}
+    headers = {"difference": f"difference ({label_b} − {label_a})", "real": "real?"}
+    return table(key_text(comparison), kinds, headers, notes=[REAL_NOTE])
+
+
+def rising_display(rising: pd.DataFrame) -> Table:
+    """:func:`papa.book.data.still_rising` for reading."""
+    kinds = {"run_id": "text"} | _model_task(rising) | {"k": "int", "seed": "int", "late_gain": "score", "rising": "yes/no"}
+    return table(key_text(rising), kinds, {"run_id": "run", "late_gain": "gain over the last 3 epochs", "rising": "still rising"})
+
+
+__all__ = [
+    "DASH",
+    "KINDS",
+    "NBSP",
+    "Table",
+    "auto_table",
+    "claims_display",
+    "compare_display",
+    "layer_display",
+    "ordering_display",
+    "retained_gains_display",
+    "rising_display",
+    "scores_display",
+    "sensitivity_display",
+    "train_size_display",
+    "enable_table_display",
+    "escape_cell_pipes",
+    "md_cell",
+    "percent",
+    "score",
+    "score_interval",
+    "score_spread",
+    "table",
+]

@@ -1,0 +1,152 @@
+"""papa.book.tables: display tables by hand — formatted cells, dashes with footnotes instead of NaN,
+no index, every row, key columns first; the ranking tie; pipes inside Markdown table cells."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import pandas as pd
+import pytest
+from test_results import grid, result, write
+
+from papa.analysis.results import floors_table, load_results, summarise
+from papa.book import BookData, floors_display, ordering_comparison, retained_gains
+from papa.book.tables import (
+    DASH,
+    NBSP,
+    auto_table,
+    enable_table_display,
+    escape_cell_pipes,
+    md_cell,
+    ordering_display,
+    retained_gains_display,
+    score_interval,
+    score_spread,
+    scores_display,
+    table,
+    train_size_display,
+)
+
+BAD = re.compile(r"\bNaN\b|\bnan\b|\bNone\b|rows × |\d+ rows")
+
+
+def cells(html: str) -> list[str]:
+    return re.findall(r"<td[^>]*>(.*?)</td>", html)
+
+
+def test_cell_formats():
+    assert score_spread(0.81234, 0.02) == f"0.812{NBSP}±{NBSP}0.020"  # one unbreakable cell
+    assert score_spread(0.0, 0.0) == f"0.000{NBSP}±{NBSP}0.000"
+    assert score_spread(0.8, math.nan) == "0.800" and score_spread(math.nan, 0.1) is None
+    assert score_interval(0.81, 0.8, 0.84) == f"0.810{NBSP}[0.800,{NBSP}0.840]" and score_interval(0.81, None, 0.84) == "0.810"
+
+
+def test_missing_cells_are_dashes_with_a_footnote_and_nothing_is_truncated():
+    frame = pd.DataFrame({"name": [f"run {i}" for i in range(205)], "drop": [0.043] * 204 + [math.nan], "score": [0.333333] * 205})
+    shown = table(frame, {"drop": "percent", "name": "text", "score": "score"}, {"drop": "relative drop"}, {"drop": "the k = all run failed"})
+    html = shown._repr_html_()
+    assert shown.columns == ["relative drop", "name", "score"]  # key columns in the order asked
+    assert len(re.findall(r"<tr>", html)) == 1 + 205  # header and every row
+    assert cells(html)[:3] == ["4.3%", "run 0", "0.333"]
+    assert f"<td>{DASH}<sup>a</sup></td>" in html and f"<sup>a</sup>{NBSP}{DASH}: the k = all run failed" in html
+    assert not BAD.search(html) and "<th></th>" not in html  # no NaN, no truncation note, no index column
+    assert "white-space:nowrap" in html and "overflow-x:auto" in html  # cells stay on one line; a wide table scrolls in its box
+
+
+def test_auto_table_turns_the_index_into_columns_and_formats_by_kind():
+    frame = pd.DataFrame({"task": ["sst2", "cola"], "k": [0, 36], "relative_drop": [0.0, 0.07585], "mean": [0.9, math.nan], "real": [True, False]}).set_index("task")
+    shown = auto_table(frame)
+    assert shown.columns == ["task", "k", "relative drop", "mean", "real"]
+    assert shown.rows == [["SST-2", "0", "0.0%", "0.900", "yes"], ["CoLA", "36", "7.6%", None, "no"]]
+    assert not BAD.search(shown._repr_html_())
+
+
+def test_enable_table_display_formats_every_dataframe():
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell.instance()
+    enable_table_display()
+    data, _ = shell.display_formatter.format(pd.DataFrame({"score": [0.5, math.nan]}))
+    assert "papa-table" in data["text/html"] and not BAD.search(data["text/html"])
+
+
+def test_scores_display_one_cell_per_k(tmp_path):
+    shown = scores_display(summarise(load_results(grid(tmp_path))))
+    frame = shown.to_frame()
+    assert shown.columns == ["task", "ranking", "k = 0", "k = 36", "k = 72 (all)"]
+    assert frame.iloc[0].tolist() == ["SST-2", "gates", f"0.820{NBSP}±{NBSP}0.020", f"0.810{NBSP}±{NBSP}0.020", f"0.720{NBSP}±{NBSP}0.020"]
+
+
+def test_floors_display_names_the_model_when_there_are_several_and_dashes_a_missing_floor(tmp_path):
+    runs = {f"{m}_{s}": result(model=m, seed=s, score=0.8 + 0.001 * s) for m in ("minilm-l6", "minilm-l3") for s in (1, 2)}
+    two = floors_display(floors_table(load_results(write(tmp_path / "two", runs))))
+    assert two.columns[:2] == ["model", "task"] and ["minilm-l3", "SST-2"] == two.rows[0][:2]
+    one = floors_display(floors_table(load_results(write(tmp_path / "one", {k: v for k, v in runs.items() if "l6" in k}))))
+    assert one.columns == ["task", "informative", "metric", "majority class", "attention-free probe", "k = 0 probe"]
+    assert one.rows == [["SST-2", "yes", "accuracy", "0.500", None, f"0.802{NBSP}±{NBSP}0.001"]]
+    assert "did not run in this grid" in one._repr_html_() and not BAD.search(one._repr_html_())
+
+
+def test_ordering_comparison_calls_equal_scores_a_tie(tmp_path):
+    runs = {}
+    for seed in (1, 2):
+        runs[f"g{seed}"] = result(k=36, seed=seed, ranking="gates", score=0.0)
+        runs[f"d{seed}"] = result(k=36, seed=seed, ranking="deviation", score=0.0)
+        runs[f"e{seed}"] = result(k=36, seed=seed, ranking="random", score=0.0001)  # equal to the three decimals shown
+    main = load_results(write(tmp_path, runs))
+    comparison = ordering_comparison(BookData({}, main, main, summarise(main), pd.DataFrame(), pd.DataFrame()))
+    assert comparison["better"].tolist() == ["tie"] * 3 and not comparison["real"].any()  # 0.000 vs 0.000 is no win for either
+    shown = ordering_display(comparison)
+    assert shown.rows[0] == ["SST-2", "36", "deviation vs gates", f"0.000{NBSP}vs{NBSP}0.000", "tie", "no", "2/2"]
+    assert [row[2] for row in shown.rows] == ["deviation vs gates", "deviation vs random", "gates vs random"]
+
+
+def test_retained_gains_display_puts_drop_and_gain_first(tmp_path):
+    df = load_results(grid(tmp_path))
+    shown = retained_gains_display(retained_gains(summarise(df), floors_table(df)))
+    assert shown.columns[:5] == ["task", "ranking", "k", "relative drop", "retained gain"]
+    full = [row for row in shown.rows if row[2] == "72"][0]
+    # drop (0.82 − 0.72) / 0.82; gain (0.72 − 0.56) / (0.82 − 0.56) over the attention-free floor
+    assert full[3:5] == [f"{(0.82 - 0.72) / 0.82:.1%}", f"{(0.72 - 0.56) / (0.82 - 0.56):.1%}"]
+
+
+def test_train_size_display_dashes_the_floor_where_it_did_not_run():
+    from papa.analysis.results import TRAIN_SIZE_COLUMNS
+
+    nan = math.nan
+    row = ["minilm-l6", "sst2", 67349, 0.82, 0.81, 0.83, 0.81, 0.80, 0.82, 3, 0.0122, False, nan, nan, nan, 0, 0.5, nan, None]
+    shown = train_size_display(pd.DataFrame([row], columns=TRAIN_SIZE_COLUMNS))
+    assert shown.columns[:5] == ["task", "training examples", "relative drop", "real?", "retained gain"]
+    assert shown.rows[0][:6] == ["SST-2", "67,349", "1.2%", "no", None, f"0.820{NBSP}[0.810,{NBSP}0.830]"]
+    assert "the attention-free probe did not run at this size" in shown._repr_html_()
+
+
+@pytest.mark.parametrize(
+    "row, cells_expected",
+    [
+        ("| Probing score | cached | faithful | 64.1 | 64.1 | |A−B| = 0.0 pt | ≤ 1 point | met |", 8),
+        ("| Equivalence | eager | fast path | — | — | max |A−B| = 2.9e-06 | ≤ 1e-5 | met |", 8),
+        ("| a | b |", 2),
+    ],
+)
+def test_escape_cell_pipes_keeps_the_column_count(row, cells_expected):
+    fixed = escape_cell_pipes(f"text with |x| outside a table\n{row}\n")
+    line = fixed.split("\n")[1]
+    delimiters = len(re.findall(r"(?<!\\)\|", line))
+    assert delimiters == cells_expected + 1
+    assert fixed.split("\n")[0] == "text with |x| outside a table"  # prose untouched
+    assert escape_cell_pipes(fixed) == fixed  # idempotent
+
+
+def test_an_empty_result_is_an_empty_table():
+    from papa.book.tables import rising_display
+
+    shown = rising_display(pd.DataFrame())
+    assert shown.rows == [] and shown.columns[0] == "run"
+    assert shown._repr_html_() == '<p class="papa-table-empty"><em>Nothing to show: no run of this grid belongs in this table.</em></p>'
+
+
+def test_md_cell():
+    assert md_cell("|A−B| = 0.0 pt") == "\\|A−B\\| = 0.0 pt" and md_cell("two\nlines") == "two lines"
+    assert md_cell(md_cell("a|b")) == "a\\|b"
