@@ -46,6 +46,7 @@ def _toc(config: dict, run_ids: list[str]) -> str:
         f"      - file: book/runs/{name}/results",
         f"      - file: book/runs/{name}/controls",
         "      - file: book/reproducibility",
+        "      - file: book/references",
         "  - caption: Rerun and extend",
         "    chapters:",
         "      - file: book/rerun",
