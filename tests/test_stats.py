@@ -60,7 +60,7 @@ def test_accuracy_with_three_seeds_matches_the_naive_loop():
     base = [np.where(rng.random(60) < 0.8, labels, (labels + 1) % 3) for _ in range(3)]
     other = [np.where(rng.random(60) < 0.6, labels, (labels + 2) % 3) for _ in range(3)]
     out = stats.paired_bootstrap(
-        [stats.example_statistics("accuracy", p, labels) for p in base], [stats.example_statistics("accuracy", p, labels) for p in other], "accuracy", resamples=300, seed=11
+        [stats.example_statistics("accuracy", p, labels) for p in base], [stats.example_statistics("accuracy", p, labels) for p in other], "accuracy", resamples=100, seed=11
     )
     low, high = _naive(base, other, labels, accuracy_score, 100, seed=11)
     assert out["low"] == pytest.approx(low, abs=1e-12) and out["high"] == pytest.approx(high, abs=1e-12)
