@@ -366,3 +366,21 @@ def test_lr_is_chosen_on_heldout_training_examples_and_saved(data_dir, tmp_path,
     assert load_lr_choice(path, "minilm-l6", "sst2") == choice["lr"]
     with pytest.raises(PapaError, match="is for task 'sst2', not 'cola'"):
         load_lr_choice(path, "minilm-l6", "cola")
+
+
+def test_random_orderings_are_seeded_permutations_of_every_head():
+    from papa.core.models import LoadedModel
+    from papa.probing.ranking import compute_ranking, split_method
+
+    model = AutoModel.from_config(BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=3, num_attention_heads=4, intermediate_size=8))
+    lm = LoadedModel("tiny", model, None, "local", "0" * 16)
+    one, meta = compute_ranking("random-1", lm, device="cpu")
+    assert sorted(one) == all_heads(3, 4) and (meta["method"], meta["seed"]) == ("random", 1)
+    assert compute_ranking("random-1", lm, device="cpu")[0] == one
+    assert compute_ranking("random", lm, seed=1, device="cpu")[0] == one  # random-<n> is the plain method with seed n
+    orderings = {tuple(compute_ranking(f"random-{n}", lm, device="cpu")[0]) for n in (1, 2, 3)}
+    assert len(orderings) == 3
+    assert (split_method("gates"), split_method("random-12")) == (("gates", None), ("random", 12))
+    for bad in ("random-", "random-x", "gates-1", "oracle"):
+        with pytest.raises(PapaError, match=f"Unknown ranking method '{bad}'"):
+            split_method(bad)

@@ -37,7 +37,7 @@ def test_all_wrong_to_all_right_is_a_real_gain_of_one():
     other = [stats.example_statistics("accuracy", labels, labels)]
     out = stats.paired_bootstrap(base, other, "accuracy", resamples=200)
     assert (out["base_score"], out["score"], out["difference"], out["low"], out["high"], out["real"]) == (0.0, 1.0, 1.0, 1.0, 1.0, True)
-    assert (out["n_examples"], out["n_seeds"], out["resamples"], out["seed_min"], out["seed_max"]) == (5, 1, 200, 1.0, 1.0)
+    assert (out["n_examples"], out["n_base"], out["n_runs"], out["resamples"], out["seed_min"], out["seed_max"]) == (5, 1, 1, 200, 1.0, 1.0)
 
 
 def test_one_changed_example_of_four_is_not_real():
@@ -147,7 +147,7 @@ def test_paired_differences_pairs_each_k_with_k0_of_the_same_model_and_task():
     assert table["score"].tolist() == [pytest.approx(11 / 12), 0.0]
     assert table["difference"].tolist() == [0.0, pytest.approx(-11 / 12)]
     assert table["real"].tolist() == [False, True]  # one example lost and one gained vs every example wrong
-    assert table["n_seeds"].tolist() == [2, 2]
+    assert table["n_runs"].tolist() == [2, 2]
 
 
 def test_convergence_gate_counts_and_leaves_out():
@@ -177,3 +177,15 @@ def test_claim3_with_four_ordered_models():
     assert (out["spearman"], out["p_value"], out["verdict"]) == (pytest.approx(1.0), pytest.approx(1 / 24), "reproduced")
     out = stats.claim3(pd.DataFrame({"score": scores, "drop": [0.08, 0.03, 0.02, 0.01]}))
     assert (out["spearman"], out["p_value"], out["verdict"]) == (pytest.approx(-1.0), pytest.approx(1 / 24), "contradicted")
+
+
+def test_seeded_random_orderings_are_pooled_and_paired_by_probe_seed():
+    labels = [1, 0, 1, 1, 0, 0]
+    results = {"a0": _result(0, 42, labels, labels), "b0": _result(0, 43, [1, 0, 1, 1, 0, 1], labels)}
+    for name, ordering, seed, preds in (("r1", 1, 43, [0, 0, 1, 1, 0, 0]), ("r2", 2, 42, [1, 0, 1, 1, 0, 0])):
+        results[name] = _result(4, seed, preds, labels)
+        results[name]["config"]["ranking"] = f"m__sst2__random-{ordering}.json"
+    table = stats.paired_differences(results, resamples=100)
+    assert table[["ranking", "k", "n_base", "n_runs"]].values.tolist() == [["random", 4, 2, 2]]
+    # seed 43: 5/6 → 5/6 (0); seed 42: 6/6 → 6/6 (0): paired by seed, not by position
+    assert (table["seed_min"].item(), table["seed_max"].item()) == (0.0, 0.0)

@@ -124,15 +124,23 @@ def _stack(per_seed: Sequence[np.ndarray], what: str) -> np.ndarray:
 
 
 def paired_bootstrap(
-    base: Sequence[np.ndarray], other: Sequence[np.ndarray], metric: str, token: bool = False, resamples: int = RESAMPLES, seed: int = 0, level: float = 0.95
+    base: Sequence[np.ndarray],
+    other: Sequence[np.ndarray],
+    metric: str,
+    token: bool = False,
+    resamples: int = RESAMPLES,
+    seed: int = 0,
+    level: float = 0.95,
+    pairs: Sequence[tuple[int, int]] | None = None,
 ) -> dict:
     """The difference ``other − base`` of the seed-mean metric, with a bootstrap interval over dev examples.
 
     ``base``/``other``: one ``[N, D]`` statistics array per seed (:func:`example_statistics`) at k = 0 and at k, on
     the same ``N`` dev examples. Returns ``difference``, ``low``, ``high``, ``real`` (the interval excludes 0),
     ``relative_drop`` = (base − other) / base with ``relative_low``/``relative_high`` (the same resamples),
-    ``base_score``, ``score``, the per-seed differences' ``seed_min``/``seed_max`` (seeds paired in order: a seed
-    draws the same training subset at every k), ``n_examples``, ``n_seeds`` and ``resamples``.
+    ``base_score``, ``score``, the per-seed differences' ``seed_min``/``seed_max`` over ``pairs`` (``(i, j)``: base
+    run ``i`` and other run ``j`` share a probe seed, hence its training draw; default: in order), ``n_examples``,
+    ``n_base``, ``n_runs`` and ``resamples``.
     """
     b, o = _stack(base, "at k = 0"), _stack(other, "at k")
     if b.shape[1:] != o.shape[1:]:
@@ -142,7 +150,8 @@ def paired_bootstrap(
     n = b.shape[1]
     base_seeds, other_seeds = metric_from_sums(metric, b.sum(1), token), metric_from_sums(metric, o.sum(1), token)
     base_score, score = float(base_seeds.mean()), float(other_seeds.mean())
-    paired = other_seeds[: min(len(b), len(o))] - base_seeds[: min(len(b), len(o))]
+    pairs = list(pairs) if pairs is not None else [(i, i) for i in range(min(len(b), len(o)))]
+    paired = np.array([other_seeds[j] - base_seeds[i] for i, j in pairs]) if pairs else np.array([math.nan])
     rows = np.random.default_rng(seed).integers(0, n, size=(resamples, n), dtype=np.int64)
     differences, relative = np.empty(resamples), np.empty(resamples)
     for start in range(0, resamples, 256):
@@ -170,7 +179,8 @@ def paired_bootstrap(
         "seed_min": float(paired.min()),
         "seed_max": float(paired.max()),
         "n_examples": int(n),
-        "n_seeds": int(min(len(b), len(o))),
+        "n_base": int(len(b)),
+        "n_runs": int(len(o)),
         "resamples": int(resamples),
         "level": level,
     }
@@ -187,7 +197,8 @@ def run_statistics(result: dict) -> np.ndarray:
 def paired_differences(results: dict[str, dict], resamples: int = RESAMPLES, seed: int = 0, level: float = 0.95) -> pd.DataFrame:
     """For every (model, task, ranking, k > 0) group of runs, :func:`paired_bootstrap` against the same model and
     task's k = 0 runs (same probe settings and dev examples). One row per group: the group keys and the fields of
-    :func:`paired_bootstrap`. Runs without dev predictions are skipped."""
+    :func:`paired_bootstrap`. Seeded random orderings (``random-1``, ``random-2`` ...) are pooled as ``random``.
+    Runs without dev predictions are skipped."""
     from papa.analysis.results import ranking_method
 
     groups: dict[tuple, list[dict]] = {}
@@ -197,7 +208,9 @@ def paired_differences(results: dict[str, dict], resamples: int = RESAMPLES, see
         c = result["config"]
         k, total = int(c["constant_heads"]), int(c["total_heads"])
         setting = (c.get("mode"), c.get("probe_input", "all"), c.get("lr"), c.get("selection", "final"), (result.get("data") or {}).get("eval_indices_sha"))
-        groups.setdefault((c["model"], result["task"], ranking_method(c.get("ranking"), k, total), k, total, setting), []).append(result)
+        ranking = ranking_method(c.get("ranking"), k, total)
+        ranking = "random" if ranking.startswith("random") else ranking
+        groups.setdefault((c["model"], result["task"], ranking, k, total, setting), []).append(result)
     rows = []
     for (model, task, ranking, k, total, setting), runs in sorted(groups.items(), key=lambda item: (item[0][0], item[0][1], item[0][3], item[0][2], str(item[0][5]))):
         base = groups.get((model, task, "none", 0, total, setting))
@@ -205,7 +218,10 @@ def paired_differences(results: dict[str, dict], resamples: int = RESAMPLES, see
             continue
         base_runs, other_runs = (sorted(rs, key=lambda r: r["config"]["seed"]) for rs in (base, runs))
         token = bool(base_runs[0]["dev"].get("lengths"))
-        stats = paired_bootstrap([run_statistics(r) for r in base_runs], [run_statistics(r) for r in other_runs], base_runs[0]["metric"], token, resamples, seed, level)
+        position = {r["config"]["seed"]: i for i, r in enumerate(base_runs)}
+        pairs = [(position[r["config"]["seed"]], j) for j, r in enumerate(other_runs) if r["config"]["seed"] in position]
+        metric = base_runs[0]["metric"]
+        stats = paired_bootstrap([run_statistics(r) for r in base_runs], [run_statistics(r) for r in other_runs], metric, token, resamples, seed, level, pairs)
         rows.append({"model": model, "task": task, "ranking": ranking, "k": k, "fraction": k / total, "mode": setting[0], "probe_input": setting[1], **stats})
     return pd.DataFrame(rows)
 
