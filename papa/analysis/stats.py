@@ -229,6 +229,17 @@ def paired_differences(results: dict[str, dict], resamples: int = RESAMPLES, see
 # --- the convergence gate -------------------------------------------------------------------------
 
 
+def convergence_table(results: dict[str, dict]) -> pd.DataFrame:
+    """One row per run: ``run_id``, ``converged`` (None for a run without a held-out curve), ``best_epoch``,
+    ``epochs_trained``, ``stopped_early`` (from each result's ``convergence`` record). Merge it into
+    :func:`papa.analysis.results.load_results` on ``run_id`` before :func:`convergence_gate`."""
+    rows = []
+    for run_id, result in results.items():
+        conv = result.get("convergence") or {}
+        rows.append({"run_id": run_id, **{key: conv.get(key) for key in ("converged", "best_epoch", "epochs_trained", "stopped_early")}})
+    return pd.DataFrame(rows, columns=["run_id", "converged", "best_epoch", "epochs_trained", "stopped_early"])
+
+
 def convergence_gate(frame: pd.DataFrame, column: str = "converged") -> tuple[pd.DataFrame, dict]:
     """Keep the rows of converged runs; return ``(kept, summary)``.
 
