@@ -331,6 +331,8 @@ def test_pooled_protocol_end_to_end(data_dir, tmp_path, monkeypatch):
         assert compute_task_metrics("sst2", dev["predictions"], dev["labels"]) == result["metrics"]
     with_dev = run_probe(lm, "sst2", seed=1, dev_every_epoch=True, **common)  # dev scored per epoch: same numbers
     assert with_dev["metrics"] == runs[0]["metrics"] and with_dev["epochs"][with_dev["selected_epoch"] - 1]["main"] == runs[0]["score"]
+    chunked = run_probe(lm, "sst2", seed=1, dev_every_epoch=False, eval_chunk_examples=7, use_cache=False, **common)  # 5 chunks
+    assert chunked["dev"] == runs[0]["dev"] and chunked["metrics"] == runs[0]["metrics"]
     no_dev = run_probe(lm, "sst2", seed=1, dev_every_epoch=False, score_dev=False, **common)
     assert no_dev["score"] is None and no_dev["dev"] is None and "eval" not in no_dev["feature_cache_hits"]
 
@@ -345,6 +347,8 @@ def test_ner_and_pos_share_their_features(data_dir, tmp_path, monkeypatch):
     assert ner["feature_cache_hits"] == {"train": False, "eval": False} and pos["feature_cache_hits"] == {"train": True, "eval": True}
     assert ner["dev"]["lengths"] == pos["dev"]["lengths"] and ner["dev"]["labels"] != pos["dev"]["labels"]
     assert pos["dev"]["label_names"][:2] != ner["dev"]["label_names"][:2] and max(pos["dev"]["labels"]) > 8  # POS tags, not NER's 9
+    chunked = run_probe(lm, "pos", dev_every_epoch=False, eval_chunk_examples=5, **common)  # the same probe, dev scored in 3 chunks
+    assert chunked["dev"] == pos["dev"] and chunked["metrics"] == pos["metrics"]
 
 
 @pytest.mark.data
