@@ -333,6 +333,9 @@ def test_pooled_protocol_end_to_end(data_dir, tmp_path, monkeypatch):
     assert with_dev["metrics"] == runs[0]["metrics"] and with_dev["epochs"][with_dev["selected_epoch"] - 1]["main"] == runs[0]["score"]
     chunked = run_probe(lm, "sst2", seed=1, dev_every_epoch=False, eval_chunk_examples=7, use_cache=False, **common)  # 5 chunks
     assert chunked["dev"] == runs[0]["dev"] and chunked["metrics"] == runs[0]["metrics"]
+    literal = run_probe(lm, "sst2", seed=1, epochs=3, lr=2e-5, max_train_examples=40, max_eval_examples=30, max_length=32, pool_examples=64, heldout_examples=16)
+    assert literal["data"]["fit_indices_sha"] == runs[0]["data"]["fit_indices_sha"]  # the literal setting trains on the seed's same draw
+    assert (len(literal["epochs"]), literal["selected_epoch"], literal["convergence"]) == (3, 3, None)
     no_dev = run_probe(lm, "sst2", seed=1, dev_every_epoch=False, score_dev=False, **common)
     assert no_dev["score"] is None and no_dev["dev"] is None and "eval" not in no_dev["feature_cache_hits"]
 

@@ -342,8 +342,8 @@ def run_probe(
             f"eval_chunk_examples={eval_chunk_examples!r} needs a positive integer, cached mode and dev_every_epoch false",
             "Score the dev split in chunks only with the main grid's protocol.",
         )
-    if (pooled or patience is not None or not score_dev) and selection != "heldout":
-        raise PapaError("pool_examples, patience and score_dev=False need selection: heldout", "Set selection: heldout (the epoch is chosen on held-out training examples).")
+    if (patience is not None or not score_dev) and selection != "heldout":
+        raise PapaError("patience and score_dev=False need selection: heldout", "Set selection: heldout (the epoch is chosen on held-out training examples).")
     if pooled and (heldout_examples is None or max_train_examples is None):
         raise PapaError("A training pool needs max_train_examples and heldout_examples (what each seed draws)", "Set e.g. max_train_examples: 2000, heldout_examples: 200.")
     probe_config = ProbeConfig(lr=lr, epochs=epochs, batch_size=batch_size, seed=seed, probe_input=probe_input, patience=patience)
@@ -375,21 +375,22 @@ def run_probe(
         eval_source = LiveSource(lm.model, inputs.eval, inputs.spec.is_token_task, torch_device, False, probe_input)
     timings["features"] = time.perf_counter() - t0
     heldout, drawn = None, {}
+    if pooled:  # the seed's own examples; with selection "final" (the literal setting) the held-out ones go unused
+        fit, held = draw_from_pool(train_source.num_examples, max_train_examples, heldout_examples, seed)
+        digest = lambda xs: hashlib.sha256(",".join(str(inputs.train_indices[i]) for i in xs.tolist()).encode()).hexdigest()[:16]  # noqa: E731
+        drawn = {
+            "pool_examples": train_source.num_examples,
+            "train_examples": len(fit),
+            "heldout_examples": len(held),
+            "fit_indices_sha": digest(fit),
+            "heldout_indices_sha": digest(held),
+        }
+    elif selection == "heldout":
+        fit, held = split_heldout(train_source.num_examples, heldout_fraction, data_seed)
     if selection == "heldout":
-        if pooled:
-            fit, held = draw_from_pool(train_source.num_examples, max_train_examples, heldout_examples, seed)
-            digest = lambda xs: hashlib.sha256(",".join(str(inputs.train_indices[i]) for i in xs.tolist()).encode()).hexdigest()[:16]  # noqa: E731
-            drawn = {
-                "pool_examples": train_source.num_examples,
-                "train_examples": len(fit),
-                "heldout_examples": len(held),
-                "fit_indices_sha": digest(fit),
-                "heldout_indices_sha": digest(held),
-            }
-        else:
-            fit, held = split_heldout(train_source.num_examples, heldout_fraction, data_seed)
         scoring_source = train_source if mode == "cached" else LiveSource(lm.model, inputs.train, inputs.spec.is_token_task, torch_device, False, probe_input)
         heldout = make_evaluator(inputs, SubsetSource(scoring_source, held), {k_: v[held] for k_, v in inputs.train.items()})
+    if pooled or selection == "heldout":
         train_source = SubsetSource(train_source, fit)
     num_labels = len(inputs.label_names)
     seed_everything(seed)
