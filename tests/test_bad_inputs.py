@@ -166,7 +166,9 @@ CLI_CASES = [
     pytest.param(
         ["rank", "--task", "sst2", "--method", "magic", "--out", "{out}/r.json"], "Unknown ranking method 'magic'", "Use one of gates, deviation, random", id="unknown-method"
     ),
-    pytest.param(PROBE + ["--model", "./no/such/model"] + DATA, "Unknown model './no/such/model'", "Use one of minilm-l3, minilm-l6, mpnet-base, a local model folder", id="unknown-model"),
+    pytest.param(
+        PROBE + ["--model", "./no/such/model"] + DATA, "Unknown model './no/such/model'", "Use one of minilm-l3, minilm-l6, mpnet-base, a local model folder", id="unknown-model"
+    ),
     pytest.param(
         PROBE + ["--model", "papa-tests/no-such-model"] + DATA,
         "is not in the local Hugging Face cache and HF_HUB_OFFLINE is set",
@@ -445,7 +447,9 @@ CONFIG_CASES = [
     pytest.param(_with("repeats", 3), "Unknown config key(s) in bad.yaml: repeats", "Allowed: data_seed", id="unknown-top-key"),
     pytest.param(_with("probe.folds", 3), "Unknown config key(s) in bad.yaml:probe: folds", "Allowed: epochs", id="unknown-section-key"),
     pytest.param(_with("studies", [{"name": "s", "colour": "red"}]), "Unknown config key(s) in bad.yaml:studies: colour", "Allowed: chapter", id="unknown-study-key"),
-    pytest.param(_with("models", ["no such model!"]), "Unknown model 'no such model!' in bad.yaml", "Use minilm-l6, minilm-l3, mpnet-base, a folder or a hub id", id="unknown-model"),
+    pytest.param(
+        _with("models", ["no such model!"]), "Unknown model 'no such model!' in bad.yaml", "Use minilm-l6, minilm-l3, mpnet-base, a folder or a hub id", id="unknown-model"
+    ),
     pytest.param(_with("tasks", ["qqp"]), "Unknown task 'qqp' in bad.yaml", "Use one of cola, sst2", id="unknown-task"),
     pytest.param(_with("rank.methods", ["oracle"]), "Unknown ranking method 'oracle' in bad.yaml", "Use one of gates, deviation, random", id="unknown-method"),
     pytest.param(_with("probe.modes", ["fast"]), "Unknown mode 'fast' in bad.yaml", "Use cached or faithful", id="unknown-mode"),
