@@ -448,7 +448,7 @@ CONFIG_CASES = [
     pytest.param(
         _with("models", ["no such model!"]),
         "Config bad.yaml: models[0]: Unknown model 'no such model!'",
-        "Use minilm-l6, minilm-l3, a local model folder or a hub id",
+        "Use minilm-l6, minilm-l3, mpnet-base, a local model folder or a hub id",
         id="unknown-model",
     ),
     pytest.param(_with("tasks", ["qqp"]), "Config bad.yaml: Unknown task 'qqp' at tasks[0]", "Use one of cola, sst2", id="unknown-task"),

@@ -19,7 +19,21 @@ from papa.core.models import load_model
 from papa.core.patching import gate_lambdas, patch_gates, unpatch
 from papa.probing.experiment import prepare_inputs, run_probe
 from papa.probing.features import extract_features
-from papa.probing.probe import CachedSource, LiveSource, ProbeConfig, SequenceProbe, SubsetSource, TokenProbe, build_probe, predict, select_epoch, split_heldout, train_probe
+from papa.probing.probe import (
+    CachedSource,
+    LiveSource,
+    ProbeConfig,
+    SequenceProbe,
+    SubsetSource,
+    TokenProbe,
+    build_probe,
+    convergence,
+    draw_from_pool,
+    predict,
+    select_epoch,
+    split_heldout,
+    train_probe,
+)
 from papa.probing.ranking import rank_gates
 
 
@@ -231,3 +245,149 @@ def test_same_seed_same_scores_in_two_processes(data_dir, tmp_path):
         outs.append(json.loads(out.read_text()))
     assert [e["main"] for e in outs[0]["epochs"]] == [e["main"] for e in outs[1]["epochs"]]
     assert [e["train_loss"] for e in outs[0]["epochs"]] == [e["train_loss"] for e in outs[1]["epochs"]]
+
+
+# --- the main grid's protocol: early stopping, convergence, a seed's own draw from the pool (issue 14) ----------
+
+
+def scripted(curve):
+    """A held-out evaluator returning ``curve[epoch - 1]`` and remembering the probe's weights at each call."""
+    calls = []
+
+    def score(model):
+        calls.append({name: value.clone() for name, value in model.state_dict().items()})
+        return {"main": curve[len(calls) - 1]}
+
+    return score, calls
+
+
+def test_early_stopping_stops_after_patience_epochs_without_a_gain_and_keeps_the_best_probe():
+    states, mask, labels = separable(32)
+    score, calls = scripted([0.5, 0.6, 0.7, 0.7, 0.65, 0.7, 0.9, 0.9])
+    probe = SequenceProbe(3, 8, 16, 2, dropout=0.0)
+    history = train_probe(probe, ArraySource(states, mask, labels), None, ProbeConfig(lr=1e-2, epochs=8, batch_size=8, patience=3), heldout=score)
+    assert [r["epoch"] for r in history.epochs] == [1, 2, 3, 4, 5, 6]  # epochs 4, 5, 6 bring no strict gain over 0.7
+    assert (history.best_epoch, history.stopped_early) == (3, True)
+    assert all(torch.equal(history.best_state[name], calls[2][name]) for name in calls[2])  # the probe of epoch 3
+    assert "main" not in history.epochs[0] and history.epochs[0]["heldout_main"] == 0.5  # no dev scores per epoch
+    assert convergence(history.epochs, 3, 8) == {
+        "converged": True,
+        "best_epoch": 3,
+        "epochs_trained": 6,
+        "stopped_early": True,
+        "patience": 3,
+        "max_epochs": 8,
+        "heldout_curve": [0.5, 0.6, 0.7, 0.7, 0.65, 0.7],
+    }
+
+
+def test_a_curve_still_rising_at_the_cap_is_not_converged():
+    states, mask, labels = separable(32)
+    score, _ = scripted([0.5, 0.6, 0.6, 0.6, 0.7])
+    history = train_probe(SequenceProbe(3, 8, 16, 2), ArraySource(states, mask, labels), None, ProbeConfig(lr=1e-2, epochs=5, batch_size=8, patience=3), heldout=score)
+    assert (len(history.epochs), history.best_epoch, history.stopped_early) == (5, 5, False)
+    conv = convergence(history.epochs, 3, 5)
+    assert (conv["converged"], conv["best_epoch"], conv["stopped_early"]) == (False, 5, False)
+    flat = [{"epoch": e, "heldout_main": v} for e, v in enumerate([0.5, 0.6, 0.6, 0.6, 0.6], 1)]
+    assert convergence(flat, 3, 5)["converged"] is True  # best at epoch 2, then 3 epochs without a gain
+    assert convergence(flat, 4, 5)["converged"] is False
+    with pytest.raises(PapaError, match="Early stopping .patience. needs held-out training examples"):
+        train_probe(SequenceProbe(3, 8, 16, 2), ArraySource(states, mask, labels), None, ProbeConfig(patience=2))
+    with pytest.raises(PapaError, match="patience must be a positive integer or null, got 0"):
+        ProbeConfig(patience=0)
+
+
+def test_each_seed_draws_its_own_disjoint_examples_from_the_pool():
+    fit, held = draw_from_pool(100, 60, 20, seed=42)
+    assert (len(fit), len(held)) == (60, 20) and not set(fit.tolist()) & set(held.tolist())
+    assert fit.tolist() == sorted(fit.tolist()) and max(fit.max(), held.max()) < 100
+    again = draw_from_pool(100, 60, 20, seed=42)
+    assert torch.equal(fit, again[0]) and torch.equal(held, again[1])
+    other = draw_from_pool(100, 60, 20, seed=43)
+    assert not torch.equal(fit, other[0])
+    with pytest.raises(PapaError) as err:
+        draw_from_pool(70, 60, 20, seed=0)
+    assert err.value.problem == "The pool holds 70 training examples, fewer than the 60 + 20 a seed draws"
+
+
+@pytest.mark.data
+def test_pooled_protocol_end_to_end(data_dir, tmp_path, monkeypatch):
+    """Seeds draw different examples from one pool (features extracted once), the run stops early or at its cap,
+    the dev record reproduces the reported metrics, and the dev split is never scored when score_dev is False."""
+    from papa.probing.metrics import compute_task_metrics
+
+    monkeypatch.setenv("PAPA_CACHE_DIR", str(tmp_path))
+    lm = load_model("minilm-l6")
+    common = dict(epochs=6, lr=1e-3, max_train_examples=40, max_eval_examples=30, max_length=32, selection="heldout", patience=2, pool_examples=64, heldout_examples=16)
+    runs = [run_probe(lm, "sst2", seed=seed, dev_every_epoch=False, **common) for seed in (1, 2)]
+    assert runs[0]["data"]["fit_indices_sha"] != runs[1]["data"]["fit_indices_sha"]
+    assert runs[1]["feature_cache_hits"] == {"train": True, "eval": True}
+    for result in runs:
+        conv, dev = result["convergence"], result["dev"]
+        assert result["selected_epoch"] == conv["best_epoch"] and conv["epochs_trained"] == len(result["epochs"])
+        assert conv["converged"] == (conv["epochs_trained"] - conv["best_epoch"] >= 2)
+        assert (result["data"]["pool_examples"], result["data"]["train_examples"], result["data"]["heldout_examples"]) == (64, 40, 16)
+        assert len(dev["predictions"]) == len(dev["labels"]) == 30
+        assert compute_task_metrics("sst2", dev["predictions"], dev["labels"]) == result["metrics"]
+    with_dev = run_probe(lm, "sst2", seed=1, dev_every_epoch=True, **common)  # dev scored per epoch: same numbers
+    assert with_dev["metrics"] == runs[0]["metrics"] and with_dev["epochs"][with_dev["selected_epoch"] - 1]["main"] == runs[0]["score"]
+    chunked = run_probe(lm, "sst2", seed=1, dev_every_epoch=False, eval_chunk_examples=7, use_cache=False, **common)  # 5 chunks
+    assert chunked["dev"] == runs[0]["dev"] and chunked["metrics"] == runs[0]["metrics"]
+    literal = run_probe(lm, "sst2", seed=1, epochs=3, lr=2e-5, max_train_examples=40, max_eval_examples=30, max_length=32, pool_examples=64, heldout_examples=16)
+    assert literal["data"]["fit_indices_sha"] == runs[0]["data"]["fit_indices_sha"]  # the literal setting trains on the seed's same draw
+    assert (len(literal["epochs"]), literal["selected_epoch"], literal["convergence"]) == (3, 3, None)
+    no_dev = run_probe(lm, "sst2", seed=1, dev_every_epoch=False, score_dev=False, **common)
+    assert no_dev["score"] is None and no_dev["dev"] is None and "eval" not in no_dev["feature_cache_hits"]
+
+
+@pytest.mark.data
+def test_ner_and_pos_share_their_features(data_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("PAPA_CACHE_DIR", str(tmp_path))
+    lm = load_model("minilm-l6")
+    common = dict(epochs=1, max_train_examples=24, max_eval_examples=12, max_length=32)
+    ner = run_probe(lm, "ner", **common)
+    pos = run_probe(lm, "pos", **common)
+    assert ner["feature_cache_hits"] == {"train": False, "eval": False} and pos["feature_cache_hits"] == {"train": True, "eval": True}
+    assert ner["dev"]["lengths"] == pos["dev"]["lengths"] and ner["dev"]["labels"] != pos["dev"]["labels"]
+    assert pos["dev"]["label_names"][:2] != ner["dev"]["label_names"][:2] and max(pos["dev"]["labels"]) > 8  # POS tags, not NER's 9
+    chunked = run_probe(lm, "pos", dev_every_epoch=False, eval_chunk_examples=5, **common)  # the same probe, dev scored in 3 chunks
+    assert chunked["dev"] == pos["dev"] and chunked["metrics"] == pos["metrics"]
+
+
+@pytest.mark.data
+def test_lr_is_chosen_on_heldout_training_examples_and_saved(data_dir, tmp_path, monkeypatch):
+    from papa.probing import experiment
+    from papa.probing.protocol import load_lr_choice, save_lr_choice, select_lr
+
+    monkeypatch.setenv("PAPA_CACHE_DIR", str(tmp_path))
+    extracted = []
+    original = experiment.get_features
+    monkeypatch.setattr(experiment, "get_features", lambda lm, inputs, split, *a, **k: (extracted.append(split), original(lm, inputs, split, *a, **k))[1])
+    choice = select_lr("minilm-l6", "sst2", lrs=(2e-5, 1e-2), seeds=(1, 2), epochs=3, patience=1, pool_examples=64, max_train_examples=40, heldout_examples=16, max_length=32)
+    assert set(extracted) == {"train"}  # the dev split is never encoded into features, let alone scored
+    assert len(choice["runs"]) == 4 and set(choice["heldout"]) == {"2e-05", "0.01"}
+    means = {lr: sum(r["heldout"] for r in choice["runs"] if r["lr"] == lr) / 2 for lr in (2e-5, 1e-2)}
+    assert choice["heldout"] == {repr(lr): m for lr, m in means.items()}
+    assert choice["lr"] == max(means, key=lambda lr: (means[lr], -lr))
+    path = save_lr_choice(tmp_path / "lr.json", choice)
+    assert load_lr_choice(path, "minilm-l6", "sst2") == choice["lr"]
+    with pytest.raises(PapaError, match="is for task 'sst2', not 'cola'"):
+        load_lr_choice(path, "minilm-l6", "cola")
+
+
+def test_random_orderings_are_seeded_permutations_of_every_head():
+    from papa.core.models import LoadedModel
+    from papa.probing.ranking import compute_ranking, split_method
+
+    model = AutoModel.from_config(BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=3, num_attention_heads=4, intermediate_size=8))
+    lm = LoadedModel("tiny", model, None, "local", "0" * 16)
+    one, meta = compute_ranking("random-1", lm, device="cpu")
+    assert sorted(one) == all_heads(3, 4) and (meta["method"], meta["seed"]) == ("random", 1)
+    assert compute_ranking("random-1", lm, device="cpu")[0] == one
+    assert compute_ranking("random", lm, seed=1, device="cpu")[0] == one  # random-<n> is the plain method with seed n
+    orderings = {tuple(compute_ranking(f"random-{n}", lm, device="cpu")[0]) for n in (1, 2, 3)}
+    assert len(orderings) == 3
+    assert (split_method("gates"), split_method("random-12")) == (("gates", None), ("random", 12))
+    for bad in ("random-", "random-x", "gates-1", "oracle"):
+        with pytest.raises(PapaError, match=f"Unknown ranking method '{bad}'"):
+            split_method(bad)

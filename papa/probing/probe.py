@@ -13,8 +13,17 @@ attention layer): the *attention-free floor* of the scientific controls.
 
 Training follows the official runs: AdamW (weight decay 0), lr 2e-5, constant schedule, batch 16,
 15 epochs, seed 42, evaluation on the validation split after every epoch; the reported score is the
-final epoch's. Features come from a :class:`FeatureSource`: cached states (:mod:`papa.probing.features`) or
-the live encoder (``faithful`` mode: train mode, dropout active, recomputed for every batch).
+final epoch's (the paper's literal setting).
+
+The protocol of the book's main grid (issue 14) instead trains until the score on held-out *training*
+examples stops improving: ``patience`` epochs without a strict improvement stop it, ``epochs`` is the cap;
+the probe of the best held-out epoch (the earliest among ties) is restored and scored once on the dev split.
+:func:`convergence` says whether that run converged: the best held-out epoch lies at least ``patience``
+epochs before the last trained one (always true when it stopped early; false when the cap cut a curve
+that was still rising). :func:`draw_from_pool` gives each seed its own training examples from a pool.
+
+Features come from a :class:`FeatureSource`: cached states (:mod:`papa.probing.features`) or the live encoder
+(``faithful`` mode: train mode, dropout active, recomputed for every batch).
 """
 
 from __future__ import annotations
@@ -48,7 +57,11 @@ class ProbeConfig:
     dropout: float = 0.1
     probe_input: str = "all"
 
+    patience: int | None = None  # None: train all ``epochs``; else stop after this many epochs without a held-out gain
+
     def __post_init__(self):
+        if self.patience is not None and (isinstance(self.patience, bool) or not isinstance(self.patience, int) or self.patience < 1):
+            raise PapaError(f"patience must be a positive integer or null, got {self.patience!r}", "Use e.g. 3.")
         if self.probe_input not in PROBE_INPUTS:
             raise PapaError(f"Unknown probe_input {self.probe_input!r}", f"Use one of {', '.join(PROBE_INPUTS)}.")
         if not (self.lr > 0 and self.epochs >= 1 and self.batch_size >= 1):
@@ -166,12 +179,15 @@ def build_probe(token_task: bool, num_states: int, length: int, hidden: int, num
 class TrainHistory:
     """Per-epoch record of a probe's training."""
 
-    epochs: list[dict] = field(default_factory=list)  # {"epoch", "train_loss", metrics...}
+    epochs: list[dict] = field(default_factory=list)  # {"epoch", "train_loss", metrics..., heldout_<metric>...}
     seconds_train: float = 0.0
     seconds_eval: float = 0.0
+    best_epoch: int | None = None  # the best held-out epoch (earliest among ties); None without held-out scores
+    best_state: dict | None = field(default=None, repr=False)  # the probe's state_dict at best_epoch (CPU copies)
+    stopped_early: bool = False
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return {k: v for k, v in asdict(self).items() if k != "best_state"}
 
 
 @torch.no_grad()
@@ -190,7 +206,7 @@ def predict(probe: nn.Module, source: FeatureSource, batch_size: int = 64) -> tu
 def train_probe(
     probe: nn.Module,
     train: FeatureSource,
-    evaluate: Callable[[nn.Module], dict],
+    evaluate: Callable[[nn.Module], dict] | None,
     config: ProbeConfig,
     extra_parameters: list[nn.Parameter] | None = None,
     on_epoch: Callable[[dict], None] | None = None,
@@ -198,10 +214,14 @@ def train_probe(
 ) -> TrainHistory:
     """Train ``probe`` (and ``extra_parameters``, e.g. gate λ) on ``train``; evaluate every epoch.
 
-    ``heldout`` (optional) scores the probe on training examples kept out of ``train``; its metrics
-    are recorded per epoch as ``heldout_<name>`` so that an epoch can be chosen without the dev set
-    (:func:`select_epoch`).
+    ``evaluate`` (the dev split; None: not scored per epoch) and ``heldout`` (training examples kept out of
+    ``train``) score the probe after every epoch; held-out metrics are recorded as ``heldout_<name>`` so that an
+    epoch can be chosen without the dev set (:func:`select_epoch`). With held-out scores the history keeps the
+    probe's state at the best held-out epoch (``best_state``); with ``config.patience`` training stops after
+    that many epochs without a strict held-out improvement.
     """
+    if config.patience is not None and heldout is None:
+        raise PapaError("Early stopping (patience) needs held-out training examples", "Train with selection: heldout.")
     generator = torch.Generator().manual_seed(config.seed)
     params = list(probe.parameters()) + list(extra_parameters or [])
     optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
@@ -223,7 +243,7 @@ def train_probe(
             batches += 1
         history.seconds_train += time.perf_counter() - started
         started = time.perf_counter()
-        record = {"epoch": epoch, "train_loss": total_loss / max(batches, 1), **evaluate(probe)}
+        record = {"epoch": epoch, "train_loss": total_loss / max(batches, 1), **(evaluate(probe) if evaluate is not None else {})}
         if heldout is not None:
             record.update({f"heldout_{name}": value for name, value in heldout(probe).items()})
         history.seconds_eval += time.perf_counter() - started
@@ -232,7 +252,39 @@ def train_probe(
         history.epochs.append(record)
         if on_epoch is not None:
             on_epoch(record)
+        if heldout is not None:
+            best = None if history.best_epoch is None else history.epochs[history.best_epoch - 1]["heldout_main"]
+            if best is None or record["heldout_main"] > best:
+                history.best_epoch = epoch
+                history.best_state = {name: value.detach().to("cpu", copy=True) for name, value in probe.state_dict().items()}
+            elif config.patience is not None and epoch - history.best_epoch >= config.patience and epoch < config.epochs:
+                history.stopped_early = True
+                break
     return history
+
+
+def convergence(epochs: list[dict], patience: int, max_epochs: int) -> dict:
+    """Whether a run's held-out curve had stopped rising (see the module docstring).
+
+    ``epochs``: the per-epoch records with ``heldout_main``. Returns ``converged`` (the best held-out epoch is
+    at least ``patience`` epochs before the last trained epoch), ``best_epoch`` (earliest among ties),
+    ``epochs_trained``, ``stopped_early`` (fewer than ``max_epochs`` epochs), ``patience``, ``max_epochs``
+    and the held-out curve ``heldout_curve``.
+    """
+    if not epochs or "heldout_main" not in epochs[0]:
+        raise PapaError("Convergence needs held-out scores per epoch", "Train with a heldout evaluator.")
+    curve = [float(record["heldout_main"]) for record in epochs]
+    best = max(range(len(curve)), key=lambda i: (curve[i], -i)) + 1
+    trained = len(curve)
+    return {
+        "converged": trained - best >= patience,
+        "best_epoch": best,
+        "epochs_trained": trained,
+        "stopped_early": trained < max_epochs,
+        "patience": patience,
+        "max_epochs": max_epochs,
+        "heldout_curve": curve,
+    }
 
 
 SELECTIONS = ("final", "heldout")
@@ -270,6 +322,21 @@ def split_heldout(num_examples: int, fraction: float, seed: int) -> tuple[torch.
         raise PapaError(f"Holding out {held} of {num_examples} training examples leaves none to train on", "Use more training examples or a smaller heldout_fraction.")
     order = torch.randperm(num_examples, generator=torch.Generator().manual_seed(seed))
     return order[held:].sort().values, order[:held].sort().values
+
+
+def draw_from_pool(pool_size: int, fit_examples: int, heldout_examples: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A seed's own training examples from a pool of ``pool_size`` (whose features are extracted once):
+    disjoint ``(fit [fit_examples], held out [heldout_examples])`` indices into the pool, each sorted, drawn
+    by ``torch.randperm(pool_size)`` seeded with ``seed``."""
+    if fit_examples < 1 or heldout_examples < 1:
+        raise PapaError(f"A seed needs at least one training and one held-out example, got {fit_examples} and {heldout_examples}", "Raise max_train_examples / heldout_examples.")
+    if fit_examples + heldout_examples > pool_size:
+        raise PapaError(
+            f"The pool holds {pool_size} training examples, fewer than the {fit_examples} + {heldout_examples} a seed draws",
+            "Raise pool_examples (or lower max_train_examples / heldout_examples); for a small split use the whole split as the pool.",
+        )
+    order = torch.randperm(pool_size, generator=torch.Generator().manual_seed(seed))
+    return order[:fit_examples].sort().values, order[fit_examples : fit_examples + heldout_examples].sort().values
 
 
 def seed_everything(seed: int) -> None:

@@ -6,7 +6,8 @@
   ranking is ascending ``λ`` over all layers at once (most weight on the constant first).
 * ``deviation`` — training-free, from the estimation pass: each head's mean squared deviation of
   its per-input attention from its constant, ascending (the most input-independent heads first).
-* ``random`` — a seeded permutation (a control).
+* ``random`` — a seeded permutation: the baseline a ranking has to beat. ``random-<n>`` names the ordering of
+  seed ``n`` (``random-1``, ``random-2`` ... give several orderings; plain ``random`` uses the ``seed`` argument).
 
 Every ranking lists all ``(layer, head)`` pairs once and is saved as JSON by :func:`papa.core.heads.save_ranking`.
 """
@@ -33,6 +34,16 @@ from papa.probing.probe import (
 )
 
 METHODS = ("gates", "deviation", "random")
+
+
+def split_method(method: str) -> tuple[str, int | None]:
+    """``("random", 7)`` for ``"random-7"``; ``(method, None)`` for a plain method; anything else is a :class:`PapaError`."""
+    base, dash, suffix = str(method).partition("-")
+    if base in METHODS and not dash:
+        return base, None
+    if base == "random" and suffix.isdigit():
+        return base, int(suffix)
+    raise PapaError(f"Unknown ranking method {method!r}", f"Use one of {', '.join(METHODS)}, or random-<seed> (e.g. random-1) for a seeded random ordering.")
 
 
 def rank_gates(lm: LoadedModel, inputs: TaskInputs, constants: torch.Tensor, config: ProbeConfig, device) -> tuple[list, dict]:
@@ -73,8 +84,8 @@ def compute_ranking(
     device: str | None = None,
 ) -> tuple[list, dict]:
     """Compute a ranking by ``method``; returns ``(ranking, meta)`` (meta holds config and provenance)."""
-    if method not in METHODS:
-        raise PapaError(f"Unknown ranking method {method!r}", f"Use one of {', '.join(METHODS)}.")
+    method, ordering_seed = split_method(method)
+    seed = seed if ordering_seed is None else ordering_seed
     started = time.perf_counter()
     torch_device = pick_device(device)
     lm = model if isinstance(model, LoadedModel) else load_model(model, torch_device)

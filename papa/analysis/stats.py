@@ -1,0 +1,317 @@
+"""Intervals and verdicts the book can stand behind: paired bootstrap differences to k = 0 on the same dev
+examples, the convergence gate, and the claim-3 rule ("better models lose more").
+
+**Per-example statistics.** Every task metric is a function of sums over dev examples of a small count
+vector (:func:`example_statistics`, ``[N, D]``), so a bootstrap resample only re-weights rows:
+
+* ``accuracy`` (SST-2, MNLI): ``(correct, 1)``;
+* ``matthews_correlation`` (CoLA): the example's one-hot confusion cell, ``C x C`` columns (the multi-class
+  MCC of scikit-learn, from the summed confusion matrix);
+* ``combined`` (MRPC; also ``f1``): ``(tp, fp, fn, tn)`` for the positive label 1; ``combined`` = (accuracy + F1) / 2;
+* token ``f1`` (NER): per sentence ``(correct spans, predicted spans, true spans)`` (seqeval's default mode, as
+  :mod:`papa.probing.metrics`), F1 = 2 correct / (predicted + true);
+* token ``accuracy`` (POS): per sentence ``(correct tokens, tokens)``.
+
+**Paired bootstrap** (:func:`paired_bootstrap`): the runs at k = 0 and at k score the same dev examples. The seeds
+are pooled by resampling examples and averaging the seeds' metrics inside each resample: resample ``r`` draws
+``N`` examples with replacement (row ``r`` of ``rng.integers(0, N, size=(R, N))`` with
+``rng = numpy.random.default_rng(seed)``), every seed's metric is computed on it at k = 0 and at k, and the
+difference of the two seed means is recorded. The interval is the 2.5 and 97.5 percentiles of the ``R``
+differences (numpy's default linear interpolation); a difference is *real* only when its interval excludes 0.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+
+from papa.core.errors import PapaError
+
+#: Statistic layouts by (kind, metric): see the module docstring.
+SEQUENCE_METRICS = ("accuracy", "matthews_correlation", "combined", "f1")
+TOKEN_METRICS = ("f1", "accuracy")
+RESAMPLES = 2000
+
+
+def _sentences(flat: np.ndarray, lengths: np.ndarray) -> list[np.ndarray]:
+    if int(lengths.sum()) != len(flat):
+        raise PapaError(f"The sentence lengths add up to {int(lengths.sum())} tokens, but there are {len(flat)}", "Store one length per dev sentence.")
+    return np.split(flat, np.cumsum(lengths)[:-1])
+
+
+def example_statistics(
+    metric: str,
+    predictions: Sequence[int],
+    labels: Sequence[int],
+    lengths: Sequence[int] | None = None,
+    label_names: Sequence[str] | None = None,
+    num_labels: int | None = None,
+) -> np.ndarray:
+    """Per-example count vectors ``[N, D]`` from which :func:`metric_from_sums` recomputes ``metric``.
+
+    Sequence tasks: ``predictions``/``labels`` ``[N]``. Token tasks: flat ``[T]`` over all labelled tokens, with
+    ``lengths [N]`` (tokens per sentence); NER (token ``f1``) also needs ``label_names`` to find entity spans.
+    """
+    preds, refs = np.asarray(predictions, dtype=np.int64), np.asarray(labels, dtype=np.int64)
+    if preds.shape != refs.shape or preds.ndim != 1:
+        raise PapaError(f"{preds.shape} predictions but {refs.shape} labels", "Pass one flat prediction per labelled example or token.")
+    if lengths is not None:
+        sizes = np.asarray(lengths, dtype=np.int64)
+        pred_sents, ref_sents = _sentences(preds, sizes), _sentences(refs, sizes)
+        if metric == "accuracy":
+            return np.stack([np.array([(p == r).sum(), len(r)]) for p, r in zip(pred_sents, ref_sents)]).astype(np.float64)
+        if metric == "f1":
+            if not label_names:
+                raise PapaError("Entity F1 needs the tag names", "Pass label_names in id order.")
+            from papa.probing.metrics.papa_seqeval.papa_seqeval import get_entities
+
+            names = np.asarray(label_names, dtype=object)
+            rows = []
+            for p, r in zip(pred_sents, ref_sents):
+                found, true = set(get_entities(list(names[p]))), set(get_entities(list(names[r])))
+                rows.append((len(found & true), len(found), len(true)))
+            return np.asarray(rows, dtype=np.float64).reshape(-1, 3)
+        raise PapaError(f"No per-example statistics for the token metric {metric!r}", f"Use one of {', '.join(TOKEN_METRICS)}.")
+    if metric == "accuracy":
+        return np.stack([preds == refs, np.ones_like(refs, dtype=bool)], axis=1).astype(np.float64)
+    if metric == "matthews_correlation":
+        classes = num_labels or int(max(preds.max(initial=0), refs.max(initial=0))) + 1
+        cells = np.zeros((len(refs), classes * classes))
+        cells[np.arange(len(refs)), refs * classes + preds] = 1.0
+        return cells
+    if metric in ("combined", "f1"):
+        positive_pred, positive_true = preds == 1, refs == 1
+        columns = [positive_pred & positive_true, positive_pred & ~positive_true, ~positive_pred & positive_true, ~positive_pred & ~positive_true]
+        return np.stack(columns, axis=1).astype(np.float64)
+    raise PapaError(f"No per-example statistics for the metric {metric!r}", f"Use one of {', '.join(SEQUENCE_METRICS)}.")
+
+
+def metric_from_sums(metric: str, sums: np.ndarray, token: bool = False) -> np.ndarray:
+    """The metric from summed statistics ``[..., D]`` (any leading shape) → ``[...]``."""
+    sums = np.asarray(sums, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        if metric == "accuracy":
+            return sums[..., 0] / sums[..., 1]
+        if token and metric == "f1":
+            correct, total = sums[..., 0], sums[..., 1] + sums[..., 2]
+            return np.where(correct > 0, 2 * correct / np.where(total > 0, total, 1), 0.0)
+        if metric == "matthews_correlation":
+            classes = math.isqrt(sums.shape[-1])
+            confusion = sums.reshape(*sums.shape[:-1], classes, classes)  # [..., true, predicted]
+            t, p = confusion.sum(-1), confusion.sum(-2)
+            c, s = np.trace(confusion, axis1=-2, axis2=-1), confusion.sum((-2, -1))
+            numerator = c * s - (t * p).sum(-1)
+            denominator = np.sqrt(s**2 - (p * p).sum(-1)) * np.sqrt(s**2 - (t * t).sum(-1))
+            return np.where(denominator > 0, numerator / np.where(denominator > 0, denominator, 1), 0.0)
+        if metric in ("combined", "f1"):
+            tp, fp, fn, tn = (sums[..., i] for i in range(4))
+            f1 = np.where(tp > 0, 2 * tp / np.where(2 * tp + fp + fn > 0, 2 * tp + fp + fn, 1), 0.0)
+            return f1 if metric == "f1" else ((tp + tn) / (tp + fp + fn + tn) + f1) / 2
+    raise PapaError(f"Unknown metric {metric!r}", f"Use one of {', '.join(SEQUENCE_METRICS)}.")
+
+
+def _stack(per_seed: Sequence[np.ndarray], what: str) -> np.ndarray:
+    if not per_seed:
+        raise PapaError(f"No runs {what}", "Pass the per-seed statistics of at least one run.")
+    shapes = {s.shape for s in per_seed}
+    if len(shapes) != 1:
+        raise PapaError(f"The runs {what} hold statistics of different shapes {sorted(shapes)}", "Compare runs on the same dev examples.")
+    return np.stack(per_seed)
+
+
+def paired_bootstrap(
+    base: Sequence[np.ndarray],
+    other: Sequence[np.ndarray],
+    metric: str,
+    token: bool = False,
+    resamples: int = RESAMPLES,
+    seed: int = 0,
+    level: float = 0.95,
+    pairs: Sequence[tuple[int, int]] | None = None,
+) -> dict:
+    """The difference ``other − base`` of the seed-mean metric, with a bootstrap interval over dev examples.
+
+    ``base``/``other``: one ``[N, D]`` statistics array per seed (:func:`example_statistics`) at k = 0 and at k, on
+    the same ``N`` dev examples. Returns ``difference``, ``low``, ``high``, ``real`` (the interval excludes 0),
+    ``relative_drop`` = (base − other) / base with ``relative_low``/``relative_high`` (the same resamples),
+    ``base_score``, ``score``, the per-seed differences' ``seed_min``/``seed_max`` over ``pairs`` (``(i, j)``: base
+    run ``i`` and other run ``j`` share a probe seed, hence its training draw; default: in order), ``n_examples``,
+    ``n_base``, ``n_runs`` and ``resamples``.
+    """
+    b, o = _stack(base, "at k = 0"), _stack(other, "at k")
+    if b.shape[1:] != o.shape[1:]:
+        raise PapaError(f"The runs score {b.shape[1]} and {o.shape[1]} dev examples", "Compare runs on the same dev examples (the whole dev split).")
+    if not 0 < level < 1 or resamples < 1:
+        raise PapaError(f"Bootstrap level {level} / resamples {resamples} out of range", "Use e.g. level=0.95, resamples=2000.")
+    n = b.shape[1]
+    base_seeds, other_seeds = metric_from_sums(metric, b.sum(1), token), metric_from_sums(metric, o.sum(1), token)
+    base_score, score = float(base_seeds.mean()), float(other_seeds.mean())
+    pairs = list(pairs) if pairs is not None else [(i, i) for i in range(min(len(b), len(o)))]
+    paired = np.array([other_seeds[j] - base_seeds[i] for i, j in pairs]) if pairs else np.array([math.nan])
+    rows = np.random.default_rng(seed).integers(0, n, size=(resamples, n), dtype=np.int64)
+    differences, relative = np.empty(resamples), np.empty(resamples)
+    for start in range(0, resamples, 256):
+        chunk = rows[start : start + 256]
+        weights = np.zeros((len(chunk), n))
+        np.add.at(weights, (np.repeat(np.arange(len(chunk)), n), chunk.ravel()), 1.0)  # [R', N] times drawn
+        m_base = metric_from_sums(metric, np.einsum("rn,snd->rsd", weights, b), token).mean(1)  # [R']
+        m_other = metric_from_sums(metric, np.einsum("rn,snd->rsd", weights, o), token).mean(1)
+        differences[start : start + len(chunk)] = m_other - m_base
+        with np.errstate(divide="ignore", invalid="ignore"):
+            relative[start : start + len(chunk)] = (m_base - m_other) / m_base
+    tail = (1 - level) / 2
+    low, high = (float(x) for x in np.quantile(differences, [tail, 1 - tail]))
+    rel_low, rel_high = (float(x) for x in np.quantile(relative, [tail, 1 - tail])) if np.isfinite(relative).all() else (math.nan, math.nan)
+    return {
+        "base_score": base_score,
+        "score": score,
+        "difference": score - base_score,
+        "low": low,
+        "high": high,
+        "real": bool(low > 0 or high < 0),
+        "relative_drop": (base_score - score) / base_score if base_score else math.nan,
+        "relative_low": rel_low,
+        "relative_high": rel_high,
+        "seed_min": float(paired.min()),
+        "seed_max": float(paired.max()),
+        "n_examples": int(n),
+        "n_base": int(len(b)),
+        "n_runs": int(len(o)),
+        "resamples": int(resamples),
+        "level": level,
+    }
+
+
+def run_statistics(result: dict) -> np.ndarray:
+    """The ``[N, D]`` statistics of one result record (its ``dev`` predictions; see :mod:`papa.probing.experiment`)."""
+    dev = result.get("dev")
+    if not dev:
+        raise PapaError(f"The result of {result.get('config', {}).get('model')}/{result.get('task')} stores no dev predictions", "Rerun it with a papa that records them.")
+    return example_statistics(result["metric"], dev["predictions"], dev["labels"], dev.get("lengths"), dev.get("label_names"), len(dev.get("label_names") or []) or None)
+
+
+def paired_differences(results: dict[str, dict], resamples: int = RESAMPLES, seed: int = 0, level: float = 0.95) -> pd.DataFrame:
+    """For every (model, task, ranking, k > 0) group of runs, :func:`paired_bootstrap` against the same model and
+    task's k = 0 runs (same probe settings and dev examples). One row per group: the group keys and the fields of
+    :func:`paired_bootstrap`. Seeded random orderings (``random-1``, ``random-2`` ...) are pooled as ``random``.
+    Runs without dev predictions are skipped."""
+    from papa.analysis.results import ranking_method
+
+    groups: dict[tuple, list[dict]] = {}
+    for result in results.values():
+        if not result.get("dev"):
+            continue
+        c = result["config"]
+        k, total = int(c["constant_heads"]), int(c["total_heads"])
+        setting = (c.get("mode"), c.get("probe_input", "all"), c.get("lr"), c.get("selection", "final"), (result.get("data") or {}).get("eval_indices_sha"))
+        ranking = ranking_method(c.get("ranking"), k, total)
+        ranking = "random" if ranking.startswith("random") else ranking
+        groups.setdefault((c["model"], result["task"], ranking, k, total, setting), []).append(result)
+    rows = []
+    for (model, task, ranking, k, total, setting), runs in sorted(groups.items(), key=lambda item: (item[0][0], item[0][1], item[0][3], item[0][2], str(item[0][5]))):
+        base = groups.get((model, task, "none", 0, total, setting))
+        if k == 0 or not base:
+            continue
+        base_runs, other_runs = (sorted(rs, key=lambda r: r["config"]["seed"]) for rs in (base, runs))
+        token = bool(base_runs[0]["dev"].get("lengths"))
+        position = {r["config"]["seed"]: i for i, r in enumerate(base_runs)}
+        pairs = [(position[r["config"]["seed"]], j) for j, r in enumerate(other_runs) if r["config"]["seed"] in position]
+        metric = base_runs[0]["metric"]
+        stats = paired_bootstrap([run_statistics(r) for r in base_runs], [run_statistics(r) for r in other_runs], metric, token, resamples, seed, level, pairs)
+        rows.append({"model": model, "task": task, "ranking": ranking, "k": k, "fraction": k / total, "mode": setting[0], "probe_input": setting[1], **stats})
+    return pd.DataFrame(rows)
+
+
+# --- the convergence gate -------------------------------------------------------------------------
+
+
+def convergence_table(results: dict[str, dict]) -> pd.DataFrame:
+    """One row per run: ``run_id``, ``converged`` (None for a run without a held-out curve), ``best_epoch``,
+    ``epochs_trained``, ``stopped_early`` (from each result's ``convergence`` record). Merge it into
+    :func:`papa.analysis.results.load_results` on ``run_id`` before :func:`convergence_gate`."""
+    rows = []
+    for run_id, result in results.items():
+        conv = result.get("convergence") or {}
+        rows.append({"run_id": run_id, **{key: conv.get(key) for key in ("converged", "best_epoch", "epochs_trained", "stopped_early")}})
+    return pd.DataFrame(rows, columns=["run_id", "converged", "best_epoch", "epochs_trained", "stopped_early"])
+
+
+def convergence_gate(frame: pd.DataFrame, column: str = "converged") -> tuple[pd.DataFrame, dict]:
+    """Keep the rows of converged runs; return ``(kept, summary)``.
+
+    ``frame[column]`` is True (converged), False (the held-out curve still rose at the end) or missing/None
+    (a run without a held-out curve, e.g. the paper's literal final-epoch setting: *unknown*, also left out).
+    ``summary``: ``runs``, ``converged``, ``not_converged``, ``unknown``, ``left_out`` (= runs − converged) and
+    ``left_out_runs`` (their ``run_id`` where the frame has one).
+    """
+    flags = frame[column] if column in frame else pd.Series([None] * len(frame), index=frame.index)
+    converged = flags.map(lambda x: x is True or x is np.True_)
+    not_converged = flags.map(lambda x: x is False or x is np.False_)
+    left = frame[~converged]
+    summary = {
+        "runs": int(len(frame)),
+        "converged": int(converged.sum()),
+        "not_converged": int(not_converged.sum()),
+        "unknown": int(len(frame) - converged.sum() - not_converged.sum()),
+        "left_out": int(len(left)),
+        "left_out_runs": sorted(left["run_id"].tolist()) if "run_id" in left else [],
+    }
+    return frame[converged], summary
+
+
+# --- claim 3: better models lose more --------------------------------------------------------------
+
+
+def _ranks(values: np.ndarray) -> np.ndarray:
+    return pd.Series(values).rank(method="average").to_numpy()
+
+
+def _pearson(x: np.ndarray, y: np.ndarray) -> float:
+    x, y = x - x.mean(), y - y.mean()
+    denominator = math.sqrt(float((x * x).sum() * (y * y).sum()))
+    return float((x * y).sum() / denominator) if denominator > 0 else math.nan
+
+
+def spearman_exact_p(x: Sequence[float], y: Sequence[float]) -> tuple[float, float]:
+    """Spearman's ρ and its exact one-sided permutation p-value P(ρ_perm ≥ ρ) over all ``n!`` orderings of ``y``
+    (``n`` ≤ 9; ties by average ranks)."""
+    rx, ry = _ranks(np.asarray(x, float)), _ranks(np.asarray(y, float))
+    rho = _pearson(rx, ry)
+    if len(rx) > 9:
+        raise PapaError(f"The exact permutation test enumerates n! orderings; n = {len(rx)} is too many", "Use at most 9 models.")
+    if math.isnan(rho):
+        return rho, math.nan
+    perms = [_pearson(rx, ry[list(p)]) for p in itertools.permutations(range(len(ry)))]
+    return rho, sum(r >= rho - 1e-12 for r in perms) / len(perms)
+
+
+def claim3(points: pd.DataFrame, alpha: float = 0.05) -> dict:
+    """The claim-3 verdict from one point per model: ``drop`` (average relative drop with all heads constant)
+    and ``score`` (average k = 0 score). "Better models lose more" predicts a positive association.
+
+    Fewer than 3 models: ``"not testable"`` (two points always give ρ = ±1). Otherwise Spearman's ρ (with its exact
+    one-sided permutation p-value) and Pearson's r over the ``n`` models; ``"reproduced"`` when ρ > 0 with
+    p < ``alpha``, ``"contradicted"`` when ρ < 0 with P(ρ_perm ≤ ρ) < ``alpha``, else ``"inconclusive"``. With 3 models
+    the smallest possible p is 1/6, so 3 models can at most say ``"inconclusive"`` with a direction.
+    """
+    frame = points.dropna(subset=["drop", "score"])
+    n = int(len(frame))
+    out = {"n": n, "spearman": math.nan, "pearson": math.nan, "p_value": math.nan, "direction": "none", "verdict": "not testable"}
+    if n < 3:
+        return out
+    x, y = frame["score"].to_numpy(float), frame["drop"].to_numpy(float)
+    rho, p_greater = spearman_exact_p(x, y)
+    _, p_less = spearman_exact_p(x, -y)
+    out.update(spearman=rho, pearson=_pearson(x, y))
+    if math.isnan(rho) or rho == 0:
+        out.update(p_value=1.0, verdict="inconclusive")
+        return out
+    out["direction"] = "better models lose more" if rho > 0 else "better models lose less"
+    p = p_greater if rho > 0 else p_less
+    out["p_value"] = p
+    out["verdict"] = ("reproduced" if rho > 0 else "contradicted") if p < alpha else "inconclusive"
+    return out

@@ -1,0 +1,126 @@
+"""The main grid's probe protocol (issue 14): the learning rate chosen once per (model, task) at k = 0 on
+held-out *training* examples, then fixed for every k.
+
+:func:`select_lr` trains the k = 0 probe with each learning rate of a small grid that includes the paper's 2e-5
+(:data:`LR_GRID`), with the protocol of :func:`papa.probing.experiment.run_probe` (a seed's own draw from the
+training pool, early stopping on held-out training examples), and never scores the dev split. The chosen lr is
+the one with the highest held-out score (best epoch, mean over the seeds tried); ties go to the smaller lr.
+:func:`save_lr_choice` / :func:`load_lr_choice` keep the choice as a checksummed JSON artefact that every
+probe run of that (model, task) reads.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from papa.core.errors import PapaError
+from papa.core.io import atomic_write_json, read_json_verified
+from papa.core.models import LoadedModel, load_model, pick_device
+from papa.probing.experiment import prepare_inputs, run_probe
+
+#: The learning rates tried: the paper's 2e-5 and three larger ones (a frozen encoder's probe on ~2,000
+#: examples barely moves at 2e-5 within a few dozen epochs).
+LR_GRID: tuple[float, ...] = (2e-5, 2e-4, 1e-3, 5e-3)
+
+
+def select_lr(
+    model: str | LoadedModel,
+    task: str,
+    lrs: Sequence[float] = LR_GRID,
+    seeds: Sequence[int] = (42,),
+    epochs: int = 30,
+    patience: int = 3,
+    pool_examples: int = 2600,
+    max_train_examples: int = 2000,
+    heldout_examples: int = 200,
+    batch_size: int = 16,
+    max_length: int = 64,
+    relayout: bool = True,
+    data_seed: int = 0,
+    data_dir: str | None = None,
+    device: str | None = None,
+    use_cache: bool = True,
+) -> dict:
+    """Choose the probe's lr for ``(model, task)`` at k = 0 on held-out training examples.
+
+    Returns ``{"model", "task", "lr", "heldout": {lr: mean best held-out score}, "runs": [{lr, seed, heldout,
+    best_epoch, converged, epochs_trained}], "protocol": {...}, "seconds"}`` (lr keys as ``repr`` strings).
+    """
+    if not lrs or any(not (isinstance(lr, (int, float)) and lr > 0 and math.isfinite(lr)) for lr in lrs):
+        raise PapaError(f"The lr grid must be positive numbers, got {list(lrs)!r}", f"Use e.g. {list(LR_GRID)}.")
+    if not seeds:
+        raise PapaError("select_lr needs at least one seed", "Use e.g. seeds=[42].")
+    started = time.perf_counter()
+    torch_device = pick_device(device)
+    lm = model if isinstance(model, LoadedModel) else load_model(model, torch_device)
+    inputs = prepare_inputs(lm, task, max_length, relayout, pool_examples, 1, data_seed, data_dir)  # the dev split is never scored
+    runs = []
+    for lr in lrs:
+        for seed in seeds:
+            result = run_probe(
+                lm,
+                task,
+                seed=seed,
+                epochs=epochs,
+                lr=float(lr),
+                batch_size=batch_size,
+                max_train_examples=max_train_examples,
+                data_seed=data_seed,
+                device=str(torch_device),
+                inputs=inputs,
+                use_cache=use_cache,
+                selection="heldout",
+                patience=patience,
+                pool_examples=pool_examples,
+                heldout_examples=heldout_examples,
+                dev_every_epoch=False,
+                score_dev=False,
+            )
+            conv = result["convergence"]
+            best = conv["heldout_curve"][conv["best_epoch"] - 1]
+            runs.append(
+                {"lr": float(lr), "seed": seed, "heldout": best, "best_epoch": conv["best_epoch"], "converged": conv["converged"], "epochs_trained": conv["epochs_trained"]}
+            )
+    means = {float(lr): sum(r["heldout"] for r in runs if r["lr"] == float(lr)) / len(seeds) for lr in lrs}
+    chosen = max(means, key=lambda lr: (means[lr], -lr))
+    return {
+        "model": lm.name,
+        "task": inputs.spec.name,
+        "lr": chosen,
+        "heldout": {repr(lr): score for lr, score in means.items()},
+        "runs": runs,
+        "protocol": {
+            "seeds": list(seeds),
+            "max_epochs": epochs,
+            "patience": patience,
+            "pool_examples": pool_examples,
+            "max_train_examples": max_train_examples,
+            "heldout_examples": heldout_examples,
+            "batch_size": batch_size,
+            "max_length": max_length,
+            "relayout": relayout,
+            "data_seed": data_seed,
+        },
+        "weights_fingerprint": lm.fingerprint,
+        "seconds": round(time.perf_counter() - started, 3),
+    }
+
+
+def save_lr_choice(path: str | Path, choice: dict) -> Path:
+    """Write a :func:`select_lr` record atomically, with a checksum."""
+    return atomic_write_json(path, choice)
+
+
+def load_lr_choice(path: str | Path, model: str | None = None, task: str | None = None) -> float:
+    """The chosen lr of a saved :func:`select_lr` record, checked against ``model``/``task`` when given."""
+    record = read_json_verified(Path(path), "lr choice")
+    for key, wanted in (("model", model), ("task", task)):
+        if wanted is not None and record.get(key) != wanted:
+            raise PapaError(f"The lr choice {path} is for {key} {record.get(key)!r}, not {wanted!r}", "Point the run at the lr file of its own model and task.")
+    lr = record.get("lr")
+    if not isinstance(lr, (int, float)) or not lr > 0:
+        raise PapaError(f"The lr choice {path} holds no positive lr", "Recompute it with papa.probing.protocol.select_lr.")
+    return float(lr)

@@ -1,0 +1,191 @@
+"""Paired bootstrap intervals, the convergence gate and the claim-3 rule (papa.analysis.stats) on hand-made numbers.
+
+The bootstrap is checked against a naive loop over the documented resamples (rows of
+``default_rng(seed).integers(0, N, size=(R, N))``), recomputing each metric with scikit-learn or papa's own
+metric code on every resample.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
+
+from papa.analysis import stats
+from papa.core.errors import PapaError
+
+
+def _naive(base_preds, other_preds, labels, score, resamples, seed=0, level=0.95):
+    """The documented procedure, one resample at a time: seed-mean metric at k minus at k = 0."""
+    labels = np.asarray(labels)
+    rows = np.random.default_rng(seed).integers(0, len(labels), size=(resamples, len(labels)), dtype=np.int64)
+    diffs = []
+    for row in rows:
+        base = np.mean([score(labels[row], np.asarray(p)[row]) for p in base_preds])
+        other = np.mean([score(labels[row], np.asarray(p)[row]) for p in other_preds])
+        diffs.append(other - base)
+    tail = (1 - level) / 2
+    return np.quantile(diffs, [tail, 1 - tail])
+
+
+def test_all_wrong_to_all_right_is_a_real_gain_of_one():
+    labels = [0, 1, 1, 0, 1]
+    base = [stats.example_statistics("accuracy", [1, 0, 0, 1, 0], labels)]
+    other = [stats.example_statistics("accuracy", labels, labels)]
+    out = stats.paired_bootstrap(base, other, "accuracy", resamples=200)
+    assert (out["base_score"], out["score"], out["difference"], out["low"], out["high"], out["real"]) == (0.0, 1.0, 1.0, 1.0, 1.0, True)
+    assert (out["n_examples"], out["n_base"], out["n_runs"], out["resamples"], out["seed_min"], out["seed_max"]) == (5, 1, 1, 200, 1.0, 1.0)
+
+
+def test_one_changed_example_of_four_is_not_real():
+    """Only example 1 changes (right → wrong): each resample's difference is −(times example 1 is drawn)/4, and
+    (3/4)^4 = 32% of resamples miss it, so the upper end is exactly 0: not real."""
+    labels = [1, 1, 0, 0]
+    base_preds, other_preds = [1, 1, 1, 1], [1, 0, 1, 1]
+    out = stats.paired_bootstrap(
+        [stats.example_statistics("accuracy", base_preds, labels)], [stats.example_statistics("accuracy", other_preds, labels)], "accuracy", resamples=500, seed=3
+    )
+    assert out["difference"] == -0.25 and out["high"] == 0.0 and out["real"] is False
+    low, high = _naive([base_preds], [other_preds], labels, accuracy_score, 500, seed=3)
+    assert (out["low"], out["high"]) == (low, high)
+    assert out["relative_drop"] == 0.25 / 0.5
+
+
+def test_accuracy_with_three_seeds_matches_the_naive_loop():
+    rng = np.random.default_rng(7)
+    labels = rng.integers(0, 3, 60)
+    base = [np.where(rng.random(60) < 0.8, labels, (labels + 1) % 3) for _ in range(3)]
+    other = [np.where(rng.random(60) < 0.6, labels, (labels + 2) % 3) for _ in range(3)]
+    out = stats.paired_bootstrap(
+        [stats.example_statistics("accuracy", p, labels) for p in base], [stats.example_statistics("accuracy", p, labels) for p in other], "accuracy", resamples=100, seed=11
+    )
+    low, high = _naive(base, other, labels, accuracy_score, 100, seed=11)
+    assert out["low"] == pytest.approx(low, abs=1e-12) and out["high"] == pytest.approx(high, abs=1e-12)
+    per_seed = [accuracy_score(labels, o) - accuracy_score(labels, b) for b, o in zip(base, other)]
+    assert out["difference"] == pytest.approx(np.mean(per_seed), abs=1e-12)
+    assert (out["seed_min"], out["seed_max"]) == (pytest.approx(min(per_seed)), pytest.approx(max(per_seed)))
+    assert out["real"] == (out["high"] < 0 or out["low"] > 0)
+
+
+@pytest.mark.parametrize("classes", [2, 3])
+def test_mcc_is_recomputed_on_every_resample(classes: int):
+    rng = np.random.default_rng(classes)
+    labels = rng.integers(0, classes, 40)
+    base = [np.where(rng.random(40) < 0.75, labels, rng.integers(0, classes, 40)) for _ in range(2)]
+    other = [np.where(rng.random(40) < 0.55, labels, rng.integers(0, classes, 40)) for _ in range(2)]
+    to_stats = lambda preds: stats.example_statistics("matthews_correlation", preds, labels, num_labels=classes)  # noqa: E731
+    for preds in base + other:
+        assert stats.metric_from_sums("matthews_correlation", to_stats(preds).sum(0)) == pytest.approx(matthews_corrcoef(labels, preds), abs=1e-12)
+    out = stats.paired_bootstrap([to_stats(p) for p in base], [to_stats(p) for p in other], "matthews_correlation", resamples=50, seed=5)
+    low, high = _naive(base, other, labels, matthews_corrcoef, 50, seed=5)
+    assert out["low"] == pytest.approx(low, abs=1e-12) and out["high"] == pytest.approx(high, abs=1e-12)
+
+
+def test_mcc_of_a_constant_prediction_is_zero():
+    labels = [0, 1, 1, 0]
+    assert stats.metric_from_sums("matthews_correlation", stats.example_statistics("matthews_correlation", [1, 1, 1, 1], labels).sum(0)) == 0.0
+
+
+def test_combined_and_f1_match_scikit_learn():
+    labels = [1, 1, 0, 0, 1, 0, 1, 1]
+    preds = [1, 0, 0, 1, 1, 0, 1, 0]
+    sums = stats.example_statistics("combined", preds, labels).sum(0)
+    f1 = f1_score(labels, preds)
+    assert stats.metric_from_sums("f1", sums) == pytest.approx(f1, abs=1e-15)
+    assert stats.metric_from_sums("combined", sums) == pytest.approx((accuracy_score(labels, preds) + f1) / 2, abs=1e-15)
+    out = stats.paired_bootstrap([stats.example_statistics("combined", labels, labels)], [stats.example_statistics("combined", preds, labels)], "combined", resamples=100)
+    low, high = _naive([labels], [preds], labels, lambda y, p: (accuracy_score(y, p) + f1_score(y, p, zero_division=0)) / 2, 100)
+    assert out["low"] == pytest.approx(low, abs=1e-12) and out["high"] == pytest.approx(high, abs=1e-12)
+
+
+def test_token_statistics_match_papa_metrics():
+    from papa.probing.metrics import compute_task_metrics
+
+    names = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
+    refs = [[1, 2, 0, 3], [0, 0], [3, 4, 4, 0, 1]]
+    preds = [[1, 2, 0, 0], [0, 1], [3, 4, 0, 0, 1]]
+    flat = lambda seqs: [t for s in seqs for t in s]  # noqa: E731
+    lengths = [len(s) for s in refs]
+    ner = stats.example_statistics("f1", flat(preds), flat(refs), lengths, names)
+    assert ner.tolist() == [[1, 1, 2], [0, 1, 0], [1, 2, 2]]  # (correct, predicted, true) spans per sentence
+    expected = compute_task_metrics("ner", preds, refs, names)["f1"]
+    assert stats.metric_from_sums("f1", ner.sum(0), token=True) == pytest.approx(expected, abs=1e-15) == 2 * 2 / (4 + 4)
+    pos = stats.example_statistics("accuracy", flat(preds), flat(refs), lengths)
+    assert pos.tolist() == [[3, 4], [1, 2], [4, 5]]
+    assert stats.metric_from_sums("accuracy", pos.sum(0), token=True) == compute_task_metrics("pos", preds, refs)["accuracy"] == 8 / 11
+    with pytest.raises(PapaError, match="The sentence lengths add up to 10 tokens, but there are 11"):
+        stats.example_statistics("accuracy", flat(preds), flat(refs), [4, 2, 4])
+
+
+def test_runs_on_different_dev_examples_are_refused():
+    a, b = stats.example_statistics("accuracy", [1, 0], [1, 1]), stats.example_statistics("accuracy", [1, 0, 1], [1, 1, 1])
+    with pytest.raises(PapaError, match="The runs score 2 and 3 dev examples"):
+        stats.paired_bootstrap([a], [b], "accuracy")
+
+
+def _result(k: int, seed: int, preds: list[int], labels: list[int]) -> dict:
+    config = {"model": "m", "constant_heads": k, "total_heads": 8, "ranking": "m__sst2__gates.json" if 0 < k < 8 else None, "seed": seed, "mode": "cached", "lr": 2e-5}
+    return {"config": config, "task": "sst2", "metric": "accuracy", "data": {"eval_indices_sha": "abc"}, "dev": {"predictions": preds, "labels": labels}}
+
+
+def test_paired_differences_pairs_each_k_with_k0_of_the_same_model_and_task():
+    labels = [1, 0, 1, 1, 0, 0]
+    results = {
+        "a0": _result(0, 42, [1, 0, 1, 1, 0, 0], labels),
+        "b0": _result(0, 43, [1, 0, 1, 1, 0, 1], labels),
+        "a4": _result(4, 42, [1, 0, 1, 0, 0, 0], labels),  # example 3 lost, example 5 gained: no change on average
+        "b4": _result(4, 43, [1, 0, 1, 1, 0, 0], labels),
+        "a8": _result(8, 42, [0, 1, 0, 0, 1, 1], labels),
+        "b8": _result(8, 43, [0, 1, 0, 0, 1, 1], labels),
+    }
+    table = stats.paired_differences(results, resamples=400)
+    assert table[["ranking", "k", "fraction"]].values.tolist() == [["gates", 4, 0.5], ["all", 8, 1.0]]
+    assert table["base_score"].tolist() == [pytest.approx(11 / 12)] * 2
+    assert table["score"].tolist() == [pytest.approx(11 / 12), 0.0]
+    assert table["difference"].tolist() == [0.0, pytest.approx(-11 / 12)]
+    assert table["real"].tolist() == [False, True]  # one example lost and one gained vs every example wrong
+    assert table["n_runs"].tolist() == [2, 2]
+
+
+def test_convergence_gate_counts_and_leaves_out():
+    frame = pd.DataFrame({"run_id": ["a", "b", "c", "d"], "converged": [True, False, None, True]})
+    kept, summary = stats.convergence_gate(frame)
+    assert kept["run_id"].tolist() == ["a", "d"]
+    assert summary == {"runs": 4, "converged": 2, "not_converged": 1, "unknown": 1, "left_out": 2, "left_out_runs": ["b", "c"]}
+
+
+def test_claim3_with_two_models_is_not_testable():
+    out = stats.claim3(pd.DataFrame({"model": ["a", "b"], "score": [0.7, 0.9], "drop": [0.01, 0.05]}))
+    assert out["verdict"] == "not testable" and out["n"] == 2 and math.isnan(out["spearman"])
+
+
+def test_claim3_with_three_models_can_only_be_inconclusive():
+    out = stats.claim3(pd.DataFrame({"model": ["a", "b", "c"], "score": [0.7, 0.8, 0.9], "drop": [0.01, 0.02, 0.05]}))
+    assert out["spearman"] == pytest.approx(1.0) and out["p_value"] == pytest.approx(1 / 6)
+    assert out["pearson"] == pytest.approx(12 / math.sqrt(156), abs=1e-12)  # centred x ∝ (-1, 0, 1), y ∝ (-5, -2, 7)
+    assert (out["n"], out["direction"], out["verdict"]) == (3, "better models lose more", "inconclusive")
+    out = stats.claim3(pd.DataFrame({"model": ["a", "b", "c"], "score": [0.7, 0.8, 0.9], "drop": [0.02, 0.05, 0.01]}))
+    assert out["spearman"] == pytest.approx(-0.5) and out["p_value"] == pytest.approx(3 / 6) and out["direction"] == "better models lose less"  # P(ρ ≤ −0.5) = 3/6
+
+
+def test_claim3_with_four_ordered_models():
+    scores = [0.6, 0.7, 0.8, 0.9]
+    out = stats.claim3(pd.DataFrame({"score": scores, "drop": [0.01, 0.02, 0.03, 0.08]}))
+    assert (out["spearman"], out["p_value"], out["verdict"]) == (pytest.approx(1.0), pytest.approx(1 / 24), "reproduced")
+    out = stats.claim3(pd.DataFrame({"score": scores, "drop": [0.08, 0.03, 0.02, 0.01]}))
+    assert (out["spearman"], out["p_value"], out["verdict"]) == (pytest.approx(-1.0), pytest.approx(1 / 24), "contradicted")
+
+
+def test_seeded_random_orderings_are_pooled_and_paired_by_probe_seed():
+    labels = [1, 0, 1, 1, 0, 0]
+    results = {"a0": _result(0, 42, labels, labels), "b0": _result(0, 43, [1, 0, 1, 1, 0, 1], labels)}
+    for name, ordering, seed, preds in (("r1", 1, 43, [0, 0, 1, 1, 0, 0]), ("r2", 2, 42, [1, 0, 1, 1, 0, 0])):
+        results[name] = _result(4, seed, preds, labels)
+        results[name]["config"]["ranking"] = f"m__sst2__random-{ordering}.json"
+    table = stats.paired_differences(results, resamples=100)
+    assert table[["ranking", "k", "n_base", "n_runs"]].values.tolist() == [["random", 4, 2, 2]]
+    # seed 43: 5/6 → 5/6 (0); seed 42: 6/6 → 6/6 (0): paired by seed, not by position
+    assert (table["seed_min"].item(), table["seed_max"].item()) == (0.0, 0.0)
