@@ -9,7 +9,7 @@ from papa.pipeline.plan import Run
 if TYPE_CHECKING:
     from papa.pipeline.runner import Manifest
 
-DEFAULT_SECONDS = {"estimate": 60, "rank": 120, "probe": 60, "results": 40, "controls": 40}
+DEFAULT_SECONDS = {"estimate": 60, "rank": 120, "select_lr": 120, "probe": 60, "results": 40, "controls": 40}
 
 
 #: MiniLM-L6 on two CPU cores (SST-2, 8000 examples: about 95 s of extraction, 90 s per seed), plus

@@ -13,6 +13,7 @@ DEPENDS_ON = {
     "estimate": _CORE + ["experiment"],
     "rank": _CORE + ["experiment", "features", "heads", "metrics", "probe", "ranking"],
     "probe": _CORE + ["experiment", "features", "heads", "metrics", "probe"],
+    "select_lr": _CORE + ["experiment", "features", "heads", "metrics", "probe", "protocol"],
     "results": ["book", "results", "figures", "io", "heads"],
     "controls": ["book", "results", "figures", "io", "heads"],
 }
