@@ -101,7 +101,7 @@ def check_owner(config: dict, folder: Path, replace: bool = False) -> bool:
     except PapaError:
         owner = {}
     same_file = owner.get("config") == config["_path"]
-    same_content = owner.get("sha256") == config_fingerprint(config)
+    same_content = owner.get("content_sha256") == config_fingerprint(config)
     if same_file and same_content:
         return False
     if same_file or same_content or replace or not owner:
@@ -114,7 +114,7 @@ def check_owner(config: dict, folder: Path, replace: bool = False) -> bool:
 
 
 def record_owner(config: dict, folder: Path) -> None:
-    atomic_write_json(folder / OWNER_FILE, {"config": config["_path"], "sha256": config_fingerprint(config)})
+    atomic_write_json(folder / OWNER_FILE, {"config": config["_path"], "content_sha256": config_fingerprint(config)})
 
 
 def clean_leftovers(folder: Path) -> list[Path]:
