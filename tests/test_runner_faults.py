@@ -23,7 +23,7 @@ from papa.core.errors import PapaError
 from papa.core.io import _os_error, atomic_write_json
 from papa.pipeline import stamps
 from papa.pipeline.keys import key_of
-from papa.pipeline.plan import ROOT, load_config, runs_dir
+from papa.pipeline.plan import ROOT, load_config
 from papa.pipeline.runner import grid_status, run_grid
 
 pytestmark = [pytest.mark.data, pytest.mark.slow]

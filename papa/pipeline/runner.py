@@ -275,8 +275,8 @@ def _drive(executor, stale: list[Run], keys: dict, manifest: Manifest, failed: d
             if status == "ok" and seal is not None:
                 try:
                     seal(outcome.run, outcome.seconds)
-                except (PapaError, OSError, ValueError) as err:
-                    status, error = "failed", str(err)
+                except Exception as err:  # noqa: BLE001 - a run that cannot be sealed fails; the grid goes on
+                    status, error = "failed", str(err) if isinstance(err, PapaError) else f"sealing failed ({type(err).__name__}: {err})"
             entry = {"key": keys[run_id][0], "data": keys[run_id][1], "status": status}
             if status == "ok":
                 done.add(run_id)
