@@ -336,7 +336,11 @@ def run_grid(config_path: str | Path, only: str | None = None, dry_run: bool = F
                 status.stale.append(run)
         for run in status.runs:  # the manifest caches what the stamps prove
             stamp = status.stamps[run.run_id]
-            if run.run_id not in status.reasons and stamp and manifest.entries.get(run.run_id, {}).get("key") != stamp["key"]:
+            if (
+                run.run_id not in status.reasons
+                and stamp
+                and (manifest.entries.get(run.run_id, {}).get("key"), manifest.entries.get(run.run_id, {}).get("status")) != (stamp["key"], "ok")
+            ):
                 manifest.entries[run.run_id] = entry_of(stamp)
         stale = [r for r in status.runs if r in status.stale and (not only or only in r.run_id)]
         _report_plan(status, stale, config, out, dry_run=False)
