@@ -72,16 +72,38 @@ def study_frame(tidy: pd.DataFrame, config: dict, study: dict | None = None) -> 
     return rows[rows["train_examples"] == rows.groupby("task")["train_examples"].transform("max")]
 
 
+def _plan_outputs(config: dict) -> tuple[dict[str, dict], dict[str, list]]:
+    """The results (``{file stem: result}``) and rankings (``{stem: [(layer, head), ...]}``) that the
+    grid's current plan produces, each read with its checksum; a result the plan names but that is
+    missing, corrupt or not a result is an error (never silently a run fewer). Files of runs the plan
+    no longer has are not read."""
+    from papa.core.errors import PapaError
+    from papa.pipeline.plan import expand
+
+    results: dict[str, dict] = {}
+    rankings: dict[str, list] = {}
+    for run in expand(config):
+        for output in run.outputs:
+            path = ROOT / output
+            if run.kind == "probe":
+                result = read_json_verified(path, "result")
+                if "config" not in result or "score" not in result:
+                    raise PapaError(f"The result {output} is not a probe result", "Run the grid again: `papa grid run` re-executes the run that wrote it.")
+                results[path.stem] = result
+            elif run.kind == "rank":
+                rankings[path.stem] = [tuple(h) for h in read_json_verified(path, "ranking")["ranking"]]
+    return results, rankings
+
+
 def load_book_data(config_path: str) -> BookData:
     """Load a grid's results for the chapters (``config_path`` relative to the repository root)."""
     config = load_config(ROOT / config_path)
-    folder = ROOT / "book" / "runs" / config["name"] / "artifacts"
-    tidy = R.load_results(folder / "results")
+    # -- which result files the chapters read (papa.pipeline runner): exactly the current plan's -------
+    results, rankings = _plan_outputs(config)
+    tidy = R.load_results(results)
     main = study_frame(tidy, config)
-    epochs = R.epoch_table(folder / "results")
-    rankings = {}
-    for path in sorted((folder / "rankings").glob("*.json")):
-        rankings[path.stem] = [tuple(h) for h in read_json_verified(path, "ranking")["ranking"]]
+    epochs = R.epoch_table(results)
+    # -- end of the runner's part ---------------------------------------------------------------------
     return BookData(
         config,
         tidy,

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from papa.pipeline.plan import Run
 
 if TYPE_CHECKING:
-    from papa.pipeline.runner import Manifest
+    from papa.pipeline.stamps import Manifest
 
 DEFAULT_SECONDS = {"estimate": 60, "rank": 120, "select_lr": 120, "probe": 60, "results": 40, "controls": 40}
 
