@@ -282,7 +282,7 @@ class RankSection(_Strict):
     seed: int = Field(DEFAULT_SEED, description="gates: random seed")
 
 
-class ProbeSection(_Strict):
+class _ProbeSettings(_Strict):
     fractions: Fractions = Field(DEFAULT_FRACTIONS, description="shares of all heads made constant: 0, 1/2, 7/8, 15/16, 1")
     seeds: _nonempty_unique(int) = Field([DEFAULT_SEED], description="probe seeds")
     single_seed_fractions: Annotated[list[HeadFraction], AfterValidator(_unique_fractions)] = Field([], description="fractions run with the first seed only")
@@ -299,6 +299,25 @@ class ProbeSection(_Strict):
     heldout_examples: Count | None = Field(None, description="with a pool: held-out training examples each seed draws")
     dev_every_epoch: bool = Field(True, description="score the dev split after every epoch (false: once, by the reported probe)")
     eval_chunk_examples: Count | None = Field(None, description="score the dev split this many examples at a time")
+
+
+def _overrides(section: type[BaseModel]) -> dict[str, Any]:
+    """Every field of ``section`` as an optional override: unset inherits the section's value."""
+    hints = get_type_hints(section, include_extras=True)
+    return {name: (hints[name], Field(None, description=f"{field.description} (unset: the probe section's)")) for name, field in section.model_fields.items()}
+
+
+#: Settings one model overrides (``probe.per_model``): any probe key but the orderings and fractions.
+ModelSettings = create_model(
+    "ModelSettings",
+    __base__=_Strict,
+    __doc__="Probe settings for one model (e.g. smaller sizes for a slow model); unset keys inherit the probe section.",
+    **{k: v for k, v in _overrides(_ProbeSettings).items() if k not in ("fractions", "methods", "single_seed_fractions")},
+)
+
+
+class ProbeSection(_ProbeSettings):
+    per_model: dict[ModelName, ModelSettings] = Field({}, description="settings one model overrides, e.g. smaller sizes for a slow model")
 
 
 class LrSelectionSection(_Strict):
@@ -325,14 +344,8 @@ class _StudyBase(_Strict):
         return self
 
 
-def _overrides(section: type[BaseModel]) -> dict[str, Any]:
-    """Every field of ``section`` as an optional override: unset inherits the section's value."""
-    hints = get_type_hints(section, include_extras=True)
-    return {name: (hints[name], Field(None, description=f"{field.description} (unset: the probe section's)")) for name, field in section.model_fields.items()}
-
-
 #: One extra study: any probe-section key overrides the probe section; unset keys inherit it.
-Study = create_model("Study", __base__=_StudyBase, __doc__="An extra set of probe runs with its own settings.", **_overrides(ProbeSection))
+Study = create_model("Study", __base__=_StudyBase, __doc__="An extra set of probe runs with its own settings.", **_overrides(_ProbeSettings))
 
 
 class GridConfig(_Strict):
@@ -375,7 +388,13 @@ class GridConfig(_Strict):
         if "max_eval_examples" not in self.rank.model_fields_set:
             evaluation = self.probe.max_eval_examples
             self.rank.max_eval_examples = evaluation if not isinstance(evaluation, dict) else None
-        for where, settings in [(("probe",), self.probe.model_dump())] + [(("studies", i), study_settings(self, s)) for i, s in enumerate(self.studies)]:
+        for model in self.probe.per_model:
+            if model not in self.models:
+                raise ConfigValueError(f"{model!r} is not one of the grid's models", f"Use one of {', '.join(self.models)}.", at=("probe", "per_model"))
+        checks = [(("probe",), study_settings(self))]
+        checks += [(("probe", "per_model", model), study_settings(self, None, model)) for model in self.probe.per_model]
+        checks += [(("studies", i), study_settings(self, s, model)) for i, s in enumerate(self.studies) for model in (s.models or self.models)]
+        for where, settings in checks:
             _check_protocol(settings, where)
         return self
 
@@ -401,9 +420,15 @@ def _check_protocol(settings: dict[str, Any], at: tuple) -> None:
         )
 
 
-def study_settings(grid: GridConfig, study: BaseModel) -> dict[str, Any]:
-    """A study's effective probe settings: the probe section overridden by the keys the study sets."""
-    return {**grid.probe.model_dump(), **study.model_dump(include=study.model_fields_set - set(_StudyBase.model_fields))}
+def study_settings(grid: GridConfig, study: BaseModel | None = None, model: str | None = None) -> dict[str, Any]:
+    """Effective probe settings: the probe section, then ``probe.per_model[model]``, then the keys ``study``
+    sets itself (a study's own value wins over a model's)."""
+    settings = grid.probe.model_dump(exclude={"per_model"})
+    if model is not None and model in grid.probe.per_model:
+        settings.update(grid.probe.per_model[model].model_dump(exclude_unset=True))
+    if study is not None:
+        settings.update(study.model_dump(include=study.model_fields_set - set(_StudyBase.model_fields)))
+    return settings
 
 
 # --- the result record (papa.probing.experiment.run_probe → save_result) ------------------------------------------------

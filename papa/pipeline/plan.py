@@ -79,6 +79,7 @@ def config_dict(grid: GridConfig) -> dict:
     """``grid`` as the dict the rest of papa reads (``config["probe"]["lr"]``, ``study.get("tasks", ...)``)."""
     config = grid.model_dump(exclude={"studies"})
     config["studies"] = [study.model_dump(include=study.model_fields_set | {"name", "chapter"}) for study in grid.studies]
+    config["probe"]["per_model"] = {model: settings.model_dump(exclude_unset=True) for model, settings in grid.probe.per_model.items()}
     return config
 
 
@@ -172,11 +173,11 @@ def expand(config: dict | GridConfig, path: str | None = None) -> Plan:
     path = path or (config.get("_path") if isinstance(config, dict) else None) or ChapterParams().grid_config
     art = f"book/runs/{grid.name}/artifacts"
     common = dict(max_length=grid.max_length, relayout=grid.relayout, device=grid.device)
-    main = grid.probe.model_dump()
-    studies = [("main", grid.models, grid.tasks, "all", main)]
+    # (study name, models, tasks, probe input, model -> effective settings)
+    studies = [("main", grid.models, grid.tasks, "all", lambda model: study_settings(grid, None, model))]
     if grid.floors.attention_free:
-        studies.append(("floor", grid.models, grid.tasks, "embeddings", {**main, "fractions": [0]}))
-    studies += [(s.name, s.models or grid.models, s.tasks or grid.tasks, s.probe_input, study_settings(grid, s)) for s in grid.studies]
+        studies.append(("floor", grid.models, grid.tasks, "embeddings", lambda model: {**study_settings(grid, None, model), "fractions": [0]}))
+    studies += [(s.name, s.models or grid.models, s.tasks or grid.tasks, s.probe_input, lambda model, s=s: study_settings(grid, s, model)) for s in grid.studies]
     constants = lambda model, task: f"{art}/constants/{slug(model)}__{task}.safetensors"  # noqa: E731
     ranking = lambda model, task, method: f"{art}/rankings/{slug(model)}__{task}__{method}.json"  # noqa: E731
     runs: dict[str, Run] = {}
@@ -185,7 +186,7 @@ def expand(config: dict | GridConfig, path: str | None = None) -> Plan:
             rid = run_id("estimate", model, task)
             params = EstimateParams(model=model, task=task, max_examples=grid.estimate.max_examples, out=constants(model, task), **common)
             runs[rid] = Run(rid, "estimate", params.model_dump(), outputs=[constants(model, task)])
-    methods_needed = {(m, t, meth) for _, models, tasks, _, s in studies for m in models for t in tasks for meth in (s["methods"] or grid.rank.methods)}
+    methods_needed = {(m, t, meth) for _, models, tasks, _, settings in studies for m in models for t in tasks for meth in (settings(m)["methods"] or grid.rank.methods)}
     rank = grid.rank
     for model, task, method in sorted(methods_needed):
         rid = run_id("rank", model, task, method)
@@ -201,9 +202,9 @@ def expand(config: dict | GridConfig, path: str | None = None) -> Plan:
         )
         runs[rid] = Run(rid, "rank", params.model_dump(), deps=[run_id("estimate", model, task)], outputs=[ranking(model, task, method)])
     lr_file = lambda model, task: f"{art}/lr/{slug(model)}__{task}.json"  # noqa: E731
-    main_settings = grid.probe.model_dump()
-    for model, task in sorted({(m, t) for _, models, tasks, _, s in studies if s["lr"] == SELECT for m in models for t in tasks}):
+    for model, task in sorted({(m, t) for _, models, tasks, _, settings in studies for m in models if settings(m)["lr"] == SELECT for t in tasks}):
         rid = run_id("select_lr", model, task)
+        main_settings = study_settings(grid, None, model)
         params = SelectLrParams(
             model=model,
             task=task,
@@ -219,9 +220,10 @@ def expand(config: dict | GridConfig, path: str | None = None) -> Plan:
         runs[rid] = Run(rid, "select_lr", params.model_dump(), outputs=[lr_file(model, task)])
     totals = {model: head_count(model) for model in grid.models}
     unsized = {model: why for model, (heads, why) in totals.items() if heads is None}
-    for name, models, tasks, probe_input, s in studies:
-        single = {parse_fraction(f) for f in s["single_seed_fractions"]}
+    for name, models, tasks, probe_input, settings in studies:
         for model in models:
+            s = settings(model)
+            single = {parse_fraction(f) for f in s["single_seed_fractions"]}
             total = totals[model][0]
             if total is None:
                 continue
