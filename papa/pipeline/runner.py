@@ -10,7 +10,7 @@ from pathlib import Path
 from papa.core.errors import PapaError
 from papa.core.io import atomic_write_json, atomic_write_text, read_json_verified
 from papa.pipeline.estimate import _format, estimate_seconds
-from papa.pipeline.executors import SequentialExecutor
+from papa.pipeline.executors import make_executor
 from papa.pipeline.keys import data_fingerprints, run_keys
 from papa.pipeline.plan import (
     ROOT,
@@ -58,8 +58,9 @@ def stale_runs(config: dict) -> tuple[list[Run], list[Run], dict[str, str], Mani
 #: feature extraction (once per run) and per example × epoch × seed for the probe, measured on
 
 
-def execute(run: Run, root: Path = ROOT) -> float:
-    """Execute one run's notebook with papermill (cwd = repo root); returns seconds. Raises on failure."""
+def execute(run: Run, root: Path = ROOT, scratch: Path | None = None) -> float:
+    """Execute one run's notebook with papermill (cwd = repo root); returns seconds. Raises on failure.
+    ``scratch``: the folder for the temporary notebooks (default ``book/runs/<grid>/.executing``)."""
     import nbformat
     import papermill
 
@@ -67,8 +68,8 @@ def execute(run: Run, root: Path = ROOT) -> float:
 
     target = root / run_notebook_path(run)
     target.parent.mkdir(parents=True, exist_ok=True)
-    scratch = target.parent / ".executing"
-    scratch.mkdir(exist_ok=True)
+    scratch = scratch or target.parent / ".executing"
+    scratch.mkdir(parents=True, exist_ok=True)
     temp = scratch / f"{run.run_id}.ipynb"
     source = scratch / f"{run.run_id}.source.ipynb"
     atomic_write_text(source, nbformat.writes(read_source(root / run.notebook)))
@@ -183,7 +184,15 @@ def _drive(executor, stale: list[Run], keys: dict, manifest: Manifest, failed: d
             manifest.save()
 
 
-def run_grid(config_path: str | Path, only: str | None = None, dry_run: bool = False, out=None) -> int:
+def run_grid(
+    config_path: str | Path,
+    only: str | None = None,
+    dry_run: bool = False,
+    out=None,
+    scheduler: str = "sequential",
+    gpus_per_run: int = 0,
+    threads_per_run: int | None = None,
+) -> int:
     """Bring a grid's runs up to date; returns 0 when every run is up to date, else 1."""
     out = out or sys.stdout
     config = load_config(config_path)
@@ -200,7 +209,7 @@ def run_grid(config_path: str | Path, only: str | None = None, dry_run: bool = F
     started = time.perf_counter()
     with GridLock(runs_dir(config)):
         manifest = Manifest(manifest.path)  # re-read under the lock
-        executor = SequentialExecutor(execute)
+        executor = make_executor(scheduler, execute, gpus_per_run=gpus_per_run, threads_per_run=threads_per_run, stale=stale, manifest=manifest, out=out)
         try:
             _drive(executor, stale, keys, manifest, failed, started, out)
         finally:

@@ -1,0 +1,428 @@
+"""The grid on Dask distributed: ``--scheduler local:N | tcp://HOST:PORT | slurm[:JOBS]``.
+
+The driver (:func:`papa.pipeline.runner.run_grid`) keeps the lock and alone writes the manifest; a
+:class:`DaskExecutor` sends each ready run to a worker, where :func:`run_attempt` calls the same
+``execute`` as the sequential path. What a worker needs and does:
+
+* **A shared filesystem.** Workers read the checkout, the task data and write the run's notebook and
+  artefacts under the driver's repository root, at the same path.
+* **One run per worker process.** papermill changes the working directory of the whole process, so a
+  process-wide lock lets one run execute at a time (start workers with ``--nthreads 1``).
+* **Threads set explicitly.** Dask sets ``OMP_NUM_THREADS`` (and MKL, OpenBLAS) to 1 in its workers
+  and notebook kernels inherit it; ``--threads-per-run`` sets them (torch's intra-op thread count
+  follows ``OMP_NUM_THREADS`` in the kernel).
+* **Own scratch per attempt**, ``.executing/<key>/``, removed by the driver whatever happened.
+* **Hashed keys**: ``papa-run-<sha256(run_id)[:16]>-<attempt>``, never an argument string (Dask
+  replaces a task argument equal to a key by that task's result).
+
+A run whose worker dies (``KilledWorker``, a closed connection, a cancelled future) is submitted again,
+at most :data:`MAX_ATTEMPTS` times, and recorded only once it finished. A kernel that fails to start
+(``Kernel died before replying to kernel_info``, a start-up timeout, a port already in use) is tried
+once more in the same task, apart from notebook failures, which are results.
+
+Nothing here imports Dask at module level: ``--scheduler sequential`` never loads it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import os
+import re
+import shutil
+import sys
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from papa.core.errors import PapaError
+from papa.pipeline.executors import Outcome
+from papa.pipeline.plan import ROOT, Run
+
+#: Attempts per run when its worker dies (the first one included).
+MAX_ATTEMPTS = 3
+#: Kinds of run that use a GPU when ``--gpus-per-run`` is given (chapters only read JSON).
+GPU_KINDS = ("estimate", "rank", "probe")
+#: Packages whose versions must agree between the driver and every worker.
+FINGERPRINT_PACKAGES = ("torch", "transformers", "tokenizers", "datasets", "papermill")
+#: What a kernel that never started says (jupyter_client, pyzmq); the run is tried once more.
+KERNEL_START_ERRORS = ("Kernel died before replying to kernel_info", "Kernel didn't respond", "Address already in use")
+_SCHEDULER_HINT = "Use sequential, local:N (N worker processes here), tcp://HOST:PORT (a running Dask scheduler) or slurm[:JOBS]."
+
+
+@dataclass(frozen=True)
+class SchedulerSpec:
+    """A parsed ``--scheduler``: ``kind`` is ``sequential``, ``local``, ``address`` or ``slurm``;
+    ``workers`` is N of ``local:N`` or JOBS of ``slurm:JOBS``; ``address`` is ``tcp://HOST:PORT``."""
+
+    kind: str
+    workers: int = 0
+    address: str = ""
+
+
+def _count(text: str, what: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise PapaError(f"--scheduler {what}:{text}: {text!r} is not a positive whole number", _SCHEDULER_HINT)
+    return int(text)
+
+
+def parse_scheduler(text: str) -> SchedulerSpec:
+    """``"local:2"`` -> ``SchedulerSpec("local", 2)`` etc.; anything else is a :class:`PapaError`."""
+    text = (text or "sequential").strip()
+    if text == "sequential":
+        return SchedulerSpec("sequential")
+    if text.startswith("local:"):
+        return SchedulerSpec("local", _count(text[len("local:") :], "local"))
+    if text == "slurm":
+        return SchedulerSpec("slurm", 1)
+    if text.startswith("slurm:"):
+        return SchedulerSpec("slurm", _count(text[len("slurm:") :], "slurm"))
+    if text.startswith("tcp://"):
+        match = re.fullmatch(r"tcp://([A-Za-z0-9_.\-]+|\[[0-9A-Fa-f:]+\]):(\d{1,5})", text)
+        if not match or not 1 <= int(match.group(2)) <= 65535:
+            raise PapaError(f"--scheduler {text}: not a scheduler address", "Write it as tcp://HOST:PORT, e.g. tcp://10.0.0.5:8786.")
+        return SchedulerSpec("address", address=text)
+    raise PapaError(f"Unknown --scheduler {text!r}", _SCHEDULER_HINT)
+
+
+def dask_key(run_id: str, attempt: int) -> str:
+    """The Dask key of one attempt: hashed, so that it never equals a task argument."""
+    return f"papa-run-{hashlib.sha256(run_id.encode()).hexdigest()[:16]}-{attempt}"
+
+
+def attempt_scratch(run: Run, attempt: int, root: Path = ROOT) -> Path:
+    """``book/runs/<grid>/.executing/<key>/``: the attempt's own scratch folder."""
+    return root / "book" / "runs" / run.grid / ".executing" / dask_key(run.run_id, attempt)
+
+
+# --- on a worker -------------------------------------------------------------------------------
+
+_ONE_RUN = threading.Lock()  # papermill's chdir is process-wide: one run per process
+
+
+def thread_environment(threads_per_run: int | None) -> dict[str, str]:
+    """The variables that set a kernel's thread pools (empty when ``threads_per_run`` is None)."""
+    if not threads_per_run:
+        return {}
+    value = str(int(threads_per_run))
+    return {name: value for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")}
+
+
+def kernel_failed_to_start(message: str) -> bool:
+    return any(pattern in message for pattern in KERNEL_START_ERRORS)
+
+
+def run_attempt(execute: Callable[..., float], run: Run, root: str, scratch: str, threads_per_run: int | None) -> tuple[str, float, str]:
+    """The task a worker runs: ``execute(run, root, scratch=...)``, one run per process at a time.
+
+    Returns ``("ok", seconds, "")`` or ``("failed", 0.0, message)`` (the notebook failed: a result).
+    A kernel that never started is tried once more with a fresh scratch folder (``<scratch>-k2``).
+    """
+    with _ONE_RUN:
+        os.environ.update(thread_environment(threads_per_run))  # the kernel inherits this environment
+        if threads_per_run and "torch" in sys.modules:
+            sys.modules["torch"].set_num_threads(int(threads_per_run))
+        for retry in (False, True):
+            folder = Path(scratch + "-k2" if retry else scratch)
+            try:
+                return ("ok", float(execute(run, Path(root), scratch=folder)), "")
+            except PapaError as err:
+                if not retry and kernel_failed_to_start(str(err)):
+                    continue
+                return ("failed", 0.0, str(err))
+    raise AssertionError("unreachable")
+
+
+def fingerprint(root: str) -> dict:
+    """What the driver compares with its workers: the sha256 of papa's source files, the versions of
+    :data:`FINGERPRINT_PACKAGES`, and whether the repository root is visible at the same path."""
+    import papa
+
+    package = Path(papa.__file__).resolve().parent
+    digest = hashlib.sha256()
+    for path in sorted(package.rglob("*.py")):
+        digest.update(path.relative_to(package).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    versions = {}
+    for name in FINGERPRINT_PACKAGES:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = None
+    return {"sources": digest.hexdigest(), "versions": versions, "root_visible": Path(root).is_dir()}
+
+
+def fingerprint_problem(worker: str, mine: dict, theirs: dict, root: Path = ROOT) -> PapaError | None:
+    """The error refusing ``worker`` (None when its fingerprint matches the driver's)."""
+    if not theirs.get("root_visible"):
+        return PapaError(
+            f"Worker {worker} cannot see the repository at {root}", "Workers need a shared filesystem with the driver: the checkout, book/runs and the data at the same paths."
+        )
+    if theirs["sources"] != mine["sources"]:
+        return PapaError(f"Worker {worker} runs different papa sources than the driver", "Point the workers at the driver's checkout (same commit, same edits) and restart them.")
+    differ = [f"{n} {theirs['versions'].get(n)} (driver {v})" for n, v in mine["versions"].items() if theirs["versions"].get(n) != v]
+    if differ:
+        return PapaError(
+            f"Worker {worker} has different package versions: {', '.join(differ)}", "Start the workers from the driver's environment (pip install -e '.[dask]' in the same venv)."
+        )
+    return None
+
+
+# --- cluster settings --------------------------------------------------------------------------
+
+
+def visible_devices() -> list[str]:
+    """The CUDA devices the driver may hand out: ``CUDA_VISIBLE_DEVICES`` if set, else all of torch's."""
+    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if listed is not None:
+        return [d for d in listed.split(",") if d.strip()]
+    import torch
+
+    return [str(i) for i in range(torch.cuda.device_count())]
+
+
+def local_worker_options(workers: int, gpus_per_run: int, threads_per_run: int | None, devices: list[str]) -> list[dict]:
+    """Nanny options for ``local:N``: one thread per worker, the thread variables in its environment,
+    and with ``--gpus-per-run G`` the resource ``{"GPU": G}`` and its own G devices."""
+    if gpus_per_run and len(devices) < workers * gpus_per_run:
+        raise PapaError(
+            f"local:{workers} with --gpus-per-run {gpus_per_run} needs {workers * gpus_per_run} CUDA devices, {len(devices)} visible",
+            "Use fewer workers (local:N) or fewer GPUs per run.",
+        )
+    options = []
+    for i in range(workers):
+        env = thread_environment(threads_per_run)
+        option: dict = {"nthreads": 1, "env": env}
+        if gpus_per_run:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(devices[i * gpus_per_run : (i + 1) * gpus_per_run])
+            option["resources"] = {"GPU": gpus_per_run}
+        options.append(option)
+    return options
+
+
+#: Environment variables read by ``slurm[:JOBS]`` and their defaults (documented in book/scale-out.md).
+SLURM_SETTINGS = {
+    "PAPA_SLURM_QUEUE": None,  # --partition
+    "PAPA_SLURM_ACCOUNT": None,  # --account
+    "PAPA_SLURM_MEMORY": "16GB",  # memory per job
+    "PAPA_SLURM_WALLTIME": "04:00:00",  # per worker job; longer than the longest run
+    "PAPA_SLURM_PYTHON": None,  # the venv's python on the nodes (default: the driver's)
+    "PAPA_SLURM_PROLOGUE": "",  # shell lines before the worker starts, separated by ';'
+    "PAPA_SLURM_DIRECTIVES": "",  # extra #SBATCH lines, separated by ';' (e.g. --constraint=a100)
+    "PAPA_SLURM_LOCAL_DIRECTORY": None,  # node-local scratch for Dask's spill files
+}
+
+
+def slurm_cluster_kwargs(env: Mapping[str, str], gpus_per_run: int, threads_per_run: int | None) -> dict:
+    """``dask_jobqueue.SLURMCluster`` keyword arguments: one worker process with one thread per job
+    (one run at a time), ``threads_per_run`` CPUs booked (default 4), ``--gres=gpu:G`` and the Dask
+    resource ``GPU=G`` with ``--gpus-per-run G``."""
+    get = lambda name: env.get(name) or SLURM_SETTINGS[name]
+    split = lambda name: [s.strip() for s in (env.get(name) or "").split(";") if s.strip()]
+    cpus = int(threads_per_run or 4)
+    directives = split("PAPA_SLURM_DIRECTIVES")
+    worker_args = []
+    if gpus_per_run:
+        directives.append(f"--gres=gpu:{gpus_per_run}")
+        worker_args += ["--resources", f"GPU={gpus_per_run}"]
+    prologue = [f"export {k}={v}" for k, v in thread_environment(cpus).items()] + split("PAPA_SLURM_PROLOGUE")
+    kwargs = dict(
+        cores=1,
+        processes=1,
+        job_cpu=cpus,
+        memory=get("PAPA_SLURM_MEMORY"),
+        walltime=get("PAPA_SLURM_WALLTIME"),
+        python=get("PAPA_SLURM_PYTHON") or sys.executable,
+        job_extra_directives=directives,
+        job_script_prologue=prologue,
+        worker_extra_args=worker_args,
+    )
+    for name, key in (("PAPA_SLURM_QUEUE", "queue"), ("PAPA_SLURM_ACCOUNT", "account"), ("PAPA_SLURM_LOCAL_DIRECTORY", "local_directory")):
+        if get(name):
+            kwargs[key] = get(name)
+    return kwargs
+
+
+def walltime_seconds(text: str) -> int:
+    """SLURM time ``[D-]HH:MM:SS`` (or ``MM:SS``, ``MM``) in seconds."""
+    match = re.fullmatch(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?", text.strip())
+    if not match:
+        raise PapaError(f"PAPA_SLURM_WALLTIME={text!r} is not a SLURM time", "Write it as HH:MM:SS or D-HH:MM:SS.")
+    days, first, second, third = (int(g) if g else 0 for g in match.groups())
+    if match.group(4) is not None:
+        hours, minutes, seconds = first, second, third
+    elif match.group(3) is not None:
+        hours, minutes, seconds = 0, first, second
+    else:
+        hours, minutes, seconds = 0, first, 0
+    return ((days * 24 + hours) * 60 + minutes) * 60 + seconds
+
+
+def walltime_warning(walltime: str, longest: tuple[str, float] | None) -> str | None:
+    """A warning when the longest run (``(run_id, seconds)``) would not finish inside a worker job."""
+    if longest is None or longest[1] < walltime_seconds(walltime):
+        return None
+    return (
+        f"warning: the worker walltime {walltime} is shorter than the longest run ({longest[0]}, about {longest[1] / 3600:.1f} h): "
+        "its worker would be killed and the run lost after every attempt. Raise PAPA_SLURM_WALLTIME."
+    )
+
+
+# --- the executor ------------------------------------------------------------------------------
+
+
+def _lost(error: BaseException | None) -> bool:
+    """A worker died or the connection to it broke: the run may be submitted again."""
+    from concurrent.futures import CancelledError
+
+    from distributed import KilledWorker
+    from distributed.comm.core import CommClosedError
+
+    return isinstance(error, KilledWorker | CommClosedError | CancelledError)
+
+
+class DaskExecutor:
+    """An :class:`~papa.pipeline.executors.Executor` on a ``distributed.Client``.
+
+    ``slots`` is the number of worker threads (refreshed at every :meth:`wait`); workers that join
+    later are checked against the driver's :func:`fingerprint` before runs are handed out.
+    """
+
+    def __init__(
+        self,
+        client,
+        execute: Callable[..., float],
+        *,
+        root: Path = ROOT,
+        gpus_per_run: int = 0,
+        threads_per_run: int | None = None,
+        cluster=None,
+        out=None,
+    ):
+        self._client, self._cluster, self._execute, self._root = client, cluster, execute, Path(root)
+        self._gpus, self._threads, self._out = gpus_per_run, threads_per_run, out or sys.stdout
+        self._futures: dict = {}  # future -> (run, attempt)
+        self._fingerprint = fingerprint(str(self._root))
+        self._checked: set[str] = set()
+        self.slots = 1
+        self._refresh()
+
+    def _refresh(self) -> None:
+        """Check new workers, then count the slots."""
+        threads = self._client.nthreads()
+        new = [w for w in threads if w not in self._checked]
+        if new:
+            for worker, theirs in self._client.run(fingerprint, str(self._root), workers=new, on_error="return").items():
+                if isinstance(theirs, BaseException):
+                    continue  # it died while answering: asked again at the next refresh
+                problem = fingerprint_problem(worker, self._fingerprint, theirs, self._root)
+                if problem:
+                    raise problem
+                self._checked.add(worker)
+        self.slots = max(1, sum(threads.values()))
+
+    def _submit(self, run: Run, attempt: int) -> None:
+        scratch = attempt_scratch(run, attempt, self._root)
+        resources = {"GPU": self._gpus} if self._gpus and run.kind in GPU_KINDS else None
+        future = self._client.submit(
+            run_attempt, self._execute, run, str(self._root), str(scratch), self._threads, key=dask_key(run.run_id, attempt), resources=resources, pure=False, retries=0
+        )
+        self._futures[future] = (run, attempt)
+
+    def submit(self, run: Run) -> None:
+        self._submit(run, 1)
+
+    def _outcome(self, future, run: Run, attempt: int) -> Outcome | None:
+        """The run's outcome, or None when it was lost and has been submitted again."""
+        if future.status == "finished":
+            status, seconds, message = future.result()
+            return Outcome(run, status, seconds=seconds, error=message)
+        error = None if future.status == "cancelled" else future.exception()
+        if future.status == "cancelled" or _lost(error):
+            reason = "cancelled" if future.status == "cancelled" else f"{type(error).__name__}: {error}"
+            if attempt < MAX_ATTEMPTS:
+                print(f"  lost {run.run_id} (its worker died: {reason[:200]}); submitting it again (attempt {attempt + 1})", file=self._out, flush=True)
+                self._submit(run, attempt + 1)
+                return None
+            return Outcome(run, "lost", error=f"Run {run.run_id} was lost {attempt} times (last: {reason[:200]})")
+        return Outcome(run, "failed", error=f"Run {run.run_id} failed on its worker ({type(error).__name__}: {str(error)[:300]})")
+
+    def wait(self) -> list[Outcome]:
+        from distributed import wait
+
+        while True:
+            done, _ = wait(list(self._futures), return_when="FIRST_COMPLETED")
+            outcomes = []
+            for future in done:
+                run, attempt = self._futures.pop(future)
+                outcome = self._outcome(future, run, attempt)
+                future.release()
+                for folder in attempt_scratch(run, attempt, self._root).parent.glob(dask_key(run.run_id, attempt) + "*"):
+                    shutil.rmtree(folder, ignore_errors=True)  # the attempt's scratch, whatever happened
+                if outcome is not None:
+                    outcomes.append(outcome)
+            self._refresh()
+            if outcomes:
+                return outcomes
+
+    def close(self) -> None:
+        for future in list(self._futures):
+            future.cancel()
+        for run, attempt in self._futures.values():
+            for folder in attempt_scratch(run, attempt, self._root).parent.glob(dask_key(run.run_id, attempt) + "*"):
+                shutil.rmtree(folder, ignore_errors=True)
+        self._futures.clear()
+        self._client.close()
+        if self._cluster is not None:
+            self._cluster.close()
+
+
+def start_cluster(spec: SchedulerSpec, gpus_per_run: int = 0, threads_per_run: int | None = None):
+    """``(client, cluster or None)`` for a parsed ``--scheduler``; needs ``papa[dask]``
+    (``papa[slurm]`` for SLURM)."""
+    try:
+        from distributed import Client, Nanny, Scheduler, SpecCluster
+    except ImportError:
+        raise PapaError("--scheduler local, tcp:// and slurm need Dask distributed, which is not installed", "pip install 'papa[dask]' (and 'papa[slurm]' for SLURM).") from None
+    if spec.kind == "address":
+        try:
+            client = Client(spec.address, timeout="30s")
+        except OSError as err:
+            raise PapaError(f"No Dask scheduler answers at {spec.address} ({err})", "Start one (dask scheduler) or check the address and port.") from None
+        client.wait_for_workers(1, timeout=300)
+        return client, None
+    if spec.kind == "local":
+        threads = threads_per_run or max(1, (os.cpu_count() or 1) // spec.workers)
+        options = local_worker_options(spec.workers, gpus_per_run, threads, visible_devices() if gpus_per_run else [])
+        workers = {f"papa-{i}": {"cls": Nanny, "options": dict(option, host="127.0.0.1")} for i, option in enumerate(options)}
+        # allowed_failures=0: a dead worker fails the task at once, and the executor resubmits it with
+        # a new attempt number (its own key and scratch folder).
+        scheduler = {"cls": Scheduler, "options": {"host": "127.0.0.1", "dashboard": False, "dashboard_address": None, "allowed_failures": 0}}
+        cluster = SpecCluster(workers=workers, scheduler=scheduler, silence_logs=40, name="papa-local")
+        client = Client(cluster)
+        client.wait_for_workers(spec.workers, timeout=120)
+        return client, cluster
+    try:
+        from dask_jobqueue import SLURMCluster
+    except ImportError:
+        raise PapaError("--scheduler slurm needs dask-jobqueue, which is not installed", "pip install 'papa[slurm]'.") from None
+    cluster = SLURMCluster(**slurm_cluster_kwargs(os.environ, gpus_per_run, threads_per_run))
+    cluster.scale(jobs=spec.workers)
+    client = Client(cluster)
+    client.wait_for_workers(1)  # SLURM may queue the jobs for a while
+    return client, cluster
+
+
+def make_dask_executor(
+    spec: SchedulerSpec, execute: Callable[..., float], *, root: Path = ROOT, gpus_per_run: int = 0, threads_per_run: int | None = None, out=None
+) -> DaskExecutor:
+    """Start (or connect to) the cluster, check its workers, and wrap it in a :class:`DaskExecutor`."""
+    client, cluster = start_cluster(spec, gpus_per_run, threads_per_run)
+    try:
+        threads = threads_per_run if spec.kind != "local" else threads_per_run or max(1, (os.cpu_count() or 1) // spec.workers)
+        return DaskExecutor(client, execute, root=root, gpus_per_run=gpus_per_run, threads_per_run=threads, cluster=cluster, out=out)
+    except BaseException:
+        client.close()
+        if cluster is not None:
+            cluster.close()
+        raise
