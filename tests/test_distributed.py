@@ -273,13 +273,40 @@ def _scores(name: str) -> dict:
     return {p.name: (lambda d: (d["score"], d["metrics"]))(json.loads(p.read_text())) for p in sorted(results.glob("*.json"))}
 
 
+def _kill_the_worker_running(run_id: str, grid: str, killed: list) -> None:
+    """From a thread of the driver: once ``run_id``'s first attempt has started its notebook, SIGKILL
+    the worker process that executes it (found through the driver's Dask client)."""
+    from distributed import default_client
+
+    key = distributed.dask_key(run_id, 1)
+    temp = ROOT / "book" / "runs" / grid / ".executing" / key / f"{run_id}.ipynb"
+    deadline = time.time() + 900
+    while time.time() < deadline and not temp.is_file():
+        time.sleep(0.2)
+    time.sleep(3.0)  # mid-run: the kernel is loading the model or training
+    client = default_client()
+    worker = next(w for w, keys in client.processing().items() if key in keys)
+    pid = client.run(os.getpid, workers=[worker])[worker]
+    os.kill(pid, signal.SIGKILL)
+    killed.append(pid)
+
+
 @pytest.mark.data
 @pytest.mark.slow
 def test_smoke_grid_on_two_local_workers_equals_sequential(tmp_path, grids, data_dir):
+    """``local:2`` gives the runs and scores of ``sequential``, even when the worker running a probe
+    is killed mid-run: the probe runs again on a live worker and is recorded once."""
+    import threading
+
     sequential, dask = (_smoke(tmp_path, name) for name in grids)
     assert run_grid(sequential) == 0
-    out = io.StringIO()
+    out, killed = io.StringIO(), []
+    probe = "probe__minilm-l6__sst2__all__k72__cached"
+    killer = threading.Thread(target=_kill_the_worker_running, args=(probe, grids[1], killed), daemon=True)
+    killer.start()
     assert run_grid(dask, scheduler="local:2", threads_per_run=1, out=out) == 0, out.getvalue()
+    killer.join(timeout=1)
+    assert killed and out.getvalue().count(f"lost {probe} (its worker died: KilledWorker") == 1, out.getvalue()
     first, second = (Manifest(runs_dir(load_config(c)) / "manifest.json").entries for c in (sequential, dask))
     assert sorted(first) == sorted(second) and all(e["status"] == "ok" for e in second.values())
     assert _scores(grids[0]) and _scores(grids[0]) == _scores(grids[1])
