@@ -21,8 +21,8 @@ import pytest
 import yaml
 
 from papa.core.errors import PapaError
-from papa.pipeline import distributed
-from papa.pipeline.distributed import SchedulerSpec, parse_scheduler
+from papa.pipeline import clusters, distributed
+from papa.pipeline.clusters import SchedulerSpec, parse_scheduler
 from papa.pipeline.executors import SequentialExecutor, make_executor
 from papa.pipeline.plan import ROOT, Run, load_config, runs_dir
 from papa.pipeline.runner import GridLock, Manifest, _drive, run_grid
@@ -86,13 +86,13 @@ def test_keys_are_hashed_and_scratch_is_per_attempt():
 
 
 def test_local_workers_get_their_own_devices_and_threads():
-    assert distributed.local_worker_options(2, 1, 3, ["4", "7"]) == [
+    assert clusters.local_worker_options(2, 1, 3, ["4", "7"]) == [
         {"nthreads": 1, "env": {"OMP_NUM_THREADS": "3", "MKL_NUM_THREADS": "3", "OPENBLAS_NUM_THREADS": "3", "CUDA_VISIBLE_DEVICES": "4"}, "resources": {"GPU": 1}},
         {"nthreads": 1, "env": {"OMP_NUM_THREADS": "3", "MKL_NUM_THREADS": "3", "OPENBLAS_NUM_THREADS": "3", "CUDA_VISIBLE_DEVICES": "7"}, "resources": {"GPU": 1}},
     ]
-    assert distributed.local_worker_options(1, 0, None, []) == [{"nthreads": 1, "env": {}}]
+    assert clusters.local_worker_options(1, 0, None, []) == [{"nthreads": 1, "env": {}}]
     with pytest.raises(PapaError, match=r"^local:2 with --gpus-per-run 2 needs 4 CUDA devices, 3 visible\. Use fewer workers"):
-        distributed.local_worker_options(2, 2, 1, ["0", "1", "2"])
+        clusters.local_worker_options(2, 2, 1, ["0", "1", "2"])
 
 
 def test_slurm_cluster_settings_and_walltime():
@@ -103,7 +103,7 @@ def test_slurm_cluster_settings_and_walltime():
         "PAPA_SLURM_PROLOGUE": "module load cuda; source .venv/bin/activate",
         "PAPA_SLURM_PYTHON": "python3",
     }
-    assert distributed.slurm_cluster_kwargs(env, 1, 8) == dict(
+    assert clusters.slurm_cluster_kwargs(env, 1, 8) == dict(
         cores=1,
         processes=1,
         job_cpu=8,
@@ -116,16 +116,14 @@ def test_slurm_cluster_settings_and_walltime():
         queue="gpu",
         account="nlp",
     )
-    defaults = distributed.slurm_cluster_kwargs({}, 0, None)
+    defaults = clusters.slurm_cluster_kwargs({}, 0, None)
     assert (defaults["job_cpu"], defaults["walltime"], defaults["worker_extra_args"], defaults["job_extra_directives"]) == (4, "04:00:00", [], [])
     assert "queue" not in defaults and "account" not in defaults
-    assert [distributed.walltime_seconds(t) for t in ("1-02:03:04", "02:03:04", "03:04", "30")] == [93784, 7384, 184, 1800]
-    assert distributed.walltime_warning("04:00:00", ("probe__x", 3 * 3600)) is None
-    assert distributed.walltime_warning("04:00:00", ("probe__x", 5 * 3600)).startswith(
-        "warning: the worker walltime 04:00:00 is shorter than the longest run (probe__x, about 5.0 h)"
-    )
+    assert [clusters.walltime_seconds(t) for t in ("1-02:03:04", "02:03:04", "03:04", "30")] == [93784, 7384, 184, 1800]
+    assert clusters.walltime_warning("04:00:00", ("probe__x", 3 * 3600)) is None
+    assert clusters.walltime_warning("04:00:00", ("probe__x", 5 * 3600)).startswith("warning: the worker walltime 04:00:00 is shorter than the longest run (probe__x, about 5.0 h)")
     with pytest.raises(PapaError, match=r"^PAPA_SLURM_WALLTIME='4h' is not a SLURM time"):
-        distributed.walltime_seconds("4h")
+        clusters.walltime_seconds("4h")
 
 
 def test_preflight_names_the_worker_that_differs():
@@ -145,7 +143,7 @@ def test_preflight_names_the_worker_that_differs():
 
 
 def test_a_kernel_that_never_started_is_tried_once_more(tmp_path, monkeypatch):
-    for name in distributed.thread_environment(1):
+    for name in clusters.thread_environment(1):
         monkeypatch.setenv(name, "1")  # restored afterwards: run_attempt sets them in this process
     calls = []
 

@@ -88,9 +88,9 @@ def make_executor(
     preflight. With SLURM, the longest of the ``stale`` runs (estimated from ``manifest``) is checked
     against the worker walltime. ``root``: the repository root the workers write under (default the
     driver's)."""
-    from papa.pipeline import distributed
+    from papa.pipeline import clusters
 
-    spec = distributed.parse_scheduler(scheduler or "sequential")
+    spec = clusters.parse_scheduler(scheduler or "sequential")
     if gpus_per_run < 0 or (threads_per_run is not None and threads_per_run < 1):
         raise PapaError(f"--gpus-per-run {gpus_per_run} / --threads-per-run {threads_per_run}: out of range", "Give --gpus-per-run >= 0 and --threads-per-run >= 1.")
     if spec.kind == "sequential":
@@ -103,7 +103,9 @@ def make_executor(
         from papa.pipeline.estimate import estimate_seconds
 
         longest = max(((r.run_id, estimate_seconds([r], manifest)) for r in stale), key=lambda item: item[1])
-        warning = distributed.walltime_warning(os.environ.get("PAPA_SLURM_WALLTIME") or distributed.SLURM_SETTINGS["PAPA_SLURM_WALLTIME"], longest)
+        warning = clusters.walltime_warning(os.environ.get("PAPA_SLURM_WALLTIME") or clusters.SLURM_SETTINGS["PAPA_SLURM_WALLTIME"], longest)
         if warning:
             print(warning, file=out, flush=True)
+    from papa.pipeline import distributed
+
     return distributed.make_dask_executor(spec, execute, root=root or distributed.ROOT, gpus_per_run=gpus_per_run, threads_per_run=threads_per_run, out=out)
