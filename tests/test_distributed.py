@@ -67,6 +67,12 @@ def test_option_errors():
         make_executor("local:1", lambda run: 0.0, threads_per_run=0)
 
 
+def test_no_scheduler_at_the_address(monkeypatch):
+    monkeypatch.setattr(clusters, "CONNECT_TIMEOUT", "1s")
+    with pytest.raises(PapaError, match=r"^No Dask scheduler answers at tcp://127\.0\.0\.1:9 \(.*\)\. Start one \(dask scheduler\) or check the address and port\.$"):
+        make_executor("tcp://127.0.0.1:9", lambda run: 0.0)
+
+
 def test_sequential_never_imports_dask():
     code = (
         "import sys, papa.cli, papa.pipeline.runner as r\n"

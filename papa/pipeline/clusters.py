@@ -166,6 +166,21 @@ def default_threads(spec: SchedulerSpec, threads_per_run: int | None) -> int | N
     return max(1, (os.cpu_count() or 1) // spec.workers)
 
 
+#: How long to wait for a scheduler's answer, and for the first workers (local or at an address).
+CONNECT_TIMEOUT = "30s"
+WORKERS_TIMEOUT = 300
+
+
+def _wait_for_workers(client, count: int, timeout: float | None, where: str, cluster=None) -> None:
+    try:
+        client.wait_for_workers(count, timeout=timeout)
+    except TimeoutError:
+        client.close()
+        if cluster is not None:
+            cluster.close()
+        raise PapaError(f"No worker joined {where} within {timeout} s", "Start workers (dask worker ADDRESS --nthreads 1) or check their logs.") from None
+
+
 def start_cluster(spec: SchedulerSpec, gpus_per_run: int = 0, threads_per_run: int | None = None):
     """``(client, cluster or None)`` for a parsed ``--scheduler``; needs ``papa[dask]``
     (``papa[slurm]`` for SLURM)."""
@@ -175,10 +190,10 @@ def start_cluster(spec: SchedulerSpec, gpus_per_run: int = 0, threads_per_run: i
         raise PapaError("--scheduler local, tcp:// and slurm need Dask distributed, which is not installed", "pip install 'papa[dask]' (and 'papa[slurm]' for SLURM).") from None
     if spec.kind == "address":
         try:
-            client = Client(spec.address, timeout="30s")
+            client = Client(spec.address, timeout=CONNECT_TIMEOUT)
         except OSError as err:
-            raise PapaError(f"No Dask scheduler answers at {spec.address} ({err})", "Start one (dask scheduler) or check the address and port.") from None
-        client.wait_for_workers(1, timeout=300)
+            raise PapaError(f"No Dask scheduler answers at {spec.address} ({str(err)[:200]})", "Start one (dask scheduler) or check the address and port.") from None
+        _wait_for_workers(client, 1, WORKERS_TIMEOUT, f"the scheduler at {spec.address}")
         return client, None
     if spec.kind == "local":
         options = local_worker_options(spec.workers, gpus_per_run, default_threads(spec, threads_per_run), visible_devices() if gpus_per_run else [])
@@ -188,7 +203,7 @@ def start_cluster(spec: SchedulerSpec, gpus_per_run: int = 0, threads_per_run: i
         scheduler = {"cls": Scheduler, "options": {"host": "127.0.0.1", "dashboard": False, "dashboard_address": None, "allowed_failures": 0}}
         cluster = SpecCluster(workers=workers, scheduler=scheduler, silence_logs=40, name="papa-local")
         client = Client(cluster)
-        client.wait_for_workers(spec.workers, timeout=120)
+        _wait_for_workers(client, spec.workers, WORKERS_TIMEOUT, f"local:{spec.workers}", cluster)
         return client, cluster
     try:
         from dask_jobqueue import SLURMCluster
