@@ -6,6 +6,7 @@ sequential runner."""
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
@@ -84,11 +85,15 @@ def test_sequential_never_imports_dask():
     assert result.stdout.strip() == "[]"
 
 
-def test_keys_are_hashed_and_scratch_is_per_attempt():
-    run = Run("probe__org/model__sst2__all__k6__cached", "probe", {}, grid="g")
-    assert distributed.dask_key(run.run_id, 2) == "papa-run-" + __import__("hashlib").sha256(run.run_id.encode()).hexdigest()[:16] + "-2"
-    assert distributed.attempt_scratch(run, 1, Path("/r")) == Path("/r/book/runs/g/.executing") / distributed.dask_key(run.run_id, 1)
-    assert distributed.attempt_scratch(run, 1) != distributed.attempt_scratch(run, 2)
+def test_keys_are_hashed_and_leftovers_are_this_runs_only(tmp_path):
+    run = Run("probe__a__sst2__all__k6__cached", "probe", {}, grid="g")
+    assert distributed.dask_key(run.run_id, 2) == "papa-run-" + hashlib.sha256(run.run_id.encode()).hexdigest()[:16] + "-2"
+    scratch = tmp_path / "book" / "runs" / "g" / ".executing"
+    assert distributed.attempt_leftovers(run, tmp_path) == []
+    for name in (f"{run.run_id}.1", f"{run.run_id}.12", f"{run.run_id}.ipynb", f"{run.run_id}.source.ipynb", f"{run.run_id}__x.1", f"{run.run_id}.1x", "other.1"):
+        (scratch / name).mkdir(parents=True)
+    leftovers = sorted(p.name for p in distributed.attempt_leftovers(run, tmp_path))
+    assert leftovers == sorted([f"{run.run_id}.1", f"{run.run_id}.12", f"{run.run_id}.ipynb", f"{run.run_id}.source.ipynb"])
 
 
 def test_local_workers_get_their_own_devices_and_threads():
@@ -154,8 +159,8 @@ def test_a_kernel_that_never_started_is_tried_once_more(tmp_path, monkeypatch):
     calls = []
 
     def flaky(kernel_failures, notebook_fails=False):
-        def execute(run, root, scratch):
-            calls.append(scratch.name)
+        def execute(run, root):
+            calls.append(run.run_id)
             if len(calls) <= kernel_failures:
                 raise PapaError(f"Run {run.run_id} failed (RuntimeError: Kernel died before replying to kernel_info)", "Read x")
             if notebook_fails:
@@ -165,44 +170,49 @@ def test_a_kernel_that_never_started_is_tried_once_more(tmp_path, monkeypatch):
         return execute
 
     run = Run("r", "probe", {})
-    assert distributed.run_attempt(flaky(1), run, str(tmp_path), str(tmp_path / "k"), 2) == ("ok", 1.5, "")
-    assert calls == ["k", "k-k2"] and os.environ["OMP_NUM_THREADS"] == "2"
+    assert distributed.run_attempt(flaky(1), run, str(tmp_path), 2) == ("ok", 1.5, "")
+    assert calls == ["r", "r"] and os.environ["OMP_NUM_THREADS"] == "2"
     calls.clear()
-    assert distributed.run_attempt(flaky(2), run, str(tmp_path), str(tmp_path / "k"), None)[:2] == ("failed", 0.0)
-    assert calls == ["k", "k-k2"]
+    assert distributed.run_attempt(flaky(2), run, str(tmp_path), None)[:2] == ("failed", 0.0)
+    assert calls == ["r", "r"]  # tried once more, not twice
     calls.clear()
-    assert distributed.run_attempt(flaky(0, notebook_fails=True), run, str(tmp_path), str(tmp_path / "k"), None) == ("failed", 0.0, "Run r failed (ValueError: bad). Read x")
-    assert calls == ["k"]  # a notebook failure is a result, never retried
+    assert distributed.run_attempt(flaky(0, notebook_fails=True), run, str(tmp_path), None) == ("failed", 0.0, "Run r failed (ValueError: bad). Read x")
+    assert calls == ["r"]  # a notebook failure is a result, never retried
 
 
 # --- a LocalCluster of two worker processes, a fake execute -----------------------------------
 
 
-def fake_execute(run: Run, root: Path, scratch: Path) -> float:
+def fake_execute(run: Run, root: Path) -> float:
     """Stands in for :func:`papa.pipeline.runner.execute` on a worker: checks its dependencies are in
-    place, leaves a temp file in its scratch folder, then writes its notebook (JSON with what it saw)."""
+    place, works in its own scratch folder ``.executing/<run_id>.<n>/`` (removed when it returns, left
+    behind when its worker is killed), then writes its notebook (JSON with what it saw)."""
     from distributed import get_worker
 
     folder = root / "book" / "runs" / run.grid
     missing = [d for d in run.deps if not (folder / f"{d}.ipynb").is_file()]
     if missing:
         raise PapaError(f"Run {run.run_id} started before {missing[0]} finished")
-    scratch.mkdir(parents=True, exist_ok=True)
-    (scratch / f"{run.run_id}.ipynb").write_text("half")
-    marker = root / "killed-once"
-    if run.params.get("behaviour") == "kill" and not marker.exists():
-        marker.write_text(str(os.getpid()))
-        os.kill(os.getpid(), signal.SIGKILL)
-    time.sleep(0.3)
-    if run.params.get("behaviour") == "fail":
-        raise PapaError(f"Run {run.run_id} failed (ValueError: broken on purpose)", "Read it")
-    seen = {
-        "pid": os.getpid(),
-        "gpu_free": get_worker().state.available_resources.get("GPU"),
-        "cuda": os.environ.get("CUDA_VISIBLE_DEVICES"),
-        "omp": os.environ.get("OMP_NUM_THREADS"),
-    }
-    (folder / f"{run.run_id}.ipynb").write_text(json.dumps(seen))
+    scratch = folder / ".executing" / f"{run.run_id}.{os.getpid()}"
+    scratch.mkdir(parents=True)
+    try:
+        (scratch / "executed.ipynb").write_text("half")
+        marker = root / "killed-once"
+        if run.params.get("behaviour") == "kill" and not marker.exists():
+            marker.write_text(str(os.getpid()))
+            os.kill(os.getpid(), signal.SIGKILL)  # no finally runs: the scratch folder stays behind
+        time.sleep(0.3)
+        if run.params.get("behaviour") == "fail":
+            raise PapaError(f"Run {run.run_id} failed (ValueError: broken on purpose)", "Read it")
+        seen = {
+            "pid": os.getpid(),
+            "gpu_free": get_worker().state.available_resources.get("GPU"),
+            "cuda": os.environ.get("CUDA_VISIBLE_DEVICES"),
+            "omp": os.environ.get("OMP_NUM_THREADS"),
+        }
+        (folder / f"{run.run_id}.ipynb").write_text(json.dumps(seen))
+    finally:
+        shutil.rmtree(scratch)
     with open(root / "completions.log", "a") as log:
         log.write(run.run_id + "\n")
     return 0.3
@@ -283,9 +293,8 @@ def _kill_the_worker_running(run_id: str, grid: str, killed: list) -> None:
     from distributed import default_client
 
     key = distributed.dask_key(run_id, 1)
-    temp = ROOT / "book" / "runs" / grid / ".executing" / key / f"{run_id}.ipynb"
     deadline = time.time() + 900
-    while time.time() < deadline and not temp.is_file():
+    while time.time() < deadline and not distributed.attempt_leftovers(Run(run_id, "probe", {}, grid=grid), ROOT):
         time.sleep(0.2)
     time.sleep(3.0)  # mid-run: the kernel is loading the model or training
     client = default_client()

@@ -11,7 +11,8 @@ The driver (:func:`papa.pipeline.runner.run_grid`) keeps the lock and alone writ
 * **Threads set explicitly.** Dask sets ``OMP_NUM_THREADS`` (and MKL, OpenBLAS) to 1 in its workers
   and notebook kernels inherit it; ``--threads-per-run`` sets them (torch's intra-op thread count
   follows ``OMP_NUM_THREADS`` in the kernel).
-* **Own scratch per attempt**, ``.executing/<key>/``, removed by the driver whatever happened.
+* **Own scratch per attempt**: ``execute`` makes it and removes it; what an attempt killed with its
+  worker leaves there is removed by the driver before the run is submitted again.
 * **Hashed keys**: ``papa-run-<sha256(run_id)[:16]>-<attempt>``, never an argument string (Dask
   replaces a task argument equal to a key by that task's result).
 
@@ -28,6 +29,7 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import os
+import re
 import shutil
 import sys
 import threading
@@ -42,8 +44,9 @@ from papa.pipeline.plan import ROOT, Run
 
 #: Attempts per run when its worker dies (the first one included).
 MAX_ATTEMPTS = 3
-#: Kinds of run that use a GPU when ``--gpus-per-run`` is given (chapters only read JSON).
-GPU_KINDS = ("estimate", "rank", "probe")
+#: Kinds of run that need no GPU under ``--gpus-per-run`` (chapters only read JSON); every other kind
+#: (estimate, rank, probe, select_lr, ...) asks for the resource ``GPU``.
+CHAPTER_KINDS = ("results", "controls")
 #: Packages whose versions must agree between the driver and every worker.
 FINGERPRINT_PACKAGES = ("torch", "transformers", "tokenizers", "datasets", "papermill")
 #: What a kernel that never started says (jupyter_client, pyzmq); the run is tried once more.
@@ -55,9 +58,24 @@ def dask_key(run_id: str, attempt: int) -> str:
     return f"papa-run-{hashlib.sha256(run_id.encode()).hexdigest()[:16]}-{attempt}"
 
 
-def attempt_scratch(run: Run, attempt: int, root: Path = ROOT) -> Path:
-    """``book/runs/<grid>/.executing/<key>/``: the attempt's own scratch folder."""
-    return root / "book" / "runs" / run.grid / ".executing" / dask_key(run.run_id, attempt)
+def attempt_leftovers(run: Run, root: Path = ROOT) -> list[Path]:
+    """What an attempt killed with its worker may leave in ``book/runs/<grid>/.executing/``: the
+    runner's per-attempt folders ``<run_id>.<n>/`` (and the older ``<run_id>.ipynb``,
+    ``<run_id>.source.ipynb``). Only this run's entries: other runs may be executing."""
+    scratch = root / "book" / "runs" / run.grid / ".executing"
+    if not scratch.is_dir():
+        return []
+    names = {f"{run.run_id}.ipynb", f"{run.run_id}.source.ipynb"}
+    pattern = re.compile(re.escape(run.run_id) + r"\.\d+")
+    return [p for p in scratch.iterdir() if p.name in names or pattern.fullmatch(p.name)]
+
+
+def _remove(paths: list[Path]) -> None:
+    for path in paths:
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
 
 
 # --- on a worker -------------------------------------------------------------------------------
@@ -69,20 +87,20 @@ def kernel_failed_to_start(message: str) -> bool:
     return any(pattern in message for pattern in KERNEL_START_ERRORS)
 
 
-def run_attempt(execute: Callable[..., float], run: Run, root: str, scratch: str, threads_per_run: int | None) -> tuple[str, float, str]:
-    """The task a worker runs: ``execute(run, root, scratch=...)``, one run per process at a time.
+def run_attempt(execute: Callable[..., float], run: Run, root: str, threads_per_run: int | None) -> tuple[str, float, str]:
+    """The task a worker runs: ``execute(run, root)`` (each call makes its own scratch folder), one
+    run per process at a time.
 
     Returns ``("ok", seconds, "")`` or ``("failed", 0.0, message)`` (the notebook failed: a result).
-    A kernel that never started is tried once more with a fresh scratch folder (``<scratch>-k2``).
+    A kernel that never started is tried once more, apart from notebook failures.
     """
     with _ONE_RUN:
         os.environ.update(thread_environment(threads_per_run))  # the kernel inherits this environment
         if threads_per_run and "torch" in sys.modules:
             sys.modules["torch"].set_num_threads(int(threads_per_run))
         for retry in (False, True):
-            folder = Path(scratch + "-k2" if retry else scratch)
             try:
-                return ("ok", float(execute(run, Path(root), scratch=folder)), "")
+                return ("ok", float(execute(run, Path(root))), "")
             except PapaError as err:
                 if not retry and kernel_failed_to_start(str(err)):
                     continue
@@ -181,11 +199,8 @@ class DaskExecutor:
         self.slots = max(1, sum(threads.values()))
 
     def _submit(self, run: Run, attempt: int) -> None:
-        scratch = attempt_scratch(run, attempt, self._root)
-        resources = {"GPU": self._gpus} if self._gpus and run.kind in GPU_KINDS else None
-        future = self._client.submit(
-            run_attempt, self._execute, run, str(self._root), str(scratch), self._threads, key=dask_key(run.run_id, attempt), resources=resources, pure=False, retries=0
-        )
+        resources = {"GPU": self._gpus} if self._gpus and run.kind not in CHAPTER_KINDS else None
+        future = self._client.submit(run_attempt, self._execute, run, str(self._root), self._threads, key=dask_key(run.run_id, attempt), resources=resources, pure=False, retries=0)
         self._futures[future] = (run, attempt)
 
     def submit(self, run: Run) -> None:
@@ -199,6 +214,7 @@ class DaskExecutor:
         error = None if future.status == "cancelled" else future.exception()
         if future.status == "cancelled" or _lost(error):
             reason = "cancelled" if future.status == "cancelled" else f"{type(error).__name__}: {error}"
+            _remove(attempt_leftovers(run, self._root))
             if attempt < MAX_ATTEMPTS:
                 print(f"  lost {run.run_id} (its worker died: {reason[:200]}); submitting it again (attempt {attempt + 1})", file=self._out, flush=True)
                 self._submit(run, attempt + 1)
@@ -217,8 +233,6 @@ class DaskExecutor:
                 run, attempt = self._futures.pop(future)
                 outcome = self._outcome(future, run, attempt)
                 future.release()
-                for folder in attempt_scratch(run, attempt, self._root).parent.glob(dask_key(run.run_id, attempt) + "*"):
-                    shutil.rmtree(folder, ignore_errors=True)  # the attempt's scratch, whatever happened
                 if outcome is not None:
                     outcomes.append(outcome)
             if outcomes:
@@ -227,9 +241,6 @@ class DaskExecutor:
     def close(self) -> None:
         for future in list(self._futures):
             future.cancel()
-        for run, attempt in self._futures.values():
-            for folder in attempt_scratch(run, attempt, self._root).parent.glob(dask_key(run.run_id, attempt) + "*"):
-                shutil.rmtree(folder, ignore_errors=True)
         self._futures.clear()
         self._client.close()
         if self._cluster is not None:

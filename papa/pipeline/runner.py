@@ -58,9 +58,8 @@ def stale_runs(config: dict) -> tuple[list[Run], list[Run], dict[str, str], Mani
 #: feature extraction (once per run) and per example × epoch × seed for the probe, measured on
 
 
-def execute(run: Run, root: Path = ROOT, scratch: Path | None = None) -> float:
-    """Execute one run's notebook with papermill (cwd = repo root); returns seconds. Raises on failure.
-    ``scratch``: the folder for the temporary notebooks (default ``book/runs/<grid>/.executing``)."""
+def execute(run: Run, root: Path = ROOT) -> float:
+    """Execute one run's notebook with papermill (cwd = repo root); returns seconds. Raises on failure."""
     import nbformat
     import papermill
 
@@ -68,8 +67,8 @@ def execute(run: Run, root: Path = ROOT, scratch: Path | None = None) -> float:
 
     target = root / run_notebook_path(run)
     target.parent.mkdir(parents=True, exist_ok=True)
-    scratch = scratch or target.parent / ".executing"
-    scratch.mkdir(parents=True, exist_ok=True)
+    scratch = target.parent / ".executing"
+    scratch.mkdir(exist_ok=True)
     temp = scratch / f"{run.run_id}.ipynb"
     source = scratch / f"{run.run_id}.source.ipynb"
     atomic_write_text(source, nbformat.writes(read_source(root / run.notebook)))
