@@ -8,8 +8,6 @@ command leaves no half-written file.
 from __future__ import annotations
 
 import argparse
-import inspect
-import re
 import sys
 import types
 from typing import Annotated, Any, Union, get_args, get_origin
@@ -207,13 +205,14 @@ def cmd_probe(args) -> int:
     return 0
 
 
-_SCHEDULER = re.compile(r"^(sequential|local:[1-9]\d*|tcp://[A-Za-z0-9._-]+:\d{1,5}|slurm(:[1-9]\d*)?)$")
-
-
 def _scheduler(text: str) -> str:
-    """``sequential``, ``local:N``, ``tcp://HOST:PORT`` or ``slurm[:JOBS]``."""
-    if not _SCHEDULER.match(text.strip()):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a scheduler; use sequential, local:N, tcp://HOST:PORT or slurm[:JOBS]")
+    """``sequential``, ``local:N``, ``tcp://HOST:PORT`` or ``slurm[:JOBS]`` (:func:`papa.pipeline.clusters.parse_scheduler`)."""
+    from papa.pipeline.clusters import parse_scheduler
+
+    try:
+        parse_scheduler(text)
+    except PapaError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
     return text.strip()
 
 
@@ -231,7 +230,7 @@ def _count(minimum: int):
     return convert
 
 
-#: Scale-out flags and their defaults: passed to ``run_grid`` only when set to something else.
+#: The grid flags beyond --only and --dry-run, with their defaults (``run_grid``'s keyword arguments).
 GRID_OPTIONS = {"replace": False, "scheduler": "sequential", "gpus_per_run": 0, "threads_per_run": None}
 
 
@@ -247,12 +246,7 @@ def cmd_grid(args) -> int:
         raise PapaError(
             f"Cannot count the heads of {', '.join(unsized)} offline", "Download the model once with the hub reachable (or use a local folder), or plan with --dry-run."
         )
-    options = {name: getattr(args, name) for name, default in GRID_OPTIONS.items() if getattr(args, name) != default}
-    accepted = inspect.signature(run_grid).parameters
-    unsupported = [name for name in options if name not in accepted]
-    if unsupported:
-        flags = ", ".join("--" + name.replace("_", "-") for name in unsupported)
-        raise PapaError(f"This papa's runner does not support {flags} yet", "Run without it (the sequential scheduler).")
+    options = {name: getattr(args, name) for name in GRID_OPTIONS}
     return run_grid(args.config, only=args.only, dry_run=args.dry_run, **options)
 
 

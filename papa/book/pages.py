@@ -50,6 +50,7 @@ def _toc(config: dict, run_ids: list[str]) -> str:
         "  - caption: Rerun and extend",
         "    chapters:",
         "      - file: book/rerun",
+        "      - file: book/scale-out",
         "  - caption: Appendix",
         "    chapters:",
         "      - file: book/appendix",

@@ -70,3 +70,42 @@ class SequentialExecutor:
 
     def close(self) -> None:
         self._queue.clear()
+
+
+def make_executor(
+    scheduler: str | None,
+    execute: Callable[..., float],
+    *,
+    gpus_per_run: int = 0,
+    threads_per_run: int | None = None,
+    stale: list[Run] = (),
+    manifest=None,
+    root=None,
+    out=None,
+) -> Executor:
+    """The executor for ``--scheduler``: :class:`SequentialExecutor` for ``sequential`` (Dask is not
+    imported), else a :class:`papa.pipeline.distributed.DaskExecutor` whose workers passed the
+    preflight. With SLURM, the longest of the ``stale`` runs (estimated from ``manifest``) is checked
+    against the worker walltime. ``root``: the repository root the workers write under (default the
+    driver's)."""
+    from papa.pipeline import clusters
+
+    spec = clusters.parse_scheduler(scheduler or "sequential")
+    if gpus_per_run < 0 or (threads_per_run is not None and threads_per_run < 1):
+        raise PapaError(f"--gpus-per-run {gpus_per_run} / --threads-per-run {threads_per_run}: out of range", "Give --gpus-per-run >= 0 and --threads-per-run >= 1.")
+    if spec.kind == "sequential":
+        if gpus_per_run:
+            raise PapaError("--gpus-per-run needs a Dask scheduler", "Use --scheduler local:N (one worker per GPU) or leave --gpus-per-run out.")
+        return SequentialExecutor(execute)
+    if spec.kind == "slurm" and stale:
+        import os
+
+        from papa.pipeline.estimate import estimate_seconds
+
+        longest = max(((r.run_id, estimate_seconds([r], manifest)) for r in stale), key=lambda item: item[1])
+        warning = clusters.walltime_warning(os.environ.get("PAPA_SLURM_WALLTIME") or clusters.SLURM_SETTINGS["PAPA_SLURM_WALLTIME"], longest)
+        if warning:
+            print(warning, file=out, flush=True)
+    from papa.pipeline import distributed
+
+    return distributed.make_dask_executor(spec, execute, root=root or distributed.ROOT, gpus_per_run=gpus_per_run, threads_per_run=threads_per_run, out=out)

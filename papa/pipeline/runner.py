@@ -20,7 +20,7 @@ from pathlib import Path
 from papa.core.errors import PapaError
 from papa.core.io import atomic_write_json, atomic_write_text, canonical_json, read_json_verified, sha256_bytes
 from papa.pipeline.estimate import _format, estimate_seconds
-from papa.pipeline.executors import SequentialExecutor
+from papa.pipeline.executors import make_executor
 from papa.pipeline.keys import data_fingerprints, key_of, notebook_displays, run_components
 from papa.pipeline.plan import ROOT, Run, expand, load_config, run_notebook_path, runs_dir
 from papa.pipeline.stamps import Manifest, digest, entry_of, read_stamp, refresh_text, seal, stamp_path, verify
@@ -306,11 +306,23 @@ def _report_plan(status: GridStatus, stale: list[Run], config: dict, out, dry_ru
         print(f"  {'would refresh' if dry_run else 'refreshes'} the text of {run.run_id} (markdown changed; not re-executed)", file=out)
 
 
-def run_grid(config_path: str | Path, only: str | None = None, dry_run: bool = False, out=None, *, replace: bool = False) -> int:
+def run_grid(
+    config_path: str | Path,
+    only: str | None = None,
+    dry_run: bool = False,
+    out=None,
+    *,
+    replace: bool = False,
+    scheduler: str = "sequential",
+    gpus_per_run: int = 0,
+    threads_per_run: int | None = None,
+) -> int:
     """Bring a grid's runs up to date; returns 0 when every run is up to date, else 1.
 
     ``dry_run``: verify every output and say, per stale run, why (nothing is written). ``replace``:
-    let this config take over a runs folder that serves another config of the same name."""
+    let this config take over a runs folder that serves another config of the same name.
+    ``scheduler``: ``sequential`` (this process), ``local:N``, ``tcp://HOST:PORT`` or ``slurm[:JOBS]``
+    (Dask, :mod:`papa.pipeline.distributed`); only this driver writes the manifest."""
     out = out or sys.stdout
     config = load_config(config_path)
     folder = runs_dir(config)
@@ -353,7 +365,7 @@ def run_grid(config_path: str | Path, only: str | None = None, dry_run: bool = F
             rid = run.run_id
             status.stamps[rid] = seal(run, status.keys[rid][0], status.components[rid], status.displays[rid], status.keys[rid][1], seconds, folder)
 
-        executor = SequentialExecutor(execute)
+        executor = make_executor(scheduler, execute, gpus_per_run=gpus_per_run, threads_per_run=threads_per_run, stale=stale, manifest=manifest, out=out)
         try:
             _drive(executor, stale, status.keys, manifest, failed, started, out, seal=seal_run)
         finally:

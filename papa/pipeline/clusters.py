@@ -1,0 +1,216 @@
+"""Where the workers come from: ``--scheduler`` parsed, the settings of a ``local:N`` cluster and of
+SLURM jobs (dask-jobqueue), the walltime check, and the start of the cluster.
+
+``slurm[:JOBS]`` reads :data:`SLURM_SETTINGS` from the environment (book/scale-out.md). Nothing here
+imports Dask at module level.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from papa.core.errors import PapaError
+
+_SCHEDULER_HINT = "Use sequential, local:N (N worker processes here), tcp://HOST:PORT (a running Dask scheduler) or slurm[:JOBS]."
+
+
+@dataclass(frozen=True)
+class SchedulerSpec:
+    """A parsed ``--scheduler``: ``kind`` is ``sequential``, ``local``, ``address`` or ``slurm``;
+    ``workers`` is N of ``local:N`` or JOBS of ``slurm:JOBS``; ``address`` is ``tcp://HOST:PORT``."""
+
+    kind: str
+    workers: int = 0
+    address: str = ""
+
+
+def _count(text: str, what: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise PapaError(f"--scheduler {what}:{text}: {text!r} is not a positive whole number", _SCHEDULER_HINT)
+    return int(text)
+
+
+def parse_scheduler(text: str) -> SchedulerSpec:
+    """``"local:2"`` -> ``SchedulerSpec("local", 2)`` etc.; anything else is a :class:`PapaError`."""
+    text = (text or "sequential").strip()
+    if text == "sequential":
+        return SchedulerSpec("sequential")
+    if text.startswith("local:"):
+        return SchedulerSpec("local", _count(text[len("local:") :], "local"))
+    if text == "slurm":
+        return SchedulerSpec("slurm", 1)
+    if text.startswith("slurm:"):
+        return SchedulerSpec("slurm", _count(text[len("slurm:") :], "slurm"))
+    if text.startswith("tcp://"):
+        match = re.fullmatch(r"tcp://([A-Za-z0-9_.\-]+|\[[0-9A-Fa-f:]+\]):(\d{1,5})", text)
+        if not match or not 1 <= int(match.group(2)) <= 65535:
+            raise PapaError(f"--scheduler {text}: not a scheduler address", "Write it as tcp://HOST:PORT, e.g. tcp://10.0.0.5:8786.")
+        return SchedulerSpec("address", address=text)
+    raise PapaError(f"Unknown --scheduler {text!r}", _SCHEDULER_HINT)
+
+
+def thread_environment(threads_per_run: int | None) -> dict[str, str]:
+    """The variables that set a kernel's thread pools (empty when ``threads_per_run`` is None)."""
+    if not threads_per_run:
+        return {}
+    value = str(int(threads_per_run))
+    return {name: value for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")}
+
+
+def visible_devices() -> list[str]:
+    """The CUDA devices the driver may hand out: ``CUDA_VISIBLE_DEVICES`` if set, else all of torch's."""
+    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if listed is not None:
+        return [d for d in listed.split(",") if d.strip()]
+    import torch
+
+    return [str(i) for i in range(torch.cuda.device_count())]
+
+
+def local_worker_options(workers: int, gpus_per_run: int, threads_per_run: int | None, devices: list[str]) -> list[dict]:
+    """Nanny options for ``local:N``: one thread per worker, the thread variables in its environment,
+    and with ``--gpus-per-run G`` the resource ``{"GPU": G}`` and its own G devices."""
+    if gpus_per_run and len(devices) < workers * gpus_per_run:
+        raise PapaError(
+            f"local:{workers} with --gpus-per-run {gpus_per_run} needs {workers * gpus_per_run} CUDA devices, {len(devices)} visible",
+            "Use fewer workers (local:N) or fewer GPUs per run.",
+        )
+    options = []
+    for i in range(workers):
+        env = thread_environment(threads_per_run)
+        option: dict = {"nthreads": 1, "env": env}
+        if gpus_per_run:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(devices[i * gpus_per_run : (i + 1) * gpus_per_run])
+            option["resources"] = {"GPU": gpus_per_run}
+        options.append(option)
+    return options
+
+
+#: Environment variables read by ``slurm[:JOBS]`` and their defaults (documented in book/scale-out.md).
+SLURM_SETTINGS = {
+    "PAPA_SLURM_QUEUE": None,  # --partition
+    "PAPA_SLURM_ACCOUNT": None,  # --account
+    "PAPA_SLURM_MEMORY": "16GB",  # memory per job
+    "PAPA_SLURM_WALLTIME": "04:00:00",  # per worker job; longer than the longest run
+    "PAPA_SLURM_PYTHON": None,  # the venv's python on the nodes (default: the driver's)
+    "PAPA_SLURM_PROLOGUE": "",  # shell lines before the worker starts, separated by ';'
+    "PAPA_SLURM_DIRECTIVES": "",  # extra #SBATCH lines, separated by ';' (e.g. --constraint=a100)
+    "PAPA_SLURM_LOCAL_DIRECTORY": None,  # node-local scratch for Dask's spill files
+}
+
+
+def slurm_cluster_kwargs(env: Mapping[str, str], gpus_per_run: int, threads_per_run: int | None) -> dict:
+    """``dask_jobqueue.SLURMCluster`` keyword arguments: one worker process with one thread per job
+    (one run at a time), ``threads_per_run`` CPUs booked (default 4), ``--gres=gpu:G`` and the Dask
+    resource ``GPU=G`` with ``--gpus-per-run G``."""
+    get = lambda name: env.get(name) or SLURM_SETTINGS[name]
+    split = lambda name: [s.strip() for s in (env.get(name) or "").split(";") if s.strip()]
+    cpus = int(threads_per_run or 4)
+    directives = split("PAPA_SLURM_DIRECTIVES")
+    worker_args = []
+    if gpus_per_run:
+        directives.append(f"--gres=gpu:{gpus_per_run}")
+        worker_args += ["--resources", f"GPU={gpus_per_run}"]
+    prologue = [f"export {k}={v}" for k, v in thread_environment(cpus).items()] + split("PAPA_SLURM_PROLOGUE")
+    kwargs = dict(
+        cores=1,
+        processes=1,
+        job_cpu=cpus,
+        memory=get("PAPA_SLURM_MEMORY"),
+        walltime=get("PAPA_SLURM_WALLTIME"),
+        python=get("PAPA_SLURM_PYTHON") or sys.executable,
+        job_extra_directives=directives,
+        job_script_prologue=prologue,
+        worker_extra_args=worker_args,
+    )
+    for name, key in (("PAPA_SLURM_QUEUE", "queue"), ("PAPA_SLURM_ACCOUNT", "account"), ("PAPA_SLURM_LOCAL_DIRECTORY", "local_directory")):
+        if get(name):
+            kwargs[key] = get(name)
+    return kwargs
+
+
+def walltime_seconds(text: str) -> int:
+    """SLURM time ``[D-]HH:MM:SS`` (or ``MM:SS``, ``MM``) in seconds."""
+    match = re.fullmatch(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?", text.strip())
+    if not match:
+        raise PapaError(f"PAPA_SLURM_WALLTIME={text!r} is not a SLURM time", "Write it as HH:MM:SS or D-HH:MM:SS.")
+    days, first, second, third = (int(g) if g else 0 for g in match.groups())
+    if match.group(4) is not None:
+        hours, minutes, seconds = first, second, third
+    elif match.group(3) is not None:
+        hours, minutes, seconds = 0, first, second
+    else:
+        hours, minutes, seconds = 0, first, 0
+    return ((days * 24 + hours) * 60 + minutes) * 60 + seconds
+
+
+def walltime_warning(walltime: str, longest: tuple[str, float] | None) -> str | None:
+    """A warning when the longest run (``(run_id, seconds)``) would not finish inside a worker job."""
+    if longest is None or longest[1] < walltime_seconds(walltime):
+        return None
+    return (
+        f"warning: the worker walltime {walltime} is shorter than the longest run ({longest[0]}, about {longest[1] / 3600:.1f} h): "
+        "its worker would be killed and the run lost after every attempt. Raise PAPA_SLURM_WALLTIME."
+    )
+
+
+def default_threads(spec: SchedulerSpec, threads_per_run: int | None) -> int | None:
+    """``--threads-per-run``, else for ``local:N`` this machine's cores divided by N (None elsewhere:
+    the workers' environment decides)."""
+    if threads_per_run or spec.kind != "local":
+        return threads_per_run
+    return max(1, (os.cpu_count() or 1) // spec.workers)
+
+
+#: How long to wait for a scheduler's answer, and for the first workers (local or at an address).
+CONNECT_TIMEOUT = "30s"
+WORKERS_TIMEOUT = 300
+
+
+def _wait_for_workers(client, count: int, timeout: float | None, where: str, cluster=None) -> None:
+    try:
+        client.wait_for_workers(count, timeout=timeout)
+    except TimeoutError:
+        client.close()
+        if cluster is not None:
+            cluster.close()
+        raise PapaError(f"No worker joined {where} within {timeout} s", "Start workers (dask worker ADDRESS --nthreads 1) or check their logs.") from None
+
+
+def start_cluster(spec: SchedulerSpec, gpus_per_run: int = 0, threads_per_run: int | None = None):
+    """``(client, cluster or None)`` for a parsed ``--scheduler``; needs ``papa[dask]``
+    (``papa[slurm]`` for SLURM)."""
+    try:
+        from distributed import Client, Nanny, Scheduler, SpecCluster
+    except ImportError:
+        raise PapaError("--scheduler local, tcp:// and slurm need Dask distributed, which is not installed", "pip install 'papa[dask]' (and 'papa[slurm]' for SLURM).") from None
+    if spec.kind == "address":
+        try:
+            client = Client(spec.address, timeout=CONNECT_TIMEOUT)
+        except OSError as err:
+            raise PapaError(f"No Dask scheduler answers at {spec.address} ({str(err)[:200]})", "Start one (dask scheduler) or check the address and port.") from None
+        _wait_for_workers(client, 1, WORKERS_TIMEOUT, f"the scheduler at {spec.address}")
+        return client, None
+    if spec.kind == "local":
+        options = local_worker_options(spec.workers, gpus_per_run, default_threads(spec, threads_per_run), visible_devices() if gpus_per_run else [])
+        workers = {f"papa-{i}": {"cls": Nanny, "options": dict(option, host="127.0.0.1")} for i, option in enumerate(options)}
+        # allowed_failures=0: a dead worker fails the task at once, and the executor resubmits it with
+        # a new attempt number (its own key and scratch folder).
+        scheduler = {"cls": Scheduler, "options": {"host": "127.0.0.1", "dashboard": False, "dashboard_address": None, "allowed_failures": 0}}
+        cluster = SpecCluster(workers=workers, scheduler=scheduler, silence_logs=40, name="papa-local")
+        client = Client(cluster)
+        _wait_for_workers(client, spec.workers, WORKERS_TIMEOUT, f"local:{spec.workers}", cluster)
+        return client, cluster
+    try:
+        from dask_jobqueue import SLURMCluster
+    except ImportError:
+        raise PapaError("--scheduler slurm needs dask-jobqueue, which is not installed", "pip install 'papa[slurm]'.") from None
+    cluster = SLURMCluster(**slurm_cluster_kwargs(os.environ, gpus_per_run, threads_per_run))
+    cluster.scale(jobs=spec.workers)
+    client = Client(cluster)
+    client.wait_for_workers(1)  # SLURM may queue the jobs for a while
+    return client, cluster

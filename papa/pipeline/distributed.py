@@ -1,0 +1,262 @@
+"""The grid on Dask distributed: ``--scheduler local:N | tcp://HOST:PORT | slurm[:JOBS]``.
+
+The driver (:func:`papa.pipeline.runner.run_grid`) keeps the lock and alone writes the manifest; a
+:class:`DaskExecutor` sends each ready run to a worker, where :func:`run_attempt` calls the same
+``execute`` as the sequential path. What a worker needs and does:
+
+* **A shared filesystem.** Workers read the checkout, the task data and write the run's notebook and
+  artefacts under the driver's repository root, at the same path.
+* **One run per worker process.** papermill changes the working directory of the whole process, so a
+  process-wide lock lets one run execute at a time (start workers with ``--nthreads 1``).
+* **Threads set explicitly.** Dask sets ``OMP_NUM_THREADS`` (and MKL, OpenBLAS) to 1 in its workers
+  and notebook kernels inherit it; ``--threads-per-run`` sets them (torch's intra-op thread count
+  follows ``OMP_NUM_THREADS`` in the kernel).
+* **Own scratch per attempt**: ``execute`` makes it and removes it; what an attempt killed with its
+  worker leaves there is removed by the driver before the run is submitted again.
+* **Hashed keys**: ``papa-run-<sha256(run_id)[:16]>-<attempt>``, never an argument string (Dask
+  replaces a task argument equal to a key by that task's result).
+
+A run whose worker dies (``KilledWorker``, a closed connection, a cancelled future) is submitted again,
+at most :data:`MAX_ATTEMPTS` times, and recorded only once it finished. A kernel that fails to start
+(``Kernel died before replying to kernel_info``, a start-up timeout, a port already in use) is tried
+once more in the same task, apart from notebook failures, which are results.
+
+Nothing here imports Dask at module level: ``--scheduler sequential`` never loads it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import os
+import re
+import shutil
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+from papa.core.errors import PapaError
+from papa.pipeline.clusters import SchedulerSpec, default_threads, start_cluster, thread_environment
+from papa.pipeline.clusters import parse_scheduler as parse_scheduler  # re-exported: the CLI may validate --scheduler early
+from papa.pipeline.executors import Outcome
+from papa.pipeline.plan import ROOT, Run
+
+#: Attempts per run when its worker dies (the first one included).
+MAX_ATTEMPTS = 3
+#: Kinds of run that need no GPU under ``--gpus-per-run`` (chapters only read JSON); every other kind
+#: (estimate, rank, probe, select_lr, ...) asks for the resource ``GPU``.
+CHAPTER_KINDS = ("results", "controls")
+#: Packages whose versions must agree between the driver and every worker.
+FINGERPRINT_PACKAGES = ("torch", "transformers", "tokenizers", "datasets", "papermill")
+#: What a kernel that never started says (jupyter_client, pyzmq); the run is tried once more.
+KERNEL_START_ERRORS = ("Kernel died before replying to kernel_info", "Kernel didn't respond", "Address already in use")
+
+
+def dask_key(run_id: str, attempt: int) -> str:
+    """The Dask key of one attempt: hashed, so that it never equals a task argument."""
+    return f"papa-run-{hashlib.sha256(run_id.encode()).hexdigest()[:16]}-{attempt}"
+
+
+def attempt_leftovers(run: Run, root: Path = ROOT) -> list[Path]:
+    """What an attempt killed with its worker may leave in ``book/runs/<grid>/.executing/``: the
+    runner's per-attempt folders ``<run_id>.<n>/`` (and the older ``<run_id>.ipynb``,
+    ``<run_id>.source.ipynb``). Only this run's entries: other runs may be executing."""
+    scratch = root / "book" / "runs" / run.grid / ".executing"
+    if not scratch.is_dir():
+        return []
+    names = {f"{run.run_id}.ipynb", f"{run.run_id}.source.ipynb"}
+    pattern = re.compile(re.escape(run.run_id) + r"\.\d+")
+    return [p for p in scratch.iterdir() if p.name in names or pattern.fullmatch(p.name)]
+
+
+def _remove(paths: list[Path]) -> None:
+    for path in paths:
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+
+
+# --- on a worker -------------------------------------------------------------------------------
+
+_ONE_RUN = threading.Lock()  # papermill's chdir is process-wide: one run per process
+
+
+def kernel_failed_to_start(message: str) -> bool:
+    return any(pattern in message for pattern in KERNEL_START_ERRORS)
+
+
+def run_attempt(execute: Callable[..., float], run: Run, root: str, threads_per_run: int | None) -> tuple[str, float, str]:
+    """The task a worker runs: ``execute(run, root)`` (each call makes its own scratch folder), one
+    run per process at a time.
+
+    Returns ``("ok", seconds, "")`` or ``("failed", 0.0, message)`` (the notebook failed: a result).
+    A kernel that never started is tried once more, apart from notebook failures.
+    """
+    with _ONE_RUN:
+        os.environ.update(thread_environment(threads_per_run))  # the kernel inherits this environment
+        if threads_per_run and "torch" in sys.modules:
+            sys.modules["torch"].set_num_threads(int(threads_per_run))
+        for retry in (False, True):
+            try:
+                return ("ok", float(execute(run, Path(root))), "")
+            except PapaError as err:
+                if not retry and kernel_failed_to_start(str(err)):
+                    continue
+                return ("failed", 0.0, str(err))
+    raise AssertionError("unreachable")
+
+
+def fingerprint(root: str) -> dict:
+    """What the driver compares with its workers: the sha256 of papa's source files, the versions of
+    :data:`FINGERPRINT_PACKAGES`, and whether the repository root is visible at the same path."""
+    import papa
+
+    package = Path(papa.__file__).resolve().parent
+    digest = hashlib.sha256()
+    for path in sorted(package.rglob("*.py")):
+        digest.update(path.relative_to(package).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    versions = {}
+    for name in FINGERPRINT_PACKAGES:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = None
+    return {"sources": digest.hexdigest(), "versions": versions, "root_visible": Path(root).is_dir()}
+
+
+def fingerprint_problem(worker: str, mine: dict, theirs: dict, root: Path = ROOT) -> PapaError | None:
+    """The error refusing ``worker`` (None when its fingerprint matches the driver's)."""
+    if not theirs.get("root_visible"):
+        return PapaError(
+            f"Worker {worker} cannot see the repository at {root}", "Workers need a shared filesystem with the driver: the checkout, book/runs and the data at the same paths."
+        )
+    if theirs["sources"] != mine["sources"]:
+        return PapaError(f"Worker {worker} runs different papa sources than the driver", "Point the workers at the driver's checkout (same commit, same edits) and restart them.")
+    differ = [f"{n} {theirs['versions'].get(n)} (driver {v})" for n, v in mine["versions"].items() if theirs["versions"].get(n) != v]
+    if differ:
+        return PapaError(
+            f"Worker {worker} has different package versions: {', '.join(differ)}", "Start the workers from the driver's environment (pip install -e '.[dask]' in the same venv)."
+        )
+    return None
+
+
+# --- cluster settings --------------------------------------------------------------------------
+
+
+# --- the executor ------------------------------------------------------------------------------
+
+
+def _lost(error: BaseException | None) -> bool:
+    """A worker died or the connection to it broke: the run may be submitted again."""
+    from concurrent.futures import CancelledError
+
+    from distributed import KilledWorker
+    from distributed.comm.core import CommClosedError
+
+    return isinstance(error, KilledWorker | CommClosedError | CancelledError)
+
+
+class DaskExecutor:
+    """An :class:`~papa.pipeline.executors.Executor` on a ``distributed.Client``.
+
+    ``slots`` is the number of worker threads (refreshed at every :meth:`wait`); workers that join
+    later are checked against the driver's :func:`fingerprint` before runs are handed out.
+    """
+
+    def __init__(
+        self,
+        client,
+        execute: Callable[..., float],
+        *,
+        root: Path = ROOT,
+        gpus_per_run: int = 0,
+        threads_per_run: int | None = None,
+        cluster=None,
+        out=None,
+    ):
+        self._client, self._cluster, self._execute, self._root = client, cluster, execute, Path(root)
+        self._gpus, self._threads, self._out = gpus_per_run, threads_per_run, out or sys.stdout
+        self._futures: dict = {}  # future -> (run, attempt)
+        self._fingerprint = fingerprint(str(self._root))
+        self._checked: set[str] = set()
+        self.slots = 1
+        self._refresh()
+
+    def _refresh(self) -> None:
+        """Check new workers, then count the slots."""
+        threads = self._client.nthreads()
+        new = [w for w in threads if w not in self._checked]
+        if new:
+            for worker, theirs in self._client.run(fingerprint, str(self._root), workers=new, on_error="return").items():
+                if isinstance(theirs, BaseException):
+                    continue  # it died while answering: asked again at the next refresh
+                problem = fingerprint_problem(worker, self._fingerprint, theirs, self._root)
+                if problem:
+                    raise problem
+                self._checked.add(worker)
+        self.slots = max(1, sum(threads.values()))
+
+    def _submit(self, run: Run, attempt: int) -> None:
+        resources = {"GPU": self._gpus} if self._gpus and run.kind not in CHAPTER_KINDS else None
+        future = self._client.submit(run_attempt, self._execute, run, str(self._root), self._threads, key=dask_key(run.run_id, attempt), resources=resources, pure=False, retries=0)
+        self._futures[future] = (run, attempt)
+
+    def submit(self, run: Run) -> None:
+        self._submit(run, 1)
+
+    def _outcome(self, future, run: Run, attempt: int) -> Outcome | None:
+        """The run's outcome, or None when it was lost and has been submitted again."""
+        if future.status == "finished":
+            status, seconds, message = future.result()
+            return Outcome(run, status, seconds=seconds, error=message)
+        error = None if future.status == "cancelled" else future.exception()
+        if future.status == "cancelled" or _lost(error):
+            reason = "cancelled" if future.status == "cancelled" else f"{type(error).__name__}: {error}"
+            _remove(attempt_leftovers(run, self._root))
+            if attempt < MAX_ATTEMPTS:
+                print(f"  lost {run.run_id} (its worker died: {reason[:200]}); submitting it again (attempt {attempt + 1})", file=self._out, flush=True)
+                self._submit(run, attempt + 1)
+                return None
+            return Outcome(run, "lost", error=f"Run {run.run_id} was lost {attempt} times (last: {reason[:200]})")
+        return Outcome(run, "failed", error=f"Run {run.run_id} failed on its worker ({type(error).__name__}: {str(error)[:300]})")
+
+    def wait(self) -> list[Outcome]:
+        from distributed import wait
+
+        while True:
+            self._refresh()  # before collecting: a refused worker never drops a finished outcome
+            done, _ = wait(list(self._futures), return_when="FIRST_COMPLETED")
+            outcomes = []
+            for future in done:
+                run, attempt = self._futures.pop(future)
+                outcome = self._outcome(future, run, attempt)
+                future.release()
+                if outcome is not None:
+                    outcomes.append(outcome)
+            if outcomes:
+                return outcomes
+
+    def close(self) -> None:
+        for future in list(self._futures):
+            future.cancel()
+        self._futures.clear()
+        self._client.close()
+        if self._cluster is not None:
+            self._cluster.close()
+
+
+def make_dask_executor(
+    spec: SchedulerSpec, execute: Callable[..., float], *, root: Path = ROOT, gpus_per_run: int = 0, threads_per_run: int | None = None, out=None
+) -> DaskExecutor:
+    """Start (or connect to) the cluster, check its workers, and wrap it in a :class:`DaskExecutor`."""
+    client, cluster = start_cluster(spec, gpus_per_run, threads_per_run)
+    try:
+        threads = default_threads(spec, threads_per_run)
+        return DaskExecutor(client, execute, root=root, gpus_per_run=gpus_per_run, threads_per_run=threads, cluster=cluster, out=out)
+    except BaseException:
+        client.close()
+        if cluster is not None:
+            cluster.close()
+        raise
