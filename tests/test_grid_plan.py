@@ -14,16 +14,20 @@ def test_a_probe_never_timed_is_estimated_from_its_size(tmp_path, monkeypatch):
     extract, train = PROBE_SECONDS_PER_EXAMPLE["extract"], PROBE_SECONDS_PER_EXAMPLE["train"]
     base = PROBE_STARTUP_SECONDS
 
-    def probe(examples, mode="cached", task="sst2"):
-        return Run("p", "probe", dict(task=task, max_train_examples=examples, epochs=15, seeds=[1, 2, 3], mode=mode))
+    def probe(examples, mode="cached", task="sst2", model="minilm-l6"):
+        params = dict(model=model, task=task, k=0, ranking="", max_length=64, max_train_examples=examples, max_eval_examples=100, epochs=15, seeds=[1, 2, 3], mode=mode)
+        return Run("p", "probe", params)
 
-    assert run_seconds_guess(probe(8000)) == pytest.approx(base + 8000 * (extract + train * 45))
-    assert run_seconds_guess(probe(100, mode="faithful")) == pytest.approx(base + 100 * extract * 45)
-    assert run_seconds_guess(probe(None)) == pytest.approx(base + 5 * (extract + train * 45))  # the whole local split
-    assert run_seconds_guess(probe(None, task="mrpc")) == pytest.approx(base + 3668 * (extract + train * 45))  # no local file
+    # one encoder pass over the training and dev examples, 45 probe passes over the training ones, dev scored each epoch
+    assert run_seconds_guess(probe(8000)) == pytest.approx(base + 8100 * extract + 8000 * 45 * train + 100 * 45 * train / 3)
+    assert run_seconds_guess(probe(100, mode="faithful")) == pytest.approx(base + 200 * 45 * extract)
+    assert run_seconds_guess(probe(None)) == pytest.approx(base + 105 * extract + 5 * 45 * train + 100 * 45 * train / 3)  # the whole local split
+    assert run_seconds_guess(probe(None, task="mrpc")) == pytest.approx(base + 3768 * extract + 3668 * 45 * train + 100 * 45 * train / 3)  # no local file
     assert HUB_TRAIN_SIZES["sst2"] == 67349
     # the calibration: 8000 SST-2 sentences, 3 seeds × 15 epochs took 374–389 s on two cores
     assert 300 < run_seconds_guess(probe(8000)) < 450
+    # mpnet-base costs 7.3x the encoder pass and 7.4x the probe step of MiniLM-L6
+    assert run_seconds_guess(probe(8000, model="mpnet-base")) == pytest.approx(base + 8100 * extract * 7.3 + (8000 * 45 + 100 * 15) * train * 7.4)
     assert run_seconds_guess(Run("r", "results", {})) == DEFAULT_SECONDS["results"]
     manifest = Manifest(tmp_path / "manifest.json")
     manifest.entries["p"] = {"seconds": 12.5}  # a recorded duration wins over the guess
@@ -36,11 +40,29 @@ def test_the_smoke_plan_exactly():
 
     runs = {r.run_id: r for r in expand(load_config(ROOT / "configs" / "smoke.yaml"))}
     art = "book/runs/smoke/artifacts"
-    estimate, rank = "estimate__minilm-l6__sst2", "rank__minilm-l6__sst2__deviation"
+    estimate, rank, choose = "estimate__minilm-l6__sst2", "rank__minilm-l6__sst2__deviation", "select_lr__minilm-l6__sst2"
     probes = ["probe__minilm-l6__sst2__none__k0__cached", "probe__minilm-l6__sst2__deviation__k36__cached", "probe__minilm-l6__sst2__all__k72__cached"]
-    assert list(runs) == [estimate, rank, *probes, "results", "controls"]
-    assert [runs[p].deps for p in probes] == [[], [estimate, rank], [estimate]]
-    assert runs["results"].deps == [rank, *probes] and runs["results"].params == {"grid_config": "configs/smoke.yaml"}
+    assert list(runs) == [estimate, rank, choose, *probes, "results", "controls"]
+    assert [runs[p].deps for p in probes] == [[choose], [estimate, choose, rank], [estimate, choose]]
+    assert runs["results"].deps == [rank, choose, *probes] and runs["results"].params == {"grid_config": "configs/smoke.yaml"}
+    lr_file = f"{art}/lr/minilm-l6__sst2.json"
+    assert runs[choose].outputs == [lr_file]
+    assert runs[choose].params == dict(
+        model="minilm-l6",
+        task="sst2",
+        lrs=[2e-5, 1e-3],
+        seeds=[42],
+        epochs=2,
+        patience=1,
+        pool_examples=48,
+        max_train_examples=32,
+        heldout_examples=16,
+        data_seed=0,
+        max_length=32,
+        relayout=True,
+        device="auto",
+        out=lr_file,
+    )
     constants = f"{art}/constants/minilm-l6__sst2.safetensors"
     assert runs[estimate].params == dict(model="minilm-l6", task="sst2", max_examples=32, max_length=32, relayout=True, device="auto", out=constants)
     assert runs[rank].params == dict(
@@ -67,10 +89,16 @@ def test_the_smoke_plan_exactly():
         ranking=f"{art}/rankings/minilm-l6__sst2__deviation.json",
         mode="cached",
         seeds=[42],
-        epochs=1,
+        epochs=2,
         lr=2e-5,
+        lr_file=lr_file,
+        patience=1,
+        pool_examples=48,
+        heldout_examples=16,
+        dev_every_epoch=False,
+        eval_chunk_examples=None,
         probe_input="all",
-        selection="final",
+        selection="heldout",
         heldout_fraction=0.1,
         max_train_examples=32,
         max_eval_examples=32,

@@ -53,7 +53,7 @@ def test_toc_groups_the_run_pages_by_kind_and_model():
     assert toc["root"] == "book/index"
     parts = {part["caption"]: [c["file"] for c in part["chapters"]] for part in toc["parts"]}
     assert list(parts) == ["The question", "Findings", "Rerun and extend", "Appendix", "Constants", "Rankings", "Probes — minilm-l6", "Probes — minilm-l3"]
-    assert parts["Rerun and extend"] == ["book/rerun"]
+    assert parts["Rerun and extend"] == ["book/rerun", "book/scale-out"]
     assert parts["Appendix"] == ["book/appendix"]
     assert parts["Findings"][:2] == ["book/runs/g/results", "book/runs/g/controls"]
     assert parts["Probes — minilm-l6"] == ["book/runs/g/probe__minilm-l6__sst2__none__k0__cached", "book/runs/g/probe__minilm-l6__sst2__all__k72__cached__moredata8k"]
@@ -129,10 +129,13 @@ def test_setup_page_reads_as_prose(config):
 
 def test_setup_page_words_for_the_default_grid():
     page = _setup(load_config(ROOT / "configs/default.yaml"))
-    assert "The book runs two encoders, both installed from PyPI" in page
+    assert "The book runs three encoders, all installed from PyPI" in page
     assert "with three seeds (42, 43 and 44) at every head count" in page
     assert "It runs with none, half, 7/8, 15/16 and all of the heads constant, in cached mode" in page
-    assert "- **8,000 training examples** (study `moredata8k`, read in the controls chapter)" in page
+    assert "draws its own 2,000 training and 200 held-out examples from a pool of 2,600 training examples" in page
+    assert "**The budget:** `mpnet-base` probes differ: each draws its own 1,000 training and 200 held-out examples from a pool of 1,300" in page
+    assert "at the learning rate chosen for its model and task" in page and "The validation split never chooses anything." in page
+    assert "- **the paper's literal setting (learning rate 2e-5, 15 epochs, final epoch)** (study `literal`, read in the controls chapter)" in page
     assert "- **cached, small (the faithful check's counterpart)** (study `cachedsmall`" in page
     assert "| CoNLL-2003 NER | one label per word | entity-level micro F1 | CoNLL-2003 |" in page
 
@@ -184,7 +187,7 @@ def test_rerun_chapter_is_in_the_toc_and_every_command_exists():
             assert re.fullmatch(r"[A-Z]+=\w+", variable) and f"{variable.split('=')[0]} ?=" in makefile, command
     parser = build_parser()
     cli = [c for c in commands if c[0] == "papa"]
-    assert len(cli) == 7
+    assert len(cli) == 9
     for command in cli:
         args = parser.parse_args(command[1:])  # an unknown command or flag exits with status 2
         assert callable(args.func)

@@ -94,7 +94,7 @@ BAD = [
     pytest.param(_with("relayout", 1), "relayout must be true or false, got 1", "Write true or false", id="bool-1"),
     # names
     pytest.param(_with("tasks", ["qqp"]), "Unknown task 'qqp' at tasks[0]", "Use one of cola, sst2, mrpc, mnli, ner, pos", id="unknown-task"),
-    pytest.param(_with("rank.methods", ["oracle"]), "Unknown ranking method 'oracle' at rank.methods[0]", "Use one of gates, deviation, random", id="unknown-method"),
+    pytest.param(_with("rank.methods", ["oracle"]), "rank.methods[0]: Unknown ranking method 'oracle'", "Use one of gates, deviation, random", id="unknown-method"),
     pytest.param(_with("probe.modes", ["fast"]), "Unknown mode 'fast' at probe.modes[0]", "Use one of cached, faithful", id="unknown-mode"),
     pytest.param(_with("probe.selection", "best"), "Unknown epoch selection 'best' at probe.selection", "Use one of final, heldout", id="unknown-selection"),
     pytest.param(_with("studies.0.probe_input", "pixels"), "Unknown probe_input 'pixels' at studies[0].probe_input", "Use one of all, embeddings", id="unknown-probe-input"),
@@ -117,8 +117,8 @@ BAD = [
     pytest.param(_with("studies.1.epochs", None), "studies[1].epochs must be a whole number, got None", "epochs >= 1", id="study-epochs-null"),
     # keys
     pytest.param(_with("repeats", 3), "Unknown config key repeats", "Allowed at the top level: data_seed, description, device", id="unknown-top-key"),
-    pytest.param(_with("probe.folds", 3), "Unknown config key probe.folds", "Allowed here: epochs, fractions", id="unknown-section-key"),
-    pytest.param(_with("studies.1.colour", "red"), "Unknown config key studies[1].colour", "Allowed here: chapter, epochs", id="unknown-study-key"),
+    pytest.param(_with("probe.folds", 3), "Unknown config key probe.folds", "Allowed here: dev_every_epoch, epochs, eval_chunk_examples, fractions", id="unknown-section-key"),
+    pytest.param(_with("studies.1.colour", "red"), "Unknown config key studies[1].colour", "Allowed here: chapter, dev_every_epoch, epochs", id="unknown-study-key"),
     pytest.param(_without("probe"), "the key probe is missing", "Add it", id="missing-probe"),
     pytest.param(_with("studies", {"name": "a"}), "studies must be a list, got", "every key and its type", id="studies-not-a-list"),
     pytest.param(_with("probe", [1]), "probe must be a mapping, got [1]", "every key and its type", id="section-not-a-mapping"),
@@ -206,7 +206,7 @@ def test_studies_inherit_the_probe_section_and_null_means_the_whole_split(tmp_pa
 
 def test_every_run_carries_exactly_its_params_model():
     runs = expand(load_config(ROOT / "configs" / "default.yaml"))
-    assert len(runs) == 166 and {r.kind for r in runs} == set(RUN_PARAMS)
+    assert len(runs) == 276 and {r.kind for r in runs} == set(RUN_PARAMS)
     for run in runs:
         model = RUN_PARAMS[run.kind]
         assert set(run.params) == set(model.model_fields), run.run_id
@@ -377,7 +377,7 @@ def test_cli_flags_come_from_the_params_models_and_old_flags_still_work():
         (["probe", "--task", "sst2", "--seed", "1.5"], "--seed must be a whole number, got '1.5'", "whole number"),
         (["probe", "--task", "sst2", "--max-eval-examples", "0"], "--max-eval-examples must be >= 1, got 0", "null for the whole evaluation split"),
         (["probe", "--task", "sst2", "--mode", "fast"], "Unknown mode 'fast' at --mode", "Use one of cached, faithful"),
-        (["rank", "--task", "sst2", "--method", "magic"], "Unknown ranking method 'magic' at --method", "Use one of gates, deviation, random"),
+        (["rank", "--task", "sst2", "--method", "magic"], "--method: Unknown ranking method 'magic'", "Use one of gates, deviation, random"),
         (["estimate", "--task", "qqp"], "Unknown task 'qqp' at --task", "Use one of cola, sst2"),
         (["estimate", "--task", "sst2", "--max-length", "4"], "--max-length must be >= 8, got 4", "from 8 to 512"),
     ],
@@ -389,7 +389,7 @@ def test_cli_values_are_checked_by_the_schema(argv, problem, hint, tmp_path, cap
     assert list(tmp_path.iterdir()) == []
 
 
-def test_grid_scale_out_flags_are_validated_and_passed_only_when_set(monkeypatch, capsys):
+def test_grid_scale_out_flags_are_validated_and_passed_to_the_runner(monkeypatch, capsys):
     import papa.pipeline.runner as runner
 
     calls = []
@@ -404,17 +404,12 @@ def test_grid_scale_out_flags_are_validated_and_passed_only_when_set(monkeypatch
     assert calls[-1] == dict(only=None, dry_run=False, replace=True, scheduler="local:2", gpus_per_run=1, threads_per_run=2)
     for scheduler in ("sequential", "local:1", "tcp://10.0.0.1:8786", "slurm", "slurm:4"):
         assert main(["grid", "run", smoke, "--dry-run", "--scheduler", scheduler]) == 0 and calls[-1]["scheduler"] == scheduler
+    errors = []
     for bad in (["--scheduler", "local:0"], ["--scheduler", "dask"], ["--scheduler", "tcp://host"], ["--gpus-per-run", "-1"], ["--threads-per-run", "0"]):
         with pytest.raises(SystemExit) as exit_:
             main(["grid", "run", smoke, *bad])
         assert exit_.value.code == 2
-    assert "use sequential, local:N, tcp://HOST:PORT or slurm[:JOBS]" in capsys.readouterr().err
-
-    def old_run_grid(config_path, only=None, dry_run=False, out=None):  # a runner without scale-out
-        calls.append("old")
-        return 0
-
-    monkeypatch.setattr(runner, "run_grid", old_run_grid)
-    assert main(["grid", "run", smoke, "--dry-run"]) == 0 and calls[-1] == "old"  # defaults are not passed
-    assert main(["grid", "run", smoke, "--scheduler", "local:2"]) == 2
-    assert "This papa's runner does not support --scheduler yet" in capsys.readouterr().err
+        errors.append(capsys.readouterr().err)
+    assert "--scheduler local:0: '0' is not a positive whole number" in errors[0]
+    assert "Unknown --scheduler 'dask'" in errors[1] and "not a scheduler address" in errors[2]
+    assert "must be at least 1, got 0" in errors[4]

@@ -39,7 +39,9 @@ _SOURCES = {"cola": "GLUE", "sst2": "GLUE", "mrpc": "GLUE", "mnli": "GLUE", "ner
 
 
 def lr_words(value) -> str:
-    """A learning rate as people write it: ``2e-05`` → ``2e-5``, ``0.01`` → ``0.01``."""
+    """A learning rate as people write it: ``2e-05`` → ``2e-5``, ``0.01`` → ``0.01``; ``select`` in words."""
+    if value == "select":
+        return "the one chosen for its model and task"
     text = f"{float(value):g}"
     if "e-0" in text:
         text = text.replace("e-0", "e-")
@@ -48,6 +50,35 @@ def lr_words(value) -> str:
 
 def _size(size) -> str:
     return "the whole training split" if size is None else f"{int(size):,} training examples"
+
+
+def _dev_words(value) -> str:
+    """``max_eval_examples`` (a count, None, or a count per task) as words."""
+    if value is None:
+        return "the whole validation split"
+    if isinstance(value, dict):
+        capped = [f"{task_name(task)} at most {int(n):,} examples" for task, n in value.items() if n is not None]
+        return "the whole validation split" + (f" ({and_list(capped)})" if capped else "")
+    return f"at most {int(value):,} validation examples"
+
+
+def _protocol(settings: dict) -> str:
+    """How a probe trains and what it reports, from one set of probe settings."""
+    epochs = int(settings.get("epochs", 15))
+    if settings.get("pool_examples"):
+        data = (
+            f"draws its own {int(settings['max_train_examples']):,} training and {int(settings['heldout_examples']):,} held-out examples from a pool of "
+            f"{int(settings['pool_examples']):,} training examples (so a seed changes the data, not only the initialisation)"
+        )
+    else:
+        data = f"is trained on {_size(settings.get('max_train_examples', 1000))} (a seeded subset, the same for every probe seed)"
+    if settings.get("patience"):
+        length = f"trains until its held-out score has not improved for {count(int(settings['patience']), 'epoch')}, at most {count(epochs, 'epoch')}"
+    else:
+        length = f"trains for {count(epochs, 'epoch')}"
+    lr = settings.get("lr", 2e-5)
+    rate = "at the learning rate chosen for its model and task" if lr == "select" else f"at a learning rate of {lr_words(lr)}"
+    return f"{data}, {length}, {rate}"
 
 
 def heads_words(fractions) -> str:
@@ -85,7 +116,7 @@ def _study(study: dict, config: dict) -> str:
     if "max_train_examples" in study:
         parts.append(_size(study["max_train_examples"]))
     if "max_eval_examples" in study:
-        parts.append(f"at most {int(study['max_eval_examples']):,} validation examples")
+        parts.append(_dev_words(study["max_eval_examples"]))
     if study.get("selection") == "heldout":
         parts.append(f"the reported epoch chosen on {float(study.get('heldout_fraction', 0.1)):.0%} of the training subset held out")
     chapter = study.get("chapter", "controls")
@@ -122,6 +153,19 @@ def setup_page(config: dict) -> str:
     studies = "\n".join(_study(s, config) for s in config.get("studies", []))
     layout = "in the PAPA layout (the second segment starts at $L/2$, the final `[SEP]` sits at $L-1$)" if config.get("relayout", True) else "padded at the end"
     selection = "the final epoch's, as in the paper" if probe.get("selection", "final") == "final" else "that of the epoch chosen on held-out training data"
+    choice = config.get("lr_selection", {})
+    lr_text = (
+        f"\n- The learning rate is chosen once per model and task, with no head constant, among {and_list(lr_words(v) for v in choice.get('lrs', []))}: "
+        f"the best mean held-out score of {_seeds(choice.get('seeds', [42]))} wins, and every probe of that model and task uses it at every $k$. "
+        "The validation split never chooses anything."
+        if probe.get("lr") == "select"
+        else ""
+    )
+    overrides = probe.get("per_model") or {}
+    per_model = "".join(
+        f"\n- **The budget:** `{model}` probes differ: each {_protocol({**probe, **settings})} (the setting of `probe.per_model` in the config)."
+        for model, settings in overrides.items()
+    )
     return f"""# Experimental setup
 
 Everything on this page is read from `configs/{config["name"]}.yaml`, the grid whose runs this book reports, when
@@ -157,10 +201,8 @@ published MNLI numbers.
         if gates
         else ""
     }
-- Each probe is trained on {_size(probe.get("max_train_examples", 1000))} and scored on at most
-  {int(probe.get("max_eval_examples") or 1_000_000):,} validation examples (seeded subsets, the same for every probe seed), for
-  {count(int(probe.get("epochs", 15)), "epoch")} at a learning rate of {lr_words(probe.get("lr", 2e-5))}, with {seed_text}.
-  It runs with {heads_words(probe.get("fractions", [0, 1]))}, in {and_list(probe.get("modes", ["cached"]))} mode; the reported score is {selection}.
+- Each probe {_protocol(probe)}, with {seed_text}; it is scored on {_dev_words(probe.get("max_eval_examples"))}.
+  It runs with {heads_words(probe.get("fractions", [0, 1]))}, in {and_list(probe.get("modes", ["cached"]))} mode; the reported score is {selection}.{lr_text}{per_model}
 - Every score is read against two floors: the majority class, and the attention-free probe (the same probe on the
   embedding layer alone, below the first attention layer) with the same seeds.
 

@@ -456,6 +456,10 @@ class ResultConfig(BaseModel):
     data_seed: int
     selection: Selection = "final"
     heldout_fraction: float | None = None
+    patience: int | None = None
+    dev_every_epoch: bool = True
+    pool_examples: int | None = None
+    heldout_examples: int | None = None
 
 
 class DataRecord(BaseModel):
@@ -465,6 +469,10 @@ class DataRecord(BaseModel):
     eval_examples: NonNegative
     train_indices_sha: str
     eval_indices_sha: str
+    pool_examples: int | None = None
+    heldout_examples: int | None = None
+    fit_indices_sha: str | None = None
+    heldout_indices_sha: str | None = None
 
 
 class ResultRecord(BaseModel):
@@ -485,3 +493,5 @@ class ResultRecord(BaseModel):
     timings: dict[str, float]
     data: DataRecord
     provenance: dict[str, Any]
+    dev: dict[str, Any] | None = None  # per-example predictions and labels (paired bootstrap), lists of ints
+    convergence: dict[str, Any] | None = None  # held-out curve, best epoch, converged (early-stopped runs)
