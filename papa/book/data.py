@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pandas as pd
 
@@ -27,6 +28,7 @@ class BookData:
     epochs: pd.DataFrame  # per-epoch rows of the main grid
     studies: dict[str, pd.DataFrame] = field(default_factory=dict)
     rankings: dict[str, list] = field(default_factory=dict)  # "<model>__<task>__<method>" → ranking
+    records: dict[str, dict] = field(default_factory=dict)  # run id → result record (with its dev predictions)
 
     @property
     def models(self) -> list[str]:
@@ -39,8 +41,9 @@ class BookData:
 
 def _study_settings(config: dict, study: dict) -> dict:
     probe = config["probe"]
+    lr = study.get("lr", probe.get("lr", 2e-5))
     return {
-        "lr": float(study.get("lr", probe.get("lr", 2e-5))),
+        "lr": lr if isinstance(lr, str) else float(lr),  # "select": chosen per model and task, any value
         "epochs": int(study.get("epochs", probe.get("epochs", 15))),
         "modes": study.get("modes", probe.get("modes", ["cached"])),
         "tasks": study.get("tasks", config["tasks"]),
@@ -58,8 +61,9 @@ def study_frame(tidy: pd.DataFrame, config: dict, study: dict | None = None) -> 
     s = _study_settings(config, study or {})
     if study is not None and "name" in study:
         tidy = tidy[tidy["run_id"].str.contains(f"__{study['name']}__s", regex=False)]
+    same_lr = True if isinstance(s["lr"], str) else tidy["lr"].astype(float).round(12) == round(s["lr"], 12)
     rows = tidy[
-        (tidy["lr"].astype(float).round(12) == round(s["lr"], 12))
+        same_lr
         & (tidy["epochs"] == s["epochs"])
         & (tidy["selection"] == s["selection"])
         & tidy["model"].isin(s["models"])
@@ -75,10 +79,15 @@ def study_frame(tidy: pd.DataFrame, config: dict, study: dict | None = None) -> 
 def load_book_data(config_path: str) -> BookData:
     """Load a grid's results for the chapters (``config_path`` relative to the repository root)."""
     config = load_config(ROOT / config_path)
-    folder = ROOT / "book" / "runs" / config["name"] / "artifacts"
-    tidy = R.load_results(folder / "results")
+    return book_data(config, ROOT / "book" / "runs" / config["name"] / "artifacts")
+
+
+def book_data(config: dict, folder: Path) -> BookData:
+    """:class:`BookData` of a loaded grid ``config`` from an artefacts ``folder`` (``results/``, ``rankings/``)."""
+    records = R.read_results(folder / "results")
+    tidy = R.load_results(records)
     main = study_frame(tidy, config)
-    epochs = R.epoch_table(folder / "results")
+    epochs = R.epoch_table(records)
     rankings = {}
     for path in sorted((folder / "rankings").glob("*.json")):
         rankings[path.stem] = [tuple(h) for h in read_json_verified(path, "ranking")["ranking"]]
@@ -91,6 +100,7 @@ def load_book_data(config_path: str) -> BookData:
         epochs[epochs["run_id"].isin(set(main["run_id"]))],
         {s["name"]: study_frame(tidy, config, s) for s in config.get("studies", [])},
         rankings,
+        records,
     )
 
 
@@ -127,7 +137,7 @@ def still_rising(epochs: pd.DataFrame, last: int = 3, tolerance: float = 0.002) 
     the ``last`` epochs before them by more than ``tolerance``."""
     rows = []
     for run_id, group in epochs.groupby("run_id"):
-        scores = group.sort_values("epoch")["score"].to_numpy()
+        scores = group.sort_values("epoch")["score"].dropna().to_numpy()  # no per-epoch dev score: not checked
         if len(scores) < 2 * last:
             continue
         gain = scores[-last:].mean() - scores[-2 * last : -last].mean()
@@ -183,7 +193,7 @@ def _describe(settings: dict, official: dict, whole_split: int | None = None) ->
     examples the whole training split turned out to hold, when the study used it)."""
     parts = []
     if settings["lr"] != official["lr"]:
-        parts.append(f"lr {settings['lr']:g}")
+        parts.append(f"lr {settings['lr']}" if isinstance(settings["lr"], str) else f"lr {settings['lr']:g}")
     if settings["epochs"] != official["epochs"]:
         parts.append(f"{settings['epochs']} epochs")
     if settings["selection"] != official["selection"]:
@@ -246,7 +256,8 @@ def train_size_study(data: BookData) -> pd.DataFrame:
     """:func:`papa.analysis.results.train_size_table` at the official probe setting (the main grid's lr,
     epochs, epoch selection and mode), for the model × task pairs run at more than one size."""
     official = _study_settings(data.config, {})
-    table = R.train_size_table(data.tidy, official["lr"], official["epochs"], official["selection"], official["modes"][0])
+    lr = None if isinstance(official["lr"], str) else official["lr"]  # "select": any chosen lr
+    table = R.train_size_table(data.tidy, lr, official["epochs"], official["selection"], official["modes"][0])
     sizes = table.groupby(["model", "task"])["train_examples"].transform("nunique")
     return table[sizes > 1].reset_index(drop=True)
 
