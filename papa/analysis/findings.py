@@ -207,7 +207,8 @@ def _pairs(frame: pd.DataFrame) -> str:
 
 
 def _gate_words(gate: Mapping) -> str:
-    return f"{gate['converged']} of {gate['runs']} runs converged; the gate left out {gate['left_out']} ({gate['not_converged']} still rising at the cap, {gate['unknown']} without a held-out curve)."
+    left = f"{gate['not_converged']} still rising at the cap, {gate['unknown']} without a held-out curve"
+    return f"{gate['converged']} of {gate['runs']} runs converged; the gate left out {gate['left_out']} ({left})."
 
 
 def claim1(table: pd.DataFrame, floors: pd.DataFrame) -> dict:
@@ -258,7 +259,10 @@ def claims_verdicts(table: pd.DataFrame, floors: pd.DataFrame, gate: Mapping, be
     :func:`papa.analysis.paper.better_models_lose_more`. Columns: claim, paper, ours, verdict, rule."""
     gate_note = " " + _gate_words(gate)
     c1, c2 = claim1(table, floors), claim2(table, floors)
-    rule1 = f"Per informative task, the 95% interval of the relative drop at half the heads: reproduced when every upper bound is ≤ {HALF_MAX_DROP:.0%}, not reproduced when some lower bound is above it, else inconclusive ({c1['rule_note']})."
+    rule1 = (
+        f"Per informative task, the 95% interval of the relative drop at half the heads: reproduced when every upper bound is ≤ {HALF_MAX_DROP:.0%}, "
+        f"not reproduced when some lower bound is above it, else inconclusive ({c1['rule_note']})."
+    )
     lo_range, hi_range = ALL_DROP_RANGE
     rule2 = (
         f"The average relative drop over informative tasks, with the interval [mean of the lower bounds, mean of the upper bounds]: "
