@@ -11,12 +11,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import altair as alt
 import pandas as pd
 
 from papa.analysis import findings as F
 from papa.analysis import paper as P
 from papa.analysis import results as R
 from papa.analysis import stats as S
+from papa.analysis.figure_kit import AXIS_PX, TEXT_WIDTH, Figure
+from papa.analysis.paper_figures import fig_better_models, fig_paper_scores, fig_relative_score
 from papa.book.data import BookData
 
 #: The paper's literal setting (the ``literal`` studies): lr, epochs, epoch selection.
@@ -146,6 +149,33 @@ def model_drops_display_frame(result: Science) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["model", "heads", "informative tasks", f"drop, half of the heads constant ({result.ranking})", "drop, all heads constant"])
 
 
+def placeholder_figure(label: str, why: str) -> Figure:
+    """A figure that says in words why there is nothing to draw (its caption says the same)."""
+    chart = alt.Chart(pd.DataFrame({"text": [why]})).mark_text(fontSize=13).encode(text="text:N").properties(width=TEXT_WIDTH - 2 * AXIS_PX, height=40)
+    return Figure(chart, why, label)
+
+
+def analogue_figures(result: Science, data: BookData) -> list[Figure]:
+    """The paper's analogues (a)–(c) drawn from ``result.basis``'s runs (:mod:`papa.analysis.paper_figures`), each
+    replaced by a :func:`placeholder_figure` when its data is empty (e.g. no informative task)."""
+    points = P.score_vs_dynamic_heads(result.summary, data.floors, result.differences_basis) if len(result.summary) else pd.DataFrame(columns=["ranking"])
+    relative = P.relative_score_vs_constant_fraction(result.summary, data.floors, result.ranking) if len(result.summary) else pd.DataFrame()
+    points_c, verdict = P.better_models_lose_more(result.summary, data.floors) if len(result.summary) else result.better
+    out = []
+    for label, ready, draw, why in (
+        (
+            "fig-paper-scores",
+            len(points[points["ranking"] == result.ranking]) > 0,
+            lambda: fig_paper_scores(points, result.ranking),
+            f"No run of the {result.ranking} ranking to draw.",
+        ),
+        ("fig-relative-score", len(relative) > 0, lambda: fig_relative_score(relative), "No informative task: no relative score to average."),
+        ("fig-better-models", len(points_c) > 0, lambda: fig_better_models(points_c, verdict), "No informative task with k = 0 and all-heads runs: no point to draw."),
+    ):
+        out.append(draw() if ready else placeholder_figure(label, why))
+    return out
+
+
 # --- the controls chapter --------------------------------------------------------------------------------------
 
 
@@ -249,6 +279,8 @@ def convergence_summary(data: BookData) -> tuple[pd.DataFrame, pd.DataFrame]:
 __all__ = [
     "LITERAL",
     "Science",
+    "analogue_figures",
+    "placeholder_figure",
     "convergence_summary",
     "literal_comparison",
     "literal_studies",
