@@ -226,7 +226,7 @@ def test_random_baseline_is_a_paired_bootstrap_against_pooled_random(grid):
 
 def test_literal_setting_beside_the_main_protocol(grid):
     _, data, result = grid
-    table = literal_comparison(data, result, resamples=RESAMPLES).set_index("model")
+    table = literal_comparison(data, resamples=RESAMPLES).set_index("model")
     assert table.loc["ma", "literal_k0"] == pytest.approx(0.80) and table.loc["ma", "literal_all"] == pytest.approx(0.60)
     assert table.loc["ma", "literal_drop"] == pytest.approx(0.25) and table.loc["ma", "lr"] == 1e-3
     assert table.loc["ma", "main_drop"] == pytest.approx((0.85 - 0.70) / 0.85)
@@ -267,7 +267,7 @@ def test_smoke_like_grid_without_random_literal_or_curves(tmp_path):
     assert set(result.claims["verdict"]) == {"not testable"}
     assert result.basis == "all 24 runs (none passed the convergence gate)" and len(result.summary)
     assert result.random.empty and "No seeded random ordering ran" in T.random_display(result.random)._repr_html_()
-    literal = literal_comparison(data, result)
+    literal = literal_comparison(data, resamples=50)
     assert literal.empty and "did not run" in T.literal_display(literal)._repr_html_()
     numbers = science_numbers(result, data)
     assert math.isnan(numbers["drop_all_mean"]) and numbers["drop_all_interval"] == "n/a"

@@ -191,7 +191,14 @@ def literal_studies(config: dict) -> list[str]:
     return names
 
 
-def literal_comparison(data: BookData, result: Science, resamples: int = S.RESAMPLES) -> pd.DataFrame:
+def _shared_table(data: BookData, frame: pd.DataFrame, ranking: str, resamples: int) -> pd.DataFrame:
+    """:func:`findings.main_table` at k = 0 and all heads of ``frame``'s runs (only those runs are bootstrapped)."""
+    shared = frame[frame["ranking"].isin(R.SHARED_RANKINGS)]
+    differences = S.paired_differences(_records(data, set(shared["run_id"])), resamples=resamples)
+    return F.main_table(R.summarise(shared), differences, ranking, fractions=(F.MAIN_FRACTIONS[0], F.MAIN_FRACTIONS[-1]))
+
+
+def literal_comparison(data: BookData, resamples: int = S.RESAMPLES) -> pd.DataFrame:
     """Per model and task: the main protocol's k = 0 and all-heads scores and relative drop with its interval, beside
     the paper's literal setting's (lr 2e-5, 15 epochs, final epoch); ``lr`` is the main protocol's chosen lr.
     Empty when no literal run exists."""
@@ -216,11 +223,12 @@ def literal_comparison(data: BookData, result: Science, resamples: int = S.RESAM
     ]
     if not frames:
         return pd.DataFrame(columns=columns)
-    literal = pd.concat(frames, ignore_index=True)
-    literal_table = F.main_table(R.summarise(literal), S.paired_differences(_records(data, set(literal["run_id"])), resamples=resamples), result.ranking)
+    ranking = data.config["rank"].get("methods", ["gates"])[0]
+    literal_table = _shared_table(data, pd.concat(frames, ignore_index=True), ranking, resamples)
+    main_table = _shared_table(data, data.main, ranking, resamples)
     out = []
     for (model, task), group in literal_table.groupby(["model", "task"], sort=True):
-        main = result.table[(result.table["model"] == model) & (result.table["task"] == task)]
+        main = main_table[(main_table["model"] == model) & (main_table["task"] == task)]
         lit_all, main_all = group[group["k"] == group["total_heads"]], main[main["k"] == main["total_heads"]]
         lit_0, main_0 = group[group["k"] == 0], main[main["k"] == 0]
         if lit_all.empty or lit_0.empty:
