@@ -18,7 +18,7 @@ from papa.analysis import findings as F
 from papa.analysis import paper as P
 from papa.analysis import results as R
 from papa.analysis import stats as S
-from papa.analysis.figure_kit import AXIS_PX, TEXT_WIDTH, Figure
+from papa.analysis.figure_kit import AXIS_PX, TEXT_WIDTH, Figure, finish
 from papa.analysis.paper_figures import fig_better_models, fig_paper_scores, fig_relative_score
 from papa.book.data import BookData
 
@@ -152,7 +152,7 @@ def model_drops_display_frame(result: Science) -> pd.DataFrame:
 def placeholder_figure(label: str, why: str) -> Figure:
     """A figure that says in words why there is nothing to draw (its caption says the same)."""
     chart = alt.Chart(pd.DataFrame({"text": [why]})).mark_text(fontSize=13).encode(text="text:N").properties(width=TEXT_WIDTH - 2 * AXIS_PX, height=40)
-    return Figure(chart, why, label)
+    return finish(chart, why, label)
 
 
 def analogue_figures(result: Science, data: BookData) -> list[Figure]:
