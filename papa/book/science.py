@@ -70,7 +70,10 @@ def chapter_science(data: BookData, ranking: str | None = None, resamples: int =
     kept, gate = F.gate_runs(data.main)
     converged_main = data.main[data.main["run_id"].isin(kept)]
     converged_summary = R.summarise(converged_main)
-    converged_differences = S.paired_differences(_records(data, kept), resamples=resamples) if kept else differences.iloc[:0]
+    if kept == main_ids:  # every run converged: the same bootstrap
+        converged_differences = differences
+    else:
+        converged_differences = S.paired_differences(_records(data, kept), resamples=resamples) if kept else differences.iloc[:0]
     converged_table = F.main_table(converged_summary, converged_differences, ranking)
     better = (
         P.better_models_lose_more(converged_summary, data.floors)
@@ -158,7 +161,8 @@ def placeholder_figure(label: str, why: str) -> Figure:
 def analogue_figures(result: Science, data: BookData) -> list[Figure]:
     """The paper's analogues (a)–(c) drawn from ``result.basis``'s runs (:mod:`papa.analysis.paper_figures`), each
     replaced by a :func:`placeholder_figure` when its data is empty (e.g. no informative task)."""
-    points = P.score_vs_dynamic_heads(result.summary, data.floors, result.differences_basis) if len(result.summary) else pd.DataFrame(columns=["ranking"])
+    differences = result.differences_basis if len(result.differences_basis) else None  # no run stored dev predictions
+    points = P.score_vs_dynamic_heads(result.summary, data.floors, differences) if len(result.summary) else pd.DataFrame(columns=["ranking"])
     relative = P.relative_score_vs_constant_fraction(result.summary, data.floors, result.ranking) if len(result.summary) else pd.DataFrame()
     points_c, verdict = P.better_models_lose_more(result.summary, data.floors) if len(result.summary) else result.better
     out = []

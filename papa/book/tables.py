@@ -225,8 +225,14 @@ def _percent_cell(value: Any, low: Any, high: Any) -> str | None:
 
 
 def _heads_label(k: Any, total: Any) -> str:
+    """``"32 (7/8)"``: k with the paper's fraction it stands for (32 of 36 heads is 7/8 rounded), else k / total."""
+    from papa.analysis.findings import MAIN_FRACTIONS, _k_of
+
     k, total = int(k), int(total)
-    return "0 (none)" if k == 0 else f"{k} (all)" if k == total else f"{k} ({_fraction(k / total)})"
+    if k == 0 or k == total:
+        return "0 (none)" if k == 0 else f"{k} (all)"
+    nominal = next((f for f in MAIN_FRACTIONS if 0 < f < 1 and _k_of(f, total) == k), None)
+    return f"{k} ({nominal if nominal is not None else _fraction(k / total)})"
 
 
 def main_table_display(main: pd.DataFrame) -> Table:
