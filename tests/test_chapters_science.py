@@ -274,3 +274,57 @@ def test_smoke_like_grid_without_random_literal_or_curves(tmp_path):
     shown = T.main_table_display(result.table)
     assert "nan" not in shown._repr_html_().lower()
     assert T.verdicts_display(result.claims).to_frame().shape == (3, 5)
+
+
+def _run_chapter_cells(path: str, data, monkeypatch) -> dict:
+    """Execute a chapter's code cells as the notebook does, against ``data``; return what they glued. Skipped: the
+    parameters cells (papermill's) and the constants cell (it reads an encoder's constants file)."""
+    import ast
+    import re
+    from pathlib import Path
+
+    import myst_nb
+
+    import papa
+    import papa.book
+
+    glued: dict = {}
+    monkeypatch.setattr(myst_nb, "glue", lambda name, value, display=True: glued.__setitem__(name, value))
+    monkeypatch.setattr(papa.book, "load_book_data", lambda _: data)
+    text = Path(path).read_text(encoding="utf-8")
+    namespace: dict = {"grid_config": "configs/hand.yaml", "papa": papa}
+    for cell in re.findall(r"```\{code-cell\}\n(.*?)```", text, re.S):
+        if "parameters" in cell.split("\n", 1)[0] or "parameters(globals())" in cell or "constants_file" in cell:
+            continue
+        tree = ast.parse("\n".join(line for line in cell.splitlines() if not line.startswith(":tags:")))
+        last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None
+        exec(compile(tree, path, "exec"), namespace)
+        if last is not None:
+            shown = eval(compile(ast.Expression(last.value), path, "eval"), namespace)
+            html = shown._repr_html_() if hasattr(shown, "_repr_html_") else str(shown)
+            assert not re.search(r">\s*(nan|None)\s*<", html), html[:500]
+    roles = set(re.findall(r"\{glue:text\}`([^`]+)`", text)) | set(re.findall(r"glue:figure\} (\S+)", text))
+    assert roles <= set(glued), sorted(roles - set(glued))
+    return glued
+
+
+@pytest.mark.parametrize("smoke", [False, True], ids=["full", "smoke-like"])
+def test_chapters_execute_on_hand_made_runs(tmp_path, monkeypatch, smoke):
+    """The results and controls chapters' code, on a grid with random and literal runs and one without them (and
+    without a held-out curve): every cell runs, every glued name the prose cites exists, no cell shows nan."""
+    if smoke:
+        write_grid(tmp_path, random=False, literal=False, gated=tuple((m, k, s, None) for m in ACCURACY for k in (0, 4, 7, 8) for s in (42, 43, 44)))
+        config = CONFIG | {"studies": []}
+    else:
+        write_grid(tmp_path, gated=(("mb", 0, 44, False),))
+        config = CONFIG
+    atomic_write_json(tmp_path / "rankings" / "ma__sst2__gates.json", {"ranking": [[0, h] for h in range(4)] + [[1, h] for h in range(4)]})
+    data = book_data(config, tmp_path)
+    results = _run_chapter_cells("notebooks/04_results.md", data, monkeypatch)
+    controls = _run_chapter_cells("notebooks/05_controls.md", data, monkeypatch)
+    if smoke:
+        assert (results["claim1_verdict"], results["claim3_verdict"], results["n_converged"]) == ("not testable", "not testable", 0)
+        assert results["analogue_basis"] == "all 24 runs (none passed the convergence gate)" and controls["literal_studies"] == "none in this grid"
+    else:
+        assert (results["n_left_out"], results["claim3_verdict"], controls["n_literal_pairs"], controls["n_not_converged"]) == (1, "not testable", 2, 1)
+        assert results["drop_all_interval"].startswith("[") and results["claim2_verdict"] in F.CLAIM_VERDICTS
