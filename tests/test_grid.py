@@ -4,6 +4,7 @@ and a second runner is refused."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -18,6 +19,7 @@ import pytest
 import yaml
 
 from papa.core.errors import PapaError
+from papa.pipeline import runner
 from papa.pipeline.grid import ROOT, GridLock, Manifest, expand, load_config, run_grid, runs_dir, stale_runs
 
 pytestmark = [pytest.mark.data, pytest.mark.slow]
@@ -74,7 +76,8 @@ def test_runs_once_then_only_dependants_then_failures(tmp_path, grid, capsys, da
     (changed / "SHA256SUMS").chmod(0o644)
     (changed / "SHA256SUMS").write_text((data_dir / "SHA256SUMS").read_text().replace("sst2/", "sst2/x"))
     monkeypatch.setenv("PAPA_DATA_DIR", str(changed))
-    assert {r.kind for r in stale_runs(load_config(config_path))[1]} == {"estimate", "rank", "probe"}
+    # (the chapters too: the probes they read re-run)
+    assert {r.kind for r in stale_runs(load_config(config_path))[1]} == {"estimate", "rank", "probe", "results", "controls"}
     monkeypatch.setenv("PAPA_DATA_DIR", str(data_dir))
 
     touched = write_config(tmp_path, grid, probe={"epochs": 2})
@@ -82,11 +85,16 @@ def test_runs_once_then_only_dependants_then_failures(tmp_path, grid, capsys, da
     expected = {r.run_id for r in expand(load_config(touched)) if r.kind in ("probe", "results", "controls")}
     assert {r.run_id for r in stale} == expected  # the estimate and the ranking stay up to date
 
-    # Inject a failure: corrupt the constants the k = all probe reads. The k = 0 probe still runs.
-    constants = next((runs_dir(load_config(touched)) / "artifacts" / "constants").glob("*.safetensors"))
-    data = bytearray(constants.read_bytes())
-    data[-10] ^= 0xFF
-    constants.write_bytes(bytes(data))
+    # Inject a failure: the k = all probe reads a constants file that does not exist (a corrupt one
+    # would be re-estimated: tests/test_runner_faults.py). The k = 0 probe still runs.
+    real_execute = runner.execute
+
+    def failing_k_all(run, root=ROOT):
+        if run.run_id.startswith("probe__minilm-l6__sst2__all"):
+            run = dataclasses.replace(run, params=dict(run.params, constants="book/runs/missing.safetensors"))
+        return real_execute(run, root)
+
+    monkeypatch.setattr(runner, "execute", failing_k_all)
     assert run_grid(touched) == 1
     out = capsys.readouterr().out
     assert "1 failed" in out or "failed" in out

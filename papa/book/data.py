@@ -39,8 +39,12 @@ class BookData:
         return [t for t in self.config["tasks"] if t in set(self.main["task"])]
 
 
-def _study_settings(config: dict, study: dict) -> dict:
-    probe = config["probe"]
+def _study_settings(config: dict, study: dict, model: str | None = None) -> dict:
+    """Effective probe settings, as :func:`papa.core.schema.study_settings` merges them: the probe section, then
+    ``probe.per_model[model]``, then the study's own keys."""
+    probe = dict(config["probe"])
+    if model is not None:
+        probe.update((probe.get("per_model") or {}).get(model) or {})
     lr = study.get("lr", probe.get("lr", 2e-5))
     return {
         "lr": lr if isinstance(lr, str) else float(lr),  # "select": chosen per model and task, any value
@@ -54,43 +58,79 @@ def _study_settings(config: dict, study: dict) -> dict:
 
 
 def study_frame(tidy: pd.DataFrame, config: dict, study: dict | None = None) -> pd.DataFrame:
-    """Rows of ``tidy`` that belong to a study (the main grid when ``study`` is None): the same lr,
-    epochs, epoch selection, modes, models and tasks, and per task the largest training size not above
-    the study's. A named study keeps only its own runs (run ids tagged ``__<name>__s<seed>`` by
-    :func:`papa.pipeline.grid.expand`), so a study that has not run yet is empty, never another study's runs."""
-    s = _study_settings(config, study or {})
+    """Rows of ``tidy`` that belong to a study (the main grid when ``study`` is None): per model (its
+    ``probe.per_model`` settings applied) the same lr, epochs, epoch selection, modes and tasks, and per model
+    and task the largest training size not above the study's. A named study keeps only its own runs (run ids
+    tagged ``__<name>__s<seed>`` by :func:`papa.pipeline.grid.expand`), so a study that has not run yet is empty,
+    never another study's runs."""
     if study is not None and "name" in study:
         tidy = tidy[tidy["run_id"].str.contains(f"__{study['name']}__s", regex=False)]
-    same_lr = True if isinstance(s["lr"], str) else tidy["lr"].astype(float).round(12) == round(s["lr"], 12)
-    rows = tidy[
-        same_lr
-        & (tidy["epochs"] == s["epochs"])
-        & (tidy["selection"] == s["selection"])
-        & tidy["model"].isin(s["models"])
-        & tidy["mode"].isin(s["modes"])
-        & tidy["task"].isin(s["tasks"])
-        & (tidy["train_examples"] <= (math.inf if s["train_examples"] is None else s["train_examples"]))
-    ]
+    parts = []
+    for model in _study_settings(config, study or {})["models"]:
+        s = _study_settings(config, study or {}, model)
+        same_lr = True if isinstance(s["lr"], str) else tidy["lr"].astype(float).round(12) == round(s["lr"], 12)
+        parts.append(
+            tidy[
+                same_lr
+                & (tidy["model"] == model)
+                & (tidy["epochs"] == s["epochs"])
+                & (tidy["selection"] == s["selection"])
+                & tidy["mode"].isin(s["modes"])
+                & tidy["task"].isin(s["tasks"])
+                & (tidy["train_examples"] <= (math.inf if s["train_examples"] is None else s["train_examples"]))
+            ]
+        )
+    rows = pd.concat(parts) if parts else tidy.iloc[:0]
     if rows.empty:
         return rows
-    return rows[rows["train_examples"] == rows.groupby("task")["train_examples"].transform("max")]
+    return rows[rows["train_examples"] == rows.groupby(["model", "task"])["train_examples"].transform("max")]
+
+
+def _plan_outputs(config: dict) -> tuple[dict[str, dict], dict[str, list]]:
+    """The results (``{file stem: result}``) and rankings (``{stem: [(layer, head), ...]}``) that the
+    grid's current plan produces, each read with its checksum; a result the plan names but that is
+    missing, corrupt or not a result is an error (never silently a run fewer). Files of runs the plan
+    no longer has are not read."""
+    from papa.core.errors import PapaError
+    from papa.pipeline.plan import expand
+
+    results: dict[str, dict] = {}
+    rankings: dict[str, list] = {}
+    for run in expand(config):
+        for output in run.outputs:
+            path = ROOT / output
+            if run.kind == "probe":
+                result = read_json_verified(path, "result")
+                if "config" not in result or "score" not in result:
+                    raise PapaError(f"The result {output} is not a probe result", "Run the grid again: `papa grid run` re-executes the run that wrote it.")
+                results[path.stem] = result
+            elif run.kind == "rank":
+                rankings[path.stem] = [tuple(h) for h in read_json_verified(path, "ranking")["ranking"]]
+    return results, rankings
 
 
 def load_book_data(config_path: str) -> BookData:
     """Load a grid's results for the chapters (``config_path`` relative to the repository root)."""
     config = load_config(ROOT / config_path)
-    return book_data(config, ROOT / "book" / "runs" / config["name"] / "artifacts")
+    # -- which result files the chapters read (papa.pipeline runner): exactly the current plan's -------
+    results, rankings = _plan_outputs(config)
+    # -- end of the runner's part ---------------------------------------------------------------------
+    return book_data_from(config, results, rankings)
 
 
 def book_data(config: dict, folder: Path) -> BookData:
-    """:class:`BookData` of a loaded grid ``config`` from an artefacts ``folder`` (``results/``, ``rankings/``)."""
-    records = R.read_results(folder / "results")
+    """:class:`BookData` of a loaded grid ``config`` from every result under an artefacts ``folder`` (``results/``,
+    ``rankings/``), without the plan (hand-made runs in tests, a copied runs folder)."""
+    rankings = {path.stem: [tuple(h) for h in read_json_verified(path, "ranking")["ranking"]] for path in sorted((folder / "rankings").glob("*.json"))}
+    return book_data_from(config, R.read_results(folder / "results"), rankings)
+
+
+def book_data_from(config: dict, records: dict[str, dict], rankings: dict[str, list]) -> BookData:
+    """:class:`BookData` from result records (``{run id: result}``, kept whole: their dev predictions feed the
+    intervals) and rankings (``{stem: [(layer, head), ...]}``)."""
     tidy = R.load_results(records)
     main = study_frame(tidy, config)
     epochs = R.epoch_table(records)
-    rankings = {}
-    for path in sorted((folder / "rankings").glob("*.json")):
-        rankings[path.stem] = [tuple(h) for h in read_json_verified(path, "ranking")["ranking"]]
     return BookData(
         config,
         tidy,

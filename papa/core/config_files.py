@@ -120,9 +120,11 @@ def _path(loc: tuple, data: Any, style: str) -> tuple[str, list[str | int]]:
             node = node.get(part)
         elif isinstance(part, str) and node is None and not keys:
             keys.append(part)
-    if style == "cli":
+    if style in ("cli", "notebook"):
         named = [k for k in keys if isinstance(k, str)]
-        return ("--" + named[0].replace("_", "-")) if named else "", keys
+        if not named:
+            return "", keys
+        return ("--" + named[0].replace("_", "-")) if style == "cli" else named[0], keys
     text = ""
     for key in keys:
         text += f"[{key}]" if isinstance(key, int) else (f".{key}" if text else key)

@@ -22,13 +22,13 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 
 # --- names -----------------------------------------------------------------------------------------------------------
 Task = Literal["cola", "sst2", "mrpc", "mnli", "ner", "pos"]
-Method = Literal["gates", "deviation", "random"]
+BaseMethod = Literal["gates", "deviation", "random"]
 Mode = Literal["cached", "faithful"]
 Selection = Literal["final", "heldout"]
 ProbeInput = Literal["all", "embeddings"]
 Chapter = Literal["results", "controls"]
 TASKS: tuple[str, ...] = get_args(Task)
-METHODS: tuple[str, ...] = get_args(Method)
+METHODS: tuple[str, ...] = get_args(BaseMethod)
 MODES: tuple[str, ...] = get_args(Mode)
 SELECTIONS: tuple[str, ...] = get_args(Selection)
 PROBE_INPUTS: tuple[str, ...] = get_args(ProbeInput)
@@ -48,6 +48,10 @@ DEFAULT_CONSTANT_EXAMPLES = 2000
 DEFAULT_BATCH_SIZE = 64
 DEFAULT_HELDOUT_FRACTION = 0.1
 DEFAULT_FRACTIONS: list[int | float | str] = [0, 1]
+#: The probe lrs :func:`papa.probing.protocol.select_lr` tries at k = 0 (the paper's 2e-5 among them).
+DEFAULT_LR_GRID: list[float] = [2e-5, 2e-4, 1e-3]
+#: ``lr: select`` in a grid: the lr chosen per (model, task) by the ``select_lr`` run.
+SELECT = "select"
 
 
 class ConfigValueError(ValueError):
@@ -104,6 +108,16 @@ def _fraction(value: int | float | str) -> int | float | str:
     return value
 
 
+_RANDOM = re.compile(r"^random-(\d+)$")
+
+
+def _method(value: str) -> str:
+    """A head ordering: gates, deviation, random, or ``random-<seed>`` (a seeded random ordering)."""
+    if value in METHODS or _RANDOM.match(value):
+        return value
+    raise ConfigValueError(f"Unknown ranking method {value!r}", f"Use one of {', '.join(METHODS)}, or random-<seed> (e.g. random-1) for a seeded random ordering.")
+
+
 def _name(value: str) -> str:
     if not re.match(r"^[a-z0-9][a-z0-9_-]*$", value) or "__" in value or len(value) > MAX_NAME_LENGTH:
         raise ConfigValueError(
@@ -142,6 +156,9 @@ ModelName = Annotated[str, AfterValidator(_model_name)]
 HeadFraction = Annotated[int | float | str, AfterValidator(_fraction)]
 Name = Annotated[str, AfterValidator(_name)]
 Examples = Count | None  # null: the whole split
+Method = Annotated[str, AfterValidator(_method)]
+#: Per task where a grid wants it (``max_eval_examples: {ner: 1000, pos: 1000}``; a task not listed: the whole split).
+PerTaskExamples = Examples | dict[Task, Examples]
 
 
 def _nonempty_unique(item: Any) -> Any:
@@ -196,7 +213,13 @@ class ProbeParams(_Strict):
     mode: Mode = Field("cached", description="cached (features once, eval mode) or faithful (live encoder, train mode)")
     seeds: Annotated[list[int], Field(min_length=1), AfterValidator(_unique)] = Field([DEFAULT_SEED], description="probe seeds, one result file each")
     epochs: Count = Field(PAPER_EPOCHS, description="training epochs (the paper: 15)")
-    lr: Rate = Field(PAPER_LR, description="learning rate (the paper: 2e-5)")
+    lr: Rate = Field(PAPER_LR, description="learning rate (the paper: 2e-5); unused when lr_file is set")
+    lr_file: str = Field("", description="an lr choice from the select_lr run (its lr replaces lr)")
+    patience: Count | None = Field(None, description="early stopping: epochs without a held-out gain (epochs is then the cap; needs selection heldout)")
+    pool_examples: Examples = Field(None, description="a training pool of this size; each seed draws max_train_examples + heldout_examples from it")
+    heldout_examples: Count | None = Field(None, description="with a pool: held-out training examples each seed draws")
+    dev_every_epoch: bool = Field(True, description="score the dev split after every epoch (false: once, by the reported probe)")
+    eval_chunk_examples: Count | None = Field(None, description="score the dev split this many examples at a time (bounds memory)")
     probe_input: ProbeInput = Field("all", description="all hidden states, or embeddings only (the attention-free floor)")
     selection: Selection = Field("final", description="reported epoch: final (the paper) or heldout (best on held-out training examples)")
     heldout_fraction: Share = Field(DEFAULT_HELDOUT_FRACTION, description="with selection heldout: the share of the training subset held out")
@@ -209,13 +232,39 @@ class ProbeParams(_Strict):
     out: str = Field(description="result file per seed ({seed} is filled in)")
 
 
+class SelectLrParams(_Strict):
+    """``notebooks/06_select_lr.md``: the probe's lr for one (model, task), chosen at k = 0 on held-out training examples."""
+
+    model: ModelName = Field(DEFAULT_MODEL, description="encoder: embedded name, local folder or hub id")
+    task: Task = Field(description="task: cola, sst2, mrpc, mnli, ner or pos")
+    lrs: Annotated[list[Rate], Field(min_length=1), AfterValidator(_unique)] = Field(DEFAULT_LR_GRID, description="the lrs tried")
+    seeds: Annotated[list[int], Field(min_length=1), AfterValidator(_unique)] = Field([DEFAULT_SEED], description="probe seeds averaged per lr")
+    epochs: Count = Field(PAPER_EPOCHS, description="the cap of early stopping while choosing")
+    patience: Count = Field(3, description="early stopping: epochs without a held-out gain")
+    pool_examples: Count = Field(DEFAULT_TRAIN_EXAMPLES, description="the training pool (as the probes')")
+    max_train_examples: Count = Field(DEFAULT_TRAIN_EXAMPLES, description="training examples each seed draws from the pool")
+    heldout_examples: Count = Field(100, description="held-out training examples each seed draws (they choose the lr)")
+    data_seed: NonNegative = Field(0, description="seed of the pool")
+    max_length: MaxLength = Field(PAPER_MAX_LENGTH, description="fixed input length L (8..512)")
+    relayout: bool = Field(True, description="PAPA layout")
+    device: Device = Field("auto", description="auto (GPU when present), cpu, cuda, cuda:N or mps")
+    out: str = Field(description="output lr choice .json file")
+
+
 class ChapterParams(_Strict):
     """``notebooks/04_results.md`` and ``notebooks/05_controls.md``."""
 
     grid_config: str = Field("configs/default.yaml", description="the grid config whose runs this chapter aggregates")
 
 
-RUN_PARAMS: dict[str, type[_Strict]] = {"estimate": EstimateParams, "rank": RankParams, "probe": ProbeParams, "results": ChapterParams, "controls": ChapterParams}
+RUN_PARAMS: dict[str, type[_Strict]] = {
+    "estimate": EstimateParams,
+    "rank": RankParams,
+    "select_lr": SelectLrParams,
+    "probe": ProbeParams,
+    "results": ChapterParams,
+    "controls": ChapterParams,
+}
 
 
 # --- the grid config ---------------------------------------------------------------------------------------------------
@@ -233,18 +282,48 @@ class RankSection(_Strict):
     seed: int = Field(DEFAULT_SEED, description="gates: random seed")
 
 
-class ProbeSection(_Strict):
+class _ProbeSettings(_Strict):
     fractions: Fractions = Field(DEFAULT_FRACTIONS, description="shares of all heads made constant: 0, 1/2, 7/8, 15/16, 1")
     seeds: _nonempty_unique(int) = Field([DEFAULT_SEED], description="probe seeds")
     single_seed_fractions: Annotated[list[HeadFraction], AfterValidator(_unique_fractions)] = Field([], description="fractions run with the first seed only")
     modes: _nonempty_unique(Mode) = Field(["cached"], description="cached and/or faithful")
     epochs: Count = Field(PAPER_EPOCHS, description="probe training epochs (the paper: 15)")
-    lr: Rate = Field(PAPER_LR, description="probe learning rate (the paper: 2e-5)")
-    max_train_examples: Examples = Field(DEFAULT_TRAIN_EXAMPLES, description="training examples (null: the whole split)")
-    max_eval_examples: Examples = Field(None, description="evaluation examples (null: the whole split)")
+    lr: Rate | Literal["select"] = Field(PAPER_LR, description="probe learning rate (the paper: 2e-5), or select: chosen per model and task by lr_selection")
+    max_train_examples: Examples = Field(DEFAULT_TRAIN_EXAMPLES, description="training examples (null: the whole split); with a pool, what each seed draws")
+    max_eval_examples: PerTaskExamples = Field(None, description="evaluation examples (null: the whole split), or a mapping per task")
     methods: _nonempty_unique(Method) | None = Field(None, description="orderings probed (unset: rank.methods)")
     selection: Selection = Field("final", description="reported epoch: final or heldout")
     heldout_fraction: Share = Field(DEFAULT_HELDOUT_FRACTION, description="with selection heldout: share of the training subset held out")
+    patience: Count | None = Field(None, description="early stopping on held-out training examples (epochs is then the cap)")
+    pool_examples: Examples = Field(None, description="a training pool of this size, features extracted once; each seed draws its own examples")
+    heldout_examples: Count | None = Field(None, description="with a pool: held-out training examples each seed draws")
+    dev_every_epoch: bool = Field(True, description="score the dev split after every epoch (false: once, by the reported probe)")
+    eval_chunk_examples: Count | None = Field(None, description="score the dev split this many examples at a time")
+
+
+def _overrides(section: type[BaseModel]) -> dict[str, Any]:
+    """Every field of ``section`` as an optional override: unset inherits the section's value."""
+    hints = get_type_hints(section, include_extras=True)
+    return {name: (hints[name], Field(None, description=f"{field.description} (unset: the probe section's)")) for name, field in section.model_fields.items()}
+
+
+#: Settings one model overrides (``probe.per_model``): any probe key but the orderings and fractions.
+ModelSettings = create_model(
+    "ModelSettings",
+    __base__=_Strict,
+    __doc__="Probe settings for one model (e.g. smaller sizes for a slow model); unset keys inherit the probe section.",
+    **{k: v for k, v in _overrides(_ProbeSettings).items() if k not in ("fractions", "methods", "single_seed_fractions")},
+)
+
+
+class ProbeSection(_ProbeSettings):
+    per_model: dict[ModelName, ModelSettings] = Field({}, description="settings one model overrides, e.g. smaller sizes for a slow model")
+
+
+class LrSelectionSection(_Strict):
+    lrs: Annotated[list[Rate], Field(min_length=1), AfterValidator(_unique)] = Field(DEFAULT_LR_GRID, description="lrs tried at k = 0 (include the paper's 2e-5)")
+    seeds: _nonempty_unique(int) = Field([DEFAULT_SEED], description="probe seeds averaged per lr")
+    epochs: Count = Field(PAPER_EPOCHS, description="the cap of early stopping while choosing")
 
 
 class FloorsSection(_Strict):
@@ -265,14 +344,8 @@ class _StudyBase(_Strict):
         return self
 
 
-def _overrides(section: type[BaseModel]) -> dict[str, Any]:
-    """Every field of ``section`` as an optional override: unset inherits the section's value."""
-    hints = get_type_hints(section, include_extras=True)
-    return {name: (hints[name], Field(None, description=f"{field.description} (unset: the probe section's)")) for name, field in section.model_fields.items()}
-
-
 #: One extra study: any probe-section key overrides the probe section; unset keys inherit it.
-Study = create_model("Study", __base__=_StudyBase, __doc__="An extra set of probe runs with its own settings.", **_overrides(ProbeSection))
+Study = create_model("Study", __base__=_StudyBase, __doc__="An extra set of probe runs with its own settings.", **_overrides(_ProbeSettings))
 
 
 class GridConfig(_Strict):
@@ -290,6 +363,7 @@ class GridConfig(_Strict):
     device: Device = Field("auto", description="auto, cpu, cuda, cuda:N or mps")
     estimate: EstimateSection = Field(default_factory=EstimateSection)
     rank: RankSection = Field(default_factory=RankSection)
+    lr_selection: LrSelectionSection = Field(default_factory=LrSelectionSection, description="how lr: select chooses the probe's lr")
     probe: ProbeSection
     floors: FloorsSection = Field(default_factory=FloorsSection)
     studies: list[Study] = Field([], description="extra probe runs with their own settings")
@@ -312,13 +386,49 @@ class GridConfig(_Strict):
                             f"{value!r} is not one of the grid's {key}", f"Add it to the top-level {key}, or use one of {', '.join(allowed)}.", at=("studies", index, key, position)
                         )
         if "max_eval_examples" not in self.rank.model_fields_set:
-            self.rank.max_eval_examples = self.probe.max_eval_examples
+            evaluation = self.probe.max_eval_examples
+            self.rank.max_eval_examples = evaluation if not isinstance(evaluation, dict) else None
+        for model in self.probe.per_model:
+            if model not in self.models:
+                raise ConfigValueError(f"{model!r} is not one of the grid's models", f"Use one of {', '.join(self.models)}.", at=("probe", "per_model"))
+        checks = [(("probe",), study_settings(self))]
+        checks += [(("probe", "per_model", model), study_settings(self, None, model)) for model in self.probe.per_model]
+        checks += [(("studies", i), study_settings(self, s, model)) for i, s in enumerate(self.studies) for model in (s.models or self.models)]
+        for where, settings in checks:
+            _check_protocol(settings, where)
         return self
 
 
-def study_settings(grid: GridConfig, study: BaseModel) -> dict[str, Any]:
-    """A study's effective probe settings: the probe section overridden by the keys the study sets."""
-    return {**grid.probe.model_dump(), **study.model_dump(include=study.model_fields_set - set(_StudyBase.model_fields))}
+def _check_protocol(settings: dict[str, Any], at: tuple) -> None:
+    """The early-stopping protocol's keys go together: early stopping and lr: select choose on held-out
+    training examples; a pool needs what each seed draws from it."""
+    if (settings["patience"] is not None or settings["lr"] == SELECT) and settings["selection"] != "heldout":
+        raise ConfigValueError("patience and lr: select choose on held-out training examples", "Set selection: heldout.", at=(*at, "selection"))
+    if settings["pool_examples"] is not None and (settings["heldout_examples"] is None or settings["max_train_examples"] is None):
+        raise ConfigValueError(
+            "a training pool needs max_train_examples and heldout_examples (what each seed draws)",
+            "Set e.g. max_train_examples: 2000 and heldout_examples: 200.",
+            at=(*at, "pool_examples"),
+        )
+    if settings["lr"] == SELECT and (settings["pool_examples"] is None or settings["patience"] is None):
+        raise ConfigValueError(
+            "lr: select needs a training pool and patience (the lr is chosen as the probes train)", "Set pool_examples, heldout_examples and patience.", at=(*at, "lr")
+        )
+    if settings["eval_chunk_examples"] is not None and settings["dev_every_epoch"]:
+        raise ConfigValueError(
+            "eval_chunk_examples scores the dev split once, in chunks", "Set dev_every_epoch: false, or drop eval_chunk_examples.", at=(*at, "eval_chunk_examples")
+        )
+
+
+def study_settings(grid: GridConfig, study: BaseModel | None = None, model: str | None = None) -> dict[str, Any]:
+    """Effective probe settings: the probe section, then ``probe.per_model[model]``, then the keys ``study``
+    sets itself (a study's own value wins over a model's)."""
+    settings = grid.probe.model_dump(exclude={"per_model"})
+    if model is not None and model in grid.probe.per_model:
+        settings.update(grid.probe.per_model[model].model_dump(exclude_unset=True))
+    if study is not None:
+        settings.update(study.model_dump(include=study.model_fields_set - set(_StudyBase.model_fields)))
+    return settings
 
 
 # --- the result record (papa.probing.experiment.run_probe → save_result) ------------------------------------------------

@@ -7,54 +7,130 @@ from typing import TYPE_CHECKING
 from papa.pipeline.plan import Run
 
 if TYPE_CHECKING:
-    from papa.pipeline.runner import Manifest
+    from papa.pipeline.stamps import Manifest
 
-DEFAULT_SECONDS = {"estimate": 60, "rank": 120, "probe": 60, "results": 40, "controls": 40}
+DEFAULT_SECONDS = {"estimate": 60, "rank": 120, "select_lr": 120, "probe": 60, "results": 40, "controls": 40}
 
 
-#: MiniLM-L6 on two CPU cores (SST-2, 8000 examples: about 95 s of extraction, 90 s per seed), plus
-#: a fixed start-up (kernel, model and data loading).
+#: MiniLM-L6 on two CPU cores: seconds per example for the encoder pass (tokenising and caching
+#: included; SST-2, 8000 examples: about 95 s) and per example × epoch for the probe on cached
+#: features (90 s per seed on 8000 examples × 15 epochs), plus a fixed start-up (kernel, model, data).
 PROBE_SECONDS_PER_EXAMPLE = {"extract": 0.012, "train": 0.00075}
 PROBE_STARTUP_SECONDS = 20
+#: Cost of a model relative to MiniLM-L6, as (encoder pass, probe step). MiniLM-L3 has half the layers
+#: (4 of 7 hidden states for the probe); all-mpnet-base-v2 runs 16.5 examples/s against MiniLM-L6's
+#: 120 at L = 64, and its probe reads 13 states of 768 against 7 of 384 (7.4x the multiply-adds).
+#: A model not listed is costed as a base model (144 heads) or scaled by its heads.
+MODEL_COST = {"minilm-l6": (1.0, 1.0), "minilm-l3": (0.5, 0.57), "mpnet-base": (7.3, 7.4)}
+BASE_COST = (7.3, 7.4)
+#: With early stopping, the share of the epoch cap a probe is expected to train for (the book's
+#: 20-epoch cap stopped after about 12 epochs).
+EARLY_STOP_SHARE = 0.6
 #: Training-split sizes on the hub, for a run that asks for the whole split when no local data says
 #: how large it is (MNLI: the full 393k-pair split; the local stand-in holds a 9k subset).
 HUB_TRAIN_SIZES = {"cola": 8551, "sst2": 67349, "mrpc": 3668, "mnli": 392702, "ner": 14041, "pos": 14041}
+#: Validation-split sizes on the hub (MNLI: matched), for the whole dev split without local data.
+HUB_DEV_SIZES = {"cola": 1043, "sst2": 872, "mrpc": 408, "mnli": 9815, "ner": 3250, "pos": 3250}
 
 
-def _train_split_size(task: str) -> int:
-    """Examples in the task's local ``train.jsonl`` (non-blank lines), else its hub size."""
+def _split_size(task: str, split: str) -> int:
+    """Examples in the task's local ``<split>.jsonl`` (non-blank lines), else its hub size."""
     from papa.probing.data import get_task, resolve_data_dir
 
     root = resolve_data_dir()
-    path = root / get_task(task).local_folder / "train.jsonl" if root is not None else None
+    path = root / get_task(task).local_folder / f"{split}.jsonl" if root is not None else None
     if path is None or not path.is_file():
-        return HUB_TRAIN_SIZES[get_task(task).name]
+        return (HUB_TRAIN_SIZES if split == "train" else HUB_DEV_SIZES)[get_task(task).name]
     with path.open("rb") as handle:
         return sum(1 for line in handle if line.strip())
 
 
-def run_seconds_guess(run: Run) -> float:
-    """Seconds a run is expected to take when the manifest has no earlier duration for it: a probe
-    scales with its training examples, epochs and seeds (a faithful probe pays an encoder pass for
-    every example of every epoch); other kinds take :data:`DEFAULT_SECONDS`."""
-    if run.kind != "probe":
-        return DEFAULT_SECONDS[run.kind]
+def _train_split_size(task: str) -> int:
+    return _split_size(task, "train")
+
+
+def model_cost(model: str) -> tuple[float, float]:
+    """``(encoder pass, probe step)`` cost of ``model`` relative to MiniLM-L6 (:data:`MODEL_COST`)."""
+    if model in MODEL_COST:
+        return MODEL_COST[model]
+    from papa.pipeline.plan import head_count
+
+    heads = head_count(model)[0] or 144
+    return BASE_COST[0] * heads / 144, BASE_COST[1] * heads / 144
+
+
+def _examples(value: int | None, task: str, split: str) -> int:
+    return value if value is not None else _split_size(task, split)
+
+
+def run_cost(run: Run) -> tuple[float, dict[tuple, float]]:
+    """``(seconds of its own, {feature set: seconds to extract it})`` for a run never timed, from its
+    size and model (:data:`MODEL_COST`). Feature sets are named so that runs sharing one (the same
+    model, sentences, constant heads and subset: a study at k = 0 and the floor, NER and POS) pay for
+    it once in :func:`estimate_seconds`, as the feature cache makes them do.
+
+    * a cached probe: one encoder pass over its training pool (or subset) and its dev split, then
+      ``seeds × epochs`` probe steps per training example (under early stopping, :data:`EARLY_STOP_SHARE`
+      of the cap); a faithful probe pays an encoder pass for every example of every epoch;
+    * ``select_lr`` trains a probe per lr and seed on its pool (features shared with the k = 0 probes);
+    * ``estimate`` is one encoder pass; ``rank`` by gates trains through the live encoder (about three
+      passes per example and epoch); the chapters take :data:`DEFAULT_SECONDS`.
+    """
     p = run.params
-    examples = p["max_train_examples"] if p["max_train_examples"] is not None else _train_split_size(p["task"])
-    passes = p["epochs"] * len(p["seeds"])
-    rate = PROBE_SECONDS_PER_EXAMPLE
-    per_example = rate["extract"] * passes if p["mode"] == "faithful" else rate["extract"] + rate["train"] * passes
-    return PROBE_STARTUP_SECONDS + examples * per_example
+    if run.kind in ("results", "controls"):
+        return DEFAULT_SECONDS[run.kind], {}
+    extract, step = (c * r for c, r in zip(model_cost(p["model"]), (PROBE_SECONDS_PER_EXAMPLE["extract"], PROBE_SECONDS_PER_EXAMPLE["train"])))
+    if run.kind == "estimate":
+        return PROBE_STARTUP_SECONDS + _examples(p["max_examples"], p["task"], "train") * extract, {}
+    if run.kind == "rank":
+        if p["method"] != "gates":
+            return PROBE_STARTUP_SECONDS + 20, {}
+        train, dev = _examples(p["max_train_examples"], p["task"], "train"), _examples(p["max_eval_examples"], p["task"], "validation")
+        return PROBE_STARTUP_SECONDS + (3 * train + dev) * p["epochs"] * extract, {}
+    sentences = "conll" if p["task"] in ("ner", "pos") else p["task"]
+    epochs = p["epochs"] * (EARLY_STOP_SHARE if p.get("patience") else 1)
+    if run.kind == "select_lr":
+        pool = ("train", p["model"], sentences, 0, "", p["pool_examples"], p["max_length"])
+        return PROBE_STARTUP_SECONDS + len(p["lrs"]) * len(p["seeds"]) * epochs * p["max_train_examples"] * step, {pool: p["pool_examples"] * extract}
+    train = _examples(p.get("pool_examples") or p["max_train_examples"], p["task"], "train")
+    fit = p["max_train_examples"] if p.get("pool_examples") else train
+    dev = _examples(p["max_eval_examples"], p["task"], "validation")
+    passes = epochs * len(p["seeds"])
+    if p["mode"] == "faithful":
+        return PROBE_STARTUP_SECONDS + (fit + dev) * passes * extract, {}
+    heads = (p["k"], p["ranking"])
+    features = {
+        ("train", p["model"], sentences, *heads, train, p["max_length"]): train * extract,
+        ("dev", p["model"], sentences, *heads, dev, p["max_length"]): dev * extract,
+    }
+    dev_passes = passes if p.get("dev_every_epoch", True) else len(p["seeds"])
+    if p.get("probe_input") == "embeddings":  # the attention-free floor reads one hidden state of many
+        step /= 7 * model_cost(p["model"])[1] ** 0.5
+    return PROBE_STARTUP_SECONDS + fit * passes * step + dev * dev_passes * step / 3, features
+
+
+def run_seconds_guess(run: Run) -> float:
+    """Seconds one run never timed is expected to take on its own (:func:`run_cost`)."""
+    own, features = run_cost(run)
+    return own + sum(features.values())
 
 
 def estimate_seconds(runs: list[Run], manifest: Manifest) -> float:
-    """Expected seconds for ``runs``: each run's last recorded duration, else :func:`run_seconds_guess`."""
-    seconds = 0.0
+    """Expected seconds for ``runs``: each run's last recorded duration, else :func:`run_cost`, with a
+    feature set shared by several runs extracted once."""
+    seconds, extracted = 0.0, set()
     for run in runs:
         previous = manifest.entries.get(run.run_id, {}).get("seconds")
-        seconds += previous if previous else run_seconds_guess(run)
+        if previous:
+            seconds += previous
+            continue
+        own, features = run_cost(run)
+        seconds += own + sum(cost for key, cost in features.items() if key not in extracted)
+        extracted.update(features)
     return seconds
 
 
 def _format(seconds: float) -> str:
+    if seconds >= 3600:
+        return f"{int(seconds // 3600)}h{int(seconds % 3600 // 60):02d}m"
     return f"{int(seconds // 60)}m{int(seconds % 60):02d}s"

@@ -8,22 +8,25 @@ fractions are errors before anything runs). :func:`expand` turns it into runs::
 
 Each run executes one notebook of ``notebooks/`` into ``book/runs/<config>/<run_id>.ipynb`` (cwd:
 the repository root; all paths repo-relative) and writes its artefacts under
-``book/runs/<config>/artifacts/``. The manifest ``book/runs/<config>/manifest.json`` stores, per
-run, a key over everything that can change its result:
+``book/runs/<config>/artifacts/``. A run's key (:mod:`papa.pipeline.keys`) covers everything that
+can change its result:
 
-* the notebook file and the run's parameters;
-* the source of the papa modules that kind of run imports (:data:`DEPENDS_ON`) — editing e.g.
-  ``papa/cli.py`` or ``papa/grid.py`` invalidates nothing;
-* the task data (the sha256 lines of ``SHA256SUMS`` for the task's folder, else file sizes), checked
-  when a local data folder is set (without one the manifest's record is trusted);
-* the environment (torch, transformers, datasets, evaluate versions);
-* the keys of the runs it depends on (so a change propagates to its dependants).
+* its notebook's code cells (normalised; markdown is not code) and the run's parameters;
+* the papa modules the notebook executes, from a static import graph (:mod:`papa.pipeline.sources`),
+  each fingerprinted on its syntax tree without docstrings: a comment or docstring edit stales nothing;
+* the environment (torch, transformers, tokenizers, datasets, evaluate versions);
+* the keys of the runs it depends on (so a change propagates to its dependants);
+* apart from the key, the task data (the sha256 lines of ``SHA256SUMS`` for the task's folder),
+  checked when a local data folder is set (without one the recorded fingerprint is trusted).
 
-A run whose key matches the manifest and whose outputs exist is up to date and never executed
-twice. A failed run keeps its executed notebook (with the error) beside the others as
-``<run_id>.failed.ipynb``; the grid goes on with the runs that do not depend on it, reports every
-failure at the end and exits non-zero. Notebooks and the manifest are written atomically, and a
-lock file keeps a second runner off the same grid.
+A finished run is sealed (:mod:`papa.pipeline.stamps`): ``stamps/<run_id>.json`` binds its key to the
+sha256 of every output, and the runner trusts an output only when that proof holds; anything else is
+re-executed, and ``--dry-run`` says why. A markdown-only edit refreshes the executed notebook's text
+without re-executing. The manifest ``book/runs/<config>/manifest.json`` caches the stamps (it is
+rebuilt from them when missing or corrupt) and records failures. A failed run keeps its executed
+notebook (with the error) as ``<run_id>.failed.ipynb``; the grid goes on with the runs that do not
+depend on it, reports every failure at the end and exits non-zero. A runs folder serves one config
+(``grid.json``), and a lock keeps a second runner off it.
 """
 
 from papa.pipeline.estimate import *  # noqa: F403

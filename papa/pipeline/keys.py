@@ -1,29 +1,49 @@
-"""Run keys: what a run depends on (its notebook, parameters, papa sources, environment, data and upstream runs)."""
+"""Run keys: a run is stale exactly when something that can change its outputs has changed.
+
+A run's key is a hash over its **components** (:func:`run_components`):
+
+* ``notebook``: its notebook's code fingerprint (code cells, normalised; not the markdown);
+* ``params``: its parameters;
+* ``papa``: ``{module: fingerprint}`` of every papa module the notebook executes (a static import
+  graph, :func:`papa.pipeline.sources.papa_modules`; comments, docstrings and layout ignored);
+* ``environment``: the versions of :data:`ENV_PACKAGES`;
+* ``deps``: the keys of the runs it depends on (so a change propagates to its dependants).
+
+The task data is fingerprinted apart (:func:`data_fingerprints`): without a local data folder it
+cannot be checked and the recorded fingerprint is trusted. The components are stored with each run
+(stamp and manifest), so :func:`what_changed` can say why a run is stale.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import json
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
 
 from papa.pipeline.plan import ROOT, Run
+from papa.pipeline.sources import PACKAGE, notebook_code_tree, notebook_fingerprints, papa_modules
 
-_CORE = ["architectures", "constants", "data", "errors", "io", "layout", "models", "model_packages", "patching"]
-#: papa modules whose source each kind of run depends on (the staleness rule).
-DEPENDS_ON = {
-    "estimate": _CORE + ["experiment"],
-    "rank": _CORE + ["experiment", "features", "heads", "metrics", "probe", "ranking"],
-    "probe": _CORE + ["experiment", "features", "heads", "metrics", "probe"],
-    "results": ["book", "results", "figures", "io", "heads"],
-    "controls": ["book", "results", "figures", "io", "heads"],
-}
-ENV_PACKAGES = ("torch", "transformers", "datasets", "evaluate")
+#: Libraries whose version can change a run's numbers.
+ENV_PACKAGES = ("torch", "transformers", "tokenizers", "datasets", "evaluate")
 
 
-# -- staleness -----------------------------------------------------------------------------------
 def _sha(text: str | bytes) -> str:
     return hashlib.sha256(text if isinstance(text, bytes) else text.encode()).hexdigest()
 
 
+def environment() -> dict[str, str]:
+    """Installed versions of :data:`ENV_PACKAGES` (``"absent"`` for a missing one)."""
+    out = {}
+    for name in ENV_PACKAGES:
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            out[name] = "absent"
+    return out
+
+
+# -- data ----------------------------------------------------------------------------------------
 def _data_fingerprint(task: str | None) -> str:
     if task is None:
         return ""
@@ -43,8 +63,8 @@ def _data_fingerprint(task: str | None) -> str:
 
 def data_fingerprints(runs: list[Run]) -> dict[str, str | None]:
     """Per run, a fingerprint of its task's local data (``SHA256SUMS`` lines), or None when no local
-    data folder is set: then the data cannot be checked, and the manifest's record is trusted (so a
-    fresh clone renders its committed runs without the data)."""
+    data folder is set: then the data cannot be checked, and the recorded one is trusted (so a fresh
+    clone renders its committed runs without the data)."""
     from papa.probing.data import resolve_data_dir
 
     if resolve_data_dir() is None:
@@ -52,25 +72,89 @@ def data_fingerprints(runs: list[Run]) -> dict[str, str | None]:
     return {run.run_id: _data_fingerprint(run.params.get("task")) for run in runs}
 
 
-def run_keys(runs: list[Run]) -> dict[str, str]:
-    """A key per run over its notebook, parameters, papa sources, environment and upstream keys
-    (the task data is checked separately, :func:`data_fingerprints`)."""
-    source = {
-        m: _sha((ROOT / "papa" / f"{m}.py").read_bytes() if (ROOT / "papa" / f"{m}.py").is_file() else b"".join(p.read_bytes() for p in sorted((ROOT / "papa" / m).rglob("*.py"))))
-        for kind in DEPENDS_ON.values()
-        for m in kind
-    }
-    from papa.core.provenance import package_versions
+# -- keys ----------------------------------------------------------------------------------------
+def notebook_facts(notebook: str, root: Path = ROOT, package: Path = PACKAGE) -> dict:
+    """``{"code", "display", "papa"}`` of one source notebook (see :mod:`papa.pipeline.sources`)."""
+    from papa.pipeline.notebook import read_source
 
-    environment = package_versions(ENV_PACKAGES)
+    nb = read_source(root / notebook)
+    code, display = notebook_fingerprints(nb)
+    return {"code": code, "display": display, "papa": papa_modules(notebook_code_tree(nb), package)}
+
+
+def run_components(runs: list[Run], root: Path = ROOT, package: Path = PACKAGE) -> dict[str, dict]:
+    """Per run (in dependency order), the components its key covers (module docstring)."""
+    facts = {nb: notebook_facts(nb, root, package) for nb in sorted({r.notebook for r in runs})}
+    env = environment()
+    components: dict[str, dict] = {}
     keys: dict[str, str] = {}
     for run in runs:
+        fact = facts[run.notebook]
         parts = {
-            "notebook": _sha((ROOT / run.notebook).read_bytes()),
-            "params": run.params,
-            "papa": {m: source[m] for m in DEPENDS_ON[run.kind]},
-            "environment": environment,
+            "notebook": fact["code"],
+            "params": json.loads(json.dumps(run.params, default=str)),
+            "papa": fact["papa"],
+            "environment": env,
             "deps": {d: keys[d] for d in run.deps},
         }
-        keys[run.run_id] = _sha(json.dumps(parts, sort_keys=True, default=str))[:24]
-    return keys
+        components[run.run_id] = parts
+        keys[run.run_id] = key_of(parts)
+    return components
+
+
+def key_of(components: dict) -> str:
+    """24 hex digits over a run's components."""
+    return _sha(json.dumps(components, sort_keys=True, default=str))[:24]
+
+
+def run_keys(runs: list[Run]) -> dict[str, str]:
+    """A key per run (see :func:`run_components`)."""
+    return {run_id: key_of(parts) for run_id, parts in run_components(runs).items()}
+
+
+def notebook_displays(runs: list[Run], root: Path = ROOT) -> dict[str, str]:
+    """Per run, its source notebook's display fingerprint (markdown included)."""
+    from papa.pipeline.notebook import read_source
+
+    displays = {nb: notebook_fingerprints(read_source(root / nb))[1] for nb in sorted({r.notebook for r in runs})}
+    return {run.run_id: displays[run.notebook] for run in runs}
+
+
+def _short(value) -> str:
+    text = json.dumps(value, default=str) if not isinstance(value, str) else value
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _changed_values(old: dict, new: dict) -> str:
+    names = sorted(set(old) | set(new), key=str)
+    return ", ".join(f"{n} {_short(old.get(n, '(unset)'))} -> {_short(new.get(n, '(unset)'))}" for n in names if old.get(n) != new.get(n))
+
+
+def what_changed(old: dict | None, new: dict) -> list[str]:
+    """Why a run whose recorded components are ``old`` is stale under ``new`` (readable reasons)."""
+    if not old:
+        return ["no record"]
+    reasons = []
+    if old.get("params") != new["params"]:
+        reasons.append(f"parameters changed ({_changed_values(old.get('params') or {}, new['params'])})")
+    if old.get("notebook") != new["notebook"]:
+        reasons.append("notebook code changed")
+    old_papa, new_papa = old.get("papa") or {}, new["papa"]
+    changed = [m for m in new_papa if m in old_papa and old_papa[m] != new_papa[m]]
+    if changed:
+        reasons.append(f"code of {', '.join(changed)} changed")
+    added, dropped = [m for m in new_papa if m not in old_papa], [m for m in old_papa if m not in new_papa]
+    if added:
+        reasons.append(f"now executes {', '.join(added)}")
+    if dropped:
+        reasons.append(f"no longer executes {', '.join(dropped)}")
+    if old.get("environment") != new["environment"]:
+        reasons.append(f"environment changed ({_changed_values(old.get('environment') or {}, new['environment'])})")
+    old_deps = old.get("deps") or {}
+    deps = [dep for dep, key in new["deps"].items() if old_deps.get(dep) != key]
+    if deps:
+        more = f" and {len(deps) - 2} more" if len(deps) > 3 else ""
+        reasons.append(f"upstream {', '.join(deps if len(deps) <= 3 else deps[:2])}{more} changed")
+    if set(old_deps) - set(new["deps"]):
+        reasons.append(f"no longer depends on {', '.join(sorted(set(old_deps) - set(new['deps'])))}")
+    return reasons or ["key changed"]

@@ -20,8 +20,14 @@ _KERNEL_NAMES = {"In", "Out", "get_ipython", "exit", "quit", "open"}
 _TYPES = {"str": str, "int": int, "float": (int, float), "bool": bool, "list": list, "dict": dict}
 
 
-def parameters(namespace: dict[str, Any]) -> dict[str, Any]:
-    """The declared parameters and their values; raises :class:`PapaError` for unknown or mistyped ones."""
+def parameters(namespace: dict[str, Any], kind: str | None = None) -> dict[str, Any]:
+    """The declared parameters and their values; raises :class:`PapaError` for unknown or mistyped ones.
+
+    With ``kind`` (``"estimate"``, ``"rank"``, ``"select_lr"``, ``"probe"``, ``"results"``, ``"controls"``)
+    the values are checked against that kind's params model of :mod:`papa.core.schema` (types, ranges,
+    names), so a notebook accepts exactly what a grid may pass it. The cell's annotations are for
+    papermill and for people: ``"Optional[int]"`` (quoted, so the kernel never evaluates it) declares a
+    parameter that may be None."""
     annotations = namespace.get("__annotations__", {})
     declared = {name: annotations[name] for name in annotations}
     unknown = sorted(
@@ -34,15 +40,21 @@ def parameters(namespace: dict[str, Any]) -> dict[str, Any]:
             f"Unknown notebook parameter(s): {', '.join(unknown)}",
             f"This notebook declares: {', '.join(declared)} (papermill --help-notebook lists them).",
         )
-    values = {}
+    values = {name: namespace.get(name) for name in declared}
+    if kind is not None:
+        from papa.core.config_files import validate
+        from papa.core.schema import RUN_PARAMS
+
+        validate(RUN_PARAMS[kind], values, "Notebook parameters", style="notebook")
+        return values
     for name, annotation in declared.items():
-        value = namespace.get(name)
-        type_name = getattr(annotation, "__name__", str(annotation)).split("[")[0].split("|")[0].strip()
+        value = values[name]
+        text = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", str(annotation))
+        optional = "None" in str(annotation) or text.startswith("Optional[")
+        type_name = text.removeprefix("Optional[").split("[")[0].split("|")[0].strip(" ]")
         expected = _TYPES.get(type_name)
-        optional = "None" in str(annotation)
         if expected and not (isinstance(value, expected) or (optional and value is None)) or (expected is int and isinstance(value, bool)):
             raise PapaError(f"Notebook parameter {name}={value!r} is not of type {annotation}", "Pass a value of the declared type.")
-        values[name] = value
     return values
 
 

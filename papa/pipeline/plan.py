@@ -22,13 +22,14 @@ from typing import Any
 from papa.core.config_files import read_yaml, validate
 from papa.core.errors import PapaError
 from papa.core.names import run_id, slug
-from papa.core.schema import ChapterParams, EstimateParams, GridConfig, ProbeParams, RankParams, parse_fraction, study_settings
+from papa.core.schema import SELECT, ChapterParams, EstimateParams, GridConfig, ProbeParams, RankParams, SelectLrParams, parse_fraction, study_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = {
     "estimate": "notebooks/01_estimate_constants.md",
     "rank": "notebooks/02_rank_heads.md",
     "probe": "notebooks/03_probe.md",
+    "select_lr": "notebooks/06_select_lr.md",
     "results": "notebooks/04_results.md",
     "controls": "notebooks/05_controls.md",
 }
@@ -78,6 +79,7 @@ def config_dict(grid: GridConfig) -> dict:
     """``grid`` as the dict the rest of papa reads (``config["probe"]["lr"]``, ``study.get("tasks", ...)``)."""
     config = grid.model_dump(exclude={"studies"})
     config["studies"] = [study.model_dump(include=study.model_fields_set | {"name", "chapter"}) for study in grid.studies]
+    config["probe"]["per_model"] = {model: settings.model_dump(exclude_unset=True) for model, settings in grid.probe.per_model.items()}
     return config
 
 
@@ -171,11 +173,11 @@ def expand(config: dict | GridConfig, path: str | None = None) -> Plan:
     path = path or (config.get("_path") if isinstance(config, dict) else None) or ChapterParams().grid_config
     art = f"book/runs/{grid.name}/artifacts"
     common = dict(max_length=grid.max_length, relayout=grid.relayout, device=grid.device)
-    main = grid.probe.model_dump()
-    studies = [("main", grid.models, grid.tasks, "all", main)]
+    # (study name, models, tasks, probe input, model -> effective settings)
+    studies = [("main", grid.models, grid.tasks, "all", lambda model: study_settings(grid, None, model))]
     if grid.floors.attention_free:
-        studies.append(("floor", grid.models, grid.tasks, "embeddings", {**main, "fractions": [0]}))
-    studies += [(s.name, s.models or grid.models, s.tasks or grid.tasks, s.probe_input, study_settings(grid, s)) for s in grid.studies]
+        studies.append(("floor", grid.models, grid.tasks, "embeddings", lambda model: {**study_settings(grid, None, model), "fractions": [0]}))
+    studies += [(s.name, s.models or grid.models, s.tasks or grid.tasks, s.probe_input, lambda model, s=s: study_settings(grid, s, model)) for s in grid.studies]
     constants = lambda model, task: f"{art}/constants/{slug(model)}__{task}.safetensors"  # noqa: E731
     ranking = lambda model, task, method: f"{art}/rankings/{slug(model)}__{task}__{method}.json"  # noqa: E731
     runs: dict[str, Run] = {}
@@ -184,7 +186,7 @@ def expand(config: dict | GridConfig, path: str | None = None) -> Plan:
             rid = run_id("estimate", model, task)
             params = EstimateParams(model=model, task=task, max_examples=grid.estimate.max_examples, out=constants(model, task), **common)
             runs[rid] = Run(rid, "estimate", params.model_dump(), outputs=[constants(model, task)])
-    methods_needed = {(m, t, meth) for _, models, tasks, _, s in studies for m in models for t in tasks for meth in (s["methods"] or grid.rank.methods)}
+    methods_needed = {(m, t, meth) for _, models, tasks, _, settings in studies for m in models for t in tasks for meth in (settings(m)["methods"] or grid.rank.methods)}
     rank = grid.rank
     for model, task, method in sorted(methods_needed):
         rid = run_id("rank", model, task, method)
@@ -199,11 +201,29 @@ def expand(config: dict | GridConfig, path: str | None = None) -> Plan:
             out=ranking(model, task, method),
         )
         runs[rid] = Run(rid, "rank", params.model_dump(), deps=[run_id("estimate", model, task)], outputs=[ranking(model, task, method)])
+    lr_file = lambda model, task: f"{art}/lr/{slug(model)}__{task}.json"  # noqa: E731
+    for model, task in sorted({(m, t) for _, models, tasks, _, settings in studies for m in models if settings(m)["lr"] == SELECT for t in tasks}):
+        rid = run_id("select_lr", model, task)
+        main_settings = study_settings(grid, None, model)
+        params = SelectLrParams(
+            model=model,
+            task=task,
+            **grid.lr_selection.model_dump(),
+            patience=main_settings["patience"] or 3,
+            pool_examples=main_settings["pool_examples"] or main_settings["max_train_examples"] or SelectLrParams.model_fields["pool_examples"].default,
+            max_train_examples=main_settings["max_train_examples"] or SelectLrParams.model_fields["max_train_examples"].default,
+            heldout_examples=main_settings["heldout_examples"] or SelectLrParams.model_fields["heldout_examples"].default,
+            data_seed=grid.data_seed,
+            out=lr_file(model, task),
+            **common,
+        )
+        runs[rid] = Run(rid, "select_lr", params.model_dump(), outputs=[lr_file(model, task)])
     totals = {model: head_count(model) for model in grid.models}
     unsized = {model: why for model, (heads, why) in totals.items() if heads is None}
-    for name, models, tasks, probe_input, s in studies:
-        single = {parse_fraction(f) for f in s["single_seed_fractions"]}
+    for name, models, tasks, probe_input, settings in studies:
         for model in models:
+            s = settings(model)
+            single = {parse_fraction(f) for f in s["single_seed_fractions"]}
             total = totals[model][0]
             if total is None:
                 continue
@@ -219,6 +239,12 @@ def expand(config: dict | GridConfig, path: str | None = None) -> Plan:
                             if rid in runs:
                                 continue
                             deps = [run_id("estimate", model, task)] if k else []
+                            chosen = s["lr"] == SELECT
+                            if chosen:
+                                deps.append(run_id("select_lr", model, task))
+                            evaluation = s["max_eval_examples"]
+                            if isinstance(evaluation, dict):
+                                evaluation = evaluation.get(task)
                             if method not in ("none", "all"):
                                 deps.append(run_id("rank", model, task, method))
                             out = f"{art}/results/{rid}__s{{seed}}.json"
@@ -231,13 +257,29 @@ def expand(config: dict | GridConfig, path: str | None = None) -> Plan:
                                 mode=mode,
                                 seeds=list(seeds),
                                 probe_input=probe_input,
-                                **{key: s[key] for key in ("epochs", "lr", "selection", "heldout_fraction", "max_train_examples", "max_eval_examples")},
+                                lr=ProbeParams.model_fields["lr"].default if chosen else s["lr"],
+                                lr_file=lr_file(model, task) if chosen else "",
+                                max_eval_examples=evaluation,
+                                **{
+                                    key: s[key]
+                                    for key in (
+                                        "epochs",
+                                        "selection",
+                                        "heldout_fraction",
+                                        "max_train_examples",
+                                        "patience",
+                                        "pool_examples",
+                                        "heldout_examples",
+                                        "dev_every_epoch",
+                                        "eval_chunk_examples",
+                                    )
+                                },
                                 data_seed=grid.data_seed,
                                 out=out,
                                 **common,
                             )
                             runs[rid] = Run(rid, "probe", params.model_dump(), deps=deps, outputs=[out.format(seed=seed) for seed in seeds])
-    upstream = [r.run_id for r in runs.values() if r.kind in ("probe", "rank")]
+    upstream = [r.run_id for r in runs.values() if r.kind in ("probe", "rank", "select_lr")]
     for chapter in ("results", "controls"):
         runs[chapter] = Run(chapter, chapter, ChapterParams(grid_config=path).model_dump(), deps=upstream)
     for run in runs.values():

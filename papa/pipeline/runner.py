@@ -1,101 +1,199 @@
-"""The papermill runner: manifest, lock, one run's execution and the grid driver."""
+"""The papermill runner: which runs are stale and why, one run's execution, the lock and the driver.
+
+:func:`run_grid` takes the grid's lock, removes what a killed runner left behind, checks that the runs
+folder serves this config, computes the stale runs **under the lock** (:func:`grid_status`: keys,
+stamps and output checksums, :mod:`papa.pipeline.stamps`), refreshes executed notebooks whose source
+changed only in its text, and hands the stale runs to an :class:`~papa.pipeline.executors.Executor`.
+The driver alone seals finished runs (stamp) and records outcomes in the manifest; a run that fails,
+writing included, blocks only its dependants, and the summary is always printed.
+"""
 
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from papa.core.errors import PapaError
-from papa.core.io import atomic_write_json, atomic_write_text, read_json_verified
+from papa.core.io import atomic_write_json, atomic_write_text, canonical_json, read_json_verified, sha256_bytes
 from papa.pipeline.estimate import _format, estimate_seconds
 from papa.pipeline.executors import SequentialExecutor
-from papa.pipeline.keys import data_fingerprints, run_keys
-from papa.pipeline.plan import (
-    ROOT,
-    Run,
-    expand,
-    load_config,
-    run_notebook_path,
-    runs_dir,
-)
+from papa.pipeline.keys import data_fingerprints, key_of, notebook_displays, run_components
+from papa.pipeline.plan import ROOT, Run, expand, load_config, run_notebook_path, runs_dir
+from papa.pipeline.stamps import Manifest, digest, entry_of, read_stamp, refresh_text, seal, stamp_path, verify
+
+__all__ = ["GridLock", "GridStatus", "Manifest", "check_data_available", "execute", "grid_status", "run_grid", "stale_runs"]
 
 
-class Manifest:
-    """``{run_id: {"key", "data", "status", "seconds"}}`` stored atomically with a checksum."""
+@dataclass
+class GridStatus:
+    """Where a grid stands: every run, the stale ones with their reasons, and what planning found."""
 
-    def __init__(self, path: Path):
-        self.path = path
-        self.entries: dict[str, dict] = {}
-        if path.is_file():
-            self.entries = read_json_verified(path, "manifest").get("runs", {})
-
-    def save(self) -> None:
-        atomic_write_json(self.path, {"runs": self.entries})
-
-    def up_to_date(self, run: Run, key: str, data: str | None = None) -> bool:
-        entry = self.entries.get(run.run_id, {})
-        return (
-            entry.get("key") == key
-            and entry.get("status") == "ok"
-            and all((ROOT / o).is_file() for o in run.outputs)
-            and (data is None or entry.get("data") in (None, data))
-            and (ROOT / run_notebook_path(run)).is_file()
-        )
+    runs: list[Run]
+    stale: list[Run]
+    reasons: dict[str, list[str]]  # run_id → why it is stale
+    keys: dict[str, tuple[str, str | None]]  # run_id → (key, data fingerprint)
+    components: dict[str, dict]
+    displays: dict[str, str]
+    stamps: dict[str, dict | None]
+    manifest: Manifest
+    refresh: list[Run] = field(default_factory=list)  # proven runs whose source text (markdown) changed
 
 
-def stale_runs(config: dict) -> tuple[list[Run], list[Run], dict[str, str], Manifest]:
-    """``(all runs, stale runs, keys, manifest)``; ``keys[run_id]`` is ``(key, data fingerprint)``."""
+def _summarise(names: list[str], what: str) -> str:
+    shown = ", ".join(names[:2]) + (f" and {len(names) - 2} more" if len(names) > 3 else "") if len(names) > 3 else ", ".join(names)
+    return f"upstream {shown} {what}"
+
+
+def grid_status(config: dict, root: Path = ROOT) -> GridStatus:
+    """Plan a grid and verify every run's outputs against its expected key (read-only)."""
     runs = expand(config)
-    keys, data = run_keys(runs), data_fingerprints(runs)
-    manifest = Manifest(runs_dir(config) / "manifest.json")
-    stale = [r for r in runs if not manifest.up_to_date(r, keys[r.run_id], data[r.run_id])]
-    return runs, stale, {r: (keys[r], data[r]) for r in keys}, manifest
+    folder = runs_dir(config)
+    components = run_components(runs, root)
+    data = data_fingerprints(runs)
+    displays = notebook_displays(runs, root)
+    keys = {r.run_id: (key_of(components[r.run_id]), data[r.run_id]) for r in runs}
+    stamps = {r.run_id: read_stamp(stamp_path(folder, r.run_id)) for r in runs}
+    reasons: dict[str, list[str]] = {}
+    for run in runs:  # dependency order: upstream verdicts are known
+        why = verify(run, keys[run.run_id][0], components[run.run_id], data[run.run_id], stamps[run.run_id], root)
+        if stamps[run.run_id] is None and stamp_path(folder, run.run_id).exists():
+            why = ["record corrupt (its stamp fails its checksum)"]
+        if not why:
+            rerun = [d for d in run.deps if d in reasons]
+            moved = [d for d in run.deps if d not in reasons and (stamps[run.run_id].get("inputs") or {}).get(d) != digest(stamps[d])]
+            why = ([_summarise(rerun, "re-runs")] if rerun else []) + ([_summarise(moved, "has other outputs than when this run read them")] if moved else [])
+        if why:
+            reasons[run.run_id] = why
+    stale = [r for r in runs if r.run_id in reasons]
+    refresh = [r for r in runs if r.run_id not in reasons and stamps[r.run_id].get("display") != displays[r.run_id]]
+    manifest = Manifest(folder / "manifest.json")
+    return GridStatus(runs, stale, reasons, keys, components, displays, stamps, manifest, refresh)
 
 
-#: A probe run never timed before is estimated from its size: seconds per training example for the
-#: feature extraction (once per run) and per example × epoch × seed for the probe, measured on
+def stale_runs(config: dict) -> tuple[list[Run], list[Run], dict[str, tuple[str, str | None]], Manifest]:
+    """``(all runs, stale runs, keys, manifest)``; ``keys[run_id]`` is ``(key, data fingerprint)``."""
+    status = grid_status(config)
+    return status.runs, status.stale, status.keys, status.manifest
+
+
+# -- one runs folder, one config -----------------------------------------------------------------
+OWNER_FILE = "grid.json"
+
+
+def config_fingerprint(config: dict) -> str:
+    """sha256 of a loaded config's normalised content (its path left out)."""
+    body = {k: v for k, v in config.items() if not k.startswith("_")}
+    return sha256_bytes(canonical_json(body).encode("utf-8"))
+
+
+def check_owner(config: dict, folder: Path, replace: bool = False) -> bool:
+    """Refuse a config that is not the one the runs folder serves (same ``name:``, another file and
+    other content). Returns whether the record must be (re)written."""
+    path = folder / OWNER_FILE
+    if not path.is_file():
+        return True
+    try:
+        owner = read_json_verified(path, "grid record")
+    except PapaError:
+        owner = {}
+    same_file = owner.get("config") == config["_path"]
+    same_content = owner.get("content_sha256") == config_fingerprint(config)
+    if same_file and same_content:
+        return False
+    if same_file or same_content or replace or not owner:
+        return True
+    name = config["name"]
+    raise PapaError(
+        f"The runs folder book/runs/{name} serves the config {owner.get('config')}, not {config['_path']} (both are named {name!r})",
+        f"Give this config its own name: rename it (name: {name}-2) or pass --replace to let it take over book/runs/{name}.",
+    )
+
+
+def record_owner(config: dict, folder: Path) -> None:
+    atomic_write_json(folder / OWNER_FILE, {"config": config["_path"], "content_sha256": config_fingerprint(config)})
+
+
+def clean_leftovers(folder: Path) -> list[Path]:
+    """Remove what a killed runner left (temporary ``.*.tmp`` files, ``.executing/``, ``*.source.ipynb``);
+    call only while holding the lock."""
+    removed = [p for p in folder.rglob(".*.tmp") if p.is_file()] + [p for p in folder.glob("*.source.ipynb") if p.is_file()]
+    for path in removed:
+        path.unlink(missing_ok=True)
+    if (folder / ".executing").exists():
+        removed.append(folder / ".executing")
+        shutil.rmtree(folder / ".executing", ignore_errors=True)
+    return removed
+
+
+# -- one run -------------------------------------------------------------------------------------
+def _scratch(folder: Path, run_id: str) -> Path:
+    """A fresh scratch folder per attempt: ``.executing/<run_id>.<attempt>/``."""
+    attempt = 1
+    while True:
+        path = folder / ".executing" / f"{run_id}.{attempt}"
+        try:
+            path.mkdir(parents=True)
+            return path
+        except FileExistsError:
+            attempt += 1
+        except OSError as err:
+            raise PapaError(f"Cannot create the scratch folder {path} ({err.strerror})", "Check the runs folder: free space, or a shorter name.") from None
 
 
 def execute(run: Run, root: Path = ROOT) -> float:
-    """Execute one run's notebook with papermill (cwd = repo root); returns seconds. Raises on failure."""
+    """Execute one run's notebook with papermill (cwd = repo root); returns seconds. Every failure,
+    writing included, is raised as a :class:`PapaError`."""
     import nbformat
     import papermill
 
     from papa.pipeline.notebook import clean_executed, read_source
 
     target = root / run_notebook_path(run)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    scratch = target.parent / ".executing"
-    scratch.mkdir(exist_ok=True)
-    temp = scratch / f"{run.run_id}.ipynb"
-    source = scratch / f"{run.run_id}.source.ipynb"
-    atomic_write_text(source, nbformat.writes(read_source(root / run.notebook)))
+    failed_copy = target.with_suffix(".failed.ipynb")
+    scratch = _scratch(root / "book" / "runs" / run.grid, run.run_id)
+    source, temp = scratch / "source.ipynb", scratch / "executed.ipynb"
     started = time.perf_counter()
     try:
-        papermill.execute_notebook(
-            str(source),
-            str(temp),
-            parameters=run.params,
-            kernel_name="python3",
-            cwd=str(root),
-            progress_bar=False,
-            log_output=False,
-            report_mode=False,
-        )
-    except Exception as err:  # the failed notebook is kept for reading
-        if temp.is_file():
+        try:
+            atomic_write_text(source, nbformat.writes(read_source(root / run.notebook)))
+        except PapaError:
+            raise
+        except Exception as err:
+            raise PapaError(
+                f"Run {run.run_id} failed: its notebook {run.notebook} could not be prepared ({type(err).__name__}: {err})", "Fix the notebook, then run again."
+            ) from None
+        try:
+            papermill.execute_notebook(str(source), str(temp), parameters=run.params, kernel_name="python3", cwd=str(root), progress_bar=False, log_output=False, report_mode=False)
+        except Exception as err:  # the failed notebook is kept for reading, when it can be
+            reason = f"{getattr(err, 'ename', type(err).__name__)}: {getattr(err, 'evalue', str(err))}".strip()
+            kept = False
+            try:
+                if temp.is_file():
+                    nb = nbformat.from_dict(clean_executed(nbformat.read(temp, as_version=4), root))
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    atomic_write_text(failed_copy, nbformat.writes(nb))
+                    kept = True
+            except Exception:  # noqa: BLE001 - a failure to keep the failed notebook must not hide the failure
+                kept = False
+            hint = f"Read {failed_copy.relative_to(root)}" if kept else "No notebook was kept (it could not be read or written); fix the cause above and run again."
+            raise PapaError(f"Run {run.run_id} failed ({reason[:300]})", hint) from None
+        try:
             nb = nbformat.from_dict(clean_executed(nbformat.read(temp, as_version=4), root))
-            atomic_write_text(target.with_suffix(".failed.ipynb"), nbformat.writes(nb))
-            temp.unlink()
-        reason = f"{getattr(err, 'ename', type(err).__name__)}: {getattr(err, 'evalue', str(err))}".strip()
-        raise PapaError(f"Run {run.run_id} failed ({reason[:300]})", f"Read {target.with_suffix('.failed.ipynb').relative_to(root)}") from None
-    nb = nbformat.from_dict(clean_executed(nbformat.read(temp, as_version=4), root))
-    atomic_write_text(target, nbformat.writes(nb))
-    temp.unlink()
-    target.with_suffix(".failed.ipynb").unlink(missing_ok=True)
-    source.unlink(missing_ok=True)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(target, nbformat.writes(nb))
+        except PapaError:
+            raise
+        except Exception as err:  # e.g. nbformat's NotJSONError after a full disk, a too-long name
+            raise PapaError(
+                f"Run {run.run_id} failed writing its notebook ({type(err).__name__}: {str(err)[:200]})", "Free space in the runs folder or shorten the names, then run again."
+            ) from None
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    failed_copy.unlink(missing_ok=True)
     return time.perf_counter() - started
 
 
@@ -145,9 +243,10 @@ def check_data_available(stale: list[Run]) -> None:
         )
 
 
-def _drive(executor, stale: list[Run], keys: dict, manifest: Manifest, failed: dict[str, str], started: float, out) -> None:
+def _drive(executor, stale: list[Run], keys: dict, manifest: Manifest, failed: dict[str, str], started: float, out, seal=None) -> None:
     """Hand every stale run to ``executor`` once its stale dependencies are done; the driver alone
-    records outcomes in the manifest. A failed run blocks its dependants."""
+    seals finished runs (``seal(run, seconds)``: stamps) and records outcomes in the manifest. A failed
+    run (sealing included) blocks its dependants; a manifest that cannot be saved is reported, not fatal."""
     pending = {run.run_id: run for run in stale}
     stale_ids = set(pending)
     done: set[str] = set()
@@ -172,40 +271,94 @@ def _drive(executor, stale: list[Run], keys: dict, manifest: Manifest, failed: d
         for outcome in executor.wait():
             run_id = outcome.run.run_id
             in_flight.discard(run_id)
-            entry = {"key": keys[run_id][0], "data": keys[run_id][1], "status": outcome.status}
-            if outcome.status == "ok":
+            status, error = outcome.status, outcome.error
+            if status == "ok" and seal is not None:
+                try:
+                    seal(outcome.run, outcome.seconds)
+                except Exception as err:  # noqa: BLE001 - a run that cannot be sealed fails; the grid goes on
+                    status, error = "failed", str(err) if isinstance(err, PapaError) else f"sealing failed ({type(err).__name__}: {err})"
+            entry = {"key": keys[run_id][0], "data": keys[run_id][1], "status": status}
+            if status == "ok":
                 done.add(run_id)
                 entry["seconds"] = round(outcome.seconds, 1)
             else:
-                failed[run_id] = outcome.error
-                print(f"  FAILED: {outcome.error}", file=out, flush=True)
-            manifest.entries[run_id] = entry
-            manifest.save()
+                failed[run_id] = error
+                entry["error"] = error[:500]
+                print(f"  FAILED: {error}", file=out, flush=True)
+            manifest.entries[run_id] = dict(manifest.entries.get(run_id, {}), **entry)
+            _save(manifest, out)
 
 
-def run_grid(config_path: str | Path, only: str | None = None, dry_run: bool = False, out=None) -> int:
-    """Bring a grid's runs up to date; returns 0 when every run is up to date, else 1."""
+def _save(manifest: Manifest, out) -> None:
+    try:
+        manifest.save()
+    except PapaError as err:  # the stamps still hold every finished run: the manifest is rebuilt from them
+        print(f"  warning: manifest not saved ({err})", file=out, flush=True)
+
+
+def _report_plan(status: GridStatus, stale: list[Run], config: dict, out, dry_run: bool) -> None:
+    print(f"grid {config['name']}: {len(status.runs)} runs, {len(stale)} to execute, estimated {_format(estimate_seconds(stale, status.manifest))}", file=out)
+    if status.manifest.rebuilt:
+        print("  (manifest missing or corrupt: rebuilt from the runs' stamps)", file=out)
+    for run in stale:
+        print(f"  {'would run' if dry_run else 'runs'} {run.run_id}: {'; '.join(status.reasons[run.run_id])}", file=out)
+    for run in status.refresh:
+        print(f"  {'would refresh' if dry_run else 'refreshes'} the text of {run.run_id} (markdown changed; not re-executed)", file=out)
+
+
+def run_grid(config_path: str | Path, only: str | None = None, dry_run: bool = False, out=None, *, replace: bool = False) -> int:
+    """Bring a grid's runs up to date; returns 0 when every run is up to date, else 1.
+
+    ``dry_run``: verify every output and say, per stale run, why (nothing is written). ``replace``:
+    let this config take over a runs folder that serves another config of the same name."""
     out = out or sys.stdout
     config = load_config(config_path)
-    runs, stale, keys, manifest = stale_runs(config)
-    if only:
-        stale = [r for r in stale if only in r.run_id]
-    print(f"grid {config['name']}: {len(runs)} runs, {len(stale)} to execute, estimated {_format(estimate_seconds(stale, manifest))}", file=out)
-    if dry_run or not stale:
-        for run in stale:
-            print(f"  would run {run.run_id}", file=out)
+    folder = runs_dir(config)
+    if dry_run:
+        check_owner(config, folder, replace)
+        status = grid_status(config)
+        stale = [r for r in status.stale if not only or only in r.run_id]
+        _report_plan(status, stale, config, out, dry_run=True)
         return 0
-    check_data_available(stale)
     failed: dict[str, str] = {}
     started = time.perf_counter()
-    with GridLock(runs_dir(config)):
-        manifest = Manifest(manifest.path)  # re-read under the lock
+    with GridLock(folder):
+        if check_owner(config, folder, replace):
+            record_owner(config, folder)
+        clean_leftovers(folder)
+        status = grid_status(config)  # under the lock: a runner that waited sees the other's work
+        manifest = status.manifest
+        for run in status.refresh:
+            try:
+                status.stamps[run.run_id] = refresh_text(run, status.stamps[run.run_id], status.displays[run.run_id], folder)
+            except (PapaError, OSError, ValueError):
+                status.reasons[run.run_id] = ["executed notebook does not pair with its source"]
+                status.stale.append(run)
+        for run in status.runs:  # the manifest caches what the stamps prove
+            stamp = status.stamps[run.run_id]
+            if (
+                run.run_id not in status.reasons
+                and stamp
+                and (manifest.entries.get(run.run_id, {}).get("key"), manifest.entries.get(run.run_id, {}).get("status")) != (stamp["key"], "ok")
+            ):
+                manifest.entries[run.run_id] = entry_of(stamp)
+        stale = [r for r in status.runs if r in status.stale and (not only or only in r.run_id)]
+        _report_plan(status, stale, config, out, dry_run=False)
+        _save(manifest, out)
+        if not stale:
+            return 0
+        check_data_available(stale)
+
+        def seal_run(run: Run, seconds: float) -> None:
+            rid = run.run_id
+            status.stamps[rid] = seal(run, status.keys[rid][0], status.components[rid], status.displays[rid], status.keys[rid][1], seconds, folder)
+
         executor = SequentialExecutor(execute)
         try:
-            _drive(executor, stale, keys, manifest, failed, started, out)
+            _drive(executor, stale, status.keys, manifest, failed, started, out, seal=seal_run)
         finally:
             executor.close()
-    print(f"done in {_format(time.perf_counter() - started)}: {len(stale) - len(failed)} ok, {len(failed)} failed", file=out)
-    for run_id, reason in failed.items():
-        print(f"  {run_id}: {reason}", file=out)
+            print(f"done in {_format(time.perf_counter() - started)}: {len(stale) - len(failed)} ok, {len(failed)} failed", file=out)
+            for run_id, reason in failed.items():
+                print(f"  {run_id}: {reason}", file=out)
     return 1 if failed else 0

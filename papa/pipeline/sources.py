@@ -1,0 +1,204 @@
+"""What a run's notebook executes, fingerprinted so that only real code changes count.
+
+* :func:`module_fingerprint`: a papa module's *normalised* source: the ``ast.dump`` of its syntax tree
+  with every docstring (any bare string statement) removed. Comments never reach the tree, and
+  formatting does not change it, so only an edit that changes the code changes the fingerprint.
+* :func:`papa_modules`: the papa modules a notebook executes, from a **static import graph**: the
+  notebook's code cells are parsed with :mod:`ast`; ``import papa...``, ``from papa... import`` and
+  attribute uses such as ``papa.figures.x`` (the lazy names of ``papa/__init__.py``: its
+  ``_LAZY_MODULES`` and the names its ``__getattr__`` imports) are followed transitively through
+  papa's own modules, function-local imports included.
+* :func:`notebook_fingerprints`: a notebook's *code* (code cells, normalised like modules, and which
+  cell holds the parameters) and its *display* (every cell as written: markdown included). A changed
+  code fingerprint re-executes the run; a changed display alone only refreshes the executed notebook's
+  text (:func:`papa.pipeline.stamps.refresh_text`).
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+from functools import lru_cache
+from pathlib import Path
+
+#: The ``papa`` package folder whose modules are fingerprinted.
+PACKAGE = Path(__file__).resolve().parents[1]
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def read_module_source(path: Path) -> str:
+    """The text of a module file (a hook: tests replace it to simulate edits)."""
+    return path.read_text(encoding="utf-8")
+
+
+def _strip_docstrings(tree: ast.AST) -> ast.AST:
+    """Remove every bare string statement (docstrings and ``#:``-less attribute docs): they never run."""
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list):
+            node.body = [s for s in body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant) and isinstance(s.value.value, str))]
+    return tree
+
+
+def normalised_code(source: str) -> str:
+    """``ast.dump`` of ``source`` without docstrings (IPython ``%``/``!`` lines are kept as text); the
+    stripped text itself when it does not parse."""
+    lines = source.splitlines()
+    magics = [line.strip() for line in lines if line.lstrip().startswith(("%", "!"))]
+    python = "\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in lines)
+    try:
+        dumped = ast.dump(_strip_docstrings(ast.parse(python)))
+    except SyntaxError:
+        return source.strip()
+    return json.dumps([magics, dumped]) if magics else dumped
+
+
+def module_file(name: str, package: Path = PACKAGE) -> Path | None:
+    """The file of papa module ``name`` (``papa.core.io`` → ``papa/core/io.py``), or None."""
+    parts = name.split(".")
+    if parts[0] != "papa":
+        return None
+    base = package.joinpath(*parts[1:])
+    if (base / "__init__.py").is_file():
+        return base / "__init__.py"
+    if len(parts) > 1 and base.with_suffix(".py").is_file():
+        return base.with_suffix(".py")
+    return None
+
+
+@lru_cache(maxsize=512)
+def _parsed(path: Path, text: str) -> tuple[ast.Module, str]:
+    tree = ast.parse(text)
+    fingerprint = _sha(ast.dump(_strip_docstrings(ast.parse(text))))[:16]
+    return tree, fingerprint
+
+
+def _module(name: str, package: Path) -> tuple[ast.Module, str] | None:
+    path = module_file(name, package)
+    if path is None:
+        return None
+    return _parsed(path, read_module_source(path))
+
+
+def module_fingerprint(name: str, package: Path = PACKAGE) -> str:
+    """16 hex digits over a module's normalised source (comments, docstrings and layout ignored)."""
+    found = _module(name, package)
+    return found[1] if found else "absent"
+
+
+def _lazy_names(tree: ast.Module) -> dict[str, str]:
+    """Attributes a package provides lazily: its ``_LAZY_MODULES`` dict and the
+    ``if name == "x": ... import_module("m")`` branches of its module ``__getattr__``."""
+    lazy: dict[str, str] = {}
+    for node in tree.body:
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and isinstance(node.value, ast.Dict):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(isinstance(t, ast.Name) and t.id == "_LAZY_MODULES" for t in targets):
+                for key, value in zip(node.value.keys, node.value.values):
+                    if isinstance(key, ast.Constant) and isinstance(value, ast.Constant):
+                        lazy[str(key.value)] = str(value.value)
+        if isinstance(node, ast.FunctionDef) and node.name == "__getattr__":
+            for branch in ast.walk(node):
+                if isinstance(branch, ast.If) and isinstance(branch.test, ast.Compare) and isinstance(branch.test.comparators[0], ast.Constant):
+                    for call in ast.walk(ast.Module(body=branch.body, type_ignores=[])):
+                        if _import_module_literal(call):
+                            lazy[str(branch.test.comparators[0].value)] = _import_module_literal(call)
+    return lazy
+
+
+def _import_module_literal(node: ast.AST) -> str | None:
+    if isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
+        func = node.func
+        if (isinstance(func, ast.Attribute) and func.attr == "import_module") or (isinstance(func, ast.Name) and func.id == "import_module"):
+            return node.args[0].value
+    return None
+
+
+def _with_parents(name: str) -> list[str]:
+    parts = name.split(".")
+    return [".".join(parts[: i + 1]) for i in range(len(parts))]
+
+
+def imported_modules(tree: ast.Module, current: str, package: Path = PACKAGE) -> set[str]:
+    """papa modules that ``tree`` (module ``current``, or a notebook) imports or reaches by attribute."""
+    found: set[str] = set()
+    bound: dict[str, str] = {}  # local name → papa module it is bound to
+    current_package = current if module_file(current, package) and module_file(current, package).name == "__init__.py" else current.rpartition(".")[0]
+    skip = {id(n) for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "__getattr__"}
+    nodes = [n for top in tree.body if id(top) not in skip for n in ast.walk(top)]
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                found.update(_with_parents(alias.name))
+                bound[alias.asname or alias.name.split(".")[0]] = alias.name if alias.asname else alias.name.split(".")[0]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = current_package.split(".")[: len(current_package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([node.module] if node.module else []))
+            found.update(_with_parents(base))
+            for alias in node.names:
+                found.add(f"{base}.{alias.name}")
+                bound[alias.asname or alias.name] = f"{base}.{alias.name}"
+        elif literal := _import_module_literal(node):
+            found.update(_with_parents(literal))
+    for node in nodes:  # papa.figures.x, papa.book.y, papa.compute_ranking, R.summarise ...
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in bound:
+            found.add(f"{bound[node.value.id]}.{node.attr}")
+    return {m for m in found if m.startswith("papa")}
+
+
+def _resolve(name: str, package: Path) -> str | None:
+    """``name`` as a module, or the module a package's lazy attribute names (``papa.figures``)."""
+    if module_file(name, package):
+        return name
+    parent, _, attr = name.rpartition(".")
+    if parent and module_file(parent, package):
+        tree, _ = _module(parent, package)
+        target = _lazy_names(tree).get(attr)
+        if target and module_file(target, package):
+            return target
+    return None
+
+
+def papa_modules(tree: ast.Module, package: Path = PACKAGE) -> dict[str, str]:
+    """``{module: fingerprint}`` of every papa module the code in ``tree`` executes (transitively)."""
+    todo = sorted(imported_modules(tree, "__notebook__", package))
+    seen: dict[str, str] = {}
+    while todo:
+        name = _resolve(todo.pop(), package)
+        if name is None or name in seen:
+            continue
+        module_tree, fingerprint = _module(name, package)
+        seen[name] = fingerprint
+        todo.extend(m for parent in _with_parents(name) for m in [parent] if m not in seen)
+        todo.extend(sorted(imported_modules(module_tree, name, package)))
+    return dict(sorted(seen.items()))
+
+
+def notebook_code_tree(nb) -> ast.Module:
+    """All code cells of a notebook as one syntax tree (cells that do not parse are left out)."""
+    body: list[ast.stmt] = []
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            text = "\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in cell.source.splitlines())
+            try:
+                body.extend(ast.parse(text).body)
+            except SyntaxError:
+                continue
+    return ast.Module(body=body, type_ignores=[])
+
+
+def notebook_fingerprints(nb) -> tuple[str, str]:
+    """``(code, display)`` fingerprints of a source notebook (an nbformat node).
+
+    ``code``: per code cell its normalised code and whether it is the ``parameters`` cell (the cell
+    count included, so cells pair one-to-one when only the text changed). ``display``: every cell's
+    type, source and tags as written."""
+    code = [[normalised_code(c.source), "parameters" in c.get("metadata", {}).get("tags", [])] for c in nb.cells if c.cell_type == "code"]
+    display = [[c.cell_type, c.source, c.get("metadata", {}).get("tags", [])] for c in nb.cells]
+    return _sha(json.dumps(code))[:16], _sha(json.dumps(display))[:16]

@@ -1,0 +1,178 @@
+"""Outputs bound to the key that produced them, and the manifest as a cache of that binding.
+
+After a run succeeds, the driver **seals** it (:func:`seal`): the executed notebook gets the run's
+key in its metadata (``metadata.papa``), then one stamp per run,
+``book/runs/<grid>/stamps/<run_id>.json``, is written atomically with a required checksum::
+
+    {"run_id", "key", "components", "display", "data", "seconds",
+     "outputs": {path: sha256},        # every artefact and the executed notebook
+     "inputs": {dep_run_id: digest}}   # what the upstream runs' outputs were when it ran
+
+A run's outputs are trusted (:func:`verify`) only when its stamp's checksum holds, its key equals the
+expected key and every output's sha256 matches; anything else is stale with a reason. The manifest
+(``manifest.json``) holds the same per-run facts plus failures; without it (deleted, corrupt) it is
+rebuilt from the stamps (:class:`Manifest`), nothing is re-run for that.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from papa.core.errors import PapaError
+from papa.core.io import atomic_write_json, atomic_write_text, canonical_json, sha256_bytes, sha256_file
+from papa.pipeline.keys import what_changed
+from papa.pipeline.plan import ROOT, Run, run_notebook_path
+
+
+def stamp_path(folder: Path, run_id: str) -> Path:
+    return folder / "stamps" / f"{run_id}.json"
+
+
+def run_files(run: Run) -> list[str]:
+    """Every file a run must leave behind: its artefacts and its executed notebook (repo-relative)."""
+    return [*run.outputs, run_notebook_path(run)]
+
+
+def read_stamp(path: Path) -> dict | None:
+    """A stamp whose checksum holds, else None (missing, unreadable, edited or without ``sha256``)."""
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    if not isinstance(raw, dict) or "sha256" not in raw:
+        return None
+    stored = raw.pop("sha256")
+    if stored != sha256_bytes(canonical_json(raw).encode("utf-8")) or not isinstance(raw.get("outputs"), dict):
+        return None
+    return raw
+
+
+def digest(stamp: dict) -> str:
+    """What a run's artefacts were: 16 hex digits over its key and artefact checksums (the executed
+    notebook left out: refreshing its text changes nothing downstream)."""
+    artefacts = {path: sha for path, sha in stamp["outputs"].items() if not path.endswith(".ipynb")}
+    return sha256_bytes(canonical_json({"key": stamp["key"], "outputs": artefacts}).encode())[:16]
+
+
+def seal(run: Run, key: str, components: dict, display: str, data: str | None, seconds: float, folder: Path, root: Path = ROOT) -> dict:
+    """Bind a finished run's outputs to ``key``: key into the notebook's metadata, then the stamp."""
+    import nbformat
+
+    notebook = root / run_notebook_path(run)
+    try:
+        nb = nbformat.read(notebook, as_version=4)
+    except (OSError, ValueError) as err:  # nbformat's NotJSONError is a ValueError
+        raise PapaError(f"Run {run.run_id} left no readable notebook ({type(err).__name__})", "Run the grid again; the run is re-executed.") from None
+    nb.metadata["papa"] = {"run_id": run.run_id, "key": key}
+    atomic_write_text(notebook, nbformat.writes(nb))
+    outputs = {}
+    for rel in run_files(run):
+        if not (root / rel).is_file():
+            raise PapaError(f"Run {run.run_id} finished without writing {rel}", f"Read {run_notebook_path(run)}: the notebook must write every output the plan names.")
+        outputs[rel] = sha256_file(root / rel)
+    inputs = {}
+    for dep in run.deps:
+        upstream = read_stamp(stamp_path(folder, dep))
+        inputs[dep] = digest(upstream) if upstream else None
+    stamp = {"run_id": run.run_id, "key": key, "components": components, "display": display, "data": data, "seconds": round(seconds, 1), "outputs": outputs, "inputs": inputs}
+    atomic_write_json(stamp_path(folder, run.run_id), stamp)
+    return stamp
+
+
+def verify(run: Run, key: str, components: dict, data: str | None, stamp: dict | None, root: Path = ROOT) -> list[str]:
+    """Why ``run``'s outputs cannot be trusted for ``key`` (empty: proven). ``data`` None: unchecked."""
+    if stamp is None:
+        return ["no record"]
+    if stamp.get("key") != key:
+        return what_changed(stamp.get("components"), components)
+    if data is not None and stamp.get("data") not in (None, data):
+        return ["data changed"]
+    reasons = []
+    for rel in run_files(run):
+        path = root / rel
+        if not path.is_file():
+            reasons.append(f"output missing ({rel})")
+        elif rel not in stamp["outputs"] or sha256_file(path) != stamp["outputs"][rel]:
+            reasons.append(f"output not proven ({rel} differs from what the run wrote)")
+    return reasons
+
+
+class Manifest:
+    """``{run_id: {"key", "data", "status", "seconds", "components", "error"}}``, stored atomically with a
+    checksum: a cache of the stamps. Missing or corrupt, it is rebuilt from the stamps (``rebuilt``)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.entries: dict[str, dict] = {}
+        self.rebuilt = False
+        runs = None
+        if path.is_file():
+            try:
+                raw = json.loads(path.read_text(encoding="utf-8"))
+                stored = raw.pop("sha256", None) if isinstance(raw, dict) else None
+                if stored == sha256_bytes(canonical_json(raw).encode("utf-8")) and isinstance(raw.get("runs"), dict):
+                    runs = raw["runs"]
+            except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+                runs = None
+        if isinstance(runs, dict) and all(isinstance(e, dict) for e in runs.values()):
+            self.entries = runs
+            return
+        self.entries = entries_from_stamps(path.parent)
+        self.rebuilt = bool(self.entries) or path.is_file()
+
+    def save(self) -> None:
+        atomic_write_json(self.path, {"runs": self.entries})
+
+
+def entry_of(stamp: dict) -> dict:
+    return {"key": stamp["key"], "data": stamp.get("data"), "status": "ok", "seconds": stamp.get("seconds"), "components": stamp.get("components")}
+
+
+def entries_from_stamps(folder: Path) -> dict[str, dict]:
+    """Manifest entries of every run with a readable stamp (outputs are verified when planning)."""
+    entries = {}
+    for path in sorted((folder / "stamps").glob("*.json")):
+        stamp = read_stamp(path)
+        if stamp and isinstance(stamp.get("run_id"), str):
+            entries[stamp["run_id"]] = entry_of(stamp)
+    return entries
+
+
+def refresh_text(run: Run, stamp: dict, display: str, folder: Path, root: Path = ROOT) -> dict:
+    """Rebuild an executed notebook's cells from its (text-only changed) source: markdown from the
+    source, code cells as executed (outputs kept) with the source's text, papermill's injected
+    parameters after the ``parameters`` cell. Updates the stamp; returns it."""
+    import nbformat
+
+    from papa.pipeline.notebook import clean_executed, read_source
+
+    target = root / run_notebook_path(run)
+    executed = nbformat.read(target, as_version=4)
+    source = read_source(root / run.notebook)
+
+    def tags(cell) -> list:
+        return cell.get("metadata", {}).get("tags", [])
+
+    injected = [c for c in executed.cells if "injected-parameters" in tags(c)]
+    ran = [c for c in executed.cells if c.cell_type == "code" and "injected-parameters" not in tags(c)]
+    code = [c for c in source.cells if c.cell_type == "code"]
+    if len(ran) != len(code):
+        raise PapaError(f"The executed notebook of {run.run_id} does not pair with its source", "Run the grid again: the run is re-executed.")
+    cells, pairs = [], iter(ran)
+    for cell in source.cells:
+        if cell.cell_type != "code":
+            cells.append(cell)
+            continue
+        done = next(pairs)
+        done.source = cell.source
+        done.metadata["tags"] = list(tags(cell))
+        cells.append(done)
+        if "parameters" in tags(cell):
+            cells.extend(injected)
+    executed.cells = cells
+    executed = nbformat.from_dict(clean_executed(executed, root))
+    atomic_write_text(target, nbformat.writes(executed))
+    stamp = dict(stamp, display=display, outputs=dict(stamp["outputs"], **{run_notebook_path(run): sha256_file(target)}))
+    atomic_write_json(stamp_path(folder, run.run_id), stamp)
+    return stamp

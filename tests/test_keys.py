@@ -1,0 +1,292 @@
+"""Run keys follow what a run really executes: comments and docstrings change nothing, a code line
+stales exactly the runs whose notebooks reach that module; the dry run's reasons; a markdown-only
+edit refreshes the executed notebook without re-executing; stamps, the manifest cache, the runs
+folder's owner and the driver's failure handling. No task data and no notebook execution needed."""
+
+from __future__ import annotations
+
+import ast
+import errno
+import io
+import json
+import shutil
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from papa.core.errors import PapaError
+from papa.pipeline import sources, stamps
+from papa.pipeline.executors import Outcome
+from papa.pipeline.keys import key_of, run_components, what_changed
+from papa.pipeline.notebook import read_source
+from papa.pipeline.plan import NOTEBOOKS, ROOT, Run, run_notebook_path
+from papa.pipeline.runner import _drive, check_owner, clean_leftovers, config_fingerprint, record_owner
+from papa.pipeline.sources import PACKAGE, module_fingerprint, notebook_fingerprints, papa_modules
+
+#: One run of every kind, without dependencies (so a key changes only through the run's own code).
+RUNS = [Run(f"{kind}-run", kind, {"model": "minilm-l6", "epochs": 15}, grid="keys-test") for kind in NOTEBOOKS]
+
+
+_REAL_READER = sources.read_module_source
+
+
+def _edited_reader(edits: dict[str, str]):
+    """A source reader that appends ``edits[relative path]`` to that module's text."""
+    real = _REAL_READER
+
+    def read(path: Path) -> str:
+        return real(path) + edits.get(path.relative_to(PACKAGE).as_posix(), "")
+
+    return read
+
+
+def _keys(monkeypatch, edits: dict[str, str]) -> dict[str, str]:
+    monkeypatch.setattr(sources, "read_module_source", _edited_reader(edits))
+    return {rid: key_of(parts) for rid, parts in run_components(RUNS).items()}
+
+
+def test_comments_docstrings_and_layout_change_no_key(monkeypatch):
+    before = _keys(monkeypatch, {})
+    every_module = {p.relative_to(PACKAGE).as_posix(): '\n# a comment\n"""a stray docstring"""\n' for p in PACKAGE.rglob("*.py")}
+    assert _keys(monkeypatch, every_module) == before
+    text = (PACKAGE / "analysis" / "figures.py").read_text()
+    reformatted = text.replace("def enable_offline_renderer(", "def   enable_offline_renderer(", 1)
+    assert reformatted != text
+    assert sources._sha(ast.dump(sources._strip_docstrings(ast.parse(reformatted)))) == sources._sha(ast.dump(sources._strip_docstrings(ast.parse(text))))
+
+
+def test_a_code_line_stales_exactly_the_runs_that_execute_it(monkeypatch):
+    before = _keys(monkeypatch, {})
+    # every notebook draws with papa.figures: every kind of run is stale
+    after = _keys(monkeypatch, {"analysis/figures.py": "\n_EXTRA = 1\n"})
+    assert {rid for rid in before if before[rid] != after[rid]} == {r.run_id for r in RUNS}
+    # the chapters alone read papa.book.data
+    after = _keys(monkeypatch, {"book/data.py": "\n_EXTRA = 1\n"})
+    assert {rid for rid in before if before[rid] != after[rid]} == {"results-run", "controls-run"}
+    # papa.compute_ranking (a lazy name of papa/__init__) reaches papa.probing.ranking; the chapters import it too
+    after = _keys(monkeypatch, {"probing/ranking.py": "\n_EXTRA = 1\n"})
+    assert {rid for rid in before if before[rid] != after[rid]} == {"rank-run", "results-run", "controls-run"}
+    # the CLI is executed by no notebook
+    assert _keys(monkeypatch, {"cli.py": "\n_EXTRA = 1\n"}) == before
+
+
+def test_static_graph_follows_lazy_names_attributes_and_local_imports():
+    tree = ast.parse("import papa\nx = papa.compute_ranking\ny = papa.book.load_book_data\n")
+    modules = papa_modules(tree)
+    assert {"papa", "papa.probing.ranking", "papa.book", "papa.book.data", "papa.analysis.results"} <= set(modules)
+    assert "papa.cli" not in modules
+    assert "papa.pipeline.runner" not in papa_modules(ast.parse("import papa\n"))
+    # a function-local import is followed: papa.pipeline.keys imports papa.probing.data inside a function
+    keys_only = papa_modules(ast.parse("from papa.pipeline import keys\n"))
+    assert {"papa.pipeline.keys", "papa.probing.data", "papa.pipeline.sources"} <= set(keys_only)
+    assert module_fingerprint("papa.no_such_module") == "absent"
+
+
+def test_notebook_fingerprints_separate_code_from_text(tmp_path):
+    nb = read_source(ROOT / NOTEBOOKS["estimate"])
+    code, display = notebook_fingerprints(nb)
+    markdown = next(c for c in nb.cells if c.cell_type == "markdown")
+    markdown.source += "\nOne more sentence."
+    assert notebook_fingerprints(nb) == (code, notebook_fingerprints(nb)[1]) and notebook_fingerprints(nb)[1] != display
+    cell = next(c for c in nb.cells if c.cell_type == "code" and "parameters" not in c.metadata.get("tags", []))
+    cell.source += "  # a comment in a code cell"
+    assert notebook_fingerprints(nb)[0] == code
+    cell.source += "\nextra = 1"
+    assert notebook_fingerprints(nb)[0] != code
+
+
+def test_what_changed_names_each_change():
+    old = {"notebook": "a", "params": {"epochs": 15, "lr": 2e-5}, "papa": {"papa.x": "1", "papa.y": "2"}, "environment": {"torch": "2.1"}, "deps": {"estimate__m__t": "k1"}}
+    new = {"notebook": "b", "params": {"epochs": 20, "lr": 2e-5}, "papa": {"papa.x": "9", "papa.z": "3"}, "environment": {"torch": "2.2"}, "deps": {"estimate__m__t": "k2"}}
+    assert what_changed(old, new) == [
+        "parameters changed (epochs 15 -> 20)",
+        "notebook code changed",
+        "code of papa.x changed",
+        "now executes papa.z",
+        "no longer executes papa.y",
+        "environment changed (torch 2.1 -> 2.2)",
+        "upstream estimate__m__t changed",
+    ]
+    assert what_changed(None, new) == ["no record"]
+
+
+# -- stamps, refresh, manifest ---------------------------------------------------------------------
+def _fake_executed(root: Path, run: Run) -> None:
+    """What papermill leaves: the source's cells, an injected-parameters cell after ``parameters``,
+    outputs on the code cells."""
+    source = read_source(root / run.notebook)
+    cells = []
+    for cell in source.cells:
+        if cell.cell_type == "code":
+            cell = nbformat.v4.new_code_cell(cell.source, metadata=dict(cell.metadata), outputs=[nbformat.v4.new_output("stream", name="stdout", text=f"ran {len(cells)}\n")])
+        cells.append(cell)
+        if "parameters" in cell.metadata.get("tags", []):
+            cells.append(nbformat.v4.new_code_cell("max_examples = 32\n", metadata={"tags": ["injected-parameters"]}))
+    nb = nbformat.v4.new_notebook(cells=cells)
+    path = root / run_notebook_path(run)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(nbformat.writes(nb))
+    for out in run.outputs:
+        (root / out).parent.mkdir(parents=True, exist_ok=True)
+        (root / out).write_bytes(b"constants")
+
+
+@pytest.fixture
+def tree(tmp_path):
+    """A minimal repository copy: one source notebook and one executed run with a stamp."""
+    (tmp_path / "notebooks").mkdir()
+    shutil.copy(ROOT / NOTEBOOKS["estimate"], tmp_path / NOTEBOOKS["estimate"])
+    run = Run("estimate__m__t", "estimate", {"max_examples": 32}, outputs=["book/runs/g/artifacts/constants/m__t.safetensors"], grid="g")
+    _fake_executed(tmp_path, run)
+    folder = tmp_path / "book" / "runs" / "g"
+    components = run_components([run], tmp_path)[run.run_id]
+    display = notebook_fingerprints(read_source(tmp_path / run.notebook))[1]
+    stamp = stamps.seal(run, key_of(components), components, display, None, 12.0, folder, tmp_path)
+    return tmp_path, run, folder, components, stamp
+
+
+def test_markdown_edit_refreshes_the_executed_notebook_without_executing(tree):
+    root, run, folder, components, stamp = tree
+    key = key_of(components)
+    assert stamps.verify(run, key, components, None, stamp, root) == []
+    source = root / run.notebook
+    source.write_text(source.read_text().replace("# Estimate constant attention matrices", "# Estimate the constant matrices\n\nA new paragraph."))
+    new_components = run_components([run], root)[run.run_id]
+    assert key_of(new_components) == key  # the code is unchanged: no re-execution
+    display = notebook_fingerprints(read_source(source))[1]
+    assert display != stamp["display"]
+    before = nbformat.read(root / run_notebook_path(run), as_version=4)
+    refreshed = stamps.refresh_text(run, stamp, display, folder, root)
+    after = nbformat.read(root / run_notebook_path(run), as_version=4)
+    assert "A new paragraph." in "".join(c.source for c in after.cells if c.cell_type == "markdown")
+    assert [c.outputs for c in after.cells if c.cell_type == "code"] == [c.outputs for c in before.cells if c.cell_type == "code"]
+    tags = [c.metadata.get("tags", []) for c in after.cells]
+    assert "injected-parameters" in tags[tags.index(["parameters"]) + 1]
+    assert after.metadata["papa"] == {"run_id": run.run_id, "key": key}
+    assert refreshed["display"] == display and stamps.read_stamp(stamps.stamp_path(folder, run.run_id)) == refreshed
+    assert stamps.verify(run, key, new_components, None, refreshed, root) == []
+
+
+@pytest.mark.parametrize("damage", ["emptied", "truncated", "edited", "deleted"])
+def test_outputs_that_do_not_match_their_stamp_are_not_trusted(tree, damage):
+    root, run, folder, components, stamp = tree
+    target = root / run.outputs[0]
+    if damage == "deleted":
+        target.unlink()
+    else:
+        target.write_bytes({"emptied": b"{}", "truncated": b"const", "edited": b"constantz"}[damage])
+    reason = f"output missing ({run.outputs[0]})" if damage == "deleted" else f"output not proven ({run.outputs[0]} differs from what the run wrote)"
+    assert stamps.verify(run, key_of(components), components, None, stamp, root) == [reason]
+
+
+def test_a_stamp_without_or_with_a_wrong_checksum_is_no_stamp(tree):
+    root, run, folder, components, stamp = tree
+    path = stamps.stamp_path(folder, run.run_id)
+    raw = json.loads(path.read_text())
+    raw.pop("sha256")
+    path.write_text(json.dumps(raw))
+    assert stamps.read_stamp(path) is None
+    raw["sha256"] = "0" * 64
+    path.write_text(json.dumps(raw))
+    assert stamps.read_stamp(path) is None
+
+
+@pytest.mark.parametrize("content", [None, "{not json", '{"runs": []}', '{"runs": {"x": 1}}'])
+def test_a_missing_or_corrupt_manifest_is_rebuilt_from_the_stamps(tree, content):
+    root, run, folder, components, stamp = tree
+    path = folder / "manifest.json"
+    if content is not None:
+        path.write_text(content)
+    manifest = stamps.Manifest(path)
+    assert manifest.rebuilt
+    assert manifest.entries == {run.run_id: {"key": stamp["key"], "data": None, "status": "ok", "seconds": 12.0, "components": components}}
+
+
+# -- the runs folder's owner, leftovers ------------------------------------------------------------
+def test_a_runs_folder_serves_one_config(tmp_path):
+    mine = {"name": "g", "models": ["m"], "_path": "configs/g.yaml"}
+    folder = tmp_path / "g"
+    assert check_owner(mine, folder) is True
+    record_owner(mine, folder)
+    assert check_owner(mine, folder) is False
+    assert check_owner(dict(mine, models=["n"]), folder) is True  # the same file, edited
+    assert check_owner(dict(mine, _path="configs/moved.yaml"), folder) is True  # moved, same content
+    other = dict(mine, models=["n"], _path="configs/other.yaml")
+    with pytest.raises(PapaError) as caught:
+        check_owner(other, folder)
+    assert caught.value.problem == "The runs folder book/runs/g serves the config configs/g.yaml, not configs/other.yaml (both are named 'g')"
+    assert "rename it (name: g-2) or pass --replace" in caught.value.hint
+    assert check_owner(other, folder, replace=True) is True
+    assert config_fingerprint(mine) != config_fingerprint(other)
+
+
+def test_leftovers_of_a_killed_runner_are_removed(tmp_path):
+    keep = [tmp_path / "manifest.json", tmp_path / "a.ipynb", tmp_path / "artifacts" / "constants" / "m.safetensors"]
+    left = [
+        tmp_path / ".manifest.json.x1.tmp",
+        tmp_path / "artifacts" / "constants" / ".m.safetensors.x2.tmp",
+        tmp_path / "a.source.ipynb",
+        tmp_path / ".executing" / "a.1" / "executed.ipynb",
+    ]
+    for path in keep + left:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("x")
+    clean_leftovers(tmp_path)
+    assert all(p.exists() for p in keep) and not any(p.exists() for p in left) and not (tmp_path / ".executing").exists()
+
+
+# -- the driver: a failed write fails one run, the rest goes on --------------------------------------
+class _Instant:
+    slots = 1
+
+    def __init__(self):
+        self.queue = []
+
+    def submit(self, run):
+        self.queue.append(run)
+
+    def wait(self):
+        return [Outcome(self.queue.pop(0), "ok", seconds=1.0)]
+
+    def close(self):
+        pass
+
+
+def test_a_failed_write_fails_its_run_and_blocks_only_its_dependants(tmp_path, monkeypatch):
+    runs = [Run("a", "estimate", {}), Run("b", "rank", {}, deps=["a"]), Run("c", "probe", {}), Run("d", "results", {}, deps=["b", "c"])]
+    keys = {r.run_id: (f"key-{r.run_id}", None) for r in runs}
+    manifest = stamps.Manifest(tmp_path / "manifest.json")
+
+    def seal(run, seconds):
+        if run.run_id == "a":
+            raise PapaError(f"No space left to write {run.run_id}", "Free disk space.")
+
+    saves = []
+    real_save = manifest.save
+
+    def save():
+        saves.append(1)
+        if len(saves) == 1:  # the runs folder is full once, while saving the manifest
+            raise PapaError("No space left to write manifest.json", "Free disk space.")
+        real_save()
+
+    monkeypatch.setattr(manifest, "save", save)
+    failed, out = {}, io.StringIO()
+    _drive(_Instant(), runs, keys, manifest, failed, 0.0, out, seal=seal)
+    assert failed == {"a": "No space left to write a. Free disk space.", "b": "not run: depends on failed a", "d": "not run: depends on failed b"}
+    assert {r: e["status"] for r, e in stamps.Manifest(tmp_path / "manifest.json").entries.items()} == {"a": "failed", "c": "ok"}
+    assert "warning: manifest not saved (No space left to write manifest.json" in out.getvalue()
+
+
+def test_the_atomic_writer_raising_enospc_fails_sealing(tree, monkeypatch):
+    root, run, folder, components, stamp = tree
+
+    def full(path, obj, checksum=True):
+        from papa.core.io import _os_error
+
+        raise _os_error(Path(path), OSError(errno.ENOSPC, "No space left on device"))
+
+    monkeypatch.setattr(stamps, "atomic_write_json", full)
+    with pytest.raises(PapaError, match="No space left to write"):
+        stamps.seal(run, key_of(components), components, "d", None, 1.0, folder, root)

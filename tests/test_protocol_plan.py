@@ -1,0 +1,159 @@
+"""The default grid's probe protocol in the plan (issue 14): lr chosen once per (model, task) by a
+``select_lr`` run, training pools, early stopping, per-task dev sizes, seeded random orderings,
+settings one model overrides; and the time estimate that shares feature sets between runs.
+
+Synthetic configs; nothing executes a notebook.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from papa.core.errors import PapaError
+from papa.pipeline.estimate import estimate_seconds, run_cost
+from papa.pipeline.notebook import parameters
+from papa.pipeline.plan import Run, expand, load_config
+from papa.pipeline.stamps import Manifest
+
+PROTOCOL = {
+    "name": "protocol-test",
+    "models": ["minilm-l6", "minilm-l3"],
+    "tasks": ["sst2", "ner"],
+    "max_length": 32,
+    "rank": {"methods": ["gates"]},
+    "lr_selection": {"lrs": [2.0e-5, 1.0e-3], "seeds": [42], "epochs": 4},
+    "probe": {
+        "fractions": [0, "1/2", 1],
+        "seeds": [42, 43, 44],
+        "lr": "select",
+        "epochs": 20,
+        "patience": 3,
+        "selection": "heldout",
+        "pool_examples": 2600,
+        "max_train_examples": 2000,
+        "heldout_examples": 200,
+        "max_eval_examples": {"ner": 1000},
+        "dev_every_epoch": False,
+        "per_model": {"minilm-l3": {"pool_examples": 1300, "max_train_examples": 1000, "epochs": 15}},
+    },
+    "studies": [
+        {"name": "random", "chapter": "results", "models": ["minilm-l6"], "fractions": ["1/2"], "methods": ["random-1", "random-2"], "seeds": [42]},
+        {"name": "literal", "fractions": [0, 1], "seeds": [42], "lr": 2.0e-5, "epochs": 15, "patience": None, "selection": "final"},
+    ],
+}
+
+
+def _config(tmp_path, config: dict) -> dict:
+    path = tmp_path / "grid.yaml"
+    path.write_text(json.dumps(config))  # JSON is YAML
+    return load_config(path)
+
+
+def _runs(tmp_path, config: dict = PROTOCOL) -> dict[str, Run]:
+    return {run.run_id: run for run in expand(_config(tmp_path, config))}
+
+
+def test_lr_select_adds_one_select_lr_run_per_model_and_task_that_the_probes_read(tmp_path):
+    runs = _runs(tmp_path)
+    chosen = sorted(r for r in runs if r.startswith("select_lr__"))
+    assert chosen == ["select_lr__minilm-l3__ner", "select_lr__minilm-l3__sst2", "select_lr__minilm-l6__ner", "select_lr__minilm-l6__sst2"]
+    choice = runs["select_lr__minilm-l3__sst2"].params
+    # the grid's lr grid, and the pool and draws of the model's own settings
+    assert (choice["lrs"], choice["epochs"], choice["patience"]) == ([2.0e-5, 1.0e-3], 4, 3)
+    assert (choice["pool_examples"], choice["max_train_examples"], choice["heldout_examples"]) == (1300, 1000, 200)
+    probe = runs["probe__minilm-l3__sst2__gates__k18__cached"]
+    assert probe.params["lr_file"] == runs["select_lr__minilm-l3__sst2"].outputs[0]
+    assert "select_lr__minilm-l3__sst2" in probe.deps
+    # the literal study keeps its own lr and never waits for the choice
+    literal = runs["probe__minilm-l3__sst2__none__k0__cached__literal"]
+    assert (literal.params["lr"], literal.params["lr_file"], literal.params["patience"]) == (2.0e-5, "", None)
+    assert not any(d.startswith("select_lr__") for d in literal.deps)
+    # the chapters wait for the lr choices too
+    assert set(chosen) <= set(runs["results"].deps)
+
+
+def test_protocol_settings_reach_the_probe_runs_with_per_model_and_per_task_values(tmp_path):
+    runs = _runs(tmp_path)
+    l6 = runs["probe__minilm-l6__ner__gates__k36__cached"].params
+    assert (l6["pool_examples"], l6["max_train_examples"], l6["heldout_examples"], l6["epochs"]) == (2600, 2000, 200, 20)
+    assert (l6["patience"], l6["selection"], l6["dev_every_epoch"], l6["max_eval_examples"]) == (3, "heldout", False, 1000)
+    l3 = runs["probe__minilm-l3__sst2__all__k36__cached"].params
+    assert (l3["pool_examples"], l3["max_train_examples"], l3["epochs"], l3["max_eval_examples"]) == (1300, 1000, 15, None)
+    # a study's own value wins over the model's
+    assert runs["probe__minilm-l3__sst2__all__k36__cached__literal"].params["epochs"] == 15
+
+
+def test_seeded_random_orderings_get_their_own_rankings(tmp_path):
+    runs = _runs(tmp_path)
+    assert {"rank__minilm-l6__sst2__random-1", "rank__minilm-l6__sst2__random-2"} <= set(runs)
+    probe = runs["probe__minilm-l6__sst2__random-2__k36__cached__random"]
+    assert probe.params["ranking"].endswith("minilm-l6__sst2__random-2.json") and probe.params["seeds"] == [42]
+
+
+def _bad(tmp_path, path: str, value) -> str:
+    config = json.loads(json.dumps(PROTOCOL))
+    *parents, last = path.split(".")
+    node = config
+    for part in parents:
+        node = node[int(part)] if isinstance(node, list) else node[part]
+    node[last] = value
+    with pytest.raises(PapaError) as info:
+        _config(tmp_path, config)
+    assert not (tmp_path / "book").exists()
+    return str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "message"),
+    [
+        ("probe.selection", "final", "probe.selection: patience and lr: select choose on held-out training examples"),
+        ("probe.heldout_examples", None, "probe.pool_examples: a training pool needs max_train_examples and heldout_examples"),
+        ("probe.eval_chunk_examples", 500, "probe.eval_chunk_examples must"),
+        ("studies.0.methods", ["random-one"], "Unknown ranking method 'random-one'"),
+        ("probe.per_model", {"mpnet-base": {"epochs": 3}}, "'mpnet-base' is not one of the grid's models"),
+        ("probe.per_model", {"minilm-l3": {"fractions": [0, 1]}}, "probe.per_model.minilm-l3.fractions"),
+    ],
+)
+def test_protocol_keys_that_do_not_go_together_are_one_error_naming_the_key(tmp_path, path, value, message):
+    if path == "probe.eval_chunk_examples":
+        config = json.loads(json.dumps(PROTOCOL))
+        config["probe"].update(eval_chunk_examples=500, dev_every_epoch=True)
+        with pytest.raises(PapaError) as info:
+            _config(tmp_path, config)
+        assert "eval_chunk_examples scores the dev split once" in str(info.value)
+        return
+    assert message in _bad(tmp_path, path, value)
+
+
+def test_the_estimate_extracts_a_shared_feature_set_once(tmp_path):
+    runs = _runs(tmp_path)
+    empty = Manifest.__new__(Manifest)
+    empty.entries = {}
+    main = runs["probe__minilm-l6__sst2__none__k0__cached"]
+    floor = runs["probe__minilm-l6__sst2__none__k0__cached__embeddings"]
+    literal = runs["probe__minilm-l6__sst2__none__k0__cached__literal"]
+    own = {r.run_id: run_cost(r) for r in (main, floor, literal)}
+    # the three share the training pool and the dev split at k = 0: paid once
+    assert own[main.run_id][1].keys() == own[floor.run_id][1].keys() == own[literal.run_id][1].keys()
+    together = estimate_seconds([main, floor, literal], empty)
+    assert together == pytest.approx(sum(c[0] for c in own.values()) + sum(own[main.run_id][1].values()))
+    # NER and POS read the same CoNLL sentences
+    ner = json.loads(json.dumps(PROTOCOL))
+    ner.update(tasks=["ner", "pos"])
+    ner["probe"]["max_eval_examples"] = {"ner": 1000, "pos": 1000}
+    both = _runs(tmp_path, ner)
+    a, b = run_cost(both["probe__minilm-l6__ner__none__k0__cached"])[1], run_cost(both["probe__minilm-l6__pos__none__k0__cached"])[1]
+    assert a.keys() == b.keys()
+
+
+def test_a_notebook_checks_its_parameters_against_the_schema():
+    namespace = {"__annotations__": {"model": str, "task": str, "max_examples": "Optional[int]"}, "model": "minilm-l6", "task": "sst2", "max_examples": 0}
+    namespace["__annotations__"].update(max_length=int, relayout=bool, device=str, out=str)
+    namespace.update(max_length=64, relayout=True, device="auto", out="c.safetensors")
+    with pytest.raises(PapaError) as info:
+        parameters(namespace, "estimate")
+    assert "Notebook parameters: max_examples must be >= 1, got 0" in str(info.value)
+    namespace["max_examples"] = None  # None: every training example
+    assert parameters(namespace, "estimate")["max_examples"] is None

@@ -1,0 +1,56 @@
+"""The README is a public contract: its library example runs, and every ``papa`` command it shows parses."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+from papa.cli import build_parser
+
+README = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+
+
+def _blocks(language: str) -> list[str]:
+    return re.findall(rf"```{language}\n(.*?)```", README, flags=re.S)
+
+
+def _commands() -> list[list[str]]:
+    """Each ``papa ...`` line of the README's bash blocks, comments dropped, placeholders filled in and
+    alternatives (``a|b``) as their first choice."""
+    commands = []
+    for block in _blocks("bash"):
+        for line in block.splitlines():
+            line = line.split("  #")[0].strip()
+            if not line.startswith("papa "):
+                continue
+            line = line.replace("[--as-is]", "--as-is").replace("CONFIG", "configs/smoke.yaml").replace("random-<seed>", "random-1")
+            words = [word.split("|")[0] for word in shlex.split(line)[1:]]
+            commands.append(words)
+    return commands
+
+
+def test_the_readme_shows_the_commands_of_every_subcommand():
+    shown = {words[0] if words[0] not in ("grid", "book") else " ".join(words[:2]) for words in _commands()}
+    assert shown == {"estimate", "rank", "probe", "grid run", "grid schema", "book build"}
+
+
+@pytest.mark.parametrize("words", _commands(), ids=lambda words: " ".join(words[:3]))
+def test_every_readme_command_parses(words):
+    args = build_parser().parse_args(words)
+    assert callable(getattr(args, "func", None)) or hasattr(args, "command")
+
+
+@pytest.mark.data
+def test_the_readme_library_example_runs(tmp_path, monkeypatch):
+    """The five lines, as written (the task data from PAPA_DATA_DIR): 36 constant heads, an ordinary forward."""
+    monkeypatch.setenv("PAPA_CACHE_DIR", str(tmp_path / "cache"))
+    (code,) = _blocks("python")
+    namespace: dict = {}
+    exec(compile(code, "README.md", "exec"), namespace)  # noqa: S102 - the README's own example
+    papa = namespace["papa"]
+    assert tuple(namespace["constants"].shape) == (6, 12, 64, 64)
+    assert len(papa.constant_heads_of(namespace["lm"].model)) == 36
+    assert tuple(namespace["hidden"].shape) == (1, 64, 384)
