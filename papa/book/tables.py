@@ -319,6 +319,8 @@ def verdicts_display(claims: pd.DataFrame) -> Table:
 def paper_table_display(frame: pd.DataFrame) -> Table:
     """:func:`papa.analysis.paper.paper_table` for reading: per model and task (and each model's average over its
     informative tasks) the scores at k = 0, ½ and all, the relative drops, beside the paper's 8% and ≤ 20%."""
+    if "n_tasks" in frame:  # a model without an informative task has no average to show
+        frame = frame[~((frame["task"] == "average") & (frame["n_tasks"].fillna(0) == 0))]
     shown = key_text(frame)
     shown["task"] = ["average of informative tasks" if raw == "average" else name for raw, name in zip(frame["task"], shown["task"])]
     kinds = _model_task(shown) | {"score_0": "score", "score_half": "score", "score_all": "score", "drop_half": "percent", "drop_all": "percent", "informative": "yes/no"}
