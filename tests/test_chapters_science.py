@@ -270,7 +270,7 @@ def test_smoke_like_grid_without_random_literal_or_curves(tmp_path):
     literal = literal_comparison(data, resamples=50)
     assert literal.empty and "did not run" in T.literal_display(literal)._repr_html_()
     numbers = science_numbers(result, data)
-    assert math.isnan(numbers["drop_all_mean"]) and numbers["drop_all_interval"] == "n/a"
+    assert math.isnan(numbers["drop_all_mean"]) and numbers["drop_all_interval"] == "(no interval)"
     shown = T.main_table_display(result.table)
     assert "nan" not in shown._repr_html_().lower()
     assert T.verdicts_display(result.claims).to_frame().shape == (3, 5)

@@ -101,7 +101,7 @@ def chapter_science(data: BookData, ranking: str | None = None, resamples: int =
 
 
 def _interval(low: float, high: float) -> str:
-    return "n/a" if math.isnan(low) or math.isnan(high) else f"[{low:.1%}, {high:.1%}]"
+    return "(no interval)" if math.isnan(low) or math.isnan(high) else f"[{low:.1%}, {high:.1%}]"
 
 
 def science_numbers(result: Science, data: BookData) -> dict:
