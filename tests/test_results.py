@@ -454,3 +454,20 @@ def test_book_data_keeps_the_records_and_reads_the_chosen_lr(tmp_path):
     data = book_data(config, tmp_path)
     assert sorted(data.main["lr"].unique()) == [2e-4, 1e-3] and set(data.records) == {"a", "b"}
     assert data.records["a"]["config"]["lr"] == 1e-3
+
+
+def test_study_frame_applies_per_model_settings(tmp_path):
+    """probe.per_model: mpnet-base's runs (15-epoch cap, 1,000 examples) belong to the main grid beside the MiniLM's
+    (20, 2,000); the largest size is kept per model and task, not per task."""
+    from papa.book import book_data
+
+    (tmp_path / "results").mkdir()
+    runs = {
+        "l6": result(seed=1, lr=1e-3, epochs=20, train_examples=2000),
+        "mp": result(seed=1, lr=2e-4, epochs=15, train_examples=1000, model="mpnet-base", total=144),
+        "mp_other_cap": result(seed=2, lr=2e-4, epochs=20, train_examples=1000, model="mpnet-base", total=144),
+    }
+    write(tmp_path / "results", runs)
+    probe = {"lr": "select", "epochs": 20, "max_train_examples": 2000, "per_model": {"mpnet-base": {"epochs": 15, "max_train_examples": 1000}}}
+    config = {"name": "x", "models": ["minilm-l6", "mpnet-base"], "tasks": ["sst2"], "rank": {"methods": ["gates"]}, "probe": probe}
+    assert sorted(book_data(config, tmp_path).main["run_id"].unique()) == ["l6", "mp"]

@@ -204,3 +204,10 @@ def test_verdicts_and_paper_table_display():
     cells = paper_table_display(paper_table(summary, floors)).to_frame()
     assert cells["task"].tolist() == ["SST-2", "average of informative tasks"]
     assert cells.iloc[1][["drop, half", "drop, all", "largest drop, all"]].tolist() == ["2.5%", "10.0%", "10.0%"]
+
+
+def test_constant_heads_are_named_by_the_papers_fraction():
+    from papa.book.tables import _heads_label
+
+    assert [_heads_label(k, 36) for k in (0, 18, 32, 34, 36)] == ["0 (none)", "18 (1/2)", "32 (7/8)", "34 (15/16)", "36 (all)"]
+    assert _heads_label(5, 36) == "5 (5/36)"
