@@ -207,7 +207,7 @@ def test_verdicts_and_paper_table_display():
 
 
 def test_constant_heads_are_named_by_the_papers_fraction():
-    from papa.book.tables import _heads_label
+    from papa.book.interval_tables import _heads_label
 
     assert [_heads_label(k, 36) for k in (0, 18, 32, 34, 36)] == ["0 (none)", "18 (1/2)", "32 (7/8)", "34 (15/16)", "36 (all)"]
     assert _heads_label(5, 36) == "5 (5/36)"
