@@ -9,6 +9,7 @@ import re
 
 import altair as alt
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 from test_results import grid
@@ -254,3 +255,32 @@ def test_glue_figure_glues_the_chart_and_its_caption(monkeypatch):
     figure = Figure(alt.Chart().mark_point(), "The caption.", "fig-demo")
     glue_figure(figure)
     assert glued == [("fig-demo", figure, False), ("fig-demo-caption", "The caption.", False)]
+
+
+def test_paper_analogues_fit_and_say_their_verdict(tmp_path):
+    """(a)–(c) from hand-made records: each fits the text column (measured on the SVG) and its caption is written
+    from its data (the models with their heads, the claim-3 n and verdict)."""
+    from test_chapters_science import CONFIG, write_grid
+
+    from papa.analysis import paper
+    from papa.analysis.figures import fig_better_models, fig_paper_scores, fig_relative_score
+    from papa.book.data import book_data
+    from papa.book.science import analogue_figures, chapter_science, placeholder_figure
+
+    write_grid(tmp_path)
+    data = book_data(CONFIG, tmp_path)
+    result = chapter_science(data, resamples=50)
+    points = paper.score_vs_dynamic_heads(result.summary, data.floors, result.differences_basis)
+    a = fig_paper_scores(points, "gates")
+    b = fig_relative_score(paper.relative_score_vs_constant_fraction(result.summary, data.floors))
+    c = fig_better_models(*result.better)
+    for figure in (a, b, c, placeholder_figure("fig-x", "Nothing to draw.")):
+        valid(figure)
+        assert svg_size(figure)[0] <= TEXT_WIDTH, figure.label
+    bars = [r for r in data_rows(a.chart.to_dict()) if r["layer"] == "score" and r["k"] == 8 and r["model"] == "ma"]
+    assert bars[0]["low"] == pytest.approx(0.85 + result.differences_basis.set_index(["model", "k"]).loc[("ma", 8), "low"], abs=1e-4)
+    assert "one colour per model (ma, 8 heads and mb, 8 heads)" in a.caption
+    assert "(n = 2)" in c.caption and "Verdict: not testable." in c.caption
+    assert [f.label for f in analogue_figures(result, data)] == ["fig-paper-scores", "fig-relative-score", "fig-better-models"]
+    with pytest.raises(PapaError, match="nothing to draw"):
+        fig_relative_score(pd.DataFrame())

@@ -421,3 +421,53 @@ def test_sensitivity_table_names_the_whole_split_and_skips_what_is_not_its_own(t
     assert rows.iloc[0]["k=0 study"] == pytest.approx(0.8515) and rows.iloc[0]["drop study"] == pytest.approx(0.01 / 0.8515)
     # before fulldata has run, it has no row: the 8000-example runs of another study are not borrowed
     assert table(["p0__s", "pa__s", "__more"]).empty
+
+
+# --- runs of the issue-14 protocol: convergence flags, no per-epoch dev curve ------------------------------------
+
+
+def test_epoch_table_and_tidy_frame_without_a_per_epoch_dev_curve(tmp_path):
+    """dev_every_epoch=False: the epochs hold only the held-out score; the tidy frame carries the convergence flag."""
+    early = result(seed=1) | {
+        "epochs": [{"epoch": 1, "train_loss": 0.9, "heldout_main": 0.6}, {"epoch": 2, "train_loss": 0.5, "heldout_main": 0.7}],
+        "convergence": {"converged": False, "best_epoch": 2, "epochs_trained": 2, "stopped_early": False},
+        "dev": {"predictions": [1, 0, 1], "labels": [1, 1, 1], "label_names": ["a", "b"], "lengths": None},
+    }
+    final = result(seed=2) | {"epochs": [], "convergence": None}
+    write(tmp_path, {"early": early, "final": final})
+    epochs = epoch_table(tmp_path)
+    assert epochs["run_id"].tolist() == ["early", "early"] and epochs["score"].isna().all()
+    assert epochs["heldout"].tolist() == [0.6, 0.7] and epochs["train_loss"].tolist() == [0.9, 0.5]
+    tidy = load_results(tmp_path).drop_duplicates("run_id").set_index("run_id")
+    assert tidy.loc["early", "converged"] is False and tidy.loc["final", "converged"] is None
+    assert tidy.loc["final", "selected_epoch"] is None or math.isnan(tidy.loc["final", "selected_epoch"])
+    assert not any(isinstance(v, list) for v in load_results(tmp_path).to_numpy().ravel())  # dev predictions stay in the records
+
+
+def test_book_data_keeps_the_records_and_reads_the_chosen_lr(tmp_path):
+    """``lr: select``: the main grid takes every chosen lr; the records (with their dev predictions) stay loaded."""
+    from papa.book import book_data
+
+    (tmp_path / "results").mkdir()
+    write(tmp_path / "results", {"a": result(seed=1, lr=1e-3, epochs=20), "b": result(task="cola", seed=1, lr=2e-4, epochs=20, metric="matthews_correlation")})
+    config = {"name": "x", "models": ["minilm-l6"], "tasks": ["sst2", "cola"], "rank": {"methods": ["gates"]}, "probe": {"lr": "select", "epochs": 20, "max_train_examples": 1000}}
+    data = book_data(config, tmp_path)
+    assert sorted(data.main["lr"].unique()) == [2e-4, 1e-3] and set(data.records) == {"a", "b"}
+    assert data.records["a"]["config"]["lr"] == 1e-3
+
+
+def test_study_frame_applies_per_model_settings(tmp_path):
+    """probe.per_model: mpnet-base's runs (15-epoch cap, 1,000 examples) belong to the main grid beside the MiniLM's
+    (20, 2,000); the largest size is kept per model and task, not per task."""
+    from papa.book import book_data
+
+    (tmp_path / "results").mkdir()
+    runs = {
+        "l6": result(seed=1, lr=1e-3, epochs=20, train_examples=2000),
+        "mp": result(seed=1, lr=2e-4, epochs=15, train_examples=1000, model="mpnet-base", total=144),
+        "mp_other_cap": result(seed=2, lr=2e-4, epochs=20, train_examples=1000, model="mpnet-base", total=144),
+    }
+    write(tmp_path / "results", runs)
+    probe = {"lr": "select", "epochs": 20, "max_train_examples": 2000, "per_model": {"mpnet-base": {"epochs": 15, "max_train_examples": 1000}}}
+    config = {"name": "x", "models": ["minilm-l6", "mpnet-base"], "tasks": ["sst2"], "rank": {"methods": ["gates"]}, "probe": probe}
+    assert sorted(book_data(config, tmp_path).main["run_id"].unique()) == ["l6", "mp"]

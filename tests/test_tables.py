@@ -150,3 +150,64 @@ def test_an_empty_result_is_an_empty_table():
 def test_md_cell():
     assert md_cell("|A−B| = 0.0 pt") == "\\|A−B\\| = 0.0 pt" and md_cell("two\nlines") == "two lines"
     assert md_cell(md_cell("a|b")) == "a\\|b"
+
+
+# -- the tables with intervals (issue 14) ---------------------------------------------------------------------
+def _main_rows() -> pd.DataFrame:
+    from papa.analysis.findings import MAIN_COLUMNS
+
+    rows = [
+        ("m", "sst2", "none", 0, 0.0, 8, "accuracy", 0.85, 0.01, 0.84, 0.86, 3) + (math.nan,) * 6 + (None, math.nan),
+        ("m", "sst2", "gates", 4, 0.5, 8, "accuracy", 0.848, 0.0, 0.848, 0.848, 3, -0.0025, -0.0075, 0.0, 0.0029, 0.0, 0.0088, False, 400),
+        ("m", "sst2", "all", 8, 1.0, 8, "accuracy", 0.70, math.nan, 0.70, 0.70, 1, -0.15, -0.1713, -0.13, 0.1765, 0.153, 0.2, True, 400),
+    ]
+    frame = pd.DataFrame(rows, columns=MAIN_COLUMNS)
+    return frame.assign(converged=["3 of 3", "2 of 3", "1 of 1"])
+
+
+def test_main_table_display_cells():
+    from papa.book.tables import main_table_display
+
+    shown = main_table_display(_main_rows())
+    cells = shown.to_frame()
+    assert list(cells.columns) == [
+        "task",
+        "constant heads",
+        "ranking",
+        "score ± seed std",
+        "difference to k = 0 [95% interval]",
+        "relative drop [95% interval]",
+        "real?",
+        "seed range",
+        "seeds",
+        "converged seeds",
+    ]
+    assert cells["constant heads"].tolist() == ["0 (none)", "4 (1/2)", "8 (all)"]
+    assert cells.iloc[2]["difference to k = 0 [95% interval]"] == f"-0.150{NBSP}[-0.171,{NBSP}-0.130]"
+    assert cells.iloc[2]["relative drop [95% interval]"] == f"17.6%{NBSP}[15.3%,{NBSP}20.0%]"
+    assert cells.iloc[1]["real?"] == "no" and cells.iloc[2]["score ± seed std"] == "0.700" and shown.rows[0][4] is None
+    html = shown._repr_html_()
+    assert "nan" not in html.lower() and f"{DASH}<sup>a</sup>" in html and "k = 0 is the reference" in html
+
+
+def test_verdicts_and_paper_table_display():
+    from papa.analysis.paper import paper_table
+    from papa.book.tables import paper_table_display, verdicts_display
+
+    claims = pd.DataFrame([("1. Half", "≈0–2%", "1.3%", "reproduced", "rule")], columns=["claim", "paper", "ours", "verdict", "rule"])
+    assert verdicts_display(claims).columns == ["claim", "verdict", "our runs", "the paper", "rule and runs counted"]
+    summary = pd.DataFrame(
+        [("m", "sst2", r, k, k / 8, 8, "cached", "all", "accuracy", s, 0.0, s, s, 3) for r, k, s in (("none", 0, 0.8), ("gates", 4, 0.78), ("all", 8, 0.72))],
+        columns=["model", "task", "ranking", "k", "fraction", "total_heads", "mode", "probe_input", "metric", "mean", "std", "min", "max", "n_seeds"],
+    )
+    floors = pd.DataFrame({"model": ["m"], "task": ["sst2"], "informative": [True], "majority": [0.5], "attention_free": [0.6]})
+    cells = paper_table_display(paper_table(summary, floors)).to_frame()
+    assert cells["task"].tolist() == ["SST-2", "average of informative tasks"]
+    assert cells.iloc[1][["drop, half", "drop, all", "largest drop, all"]].tolist() == ["2.5%", "10.0%", "10.0%"]
+
+
+def test_constant_heads_are_named_by_the_papers_fraction():
+    from papa.book.interval_tables import _heads_label
+
+    assert [_heads_label(k, 36) for k in (0, 18, 32, 34, 36)] == ["0 (none)", "18 (1/2)", "32 (7/8)", "34 (15/16)", "36 (all)"]
+    assert _heads_label(5, 36) == "5 (5/36)"

@@ -15,7 +15,9 @@ so it fits the book's text column at any window width from 1,024 px up.
 * :func:`fig_convergence` — dev score per epoch for k = 0 and k = all;
 * :func:`fig_score_vs_train_size` — k = 0 and k = all scores against the probe's training-set size;
 * :func:`fig_head_ranking` — which heads become constant first (layer × head heatmap);
-* :func:`fig_constants` — a few constant attention matrices.
+* :func:`fig_constants` — a few constant attention matrices;
+* :func:`fig_paper_scores`, :func:`fig_relative_score`, :func:`fig_better_models` — the paper's analogues
+  (a)–(c) with intervals, from :mod:`papa.analysis.paper` (in :mod:`papa.analysis.paper_figures`).
 
 Shared pieces (Figure, width budget, panels, caption words) live in :mod:`papa.analysis.figure_kit`,
 offline rendering in :mod:`papa.analysis.offline`; both are re-exported here.
@@ -59,6 +61,7 @@ from papa.analysis.offline import (  # noqa: F401  (re-exported: the old import 
     offline_renderer,
     write_vega_bundle,
 )
+from papa.analysis.paper_figures import fig_better_models, fig_paper_scores, fig_relative_score  # noqa: F401  (the paper's analogues)
 from papa.analysis.results import drops_at, spread_shared
 from papa.core.errors import PapaError
 

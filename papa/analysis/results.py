@@ -24,7 +24,24 @@ from papa.core.errors import PapaError
 from papa.core.heads import count_for
 from papa.core.io import read_json_verified
 
-RUN_COLUMNS = ["run_id", "model", "task", "k", "total_heads", "fraction", "ranking", "seed", "mode", "probe_input", "lr", "epochs", "train_examples", "selection", "selected_epoch"]
+RUN_COLUMNS = [
+    "run_id",
+    "model",
+    "task",
+    "k",
+    "total_heads",
+    "fraction",
+    "ranking",
+    "seed",
+    "mode",
+    "probe_input",
+    "lr",
+    "epochs",
+    "train_examples",
+    "selection",
+    "selected_epoch",
+    "converged",
+]
 #: Columns of :func:`load_results`.
 TIDY_COLUMNS = RUN_COLUMNS + ["metric", "value", "is_main", "majority", "seconds"]
 #: Group keys of :func:`summarise` (``total_heads`` and ``metric`` follow from model and task).
@@ -131,13 +148,18 @@ def _run_fields(run_id: str, result: dict) -> dict:
         "epochs": config.get("epochs"),
         "train_examples": (result.get("data") or {}).get("train_examples"),
         "selection": config.get("selection", "final"),
-        "selected_epoch": result.get("selected_epoch", len(result.get("epochs", [])) or None),
+        "selected_epoch": result.get("selected_epoch", len(result.get("epochs") or []) or None),
+        # True/False from the held-out curve (early stopping); None for a run without one (final-epoch runs)
+        "converged": (result.get("convergence") or {}).get("converged"),
     }
 
 
 def load_results(folder: str | Path | Mapping[str, dict]) -> pd.DataFrame:
     """Tidy table of a results folder: one row per run × metric of the reported epoch (the final
     one, or the one chosen on held-out training data: ``selection``, ``selected_epoch``).
+
+    ``converged`` is the run's convergence flag (None without a held-out curve). The per-example dev
+    predictions stay in the result records (:func:`read_results`), never in this table.
 
     Columns: :data:`TIDY_COLUMNS`. ``metric`` is the metric's own name (the duplicate ``main`` key
     is dropped); ``is_main`` marks the task's main metric; ``majority`` is that metric's value for
@@ -165,13 +187,31 @@ def load_results(folder: str | Path | Mapping[str, dict]) -> pd.DataFrame:
 
 
 def epoch_table(folder_or_results: str | Path | Mapping[str, dict]) -> pd.DataFrame:
-    """One row per run × epoch: run fields, ``epoch``, ``train_loss`` and ``score`` (the main metric)."""
+    """One row per run × epoch: run fields, ``epoch``, ``train_loss``, ``score`` (the main dev metric) and
+    ``heldout`` (the main metric on held-out training examples).
+
+    A run trained with ``dev_every_epoch=False`` has no per-epoch dev score: its ``score`` is NaN (and a run
+    without held-out scoring has NaN ``heldout``); epochs without a train loss give NaN too.
+    """
     rows = []
     for run_id, result in _as_results(folder_or_results).items():
         run = _run_fields(run_id, result)
-        for record in result.get("epochs", []):
-            rows.append({**run, "epoch": int(record["epoch"]), "train_loss": float(record["train_loss"]), "score": float(record["main"]), "metric": result.get("metric")})
-    return pd.DataFrame(rows, columns=RUN_COLUMNS + ["epoch", "train_loss", "score", "metric"])
+        for record in result.get("epochs") or []:
+            rows.append(
+                {
+                    **run,
+                    "epoch": int(record["epoch"]),
+                    "train_loss": _float(record.get("train_loss")),
+                    "score": _float(record.get("main")),
+                    "heldout": _float(record.get("heldout_main")),
+                    "metric": result.get("metric"),
+                }
+            )
+    return pd.DataFrame(rows, columns=RUN_COLUMNS + ["epoch", "train_loss", "score", "heldout", "metric"])
+
+
+def _float(value: object) -> float:
+    return math.nan if value is None else float(value)
 
 
 # --- aggregation -------------------------------------------------------------------------------
@@ -468,10 +508,11 @@ TRAIN_SIZE_COLUMNS = [
 ]
 
 
-def train_size_table(tidy: pd.DataFrame, lr: float, epochs: int, selection: str = "final", mode: str = "cached") -> pd.DataFrame:
+def train_size_table(tidy: pd.DataFrame, lr: float | None, epochs: int, selection: str = "final", mode: str = "cached") -> pd.DataFrame:
     """The k = 0 and k = all scores against the probe's training-set size, at one probe setting.
 
-    ``tidy`` from :func:`load_results`; only main-metric rows trained with ``lr``, ``epochs``,
+    ``tidy`` from :func:`load_results`; only main-metric rows trained with ``lr`` (None: any lr, as with
+    the lr chosen per model and task), ``epochs``,
     ``selection`` and ``mode`` are read (rows without a recorded size are left out). Each size is
     aggregated with :func:`summarise` and :func:`floors_table`, so a repeated seed raises. One row
     per (model, task, train_examples) where the full probe ran with both no and every head constant
@@ -487,7 +528,7 @@ def train_size_table(tidy: pd.DataFrame, lr: float, epochs: int, selection: str 
     rows = tidy[
         tidy["is_main"]
         & (tidy["mode"] == mode)
-        & (tidy["lr"].astype(float).round(12) == round(float(lr), 12))
+        & (True if lr is None else tidy["lr"].astype(float).round(12) == round(float(lr), 12))
         & (tidy["epochs"] == epochs)
         & (tidy["selection"] == selection)
         & tidy["ranking"].isin(SHARED_RANKINGS)

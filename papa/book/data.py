@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pandas as pd
 
@@ -27,6 +28,7 @@ class BookData:
     epochs: pd.DataFrame  # per-epoch rows of the main grid
     studies: dict[str, pd.DataFrame] = field(default_factory=dict)
     rankings: dict[str, list] = field(default_factory=dict)  # "<model>__<task>__<method>" → ranking
+    records: dict[str, dict] = field(default_factory=dict)  # run id → result record (with its dev predictions)
 
     @property
     def models(self) -> list[str]:
@@ -37,10 +39,15 @@ class BookData:
         return [t for t in self.config["tasks"] if t in set(self.main["task"])]
 
 
-def _study_settings(config: dict, study: dict) -> dict:
-    probe = config["probe"]
+def _study_settings(config: dict, study: dict, model: str | None = None) -> dict:
+    """Effective probe settings, as :func:`papa.core.schema.study_settings` merges them: the probe section, then
+    ``probe.per_model[model]``, then the study's own keys."""
+    probe = dict(config["probe"])
+    if model is not None:
+        probe.update((probe.get("per_model") or {}).get(model) or {})
+    lr = study.get("lr", probe.get("lr", 2e-5))
     return {
-        "lr": float(study.get("lr", probe.get("lr", 2e-5))),
+        "lr": lr if isinstance(lr, str) else float(lr),  # "select": chosen per model and task, any value
         "epochs": int(study.get("epochs", probe.get("epochs", 15))),
         "modes": study.get("modes", probe.get("modes", ["cached"])),
         "tasks": study.get("tasks", config["tasks"]),
@@ -51,25 +58,32 @@ def _study_settings(config: dict, study: dict) -> dict:
 
 
 def study_frame(tidy: pd.DataFrame, config: dict, study: dict | None = None) -> pd.DataFrame:
-    """Rows of ``tidy`` that belong to a study (the main grid when ``study`` is None): the same lr,
-    epochs, epoch selection, modes, models and tasks, and per task the largest training size not above
-    the study's. A named study keeps only its own runs (run ids tagged ``__<name>__s<seed>`` by
-    :func:`papa.pipeline.grid.expand`), so a study that has not run yet is empty, never another study's runs."""
-    s = _study_settings(config, study or {})
+    """Rows of ``tidy`` that belong to a study (the main grid when ``study`` is None): per model (its
+    ``probe.per_model`` settings applied) the same lr, epochs, epoch selection, modes and tasks, and per model
+    and task the largest training size not above the study's. A named study keeps only its own runs (run ids
+    tagged ``__<name>__s<seed>`` by :func:`papa.pipeline.grid.expand`), so a study that has not run yet is empty,
+    never another study's runs."""
     if study is not None and "name" in study:
         tidy = tidy[tidy["run_id"].str.contains(f"__{study['name']}__s", regex=False)]
-    rows = tidy[
-        (tidy["lr"].astype(float).round(12) == round(s["lr"], 12))
-        & (tidy["epochs"] == s["epochs"])
-        & (tidy["selection"] == s["selection"])
-        & tidy["model"].isin(s["models"])
-        & tidy["mode"].isin(s["modes"])
-        & tidy["task"].isin(s["tasks"])
-        & (tidy["train_examples"] <= (math.inf if s["train_examples"] is None else s["train_examples"]))
-    ]
+    parts = []
+    for model in _study_settings(config, study or {})["models"]:
+        s = _study_settings(config, study or {}, model)
+        same_lr = True if isinstance(s["lr"], str) else tidy["lr"].astype(float).round(12) == round(s["lr"], 12)
+        parts.append(
+            tidy[
+                same_lr
+                & (tidy["model"] == model)
+                & (tidy["epochs"] == s["epochs"])
+                & (tidy["selection"] == s["selection"])
+                & tidy["mode"].isin(s["modes"])
+                & tidy["task"].isin(s["tasks"])
+                & (tidy["train_examples"] <= (math.inf if s["train_examples"] is None else s["train_examples"]))
+            ]
+        )
+    rows = pd.concat(parts) if parts else tidy.iloc[:0]
     if rows.empty:
         return rows
-    return rows[rows["train_examples"] == rows.groupby("task")["train_examples"].transform("max")]
+    return rows[rows["train_examples"] == rows.groupby(["model", "task"])["train_examples"].transform("max")]
 
 
 def _plan_outputs(config: dict) -> tuple[dict[str, dict], dict[str, list]]:
@@ -100,10 +114,23 @@ def load_book_data(config_path: str) -> BookData:
     config = load_config(ROOT / config_path)
     # -- which result files the chapters read (papa.pipeline runner): exactly the current plan's -------
     results, rankings = _plan_outputs(config)
-    tidy = R.load_results(results)
-    main = study_frame(tidy, config)
-    epochs = R.epoch_table(results)
     # -- end of the runner's part ---------------------------------------------------------------------
+    return book_data_from(config, results, rankings)
+
+
+def book_data(config: dict, folder: Path) -> BookData:
+    """:class:`BookData` of a loaded grid ``config`` from every result under an artefacts ``folder`` (``results/``,
+    ``rankings/``), without the plan (hand-made runs in tests, a copied runs folder)."""
+    rankings = {path.stem: [tuple(h) for h in read_json_verified(path, "ranking")["ranking"]] for path in sorted((folder / "rankings").glob("*.json"))}
+    return book_data_from(config, R.read_results(folder / "results"), rankings)
+
+
+def book_data_from(config: dict, records: dict[str, dict], rankings: dict[str, list]) -> BookData:
+    """:class:`BookData` from result records (``{run id: result}``, kept whole: their dev predictions feed the
+    intervals) and rankings (``{stem: [(layer, head), ...]}``)."""
+    tidy = R.load_results(records)
+    main = study_frame(tidy, config)
+    epochs = R.epoch_table(records)
     return BookData(
         config,
         tidy,
@@ -113,6 +140,7 @@ def load_book_data(config_path: str) -> BookData:
         epochs[epochs["run_id"].isin(set(main["run_id"]))],
         {s["name"]: study_frame(tidy, config, s) for s in config.get("studies", [])},
         rankings,
+        records,
     )
 
 
@@ -149,7 +177,7 @@ def still_rising(epochs: pd.DataFrame, last: int = 3, tolerance: float = 0.002) 
     the ``last`` epochs before them by more than ``tolerance``."""
     rows = []
     for run_id, group in epochs.groupby("run_id"):
-        scores = group.sort_values("epoch")["score"].to_numpy()
+        scores = group.sort_values("epoch")["score"].dropna().to_numpy()  # no per-epoch dev score: not checked
         if len(scores) < 2 * last:
             continue
         gain = scores[-last:].mean() - scores[-2 * last : -last].mean()
@@ -169,108 +197,8 @@ def still_rising(epochs: pd.DataFrame, last: int = 3, tolerance: float = 0.002) 
     return pd.DataFrame(rows)
 
 
-def compare(a: pd.DataFrame, b: pd.DataFrame, label_a: str, label_b: str) -> pd.DataFrame:
-    """Main-metric means of two studies side by side per (task, k), with the seed-spread rule."""
-    rows = []
-    keys = ["model", "task", "ranking", "k", "probe_input"]
-    a_main, b_main = a[a["is_main"]], b[b["is_main"]]
-    for key, group_a in a_main.groupby(keys):
-        group_b = b_main[(b_main[keys] == pd.Series(dict(zip(keys, key)))).all(axis=1)]
-        if group_b.empty:
-            continue
-        va, vb = group_a["value"].astype(float).tolist(), group_b["value"].astype(float).tolist()
-        rows.append(
-            {
-                "model": key[0],
-                "task": key[1],
-                "ranking": key[2],
-                "k": int(key[3]),
-                label_a: sum(va) / len(va),
-                label_b: sum(vb) / len(vb),
-                f"{label_a} seeds": len(va),
-                f"{label_b} seeds": len(vb),
-                "difference": sum(vb) / len(vb) - sum(va) / len(va),
-                "real": R.difference_is_real(va, vb),
-            }
-        )
-    return pd.DataFrame(rows)
-
-
 def _size_words(size: int | None) -> str:
     return "the whole training split" if size is None else f"{size:,}"
-
-
-def _describe(settings: dict, official: dict, whole_split: int | None = None) -> str:
-    """The study's differences from the official setting in words (``whole_split``: the number of
-    examples the whole training split turned out to hold, when the study used it)."""
-    parts = []
-    if settings["lr"] != official["lr"]:
-        parts.append(f"lr {settings['lr']:g}")
-    if settings["epochs"] != official["epochs"]:
-        parts.append(f"{settings['epochs']} epochs")
-    if settings["selection"] != official["selection"]:
-        parts.append("epoch chosen on held-out training data" if settings["selection"] == "heldout" else f"{settings['selection']} epoch")
-    if settings["train_examples"] != official["train_examples"]:
-        size = settings["train_examples"]
-        whole = "the whole training split" + (f" ({whole_split:,} examples)" if whole_split else "")
-        parts.append(whole if size is None else f"{size} training examples")
-    return ", ".join(parts)
-
-
-def sensitivity_table(data: BookData) -> pd.DataFrame:
-    """Does the size of the PAPA drop depend on how well the probe is trained?
-
-    One row per sensitivity study (a study of the full probe in the main grid's mode that changes the
-    probe's lr, epochs, epoch selection or training size) × model × task: the k = 0 and k = all means over seeds
-    and the relative drop, under the official setting and under the study's, and whether each
-    score's change exceeds the seed spread (:func:`papa.analysis.results.difference_is_real`).
-    """
-    official = _study_settings(data.config, {})
-    rows = []
-    for study in data.config.get("studies", []):
-        settings = _study_settings(data.config, study)
-        if settings["modes"] != official["modes"] or study.get("probe_input", "all") != "all" or not _describe(settings, official):
-            continue
-        frame = data.studies.get(study["name"])
-        if frame is None or frame.empty:
-            continue
-        for (model, task), group in frame[frame["is_main"] & (frame["probe_input"] == "all")].groupby(["model", "task"]):
-            base = data.main[data.main["is_main"] & (data.main["probe_input"] == "all") & (data.main["model"] == model) & (data.main["task"] == task)]
-            scores = {}
-            for label, df in (("official", base), ("study", group)):
-                for name, ranking in (("k0", "none"), ("kall", "all")):
-                    scores[label, name] = df.loc[df["ranking"] == ranking, "value"].astype(float).tolist()
-            if not all(scores.values()):
-                continue
-            mean = {key: sum(v) / len(v) for key, v in scores.items()}
-            chosen = group.loc[group["ranking"].isin(["none", "all"]), "selected_epoch"].astype(float)
-            rows.append(
-                {
-                    "study": study["name"],
-                    "setting": _describe(settings, official, int(group["train_examples"].max())),
-                    "model": model,
-                    "task": task,
-                    "k=0 official": mean["official", "k0"],
-                    "k=all official": mean["official", "kall"],
-                    "drop official": R.relative_drop(mean["official", "kall"], mean["official", "k0"]),
-                    "k=0 study": mean["study", "k0"],
-                    "k=all study": mean["study", "kall"],
-                    "drop study": R.relative_drop(mean["study", "kall"], mean["study", "k0"]),
-                    "k=0 change real": R.difference_is_real(scores["official", "k0"], scores["study", "k0"]),
-                    "k=all change real": R.difference_is_real(scores["official", "kall"], scores["study", "kall"]),
-                    "mean epoch reported": float(chosen.mean()),
-                }
-            )
-    return pd.DataFrame(rows)
-
-
-def train_size_study(data: BookData) -> pd.DataFrame:
-    """:func:`papa.analysis.results.train_size_table` at the official probe setting (the main grid's lr,
-    epochs, epoch selection and mode), for the model × task pairs run at more than one size."""
-    official = _study_settings(data.config, {})
-    table = R.train_size_table(data.tidy, official["lr"], official["epochs"], official["selection"], official["modes"][0])
-    sizes = table.groupby(["model", "task"])["train_examples"].transform("nunique")
-    return table[sizes > 1].reset_index(drop=True)
 
 
 def layer_counts(ranking: list, k: int, num_layers: int) -> list[int]:
@@ -420,24 +348,3 @@ def drops_by_model(data: BookData, ranking: str | None = None) -> pd.DataFrame:
             }
         )
     return pd.DataFrame(rows).set_index("model")
-
-
-def size_extremes(sizes: pd.DataFrame) -> dict[str, str]:
-    """The first model × task of :func:`train_size_study` at its smallest and largest training size, for the
-    results chapter's prose: ``size_model``, ``size_task``, ``size_small``/``size_large`` (examples) and
-    ``drop_all_small_train``/``drop_all_large_train`` (relative drop with every head constant); "n/a" without one."""
-    from papa.pipeline.notebook import task_name
-
-    if sizes.empty:
-        return dict.fromkeys(("size_model", "size_task", "size_small", "size_large", "drop_all_small_train", "drop_all_large_train"), "n/a")
-    first = sizes.iloc[0]
-    pair = sizes[(sizes["model"] == first["model"]) & (sizes["task"] == first["task"])].sort_values("train_examples")
-    small, large = pair.iloc[0], pair.iloc[-1]
-    return {
-        "size_model": str(first["model"]),
-        "size_task": task_name(str(first["task"])),
-        "size_small": f"{int(small['train_examples']):,}",
-        "size_large": f"{int(large['train_examples']):,}",
-        "drop_all_small_train": f"{small['drop']:.1%}",
-        "drop_all_large_train": f"{large['drop']:.1%}",
-    }

@@ -21,6 +21,16 @@ from typing import Any
 
 import pandas as pd
 
+from papa.book.interval_tables import (  # noqa: F401,E402  (re-exported: the chapters' tables with intervals)
+    INTERVAL_NOTE,
+    convergence_display,
+    literal_display,
+    main_table_display,
+    paper_table_display,
+    random_display,
+    still_rising_display,
+    verdicts_display,
+)
 from papa.book.table_format import (  # noqa: F401  (re-exported: papa.book.tables is the notebooks' one import)
     DASH,
     DEFAULT_MISSING,
@@ -123,7 +133,7 @@ def layer_display(layers: pd.DataFrame) -> Table:
 
 
 def sensitivity_display(sensitivity: pd.DataFrame) -> Table:
-    """:func:`papa.book.data.sensitivity_table` for reading: the drops and whether each change is real first."""
+    """:func:`papa.book.studies.sensitivity_table` for reading: the drops and whether each change is real first."""
     kinds = (
         {"study": "text", "setting": "text"}
         | _model_task(sensitivity)
@@ -154,7 +164,7 @@ def sensitivity_display(sensitivity: pd.DataFrame) -> Table:
 
 
 def train_size_display(sizes: pd.DataFrame) -> Table:
-    """:func:`papa.book.data.train_size_study` for reading: per training size, the drop, whether it is
+    """:func:`papa.book.studies.train_size_study` for reading: per training size, the drop, whether it is
     real, the retained gain, then each score with its seed range ``[min, max]``."""
     frame = key_text(sizes).assign(
         k0=[score_interval(m, lo, hi) for m, lo, hi in zip(sizes["k0_mean"], sizes["k0_min"], sizes["k0_max"])],
@@ -186,7 +196,7 @@ def train_size_display(sizes: pd.DataFrame) -> Table:
 
 
 def compare_display(comparison: pd.DataFrame, label_a: str, label_b: str) -> Table:
-    """:func:`papa.book.data.compare` for reading: the difference and whether it is real first."""
+    """:func:`papa.book.studies.compare` for reading: the difference and whether it is real first."""
     kinds = _model_task(comparison) | {"ranking": "text", "k": "int", "difference": "score", "real": "yes/no", label_a: "score", label_b: "score"}
     kinds |= {f"{label_a} seeds": "int", f"{label_b} seeds": "int"}
     headers = {"difference": f"difference ({label_b} − {label_a})", "real": "real?"}
@@ -206,6 +216,13 @@ __all__ = [
     "Table",
     "auto_table",
     "claims_display",
+    "convergence_display",
+    "literal_display",
+    "main_table_display",
+    "paper_table_display",
+    "random_display",
+    "still_rising_display",
+    "verdicts_display",
     "compare_display",
     "layer_display",
     "ordering_display",

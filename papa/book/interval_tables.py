@@ -1,0 +1,221 @@
+"""The results and controls chapters' tables with intervals (issue 14), for reading: the main table, the random
+baseline, the claims, the paper's table, the literal setting and the convergence counts. Re-exported by
+:mod:`papa.book.tables`."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import Any
+
+import pandas as pd
+
+from papa.book.table_format import NBSP, Table, has_several, is_missing, key_text, score_spread, table, text
+
+
+def _model_task(frame: pd.DataFrame) -> dict[str, str]:
+    """The leading key columns: model (only when there are several) and task."""
+    return ({"model": "text"} if has_several(frame, "model") else {}) | {"task": "text"}
+
+
+def _fraction(value: float) -> str:
+    return str(Fraction(float(value)).limit_denominator(1000))
+
+
+INTERVAL_NOTE = (
+    "The difference to k = 0 is paired on the same dev examples, with its 95% bootstrap interval over dev examples (seeds pooled); real?: whether that interval excludes 0."
+)
+
+
+def _signed(value: Any, digits: int = 3) -> str | None:
+    return None if is_missing(value) else f"{float(value):+.{digits}f}"
+
+
+def _difference_cell(difference: Any, low: Any, high: Any, digits: int = 3) -> str | None:
+    """``"−0.012 [−0.020, −0.004]"`` on one line; None without a difference."""
+    if is_missing(difference):
+        return None
+    interval = "" if is_missing(low) or is_missing(high) else f"{NBSP}[{float(low):+.{digits}f},{NBSP}{float(high):+.{digits}f}]"
+    return f"{float(difference):+.{digits}f}{interval}"
+
+
+def _percent_cell(value: Any, low: Any, high: Any) -> str | None:
+    if is_missing(value):
+        return None
+    interval = "" if is_missing(low) or is_missing(high) else f"{NBSP}[{float(low):.1%},{NBSP}{float(high):.1%}]"
+    return f"{float(value):.1%}{interval}"
+
+
+def _heads_label(k: Any, total: Any) -> str:
+    """``"32 (7/8)"``: k with the paper's fraction it stands for (32 of 36 heads is 7/8 rounded), else k / total."""
+    from papa.analysis.findings import MAIN_FRACTIONS, _k_of
+
+    k, total = int(k), int(total)
+    if k == 0 or k == total:
+        return "0 (none)" if k == 0 else f"{k} (all)"
+    nominal = next((f for f in MAIN_FRACTIONS if 0 < f < 1 and _k_of(f, total) == k), None)
+    return f"{k} ({nominal if nominal is not None else _fraction(k / total)})"
+
+
+def main_table_display(main: pd.DataFrame) -> Table:
+    """:func:`papa.analysis.findings.main_table` for reading: per model, task and number of constant heads, the
+    score ± seed std, the paired difference to k = 0 with its interval, the relative drop with its interval,
+    real?, and how many seeds converged (when the frame has a ``converged`` column)."""
+    frame = key_text(main).assign(
+        heads=[_heads_label(k, t) for k, t in zip(main["k"], main["total_heads"])],
+        score_cell=[score_spread(m, s) for m, s in zip(main["score"], main["std"])],
+        difference_cell=[_difference_cell(d, lo, hi) for d, lo, hi in zip(main["difference"], main["low"], main["high"])],
+        drop_cell=[_percent_cell(d, lo, hi) for d, lo, hi in zip(main["relative_drop"], main["relative_low"], main["relative_high"])],
+        spread=[None if is_missing(a) or is_missing(b) else f"{float(b) - float(a):.3f}" for a, b in zip(main["seed_min"], main["seed_max"])],
+    )
+    kinds: dict[str, Any] = _model_task(frame) | {
+        "heads": "text",
+        "ranking": "text",
+        "score_cell": text,
+        "difference_cell": text,
+        "drop_cell": text,
+        "real": "yes/no",
+        "spread": text,
+        "n_seeds": "int",
+    }
+    if "converged" in frame:
+        kinds["converged"] = "text"
+    headers = {
+        "heads": "constant heads",
+        "score_cell": "score ± seed std",
+        "difference_cell": "difference to k = 0 [95% interval]",
+        "drop_cell": "relative drop [95% interval]",
+        "real": "real?",
+        "spread": "seed range",
+        "n_seeds": "seeds",
+        "converged": "converged seeds",
+    }
+    missing = {
+        "difference_cell": "k = 0 is the reference, or its runs stored no dev predictions",
+        "drop_cell": "k = 0 is the reference, or its runs stored no dev predictions",
+        "real": "no interval at k = 0",
+        "score_cell": "not run",
+        "spread": "not run",
+    }
+    notes = [INTERVAL_NOTE, "seed range: max − min of the per-seed scores; ± is their standard deviation (a score without ± comes from one seed)."]
+    return table(frame, kinds, headers, missing, notes)
+
+
+def random_display(baseline: pd.DataFrame) -> Table:
+    """:func:`papa.analysis.findings.random_baseline` for reading: does a ranking beat the seeded random orderings?"""
+    frame = key_text(baseline).assign(
+        heads=[_fraction(f) for f in baseline["fraction"]],
+        difference_cell=[_difference_cell(d, lo, hi) for d, lo, hi in zip(baseline["difference"], baseline["low"], baseline["high"])],
+        runs=[f"{a} / {b}" for a, b in zip(baseline["n_runs"], baseline["n_random"])],
+    )
+    kinds = _model_task(frame) | {
+        "heads": "text",
+        "k": "int",
+        "ranking": "text",
+        "score": "score",
+        "random_score": "score",
+        "difference_cell": text,
+        "verdict": "text",
+        "runs": "text",
+    }
+    headers = {
+        "heads": "share of heads constant",
+        "score": "ranking's score",
+        "random_score": "random's score",
+        "difference_cell": "ranking − random [95% interval]",
+        "runs": "runs (ranking / random)",
+    }
+    note = "Both sides score the same dev examples; the interval is a paired bootstrap over them (each side's runs pooled). beats random: the interval lies above 0."
+    out = table(frame, kinds, headers, notes=[note])
+    out.empty = "No seeded random ordering ran in this grid, so no ranking can be compared with random here."
+    return out
+
+
+def verdicts_display(claims: pd.DataFrame) -> Table:
+    """:func:`papa.analysis.findings.claims_verdicts` for reading."""
+    return table(
+        claims, {"claim": "text", "verdict": "text", "ours": "text", "paper": "text", "rule": "text"}, {"ours": "our runs", "paper": "the paper", "rule": "rule and runs counted"}
+    )
+
+
+def paper_table_display(frame: pd.DataFrame) -> Table:
+    """:func:`papa.analysis.paper.paper_table` for reading: per model and task (and each model's average over its
+    informative tasks) the scores at k = 0, ½ and all, the relative drops, beside the paper's 8% and ≤ 20%."""
+    if "n_tasks" in frame:  # a model without an informative task has no average to show
+        frame = frame[~((frame["task"] == "average") & (frame["n_tasks"].fillna(0) == 0))]
+    shown = key_text(frame)
+    shown["task"] = ["average of informative tasks" if raw == "average" else name for raw, name in zip(frame["task"], shown["task"])]
+    kinds = _model_task(shown) | {"score_0": "score", "score_half": "score", "score_all": "score", "drop_half": "percent", "drop_all": "percent", "informative": "yes/no"}
+    if "max_drop_all" in shown:
+        kinds["max_drop_all"] = "percent"
+    headers = {
+        "score_0": "k = 0",
+        "score_half": "half constant",
+        "score_all": "all constant",
+        "drop_half": "drop, half",
+        "drop_all": "drop, all",
+        "informative": "informative",
+        "max_drop_all": "largest drop, all",
+    }
+    paper = (
+        f"The paper: {frame['paper_average_drop_all'].iloc[0]:.0%} average relative drop with all heads constant, at most {frame['paper_max_drop_all'].iloc[0]:.0%} on a task."
+        if len(frame)
+        else ""
+    )
+    return table(shown, kinds, headers, {"max_drop_all": "given on each model's average row only", "score_half": "not run", "drop_half": "not run"}, [paper] if paper else [])
+
+
+def literal_display(comparison: pd.DataFrame) -> Table:
+    """:func:`papa.book.science.literal_comparison` for reading: both protocols' drops with intervals first."""
+    frame = key_text(comparison).assign(
+        main_drop_cell=[_percent_cell(d, lo, hi) for d, lo, hi in zip(comparison["main_drop"], comparison["main_low"], comparison["main_high"])],
+        literal_drop_cell=[_percent_cell(d, lo, hi) for d, lo, hi in zip(comparison["literal_drop"], comparison["literal_low"], comparison["literal_high"])],
+        lr_cell=[None if is_missing(v) else f"{float(v):g}" for v in comparison["lr"]],
+    )
+    kinds = _model_task(frame) | {
+        "main_drop_cell": text,
+        "literal_drop_cell": text,
+        "main_real": "yes/no",
+        "literal_real": "yes/no",
+        "main_k0": "score",
+        "main_all": "score",
+        "literal_k0": "score",
+        "literal_all": "score",
+        "lr_cell": text,
+        "literal_seeds": "int",
+    }
+    headers = {
+        "main_drop_cell": "drop, main protocol [95% interval]",
+        "literal_drop_cell": "drop, literal setting [95% interval]",
+        "main_real": "main drop real?",
+        "literal_real": "literal drop real?",
+        "main_k0": "k = 0, main",
+        "main_all": "all, main",
+        "literal_k0": "k = 0, literal",
+        "literal_all": "all, literal",
+        "lr_cell": "main protocol's lr",
+        "literal_seeds": "literal seeds",
+    }
+    missing = {"main_drop_cell": "the main protocol has no interval here", "literal_drop_cell": "no interval", "lr_cell": "the lr differs between runs", "main_real": "no interval"}
+    out = table(frame, kinds, headers, missing, ["drop: (score at k = 0 − score with all heads constant) / score at k = 0. " + INTERVAL_NOTE])
+    out.empty = "The paper's literal setting did not run in this grid."
+    return out
+
+
+def convergence_display(per_task: pd.DataFrame) -> Table:
+    """:func:`papa.book.science.convergence_summary`'s per-task counts for reading."""
+    kinds = _model_task(per_task) | {
+        "runs": "int",
+        "converged": "int",
+        "still rising": "int",
+        "no held-out curve": "int",
+        "mean epochs trained": lambda v: None if is_missing(v) else f"{float(v):.1f}",
+    }
+    return table(key_text(per_task), kinds, missing={"mean epochs trained": "no run recorded a held-out curve"})
+
+
+def still_rising_display(rising: pd.DataFrame) -> Table:
+    """The runs whose held-out curve still rose at the cap."""
+    kinds = {"run_id": "text"} | _model_task(rising) | {"ranking": "text", "k": "int", "seed": "int", "best_epoch": "int", "epochs_trained": "int"}
+    out = table(key_text(rising), kinds, {"run_id": "run", "best_epoch": "best held-out epoch", "epochs_trained": "epochs trained"})
+    out.empty = "No run's held-out curve was still rising at the cap."
+    return out

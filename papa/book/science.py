@@ -1,0 +1,302 @@
+"""The results and controls chapters' answers with intervals, computed once per grid from :class:`BookData`.
+
+:func:`chapter_science` bootstraps the paired differences of the main grid's runs (their dev predictions live in
+``data.records``), applies the convergence gate, and builds the main table, the random baseline, the paper's
+analogues (a)–(d) and the claims. :func:`literal_comparison` and :func:`convergence_summary` feed the controls
+chapter; :func:`science_numbers` the prose and the front page.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import altair as alt
+import pandas as pd
+
+from papa.analysis import findings as F
+from papa.analysis import paper as P
+from papa.analysis import results as R
+from papa.analysis import stats as S
+from papa.analysis.figure_kit import AXIS_PX, TEXT_WIDTH, Figure, finish
+from papa.analysis.paper_figures import fig_better_models, fig_paper_scores, fig_relative_score
+from papa.book.data import BookData
+
+#: The paper's literal setting (the ``literal`` studies): lr, epochs, epoch selection.
+LITERAL = (2e-5, 15, "final")
+
+
+@dataclass
+class Science:
+    """What the results chapter shows; every table is a pandas frame."""
+
+    ranking: str
+    differences: pd.DataFrame  # paired differences to k = 0 of every main run (stats.paired_differences)
+    table: pd.DataFrame  # findings.main_table of every main run, with a ``converged`` count column
+    gate: dict  # the convergence gate over the main runs (stats.convergence_gate's summary)
+    converged_table: pd.DataFrame  # findings.main_table of the converged runs only
+    basis: str  # which runs the analogues are drawn from, in words
+    summary: pd.DataFrame  # the seed means the analogues are drawn from
+    differences_basis: pd.DataFrame
+    random: pd.DataFrame  # findings.random_baseline
+    better: tuple[pd.DataFrame, dict]  # paper.better_models_lose_more of the converged runs
+    claims: pd.DataFrame  # findings.claims_verdicts
+    model_drops: pd.DataFrame  # findings.model_drops of the converged runs
+
+
+def _flag(value: object) -> bool | None:
+    """A convergence flag as True, False or None (no held-out curve), whatever pandas made of it."""
+    return None if value is None or (not isinstance(value, (bool, str)) and pd.isna(value)) else bool(value)
+
+
+def _records(data: BookData, run_ids: set[str]) -> dict[str, dict]:
+    return {run_id: data.records[run_id] for run_id in sorted(run_ids) if run_id in data.records}
+
+
+def _converged_counts(table: pd.DataFrame, main: pd.DataFrame) -> pd.DataFrame:
+    runs = main.drop_duplicates("run_id")
+    runs = runs[runs["probe_input"] == "all"].assign(ranking=lambda f: f["ranking"].where(~f["ranking"].str.startswith("random"), "random"))
+    counts = runs.groupby(["model", "task", "ranking", "k"])["converged"].agg(converged=lambda s: int(sum(_flag(x) is True for x in s)), runs="size")
+    words = {key: f"{c} of {n}" for key, (c, n) in counts.iterrows()}
+    return table.assign(converged=[words.get((m, t, r, k)) for m, t, r, k in zip(table["model"], table["task"], table["ranking"], table["k"])])
+
+
+def chapter_science(data: BookData, ranking: str | None = None, resamples: int = S.RESAMPLES) -> Science:
+    """Everything the results chapter shows, from the main grid's runs (``data.main``) and their records."""
+    ranking = ranking or data.config["rank"].get("methods", ["gates"])[0]
+    main_ids = set(data.main["run_id"])
+    differences = S.paired_differences(_records(data, main_ids), resamples=resamples)
+    table = _converged_counts(F.main_table(data.summary, differences, ranking), data.main)
+    kept, gate = F.gate_runs(data.main)
+    converged_main = data.main[data.main["run_id"].isin(kept)]
+    converged_summary = R.summarise(converged_main)
+    if kept == main_ids:  # every run converged: the same bootstrap
+        converged_differences = differences
+    else:
+        converged_differences = S.paired_differences(_records(data, kept), resamples=resamples) if kept else differences.iloc[:0]
+    converged_table = F.main_table(converged_summary, converged_differences, ranking)
+    better = (
+        P.better_models_lose_more(converged_summary, data.floors)
+        if len(converged_summary)
+        else (pd.DataFrame(columns=["model", "drop", "score", "n_tasks"]), S.claim3(pd.DataFrame(columns=["drop", "score"])))
+    )
+    if kept:
+        basis, summary, diffs = f"the {len(kept)} converged runs", converged_summary, converged_differences
+    else:
+        basis, summary, diffs = f"all {gate['runs']} runs (none passed the convergence gate)", data.summary, differences
+    return Science(
+        ranking=ranking,
+        differences=differences,
+        table=table,
+        gate=gate,
+        converged_table=converged_table,
+        basis=basis,
+        summary=summary,
+        differences_basis=diffs,
+        random=F.random_baseline(_records(data, main_ids), resamples=resamples),
+        better=better,
+        claims=F.claims_verdicts(converged_table, data.floors, gate, better[1]),
+        model_drops=F.model_drops(converged_table, data.floors),
+    )
+
+
+def _interval(low: float, high: float) -> str:
+    return "(no interval)" if math.isnan(low) or math.isnan(high) else f"[{low:.1%}, {high:.1%}]"
+
+
+def science_numbers(result: Science, data: BookData) -> dict:
+    """The numbers the prose and the front page cite: claim verdicts and notes, the gate's counts, and the mean
+    relative drops at half and all heads over informative tasks of converged runs with their intervals
+    (``drop_half_mean``, ``drop_half_interval``, ``drop_all_mean``, ``drop_all_interval``, ``drop_all_max``)."""
+    numbers: dict = {
+        "n_gated_runs": result.gate["runs"],
+        "n_converged": result.gate["converged"],
+        "n_left_out": result.gate["left_out"],
+        "n_not_converged": result.gate["not_converged"],
+        "n_unknown": result.gate["unknown"],
+        "analogue_basis": result.basis,
+        "claim3_n": int(result.better[1].get("n", 0)),
+    }
+    for index, row in result.claims.iterrows():
+        numbers[f"claim{index + 1}_verdict"] = row["verdict"]
+        numbers[f"claim{index + 1}_ours"] = row["ours"]
+    informative = {(m, t) for m, t, ok in zip(data.floors["model"], data.floors["task"], data.floors["informative"]) if ok}
+    converged = result.converged_table
+    table = converged[pd.Series([(m, t) in informative for m, t in zip(converged["model"], converged["task"])], index=converged.index, dtype=bool)]
+    table = table.dropna(subset=["relative_low", "relative_high"])
+    half = table[F._at_half(table)]
+    full = table[(table["k"] > 0) & (table["k"] == table["total_heads"])]
+    for name, rows in (("half", half), ("all", full)):
+        mean, low, high = (float(rows[c].mean()) if len(rows) else math.nan for c in ("relative_drop", "relative_low", "relative_high"))
+        numbers[f"drop_{name}_mean"] = mean
+        numbers[f"drop_{name}_interval"] = _interval(low, high)
+    numbers["drop_all_max"] = float(full["relative_drop"].max()) if len(full) else math.nan
+    return numbers
+
+
+def model_drops_display_frame(result: Science) -> pd.DataFrame:
+    """The front page's per-model table: heads, tasks, and the drops at half and all heads with intervals (text)."""
+    rows = []
+    for row in result.model_drops.itertuples():
+        rows.append(
+            {
+                "model": row.model,
+                "heads": int(row.total_heads),
+                "informative tasks": int(max(row.n_tasks_half, row.n_tasks_all)),
+                f"drop, half of the heads constant ({result.ranking})": "–"
+                if math.isnan(row.drop_half)
+                else f"{row.drop_half:.1%} {_interval(row.drop_half_low, row.drop_half_high)}",
+                "drop, all heads constant": "–" if math.isnan(row.drop_all) else f"{row.drop_all:.1%} {_interval(row.drop_all_low, row.drop_all_high)}",
+            }
+        )
+    return pd.DataFrame(rows, columns=["model", "heads", "informative tasks", f"drop, half of the heads constant ({result.ranking})", "drop, all heads constant"])
+
+
+def placeholder_figure(label: str, why: str) -> Figure:
+    """A figure that says in words why there is nothing to draw (its caption says the same)."""
+    chart = alt.Chart(pd.DataFrame({"text": [why]})).mark_text(fontSize=13).encode(text="text:N").properties(width=TEXT_WIDTH - 2 * AXIS_PX, height=40)
+    return finish(chart, why, label)
+
+
+def analogue_figures(result: Science, data: BookData) -> list[Figure]:
+    """The paper's analogues (a)–(c) drawn from ``result.basis``'s runs (:mod:`papa.analysis.paper_figures`), each
+    replaced by a :func:`placeholder_figure` when its data is empty (e.g. no informative task)."""
+    differences = result.differences_basis if len(result.differences_basis) else None  # no run stored dev predictions
+    points = P.score_vs_dynamic_heads(result.summary, data.floors, differences) if len(result.summary) else pd.DataFrame(columns=["ranking"])
+    relative = P.relative_score_vs_constant_fraction(result.summary, data.floors, result.ranking) if len(result.summary) else pd.DataFrame()
+    points_c, verdict = P.better_models_lose_more(result.summary, data.floors) if len(result.summary) else result.better
+    out = []
+    for label, ready, draw, why in (
+        (
+            "fig-paper-scores",
+            len(points[points["ranking"] == result.ranking]) > 0,
+            lambda: fig_paper_scores(points, result.ranking),
+            f"No run of the {result.ranking} ranking to draw.",
+        ),
+        ("fig-relative-score", len(relative) > 0, lambda: fig_relative_score(relative), "No informative task: no relative score to average."),
+        ("fig-better-models", len(points_c) > 0, lambda: fig_better_models(points_c, verdict), "No informative task with k = 0 and all-heads runs: no point to draw."),
+    ):
+        out.append(draw() if ready else placeholder_figure(label, why))
+    return out
+
+
+# --- the controls chapter --------------------------------------------------------------------------------------
+
+
+def literal_studies(config: dict) -> list[str]:
+    """The names of the studies that run the paper's literal setting (:data:`LITERAL`) in cached mode."""
+    lr, epochs, selection = LITERAL
+    names = []
+    for study in config.get("studies", []):
+        study_lr = study.get("lr")
+        if isinstance(study_lr, (int, float)) and round(float(study_lr), 12) == lr and study.get("epochs") == epochs and study.get("selection") == selection:
+            if "faithful" not in study.get("modes", ["cached"]):
+                names.append(study["name"])
+    return names
+
+
+def _shared_table(data: BookData, frame: pd.DataFrame, ranking: str, resamples: int) -> pd.DataFrame:
+    """:func:`findings.main_table` at k = 0 and all heads of ``frame``'s runs (only those runs are bootstrapped)."""
+    shared = frame[frame["ranking"].isin(R.SHARED_RANKINGS)]
+    differences = S.paired_differences(_records(data, set(shared["run_id"])), resamples=resamples)
+    return F.main_table(R.summarise(shared), differences, ranking, fractions=(F.MAIN_FRACTIONS[0], F.MAIN_FRACTIONS[-1]))
+
+
+def literal_comparison(data: BookData, resamples: int = S.RESAMPLES) -> pd.DataFrame:
+    """Per model and task: the main protocol's k = 0 and all-heads scores and relative drop with its interval, beside
+    the paper's literal setting's (lr 2e-5, 15 epochs, final epoch); ``lr`` is the main protocol's chosen lr.
+    Empty when no literal run exists."""
+    frames = [data.studies[name] for name in literal_studies(data.config) if name in data.studies and len(data.studies[name])]
+    columns = [
+        "model",
+        "task",
+        "lr",
+        "main_k0",
+        "main_all",
+        "main_drop",
+        "main_low",
+        "main_high",
+        "main_real",
+        "literal_k0",
+        "literal_all",
+        "literal_drop",
+        "literal_low",
+        "literal_high",
+        "literal_real",
+        "literal_seeds",
+    ]
+    if not frames:
+        return pd.DataFrame(columns=columns)
+    ranking = data.config["rank"].get("methods", ["gates"])[0]
+    literal_table = _shared_table(data, pd.concat(frames, ignore_index=True), ranking, resamples)
+    main_table = _shared_table(data, data.main, ranking, resamples)
+    out = []
+    for (model, task), group in literal_table.groupby(["model", "task"], sort=True):
+        main = main_table[(main_table["model"] == model) & (main_table["task"] == task)]
+        lit_all, main_all = group[group["k"] == group["total_heads"]], main[main["k"] == main["total_heads"]]
+        lit_0, main_0 = group[group["k"] == 0], main[main["k"] == 0]
+        if lit_all.empty or lit_0.empty:
+            continue
+        lrs = data.main.loc[(data.main["model"] == model) & (data.main["task"] == task) & (data.main["k"] == 0), "lr"].dropna().unique()
+        pick = lambda frame, column: frame[column].iloc[0] if len(frame) else math.nan  # noqa: E731
+        out.append(
+            {
+                "model": model,
+                "task": task,
+                "lr": float(lrs[0]) if len(lrs) == 1 else math.nan,
+                "main_k0": pick(main_0, "score"),
+                "main_all": pick(main_all, "score"),
+                "main_drop": pick(main_all, "relative_drop"),
+                "main_low": pick(main_all, "relative_low"),
+                "main_high": pick(main_all, "relative_high"),
+                "main_real": pick(main_all, "real") if len(main_all) else None,
+                "literal_k0": lit_0["score"].iloc[0],
+                "literal_all": lit_all["score"].iloc[0],
+                "literal_drop": lit_all["relative_drop"].iloc[0],
+                "literal_low": lit_all["relative_low"].iloc[0],
+                "literal_high": lit_all["relative_high"].iloc[0],
+                "literal_real": lit_all["real"].iloc[0],
+                "literal_seeds": int(min(lit_0["n_seeds"].iloc[0], lit_all["n_seeds"].iloc[0])),
+            }
+        )
+    return pd.DataFrame(out, columns=columns)
+
+
+def convergence_summary(data: BookData) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``(per model and task, still rising)``: how many of the main grid's runs converged, still rose at the cap
+    (not converged) or have no held-out curve, with the mean epochs trained; and one row per run that still rose."""
+    table = S.convergence_table(_records(data, set(data.main["run_id"])))
+    runs = data.main.drop_duplicates("run_id")[["run_id", "model", "task", "ranking", "k", "seed", "probe_input"]]
+    merged = runs.merge(table, on="run_id", how="left")
+    rows = []
+    for (model, task), group in merged.groupby(["model", "task"], sort=True):
+        flags = [_flag(x) for x in group["converged"]]
+        trained = pd.to_numeric(group["epochs_trained"], errors="coerce")
+        rows.append(
+            {
+                "model": model,
+                "task": task,
+                "runs": len(group),
+                "converged": sum(x is True for x in flags),
+                "still rising": sum(x is False for x in flags),
+                "no held-out curve": sum(x is not True and x is not False for x in flags),
+                "mean epochs trained": float(trained.mean()) if trained.notna().any() else math.nan,
+            }
+        )
+    per_task = pd.DataFrame(rows, columns=["model", "task", "runs", "converged", "still rising", "no held-out curve", "mean epochs trained"])
+    rising = merged[[_flag(x) is False for x in merged["converged"]]][["run_id", "model", "task", "ranking", "k", "seed", "best_epoch", "epochs_trained"]]
+    return per_task, rising.reset_index(drop=True)
+
+
+__all__ = [
+    "LITERAL",
+    "Science",
+    "analogue_figures",
+    "placeholder_figure",
+    "convergence_summary",
+    "literal_comparison",
+    "literal_studies",
+    "model_drops_display_frame",
+    "chapter_science",
+    "science_numbers",
+]

@@ -1,0 +1,134 @@
+"""The sensitivity studies of earlier grids (training size, probe settings) and the cached-vs-faithful comparison:
+tables the controls chapter shows when a grid runs such studies. Re-exported by :mod:`papa.book`."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from papa.analysis import results as R
+from papa.book.data import BookData, _study_settings
+
+
+def compare(a: pd.DataFrame, b: pd.DataFrame, label_a: str, label_b: str) -> pd.DataFrame:
+    """Main-metric means of two studies side by side per (task, k), with the seed-spread rule."""
+    rows = []
+    keys = ["model", "task", "ranking", "k", "probe_input"]
+    a_main, b_main = a[a["is_main"]], b[b["is_main"]]
+    for key, group_a in a_main.groupby(keys):
+        group_b = b_main[(b_main[keys] == pd.Series(dict(zip(keys, key)))).all(axis=1)]
+        if group_b.empty:
+            continue
+        va, vb = group_a["value"].astype(float).tolist(), group_b["value"].astype(float).tolist()
+        rows.append(
+            {
+                "model": key[0],
+                "task": key[1],
+                "ranking": key[2],
+                "k": int(key[3]),
+                label_a: sum(va) / len(va),
+                label_b: sum(vb) / len(vb),
+                f"{label_a} seeds": len(va),
+                f"{label_b} seeds": len(vb),
+                "difference": sum(vb) / len(vb) - sum(va) / len(va),
+                "real": R.difference_is_real(va, vb),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def _describe(settings: dict, official: dict, whole_split: int | None = None) -> str:
+    """The study's differences from the official setting in words (``whole_split``: the number of
+    examples the whole training split turned out to hold, when the study used it)."""
+    parts = []
+    if settings["lr"] != official["lr"]:
+        parts.append(f"lr {settings['lr']}" if isinstance(settings["lr"], str) else f"lr {settings['lr']:g}")
+    if settings["epochs"] != official["epochs"]:
+        parts.append(f"{settings['epochs']} epochs")
+    if settings["selection"] != official["selection"]:
+        parts.append("epoch chosen on held-out training data" if settings["selection"] == "heldout" else f"{settings['selection']} epoch")
+    if settings["train_examples"] != official["train_examples"]:
+        size = settings["train_examples"]
+        whole = "the whole training split" + (f" ({whole_split:,} examples)" if whole_split else "")
+        parts.append(whole if size is None else f"{size} training examples")
+    return ", ".join(parts)
+
+
+def sensitivity_table(data: BookData) -> pd.DataFrame:
+    """Does the size of the PAPA drop depend on how well the probe is trained?
+
+    One row per sensitivity study (a study of the full probe in the main grid's mode that changes the
+    probe's lr, epochs, epoch selection or training size) × model × task: the k = 0 and k = all means over seeds
+    and the relative drop, under the official setting and under the study's, and whether each
+    score's change exceeds the seed spread (:func:`papa.analysis.results.difference_is_real`).
+    """
+    official = _study_settings(data.config, {})
+    rows = []
+    for study in data.config.get("studies", []):
+        settings = _study_settings(data.config, study)
+        if settings["modes"] != official["modes"] or study.get("probe_input", "all") != "all" or not _describe(settings, official):
+            continue
+        frame = data.studies.get(study["name"])
+        if frame is None or frame.empty:
+            continue
+        for (model, task), group in frame[frame["is_main"] & (frame["probe_input"] == "all")].groupby(["model", "task"]):
+            base = data.main[data.main["is_main"] & (data.main["probe_input"] == "all") & (data.main["model"] == model) & (data.main["task"] == task)]
+            scores = {}
+            for label, df in (("official", base), ("study", group)):
+                for name, ranking in (("k0", "none"), ("kall", "all")):
+                    scores[label, name] = df.loc[df["ranking"] == ranking, "value"].astype(float).tolist()
+            if not all(scores.values()):
+                continue
+            mean = {key: sum(v) / len(v) for key, v in scores.items()}
+            chosen = group.loc[group["ranking"].isin(["none", "all"]), "selected_epoch"].astype(float)
+            rows.append(
+                {
+                    "study": study["name"],
+                    "setting": _describe(settings, official, int(group["train_examples"].max())),
+                    "model": model,
+                    "task": task,
+                    "k=0 official": mean["official", "k0"],
+                    "k=all official": mean["official", "kall"],
+                    "drop official": R.relative_drop(mean["official", "kall"], mean["official", "k0"]),
+                    "k=0 study": mean["study", "k0"],
+                    "k=all study": mean["study", "kall"],
+                    "drop study": R.relative_drop(mean["study", "kall"], mean["study", "k0"]),
+                    "k=0 change real": R.difference_is_real(scores["official", "k0"], scores["study", "k0"]),
+                    "k=all change real": R.difference_is_real(scores["official", "kall"], scores["study", "kall"]),
+                    "mean epoch reported": float(chosen.mean()),
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def train_size_study(data: BookData) -> pd.DataFrame:
+    """:func:`papa.analysis.results.train_size_table` at the official probe setting (the main grid's lr,
+    epochs, epoch selection and mode), for the model × task pairs run at more than one size."""
+    official = _study_settings(data.config, {})
+    lr = None if isinstance(official["lr"], str) else official["lr"]  # "select": any chosen lr
+    table = R.train_size_table(data.tidy, lr, official["epochs"], official["selection"], official["modes"][0])
+    sizes = table.groupby(["model", "task"])["train_examples"].transform("nunique")
+    return table[sizes > 1].reset_index(drop=True)
+
+
+def size_extremes(sizes: pd.DataFrame) -> dict[str, str]:
+    """The first model × task of :func:`train_size_study` at its smallest and largest training size, for the
+    results chapter's prose: ``size_model``, ``size_task``, ``size_small``/``size_large`` (examples) and
+    ``drop_all_small_train``/``drop_all_large_train`` (relative drop with every head constant); "n/a" without one."""
+    from papa.pipeline.notebook import task_name
+
+    if sizes.empty:
+        return dict.fromkeys(("size_model", "size_task", "size_small", "size_large", "drop_all_small_train", "drop_all_large_train"), "n/a")
+    first = sizes.iloc[0]
+    pair = sizes[(sizes["model"] == first["model"]) & (sizes["task"] == first["task"])].sort_values("train_examples")
+    small, large = pair.iloc[0], pair.iloc[-1]
+    return {
+        "size_model": str(first["model"]),
+        "size_task": task_name(str(first["task"])),
+        "size_small": f"{int(small['train_examples']):,}",
+        "size_large": f"{int(large['train_examples']):,}",
+        "drop_all_small_train": f"{small['drop']:.1%}",
+        "drop_all_large_train": f"{large['drop']:.1%}",
+    }
+
+
+__all__ = ["compare", "sensitivity_table", "size_extremes", "train_size_study"]

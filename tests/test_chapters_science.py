@@ -1,0 +1,330 @@
+"""The results and controls chapters' science (papa.analysis.findings, papa.book.science) on hand-made result
+records: synthetic dev predictions written to a tmp folder as the runner writes them, read back as the chapters
+do. The main table's intervals are stats.paired_bootstrap's exactly; the claim rules give the verdicts written
+here by hand; non-converged runs are left out and counted; everything works without random or literal runs."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from papa.analysis import findings as F
+from papa.analysis import paper as P
+from papa.analysis import stats as S
+from papa.analysis.figures import TEXT_WIDTH, fig_better_models, fig_paper_scores, fig_relative_score
+from papa.book import tables as T
+from papa.book.data import book_data
+from papa.book.science import chapter_science, convergence_summary, literal_comparison, model_drops_display_frame, science_numbers
+from papa.core.io import atomic_write_json
+
+N = 400  # dev examples
+RESAMPLES = 300
+LABELS = (np.arange(N) % 2).tolist()
+
+
+def _predictions(accuracy: float, seed: int) -> list[int]:
+    """``LABELS`` with the first ``(1 − accuracy) N`` examples of a seeded order flipped (exact accuracy)."""
+    wrong = np.random.default_rng(seed).permutation(N)[: int(round((1 - accuracy) * N))]
+    out = np.array(LABELS)
+    out[wrong] = 1 - out[wrong]
+    return out.tolist()
+
+
+def _record(model: str, k: int, total: int, seed: int, preds: list[int], ranking: str | None, converged: bool | None, lr: float = 1e-3, literal: bool = False) -> dict:
+    accuracy = float(np.mean(np.array(preds) == np.array(LABELS)))
+    heldout = not literal
+    return {
+        "config": {
+            "model": model,
+            "task": "sst2",
+            "constant_heads": k,
+            "total_heads": total,
+            "ranking": ranking,
+            "mode": "cached",
+            "seed": seed,
+            "lr": 2e-5 if literal else lr,
+            "epochs": 15 if literal else 20,
+            "probe_input": "all",
+            "selection": "heldout" if heldout else "final",
+        },
+        "task": "sst2",
+        "metric": "accuracy",
+        "score": accuracy,
+        "metrics": {"accuracy": accuracy, "main": accuracy},
+        "selected_epoch": 2,
+        "epochs": [{"epoch": e, "train_loss": 1.0 / e, **({"heldout_main": 0.5 + 0.01 * e} if heldout else {"main": accuracy})} for e in (1, 2, 3)],
+        "convergence": None if converged is None else {"converged": converged, "best_epoch": 2, "epochs_trained": 5, "stopped_early": converged},
+        "dev": {"predictions": preds, "labels": LABELS, "label_names": ["negative", "positive"], "lengths": None},
+        "floors": {"majority": {"accuracy": 0.5, "main": 0.5}},
+        "timings": {"total": 1.0},
+        "data": {"train_examples": 2000, "eval_indices_sha": "same"},
+    }
+
+
+CONFIG = {
+    "name": "hand",
+    "models": ["ma", "mb"],
+    "tasks": ["sst2"],
+    "rank": {"methods": ["gates"]},
+    "probe": {"lr": "select", "epochs": 20, "selection": "heldout", "modes": ["cached"], "max_train_examples": 2000},
+    "studies": [
+        {"name": "random", "fractions": ["1/2"], "methods": ["random-1", "random-2"], "seeds": [42]},
+        {"name": "literal", "fractions": [0, 1], "lr": 2e-5, "epochs": 15, "selection": "final"},
+    ],
+}
+#: Accuracy per model at k = 0, half (gates), 7/8 (gates) and all heads constant.
+ACCURACY = {"ma": (0.85, None, 0.80, 0.70), "mb": (0.90, 0.88, 0.84, 0.81)}
+TOTAL = 8
+
+
+def write_grid(folder, random: bool = True, literal: bool = True, gated: tuple = ()) -> None:
+    """Two models × SST-2 × seeds 42–44 at k = 0, 4 (gates), 7 (gates), 8; ``ma``'s half differs from its k = 0 by
+    one example per seed; ``gated``: (model, k, seed, flag) runs whose convergence flag is ``flag``."""
+    out = folder / "results"
+    flags = {(m, k, s): f for m, k, s, f in gated}
+    for model, (acc0, acc_half, acc78, acc_all) in ACCURACY.items():
+        for seed in (42, 43, 44):
+            base = _predictions(acc0, seed)
+            half = list(base)
+            half[int(np.flatnonzero(np.array(base) == np.array(LABELS))[0])] ^= 1  # one more wrong example
+            runs = {0: (base, None), 4: (half if acc_half is None else _predictions(acc_half, seed), f"{model}__sst2__gates.json")}
+            runs |= {7: (_predictions(acc78, seed), f"{model}__sst2__gates.json"), 8: (_predictions(acc_all, seed), None)}
+            for k, (preds, ranking) in runs.items():
+                flag = flags.get((model, k, seed), True)
+                atomic_write_json(out / f"{model}__sst2__k{k}__s{seed}.json", _record(model, k, TOTAL, seed, preds, ranking, flag))
+            if literal:
+                for k, acc in ((0, acc0 - 0.05), (8, acc_all - 0.10)):
+                    record = _record(model, k, TOTAL, seed, _predictions(acc, seed + 7), None, None, literal=True)
+                    atomic_write_json(out / f"{model}__sst2__k{k}__literal__s{seed}.json", record)
+        if random:
+            for r in (1, 2):
+                preds = _predictions(ACCURACY[model][0] - 0.15, 100 + r)
+                atomic_write_json(out / f"{model}__sst2__k4__random-{r}__random__s42.json", _record(model, 4, TOTAL, 42, preds, f"{model}__sst2__random-{r}.json", True))
+
+
+def _stats(folder, name: str) -> np.ndarray:
+    from papa.core.io import read_json_verified
+
+    return S.run_statistics(read_json_verified(folder / "results" / f"{name}.json", "result"))
+
+
+@pytest.fixture()
+def grid(tmp_path):
+    write_grid(tmp_path, gated=(("mb", 0, 44, False), ("mb", 8, 43, None)))
+    data = book_data(CONFIG, tmp_path)
+    return tmp_path, data, chapter_science(data, resamples=RESAMPLES)
+
+
+def test_main_table_intervals_are_paired_bootstraps(grid):
+    folder, _, result = grid
+    row = result.table[(result.table["model"] == "ma") & (result.table["k"] == 8)].iloc[0]
+    base = [_stats(folder, f"ma__sst2__k0__s{s}") for s in (42, 43, 44)]
+    other = [_stats(folder, f"ma__sst2__k8__s{s}") for s in (42, 43, 44)]
+    expected = S.paired_bootstrap(base, other, "accuracy", resamples=RESAMPLES)
+    for column in ("difference", "low", "high", "relative_drop", "relative_low", "relative_high"):
+        assert row[column] == expected[column], column
+    assert row["score"] == pytest.approx(0.70) and row["real"] is True and row["converged"] == "3 of 3"
+    assert list(result.table.loc[result.table["model"] == "ma", "k"]) == [0, 4, 7, 8]  # 15/16 of 8 heads rounds to 8: shown once
+    assert result.table.loc[result.table["model"] == "mb", "converged"].tolist() == ["2 of 3", "3 of 3", "3 of 3", "2 of 3"]
+
+
+def test_a_drop_whose_interval_includes_zero_is_not_real(grid):
+    _, _, result = grid
+    half = result.table[(result.table["model"] == "ma") & (result.table["k"] == 4)].iloc[0]
+    assert half["difference"] == pytest.approx(-1 / N) and half["low"] < 0 <= half["high"]
+    assert half["real"] is False
+
+
+def test_non_converged_runs_are_left_out_and_counted(grid):
+    _, data, result = grid
+    assert result.gate == {"runs": 28, "converged": 26, "not_converged": 1, "unknown": 1, "left_out": 2, "left_out_runs": ["mb__sst2__k0__s44", "mb__sst2__k8__s43"]}
+    mb = result.converged_table[result.converged_table["model"] == "mb"].set_index("k")
+    assert mb.loc[0, "n_seeds"] == 2 and mb.loc[8, "n_seeds"] == 2 and mb.loc[4, "n_seeds"] == 3
+    assert all("26 of 28 runs converged; the gate left out 2 (1 still rising at the cap, 1 without a held-out curve)." in r for r in result.claims["rule"])
+    per_task, rising = convergence_summary(data)
+    assert per_task.set_index("model").loc["mb", ["runs", "converged", "still rising", "no held-out curve"]].tolist() == [14, 12, 1, 1]  # 12 gates runs and 2 random
+    assert rising["run_id"].tolist() == ["mb__sst2__k0__s44"]
+
+
+def test_claims_with_two_models(grid):
+    _, data, result = grid
+    claims = result.claims.set_index(result.claims["claim"].str[:1])
+    assert claims.loc["3", "verdict"] == "not testable" and "fewer than 3 models" in claims.loc["3", "rule"]
+    # half: ma loses one example of 400 (upper bound ≤ 5%), mb 2 points of 90 (≈ 2.2%, upper bound below 5%)
+    assert claims.loc["1", "verdict"] == "reproduced"
+    # all: ma 17.6%, mb 10% → a mean interval inside [3%, 20%] unless a bound leaves it
+    c2 = F.claim2(result.converged_table, data.floors)
+    expected = "reproduced" if 0.03 <= c2["low"] and c2["high"] <= 0.20 else "inconclusive"
+    assert claims.loc["2", "verdict"] == expected
+    numbers = science_numbers(result, data)
+    assert numbers["claim3_verdict"] == "not testable" and numbers["n_left_out"] == 2
+    assert numbers["drop_all_interval"] == f"[{c2['low']:.1%}, {c2['high']:.1%}]"
+
+
+def _table(rows: list[tuple]) -> pd.DataFrame:
+    """Hand-made main-table rows: (model, k, total, drop, low, high)."""
+    frame = pd.DataFrame(rows, columns=["model", "k", "total_heads", "relative_drop", "relative_low", "relative_high"])
+    return frame.assign(task="sst2", fraction=frame["k"] / frame["total_heads"], real=frame["relative_low"] > 0)
+
+
+FLOORS = pd.DataFrame({"model": ["a", "b", "c"], "task": ["sst2"] * 3, "informative": [True, True, True]})
+
+
+@pytest.mark.parametrize(
+    "rows, verdict",
+    [
+        ([("a", 4, 8, 0.01, -0.01, 0.04), ("b", 4, 8, 0.00, -0.02, 0.02)], "reproduced"),
+        ([("a", 4, 8, 0.01, -0.01, 0.04), ("b", 4, 8, 0.09, 0.06, 0.12)], "not reproduced"),
+        ([("a", 4, 8, 0.01, -0.01, 0.04), ("b", 4, 8, 0.04, 0.01, 0.07)], "inconclusive"),
+        ([("a", 8, 8, 0.10, 0.05, 0.15)], "not testable"),
+    ],
+)
+def test_claim1_rule(rows, verdict):
+    assert F.claim1(_table(rows), FLOORS)["verdict"] == verdict
+
+
+@pytest.mark.parametrize(
+    "rows, verdict",
+    [
+        ([("a", 8, 8, 0.08, 0.05, 0.11), ("b", 8, 8, 0.10, 0.06, 0.14)], "reproduced"),  # mean interval [5.5%, 12.5%]
+        ([("a", 8, 8, 0.01, -0.01, 0.02), ("b", 8, 8, 0.00, -0.02, 0.02)], "not reproduced"),  # wholly below 3%
+        ([("a", 8, 8, 0.08, 0.05, 0.11), ("b", 8, 8, 0.30, 0.25, 0.35)], "not reproduced"),  # b's drop is shown > 20%
+        ([("a", 8, 8, 0.05, 0.00, 0.10), ("b", 8, 8, 0.10, 0.02, 0.18)], "inconclusive"),  # [1%, 14%] straddles 3%
+    ],
+)
+def test_claim2_rule(rows, verdict):
+    out = F.claim2(_table(rows), FLOORS)
+    assert out["verdict"] == verdict
+
+
+def test_claim2_mean_interval_is_the_mean_of_the_bounds():
+    out = F.claim2(_table([("a", 8, 8, 0.08, 0.05, 0.11), ("b", 8, 8, 0.10, 0.06, 0.14)]), FLOORS)
+    assert (out["value"], out["low"], out["high"]) == pytest.approx((0.09, 0.055, 0.125))
+
+
+def test_claim3_with_three_models_says_why_it_is_at_best_inconclusive():
+    better = S.claim3(pd.DataFrame({"drop": [0.01, 0.05, 0.09], "score": [0.7, 0.8, 0.9]}))
+    claims = F.claims_verdicts(_table([]), FLOORS, {"runs": 0, "converged": 0, "left_out": 0, "not_converged": 0, "unknown": 0}, better)
+    row = claims.iloc[2]
+    assert row["verdict"] == "inconclusive" and "smallest possible p is 1/6" in row["rule"] and "p = 0.167" in row["ours"]
+
+
+def test_random_baseline_is_a_paired_bootstrap_against_pooled_random(grid):
+    folder, _, result = grid
+    row = result.random[(result.random["model"] == "mb") & (result.random["ranking"] == "gates")].iloc[0]
+    random_runs = [_stats(folder, f"mb__sst2__k4__random-{r}__random__s42") for r in (1, 2)]
+    gates = [_stats(folder, f"mb__sst2__k4__s{s}") for s in (42, 43, 44)]
+    expected = S.paired_bootstrap(random_runs, gates, "accuracy", resamples=RESAMPLES)
+    assert (row["difference"], row["low"], row["high"]) == (expected["difference"], expected["low"], expected["high"])
+    assert row["verdict"] == "beats random" and row["n_random"] == 2 and row["n_runs"] == 3
+    shown = T.random_display(result.random).to_frame()
+    assert shown.columns[0] == "model" and set(shown["verdict"]) == {"beats random"}
+
+
+def test_literal_setting_beside_the_main_protocol(grid):
+    _, data, result = grid
+    table = literal_comparison(data, resamples=RESAMPLES).set_index("model")
+    assert table.loc["ma", "literal_k0"] == pytest.approx(0.80) and table.loc["ma", "literal_all"] == pytest.approx(0.60)
+    assert table.loc["ma", "literal_drop"] == pytest.approx(0.25) and table.loc["ma", "lr"] == 1e-3
+    assert table.loc["ma", "main_drop"] == pytest.approx((0.85 - 0.70) / 0.85)
+    cells = T.literal_display(table.reset_index()).to_frame()
+    assert cells.iloc[0]["drop, literal setting [95% interval]"].startswith("25.0%\u00a0[")
+
+
+def test_the_analogues_draw_from_the_converged_runs(grid):
+    _, data, result = grid
+    points = P.score_vs_dynamic_heads(result.summary, data.floors, result.differences_basis)
+    figures = [
+        fig_paper_scores(points, "gates"),
+        fig_relative_score(P.relative_score_vs_constant_fraction(result.summary, data.floors)),
+        fig_better_models(*result.better),
+    ]
+    for figure in figures:
+        spec = figure.chart.to_dict(validate=True)
+        assert figure.caption and spec.get("width", 0) <= TEXT_WIDTH
+    assert "(n = 2)" in figures[2].caption and "Verdict: not testable. With fewer than 3 models" in figures[2].caption
+    assert "ma, 8 heads" in figures[0].caption
+    table = T.paper_table_display(P.paper_table(result.summary, data.floors)).to_frame()
+    assert "average of informative tasks" in set(table["task"])
+
+
+def test_front_page_frame_has_intervals(grid):
+    _, _, result = grid
+    frame = model_drops_display_frame(result).set_index("model")
+    assert frame.loc["ma", "drop, all heads constant"].startswith("17.6% [")
+
+
+def test_smoke_like_grid_without_random_literal_or_curves(tmp_path):
+    """The smoke grid: final-epoch runs (no held-out curve), no random and no literal runs: every chapter function
+    still answers, the claims say "not testable" and the gate says why."""
+    write_grid(tmp_path, random=False, literal=False, gated=tuple((m, k, s, None) for m in ACCURACY for k in (0, 4, 7, 8) for s in (42, 43, 44)))
+    data = book_data(CONFIG, tmp_path)
+    result = chapter_science(data, resamples=50)
+    assert result.gate["converged"] == 0 and result.gate["unknown"] == 24
+    assert set(result.claims["verdict"]) == {"not testable"}
+    assert result.basis == "all 24 runs (none passed the convergence gate)" and len(result.summary)
+    assert result.random.empty and "No seeded random ordering ran" in T.random_display(result.random)._repr_html_()
+    literal = literal_comparison(data, resamples=50)
+    assert literal.empty and "did not run" in T.literal_display(literal)._repr_html_()
+    numbers = science_numbers(result, data)
+    assert math.isnan(numbers["drop_all_mean"]) and numbers["drop_all_interval"] == "(no interval)"
+    shown = T.main_table_display(result.table)
+    assert "nan" not in shown._repr_html_().lower()
+    assert T.verdicts_display(result.claims).to_frame().shape == (3, 5)
+
+
+def _run_chapter_cells(path: str, data, monkeypatch) -> dict:
+    """Execute a chapter's code cells as the notebook does, against ``data``; return what they glued. Skipped: the
+    parameters cells (papermill's) and the constants cell (it reads an encoder's constants file)."""
+    import ast
+    import re
+    from pathlib import Path
+
+    import myst_nb
+
+    import papa
+    import papa.book
+
+    glued: dict = {}
+    monkeypatch.setattr(myst_nb, "glue", lambda name, value, display=True: glued.__setitem__(name, value))
+    monkeypatch.setattr(papa.book, "load_book_data", lambda _: data)
+    text = Path(path).read_text(encoding="utf-8")
+    namespace: dict = {"grid_config": "configs/hand.yaml", "papa": papa}
+    for cell in re.findall(r"```\{code-cell\}\n(.*?)```", text, re.S):
+        if "parameters" in cell.split("\n", 1)[0] or "parameters(globals())" in cell or "constants_file" in cell:
+            continue
+        tree = ast.parse("\n".join(line for line in cell.splitlines() if not line.startswith(":tags:")))
+        last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None
+        exec(compile(tree, path, "exec"), namespace)
+        if last is not None:
+            shown = eval(compile(ast.Expression(last.value), path, "eval"), namespace)
+            html = shown._repr_html_() if hasattr(shown, "_repr_html_") else str(shown)
+            assert not re.search(r">\s*(nan|None)\s*<", html), html[:500]
+    roles = set(re.findall(r"\{glue:text\}`([^`]+)`", text)) | set(re.findall(r"glue:figure\} (\S+)", text))
+    assert roles <= set(glued), sorted(roles - set(glued))
+    return glued
+
+
+@pytest.mark.parametrize("smoke", [False, True], ids=["full", "smoke-like"])
+def test_chapters_execute_on_hand_made_runs(tmp_path, monkeypatch, smoke):
+    """The results and controls chapters' code, on a grid with random and literal runs and one without them (and
+    without a held-out curve): every cell runs, every glued name the prose cites exists, no cell shows nan."""
+    if smoke:
+        write_grid(tmp_path, random=False, literal=False, gated=tuple((m, k, s, None) for m in ACCURACY for k in (0, 4, 7, 8) for s in (42, 43, 44)))
+        config = CONFIG | {"studies": []}
+    else:
+        write_grid(tmp_path, gated=(("mb", 0, 44, False),))
+        config = CONFIG
+    atomic_write_json(tmp_path / "rankings" / "ma__sst2__gates.json", {"ranking": [[0, h] for h in range(4)] + [[1, h] for h in range(4)]})
+    data = book_data(config, tmp_path)
+    results = _run_chapter_cells("notebooks/04_results.md", data, monkeypatch)
+    controls = _run_chapter_cells("notebooks/05_controls.md", data, monkeypatch)
+    if smoke:
+        assert (results["claim1_verdict"], results["claim3_verdict"], results["n_converged"]) == ("not testable", "not testable", 0)
+        assert results["analogue_basis"] == "all 24 runs (none passed the convergence gate)" and controls["literal_studies"] == "none in this grid"
+    else:
+        assert (results["n_left_out"], results["claim3_verdict"], controls["n_literal_pairs"], controls["n_not_converged"]) == (1, "not testable", 2, 1)
+        assert results["drop_all_interval"].startswith("[") and results["claim2_verdict"] in F.CLAIM_VERDICTS
