@@ -4,10 +4,9 @@ error output fails), and headless Chromium finding every chart of the results pa
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
 
 import pytest
+from headless import dump_dom
 
 pytestmark = [pytest.mark.data, pytest.mark.slow, pytest.mark.book]
 # `built_book` (conftest.py): the smoke grid's book, built once per session and shared with tests/test_browser.py.
@@ -34,32 +33,11 @@ def test_strict_build_has_every_chapter(built_book):
 
 
 def test_every_chart_renders_offline_in_chromium(built_book, tmp_path):
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    if chromium is None:
-        pytest.fail("Debian's chromium is not installed: `make test` (via .ci/run) installs it with apt-get.")
     page = built_book / "book/runs/smoke/results.html"
     html = page.read_text()
     chart_ids = set(re.findall(r'<div id="(papa-vl-[0-9a-f-]+)"', html))
     assert len(chart_ids) >= 3, "the results page should hold the score, drop and ranking charts"
-    dom = subprocess.run(
-        [
-            chromium,
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--no-first-run",
-            f"--user-data-dir={tmp_path}",
-            "--virtual-time-budget=15000",
-            "--dump-dom",
-            page.as_uri(),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    ).stdout
+    dom = dump_dom(page.as_uri(), tmp_path, "--virtual-time-budget=15000")
     for chart_id in chart_ids:
         start = dom.find(f'id="{chart_id}"')
         assert start >= 0, f"{chart_id} missing from the rendered page"

@@ -12,12 +12,11 @@ from __future__ import annotations
 import html
 import json
 import re
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
+from headless import dump_dom
 
 WINDOW = (1280, 900)
 #: The window at which the text column is narrowest (the contents bar appears on the right): pages with
@@ -68,37 +67,21 @@ MEASURE = r"""
 """
 
 
-def chromium() -> str:
-    found = shutil.which("chromium") or shutil.which("chromium-browser")
-    if found is None:
-        pytest.fail("Debian's chromium is not installed: `make test` installs it (apt-get install chromium) before running the tests.")
-    return found
-
-
 def layout(page: Path, profile: Path, width: int = WINDOW[0]) -> dict:
     """Load ``page`` in headless Chromium ``width`` px wide and return what the measuring script found."""
     source = page.read_text(encoding="utf-8")
     probe = page.with_name(page.stem + ".layout-check.html")
     probe.write_text(source.replace("</body>", MEASURE + "</body>") if "</body>" in source else source + MEASURE, encoding="utf-8")
-    command = [
-        chromium(),
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--no-first-run",
-        "--hide-scrollbars",
-        f"--user-data-dir={profile}",
-        f"--window-size={width},{WINDOW[1]}",
-        "--run-all-compositor-stages-before-draw",
-        "--virtual-time-budget=20000",
-        "--dump-dom",
-        probe.as_uri(),
-    ]
     try:
-        dom = subprocess.run(command, capture_output=True, text=True, timeout=180).stdout
+        dom = dump_dom(
+            probe.as_uri(),
+            profile,
+            "--hide-scrollbars",
+            f"--window-size={width},{WINDOW[1]}",
+            "--run-all-compositor-stages-before-draw",
+            "--virtual-time-budget=20000",
+            timeout=180,
+        )
     finally:
         probe.unlink()
     found = re.search(r'data-papa-layout="([^"]*)"', dom)

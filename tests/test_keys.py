@@ -221,19 +221,30 @@ def test_a_runs_folder_serves_one_config(tmp_path):
     assert config_fingerprint(mine) != config_fingerprint(other)
 
 
-def test_leftovers_of_a_killed_runner_are_removed(tmp_path):
-    keep = [tmp_path / "manifest.json", tmp_path / "a.ipynb", tmp_path / "artifacts" / "constants" / "m.safetensors"]
+def test_leftovers_of_a_killed_runner_are_removed(tmp_path, monkeypatch):
+    import os
+    import time
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("PAPA_CACHE_DIR", str(cache))
+    runs = tmp_path / "runs"
+    keep = [runs / "manifest.json", runs / "a.ipynb", runs / "artifacts" / "constants" / "m.safetensors", runs / ".notes.tmp"]  # not papa's temp name
     left = [
-        tmp_path / ".manifest.json.x1.tmp",
-        tmp_path / "artifacts" / "constants" / ".m.safetensors.x2.tmp",
-        tmp_path / "a.source.ipynb",
-        tmp_path / ".executing" / "a.1" / "executed.ipynb",
+        runs / ".manifest.json.x1a2b3c4.tmp",
+        runs / "artifacts" / "constants" / ".m.safetensors.q9w8e7r6.tmp",
+        runs / "a.source.ipynb",
+        runs / ".executing" / "a.1" / "executed.ipynb",
+        cache / "features" / ".entry.safetensors.old00000.tmp",
     ]
-    for path in keep + left:
+    fresh = cache / "features" / ".entry.safetensors.new00000.tmp"  # another process may be writing it now
+    for path in keep + left + [fresh]:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("x")
-    clean_leftovers(tmp_path)
-    assert all(p.exists() for p in keep) and not any(p.exists() for p in left) and not (tmp_path / ".executing").exists()
+    two_hours_ago = time.time() - 7200
+    os.utime(left[-1], (two_hours_ago, two_hours_ago))
+    clean_leftovers(runs)
+    assert all(p.exists() for p in keep) and not any(p.exists() for p in left) and not (runs / ".executing").exists()
+    assert fresh.exists()
 
 
 # -- the driver: a failed write fails one run, the rest goes on --------------------------------------

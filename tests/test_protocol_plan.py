@@ -157,3 +157,21 @@ def test_a_notebook_checks_its_parameters_against_the_schema():
     assert "Notebook parameters: max_examples must be >= 1, got 0" in str(info.value)
     namespace["max_examples"] = None  # None: every training example
     assert parameters(namespace, "estimate")["max_examples"] is None
+
+
+def test_the_project_folder_is_found_from_the_working_directory(tmp_path, monkeypatch):
+    """``papa grid run`` from an installed package: notebooks, configs and runs live in the project folder."""
+    from papa.pipeline.plan import project_root
+
+    project = tmp_path / "my-project"
+    (project / "notebooks").mkdir(parents=True)
+    (project / "notebooks" / "03_probe.md").write_text("---\n---\n")
+    (project / "configs").mkdir()
+    (project / "configs" / "deep").mkdir()
+    monkeypatch.delenv("PAPA_PROJECT_DIR", raising=False)
+    assert project_root(project / "configs" / "deep") == project.resolve()
+    assert project_root(project) == project.resolve()
+    monkeypatch.setenv("PAPA_PROJECT_DIR", str(tmp_path / "elsewhere"))
+    assert project_root(project) == (tmp_path / "elsewhere").resolve()
+    monkeypatch.delenv("PAPA_PROJECT_DIR")
+    assert (project_root(tmp_path) / "notebooks" / "03_probe.md").is_file()  # outside any project: the source checkout

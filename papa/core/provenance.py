@@ -6,8 +6,11 @@ import platform
 import subprocess
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
+
 
 PACKAGES = ("torch", "transformers", "datasets", "evaluate", "safetensors", "numpy")
 
@@ -37,6 +40,8 @@ def package_versions(names: tuple[str, ...] = PACKAGES) -> dict[str, str]:
 
 
 def device_description(device: torch.device | str) -> str:
+    import torch
+
     device = torch.device(device)
     if device.type == "cuda":
         return f"cuda:{torch.cuda.get_device_name(device)}"

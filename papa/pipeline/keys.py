@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
+from papa.core.provenance import package_versions
 from papa.pipeline.plan import ROOT, Run
 from papa.pipeline.sources import PACKAGE, notebook_code_tree, notebook_fingerprints, papa_modules
 
@@ -34,13 +34,7 @@ def _sha(text: str | bytes) -> str:
 
 def environment() -> dict[str, str]:
     """Installed versions of :data:`ENV_PACKAGES` (``"absent"`` for a missing one)."""
-    out = {}
-    for name in ENV_PACKAGES:
-        try:
-            out[name] = version(name)
-        except PackageNotFoundError:
-            out[name] = "absent"
-    return out
+    return package_versions(ENV_PACKAGES)
 
 
 # -- data ----------------------------------------------------------------------------------------

@@ -24,7 +24,22 @@ from papa.core.errors import PapaError
 from papa.core.names import run_id, slug
 from papa.core.schema import SELECT, ChapterParams, EstimateParams, GridConfig, ProbeParams, RankParams, SelectLrParams, parse_fraction, study_settings
 
-ROOT = Path(__file__).resolve().parents[2]
+
+def project_root(start: Path | None = None) -> Path:
+    """The project folder a grid runs in: ``$PAPA_PROJECT_DIR`` if set, else the nearest folder at or
+    above ``start`` (the working directory) that holds ``notebooks/03_probe.md`` and ``configs/``, else
+    the source checkout this package was imported from. Notebooks, configs and ``book/runs`` are read and
+    written there, so ``papa grid run`` works from an installed package inside a copy of the project."""
+    if os.environ.get("PAPA_PROJECT_DIR"):
+        return Path(os.environ["PAPA_PROJECT_DIR"]).expanduser().resolve()
+    start = (start or Path.cwd()).resolve()
+    for folder in (start, *start.parents):
+        if (folder / "notebooks" / "03_probe.md").is_file() and (folder / "configs").is_dir():
+            return folder
+    return Path(__file__).resolve().parents[2]
+
+
+ROOT = project_root()
 NOTEBOOKS = {
     "estimate": "notebooks/01_estimate_constants.md",
     "rank": "notebooks/02_rank_heads.md",

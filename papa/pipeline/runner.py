@@ -117,12 +117,23 @@ def record_owner(config: dict, folder: Path) -> None:
     atomic_write_json(folder / OWNER_FILE, {"config": config["_path"], "content_sha256": config_fingerprint(config)})
 
 
+#: Cached features older than this, left half-written by a killed writer, are removed at a runner's start
+#: (another process may be streaming into the shared cache right now: newer ones are spared).
+CACHE_TEMP_AGE_S = 3600
+
+
 def clean_leftovers(folder: Path) -> list[Path]:
-    """Remove what a killed runner left (temporary ``.*.tmp`` files, ``.executing/``, ``*.source.ipynb``);
-    call only while holding the lock."""
-    removed = [p for p in folder.rglob(".*.tmp") if p.is_file()] + [p for p in folder.glob("*.source.ipynb") if p.is_file()]
-    for path in removed:
+    """Remove what a killed runner left: papa's temporary files in the runs folder (and those older than
+    :data:`CACHE_TEMP_AGE_S` in the feature cache), ``.executing/`` and ``*.source.ipynb``; call only while
+    holding the lock."""
+    from papa.core.io import remove_stale_temp_files
+    from papa.probing.features import cache_root
+
+    removed = remove_stale_temp_files(folder) + remove_stale_temp_files(cache_root(), min_age_s=CACHE_TEMP_AGE_S)
+    sources = [p for p in folder.glob("*.source.ipynb") if p.is_file()]
+    for path in sources:
         path.unlink(missing_ok=True)
+    removed += sources
     if (folder / ".executing").exists():
         removed.append(folder / ".executing")
         shutil.rmtree(folder / ".executing", ignore_errors=True)
