@@ -14,6 +14,7 @@ import pytest
 import torch
 from test_results import grid
 
+from papa.analysis.drops import TRAIN_SIZE_COLUMNS
 from papa.analysis.figures import (
     FLOOR_LABEL,
     TEXT_WIDTH,
@@ -32,7 +33,7 @@ from papa.analysis.figures import (
     offline_html,
     write_vega_bundle,
 )
-from papa.analysis.results import TRAIN_SIZE_COLUMNS, epoch_table, floors_table, load_results, summarise
+from papa.analysis.results import epoch_table, floors_table, load_results, summarise
 from papa.core.errors import PapaError
 
 

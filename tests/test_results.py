@@ -8,8 +8,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from papa.analysis.drops import claims_table, score_table
 from papa.analysis.results import (
-    claims_table,
     difference_is_real,
     epoch_table,
     floors_table,
@@ -18,7 +18,6 @@ from papa.analysis.results import (
     read_results,
     relative_drop,
     retained_gain,
-    score_table,
     summarise,
 )
 from papa.core.errors import CorruptFileError, PapaError
@@ -335,7 +334,7 @@ def test_ordering_comparison_keeps_models_apart(tmp_path):
 
 
 def test_train_size_table_and_extremes_by_hand(tmp_path):
-    from papa.analysis.results import train_size_table
+    from papa.analysis.drops import train_size_table
     from papa.book import BookData, size_extremes, study_frame, train_size_study
 
     runs = {}

@@ -112,7 +112,7 @@ def test_retained_gains_display_puts_drop_and_gain_first(tmp_path):
 
 
 def test_train_size_display_dashes_the_floor_where_it_did_not_run():
-    from papa.analysis.results import TRAIN_SIZE_COLUMNS
+    from papa.analysis.drops import TRAIN_SIZE_COLUMNS
 
     nan = math.nan
     row = ["minilm-l6", "sst2", 67349, 0.82, 0.81, 0.83, 0.81, 0.80, 0.82, 3, 0.0122, False, nan, nan, nan, 0, 0.5, nan, None]

@@ -33,6 +33,7 @@ import altair as alt
 import numpy as np
 import pandas as pd
 
+from papa.analysis.drops import drops_at, spread_shared
 from papa.analysis.figure_kit import (  # noqa: F401  (TASK_NAMES, METRIC_NAMES, Figure ... are part of this module's interface)
     AXIS_PX,
     METRIC_NAMES,
@@ -62,7 +63,6 @@ from papa.analysis.offline import (  # noqa: F401  (re-exported: the old import 
     write_vega_bundle,
 )
 from papa.analysis.paper_figures import fig_better_models, fig_paper_scores, fig_relative_score  # noqa: F401  (the paper's analogues)
-from papa.analysis.results import drops_at, spread_shared
 from papa.core.errors import PapaError
 
 K0_LABEL, KALL_LABEL = "k = 0 (all heads attend)", "k = all (all heads constant)"
@@ -201,7 +201,7 @@ def fig_score_vs_train_size(table: pd.DataFrame, label: str = "fig-train-size") 
     absolute drop with every head constant. The attention-free floor is drawn as points with min–max
     bars, only at the sizes where it ran (no line joins sizes it did not run at).
 
-    ``table`` from :func:`papa.analysis.results.train_size_table`.
+    ``table`` from :func:`papa.analysis.drops.train_size_table`.
     """
     if table.empty:
         raise PapaError("No training size has both k = 0 and k = all runs", "Run the k = 0 and k = all probes at several sizes first.")

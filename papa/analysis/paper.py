@@ -24,7 +24,8 @@ from fractions import Fraction
 import numpy as np
 import pandas as pd
 
-from papa.analysis.results import SHARED_RANKINGS, _pick_mode, relative_drop
+from papa.analysis.drops import _pick_mode
+from papa.analysis.results import SHARED_RANKINGS, relative_drop
 from papa.analysis.stats import claim3
 from papa.core.heads import count_for
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from papa.analysis import results as R
+from papa.analysis.drops import claims_table, drops_at
 from papa.analysis.figure_kit import metric_name, task_name
 from papa.book import tables as T
 from papa.core.io import read_json_verified
@@ -238,12 +239,12 @@ def headline_numbers(data: BookData, ranking: str | None = None) -> dict:
     ranking = ranking or methods[0]
     informative = data.floors[data.floors["informative"]]
     uninformative = data.floors[~data.floors["informative"]]
-    half = R.drops_at(data.summary, Fraction(1, 2), ranking)
-    full = R.drops_at(data.summary, 1)
+    half = drops_at(data.summary, Fraction(1, 2), ranking)
+    full = drops_at(data.summary, 1)
     pairs = set(zip(informative["model"], informative["task"]))
     keep = lambda frame: frame[[(m, t) in pairs for m, t in zip(frame["model"], frame["task"])]]  # noqa: E731
     label = (lambda m, t: f"{m}/{t}") if len(data.models) > 1 else (lambda m, t: t)  # noqa: E731
-    claims = R.claims_table(data.summary, data.floors, ranking=ranking)
+    claims = claims_table(data.summary, data.floors, ranking=ranking)
     numbers = {
         "config_name": data.config["name"],
         "n_runs": int(data.main["run_id"].nunique()),
@@ -332,7 +333,7 @@ def drops_by_model(data: BookData, ranking: str | None = None) -> pd.DataFrame:
 
     ranking = ranking or data.config["rank"].get("methods", ["gates"])[0]
     informative = set(zip(data.floors.loc[data.floors["informative"], "model"], data.floors.loc[data.floors["informative"], "task"]))
-    half, full = R.drops_at(data.summary, Fraction(1, 2), ranking), R.drops_at(data.summary, 1)
+    half, full = drops_at(data.summary, Fraction(1, 2), ranking), drops_at(data.summary, 1)
     rows = []
     for model in data.models:
         tasks = [t for t in data.tasks if (model, t) in informative]

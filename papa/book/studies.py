@@ -6,6 +6,7 @@ from __future__ import annotations
 import pandas as pd
 
 from papa.analysis import results as R
+from papa.analysis.drops import train_size_table
 from papa.book.data import BookData, _study_settings
 
 
@@ -101,11 +102,11 @@ def sensitivity_table(data: BookData) -> pd.DataFrame:
 
 
 def train_size_study(data: BookData) -> pd.DataFrame:
-    """:func:`papa.analysis.results.train_size_table` at the official probe setting (the main grid's lr,
+    """:func:`papa.analysis.drops.train_size_table` at the official probe setting (the main grid's lr,
     epochs, epoch selection and mode), for the model × task pairs run at more than one size."""
     official = _study_settings(data.config, {})
     lr = None if isinstance(official["lr"], str) else official["lr"]  # "select": any chosen lr
-    table = R.train_size_table(data.tidy, lr, official["epochs"], official["selection"], official["modes"][0])
+    table = train_size_table(data.tidy, lr, official["epochs"], official["selection"], official["modes"][0])
     sizes = table.groupby(["model", "task"])["train_examples"].transform("nunique")
     return table[sizes > 1].reset_index(drop=True)
 

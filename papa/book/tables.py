@@ -72,7 +72,7 @@ def scores_display(summary: pd.DataFrame, probe_input: str = "all") -> Table:
     """Every score: one row per (model,) task and ranking, one "mean ± std" column per number of constant
     heads k (per fraction of the heads when models differ in size). The k = 0 and k = all runs every
     ranking shares are shown in each ranking's row."""
-    from papa.analysis.results import spread_shared
+    from papa.analysis.drops import spread_shared
 
     rows = summary[summary["probe_input"] == probe_input]
     parts = [spread_shared(group) for _, group in rows.groupby(["model", "task", "mode"], sort=True)]
@@ -105,7 +105,7 @@ def retained_gains_display(gains: pd.DataFrame) -> Table:
 
 
 def claims_display(claims: pd.DataFrame) -> Table:
-    """:func:`papa.analysis.results.claims_table` for reading (the raw ``value`` column left out)."""
+    """:func:`papa.analysis.drops.claims_table` for reading (the raw ``value`` column left out)."""
     return table(claims, {"claim": "text", "verdict": "text", "ours": "text", "paper": "text", "note": "text"}, {"ours": "our runs", "paper": "the paper"})
 
 
