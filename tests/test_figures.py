@@ -285,3 +285,11 @@ def test_paper_analogues_fit_and_say_their_verdict(tmp_path):
     assert [f.label for f in analogue_figures(result, data)] == ["fig-paper-scores", "fig-relative-score", "fig-better-models"]
     with pytest.raises(PapaError, match="nothing to draw"):
         fig_relative_score(pd.DataFrame())
+
+
+def test_a_placeholder_figure_wraps_its_sentence_inside_the_text_column():
+    from papa.book.science import placeholder_figure
+
+    why = "No run of the main grid scored the dev split after every epoch (the dev split is scored once, by the reported probe)."
+    figure = placeholder_figure("fig-x", why)
+    assert figure.caption == why and svg_size(figure)[0] <= TEXT_WIDTH

@@ -154,7 +154,15 @@ def model_drops_display_frame(result: Science) -> pd.DataFrame:
 
 def placeholder_figure(label: str, why: str) -> Figure:
     """A figure that says in words why there is nothing to draw (its caption says the same)."""
-    chart = alt.Chart(pd.DataFrame({"text": [why]})).mark_text(fontSize=13).encode(text="text:N").properties(width=TEXT_WIDTH - 2 * AXIS_PX, height=40)
+    import textwrap
+
+    lines = textwrap.wrap(why, 72)  # one long line would draw past the text column
+    chart = (
+        alt.Chart(pd.DataFrame({"text": ["\n".join(lines)]}))
+        .mark_text(fontSize=13, lineBreak="\n")
+        .encode(text="text:N")
+        .properties(width=TEXT_WIDTH - 2 * AXIS_PX, height=18 * len(lines) + 10)
+    )
     return finish(chart, why, label)
 
 
