@@ -175,3 +175,32 @@ def test_the_project_folder_is_found_from_the_working_directory(tmp_path, monkey
     assert project_root(project) == (tmp_path / "elsewhere").resolve()
     monkeypatch.delenv("PAPA_PROJECT_DIR")
     assert (project_root(tmp_path) / "notebooks" / "03_probe.md").is_file()  # outside any project: the source checkout
+
+
+def test_the_dry_run_sizes_every_run_offline(tmp_path, monkeypatch):
+    """Examples, the cached features' size (RAM or disk against the memory budget) and the time of each run."""
+    import io
+
+    from papa.pipeline.estimate import run_size
+    from papa.pipeline.runner import run_grid
+
+    monkeypatch.delenv("PAPA_DATA_DIR", raising=False)  # hub sizes: SST-2's dev split holds 872 sentences
+    runs = _runs(tmp_path)
+    examples, size = run_size(runs["probe__minilm-l6__sst2__gates__k36__cached"])
+    assert examples == 2600 + 872 and size == examples * 7 * 32 * 384 * 2  # [examples, layers + 1, L, hidden] float16
+    assert run_size(runs["select_lr__minilm-l3__sst2"]) == (1300, 1300 * 4 * 32 * 384 * 2)
+    assert run_size(runs["estimate__minilm-l6__sst2"]) == (2000, 0)  # the schema default, below the split size
+    assert run_size(Run("p", "probe", dict(runs["probe__minilm-l6__sst2__gates__k36__cached"].params, max_train_examples=10**9, pool_examples=None)))[0] == 67349 + 872
+    config = json.loads(json.dumps(PROTOCOL))
+    config.update(name=f"dry-{tmp_path.name[-8:]}".lower().replace("_", "-"), tasks=["sst2"], models=["minilm-l6"])
+    config["probe"]["per_model"] = {}
+    config["studies"] = []
+    path = tmp_path / "dry.yaml"
+    path.write_text(json.dumps(config))
+    monkeypatch.setenv("PAPA_MEMORY_BUDGET_GB", "0.05")  # 50 MB: the k = 0 features go to disk
+    out = io.StringIO()
+    assert run_grid(path, dry_run=True, out=out) == 0
+    lines = out.getvalue().splitlines()
+    at = lines.index(next(line for line in lines if "would run probe__minilm-l6__sst2__none__k0__cached:" in line))
+    assert lines[at + 1].strip().startswith("3,472 examples, features ≤ 0.60 GB (disk: above the memory budget, streamed), ~")
+    assert lines[at + 1].strip().endswith("on 2 CPU cores")

@@ -60,7 +60,56 @@ def model_cost(model: str) -> tuple[float, float]:
 
 
 def _examples(value: int | None, task: str, split: str) -> int:
-    return value if value is not None else _split_size(task, split)
+    """Examples a run reads: ``value`` (None: the whole split), never more than the split holds."""
+    size = _split_size(task, split)
+    return size if value is None else min(value, size)
+
+
+#: ``(layers, hidden size)`` by total heads, for models papa can only count heads of offline (the
+#: MiniLMs, base and large encoders of the paper's grid); a local folder's config.json says it exactly.
+DIMS_BY_HEADS = {36: (3, 384), 72: (6, 384), 144: (12, 768), 384: (24, 1024)}
+#: Cached features are float16.
+FEATURE_BYTES = 2
+
+
+def model_dims(model: str) -> tuple[int, int] | None:
+    """``(layers, hidden size)`` of ``model`` without loading it, or None when it cannot be told offline."""
+    import json
+    from pathlib import Path
+
+    from papa.pipeline.plan import head_count
+
+    config = Path(model).expanduser() / "config.json"
+    if config.is_file():
+        try:
+            values = json.loads(config.read_text(encoding="utf-8"))
+            return int(values["num_hidden_layers"]), int(values["hidden_size"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+    return DIMS_BY_HEADS.get(head_count(model)[0] or 0)
+
+
+def run_size(run: Run) -> tuple[int, int | None]:
+    """``(examples the run encodes, bytes of cached features or None when unknown)``: the features are
+    ``[examples, layers + 1, L, hidden]`` float16 (an upper bound: pad-only positions are dropped)."""
+    p = run.params
+    if run.kind in ("results", "controls"):
+        return 0, 0
+    if run.kind == "estimate":
+        return _examples(p["max_examples"], p["task"], "train"), 0
+    if run.kind == "rank":
+        return _examples(p["max_train_examples"], p["task"], "train") + _examples(p["max_eval_examples"], p["task"], "validation"), 0
+    if run.kind == "select_lr":
+        examples = p["pool_examples"]
+    else:
+        examples = _examples(p.get("pool_examples") or p["max_train_examples"], p["task"], "train") + _examples(p["max_eval_examples"], p["task"], "validation")
+    if run.kind == "probe" and p["mode"] == "faithful":
+        return examples, 0
+    dims = model_dims(p["model"])
+    if dims is None:
+        return examples, None
+    layers, hidden = dims
+    return examples, examples * (layers + 1) * p["max_length"] * hidden * FEATURE_BYTES
 
 
 def run_cost(run: Run) -> tuple[float, dict[tuple, float]]:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from papa.core.errors import PapaError
 from papa.core.io import atomic_write_json, atomic_write_text, canonical_json, read_json_verified, sha256_bytes
-from papa.pipeline.estimate import _format, estimate_seconds
+from papa.pipeline.estimate import _format, estimate_seconds, run_seconds_guess, run_size
 from papa.pipeline.executors import make_executor
 from papa.pipeline.keys import data_fingerprints, key_of, notebook_displays, run_components
 from papa.pipeline.plan import ROOT, Run, expand, load_config, run_notebook_path, runs_dir
@@ -307,12 +307,35 @@ def _save(manifest: Manifest, out) -> None:
         print(f"  warning: manifest not saved ({err})", file=out, flush=True)
 
 
+def _memory_budget() -> int:
+    from papa.probing.features import memory_budget_bytes
+
+    return memory_budget_bytes()
+
+
+def _size_line(run: Run, budget: int) -> str:
+    """``2,600 examples, features ≤ 0.37 GB (RAM), ~1m40s on 2 CPU cores`` for one run of a dry run (times are
+    calibrated on two CPU cores, :mod:`papa.pipeline.estimate`; a GPU is much faster)."""
+    examples, size = run_size(run)
+    parts = [f"{examples:,} examples"] if examples else []
+    if size is None:
+        parts.append("features: size unknown offline (no config.json)")
+    elif size:
+        parts.append(f"features ≤ {size / 1e9:.2f} GB ({'RAM' if size <= budget else 'disk: above the memory budget, streamed'})")
+    parts.append(f"~{_format(run_seconds_guess(run))} on 2 CPU cores")
+    return ", ".join(parts)
+
+
 def _report_plan(status: GridStatus, stale: list[Run], config: dict, out, dry_run: bool) -> None:
     print(f"grid {config['name']}: {len(status.runs)} runs, {len(stale)} to execute, estimated {_format(estimate_seconds(stale, status.manifest))}", file=out)
     if status.manifest.rebuilt:
         print("  (manifest missing or corrupt: rebuilt from the runs' stamps)", file=out)
+    budget = None
     for run in stale:
         print(f"  {'would run' if dry_run else 'runs'} {run.run_id}: {'; '.join(status.reasons[run.run_id])}", file=out)
+        if dry_run:
+            budget = budget if budget is not None else _memory_budget()
+            print(f"      {_size_line(run, budget)}", file=out)
     for run in status.refresh:
         print(f"  {'would refresh' if dry_run else 'refreshes'} the text of {run.run_id} (markdown changed; not re-executed)", file=out)
 
