@@ -10,7 +10,6 @@ from papa.pipeline.grid import DEFAULT_SECONDS, HUB_TRAIN_SIZES, PROBE_SECONDS_P
 def test_a_probe_never_timed_is_estimated_from_its_size(tmp_path, monkeypatch):
     (tmp_path / "sst2").mkdir()
     (tmp_path / "sst2" / "train.jsonl").write_text('{"a": 1}\n' * 5 + "\n")  # 5 examples, a blank line not counted
-    monkeypatch.setenv("PAPA_DATA_DIR", str(tmp_path))
     extract, train = PROBE_SECONDS_PER_EXAMPLE["extract"], PROBE_SECONDS_PER_EXAMPLE["train"]
     base = PROBE_STARTUP_SECONDS
 
@@ -21,13 +20,16 @@ def test_a_probe_never_timed_is_estimated_from_its_size(tmp_path, monkeypatch):
     # one encoder pass over the training and dev examples, 45 probe passes over the training ones, dev scored each epoch
     assert run_seconds_guess(probe(8000)) == pytest.approx(base + 8100 * extract + 8000 * 45 * train + 100 * 45 * train / 3)
     assert run_seconds_guess(probe(100, mode="faithful")) == pytest.approx(base + 200 * 45 * extract)
-    assert run_seconds_guess(probe(None)) == pytest.approx(base + 105 * extract + 5 * 45 * train + 100 * 45 * train / 3)  # the whole local split
-    assert run_seconds_guess(probe(None, task="mrpc")) == pytest.approx(base + 3768 * extract + 3668 * 45 * train + 100 * 45 * train / 3)  # no local file
-    assert HUB_TRAIN_SIZES["sst2"] == 67349
     # the calibration: 8000 SST-2 sentences, 3 seeds × 15 epochs took 374–389 s on two cores
     assert 300 < run_seconds_guess(probe(8000)) < 450
     # mpnet-base costs 7.3x the encoder pass and 7.4x the probe step of MiniLM-L6
     assert run_seconds_guess(probe(8000, model="mpnet-base")) == pytest.approx(base + 8100 * extract * 7.3 + (8000 * 45 + 100 * 15) * train * 7.4)
+    # SST-2 holds 67,349 training sentences (locally and on the hub): 8,000 is below it. A local split of 5:
+    monkeypatch.setenv("PAPA_DATA_DIR", str(tmp_path))
+    assert run_seconds_guess(probe(8000)) == pytest.approx(base + 105 * extract + 5 * 45 * train + 100 * 45 * train / 3)  # never more than the split
+    assert run_seconds_guess(probe(None)) == pytest.approx(base + 105 * extract + 5 * 45 * train + 100 * 45 * train / 3)  # the whole local split
+    assert run_seconds_guess(probe(None, task="mrpc")) == pytest.approx(base + 3768 * extract + 3668 * 45 * train + 100 * 45 * train / 3)  # no local file
+    assert HUB_TRAIN_SIZES["sst2"] == 67349
     assert run_seconds_guess(Run("r", "results", {})) == DEFAULT_SECONDS["results"]
     manifest = Manifest(tmp_path / "manifest.json")
     manifest.entries["p"] = {"seconds": 12.5}  # a recorded duration wins over the guess

@@ -187,8 +187,8 @@ def test_leftovers_of_a_killed_runner_are_removed_at_the_next_start(grid):
     path, config, folder = grid
     left = [
         folder / ".executing" / f"{K0}.1" / "executed.ipynb",
-        folder / ".manifest.json.k1ll3d0.tmp",
-        folder / "artifacts" / "results" / ".x.json.k1ll3d0.tmp",
+        folder / ".manifest.json.k1ll3d00.tmp",
+        folder / "artifacts" / "results" / ".x.json.k1ll3d00.tmp",
         folder / f"{K0}.source.ipynb",
     ]
     for file in left:

@@ -302,7 +302,10 @@ def test_the_paper_grid_plans_offline_with_run_ids_without_slashes(tmp_path, mon
     assert run_grid(ROOT / "configs" / "paper.yaml", dry_run=True, out=out) == 0
     lines = out.getvalue().splitlines()
     assert lines[0].startswith("grid paper: 290 runs, 290 to execute")
-    assert all("/" not in line.split("would run ", 1)[1] for line in lines[1:])
+    planned = [line.split("would run ", 1)[1] for line in lines[1:] if "would run " in line]
+    assert len(planned) == 290 and all("/" not in line for line in planned)
+    sizes = [line.strip() for line in lines[1:] if "would run " not in line]
+    assert len(sizes) == 290 and all(line.endswith("on 2 CPU cores") for line in sizes)  # every run sized offline
 
 
 def test_a_model_that_cannot_be_sized_is_named_not_a_crash(tmp_path, monkeypatch, capsys):
