@@ -21,7 +21,6 @@ from papa.analysis.figures import (
     VEGA_BUNDLE_NAME,
     VEGALITE_MIMETYPE,
     Figure,
-    _downsample,
     enable_offline_renderer,
     fig_baseline_vs_drop,
     fig_constants,
@@ -34,6 +33,7 @@ from papa.analysis.figures import (
     write_vega_bundle,
 )
 from papa.analysis.results import epoch_table, floors_table, load_results, summarise
+from papa.analysis.run_figures import _downsample
 from papa.core.errors import PapaError
 
 

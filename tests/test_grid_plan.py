@@ -112,6 +112,19 @@ def test_the_smoke_plan_exactly():
     )
 
 
+def test_the_lr_is_chosen_under_each_models_probe_cap_unless_set():
+    """lr_selection.epochs unset: the choice trains under the cap its model's probes train under (20 for the
+    MiniLMs, 15 for mpnet-base in the default grid), with a seed that is no probe's."""
+    from papa.pipeline.plan import ROOT, expand, load_config
+
+    config = load_config(ROOT / "configs" / "default.yaml")
+    chosen = {r.run_id: r.params for r in expand(config) if r.kind == "select_lr"}
+    assert {rid.split("__")[1]: p["epochs"] for rid, p in chosen.items()} == {"minilm-l6": 20, "minilm-l3": 20, "mpnet-base": 15}
+    assert {tuple(p["seeds"]) for p in chosen.values()} == {(0,)} and 0 not in config["probe"]["seeds"]
+    config["lr_selection"]["epochs"] = 7
+    assert {r.params["epochs"] for r in expand(config) if r.kind == "select_lr"} == {7}
+
+
 def test_committed_results_match_the_result_record():
     """Every committed result JSON is a :class:`papa.core.schema.ResultRecord`, and declares no field the record lacks."""
     from papa.core.io import read_json_verified

@@ -58,9 +58,16 @@ def test_comments_docstrings_and_layout_change_no_key(monkeypatch):
 
 def test_a_code_line_stales_exactly_the_runs_that_execute_it(monkeypatch):
     before = _keys(monkeypatch, {})
-    # every notebook that draws with papa.figures is stale (the lr choice draws nothing and imports no figure code)
-    after = _keys(monkeypatch, {"analysis/figures.py": "\n_EXTRA = 1\n"})
-    assert {rid for rid in before if before[rid] != after[rid]} == {r.run_id for r in RUNS} - {"select_lr-run"}
+    # the chapters alone draw the result figures and compute the statistics: a probe never re-runs for them
+    for module in ("analysis/figures.py", "analysis/stats.py", "analysis/findings.py", "pipeline/plan.py", "pipeline/executed.py"):
+        after = _keys(monkeypatch, {module: "\n_EXTRA = 1\n"})
+        assert {rid for rid in before if before[rid] != after[rid]} == {"results-run", "controls-run"}, module
+    # the single-run figures: the estimate and rank notebooks draw them, and the chapters
+    after = _keys(monkeypatch, {"analysis/run_figures.py": "\n_EXTRA = 1\n"})
+    assert {rid for rid in before if before[rid] != after[rid]} == {"estimate-run", "rank-run", "results-run", "controls-run"}
+    # what every run's kernel executes
+    after = _keys(monkeypatch, {"pipeline/notebook.py": "\n_EXTRA = 1\n"})
+    assert {rid for rid in before if before[rid] != after[rid]} == {r.run_id for r in RUNS}
     # the chapters alone read papa.book.data
     after = _keys(monkeypatch, {"book/data.py": "\n_EXTRA = 1\n"})
     assert {rid for rid in before if before[rid] != after[rid]} == {"results-run", "controls-run"}

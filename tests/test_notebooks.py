@@ -12,7 +12,8 @@ from pathlib import Path
 import jupytext
 import pytest
 
-from papa.pipeline.notebook import clean_executed, read_source, run_title, study_words, task_name
+from papa.pipeline.executed import clean_executed, run_title, study_words, task_name
+from papa.pipeline.notebook import read_source
 from papa.pipeline.plan import NOTEBOOKS, ROOT
 
 SOURCES = sorted((ROOT / "notebooks").iterdir())

@@ -3,13 +3,14 @@ same values (and so the same probe losses and scores) as in RAM."""
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import gc
 
 import pytest
 import torch
 from safetensors.torch import load_file
-from tiny import LAYERS, TINY_BERT, tiny_batch
+from tiny import HEADS, LAYERS, TINY_BERT, L, tiny_batch
 from transformers import BertConfig, BertModel
 
 from papa.core.errors import PapaError, ResourceBudgetError
@@ -199,3 +200,53 @@ def test_a_failed_stream_leaves_gradients_enabled(cache, monkeypatch):
     with pytest.raises(PapaError) as err:  # the traceback stays alive, as in a notebook's last error
         extract_features(_model(), _sequence_inputs(), token_task=False, batch_size=5)
     assert torch.is_grad_enabled() and err.value is not None
+
+
+def test_the_cache_key_follows_the_encoded_inputs_not_only_their_indices(cache):
+    """Another data folder or tokenizer gives other input ids under the same indices: a miss, never stale features."""
+    from papa.probing.experiment import get_features
+
+    lm, inputs = _tiny_run()
+    keys: list[str] = []
+    first, hit = get_features(lm, inputs, "train", [], None, "cpu", keys=keys)
+    assert not hit and len(keys) == 1 and (cache / f"{keys[0]}.safetensors").is_file()
+    assert get_features(lm, inputs, "train", [], None, "cpu", keys=keys)[1] and keys[1] == keys[0]
+    edited = dict(inputs.train, input_ids=inputs.train["input_ids"].clone())
+    edited["input_ids"][0, 1] += 1  # one token of one example, same indices
+    other_text = dataclasses.replace(inputs, train=edited)
+    assert not get_features(lm, other_text, "train", [], None, "cpu", keys=keys)[1] and keys[2] != keys[0]
+    relabelled = dataclasses.replace(inputs, train=dict(inputs.train, labels=1 - inputs.train["labels"]))
+    features, hit = get_features(lm, relabelled, "train", [], None, "cpu", keys=keys)
+    assert not hit and torch.equal(features.labels, 1 - first.labels)  # a sequence task's labels live in the entry
+
+
+def test_a_run_records_its_cache_entries_and_only_partial_head_sets_are_released(cache):
+    from papa.probing.experiment import run_probe
+    from papa.probing.protocol import release_private_features
+
+    lm, inputs = _tiny_run()
+    result = run_probe(model=lm, inputs=inputs, epochs=1, lr=1e-3, batch_size=4, seed=5, device="cpu")
+    entries = sorted(p.stem for p in cache.glob("*.safetensors"))
+    assert sorted(result["feature_cache_keys"]) == entries and len(entries) == 2  # train and dev
+    partial, none, every = ({"config": {"constant_heads": k, "total_heads": 8}, "feature_cache_keys": [key]} for k, key in zip((3, 0, 8), "abc"))
+    for key in "abc":
+        store_cached(key, extract_features(_model(), _sequence_inputs(4), token_task=False, batch_size=4))
+    assert release_private_features([partial, none, every]) == 1
+    assert sorted(p.stem for p in cache.glob("*.safetensors")) == sorted([*entries, "b", "c"])
+    assert release_private_features([partial]) == 0  # already gone: nothing to do, no error
+
+
+def test_a_faithful_run_that_fails_after_patching_leaves_the_encoder_unpatched(monkeypatch):
+    from papa.core.patching import is_patched
+    from papa.probing import experiment
+
+    lm, inputs = _tiny_run()
+    heads = [[0, 0], [1, 1]]
+    monkeypatch.setattr(experiment, "resolve_heads", lambda *args: (len(heads), heads))
+    monkeypatch.setattr(experiment, "load_constants", lambda path: type("C", (), {"constants": torch.full((LAYERS, HEADS, L, L), 1 / L), "check_compatible": lambda *a: None})())
+    with pytest.raises(PapaError, match=r"The pool holds 12 training examples, fewer than the 12 \+ 4"):
+        experiment.run_probe(
+            model=lm, inputs=inputs, constants="c.safetensors", constant_heads=2, mode="faithful", selection="heldout",
+            pool_examples=12, max_train_examples=12, heldout_examples=4, epochs=1, device="cpu",
+        )  # fmt: skip
+    assert not is_patched(lm.model)

@@ -115,7 +115,7 @@ def size_extremes(sizes: pd.DataFrame) -> dict[str, str]:
     """The first model × task of :func:`train_size_study` at its smallest and largest training size, for the
     results chapter's prose: ``size_model``, ``size_task``, ``size_small``/``size_large`` (examples) and
     ``drop_all_small_train``/``drop_all_large_train`` (relative drop with every head constant); "n/a" without one."""
-    from papa.pipeline.notebook import task_name
+    from papa.pipeline.executed import task_name
 
     if sizes.empty:
         return dict.fromkeys(("size_model", "size_task", "size_small", "size_large", "drop_all_small_train", "drop_all_large_train"), "n/a")

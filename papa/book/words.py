@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from papa.pipeline.notebook import study_words, task_name
+from papa.pipeline.executed import study_words, task_name
 
 _SMALL = ["no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve"]
 

@@ -43,6 +43,8 @@ PAPER_EPOCHS = 15
 PAPER_LR = 2e-5
 PAPER_MAX_LENGTH = 64
 DEFAULT_SEED = 42
+#: The lr selection's probe seed: not a probe seed, so no probe's own held-out draw also chooses its lr.
+LR_SELECTION_SEED = 0
 DEFAULT_TRAIN_EXAMPLES = 1000
 DEFAULT_CONSTANT_EXAMPLES = 2000
 DEFAULT_BATCH_SIZE = 64
@@ -238,7 +240,7 @@ class SelectLrParams(_Strict):
     model: ModelName = Field(DEFAULT_MODEL, description="encoder: embedded name, local folder or hub id")
     task: Task = Field(description="task: cola, sst2, mrpc, mnli, ner or pos")
     lrs: Annotated[list[Rate], Field(min_length=1), AfterValidator(_unique)] = Field(DEFAULT_LR_GRID, description="the lrs tried")
-    seeds: Annotated[list[int], Field(min_length=1), AfterValidator(_unique)] = Field([DEFAULT_SEED], description="probe seeds averaged per lr")
+    seeds: Annotated[list[int], Field(min_length=1), AfterValidator(_unique)] = Field([LR_SELECTION_SEED], description="probe seeds averaged per lr")
     epochs: Count = Field(PAPER_EPOCHS, description="the cap of early stopping while choosing")
     patience: Count = Field(3, description="early stopping: epochs without a held-out gain")
     pool_examples: Count = Field(DEFAULT_TRAIN_EXAMPLES, description="the training pool (as the probes')")
@@ -322,8 +324,8 @@ class ProbeSection(_ProbeSettings):
 
 class LrSelectionSection(_Strict):
     lrs: Annotated[list[Rate], Field(min_length=1), AfterValidator(_unique)] = Field(DEFAULT_LR_GRID, description="lrs tried at k = 0 (include the paper's 2e-5)")
-    seeds: _nonempty_unique(int) = Field([DEFAULT_SEED], description="probe seeds averaged per lr")
-    epochs: Count = Field(PAPER_EPOCHS, description="the cap of early stopping while choosing")
+    seeds: _nonempty_unique(int) = Field([LR_SELECTION_SEED], description="probe seeds averaged per lr (best not a probe seed)")
+    epochs: Count | None = Field(None, description="the cap of early stopping while choosing (unset: the model's probe cap)")
 
 
 class FloorsSection(_Strict):
@@ -490,6 +492,7 @@ class ResultRecord(BaseModel):
     floors: dict[str, Any]
     heads: list[list[int]]
     feature_cache_hits: dict[str, Any] = {}
+    feature_cache_keys: list[str] = []  # the cache entries the run read or wrote (papa.probing.protocol.release_private_features)
     timings: dict[str, float]
     data: DataRecord
     provenance: dict[str, Any]

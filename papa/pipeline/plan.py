@@ -223,7 +223,8 @@ def expand(config: dict | GridConfig, path: str | None = None) -> Plan:
         params = SelectLrParams(
             model=model,
             task=task,
-            **grid.lr_selection.model_dump(),
+            **grid.lr_selection.model_dump(exclude={"epochs"}),
+            epochs=grid.lr_selection.epochs or main_settings["epochs"],  # unset: the cap the model's probes train under
             patience=main_settings["patience"] or 3,
             pool_examples=main_settings["pool_examples"] or main_settings["max_train_examples"] or SelectLrParams.model_fields["pool_examples"].default,
             max_train_examples=main_settings["max_train_examples"] or SelectLrParams.model_fields["max_train_examples"].default,

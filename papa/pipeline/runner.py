@@ -161,7 +161,8 @@ def execute(run: Run, root: Path = ROOT) -> float:
     import nbformat
     import papermill
 
-    from papa.pipeline.notebook import clean_executed, read_source
+    from papa.pipeline.executed import clean_executed
+    from papa.pipeline.notebook import read_source
 
     target = root / run_notebook_path(run)
     failed_copy = target.with_suffix(".failed.ipynb")

@@ -145,7 +145,8 @@ def refresh_text(run: Run, stamp: dict, display: str, folder: Path, root: Path =
     parameters after the ``parameters`` cell. Updates the stamp; returns it."""
     import nbformat
 
-    from papa.pipeline.notebook import clean_executed, read_source
+    from papa.pipeline.executed import clean_executed
+    from papa.pipeline.notebook import read_source
 
     target = root / run_notebook_path(run)
     executed = nbformat.read(target, as_version=4)

@@ -52,6 +52,7 @@ from papa.probing.data import TaskSpec, get_task, label_names, load_task_split, 
 from papa.probing.features import (
     Features,
     cached_features_key,
+    encoded_sha256,
     extract_features,
     load_cached,
     store_cached,
@@ -218,9 +219,18 @@ def floors(inputs: TaskInputs) -> dict:
 
 
 def get_features(
-    lm: LoadedModel, inputs: TaskInputs, split: str, heads, constants: ConstantSet | None, device, batch_size: int = 64, use_cache: bool = True
+    lm: LoadedModel,
+    inputs: TaskInputs,
+    split: str,
+    heads,
+    constants: ConstantSet | None,
+    device,
+    batch_size: int = 64,
+    use_cache: bool = True,
+    keys: list[str] | None = None,
 ) -> tuple[Features, bool]:
-    """Features of ``split`` ("train"/"eval") with ``heads`` constant; returns (features, from_cache)."""
+    """Features of ``split`` ("train"/"eval") with ``heads`` constant; returns (features, from_cache). The cache
+    key is appended to ``keys`` when given (a run records the entries it used)."""
     encoded = inputs.train if split == "train" else inputs.eval
     record = inputs.data_record()
     token = inputs.spec.is_token_task
@@ -233,7 +243,10 @@ def get_features(
         relayout=inputs.relayout,
         heads=sorted(map(list, heads)),
         constants=constants.meta.get("sha256") if (heads and constants) else None,
+        encoded=encoded_sha256(encoded, with_labels=not token),
     )
+    if keys is not None:
+        keys.append(str(key))
     if use_cache and (hit := load_cached(key)) is not None:
         if not token:
             return hit, True
@@ -253,7 +266,7 @@ def get_features(
 
 
 def predict_eval_in_chunks(
-    lm: LoadedModel, inputs: TaskInputs, heads, constants: ConstantSet | None, probe, probe_input: str, device, chunk: int, use_cache: bool = True
+    lm: LoadedModel, inputs: TaskInputs, heads, constants: ConstantSet | None, probe, probe_input: str, device, chunk: int, use_cache: bool = True, keys: list[str] | None = None
 ) -> tuple[torch.Tensor, torch.Tensor, dict]:
     """The probe's flat predictions and labels on the whole eval split, ``chunk`` examples at a time: each chunk's
     features are extracted (or read from the cache, keyed by that chunk's indices) and dropped before the next, so
@@ -264,7 +277,7 @@ def predict_eval_in_chunks(
     for start in range(0, total, chunk):
         rows = slice(start, min(start + chunk, total))
         part = dataclasses.replace(inputs, eval={k: v[rows] for k, v in inputs.eval.items()}, eval_indices=inputs.eval_indices[rows])
-        features, hits[f"eval_{start}"] = get_features(lm, part, "eval", heads, constants, device, use_cache=use_cache)
+        features, hits[f"eval_{start}"] = get_features(lm, part, "eval", heads, constants, device, use_cache=use_cache, keys=keys)
         p, y = predict(probe, CachedSource(features, probe_input, device))
         preds.append(p)
         labels.append(y)
@@ -360,49 +373,49 @@ def run_probe(
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
     config = lm.model.config
-    cache_hits = {}
+    cache_hits, cache_keys = {}, []
     eval_source = None
-    if mode == "cached":
-        train_features, cache_hits["train"] = get_features(lm, inputs, "train", heads, constant_set, torch_device, use_cache=use_cache)
-        train_source = CachedSource(train_features, probe_input, torch_device)
-        if (score_dev and not chunked) or dev_every_epoch:
-            eval_features, cache_hits["eval"] = get_features(lm, inputs, "eval", heads, constant_set, torch_device, use_cache=use_cache)
-            eval_source = CachedSource(eval_features, probe_input, torch_device)
-    else:
-        if heads:
-            patch_constant_heads(lm.model, constant_set.constants, heads)
-        train_source = LiveSource(lm.model, inputs.train, inputs.spec.is_token_task, torch_device, True, probe_input)
-        eval_source = LiveSource(lm.model, inputs.eval, inputs.spec.is_token_task, torch_device, False, probe_input)
-    timings["features"] = time.perf_counter() - t0
-    heldout, drawn = None, {}
-    if pooled:  # the seed's own examples; with selection "final" (the literal setting) the held-out ones go unused
-        fit, held = draw_from_pool(train_source.num_examples, max_train_examples, heldout_examples, seed)
-        digest = lambda xs: hashlib.sha256(",".join(str(inputs.train_indices[i]) for i in xs.tolist()).encode()).hexdigest()[:16]  # noqa: E731
-        drawn = {
-            "pool_examples": train_source.num_examples,
-            "train_examples": len(fit),
-            "heldout_examples": len(held),
-            "fit_indices_sha": digest(fit),
-            "heldout_indices_sha": digest(held),
-        }
-    elif selection == "heldout":
-        fit, held = split_heldout(train_source.num_examples, heldout_fraction, data_seed)
-    if selection == "heldout":
-        scoring_source = train_source if mode == "cached" else LiveSource(lm.model, inputs.train, inputs.spec.is_token_task, torch_device, False, probe_input)
-        heldout = make_evaluator(inputs, SubsetSource(scoring_source, held), {k_: v[held] for k_, v in inputs.train.items()})
-    if pooled or selection == "heldout":
-        train_source = SubsetSource(train_source, fit)
-    num_labels = len(inputs.label_names)
-    seed_everything(seed)
-    probe = build_probe(inputs.spec.is_token_task, config.num_hidden_layers + 1, inputs.max_length, config.hidden_size, num_labels, probe_config).to(torch_device)
-    try:
+    try:  # faithful mode patches the live encoder: unpatched whatever fails below
+        if mode == "cached":
+            train_features, cache_hits["train"] = get_features(lm, inputs, "train", heads, constant_set, torch_device, use_cache=use_cache, keys=cache_keys)
+            train_source = CachedSource(train_features, probe_input, torch_device)
+            if (score_dev and not chunked) or dev_every_epoch:
+                eval_features, cache_hits["eval"] = get_features(lm, inputs, "eval", heads, constant_set, torch_device, use_cache=use_cache, keys=cache_keys)
+                eval_source = CachedSource(eval_features, probe_input, torch_device)
+        else:  # faithful: the live encoder, patched until the ``finally`` below
+            if heads:
+                patch_constant_heads(lm.model, constant_set.constants, heads)
+            train_source = LiveSource(lm.model, inputs.train, inputs.spec.is_token_task, torch_device, True, probe_input)
+            eval_source = LiveSource(lm.model, inputs.eval, inputs.spec.is_token_task, torch_device, False, probe_input)
+        timings["features"] = time.perf_counter() - t0
+        heldout, drawn = None, {}
+        if pooled:  # the seed's own examples; with selection "final" (the literal setting) the held-out ones go unused
+            fit, held = draw_from_pool(train_source.num_examples, max_train_examples, heldout_examples, seed)
+            digest = lambda xs: hashlib.sha256(",".join(str(inputs.train_indices[i]) for i in xs.tolist()).encode()).hexdigest()[:16]  # noqa: E731
+            drawn = {
+                "pool_examples": train_source.num_examples,
+                "train_examples": len(fit),
+                "heldout_examples": len(held),
+                "fit_indices_sha": digest(fit),
+                "heldout_indices_sha": digest(held),
+            }
+        elif selection == "heldout":
+            fit, held = split_heldout(train_source.num_examples, heldout_fraction, data_seed)
+        if selection == "heldout":
+            scoring_source = train_source if mode == "cached" else LiveSource(lm.model, inputs.train, inputs.spec.is_token_task, torch_device, False, probe_input)
+            heldout = make_evaluator(inputs, SubsetSource(scoring_source, held), {k_: v[held] for k_, v in inputs.train.items()})
+        if pooled or selection == "heldout":
+            train_source = SubsetSource(train_source, fit)
+        num_labels = len(inputs.label_names)
+        seed_everything(seed)
+        probe = build_probe(inputs.spec.is_token_task, config.num_hidden_layers + 1, inputs.max_length, config.hidden_size, num_labels, probe_config).to(torch_device)
         history = train_probe(probe, train_source, make_evaluator(inputs, eval_source) if dev_every_epoch else None, probe_config, heldout=heldout)
         chosen = select_epoch(history.epochs, selection)
         if selection == "heldout":
             probe.load_state_dict(history.best_state)  # the reported probe: the best held-out epoch's
         t0 = time.perf_counter()
         if score_dev and chunked:
-            preds, labels, chunk_hits = predict_eval_in_chunks(lm, inputs, heads, constant_set, probe, probe_input, torch_device, eval_chunk_examples, use_cache)
+            preds, labels, chunk_hits = predict_eval_in_chunks(lm, inputs, heads, constant_set, probe, probe_input, torch_device, eval_chunk_examples, use_cache, cache_keys)
             cache_hits["eval"] = all(chunk_hits.values())
             metrics, dev = score_predictions(inputs, preds, labels)
         else:
@@ -444,6 +457,7 @@ def run_probe(
         "floors": {"majority": floors(inputs)},
         "heads": [list(h) for h in heads],
         "feature_cache_hits": cache_hits,
+        "feature_cache_keys": list(dict.fromkeys(cache_keys)) if use_cache else [],
         "timings": {key: round(value, 3) for key, value in timings.items()},
         "data": {**inputs.data_record(), **drawn},
         "provenance": dict(provenance(torch_device, seed, seconds), weights_fingerprint=lm.fingerprint),

@@ -273,6 +273,35 @@ def cached_features_key(**parts) -> FeatureKey:
     return key
 
 
+def encoded_sha256(encoded: dict[str, torch.Tensor], with_labels: bool) -> str:
+    """A short hash of the encoded examples a feature set is computed from: ``input_ids``, ``attention_mask``
+    (and ``token_type_ids``) ``[examples, L]``, plus ``labels`` when the cached entry keeps them (sequence tasks:
+    a token task's tags are re-read on load, so NER and POS share one entry). It puts the text and the tokenizer
+    in the key: another data folder or an edited file never reads stale features."""
+    digest = hashlib.sha256()
+    for name in ("input_ids", "attention_mask", "token_type_ids", *(("labels",) if with_labels else ())):
+        if name in encoded:
+            tensor = encoded[name].detach().cpu().contiguous()
+            digest.update(f"{name}:{tuple(tensor.shape)}:{tensor.dtype}".encode())
+            digest.update(tensor.numpy().tobytes())
+    return digest.hexdigest()[:16]
+
+
+def forget_cached(keys) -> int:
+    """Delete the cache entries under ``keys`` (absent ones are skipped); returns how many were deleted."""
+    deleted = 0
+    for key in dict.fromkeys(str(k) for k in keys):
+        path = cache_dir() / f"{key}.safetensors"
+        try:
+            path.unlink()
+            deleted += 1
+        except FileNotFoundError:
+            pass
+        except OSError as err:
+            raise write_error(path, err, _CACHE_SETTING) from None
+    return deleted
+
+
 class FeatureCacheWarning(UserWarning):
     """A feature-cache entry held the features of another key: it is recomputed."""
 

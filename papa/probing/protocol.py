@@ -7,19 +7,23 @@ training pool, early stopping on held-out training examples), and never scores t
 the one with the highest held-out score (best epoch, mean over the seeds tried); ties go to the smaller lr.
 :func:`save_lr_choice` / :func:`load_lr_choice` keep the choice as a checksummed JSON artefact that every
 probe run of that (model, task) reads.
+
+:func:`release_private_features` keeps the feature cache to the head sets that several runs read: after a
+probe run's seeds, the sets of a partial head set (0 < k < all) are deleted.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from papa.core.errors import PapaError
 from papa.core.io import atomic_write_json, read_json_verified
 from papa.core.models import LoadedModel, load_model, pick_device
 from papa.probing.experiment import prepare_inputs, run_probe
+from papa.probing.features import forget_cached
 
 #: The learning rates tried: the paper's 2e-5 and three larger ones (a frozen encoder's probe on ~2,000
 #: examples barely moves at 2e-5 within a few dozen epochs).
@@ -124,3 +128,15 @@ def load_lr_choice(path: str | Path, model: str | None = None, task: str | None 
     if not isinstance(lr, (int, float)) or not lr > 0:
         raise PapaError(f"The lr choice {path} holds no positive lr", "Recompute it with papa.probing.protocol.select_lr.")
     return float(lr)
+
+
+def release_private_features(results: Iterable[dict]) -> int:
+    """Delete the feature-cache entries that only these results' run reads; returns how many were deleted.
+
+    A partial head set (0 < k < all heads) belongs to one ranking, one k and one task: after the run's seeds
+    have read it, no other run of a grid does. The sets with no head constant (the probe at k = 0, the
+    attention-free floor, the literal setting, the lr selection) and with every head constant are shared, and
+    stay. Without this the default grid's cache would grow to about 100 GB; with it, to the shared sets.
+    """
+    keys = [key for result in results if 0 < int(result["config"]["constant_heads"]) < int(result["config"]["total_heads"]) for key in result.get("feature_cache_keys", [])]
+    return forget_cached(keys)

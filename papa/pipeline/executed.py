@@ -1,0 +1,165 @@
+"""Executed notebooks: a run's title from its parameters, and volatile metadata stripped.
+
+The runner (:mod:`papa.pipeline.runner`) and the stamps (:mod:`papa.pipeline.stamps`) call
+:func:`clean_executed` on every notebook papermill wrote. None of this runs in a notebook's kernel, so
+editing it never makes a finished run stale.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+_VOLATILE_NB = ("start_time", "end_time", "duration", "input_path", "output_path", "environment_variables")
+
+#: Display names of the tasks, as the papers and data cards write them.
+TASK_NAMES = {"cola": "CoLA", "sst2": "SST-2", "mrpc": "MRPC", "mnli": "MNLI", "ner": "CoNLL-2003 NER", "pos": "CoNLL-2003 POS"}
+
+#: The studies of the grid configs in words (a study's run ids end in ``__<name>``); a study not
+#: listed here is described by its settings.
+STUDY_WORDS = {
+    "faithful": "faithful execution (the encoder live, in train mode, every batch)",
+    "cachedsmall": "cached, small (the faithful check's counterpart)",
+    "lr1e3": "learning rate 1e-3",
+    "tuned": "a better-trained probe (learning rate 2e-4, 40 epochs, epoch chosen on held-out training data)",
+    "moredata": "1,200 training examples",
+    "moredata8k": "8,000 training examples",
+    "fulldata": "the whole training split",
+    "fulldatafloor": "the whole training split, attention-free floor",
+    "paper": "the paper's literal setting (learning rate 2e-5, 15 epochs, final epoch)",
+    "literal": "the paper's literal setting (learning rate 2e-5, 15 epochs, final epoch)",
+    "literalmpnet": "the paper's literal setting on mpnet-base, one seed",
+    "deviation": "the deviation ordering",
+    "random": "seeded random orderings",
+}
+
+
+def task_name(task: str) -> str:
+    """``"sst2"`` → ``"SST-2"`` (an unknown task keeps its name)."""
+    return TASK_NAMES.get(task, task)
+
+
+def study_words(name: str) -> str:
+    """A study's name as words (``"moredata8k"`` → ``"8,000 training examples"``)."""
+    return STUDY_WORDS.get(name, name)
+
+
+def _count(n: int) -> str:
+    return f"{n:,}"
+
+
+def _seeds(seeds: list) -> str:
+    return ("seed " if len(seeds) == 1 else "seeds ") + ", ".join(str(s) for s in seeds)
+
+
+def _total_heads(params: dict, root: Path) -> int | None:
+    """The model's number of heads: from the run's first result file, else the model's config."""
+    try:
+        result = json.loads((root / str(params["out"]).format(seed=params["seeds"][0])).read_text(encoding="utf-8"))
+        return int(result["config"]["total_heads"])
+    except (OSError, KeyError, IndexError, ValueError, TypeError):
+        pass
+    try:
+        from papa.pipeline.plan import _heads_for
+
+        return _heads_for(str(params["model"]))
+    except Exception:  # an unreachable model: the title says k alone
+        return None
+
+
+def run_title(params: dict, root: Path | None = None) -> str | None:
+    """The heading that names a run from its parameters, or None for a chapter.
+
+    ``Constants — minilm-l6 · SST-2 · 1,000 training examples``, ``Ranking — minilm-l6 · SST-2 (gates)``,
+    ``Probe — minilm-l6 · SST-2 · gates · 36 of 72 heads constant · seeds 42, 43, 44``; a probe of a study
+    (its ``out`` file named ``..._<study>__s{seed}.json``) ends with the study in words.
+    """
+    if "grid_config" in params or "model" not in params or "task" not in params:
+        return None
+    head = f"{params['model']} · {task_name(str(params['task']))}"
+    if "method" in params:
+        return f"Ranking — {head} ({params['method']})"
+    if "k" not in params:
+        examples = params.get("max_examples")
+        return f"Constants — {head}" + (f" · {_count(int(examples))} training examples" if isinstance(examples, int) else "")
+    k = int(params["k"])
+    parts = [f"Probe — {head}"]
+    if params.get("probe_input", "all") != "all":
+        parts.append("attention-free floor (embedding layer only)")
+    else:
+        total = _total_heads(params, root or Path.cwd()) if k else None
+        ranking = Path(str(params.get("ranking") or "")).stem.split("__")[-1] if params.get("ranking") else ""
+        if k == 0:
+            parts.append("no head constant")
+        elif total is not None and k >= total:
+            parts.append(f"all {total} heads constant")
+        else:
+            parts += [ranking] if ranking else []
+            parts.append(f"{k} of {total} heads constant" if total else f"{k} heads constant")
+    if params.get("mode", "cached") != "cached":
+        parts.append(f"{params['mode']} mode")
+    if params.get("seeds"):
+        parts.append(_seeds(list(params["seeds"])))
+    title = " · ".join(parts)
+    run_id = Path(str(params.get("out", ""))).name.rsplit("__s", 1)[0]
+    fields = run_id.split("__")
+    if len(fields) > 6 and fields[0] == "probe":
+        study = [f for f in fields[6:] if f != params.get("probe_input")]
+        if study:
+            title += f" · {study_words('__'.join(study))}"
+    return title
+
+
+def _retitle(nb: dict, title: str) -> None:
+    """Make ``title`` the first markdown cell's heading (replacing its ``# ...`` line), in place."""
+    for cell in nb.get("cells", []):
+        if cell.get("cell_type") != "markdown":
+            continue
+        source = "".join(cell.get("source", ""))
+        lines = source.splitlines()
+        if lines and lines[0].startswith("# "):
+            lines[0] = f"# {title}"
+        else:
+            lines = [f"# {title}", "", *lines]
+        cell["source"] = "\n".join(lines)
+        return
+    nb.setdefault("cells", []).insert(0, {"cell_type": "markdown", "metadata": {}, "source": f"# {title}"})
+
+
+def clean_executed(nb: dict, root: Path) -> dict:
+    """Strip volatile metadata (times, durations, machine paths) from an executed notebook, in place.
+
+    A run notebook (estimate, rank, probe) is titled after its run (:func:`run_title`, from the
+    parameters papermill injected), and its default ``parameters`` cell is hidden in the book
+    (``remove-cell``), so the injected parameters are the first code a reader sees. A chapter hides
+    both its parameters cells.
+    """
+    paper = nb.get("metadata", {}).get("papermill", {})
+    for key in _VOLATILE_NB:
+        paper.pop(key, None)
+    title = run_title(paper.get("parameters") or {}, root)
+    if title:
+        _retitle(nb, title)
+    roots = sorted({str(root.resolve()), str(Path.home())}, key=len, reverse=True)
+    hidden = not title and any("remove-cell" in c.get("metadata", {}).get("tags", []) and "parameters" in c.get("metadata", {}).get("tags", []) for c in nb.get("cells", []))
+    for cell in nb.get("cells", []):
+        tags = cell.get("metadata", {}).get("tags", [])
+        if hidden and "injected-parameters" in tags and "remove-cell" not in tags:
+            tags.append("remove-cell")  # a chapter hides its parameters, injected ones too
+        if title and "parameters" in tags and "remove-cell" not in tags:
+            cell["metadata"]["tags"] = tags = [*tags, "remove-cell"]  # the defaults: the injected cell says what ran
+        meta = cell.get("metadata", {})
+        meta.pop("execution", None)
+        for key in ("start_time", "end_time", "duration"):
+            meta.get("papermill", {}).pop(key, None)
+        kept = []
+        for output in cell.get("outputs", []):
+            if output.get("output_type") == "stream" and output.get("name") == "stderr":
+                continue  # progress bars and library warnings: volatile, and they carry machine paths
+            text = json.dumps(output)
+            for path in roots:
+                text = text.replace(path, ".")
+            kept.append(json.loads(text))
+        if "outputs" in cell:
+            cell["outputs"] = kept
+    return nb
