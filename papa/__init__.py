@@ -43,12 +43,8 @@ from papa.core.patching import (
     unpatch,
 )
 from papa.core.version import __version__
-from papa.probing.experiment import (
-    estimate_task_constants,
-    prepare_inputs,
-    run_probe,
-    save_result,
-)
+from papa.probing.experiment import run_probe, save_result
+from papa.probing.task_inputs import estimate_task_constants, prepare_inputs
 
 __all__ = [
     "ConstantSet",

@@ -1,6 +1,6 @@
 """One probing run: (model, task, constants, head ordering, k, seed, mode, sizes) → a scored result.
 
-:func:`prepare_inputs` loads and encodes a task once; :func:`run_probe` patches the first ``k``
+:func:`~papa.probing.task_inputs.prepare_inputs` loads and encodes a task once; :func:`run_probe` patches the first ``k``
 heads of a ranking with their constants, gets the encoder's features (``cached``: once, in eval
 mode, from the on-disk cache when another run already computed them; ``faithful``: the live
 encoder in train mode for every batch of every epoch), trains the probe and returns a result dict:
@@ -31,7 +31,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -39,16 +38,10 @@ import torch
 from papa.core.constants import ConstantSet, load_constants
 from papa.core.errors import PapaError
 from papa.core.heads import all_heads, count_for, first_k, load_ranking
-from papa.core.layout import (
-    IGNORE_INDEX,
-    check_max_length,
-    encode_sequences,
-    encode_words,
-)
+from papa.core.layout import IGNORE_INDEX
 from papa.core.models import LoadedModel, load_model, pick_device
 from papa.core.patching import patch_constant_heads, prune_qk, unpatch
 from papa.core.provenance import provenance
-from papa.probing.data import TaskSpec, get_task, label_names, load_task_split, subset
 from papa.probing.features import (
     Features,
     cached_features_key,
@@ -57,7 +50,6 @@ from papa.probing.features import (
     load_cached,
     store_cached,
 )
-from papa.probing.metrics import compute_task_metrics, majority_baseline
 from papa.probing.probe import (
     SELECTIONS,
     CachedSource,
@@ -73,149 +65,20 @@ from papa.probing.probe import (
     split_heldout,
     train_probe,
 )
+from papa.probing.task_inputs import (  # noqa: F401  (re-exported: this module's interface before the split)
+    TaskInputs,
+    encode_split,
+    estimate_task_constants,
+    floors,
+    make_evaluator,
+    prepare_inputs,
+    score_predictions,
+)
 
 #: The patience that defines ``converged`` for held-out runs trained without early stopping.
 CONVERGENCE_PATIENCE = 3
 
 MODES = ("cached", "faithful")
-
-
-@dataclass
-class TaskInputs:
-    """A task's encoded train and eval subsets (``[N, L]`` tensors with ``labels``)."""
-
-    spec: TaskSpec
-    label_names: list[str]
-    train: dict[str, torch.Tensor]
-    eval: dict[str, torch.Tensor]
-    train_indices: list[int]
-    eval_indices: list[int]
-    max_length: int
-    relayout: bool
-
-    def data_record(self) -> dict:
-        digest = lambda xs: hashlib.sha256(",".join(map(str, xs)).encode()).hexdigest()[:16]  # noqa: E731
-        return {
-            "train_examples": len(self.train_indices),
-            "eval_examples": len(self.eval_indices),
-            "train_indices_sha": digest(self.train_indices),
-            "eval_indices_sha": digest(self.eval_indices),
-        }
-
-
-def encode_split(lm: LoadedModel, spec: TaskSpec, dataset, max_length: int, relayout: bool) -> dict[str, torch.Tensor]:
-    """Encode a loaded split with the PAPA layout; adds ``labels`` (``[N]`` or ``[N, L]``)."""
-    if spec.is_token_task:
-        return encode_words(lm.tokenizer, dataset["tokens"], dataset[spec.label_column], max_length, relayout)
-    columns = [dataset[c] for c in spec.text_columns]
-    encoded = encode_sequences(lm.tokenizer, columns[0], columns[1] if len(columns) > 1 else None, max_length, relayout)
-    encoded["labels"] = torch.tensor(dataset[spec.label_column], dtype=torch.long)
-    return encoded
-
-
-def prepare_inputs(
-    lm: LoadedModel,
-    task: str,
-    max_length: int = 64,
-    relayout: bool = True,
-    max_train_examples: int | None = None,
-    max_eval_examples: int | None = None,
-    data_seed: int = 0,
-    data_dir: str | None = None,
-) -> TaskInputs:
-    """Load, subset (seeded, the same for every probe seed) and encode a task's train and eval splits."""
-    spec = get_task(task)
-    check_max_length(max_length, getattr(lm.model.config, "max_position_embeddings", None))
-    for name, value in (("max_train_examples", max_train_examples), ("max_eval_examples", max_eval_examples)):
-        if value is not None and (not isinstance(value, int) or value < 1):
-            raise PapaError(f"{name} must be a positive integer or null, got {value!r}", "Use e.g. 1000.")
-    train_ds, train_idx = subset(load_task_split(spec, "train", data_dir), max_train_examples, data_seed)
-    eval_ds, eval_idx = subset(load_task_split(spec, spec.eval_split, data_dir), max_eval_examples, data_seed)
-    return TaskInputs(
-        spec,
-        label_names(spec, train_ds),
-        encode_split(lm, spec, train_ds, max_length, relayout),
-        encode_split(lm, spec, eval_ds, max_length, relayout),
-        list(train_idx),
-        list(eval_idx),
-        max_length,
-        relayout,
-    )
-
-
-def estimate_task_constants(
-    model: str | LoadedModel = "minilm-l6",
-    task: str = "sst2",
-    split: str = "train",
-    max_examples: int | None = None,
-    max_length: int = 64,
-    relayout: bool = True,
-    batch_size: int = 64,
-    data_dir: str | None = None,
-    device: str | None = None,
-    progress: bool = False,
-) -> ConstantSet:
-    """Constants of ``model`` over the first ``max_examples`` examples of a task's ``split``."""
-    from papa.core.constants import estimate_constants
-    from papa.core.version import __version__
-
-    spec = get_task(task)
-    torch_device = pick_device(device)
-    lm = model if isinstance(model, LoadedModel) else load_model(model, torch_device)
-    check_max_length(max_length, getattr(lm.model.config, "max_position_embeddings", None))
-    dataset = load_task_split(spec, split, data_dir)
-    if max_examples is not None:
-        dataset = dataset.select(range(min(max_examples, len(dataset))))
-    encoded = encode_split(lm, spec, dataset, max_length, relayout)
-    meta = {
-        "model": lm.name,
-        "fingerprint": lm.fingerprint,
-        "task": spec.name,
-        "split": split,
-        "relayout": relayout,
-        "papa_version": __version__,
-        "device": str(torch_device),
-    }
-    return estimate_constants(lm.model, encoded, batch_size, torch_device, progress=progress, meta=meta)
-
-
-def _token_lists(flat: torch.Tensor, encoded: dict[str, torch.Tensor]) -> list[list[int]]:
-    counts = (encoded["labels"] != IGNORE_INDEX).sum(1).tolist()
-    return [chunk.tolist() for chunk in torch.split(flat, counts)]
-
-
-def score_predictions(inputs: TaskInputs, preds: torch.Tensor, labels: torch.Tensor, encoded: dict[str, torch.Tensor] | None = None) -> tuple[dict, dict]:
-    """``(metrics, dev record)`` of flat predictions and labels (``[N]``, or ``[T]`` labelled tokens of the
-    ``encoded`` examples, default the eval split). The record: ``predictions``, ``labels`` (lists of ints),
-    ``lengths`` (token tasks: labelled tokens per example) and ``label_names``."""
-    encoded = inputs.eval if encoded is None else encoded
-    record = {"predictions": preds.tolist(), "labels": labels.tolist(), "label_names": list(inputs.label_names)}
-    if inputs.spec.is_token_task:
-        record["lengths"] = (encoded["labels"] != IGNORE_INDEX).sum(1).tolist()
-        preds_, labels_ = _token_lists(preds, encoded), _token_lists(labels, encoded)
-    else:
-        preds_, labels_ = record["predictions"], record["labels"]
-    return compute_task_metrics(inputs.spec, preds_, labels_, inputs.label_names), record
-
-
-def make_evaluator(inputs: TaskInputs, source, encoded: dict[str, torch.Tensor] | None = None):
-    """A function ``probe → metrics`` on ``source`` (default: the eval split; ``encoded`` are the
-    encoded examples ``source`` yields, needed to regroup a token task's predictions by example)."""
-
-    def evaluate(probe) -> dict:
-        return score_predictions(inputs, *predict(probe, source), encoded)[0]
-
-    return evaluate
-
-
-def floors(inputs: TaskInputs) -> dict:
-    """The majority-class floor (metrics of always predicting the most frequent training label)."""
-    train, evals = inputs.train["labels"], inputs.eval["labels"]
-    if inputs.spec.is_token_task:
-        train_lists = _token_lists(train[train != IGNORE_INDEX], inputs.train)
-        eval_lists = _token_lists(evals[evals != IGNORE_INDEX], inputs.eval)
-        return majority_baseline(inputs.spec, train_lists, eval_lists, inputs.label_names)
-    return majority_baseline(inputs.spec, train.tolist(), evals.tolist(), inputs.label_names)
 
 
 def get_features(

@@ -24,7 +24,6 @@ from papa.core.heads import random_ranking, ranking_from_scores
 from papa.core.models import LoadedModel, load_model, pick_device
 from papa.core.patching import gate_lambdas, patch_gates, unpatch
 from papa.core.provenance import provenance
-from papa.probing.experiment import TaskInputs, make_evaluator, prepare_inputs
 from papa.probing.probe import (
     LiveSource,
     ProbeConfig,
@@ -32,6 +31,7 @@ from papa.probing.probe import (
     seed_everything,
     train_probe,
 )
+from papa.probing.task_inputs import TaskInputs, make_evaluator, prepare_inputs
 
 METHODS = ("gates", "deviation", "random")
 
