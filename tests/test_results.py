@@ -250,16 +250,24 @@ def test_claims_not_testable_without_informative_tasks(tmp_path):
     assert (table["verdict"] == "not testable here").all()
 
 
-def test_claim_three_with_two_models(tmp_path):
-    # the better model (bert: 0.90) loses more (22%) than the weaker (minilm: 0.82 → 12%) on both tasks
+def test_claim_three_needs_three_models_and_averages_over_shared_tasks(tmp_path):
+    # two models: the better one (bert: 0.90) loses more (22%) than the weaker (minilm: 0.82 → 12%) on both
+    # tasks, but two points always give ρ = ±1: not testable
     for task in ("sst2", "pos"):
         grid(tmp_path, task=task)
         grid(tmp_path, task=task, model="bert", total=144, baseline=(0.89, 0.90, 0.91), half=(0.88, 0.89, 0.90), full=(0.69, 0.70, 0.71))
-    assert claims(tmp_path).loc[3, "verdict"] == "reproduced"
-    # the weaker model losing more contradicts the claim
-    grid(tmp_path / "rev", task="sst2")
-    grid(tmp_path / "rev", task="sst2", model="bert", total=144, baseline=(0.89, 0.90, 0.91), full=(0.88, 0.89, 0.90))
-    assert claims(tmp_path / "rev").loc[3, "verdict"] == "not reproduced"
+    two = claims(tmp_path)
+    assert two.loc[3, "verdict"] == "not testable here" and "2 here" in two.loc[3, "note"]
+    # three models in the claim's order (scores 0.82 < 0.86 < 0.90, drops 12% < 16.3% < 22%): ρ = +1, but with
+    # 3 models the smallest one-sided p is 1/6, so the verdict is inconclusive, never reproduced
+    for task in ("sst2", "pos"):
+        grid(tmp_path, task=task, model="mid", total=72, baseline=(0.85, 0.86, 0.87), half=(0.84, 0.85, 0.86), full=(0.71, 0.72, 0.73))
+    three = claims(tmp_path)
+    assert three.loc[3, "verdict"] == "inconclusive" and three.loc[3, "value"] == pytest.approx(1.0)
+    assert "p = 0.17" in three.loc[3, "ours"] and "(pos, sst2)" in three.loc[3, "note"]
+    # a task that only one model has is left out of every model's average
+    grid(tmp_path, task="mrpc", model="mid", total=72, baseline=(0.99,) * 3, full=(0.98,) * 3)
+    assert "(pos, sst2)" in claims(tmp_path).loc[3, "note"]
 
 
 def test_score_table_is_wide_with_mean_pm_std(tmp_path):

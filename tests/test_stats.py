@@ -189,3 +189,50 @@ def test_seeded_random_orderings_are_pooled_and_paired_by_probe_seed():
     assert table[["ranking", "k", "n_base", "n_runs"]].values.tolist() == [["random", 4, 2, 2]]
     # seed 43: 5/6 → 5/6 (0); seed 42: 6/6 → 6/6 (0): paired by seed, not by position
     assert (table["seed_min"].item(), table["seed_max"].item()) == (0.0, 0.0)
+
+
+def test_a_seed_the_gate_left_out_at_k_is_left_out_at_k0_too():
+    """Seed 43 scores 3/6 at k = 0 and the others 6/6; at k, seeds 42 and 44 predict exactly as at k = 0 and seed 43's
+    run is gone (the convergence gate). Paired by seed the difference is exactly 0 and not real; pooling every
+    k = 0 run would make the lost seed's low score look like a real gain of 1/6."""
+    labels = [1, 0, 1, 1, 0, 0]
+    worse = [0, 1, 0, 1, 0, 0]  # 3 of 6 right
+    results = {"a0": _result(0, 42, labels, labels), "b0": _result(0, 43, worse, labels), "c0": _result(0, 44, labels, labels)}
+    results |= {"a4": _result(4, 42, labels, labels), "c4": _result(4, 44, labels, labels)}
+    row = stats.paired_differences(results, resamples=300).iloc[0]
+    assert (row["base_score"], row["score"], row["difference"], row["low"], row["high"], row["real"]) == (1.0, 1.0, 0.0, 0.0, 0.0, False)
+    assert (row["n_base"], row["n_runs"], row["n_unpaired"]) == (2, 2, 1)
+    labels, worse = labels * 5, worse * 5  # 30 examples: pooled, the lost seed's errors make a "real" gain
+    unpaired = stats.paired_bootstrap(
+        [stats.example_statistics("accuracy", p, labels) for p in (labels, worse, labels)], [stats.example_statistics("accuracy", labels, labels)] * 2, "accuracy", resamples=300
+    )
+    assert unpaired["difference"] == pytest.approx(1 / 6) and unpaired["real"]  # what the pairing prevents
+    with pytest.raises(PapaError, match="No run at k shares a probe seed"):
+        stats.paired_bootstrap([stats.example_statistics("accuracy", labels, labels)], [stats.example_statistics("accuracy", labels, labels)], "accuracy", pairs=[])
+
+
+def test_a_relative_drop_from_a_score_at_or_below_zero_is_undefined():
+    """MCC −1/3 at k = 0 (every prediction flipped on 2 of 3 examples) and 0 at k: the difference is +1/3, the
+    relative drop is undefined, not a "100% drop"; likewise in papa.analysis.results.relative_drop."""
+    from papa.analysis.results import relative_drop
+
+    labels = [1, 0, 1, 0]
+    base = [stats.example_statistics("matthews_correlation", [0, 1, 1, 0], labels, num_labels=2)]  # MCC 0
+    other = [stats.example_statistics("matthews_correlation", [1, 0, 1, 0], labels, num_labels=2)]  # MCC 1
+    out = stats.paired_bootstrap(base, other, "matthews_correlation", resamples=100)
+    assert out["base_score"] == 0.0 and math.isnan(out["relative_drop"]) and math.isnan(out["relative_low"])
+    assert math.isnan(relative_drop(0.0, -0.01)) and math.isnan(relative_drop(0.5, 0.0)) and relative_drop(0.45, 0.5) == pytest.approx(0.1)
+
+
+def test_claim3_points_average_each_model_over_the_tasks_every_model_has():
+    rows = pd.DataFrame(
+        {
+            "model": ["a", "a", "b", "b", "b", "c", "c"],
+            "task": ["sst2", "mrpc", "sst2", "mrpc", "pos", "sst2", "mrpc"],
+            "drop": [0.10, 0.20, 0.05, 0.15, 0.90, 0.0, 0.1],
+            "score": [0.8, 0.6, 0.9, 0.7, 0.1, 0.5, 0.5],
+        }
+    )
+    points, common = stats.model_points(rows)
+    assert common == ["mrpc", "sst2"]  # pos: model b alone
+    assert points.values.tolist() == [["a", pytest.approx(0.15), pytest.approx(0.7), 2], ["b", pytest.approx(0.10), pytest.approx(0.8), 2], ["c", pytest.approx(0.05), 0.5, 2]]

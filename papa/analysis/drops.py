@@ -5,7 +5,6 @@ the score table and the training-size table. Inputs are :func:`papa.analysis.res
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from fractions import Fraction
 
 import numpy as np
@@ -27,6 +26,7 @@ from papa.analysis.results import (
     retained_gain,
     summarise,
 )
+from papa.analysis.stats import claim3, model_points
 from papa.core.errors import PapaError
 from papa.core.heads import count_for
 
@@ -85,13 +85,6 @@ def _informative_only(drops: pd.DataFrame, floors: pd.DataFrame, mode: str) -> t
     return drops[keep], skipped
 
 
-def _spearman(x: Sequence[float], y: Sequence[float]) -> float:
-    rx, ry = pd.Series(x).rank(), pd.Series(y).rank()
-    if rx.nunique() < 2 or ry.nunique() < 2:
-        return math.nan
-    return float(np.corrcoef(rx, ry)[0, 1])
-
-
 def _per_task(drops: pd.DataFrame) -> str:
     return ", ".join(f"{m}/{t} {d:.1%}" for m, t, d in zip(drops["model"], drops["task"], drops["drop"]))
 
@@ -108,9 +101,9 @@ def claims_table(summary: pd.DataFrame, floors: pd.DataFrame, ranking: str = "ga
     2. All heads constant costs ~8 % on average, ≤ ~20 % per task. *Reproduced* when the mean drop
        lies in :data:`ALL_DROP_RANGE` ([3 %, 20 %]); a smaller drop is "not reproduced" too (the
        note says which way).
-    3. Better models lose more. Needs ≥ 2 models on an informative task; per task, the Spearman
-       correlation across models of baseline vs drop at k = all. *Reproduced* when it is positive
-       on a strict majority of the tasks tested.
+    3. Better models lose more. One point per model (its average k = 0 score and drop at k = all over
+       the informative tasks every model has); :func:`papa.analysis.stats.claim3`: fewer than 3 models is
+       "not testable here", else *reproduced* only when Spearman's ρ > 0 with a one-sided p < 0.05.
 
     Without informative data a claim is "not testable here". Columns: claim, paper, ours, value,
     verdict, note.
@@ -174,25 +167,21 @@ def claims_table(summary: pd.DataFrame, floors: pd.DataFrame, ranking: str = "ga
             )
         )
 
-    tested = [(task, _spearman(g["baseline"], g["drop"])) for task, g in full.groupby("task") if g["model"].nunique() >= 2]
-    tested = [(t, r) for t, r in tested if not math.isnan(r)]
-    claim3 = "3. Better models lose more"
+    points, common = model_points(full, score="baseline")
+    verdict = claim3(points)
+    claim3_name = "3. Better models lose more"
     paper3 = "higher-scoring models show larger relative drops (Figure 4)"
-    if not tested:
-        models = summary["model"].nunique()
-        rows.append((claim3, paper3, "—", math.nan, "not testable here", f"Needs ≥ 2 models on an informative task; {models} model(s) here.{excluded}"))
+    if verdict["n"] < 3:
+        rows.append((claim3_name, paper3, "—", math.nan, "not testable here", f"Needs ≥ 3 models (two points always give ρ = ±1); {verdict['n']} here.{excluded}"))
     else:
-        positive = sum(r > 0 for _, r in tested)
-        mean_rho = float(np.mean([r for _, r in tested]))
-        ok = positive > len(tested) / 2
         rows.append(
             (
-                claim3,
+                claim3_name,
                 paper3,
-                f"Spearman ρ(baseline, drop) mean {mean_rho:+.2f}; positive on {positive}/{len(tested)} tasks",
-                mean_rho,
-                VERDICTS[0] if ok else VERDICTS[1],
-                "Rule: ρ > 0 on a strict majority of tasks; " + ", ".join(f"{t} {r:+.2f}" for t, r in tested) + f".{excluded}",
+                f"Spearman ρ(k = 0 score, drop) {verdict['spearman']:+.2f} over {verdict['n']} models, one-sided p = {verdict['p_value']:.2f}",
+                verdict["spearman"],
+                VERDICTS[0] if verdict["verdict"] == "reproduced" else verdict["verdict"],
+                f"Rule: ρ > 0 with p < 0.05 (papa.analysis.stats.claim3), each model averaged over the tasks all share ({', '.join(common)}).{excluded}",
             )
         )
     return pd.DataFrame(rows, columns=["claim", "paper", "ours", "value", "verdict", "note"])

@@ -160,6 +160,7 @@ def random_baseline(records: Mapping[str, dict], fractions: Sequence[Fraction] =
                     "task": task,
                     "mode": mode,
                     "k": k,
+                    "total_heads": total,
                     "fraction": k / total,
                     "ranking": family,
                     "score": stats["score"],
@@ -172,7 +173,7 @@ def random_baseline(records: Mapping[str, dict], fractions: Sequence[Fraction] =
                     "verdict": verdict,
                 }
             )
-    columns = ["model", "task", "mode", "k", "fraction", "ranking", "score", "random_score", "n_runs", "n_random", "difference", "low", "high", "verdict"]
+    columns = ["model", "task", "mode", "k", "total_heads", "fraction", "ranking", "score", "random_score", "n_runs", "n_random", "difference", "low", "high", "verdict"]
     return pd.DataFrame(out, columns=columns)
 
 

@@ -26,7 +26,7 @@ import pandas as pd
 
 from papa.analysis.drops import _pick_mode
 from papa.analysis.results import SHARED_RANKINGS, relative_drop
-from papa.analysis.stats import claim3
+from papa.analysis.stats import claim3, model_points
 from papa.core.heads import count_for
 
 #: The paper's average relative drop with all heads constant, and its largest per-task drop.
@@ -123,22 +123,18 @@ def _drop_all(group: pd.DataFrame) -> float:
 
 def better_models_lose_more(summary: pd.DataFrame, floors: pd.DataFrame, mode: str | None = None) -> tuple[pd.DataFrame, dict]:
     """(c) ``(points, verdict)``: one point per model with ``drop`` (average relative drop with all heads constant)
-    and ``score`` (average k = 0 score) over the model's informative tasks having both, ``n_tasks``; and the
-    claim-3 verdict of :func:`papa.analysis.stats.claim3` (with fewer than 3 models: "not testable")."""
+    and ``score`` (average k = 0 score), ``n_tasks``, averaged over the tasks informative for *every* model
+    (:func:`papa.analysis.stats.model_points`; the verdict's ``tasks`` lists them); and the claim-3 verdict of
+    :func:`papa.analysis.stats.claim3` (with fewer than 3 models: "not testable")."""
     rows = _rows(summary, mode)
     keep = _informative(floors)
-    points = []
-    for model, group in rows.groupby("model", sort=True):
-        drops, scores = [], []
-        for task, by_task in group.groupby("task", sort=True):
-            drop = _drop_all(by_task)
-            if (model, task) in keep and not math.isnan(drop):
-                drops.append(drop)
-                scores.append(float(by_task.loc[by_task["k"] == 0, "mean"].iloc[0]))
-        if drops:
-            points.append({"model": model, "drop": float(np.mean(drops)), "score": float(np.mean(scores)), "n_tasks": len(drops)})
-    frame = pd.DataFrame(points, columns=["model", "drop", "score", "n_tasks"])
-    return frame, claim3(frame)
+    per_task = []
+    for (model, task), by_task in rows.groupby(["model", "task"], sort=True):
+        drop = _drop_all(by_task)
+        if (model, task) in keep and not math.isnan(drop):
+            per_task.append({"model": model, "task": task, "drop": drop, "score": float(by_task.loc[by_task["k"] == 0, "mean"].iloc[0])})
+    frame, common = model_points(pd.DataFrame(per_task, columns=["model", "task", "drop", "score"]))
+    return frame, {**claim3(frame), "tasks": common}
 
 
 def _mean_at(by_task: pd.DataFrame, k: int, ranking: str) -> float:

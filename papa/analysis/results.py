@@ -50,8 +50,9 @@ SUMMARY_KEYS = ["model", "task", "ranking", "k", "fraction", "total_heads", "mod
 
 
 def relative_drop(score_k: float, score_0: float) -> float:
-    """``(score_0 − score_k) / score_0``: the share of the k = 0 score lost (NaN when ``score_0`` is 0)."""
-    return (score_0 - score_k) / score_0 if score_0 != 0 else math.nan
+    """``(score_0 − score_k) / score_0``: the share of the k = 0 score lost (NaN when ``score_0`` ≤ 0: an MCC of
+    −0.01 at k = 0 has no share to lose, and the ratio's sign would flip)."""
+    return (score_0 - score_k) / score_0 if score_0 > 0 else math.nan
 
 
 def retained_gain(score_k: float, score_0: float, floor: float) -> float:

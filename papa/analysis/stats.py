@@ -138,11 +138,25 @@ def paired_bootstrap(
     ``base``/``other``: one ``[N, D]`` statistics array per seed (:func:`example_statistics`) at k = 0 and at k, on
     the same ``N`` dev examples. Returns ``difference``, ``low``, ``high``, ``real`` (the interval excludes 0),
     ``relative_drop`` = (base − other) / base with ``relative_low``/``relative_high`` (the same resamples),
-    ``base_score``, ``score``, the per-seed differences' ``seed_min``/``seed_max`` over ``pairs`` (``(i, j)``: base
-    run ``i`` and other run ``j`` share a probe seed, hence its training draw; default: in order), ``n_examples``,
-    ``n_base``, ``n_runs`` and ``resamples``.
+    ``base_score``, ``score``, the per-seed differences' ``seed_min``/``seed_max`` over ``pairs``, ``n_examples``,
+    ``n_base``, ``n_runs``, ``n_unpaired`` and ``resamples``.
+
+    ``pairs`` (``(i, j)``: base run ``i`` and other run ``j`` share a probe seed, hence its training draw): when
+    given, only paired runs enter both sides (a base run may pair several times, e.g. with seeded random
+    orderings of one probe seed), so a seed that the convergence gate left out on one side is left out on the
+    other too; otherwise the seed-to-seed spread would enter the difference, where a bootstrap over examples
+    cannot see it. Without ``pairs`` every run counts on its side (paired in order for the seed range).
+    The relative drop and its interval are undefined (NaN) when the k = 0 score (or a resample's) is ≤ 0.
     """
     b, o = _stack(base, "at k = 0"), _stack(other, "at k")
+    unpaired = 0
+    if pairs is not None:
+        pairs = list(pairs)
+        if not pairs:
+            raise PapaError("No run at k shares a probe seed with a run at k = 0", "Compare runs of the same seeds (the gate may have left one side's out).")
+        unpaired = len(b) + len(o) - len({i for i, _ in pairs}) - len({j for _, j in pairs})
+        b, o = b[[i for i, _ in pairs]], o[[j for _, j in pairs]]
+        pairs = [(n, n) for n in range(len(pairs))]
     if b.shape[1:] != o.shape[1:]:
         raise PapaError(f"The runs score {b.shape[1]} and {o.shape[1]} dev examples", "Compare runs on the same dev examples (the whole dev split).")
     if not 0 < level < 1 or resamples < 1:
@@ -162,7 +176,7 @@ def paired_bootstrap(
         m_other = metric_from_sums(metric, np.einsum("rn,snd->rsd", weights, o), token).mean(1)
         differences[start : start + len(chunk)] = m_other - m_base
         with np.errstate(divide="ignore", invalid="ignore"):
-            relative[start : start + len(chunk)] = (m_base - m_other) / m_base
+            relative[start : start + len(chunk)] = np.where(m_base > 0, (m_base - m_other) / m_base, math.nan)
     tail = (1 - level) / 2
     low, high = (float(x) for x in np.quantile(differences, [tail, 1 - tail]))
     rel_low, rel_high = (float(x) for x in np.quantile(relative, [tail, 1 - tail])) if np.isfinite(relative).all() else (math.nan, math.nan)
@@ -173,7 +187,7 @@ def paired_bootstrap(
         "low": low,
         "high": high,
         "real": bool(low > 0 or high < 0),
-        "relative_drop": (base_score - score) / base_score if base_score else math.nan,
+        "relative_drop": (base_score - score) / base_score if base_score > 0 else math.nan,
         "relative_low": rel_low,
         "relative_high": rel_high,
         "seed_min": float(paired.min()),
@@ -181,6 +195,7 @@ def paired_bootstrap(
         "n_examples": int(n),
         "n_base": int(len(b)),
         "n_runs": int(len(o)),
+        "n_unpaired": int(unpaired),
         "resamples": int(resamples),
         "level": level,
     }
@@ -220,6 +235,8 @@ def paired_differences(results: dict[str, dict], resamples: int = RESAMPLES, see
         token = bool(base_runs[0]["dev"].get("lengths"))
         position = {r["config"]["seed"]: i for i, r in enumerate(base_runs)}
         pairs = [(position[r["config"]["seed"]], j) for j, r in enumerate(other_runs) if r["config"]["seed"] in position]
+        if not pairs:
+            continue  # no common seed (the gate left them out): no paired interval
         metric = base_runs[0]["metric"]
         stats = paired_bootstrap([run_statistics(r) for r in base_runs], [run_statistics(r) for r in other_runs], metric, token, resamples, seed, level, pairs)
         rows.append({"model": model, "task": task, "ranking": ranking, "k": k, "fraction": k / total, "mode": setting[0], "probe_input": setting[1], **stats})
@@ -287,6 +304,19 @@ def spearman_exact_p(x: Sequence[float], y: Sequence[float]) -> tuple[float, flo
         return rho, math.nan
     perms = [_pearson(rx, ry[list(p)]) for p in itertools.permutations(range(len(ry)))]
     return rho, sum(r >= rho - 1e-12 for r in perms) / len(perms)
+
+
+def model_points(rows: pd.DataFrame, score: str = "score") -> tuple[pd.DataFrame, list[str]]:
+    """Claim 3's points from per-(model, task) rows with ``drop`` and ``score``: one point per model, averaged
+    over the tasks that *every* model has (so that no model's average rises or falls by which tasks it has:
+    POS near 0.95 in one model's average and not in another's would decide ρ). Returns ``(points [model, drop,
+    score, n_tasks], the common tasks)``."""
+    rows = rows.dropna(subset=["drop", score])
+    models = rows["model"].unique()
+    common = sorted(t for t, g in rows.groupby("task") if set(g["model"]) >= set(models))
+    kept = rows[rows["task"].isin(common)]
+    points = kept.groupby("model", sort=True).agg(drop=("drop", "mean"), score=(score, "mean"), n_tasks=("task", "nunique")).reset_index()
+    return points[["model", "drop", "score", "n_tasks"]], common
 
 
 def claim3(points: pd.DataFrame, alpha: float = 0.05) -> dict:

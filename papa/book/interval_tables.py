@@ -90,8 +90,8 @@ def main_table_display(main: pd.DataFrame) -> Table:
         "converged": "converged seeds",
     }
     missing = {
-        "difference_cell": "k = 0 is the reference, or its runs stored no dev predictions",
-        "drop_cell": "k = 0 is the reference, or its runs stored no dev predictions",
+        "difference_cell": "k = 0 is the reference, or no run here shares a probe seed and stored dev predictions with k = 0",
+        "drop_cell": "k = 0 is the reference, or no run here shares a probe seed and stored dev predictions with k = 0",
         "real": "no interval at k = 0",
         "score_cell": "not run",
         "spread": "not run",
@@ -103,7 +103,7 @@ def main_table_display(main: pd.DataFrame) -> Table:
 def random_display(baseline: pd.DataFrame) -> Table:
     """:func:`papa.analysis.findings.random_baseline` for reading: does a ranking beat the seeded random orderings?"""
     frame = key_text(baseline).assign(
-        heads=[_fraction(f) for f in baseline["fraction"]],
+        heads=[_heads_label(k, t) for k, t in zip(baseline["k"], baseline["total_heads"])],
         difference_cell=[_difference_cell(d, lo, hi) for d, lo, hi in zip(baseline["difference"], baseline["low"], baseline["high"])],
         runs=[f"{a} / {b}" for a, b in zip(baseline["n_runs"], baseline["n_random"])],
     )
@@ -118,7 +118,7 @@ def random_display(baseline: pd.DataFrame) -> Table:
         "runs": "text",
     }
     headers = {
-        "heads": "share of heads constant",
+        "heads": "constant heads",
         "score": "ranking's score",
         "random_score": "random's score",
         "difference_cell": "ranking − random [95% interval]",

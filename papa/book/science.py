@@ -172,7 +172,7 @@ def analogue_figures(result: Science, data: BookData) -> list[Figure]:
     differences = result.differences_basis if len(result.differences_basis) else None  # no run stored dev predictions
     points = P.score_vs_dynamic_heads(result.summary, data.floors, differences) if len(result.summary) else pd.DataFrame(columns=["ranking"])
     relative = P.relative_score_vs_constant_fraction(result.summary, data.floors, result.ranking) if len(result.summary) else pd.DataFrame()
-    points_c, verdict = P.better_models_lose_more(result.summary, data.floors) if len(result.summary) else result.better
+    points_c, verdict = result.better  # the claims table's points and verdict (converged runs), never recomputed on others
     out = []
     for label, ready, draw, why in (
         (
