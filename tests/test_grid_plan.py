@@ -137,3 +137,23 @@ def test_committed_results_match_the_result_record():
         record = read_json_verified(path, "result")
         ResultRecord.model_validate(record)
         assert set(record) <= set(ResultRecord.model_fields) and set(record["config"]) <= set(ResultConfig.model_fields), path.name
+
+
+def test_the_feature_cache_keeps_shared_sets_once_and_holds_one_runs_own_set_at_a_time():
+    """MiniLM-L6 features: [examples, 7 states, L, 384] float16. Two probes at k = 0 share their sets (the
+    floor reads the same ones); k = all is shared too; a partial head set (a ranking) is a run's own."""
+    from papa.pipeline.estimate import cache_bytes, feature_set_bytes
+
+    def probe(k, ranking="", examples=100, task="sst2"):
+        params = dict(model="minilm-l6", task=task, k=k, ranking=ranking, max_length=64, max_train_examples=examples, max_eval_examples=50, epochs=2, seeds=[1], mode="cached")
+        return Run(f"p{k}{ranking}{task}", "probe", params)
+
+    per_example = 7 * 64 * 384 * 2
+    assert feature_set_bytes("minilm-l6", 1, 64) == per_example
+    runs = [probe(0), probe(0), probe(72), probe(36, "r.json"), probe(36, "s.json", examples=300), probe(0, task="ner"), probe(0, task="pos")]
+    kept, held, unknown = cache_bytes(runs)
+    # shared: sst2 k = 0 and k = all (100 train + 50 dev each), CoNLL k = 0 once for NER and POS
+    assert kept == (150 + 150 + 150) * per_example and unknown == 0
+    assert held == (300 + 50) * per_example  # the larger of the two partial runs
+    faithful = Run("f", "probe", dict(runs[2].params, mode="faithful"))
+    assert cache_bytes([faithful, Run("r", "results", {})]) == (0, 0, 0)

@@ -304,7 +304,9 @@ def test_the_paper_grid_plans_offline_with_run_ids_without_slashes(tmp_path, mon
     assert lines[0].startswith("grid paper: 290 runs, 290 to execute")
     planned = [line.split("would run ", 1)[1] for line in lines[1:] if "would run " in line]
     assert len(planned) == 290 and all("/" not in line for line in planned)
-    sizes = [line.strip() for line in lines[1:] if "would run " not in line]
+    sizes = [line.strip() for line in lines[1:] if line.startswith("      ")]
+    cache = next(line for line in lines if line.startswith("  feature cache ("))
+    assert float(cache.split("~")[1].split(" GB")[0]) > 1000  # base and large models' whole splits: a warning unless a disk holds it
     assert len(sizes) == 290 and all(line.endswith("on 2 CPU cores") for line in sizes)  # every run sized offline
 
 

@@ -112,6 +112,39 @@ def run_size(run: Run) -> tuple[int, int | None]:
     return examples, examples * (layers + 1) * p["max_length"] * hidden * FEATURE_BYTES
 
 
+def feature_set_bytes(model: str, examples: int, max_length: int) -> int | None:
+    """Bytes of one cached feature set: ``[examples, layers + 1, L, hidden]`` float16 (None: dims unknown offline)."""
+    dims = model_dims(model)
+    return None if dims is None else examples * (dims[0] + 1) * max_length * dims[1] * FEATURE_BYTES
+
+
+def cache_bytes(runs: list[Run]) -> tuple[int, int, int]:
+    """``(kept, held, unknown)``: what ``runs`` leave in the feature cache, and what it holds at its peak.
+
+    ``kept``: the shared feature sets (no head constant, or every head: sets without a ranking), each counted
+    once, for they stay (:func:`papa.probing.protocol.release_private_features`); ``held``: the largest set of
+    a single run's own partial head set (0 < k < all), on disk only while that run runs; ``unknown``: runs
+    whose model dims cannot be told offline."""
+    kept, held, unknown, seen = 0, 0, 0, set()
+    for run in runs:
+        if run.kind not in ("probe", "select_lr"):
+            continue
+        _, features = run_cost(run)
+        private = 0
+        for key in features:
+            size = feature_set_bytes(run.params["model"], key[-2], key[-1])
+            if size is None:
+                unknown += 1
+                break
+            if key[4]:  # a ranking: a partial head set, this run's alone
+                private += size
+            elif key not in seen:
+                seen.add(key)
+                kept += size
+        held = max(held, private)
+    return kept, held, unknown
+
+
 def run_cost(run: Run) -> tuple[float, dict[tuple, float]]:
     """``(seconds of its own, {feature set: seconds to extract it})`` for a run never timed, from its
     size and model (:data:`MODEL_COST`). Feature sets are named so that runs sharing one (the same

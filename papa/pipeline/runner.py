@@ -19,7 +19,7 @@ from pathlib import Path
 
 from papa.core.errors import PapaError
 from papa.core.io import atomic_write_json, atomic_write_text, canonical_json, read_json_verified, sha256_bytes
-from papa.pipeline.estimate import _format, estimate_seconds, run_seconds_guess, run_size
+from papa.pipeline.estimate import _format, cache_bytes, estimate_seconds, run_seconds_guess, run_size
 from papa.pipeline.executors import make_executor
 from papa.pipeline.keys import data_fingerprints, key_of, notebook_displays, run_components
 from papa.pipeline.plan import ROOT, Run, expand, load_config, run_notebook_path, runs_dir
@@ -339,6 +339,25 @@ def _report_plan(status: GridStatus, stale: list[Run], config: dict, out, dry_ru
             print(f"      {_size_line(run, budget)}", file=out)
     for run in status.refresh:
         print(f"  {'would refresh' if dry_run else 'refreshes'} the text of {run.run_id} (markdown changed; not re-executed)", file=out)
+    _report_disk(stale, out)
+
+
+def _report_disk(stale: list[Run], out) -> None:
+    """The feature cache these runs need on disk, against what is free there (a warning when it does not fit)."""
+    import shutil
+
+    from papa.probing.features import cache_root
+
+    kept, held, _ = cache_bytes(stale)
+    if not kept + held:
+        return
+    root = cache_root()
+    existing = next((p for p in (root, *root.parents) if p.exists()), None)
+    free = shutil.disk_usage(existing).free if existing is not None else None
+    line = f"  feature cache ({root}): ~{kept / 1e9:.1f} GB of shared feature sets kept, up to {held / 1e9:.1f} GB more while a run holds its own head set"
+    print(line + (f"; {free / 1e9:.0f} GB free there" if free is not None else ""), file=out)
+    if free is not None and kept + held > free:
+        print(f"  warning: the feature cache may fill the disk: set PAPA_CACHE_DIR to a folder with {(kept + held) / 1e9:.0f} GB free", file=out)
 
 
 def run_grid(
