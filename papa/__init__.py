@@ -43,8 +43,6 @@ from papa.core.patching import (
     unpatch,
 )
 from papa.core.version import __version__
-from papa.probing.experiment import run_probe, save_result
-from papa.probing.task_inputs import estimate_task_constants, prepare_inputs
 
 __all__ = [
     "ConstantSet",
@@ -97,12 +95,24 @@ _LAZY_MODULES = {
 }
 
 
+#: Functions loaded on first use, by the module that defines them: ``import papa`` alone executes papa.core, so a
+#: run's key (:mod:`papa.pipeline.sources`) follows only the code its notebook reaches through these names.
+_LAZY_NAMES = {
+    "compute_ranking": "papa.probing.ranking",
+    "estimate_task_constants": "papa.probing.encoding",
+    "prepare_inputs": "papa.probing.task_inputs",
+    "run_probe": "papa.probing.experiment",
+    "save_result": "papa.probing.experiment",
+}
+
+
 def __getattr__(name: str):
-    """Lazy access to ``compute_ranking`` and to the heavier modules (figures, results, book, grid)."""
+    """Lazy access to the probing functions (:data:`_LAZY_NAMES`) and to the heavier modules (figures, results,
+    book, grid)."""
     import importlib
 
-    if name == "compute_ranking":
-        return importlib.import_module("papa.probing.ranking").compute_ranking
+    if name in _LAZY_NAMES:
+        return getattr(importlib.import_module(_LAZY_NAMES[name]), name)
     if name in _LAZY_MODULES:
         return importlib.import_module(_LAZY_MODULES[name])
     raise AttributeError(f"module 'papa' has no attribute {name!r}")

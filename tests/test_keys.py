@@ -65,6 +65,12 @@ def test_a_code_line_stales_exactly_the_runs_that_execute_it(monkeypatch):
     # the single-run figures: the estimate and rank notebooks draw them, and the chapters
     after = _keys(monkeypatch, {"analysis/run_figures.py": "\n_EXTRA = 1\n"})
     assert {rid for rid in before if before[rid] != after[rid]} == {"estimate-run", "rank-run", "results-run", "controls-run"}
+    # the probe trainer: the probes and the lr choice, never the constants (whose key every run downstream carries)
+    after = _keys(monkeypatch, {"probing/experiment.py": "\n_EXTRA = 1\n"})
+    assert {rid for rid in before if before[rid] != after[rid]} == {"probe-run", "select_lr-run"}
+    # a metric script is loaded by path (evaluate.load), not imported: it still keys every run that scores
+    after = _keys(monkeypatch, {"probing/metrics/papa_mcc/papa_mcc.py": "\n_EXTRA = 1\n"})
+    assert {rid for rid in before if before[rid] != after[rid]} == {r.run_id for r in RUNS} - {"estimate-run"}
     # what every run's kernel executes
     after = _keys(monkeypatch, {"pipeline/notebook.py": "\n_EXTRA = 1\n"})
     assert {rid for rid in before if before[rid] != after[rid]} == {r.run_id for r in RUNS}
@@ -308,3 +314,13 @@ def test_the_atomic_writer_raising_enospc_fails_sealing(tree, monkeypatch):
     monkeypatch.setattr(stamps, "atomic_write_json", full)
     with pytest.raises(PapaError, match="No space left to write"):
         stamps.seal(run, key_of(components), components, "d", None, 1.0, folder, root)
+
+
+def test_the_environment_ignores_local_version_labels(monkeypatch):
+    """torch 2.13.0+cpu (the CPU wheel) and 2.13.0 (PyPI) give one key: a user's install never stales every run."""
+    from papa.pipeline import keys
+
+    monkeypatch.setattr(keys, "package_versions", lambda names: {name: "2.13.0+cpu" if name == "torch" else "1.0" for name in names})
+    cpu = keys.environment()
+    monkeypatch.setattr(keys, "package_versions", lambda names: {name: "2.13.0" if name == "torch" else "1.0" for name in names})
+    assert cpu == keys.environment() and cpu["torch"] == "2.13.0"

@@ -33,8 +33,10 @@ def _sha(text: str | bytes) -> str:
 
 
 def environment() -> dict[str, str]:
-    """Installed versions of :data:`ENV_PACKAGES` (``"absent"`` for a missing one)."""
-    return package_versions(ENV_PACKAGES)
+    """Installed versions of :data:`ENV_PACKAGES` (``"absent"`` for a missing one), without a local version
+    label: torch ``2.13.0+cpu`` (the CPU wheel) and PyPI's ``2.13.0`` compute the same numbers, and a key that
+    told them apart would make every committed run stale on a machine that installed the other wheel."""
+    return {name: value.split("+", 1)[0] for name, value in package_versions(ENV_PACKAGES).items()}
 
 
 # -- data ----------------------------------------------------------------------------------------

@@ -91,13 +91,13 @@ def module_fingerprint(name: str, package: Path = PACKAGE) -> str:
 
 
 def _lazy_names(tree: ast.Module) -> dict[str, str]:
-    """Attributes a package provides lazily: its ``_LAZY_MODULES`` dict and the
+    """Attributes a package provides lazily: its ``_LAZY_MODULES`` and ``_LAZY_NAMES`` dicts (name → module) and the
     ``if name == "x": ... import_module("m")`` branches of its module ``__getattr__``."""
     lazy: dict[str, str] = {}
     for node in tree.body:
         if isinstance(node, (ast.Assign, ast.AnnAssign)) and isinstance(node.value, ast.Dict):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            if any(isinstance(t, ast.Name) and t.id == "_LAZY_MODULES" for t in targets):
+            if any(isinstance(t, ast.Name) and t.id in ("_LAZY_MODULES", "_LAZY_NAMES") for t in targets):
                 for key, value in zip(node.value.keys, node.value.values):
                     if isinstance(key, ast.Constant) and isinstance(value, ast.Constant):
                         lazy[str(key.value)] = str(value.value)
@@ -165,8 +165,21 @@ def _resolve(name: str, package: Path) -> str | None:
     return None
 
 
+#: Modules that load papa files *by path* rather than by import (``evaluate.load(path)`` of the metric
+#: scripts): reaching the module reaches every ``.py`` file below the folder named here.
+LOADED_BY_PATH = {"papa.probing.metrics": "probing/metrics"}
+
+
+def _by_path(name: str, package: Path) -> list[str]:
+    folder = LOADED_BY_PATH.get(name)
+    if folder is None:
+        return []
+    return sorted("papa." + ".".join(p.relative_to(package).with_suffix("").parts) for p in (package / folder).rglob("*.py") if p.name != "__init__.py")
+
+
 def papa_modules(tree: ast.Module, package: Path = PACKAGE) -> dict[str, str]:
-    """``{module: fingerprint}`` of every papa module the code in ``tree`` executes (transitively)."""
+    """``{module: fingerprint}`` of every papa module the code in ``tree`` executes (transitively), the files a
+    reached module loads by path included (:data:`LOADED_BY_PATH`: the metric scripts)."""
     todo = sorted(imported_modules(tree, "__notebook__", package))
     seen: dict[str, str] = {}
     while todo:
@@ -177,6 +190,7 @@ def papa_modules(tree: ast.Module, package: Path = PACKAGE) -> dict[str, str]:
         seen[name] = fingerprint
         todo.extend(m for parent in _with_parents(name) for m in [parent] if m not in seen)
         todo.extend(sorted(imported_modules(module_tree, name, package)))
+        todo.extend(_by_path(name, package))
     return dict(sorted(seen.items()))
 
 

@@ -42,6 +42,7 @@ from papa.core.layout import IGNORE_INDEX
 from papa.core.models import LoadedModel, load_model, pick_device
 from papa.core.patching import patch_constant_heads, prune_qk, unpatch
 from papa.core.provenance import provenance
+from papa.probing.encoding import encode_split, estimate_task_constants  # noqa: F401  (re-exported: the interface before the split)
 from papa.probing.features import (
     Features,
     cached_features_key,
@@ -67,8 +68,6 @@ from papa.probing.probe import (
 )
 from papa.probing.task_inputs import (  # noqa: F401  (re-exported: this module's interface before the split)
     TaskInputs,
-    encode_split,
-    estimate_task_constants,
     floors,
     make_evaluator,
     prepare_inputs,

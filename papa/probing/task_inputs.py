@@ -3,7 +3,6 @@ predictions on them are scored.
 
 * :class:`TaskInputs` — the encoded splits (``[N, L]`` tensors, ``labels`` ``[N]`` or ``[N, L]``) and their indices;
 * :func:`prepare_inputs` — load, subset and encode (shared by every seed and every k of a run);
-* :func:`estimate_task_constants` — a task's constant matrices ``[layers, heads, L, L]``;
 * :func:`score_predictions`, :func:`make_evaluator` — metrics (and the per-example dev record) of flat predictions;
 * :func:`floors` — the majority-class floor.
 """
@@ -15,11 +14,11 @@ from dataclasses import dataclass
 
 import torch
 
-from papa.core.constants import ConstantSet
 from papa.core.errors import PapaError
-from papa.core.layout import IGNORE_INDEX, check_max_length, encode_sequences, encode_words
-from papa.core.models import LoadedModel, load_model, pick_device
+from papa.core.layout import IGNORE_INDEX, check_max_length
+from papa.core.models import LoadedModel
 from papa.probing.data import TaskSpec, get_task, label_names, load_task_split, subset
+from papa.probing.encoding import encode_split
 from papa.probing.metrics import compute_task_metrics, majority_baseline
 from papa.probing.probe import predict
 
@@ -45,16 +44,6 @@ class TaskInputs:
             "train_indices_sha": digest(self.train_indices),
             "eval_indices_sha": digest(self.eval_indices),
         }
-
-
-def encode_split(lm: LoadedModel, spec: TaskSpec, dataset, max_length: int, relayout: bool) -> dict[str, torch.Tensor]:
-    """Encode a loaded split with the PAPA layout; adds ``labels`` (``[N]`` or ``[N, L]``)."""
-    if spec.is_token_task:
-        return encode_words(lm.tokenizer, dataset["tokens"], dataset[spec.label_column], max_length, relayout)
-    columns = [dataset[c] for c in spec.text_columns]
-    encoded = encode_sequences(lm.tokenizer, columns[0], columns[1] if len(columns) > 1 else None, max_length, relayout)
-    encoded["labels"] = torch.tensor(dataset[spec.label_column], dtype=torch.long)
-    return encoded
 
 
 def prepare_inputs(
@@ -85,42 +74,6 @@ def prepare_inputs(
         max_length,
         relayout,
     )
-
-
-def estimate_task_constants(
-    model: str | LoadedModel = "minilm-l6",
-    task: str = "sst2",
-    split: str = "train",
-    max_examples: int | None = None,
-    max_length: int = 64,
-    relayout: bool = True,
-    batch_size: int = 64,
-    data_dir: str | None = None,
-    device: str | None = None,
-    progress: bool = False,
-) -> ConstantSet:
-    """Constants of ``model`` over the first ``max_examples`` examples of a task's ``split``."""
-    from papa.core.constants import estimate_constants
-    from papa.core.version import __version__
-
-    spec = get_task(task)
-    torch_device = pick_device(device)
-    lm = model if isinstance(model, LoadedModel) else load_model(model, torch_device)
-    check_max_length(max_length, getattr(lm.model.config, "max_position_embeddings", None))
-    dataset = load_task_split(spec, split, data_dir)
-    if max_examples is not None:
-        dataset = dataset.select(range(min(max_examples, len(dataset))))
-    encoded = encode_split(lm, spec, dataset, max_length, relayout)
-    meta = {
-        "model": lm.name,
-        "fingerprint": lm.fingerprint,
-        "task": spec.name,
-        "split": split,
-        "relayout": relayout,
-        "papa_version": __version__,
-        "device": str(torch_device),
-    }
-    return estimate_constants(lm.model, encoded, batch_size, torch_device, progress=progress, meta=meta)
 
 
 def _token_lists(flat: torch.Tensor, encoded: dict[str, torch.Tensor]) -> list[list[int]]:
