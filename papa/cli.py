@@ -177,10 +177,18 @@ def cmd_rank(args) -> int:
 def cmd_probe(args) -> int:
     _checked(ProbeParams, args, seeds=[args.seed])
     from papa.core.io import atomic_write_json
+    from papa.core.models import load_model, pick_device
     from papa.probing.experiment import run_probe
 
+    model = args.model
+    if args.lr_file:  # the lr chosen at k = 0 for this model and task replaces --lr (as in notebooks/03_probe.md)
+        from papa.probing.protocol import load_lr_choice
+
+        model = load_model(args.model, pick_device(args.device))
+        args.lr = load_lr_choice(args.lr_file, model.name, args.task)
+    out = args.out.replace("{seed}", str(args.seed))
     result = run_probe(
-        args.model,
+        model,
         args.task,
         args.constants or None,
         args.ranking or None,
@@ -199,9 +207,14 @@ def cmd_probe(args) -> int:
         data_seed=args.data_seed,
         data_dir=args.data_dir,
         device=args.device,
+        patience=args.patience,
+        pool_examples=args.pool_examples,
+        heldout_examples=args.heldout_examples,
+        dev_every_epoch=args.dev_every_epoch,
+        eval_chunk_examples=args.eval_chunk_examples,
     )
-    atomic_write_json(args.out, result)
-    print(f"wrote {args.out}: {result['task']} {result['metric']} = {result['score']:.4f} (k={result['config']['constant_heads']}, {result['timings']['total']:.1f} s)")
+    atomic_write_json(out, result)
+    print(f"wrote {out}: {result['task']} {result['metric']} = {result['score']:.4f} (k={result['config']['constant_heads']}, {result['timings']['total']:.1f} s)")
     return 0
 
 

@@ -118,6 +118,10 @@ PROBE = {
         ),
         ({"model": "minilm-l3", "task": "mnli", "method": "deviation", "constants": "c", "seed": 42}, "Ranking — minilm-l3 · MNLI (deviation)"),
         ({"model": "minilm-l6", "task": "pos", "max_examples": 1000, "max_length": 64}, "Constants — minilm-l6 · CoNLL-2003 POS · 1,000 training examples"),
+        (
+            {"model": "mpnet-base", "task": "cola", "lrs": [2e-5, 2e-4, 1e-3], "seeds": [0], "epochs": 15, "out": "lr.json"},
+            "Learning rate — mpnet-base · CoLA · chosen among 2e-05, 0.0002, 0.001",
+        ),
         ({"grid_config": "configs/smoke.yaml"}, None),
     ],
 )

@@ -19,6 +19,7 @@ from papa.book.pages import _appendix, _run_groups, _setup, _toc, appendix_rows,
 from papa.book.setup_page import heads_words, lr_words
 from papa.book.words import and_list, count, duration, fraction_words
 from papa.cli import build_parser
+from papa.core.io import atomic_write_json
 from papa.pipeline.plan import ROOT, Run, load_config
 
 RERUN = ROOT / "book" / "rerun.md"
@@ -41,6 +42,7 @@ RUN_IDS = [
     "estimate__minilm-l6__sst2",
     "estimate__minilm-l3__sst2",
     "rank__minilm-l6__sst2__gates",
+    "select_lr__minilm-l6__sst2",
     "probe__minilm-l6__sst2__none__k0__cached",
     "probe__minilm-l3__sst2__gates__k18__cached",
     "probe__minilm-l6__sst2__all__k72__cached__moredata8k",
@@ -53,7 +55,7 @@ def test_toc_groups_the_run_pages_by_kind_and_model():
     toc = yaml.safe_load(_toc({"name": "g"}, RUN_IDS))
     assert toc["root"] == "book/index"
     parts = {part["caption"]: [c["file"] for c in part["chapters"]] for part in toc["parts"]}
-    assert list(parts) == ["The question", "Findings", "Rerun and extend", "Appendix", "Constants", "Rankings", "Probes — minilm-l6", "Probes — minilm-l3"]
+    assert list(parts) == ["The question", "Findings", "Rerun and extend", "Appendix", "Constants", "Rankings", "Learning rates", "Probes — minilm-l6", "Probes — minilm-l3"]
     assert parts["Rerun and extend"] == ["book/rerun", "book/scale-out"]
     assert parts["Appendix"] == ["book/appendix"]
     assert parts["Findings"][:2] == ["book/runs/g/results", "book/runs/g/controls"]
@@ -61,8 +63,8 @@ def test_toc_groups_the_run_pages_by_kind_and_model():
     listed = [f for files in parts.values() for f in files]
     assert sorted(f for f in listed if "/runs/g/" in f) == sorted(f"book/runs/g/{r}" for r in RUN_IDS)  # every run once
     # kinds in a fixed order, models in their order of first appearance
-    assert list(_run_groups(RUN_IDS[::-1])) == ["Constants", "Rankings", "Probes — minilm-l6", "Probes — minilm-l3"]
-    assert list(_run_groups([RUN_IDS[4], RUN_IDS[0], RUN_IDS[3]])) == ["Constants", "Probes — minilm-l3", "Probes — minilm-l6"]
+    assert list(_run_groups(RUN_IDS[::-1])) == ["Constants", "Rankings", "Learning rates", "Probes — minilm-l6", "Probes — minilm-l3"]
+    assert list(_run_groups([RUN_IDS[5], RUN_IDS[0], RUN_IDS[4]])) == ["Constants", "Probes — minilm-l3", "Probes — minilm-l6"]
 
 
 # -- the appendix ------------------------------------------------------------------------------------
@@ -72,7 +74,6 @@ def _probe(run_id: str, k: int, seeds: list[int], **extra) -> Run:
 
 
 def _result(root: Path, run_id: str, seed: int, score: float) -> None:
-    from papa.core.io import atomic_write_json
 
     (root / "results").mkdir(exist_ok=True)
     atomic_write_json(root / "results" / f"{run_id}__s{seed}.json", {"score": score, "config": {"total_heads": 72}})
@@ -82,6 +83,7 @@ def test_appendix_rows_describe_every_run(tmp_path):
     runs = [
         Run("estimate__minilm-l6__sst2", "estimate", dict(model="minilm-l6", task="sst2", max_examples=1000)),
         Run("rank__minilm-l6__sst2__gates", "rank", dict(model="minilm-l6", task="sst2", method="gates", seed=42)),
+        Run("select_lr__minilm-l6__sst2", "select_lr", dict(model="minilm-l6", task="sst2", lrs=[2e-5, 1e-3], seeds=[0], out="lr/minilm-l6__sst2.json")),
         _probe("probe__minilm-l6__sst2__gates__k36__cached", 36, [42, 43]),
         _probe("probe__minilm-l6__sst2__none__k0__cached__embeddings", 0, [42], probe_input="embeddings"),
         _probe("probe__minilm-l6__sst2__all__k72__cached__moredata8k", 72, [42]),
@@ -90,12 +92,15 @@ def test_appendix_rows_describe_every_run(tmp_path):
     _result(tmp_path, "probe__minilm-l6__sst2__gates__k36__cached", 42, 0.75)
     _result(tmp_path, "probe__minilm-l6__sst2__gates__k36__cached", 43, 0.80)
     _result(tmp_path, "probe__minilm-l6__sst2__none__k0__cached__embeddings", 42, 0.6)
+    (tmp_path / "lr").mkdir()
+    atomic_write_json(tmp_path / "lr" / "minilm-l6__sst2.json", {"model": "minilm-l6", "task": "sst2", "lr": 1e-3})
     manifest = {"estimate__minilm-l6__sst2": {"seconds": 26.4}, "probe__minilm-l6__sst2__gates__k36__cached": {"seconds": 95.0}}
     rows = appendix_rows({"name": "g"}, runs, manifest, tmp_path)
-    assert [r.pop("page") for r in rows] == [f"book/runs/g/{r.run_id}" for r in runs[:5]]  # the chapter has no row
+    assert [r.pop("page") for r in rows] == [f"book/runs/g/{r.run_id}" for r in runs[:6]]  # the chapter has no row
     assert rows == [
         dict(kind="constants", model="minilm-l6", task="SST-2", ordering="", k="", setting="1,000 training examples", seeds="", score="", duration="26 s"),
         dict(kind="ranking", model="minilm-l6", task="SST-2", ordering="gates", k="", setting="", seeds="42", score="", duration=""),
+        dict(kind="learning rate", model="minilm-l6", task="SST-2", ordering="", k="", setting="0.001 chosen among 2e-05, 0.001", seeds="0", score="", duration=""),
         dict(kind="probe", model="minilm-l6", task="SST-2", ordering="gates", k="36 of 72", setting="main grid", seeds="42, 43", score="0.775", duration="1.6 min"),
         dict(kind="probe", model="minilm-l6", task="SST-2", ordering="", k="", setting="attention-free floor", seeds="42", score="0.600", duration=""),
         dict(kind="probe", model="minilm-l6", task="SST-2", ordering="", k="72", setting="8,000 training examples", seeds="42", score="", duration=""),
@@ -103,8 +108,8 @@ def test_appendix_rows_describe_every_run(tmp_path):
     page = _appendix({"name": "g"}, appendix_rows({"name": "g"}, runs, manifest, tmp_path))
     table = [line for line in page.splitlines() if line.startswith("| ")]
     assert table[0] == "| Kind | Model | Task | Ordering | k | Setting | Seeds | Score | Duration | Page |"
-    assert len(table) == 1 + 5 and all(line.count(" | ") == 9 for line in table)
-    for run in runs[:5]:
+    assert len(table) == 1 + 6 and all(line.count(" | ") == 9 for line in table)
+    for run in runs[:6]:
         assert f"{{doc}}`open </book/runs/g/{run.run_id}>`" in page
     assert ":name: runs-index" in page and '<script src="../_static/papa-itables.js"></script>' in page
 

@@ -10,7 +10,7 @@ from papa.core.io import atomic_write_text, read_json_verified
 from papa.pipeline.plan import ROOT
 
 # -- generated pages ----------------------------------------------------------------------------------
-_KIND_CAPTIONS = {"estimate": "Constants", "rank": "Rankings", "probe": "Probes"}
+_KIND_CAPTIONS = {"estimate": "Constants", "rank": "Rankings", "select_lr": "Learning rates", "probe": "Probes"}
 
 
 def _run_groups(run_ids: list[str]) -> dict[str, list[str]]:
@@ -72,12 +72,16 @@ def appendix_rows(config: dict, runs: list, manifest: dict, root: Path = ROOT) -
         if run.kind not in _KIND_CAPTIONS:
             continue
         p = run.params
-        row = {"kind": {"estimate": "constants", "rank": "ranking", "probe": "probe"}[run.kind], "model": p["model"], "task": task_name(p["task"])}
+        row = {"kind": {"estimate": "constants", "rank": "ranking", "select_lr": "learning rate", "probe": "probe"}[run.kind], "model": p["model"], "task": task_name(p["task"])}
         row |= {"ordering": "", "k": "", "setting": "", "seeds": "", "score": "", "duration": duration((manifest.get(run.run_id) or {}).get("seconds"))}
         if run.kind == "rank":
             row |= {"ordering": p["method"], "seeds": str(p.get("seed", ""))}
         elif run.kind == "estimate":
             row["setting"] = f"{p['max_examples']:,} training examples"
+        elif run.kind == "select_lr":
+            path = root / p["out"]
+            chosen = f"{read_json_verified(path, 'lr choice')['lr']:g} chosen" if path.is_file() else "not chosen yet"
+            row |= {"setting": f"{chosen} among {', '.join(f'{float(lr):g}' for lr in p['lrs'])}", "seeds": ", ".join(str(s) for s in p["seeds"])}
         else:
             scores, total = [], None
             for seed in p["seeds"]:

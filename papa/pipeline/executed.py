@@ -71,6 +71,7 @@ def run_title(params: dict, root: Path | None = None) -> str | None:
     """The heading that names a run from its parameters, or None for a chapter.
 
     ``Constants — minilm-l6 · SST-2 · 1,000 training examples``, ``Ranking — minilm-l6 · SST-2 (gates)``,
+    ``Learning rate — minilm-l6 · SST-2 · chosen among 2e-05, 0.0002, 0.001``,
     ``Probe — minilm-l6 · SST-2 · gates · 36 of 72 heads constant · seeds 42, 43, 44``; a probe of a study
     (its ``out`` file named ``..._<study>__s{seed}.json``) ends with the study in words.
     """
@@ -79,6 +80,8 @@ def run_title(params: dict, root: Path | None = None) -> str | None:
     head = f"{params['model']} · {task_name(str(params['task']))}"
     if "method" in params:
         return f"Ranking — {head} ({params['method']})"
+    if "lrs" in params:
+        return f"Learning rate — {head} · chosen among {', '.join(f'{float(lr):g}' for lr in params['lrs'])}"
     if "k" not in params:
         examples = params.get("max_examples")
         return f"Constants — {head}" + (f" · {_count(int(examples))} training examples" if isinstance(examples, int) else "")
