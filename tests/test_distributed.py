@@ -330,3 +330,26 @@ def test_sequential_executor_is_unchanged():
     executor = SequentialExecutor(lambda run: 2.0)
     executor.submit(Run("a", "probe", {}))
     assert [(o.run.run_id, o.status, o.seconds) for o in executor.wait()] == [("a", "ok", 2.0)]
+
+
+def test_threads_per_run_reach_a_sequential_runs_kernel_and_are_restored(monkeypatch):
+    """--threads-per-run with the default scheduler: the kernel a run starts inherits OMP_NUM_THREADS etc.
+    while it executes (it used to be dropped), and the driver's own environment comes back after."""
+    import os
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "7")
+    monkeypatch.delenv("MKL_NUM_THREADS", raising=False)
+    seen = {}
+
+    def execute(run):
+        seen.update({name: os.environ.get(name) for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")})
+        if run.run_id == "bad":
+            raise PapaError("it failed", "nothing to do")
+        return 1.0
+
+    executor = make_executor("sequential", execute, threads_per_run=3)
+    for rid in ("ok", "bad"):
+        executor.submit(Run(rid, "probe", {}))
+        executor.wait()
+        assert seen == {"OMP_NUM_THREADS": "3", "MKL_NUM_THREADS": "3", "OPENBLAS_NUM_THREADS": "3"}
+        assert os.environ["OMP_NUM_THREADS"] == "7" and "MKL_NUM_THREADS" not in os.environ

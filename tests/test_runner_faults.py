@@ -225,3 +225,28 @@ def test_a_full_runs_folder_fails_one_run_and_the_grid_goes_on(grid, monkeypatch
     stale = _stale(config)
     assert set(stale) == {K0, "results", "controls"}
     assert f"output not proven ({result.relative_to(ROOT)} differs from what the run wrote)" in stale[K0]
+
+
+def test_only_refuses_a_run_whose_upstream_is_stale(grid):
+    """The constants changed on disk: the estimate is stale, so `--only` on the all-heads probe alone would run
+    it on unproven constants; the runner refuses, naming the estimate, and executes nothing."""
+    path, config, folder = grid
+    constants = folder / "artifacts" / "constants" / "minilm-l6__sst2.safetensors"
+    with _Saved(constants, folder / "manifest.json"):
+        constants.write_bytes(constants.read_bytes()[:-1] + b" ")
+        before = {p: p.stat().st_mtime_ns for p in folder.rglob("*") if p.is_file()}
+        with pytest.raises(PapaError, match=f"--only '{KALL}' selects runs whose upstream runs are stale: {ESTIMATE}"):
+            run_grid(path, only=KALL, out=io.StringIO())
+        assert {p: p.stat().st_mtime_ns for p in folder.rglob("*") if p.is_file() and p.name != ".lock.owner"} == {p: t for p, t in before.items() if p.name != ".lock.owner"}
+    assert _stale(config) == {}
+
+
+def test_a_model_that_cannot_be_sized_offline_stops_the_run_before_anything_is_written(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "empty-hf-home"))
+    name = f"test-unsized-{uuid.uuid4().hex[:8]}"
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(dict(TINY, name=name, models=["someone/unknown-encoder"])))
+    with pytest.raises(PapaError, match="Cannot count the heads of someone/unknown-encoder offline"):
+        run_grid(path, out=io.StringIO())
+    assert not (ROOT / "book" / "runs" / name).exists()

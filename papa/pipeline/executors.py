@@ -10,6 +10,7 @@ An executor never writes the manifest; it returns one :class:`Outcome` per submi
 
 from __future__ import annotations
 
+import os
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -49,23 +50,34 @@ class Executor(Protocol):
 
 
 class SequentialExecutor:
-    """One run at a time, in this process (``execute`` is :func:`papa.pipeline.runner.execute`)."""
+    """One run at a time, in this process (``execute`` is :func:`papa.pipeline.runner.execute`). ``environment``
+    (e.g. ``OMP_NUM_THREADS`` from ``--threads-per-run``) is set while a run executes, so its notebook kernel
+    inherits it, and restored after."""
 
     slots = 1
 
-    def __init__(self, execute: Callable[[Run], float]):
+    def __init__(self, execute: Callable[[Run], float], environment: dict[str, str] | None = None):
         self._execute = execute
         self._queue: deque[Run] = deque()
+        self._environment = dict(environment or {})
 
     def submit(self, run: Run) -> None:
         self._queue.append(run)
 
     def wait(self) -> list[Outcome]:
         run = self._queue.popleft()
+        saved = {name: os.environ.get(name) for name in self._environment}
+        os.environ.update(self._environment)
         try:
             seconds = self._execute(run)
         except PapaError as err:
             return [Outcome(run, "failed", error=str(err))]
+        finally:
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
         return [Outcome(run, "ok", seconds=seconds)]
 
     def close(self) -> None:
@@ -96,7 +108,7 @@ def make_executor(
     if spec.kind == "sequential":
         if gpus_per_run:
             raise PapaError("--gpus-per-run needs a Dask scheduler", "Use --scheduler local:N (one worker per GPU) or leave --gpus-per-run out.")
-        return SequentialExecutor(execute)
+        return SequentialExecutor(execute, clusters.thread_environment(threads_per_run))
     if spec.kind == "slurm" and stale:
         import os
 

@@ -360,6 +360,38 @@ def _report_disk(stale: list[Run], out) -> None:
         print(f"  warning: the feature cache may fill the disk: set PAPA_CACHE_DIR to a folder with {(kept + held) / 1e9:.0f} GB free", file=out)
 
 
+def _check_sized(plan) -> None:
+    unsized = getattr(plan, "unsized", {})
+    if unsized:
+        raise PapaError(
+            f"Cannot count the heads of {', '.join(unsized)} offline: its probe runs are not planned",
+            "Download the model once with the hub reachable (or use a local folder), or plan with --dry-run.",
+        )
+
+
+def _check_runnable(status: GridStatus, stale: list[Run], only: str | None) -> None:
+    """Refuse a run whose plan is incomplete: a model whose heads cannot be counted offline (its probes are
+    missing from the plan, so the chapters would be sealed without them), or, with ``only``, a selected run
+    whose upstream run is stale and not selected (it would run on old or missing constants and rankings)."""
+    _check_sized(status.runs)
+    if not only:
+        return
+    by_id, stale_ids, selected = {r.run_id: r for r in status.runs}, {r.run_id for r in status.stale}, {r.run_id for r in stale}
+    needed, todo = set(), [d for r in stale for d in r.deps]
+    while todo:
+        rid = todo.pop()
+        if rid in needed or rid not in by_id:
+            continue
+        needed.add(rid)
+        todo.extend(by_id[rid].deps)
+    missing = sorted(rid for rid in needed if rid in stale_ids and rid not in selected)
+    if missing:
+        raise PapaError(
+            f"--only {only!r} selects runs whose upstream runs are stale: {', '.join(missing)}",
+            "Run those first (or without --only): a run never executes on stale constants, rankings or lr choices.",
+        )
+
+
 def run_grid(
     config_path: str | Path,
     only: str | None = None,
@@ -386,6 +418,7 @@ def run_grid(
         stale = [r for r in status.stale if not only or only in r.run_id]
         _report_plan(status, stale, config, out, dry_run=True)
         return 0
+    _check_sized(expand(config))  # before anything is written
     failed: dict[str, str] = {}
     started = time.perf_counter()
     with GridLock(folder):
@@ -409,6 +442,7 @@ def run_grid(
             ):
                 manifest.entries[run.run_id] = entry_of(stamp)
         stale = [r for r in status.runs if r in status.stale and (not only or only in r.run_id)]
+        _check_runnable(status, stale, only)
         _report_plan(status, stale, config, out, dry_run=False)
         _save(manifest, out)
         if not stale:
