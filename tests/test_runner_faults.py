@@ -225,6 +225,9 @@ def test_a_full_runs_folder_fails_one_run_and_the_grid_goes_on(grid, monkeypatch
     stale = _stale(config)
     assert set(stale) == {K0, "results", "controls"}
     assert f"output not proven ({result.relative_to(ROOT)} differs from what the run wrote)" in stale[K0]
+    assert run_grid(path, out=io.StringIO()) == 0  # the disk has room again: the run succeeds, its old error goes
+    entry = stamps.Manifest(folder / "manifest.json").entries[K0]
+    assert entry["status"] == "ok" and "error" not in entry
 
 
 def test_only_refuses_a_run_whose_upstream_is_stale(grid):

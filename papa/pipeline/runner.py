@@ -297,7 +297,8 @@ def _drive(executor, stale: list[Run], keys: dict, manifest: Manifest, failed: d
                 failed[run_id] = error
                 entry["error"] = error[:500]
                 print(f"  FAILED: {error}", file=out, flush=True)
-            manifest.entries[run_id] = dict(manifest.entries.get(run_id, {}), **entry)
+            previous = {k: v for k, v in manifest.entries.get(run_id, {}).items() if k != "error"}  # a success clears an old error
+            manifest.entries[run_id] = dict(previous, **entry)
             _save(manifest, out)
 
 
