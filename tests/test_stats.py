@@ -236,3 +236,11 @@ def test_claim3_points_average_each_model_over_the_tasks_every_model_has():
     points, common = stats.model_points(rows)
     assert common == ["mrpc", "sst2"]  # pos: model b alone
     assert points.values.tolist() == [["a", pytest.approx(0.15), pytest.approx(0.7), 2], ["b", pytest.approx(0.10), pytest.approx(0.8), 2], ["c", pytest.approx(0.05), 0.5, 2]]
+
+
+def test_claim3_above_nine_models_uses_seeded_random_orderings():
+    """Twelve models in perfect order: ρ = 1, and no random ordering of 20,000 reaches it (exact p = 1/12!)."""
+    points = pd.DataFrame({"model": [f"m{i}" for i in range(12)], "score": np.linspace(0.6, 0.9, 12), "drop": np.linspace(0.01, 0.2, 12)})
+    out = stats.claim3(points)
+    assert (out["n"], out["spearman"], out["verdict"]) == (12, pytest.approx(1.0), "reproduced") and out["p_value"] == 1 / 20001
+    assert stats.claim3(points) == out  # seeded: the same p every time
