@@ -205,6 +205,7 @@ def estimate_seconds(runs: list[Run], manifest: Manifest) -> float:
         previous = manifest.entries.get(run.run_id, {}).get("seconds")
         if previous:
             seconds += previous
+            extracted.update(run_cost(run)[1])  # that duration paid for its feature sets: later runs read them cached
             continue
         own, features = run_cost(run)
         seconds += own + sum(cost for key, cost in features.items() if key not in extracted)
