@@ -60,11 +60,13 @@ def test_relative_score_averages_informative_tasks_only():
 
 def test_better_models_lose_more_points_and_verdict():
     points, verdict = paper.better_models_lose_more(_summary(SCORES), FLOORS)
+    # t2 is not informative for model a, so every model's point averages t1 alone (the tasks all models share):
+    # otherwise b's and c's averages would fall with t2's lower scores and decide the correlation
     assert points["model"].tolist() == ["a", "b", "c"]
-    assert points["drop"].tolist() == [pytest.approx(0.10), pytest.approx(0.10), pytest.approx((0.03 / 0.70 + 0.02 / 0.40) / 2)]
-    assert points["score"].tolist() == [pytest.approx(0.80), pytest.approx(0.75), pytest.approx(0.55)]
-    assert points["n_tasks"].tolist() == [1, 2, 2]
-    assert verdict == stats.claim3(points) and verdict["n"] == 3 and verdict["verdict"] == "inconclusive"
+    assert points["drop"].tolist() == [pytest.approx(0.10), pytest.approx(0.10), pytest.approx(0.03 / 0.70)]
+    assert points["score"].tolist() == [pytest.approx(0.80), pytest.approx(0.90), pytest.approx(0.70)]
+    assert points["n_tasks"].tolist() == [1, 1, 1] and verdict["tasks"] == ["t1"]
+    assert {k: v for k, v in verdict.items() if k != "tasks"} == stats.claim3(points) and verdict["n"] == 3 and verdict["verdict"] == "inconclusive"
     two = {key: value for key, value in SCORES.items() if key[0] != "c"}
     assert paper.better_models_lose_more(_summary(two), FLOORS)[1]["verdict"] == "not testable"
 

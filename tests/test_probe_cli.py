@@ -15,7 +15,7 @@ from papa.core.io import atomic_write_json
 @pytest.fixture
 def recorded(monkeypatch):
     from papa.core import models
-    from papa.probing import experiment
+    from papa.probing import experiment, protocol  # noqa: F401  (imported before load_model is replaced: its own binding stays the real one)
 
     calls = []
 
