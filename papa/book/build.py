@@ -28,10 +28,13 @@ __all__ = ["BUILD_DIR", "build_book"]
 
 def build_book(config_path: str = "configs/default.yaml", as_is: bool = False, strict: bool = False) -> int:
     """Bring the runs up to date (unless ``as_is``), write the generated pages, build ``_build/html``."""
-    config = load_config(ROOT / config_path if not Path(config_path).is_absolute() else config_path)
+    path = Path(config_path)
+    if not path.is_absolute() and not path.exists():  # relative to the working folder, else to the repository
+        path = ROOT / path
+    config = load_config(path)
     status = 0
     if not as_is:
-        status = run_grid(config_path)
+        status = run_grid(path)  # the same file, from any working folder
     runs, stale, _, _ = stale_runs(config)
     present = [r.run_id for r in runs if (ROOT / "book" / "runs" / config["name"] / f"{r.run_id}.ipynb").is_file()]
     missing = [r.run_id for r in runs if r.run_id not in present]
