@@ -30,6 +30,7 @@ class BookData:
     studies: dict[str, pd.DataFrame] = field(default_factory=dict)
     rankings: dict[str, list] = field(default_factory=dict)  # "<model>__<task>__<method>" → ranking
     records: dict[str, dict] = field(default_factory=dict)  # run id → result record (with its dev predictions)
+    lr_choices: dict[str, dict] = field(default_factory=dict)  # "<model>__<task>" → lr choice (papa.probing.protocol)
 
     @property
     def models(self) -> list[str]:
@@ -87,9 +88,9 @@ def study_frame(tidy: pd.DataFrame, config: dict, study: dict | None = None) -> 
     return rows[rows["train_examples"] == rows.groupby(["model", "task"])["train_examples"].transform("max")]
 
 
-def _plan_outputs(config: dict) -> tuple[dict[str, dict], dict[str, list]]:
-    """The results (``{file stem: result}``) and rankings (``{stem: [(layer, head), ...]}``) that the
-    grid's current plan produces, each read with its checksum; a result the plan names but that is
+def _plan_outputs(config: dict) -> tuple[dict[str, dict], dict[str, list], dict[str, dict]]:
+    """The results (``{file stem: result}``), rankings (``{stem: [(layer, head), ...]}``) and lr choices
+    (``{stem: choice}``) that the grid's current plan produces, each read with its checksum; a result the plan names but that is
     missing, corrupt or not a result is an error (never silently a run fewer). Files of runs the plan
     no longer has are not read."""
     from papa.core.errors import PapaError
@@ -97,6 +98,7 @@ def _plan_outputs(config: dict) -> tuple[dict[str, dict], dict[str, list]]:
 
     results: dict[str, dict] = {}
     rankings: dict[str, list] = {}
+    lr_choices: dict[str, dict] = {}
     for run in expand(config):
         for output in run.outputs:
             path = ROOT / output
@@ -107,16 +109,18 @@ def _plan_outputs(config: dict) -> tuple[dict[str, dict], dict[str, list]]:
                 results[path.stem] = result
             elif run.kind == "rank":
                 rankings[path.stem] = [tuple(h) for h in read_json_verified(path, "ranking")["ranking"]]
-    return results, rankings
+            elif run.kind == "select_lr":
+                lr_choices[path.stem] = read_json_verified(path, "lr choice")
+    return results, rankings, lr_choices
 
 
 def load_book_data(config_path: str) -> BookData:
     """Load a grid's results for the chapters (``config_path`` relative to the repository root)."""
     config = load_config(ROOT / config_path)
     # -- which result files the chapters read (papa.pipeline runner): exactly the current plan's -------
-    results, rankings = _plan_outputs(config)
+    results, rankings, lr_choices = _plan_outputs(config)
     # -- end of the runner's part ---------------------------------------------------------------------
-    return book_data_from(config, results, rankings)
+    return book_data_from(config, results, rankings, lr_choices)
 
 
 def book_data(config: dict, folder: Path) -> BookData:
@@ -126,9 +130,9 @@ def book_data(config: dict, folder: Path) -> BookData:
     return book_data_from(config, R.read_results(folder / "results"), rankings)
 
 
-def book_data_from(config: dict, records: dict[str, dict], rankings: dict[str, list]) -> BookData:
+def book_data_from(config: dict, records: dict[str, dict], rankings: dict[str, list], lr_choices: dict[str, dict] | None = None) -> BookData:
     """:class:`BookData` from result records (``{run id: result}``, kept whole: their dev predictions feed the
-    intervals) and rankings (``{stem: [(layer, head), ...]}``)."""
+    intervals), rankings (``{stem: [(layer, head), ...]}``) and lr choices (``{"<model>__<task>": choice}``)."""
     tidy = R.load_results(records)
     main = study_frame(tidy, config)
     epochs = R.epoch_table(records)
@@ -142,6 +146,7 @@ def book_data_from(config: dict, records: dict[str, dict], rankings: dict[str, l
         {s["name"]: study_frame(tidy, config, s) for s in config.get("studies", [])},
         rankings,
         records,
+        dict(lr_choices or {}),
     )
 
 

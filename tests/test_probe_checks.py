@@ -1,0 +1,84 @@
+"""The controls chapter's probe checks on hand-made lr choices and dev predictions: exact cells and counts."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from papa.book.data import BookData
+from papa.book.probe_checks import lr_choice_display, lr_choice_frame, lr_choice_numbers, lr_text, prediction_share_display, prediction_share_frame
+
+
+def _choice(model: str, task: str, chosen: float, runs: list[tuple[float, float, int, int, bool]]) -> dict:
+    return {
+        "model": model,
+        "task": task,
+        "lr": chosen,
+        "heldout": {str(lr): score for lr, score, *_ in runs},
+        "runs": [{"lr": lr, "seed": 0, "heldout": score, "best_epoch": best, "epochs_trained": trained, "converged": ok} for lr, score, best, trained, ok in runs],
+    }
+
+
+def _data(lr_choices: dict | None = None, main: pd.DataFrame | None = None, records: dict | None = None) -> BookData:
+    empty = pd.DataFrame()
+    main = main if main is not None else pd.DataFrame(columns=["model", "task", "k", "probe_input", "is_main", "run_id", "metric", "value"])
+    return BookData({"tasks": ["sst2", "cola"]}, main, main, empty, empty, empty, {}, {}, records or {}, lr_choices or {})
+
+
+CHOICES = {
+    "m__cola": _choice("m", "cola", 2e-4, [(2e-5, 0.0, 1, 4, True), (2e-4, 0.204, 4, 7, True), (1e-3, 0.077, 4, 7, True)]),
+    "m__sst2": _choice("m", "sst2", 2e-5, [(2e-5, 0.83, 20, 20, False), (2e-4, 0.80, 2, 5, True)]),
+}
+
+
+def test_lr_text_reads_as_written() -> None:
+    assert [lr_text(x) for x in (2e-5, 2e-4, 1e-3, 1.5e-4)] == ["2e-5", "2e-4", "1e-3", "1.5e-4"]
+
+
+def test_lr_choice_table_cells_and_order() -> None:
+    frame = lr_choice_frame(_data(CHOICES))
+    assert list(frame["task"].unique()) == ["sst2", "cola"]  # the config's task order
+    assert frame["chosen"].tolist() == [True, False, False, True, False]
+    table = lr_choice_display(frame)
+    assert table.columns == ["task", "chosen lr", "held-out at lr 2e-5 (the paper's)", "held-out at lr 2e-4", "held-out at lr 1e-3"]
+    sst2, cola = table.rows
+    assert sst2 == ["SST-2", "2e-5", "0.830 (epoch 20 of 20, at the cap)", "0.800 (epoch 2 of 5)", None]  # 1e-3 was no candidate
+    assert cola == ["CoLA", "2e-4", "0.000 (epoch 1 of 4)", "0.204 (epoch 4 of 7)", "0.077 (epoch 4 of 7)"]
+
+
+def test_lr_choice_numbers_count_flat_and_rising_paper_runs() -> None:
+    numbers = lr_choice_numbers(lr_choice_frame(_data(CHOICES | {"n__cola": _choice("n", "cola", 1e-3, [(2e-5, 0.0, 1, 4, True), (1e-3, 0.3, 3, 6, True)])})))
+    assert numbers == {"n_lr_pairs": 3, "n_lr_paper_chosen": 1, "n_lr_paper_flat": 2, "lr_paper_flat": "CoLA (m, n)", "n_lr_paper_rising": 1}
+    assert lr_choice_numbers(lr_choice_frame(_data()))["lr_paper_flat"] == "none"
+    assert lr_choice_display(lr_choice_frame(_data(CHOICES | {"n__cola": CHOICES["m__cola"] | {"model": "n"}}))).columns[0] == "model"  # several models
+    assert lr_choice_display(lr_choice_frame(_data())).rows == []
+
+
+def test_prediction_share_pools_seeds_and_skips_token_tasks() -> None:
+    rows = [
+        {"model": "m", "task": "cola", "k": 0, "probe_input": "all", "is_main": True, "run_id": "a", "metric": "matthews_correlation", "value": 0.1},
+        {"model": "m", "task": "cola", "k": 0, "probe_input": "all", "is_main": True, "run_id": "b", "metric": "matthews_correlation", "value": 0.0},
+        {"model": "m", "task": "cola", "k": 36, "probe_input": "all", "is_main": True, "run_id": "c", "metric": "matthews_correlation", "value": 0.0},
+        {"model": "m", "task": "ner", "k": 0, "probe_input": "all", "is_main": True, "run_id": "d", "metric": "f1", "value": 0.5},
+    ]
+    names = ["unacceptable", "acceptable"]
+    records = {
+        "a": {"dev": {"label_names": names, "labels": [1, 1, 0, 0], "predictions": [1, 1, 1, 0]}},
+        "b": {"dev": {"label_names": names, "labels": [1, 1, 0, 0], "predictions": [1, 1, 1, 1]}},
+        "c": {"dev": {"label_names": names, "labels": [1, 1, 0, 0], "predictions": [0, 0, 0, 0]}},  # k = 36: not counted
+        "d": {"dev": {"label_names": ["O", "PER"], "labels": [[0, 1]], "predictions": [[0, 0]]}},
+    }
+    frame = prediction_share_frame(_data(main=pd.DataFrame(rows), records=records))
+    assert frame.to_dict("records") == [
+        {
+            "model": "m",
+            "task": "cola",
+            "metric": "matthews_correlation",
+            "score": pytest.approx(0.05),
+            "seeds": 2,
+            "predicted_class": "acceptable",
+            "predicted_share": 7 / 8,
+            "label_share": 0.5,
+        }
+    ]
+    assert prediction_share_display(frame).rows[0] == ["CoLA", "0.050", "2", "acceptable", "87.5%", "50.0%"]
