@@ -206,7 +206,7 @@ def test_studies_inherit_the_probe_section_and_null_means_the_whole_split(tmp_pa
 
 def test_every_run_carries_exactly_its_params_model():
     runs = expand(load_config(ROOT / "configs" / "default.yaml"))
-    assert len(runs) == 276 and {r.kind for r in runs} == set(RUN_PARAMS)
+    assert len(runs) == 280 and {r.kind for r in runs} == set(RUN_PARAMS)
     for run in runs:
         model = RUN_PARAMS[run.kind]
         assert set(run.params) == set(model.model_fields), run.run_id

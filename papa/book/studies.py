@@ -50,7 +50,7 @@ def _describe(settings: dict, official: dict, whole_split: int | None = None) ->
     if settings["train_examples"] != official["train_examples"]:
         size = settings["train_examples"]
         whole = "the whole training split" + (f" ({whole_split:,} examples)" if whole_split else "")
-        parts.append(whole if size is None else f"{size} training examples")
+        parts.append(whole if size is None else f"{size:,} training examples")
     return ", ".join(parts)
 
 

@@ -150,17 +150,22 @@ def sensitivity_display(sensitivity: pd.DataFrame) -> Table:
         }
     )
     headers = {
-        "drop official": "drop (official)",
+        "drop official": "drop (main grid)",
         "drop study": "drop (study)",
         "k=0 change real": "k = 0 change real?",
         "k=all change real": "k = all change real?",
-        "k=0 official": "k = 0, official",
+        "k=0 official": "k = 0, main grid",
         "k=0 study": "k = 0, study",
-        "k=all official": "k = all, official",
+        "k=all official": "k = all, main grid",
         "k=all study": "k = all, study",
         "mean epoch reported": "mean epoch reported",
     }
-    return table(key_text(sensitivity), kinds, headers, notes=["drop: the relative drop with every head constant. " + REAL_NOTE])
+    from papa.pipeline.executed import study_words
+
+    frame = key_text(sensitivity)
+    if "study" in frame:
+        frame["study"] = frame["study"].map(study_words)
+    return table(frame, kinds, headers, notes=["drop: the relative drop with every head constant. " + REAL_NOTE])
 
 
 def train_size_display(sizes: pd.DataFrame) -> Table:
