@@ -37,11 +37,11 @@ def test_lr_text_reads_as_written() -> None:
 
 def test_lr_choice_table_cells_and_order() -> None:
     frame = lr_choice_frame(_data(CHOICES))
-    assert list(frame["task"].unique()) == ["sst2", "cola"]  # the config's task order
-    assert frame["chosen"].tolist() == [True, False, False, True, False]
+    assert list(frame["task"].unique()) == ["cola", "sst2"]  # by task id, as the other tables
+    assert frame["chosen"].tolist() == [False, True, False, True, False]
     table = lr_choice_display(frame)
     assert table.columns == ["task", "chosen lr", "held-out at lr 2e-5 (the paper's)", "held-out at lr 2e-4", "held-out at lr 1e-3"]
-    sst2, cola = table.rows
+    cola, sst2 = table.rows
     assert sst2 == ["SST-2", "2e-5", "0.830 (epoch 20 of 20, at the cap)", "0.800 (epoch 2 of 5)", None]  # 1e-3 was no candidate
     assert cola == ["CoLA", "2e-4", "0.000 (epoch 1 of 4)", "0.204 (epoch 4 of 7)", "0.077 (epoch 4 of 7)"]
 

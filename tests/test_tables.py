@@ -107,6 +107,7 @@ def test_retained_gains_display_puts_drop_and_gain_first(tmp_path):
     shown = retained_gains_display(retained_gains(summarise(df), floors_table(df)))
     assert shown.columns[:5] == ["task", "ranking", "k", "relative drop", "retained gain"]
     full = [row for row in shown.rows if row[2] == "72"][0]
+    assert [int(row[2]) for row in shown.rows] == sorted(int(row[2]) for row in shown.rows)  # by k within the task
     # drop (0.82 − 0.72) / 0.82; gain (0.72 − 0.56) / (0.82 − 0.56) over the attention-free floor
     assert full[3:5] == [f"{(0.82 - 0.72) / 0.82:.1%}", f"{(0.72 - 0.56) / (0.82 - 0.56):.1%}"]
 

@@ -175,7 +175,8 @@ def retained_gains(summary: pd.DataFrame, floors: pd.DataFrame) -> pd.DataFrame:
                 "informative": bool(floor["informative"]),
             }
         )
-    return pd.DataFrame(rows)
+    frame = pd.DataFrame(rows)
+    return frame.sort_values(["model", "task", "k", "ranking"], ignore_index=True) if len(frame) else frame
 
 
 def still_rising(epochs: pd.DataFrame, last: int = 3, tolerance: float = 0.002) -> pd.DataFrame:

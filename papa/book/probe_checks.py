@@ -49,8 +49,7 @@ def lr_choice_frame(data: BookData) -> pd.DataFrame:
             )
     columns = ["model", "task", "lr", "seed", "heldout", "best_epoch", "epochs_trained", "converged", "chosen"]
     frame = pd.DataFrame(rows, columns=columns)
-    order = {t: i for i, t in enumerate(data.config.get("tasks", []))}
-    return frame.sort_values(["model", "task", "lr", "seed"], key=lambda c: c.map(order) if c.name == "task" else c).reset_index(drop=True)
+    return frame.sort_values(["model", "task", "lr", "seed"], ignore_index=True)  # as the other tables: by model and task id
 
 
 def lr_text(lr: float) -> str:
@@ -107,7 +106,7 @@ def prediction_share_frame(data: BookData) -> pd.DataFrame:
     labels (``label_share``). A probe that learned little predicts one class far more often than it occurs."""
     main = data.main[(data.main["k"] == 0) & (data.main["probe_input"] == "all") & data.main["is_main"]]
     rows = []
-    for (model, task), group in main.groupby(["model", "task"], sort=False):
+    for (model, task), group in main.groupby(["model", "task"], sort=True):
         predictions: Counter = Counter()
         labels: Counter = Counter()
         names: list = []
