@@ -478,3 +478,35 @@ def test_study_frame_applies_per_model_settings(tmp_path):
     probe = {"lr": "select", "epochs": 20, "max_train_examples": 2000, "per_model": {"mpnet-base": {"epochs": 15, "max_train_examples": 1000}}}
     config = {"name": "x", "models": ["minilm-l6", "mpnet-base"], "tasks": ["sst2"], "rank": {"methods": ["gates"]}, "probe": probe}
     assert sorted(book_data(config, tmp_path).main["run_id"].unique()) == ["l6", "mp"]
+
+
+def test_floors_table_with_intervals_asks_the_lower_bound_to_clear_the_floor(tmp_path):
+    """With a k = 0 interval, a task is informative exactly when its lower bound lies above the higher floor,
+    whatever the seed spread; a task without one keeps the margin rule."""
+    grid(tmp_path / "g", task="sst2")  # baseline 0.82, floors max(0.5, 0.56)
+    grid(tmp_path / "g", task="cola", baseline=(0.05, 0.05, 0.05), free=(0.0,) * 3, majority=0.0)  # no spread: margin rule says yes
+    df = load_results(tmp_path / "g")
+    assert floors_table(df).set_index("task").loc["cola", "informative"]
+    intervals = {("minilm-l6", "cola", "cached"): (-0.01, 0.11), ("minilm-l6", "sst2", "cached"): (0.561, 0.9)}
+    floors = floors_table(df, intervals=intervals).set_index("task")
+    assert not floors.loc["cola", "informative"] and floors.loc["sst2", "informative"]
+    assert (floors.loc["cola", "baseline_low"], floors.loc["cola", "baseline_high"]) == (-0.01, 0.11)
+    intervals[("minilm-l6", "sst2", "cached")] = (0.56, 0.9)  # on the floor is not above it
+    assert not floors_table(df, intervals=intervals).set_index("task").loc["sst2", "informative"]
+
+
+def test_baseline_intervals_bootstrap_the_k0_score_over_dev_examples():
+    from papa.analysis.findings import baseline_intervals
+
+    def record(predictions, labels):
+        return {"metric": "accuracy", "dev": {"predictions": predictions, "labels": labels, "label_names": ["a", "b"]}}
+
+    labels = [0, 1] * 50
+    records = {"p1": record(labels, labels), "p2": record(labels, labels), "q1": record([0] * 100, labels), "r1": {"metric": "accuracy"}}
+    rows = [("m", "sst2", "p1"), ("m", "sst2", "p2"), ("m", "cola", "q1"), ("m", "mrpc", "r1")]
+    main = pd.DataFrame([{"model": m, "task": t, "mode": "cached", "k": 0, "probe_input": "all", "is_main": True, "run_id": r} for m, t, r in rows])
+    found = baseline_intervals(records, main)
+    assert found[("m", "sst2", "cached")] == (1.0, 1.0)  # always right, on every resample
+    low, high = found[("m", "cola", "cached")]  # one class of two, half the labels: accuracy 0.5
+    assert 0.39 < low < 0.5 < high < 0.61
+    assert ("m", "mrpc", "cached") not in found  # no dev predictions stored

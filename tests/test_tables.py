@@ -83,8 +83,8 @@ def test_floors_display_names_the_model_when_there_are_several_and_dashes_a_miss
     two = floors_display(floors_table(load_results(write(tmp_path / "two", runs))))
     assert two.columns[:2] == ["model", "task"] and ["minilm-l3", "SST-2"] == two.rows[0][:2]
     one = floors_display(floors_table(load_results(write(tmp_path / "one", {k: v for k, v in runs.items() if "l6" in k}))))
-    assert one.columns == ["task", "informative", "metric", "majority class", "attention-free probe", "k = 0 probe"]
-    assert one.rows == [["SST-2", "yes", "accuracy", "0.500", None, f"0.802{NBSP}±{NBSP}0.001"]]
+    assert one.columns == ["task", "informative", "metric", "majority class", "attention-free probe", "k = 0 probe", "k = 0, 95% interval"]
+    assert one.rows == [["SST-2", "yes", "accuracy", "0.500", None, f"0.802{NBSP}±{NBSP}0.001", None]]  # no interval given: margin rule
     assert "did not run in this grid" in one._repr_html_() and not BAD.search(one._repr_html_())
 
 

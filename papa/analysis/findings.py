@@ -25,7 +25,7 @@ from fractions import Fraction
 import pandas as pd
 
 from papa.analysis.results import ranking_method
-from papa.analysis.stats import convergence_gate, paired_bootstrap, run_statistics
+from papa.analysis.stats import convergence_gate, paired_bootstrap, run_statistics, score_interval
 from papa.core.heads import count_for
 
 #: The fractions of constant heads of the main table (the paper's).
@@ -178,6 +178,22 @@ def random_baseline(records: Mapping[str, dict], fractions: Sequence[Fraction] =
 
 
 # --- the convergence gate over runs --------------------------------------------------------------------------
+
+
+def baseline_intervals(records: Mapping[str, dict], main: pd.DataFrame, resamples: int = 2000, seed: int = 0) -> dict[tuple, tuple[float, float]]:
+    """Per (model, task, mode): the 95% bootstrap interval over dev examples of the k = 0 probe's seed-mean score
+    (the main metric, :func:`papa.analysis.stats.score_interval`), from the dev predictions of ``main``'s k = 0
+    runs on all states; a group whose runs store no predictions (or score different dev examples) has none."""
+    rows = main[(main["k"] == 0) & (main["probe_input"] == "all") & main["is_main"]]
+    intervals = {}
+    for (model, task, mode), group in rows.groupby(["model", "task", "mode"], sort=True):
+        runs = [records[r] for r in sorted(set(group["run_id"])) if (records.get(r) or {}).get("dev")]
+        if not runs or len({len(r["dev"]["labels"]) for r in runs}) != 1:
+            continue
+        token = bool(runs[0]["dev"].get("lengths"))
+        found = score_interval([run_statistics(r) for r in runs], runs[0]["metric"], token, resamples, seed)
+        intervals[model, task, mode] = (found["low"], found["high"])
+    return intervals
 
 
 def gate_runs(tidy: pd.DataFrame) -> tuple[set[str], dict]:

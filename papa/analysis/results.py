@@ -235,7 +235,7 @@ def summarise(df: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out, columns=SUMMARY_KEYS + ["mean", "std", "min", "max", "n_seeds"])
 
 
-def floors_table(df: pd.DataFrame, results: str | Path | Mapping[str, dict] | None = None) -> pd.DataFrame:
+def floors_table(df: pd.DataFrame, results: str | Path | Mapping[str, dict] | None = None, intervals: Mapping[tuple, tuple[float, float]] | None = None) -> pd.DataFrame:
     """Per model, task and mode: the floors, the k = 0 baseline, and whether the task is informative.
 
     * ``majority``: the main metric of always predicting the majority class (the ``majority`` column
@@ -244,10 +244,13 @@ def floors_table(df: pd.DataFrame, results: str | Path | Mapping[str, dict] | No
       ``probe_input == "embeddings"`` (the probe sees no attention at all);
     * ``baseline`` (``_std``, ``_n``): mean main score of the k = 0 runs with ``probe_input == "all"``.
 
-    Rule: a task is ``informative`` when ``baseline − max(majority, attention_free)`` exceeds
-    ``margin = max(2 × baseline_std, 2 × attention_free_std, 0.01)`` (a missing std, e.g. one seed,
-    counts as 0; a missing attention-free floor is left out of the max). Only then can replacing
-    attention lose anything measurable.
+    Rule: a task is ``informative`` when the k = 0 probe clearly beats the higher floor
+    ``max(majority, attention_free)`` (a missing attention-free floor is left out of the max). With
+    ``intervals`` (``{(model, task, mode): (low, high)}``, the 95% bootstrap interval over dev examples of
+    the k = 0 score, :func:`papa.analysis.findings.baseline_intervals`; columns ``baseline_low``/``baseline_high``):
+    when the interval's lower bound lies above the floor. Without one: when ``baseline − floor`` exceeds
+    ``margin = max(2 × baseline_std, 2 × attention_free_std, 0.01)`` (a missing std, e.g. one seed, counts as 0).
+    Only then can replacing attention lose anything measurable.
     """
     main = df[df["is_main"]]
     majority = main.groupby(["model", "task", "mode"])["majority"].mean() if "majority" in main else pd.Series(dtype=float)
@@ -264,8 +267,12 @@ def floors_table(df: pd.DataFrame, results: str | Path | Mapping[str, dict] | No
             row[f"{name}_std"] = values.std(ddof=1) if len(values) > 1 else math.nan
             row[f"{name}_n"] = int(len(values))
         row["margin"] = max(2 * _zero(row["baseline_std"]), 2 * _zero(row["attention_free_std"]), 0.01)
+        row["baseline_low"], row["baseline_high"] = (intervals or {}).get((model, task, mode), (math.nan, math.nan))
         floor = np.nanmax([row["majority"], row["attention_free"], -math.inf])
-        row["informative"] = bool(not math.isnan(row["baseline"]) and row["baseline"] - floor > row["margin"])
+        if not math.isnan(row["baseline_low"]):
+            row["informative"] = bool(row["baseline_low"] > floor)
+        else:
+            row["informative"] = bool(not math.isnan(row["baseline"]) and row["baseline"] - floor > row["margin"])
         rows.append(row)
     columns = [
         "model",
@@ -279,6 +286,8 @@ def floors_table(df: pd.DataFrame, results: str | Path | Mapping[str, dict] | No
         "baseline",
         "baseline_std",
         "baseline_n",
+        "baseline_low",
+        "baseline_high",
         "margin",
         "informative",
     ]

@@ -123,6 +123,33 @@ def _stack(per_seed: Sequence[np.ndarray], what: str) -> np.ndarray:
     return np.stack(per_seed)
 
 
+def _resampled_means(stacks: Sequence[np.ndarray], metric: str, token: bool, resamples: int, seed: int) -> list[np.ndarray]:
+    """Per stack of per-seed statistics ``[S, N, D]`` (all on the same ``N`` dev examples): the seed-mean metric
+    on each of ``resamples`` bootstrap resamples of the examples ``[R]``; every stack sees the same resamples."""
+    n = stacks[0].shape[1]
+    rows = np.random.default_rng(seed).integers(0, n, size=(resamples, n), dtype=np.int64)
+    means = [np.empty(resamples) for _ in stacks]
+    for start in range(0, resamples, 256):
+        chunk = rows[start : start + 256]
+        weights = np.zeros((len(chunk), n))
+        np.add.at(weights, (np.repeat(np.arange(len(chunk)), n), chunk.ravel()), 1.0)  # [R', N] times drawn
+        for mean, stack in zip(means, stacks):
+            mean[start : start + len(chunk)] = metric_from_sums(metric, np.einsum("rn,snd->rsd", weights, stack), token).mean(1)  # [R']
+    return means
+
+
+def score_interval(per_seed: Sequence[np.ndarray], metric: str, token: bool = False, resamples: int = RESAMPLES, seed: int = 0, level: float = 0.95) -> dict:
+    """The seed-mean ``metric`` of runs on the same dev examples (one ``[N, D]`` statistics array per seed, as
+    :func:`example_statistics`), with its bootstrap interval over dev examples: ``score``, ``low``, ``high``."""
+    stack = _stack(per_seed, "to score")
+    if not 0 < level < 1 or resamples < 1:
+        raise PapaError(f"Bootstrap level {level} / resamples {resamples} out of range", "Use e.g. level=0.95, resamples=2000.")
+    (means,) = _resampled_means([stack], metric, token, resamples, seed)
+    tail = (1 - level) / 2
+    low, high = (float(x) for x in np.quantile(means, [tail, 1 - tail]))
+    return {"score": float(metric_from_sums(metric, stack.sum(1), token).mean()), "low": low, "high": high}
+
+
 def paired_bootstrap(
     base: Sequence[np.ndarray],
     other: Sequence[np.ndarray],
@@ -166,17 +193,10 @@ def paired_bootstrap(
     base_score, score = float(base_seeds.mean()), float(other_seeds.mean())
     pairs = list(pairs) if pairs is not None else [(i, i) for i in range(min(len(b), len(o)))]
     paired = np.array([other_seeds[j] - base_seeds[i] for i, j in pairs]) if pairs else np.array([math.nan])
-    rows = np.random.default_rng(seed).integers(0, n, size=(resamples, n), dtype=np.int64)
-    differences, relative = np.empty(resamples), np.empty(resamples)
-    for start in range(0, resamples, 256):
-        chunk = rows[start : start + 256]
-        weights = np.zeros((len(chunk), n))
-        np.add.at(weights, (np.repeat(np.arange(len(chunk)), n), chunk.ravel()), 1.0)  # [R', N] times drawn
-        m_base = metric_from_sums(metric, np.einsum("rn,snd->rsd", weights, b), token).mean(1)  # [R']
-        m_other = metric_from_sums(metric, np.einsum("rn,snd->rsd", weights, o), token).mean(1)
-        differences[start : start + len(chunk)] = m_other - m_base
-        with np.errstate(divide="ignore", invalid="ignore"):
-            relative[start : start + len(chunk)] = np.where(m_base > 0, (m_base - m_other) / m_base, math.nan)
+    m_base, m_other = _resampled_means([b, o], metric, token, resamples, seed)
+    differences = m_other - m_base
+    with np.errstate(divide="ignore", invalid="ignore"):
+        relative = np.where(m_base > 0, (m_base - m_other) / m_base, math.nan)
     tail = (1 - level) / 2
     low, high = (float(x) for x in np.quantile(differences, [tail, 1 - tail]))
     rel_low, rel_high = (float(x) for x in np.quantile(relative, [tail, 1 - tail])) if np.isfinite(relative).all() else (math.nan, math.nan)

@@ -133,6 +133,8 @@ def book_data(config: dict, folder: Path) -> BookData:
 def book_data_from(config: dict, records: dict[str, dict], rankings: dict[str, list], lr_choices: dict[str, dict] | None = None) -> BookData:
     """:class:`BookData` from result records (``{run id: result}``, kept whole: their dev predictions feed the
     intervals), rankings (``{stem: [(layer, head), ...]}``) and lr choices (``{"<model>__<task>": choice}``)."""
+    from papa.analysis.findings import baseline_intervals
+
     tidy = R.load_results(records)
     main = study_frame(tidy, config)
     epochs = R.epoch_table(records)
@@ -141,7 +143,7 @@ def book_data_from(config: dict, records: dict[str, dict], rankings: dict[str, l
         tidy,
         main,
         R.summarise(main),
-        R.floors_table(main),
+        R.floors_table(main, intervals=baseline_intervals(records, main)),
         epochs[epochs["run_id"].isin(set(main["run_id"]))],
         {s["name"]: study_frame(tidy, config, s) for s in config.get("studies", [])},
         rankings,
@@ -216,11 +218,17 @@ def layer_counts(ranking: list, k: int, num_layers: int) -> list[int]:
     return counts
 
 
+def _column(frame: pd.DataFrame, name: str) -> pd.Series:
+    """``frame[name]``, or NaN where a frame made before that column existed lacks it."""
+    return frame[name] if name in frame else pd.Series(math.nan, index=frame.index)
+
+
 def floors_display(floors: pd.DataFrame, digits: int = 3) -> T.Table:
     """The floors table for reading (:class:`papa.book.tables.Table`): one row per (model and) task, means ± seed std, and the verdict."""
     frame = floors.assign(
         free=[T.score_spread(m, s, digits) for m, s in zip(floors["attention_free"], floors["attention_free_std"])],
         base=[T.score_spread(m, s, digits) for m, s in zip(floors["baseline"], floors["baseline_std"])],
+        interval=[None if T.is_missing(lo) else f"[{lo:.{digits}f}, {hi:.{digits}f}]" for lo, hi in zip(_column(floors, "baseline_low"), _column(floors, "baseline_high"))],
         task=floors["task"].map(task_name),
         metric=floors["metric"].map(metric_name),
     )
@@ -231,10 +239,19 @@ def floors_display(floors: pd.DataFrame, digits: int = 3) -> T.Table:
         "majority": "score",
         "free": T.text,
         "base": T.text,
+        "interval": T.text,
     }
-    headers = {"informative": "informative", "majority": "majority class", "free": "attention-free probe", "base": "k = 0 probe"}
-    missing = {"free": "the attention-free probe (embedding layer only) did not run in this grid", "base": "no k = 0 probe ran"}
-    return T.table(frame, kinds, headers, missing, ["± is the standard deviation over probe seeds; a score without ± comes from a single seed."])
+    headers = {"informative": "informative", "majority": "majority class", "free": "attention-free probe", "base": "k = 0 probe", "interval": "k = 0, 95% interval"}
+    missing = {
+        "free": "the attention-free probe (embedding layer only) did not run in this grid",
+        "base": "no k = 0 probe ran",
+        "interval": "no dev predictions stored: informative by the seed-spread margin instead",
+    }
+    notes = [
+        "± is the standard deviation over probe seeds; a score without ± comes from a single seed.",
+        "The interval is a 95% bootstrap interval over dev examples (seeds pooled); a task is informative when its lower bound lies above the higher floor.",
+    ]
+    return T.table(frame, kinds, headers, missing, notes)
 
 
 def headline_numbers(data: BookData, ranking: str | None = None) -> dict:
