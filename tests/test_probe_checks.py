@@ -58,6 +58,7 @@ def test_prediction_share_pools_seeds_and_skips_token_tasks() -> None:
     rows = [
         {"model": "m", "task": "cola", "k": 0, "probe_input": "all", "is_main": True, "run_id": "a", "metric": "matthews_correlation", "value": 0.1},
         {"model": "m", "task": "cola", "k": 0, "probe_input": "all", "is_main": True, "run_id": "b", "metric": "matthews_correlation", "value": 0.0},
+        {"model": "m", "task": "cola", "k": 0, "probe_input": "all", "is_main": True, "run_id": "e", "metric": "matthews_correlation", "value": 0.9},  # no predictions
         {"model": "m", "task": "cola", "k": 36, "probe_input": "all", "is_main": True, "run_id": "c", "metric": "matthews_correlation", "value": 0.0},
         {"model": "m", "task": "ner", "k": 0, "probe_input": "all", "is_main": True, "run_id": "d", "metric": "f1", "value": 0.5},
     ]
@@ -65,8 +66,9 @@ def test_prediction_share_pools_seeds_and_skips_token_tasks() -> None:
     records = {
         "a": {"dev": {"label_names": names, "labels": [1, 1, 0, 0], "predictions": [1, 1, 1, 0]}},
         "b": {"dev": {"label_names": names, "labels": [1, 1, 0, 0], "predictions": [1, 1, 1, 1]}},
+        "e": {},
         "c": {"dev": {"label_names": names, "labels": [1, 1, 0, 0], "predictions": [0, 0, 0, 0]}},  # k = 36: not counted
-        "d": {"dev": {"label_names": ["O", "PER"], "labels": [[0, 1]], "predictions": [[0, 0]]}},
+        "d": {"dev": {"label_names": ["O", "B-PER"], "labels": [0, 1, 0], "predictions": [0, 0, 0], "lengths": [2, 1]}},  # flat tokens
     }
     frame = prediction_share_frame(_data(main=pd.DataFrame(rows), records=records))
     assert frame.to_dict("records") == [
@@ -82,3 +84,21 @@ def test_prediction_share_pools_seeds_and_skips_token_tasks() -> None:
         }
     ]
     assert prediction_share_display(frame).rows[0] == ["CoLA", "0.050", "2", "acceptable", "87.5%", "50.0%"]
+
+
+def test_size_studies_are_those_that_change_only_the_training_size():
+    from papa.book.studies import size_studies
+    from papa.pipeline.plan import ROOT, load_config
+
+    assert size_studies(load_config(ROOT / "configs" / "default.yaml")) == ["colamore"]  # not literal, cachedsmall or random
+    config = {
+        "probe": {"lr": "select", "epochs": 20, "selection": "heldout", "modes": ["cached"], "max_train_examples": 2000, "heldout_examples": 200},
+        "tasks": ["cola"],
+        "models": ["m"],
+    }
+    more = {"name": "more", "max_train_examples": 8000, "pool_examples": 8551}
+    assert size_studies(config | {"studies": [more]}) == ["more"]
+    assert size_studies(config | {"studies": [more | {"heldout_examples": 500}]}) == []  # early stopping on another held-out size
+    assert size_studies(config | {"studies": [more | {"max_eval_examples": 200}]}) == []  # another dev split
+    assert size_studies(config | {"studies": [more | {"lr": 2e-5}]}) == []
+    assert size_studies(config | {"studies": [{"name": "same", "seeds": [1]}]}) == []  # the main grid's size

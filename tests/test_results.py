@@ -481,8 +481,8 @@ def test_study_frame_applies_per_model_settings(tmp_path):
 
 
 def test_floors_table_with_intervals_asks_the_lower_bound_to_clear_the_floor(tmp_path):
-    """With a k = 0 interval, a task is informative exactly when its lower bound lies above the higher floor,
-    whatever the seed spread; a task without one keeps the margin rule."""
+    """With a k = 0 interval, a task is informative when its lower bound lies above the higher floor *and* the
+    seed-spread margin holds; a task without one keeps the margin rule alone."""
     grid(tmp_path / "g", task="sst2")  # baseline 0.82, floors max(0.5, 0.56)
     grid(tmp_path / "g", task="cola", baseline=(0.05, 0.05, 0.05), free=(0.0,) * 3, majority=0.0)  # no spread: margin rule says yes
     df = load_results(tmp_path / "g")
@@ -493,6 +493,9 @@ def test_floors_table_with_intervals_asks_the_lower_bound_to_clear_the_floor(tmp
     assert (floors.loc["cola", "baseline_low"], floors.loc["cola", "baseline_high"]) == (-0.01, 0.11)
     intervals[("minilm-l6", "sst2", "cached")] = (0.56, 0.9)  # on the floor is not above it
     assert not floors_table(df, intervals=intervals).set_index("task").loc["sst2", "informative"]
+    grid(tmp_path / "h", task="cola", baseline=(0.0, 0.0, 0.15), free=(0.0,) * 3, majority=0.0)  # mean 0.05, std 0.087
+    spread = floors_table(load_results(tmp_path / "h"), intervals={("minilm-l6", "cola", "cached"): (0.02, 0.08)}).iloc[0]
+    assert spread["baseline_low"] == 0.02 and not spread["informative"]  # the interval clears 0, two seeds learned nothing
 
 
 def test_baseline_intervals_bootstrap_the_k0_score_over_dev_examples():
@@ -510,3 +513,7 @@ def test_baseline_intervals_bootstrap_the_k0_score_over_dev_examples():
     low, high = found[("m", "cola", "cached")]  # one class of two, half the labels: accuracy 0.5
     assert 0.39 < low < 0.5 < high < 0.61
     assert ("m", "mrpc", "cached") not in found  # no dev predictions stored
+    records["p2"] = {**record(labels, labels), "data": {"eval_indices_sha": "other"}}
+    assert ("m", "sst2", "cached") not in baseline_intervals(records, main)  # the seeds scored different dev examples
+    records["p2"] = {"metric": "accuracy"}
+    assert ("m", "sst2", "cached") not in baseline_intervals(records, main)  # one seed without predictions: none for the group

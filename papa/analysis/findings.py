@@ -183,12 +183,13 @@ def random_baseline(records: Mapping[str, dict], fractions: Sequence[Fraction] =
 def baseline_intervals(records: Mapping[str, dict], main: pd.DataFrame, resamples: int = 2000, seed: int = 0) -> dict[tuple, tuple[float, float]]:
     """Per (model, task, mode): the 95% bootstrap interval over dev examples of the k = 0 probe's seed-mean score
     (the main metric, :func:`papa.analysis.stats.score_interval`), from the dev predictions of ``main``'s k = 0
-    runs on all states; a group whose runs store no predictions (or score different dev examples) has none."""
+    runs on all states. A group has none unless every run stores its dev predictions and all score the same dev
+    examples (one ``data.eval_indices_sha``), so the interval is always about the seeds the score averages."""
     rows = main[(main["k"] == 0) & (main["probe_input"] == "all") & main["is_main"]]
     intervals = {}
     for (model, task, mode), group in rows.groupby(["model", "task", "mode"], sort=True):
-        runs = [records[r] for r in sorted(set(group["run_id"])) if (records.get(r) or {}).get("dev")]
-        if not runs or len({len(r["dev"]["labels"]) for r in runs}) != 1:
+        runs = [records.get(r) or {} for r in sorted(set(group["run_id"]))]
+        if not all(r.get("dev") for r in runs) or len({((r.get("data") or {}).get("eval_indices_sha"), len(r["dev"]["labels"])) for r in runs}) != 1:
             continue
         token = bool(runs[0]["dev"].get("lengths"))
         found = score_interval([run_statistics(r) for r in runs], runs[0]["metric"], token, resamples, seed)

@@ -245,12 +245,12 @@ def floors_table(df: pd.DataFrame, results: str | Path | Mapping[str, dict] | No
     * ``baseline`` (``_std``, ``_n``): mean main score of the k = 0 runs with ``probe_input == "all"``.
 
     Rule: a task is ``informative`` when the k = 0 probe clearly beats the higher floor
-    ``max(majority, attention_free)`` (a missing attention-free floor is left out of the max). With
-    ``intervals`` (``{(model, task, mode): (low, high)}``, the 95% bootstrap interval over dev examples of
-    the k = 0 score, :func:`papa.analysis.findings.baseline_intervals`; columns ``baseline_low``/``baseline_high``):
-    when the interval's lower bound lies above the floor. Without one: when ``baseline − floor`` exceeds
-    ``margin = max(2 × baseline_std, 2 × attention_free_std, 0.01)`` (a missing std, e.g. one seed, counts as 0).
-    Only then can replacing attention lose anything measurable.
+    ``max(majority, attention_free)`` (a missing attention-free floor is left out of the max), over seeds *and*
+    over dev examples: ``baseline − floor`` exceeds ``margin = max(2 × baseline_std, 2 × attention_free_std, 0.01)``
+    (a missing std, e.g. one seed, counts as 0), and, given ``intervals`` (``{(model, task, mode): (low, high)}``,
+    the 95% bootstrap interval over dev examples of the k = 0 score,
+    :func:`papa.analysis.findings.baseline_intervals`; columns ``baseline_low``/``baseline_high``), the interval's
+    lower bound lies above the floor. Only then can replacing attention lose anything measurable.
     """
     main = df[df["is_main"]]
     majority = main.groupby(["model", "task", "mode"])["majority"].mean() if "majority" in main else pd.Series(dtype=float)
@@ -269,10 +269,8 @@ def floors_table(df: pd.DataFrame, results: str | Path | Mapping[str, dict] | No
         row["margin"] = max(2 * _zero(row["baseline_std"]), 2 * _zero(row["attention_free_std"]), 0.01)
         row["baseline_low"], row["baseline_high"] = (intervals or {}).get((model, task, mode), (math.nan, math.nan))
         floor = np.nanmax([row["majority"], row["attention_free"], -math.inf])
-        if not math.isnan(row["baseline_low"]):
-            row["informative"] = bool(row["baseline_low"] > floor)
-        else:
-            row["informative"] = bool(not math.isnan(row["baseline"]) and row["baseline"] - floor > row["margin"])
+        clears_margin = not math.isnan(row["baseline"]) and row["baseline"] - floor > row["margin"]
+        row["informative"] = bool(clears_margin and (math.isnan(row["baseline_low"]) or row["baseline_low"] > floor))
         rows.append(row)
     columns = [
         "model",

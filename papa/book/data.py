@@ -245,11 +245,12 @@ def floors_display(floors: pd.DataFrame, digits: int = 3) -> T.Table:
     missing = {
         "free": "the attention-free probe (embedding layer only) did not run in this grid",
         "base": "no k = 0 probe ran",
-        "interval": "no dev predictions stored: informative by the seed-spread margin instead",
+        "interval": "not every seed stored its dev predictions: informative by the seed-spread margin alone",
     }
     notes = [
         "± is the standard deviation over probe seeds; a score without ± comes from a single seed.",
-        "The interval is a 95% bootstrap interval over dev examples (seeds pooled); a task is informative when its lower bound lies above the higher floor.",
+        "The interval is a 95% bootstrap interval over dev examples (seeds pooled). Informative: the k = 0 mean exceeds the higher floor by more than twice the seed spread"
+        " (and at least 0.01), and the interval's lower bound lies above it.",
     ]
     return T.table(frame, kinds, headers, missing, notes)
 

@@ -70,7 +70,8 @@ def lr_choice_display(frame: pd.DataFrame) -> T.Table:
     lrs = sorted(frame["lr"].unique())
     rows = []
     for (model, task), group in frame.groupby(["model", "task"], sort=False):
-        row = {"model": model, "task": task_name(task), "chosen_lr": lr_text(group.loc[group["chosen"], "lr"].iloc[0])}
+        chosen = group.loc[group["chosen"], "lr"]
+        row = {"model": model, "task": task_name(task), "chosen_lr": lr_text(chosen.iloc[0]) if len(chosen) else None}
         row |= {lr: _cell(group[group["lr"] == lr]) if (group["lr"] == lr).any() else None for lr in lrs}
         rows.append(row)
     kinds = ({"model": "text"} if T.has_several(frame, "model") else {}) | {"task": "text", "chosen_lr": "text"} | {lr: T.text for lr in lrs}
@@ -79,7 +80,8 @@ def lr_choice_display(frame: pd.DataFrame) -> T.Table:
         "Each cell: the best held-out score (the task's main metric, on held-out training examples) and the epoch that reached it, of the epochs trained"
         ' before early stopping ended the run; "at the cap": the curve was still rising when the run reached its epoch cap.'
     ]
-    return T.table(pd.DataFrame(rows), kinds, headers, {lr: "this lr was not a candidate here" for lr in lrs}, notes)
+    missing = {lr: "this lr was not a candidate here" for lr in lrs} | {"chosen_lr": "the chosen lr is not among the candidates' runs"}
+    return T.table(pd.DataFrame(rows), kinds, headers, missing, notes)
 
 
 def lr_choice_numbers(frame: pd.DataFrame) -> dict:
@@ -110,14 +112,15 @@ def prediction_share_frame(data: BookData) -> pd.DataFrame:
         predictions: Counter = Counter()
         labels: Counter = Counter()
         names: list = []
-        for run_id in group["run_id"]:
+        counted = []  # the runs whose predictions are counted: the score and seeds are theirs too
+        for run_id, value in zip(group["run_id"], group["value"].astype(float)):
             dev = data.records.get(run_id, {}).get("dev") or {}
-            preds, golds = dev.get("predictions") or [], dev.get("labels") or []
-            if not preds or not all(isinstance(p, int) for p in preds):
-                continue  # a token task (or no stored predictions): no single class to count
-            predictions.update(preds)
-            labels.update(golds)
+            if not dev.get("predictions") or dev.get("lengths"):
+                continue  # no stored predictions, or a token task (flat tokens with sentence lengths): no class per example
+            predictions.update(dev["predictions"])
+            labels.update(dev.get("labels") or [])
             names = dev.get("label_names") or names
+            counted.append(value)
         if not predictions:
             continue
         top, count = predictions.most_common(1)[0]
@@ -126,8 +129,8 @@ def prediction_share_frame(data: BookData) -> pd.DataFrame:
                 "model": model,
                 "task": task,
                 "metric": group["metric"].iloc[0],
-                "score": float(group["value"].astype(float).mean()),
-                "seeds": int(len(group)),
+                "score": sum(counted) / len(counted),
+                "seeds": len(counted),
                 "predicted_class": str(names[top]) if top < len(names) else str(top),
                 "predicted_share": count / sum(predictions.values()),
                 "label_share": labels[top] / sum(labels.values()) if labels else math.nan,

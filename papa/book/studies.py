@@ -101,6 +101,25 @@ def sensitivity_table(data: BookData) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+#: Study keys that leave the probe as the main grid trains it, apart from how much of the training split it sees.
+_SIZE_KEYS = {"name", "chapter", "models", "tasks", "fractions", "seeds", "methods", "max_train_examples", "pool_examples", "heldout_examples"}
+
+
+def size_studies(config: dict) -> list[str]:
+    """The studies that change only the training size: the main grid's lr (or lr choice), epochs, epoch selection,
+    modes, held-out draw and dev split, and no key outside :data:`_SIZE_KEYS`."""
+    official = _study_settings(config, {})
+    same = ("lr", "epochs", "selection", "modes")
+    return [
+        study["name"]
+        for study in config.get("studies", [])
+        if set(study) <= _SIZE_KEYS
+        and study.get("heldout_examples", config["probe"].get("heldout_examples")) == config["probe"].get("heldout_examples")
+        and all(_study_settings(config, study)[key] == official[key] for key in same)
+        and _study_settings(config, study)["train_examples"] != official["train_examples"]
+    ]
+
+
 def train_size_study(data: BookData) -> pd.DataFrame:
     """:func:`papa.analysis.drops.train_size_table` at the official probe setting (the main grid's lr,
     epochs, epoch selection and mode), for the model × task pairs run at more than one size."""
@@ -132,4 +151,4 @@ def size_extremes(sizes: pd.DataFrame) -> dict[str, str]:
     }
 
 
-__all__ = ["compare", "sensitivity_table", "size_extremes", "train_size_study"]
+__all__ = ["compare", "sensitivity_table", "size_extremes", "size_studies", "train_size_study"]
