@@ -324,3 +324,15 @@ def test_the_environment_ignores_local_version_labels(monkeypatch):
     cpu = keys.environment()
     monkeypatch.setattr(keys, "package_versions", lambda names: {name: "2.13.0" if name == "torch" else "1.0" for name in names})
     assert cpu == keys.environment() and cpu["torch"] == "2.13.0"
+
+
+def test_a_run_that_turns_stale_after_planning_takes_its_dependants_along():
+    """A failed text refresh makes its run stale after planning: what read its outputs re-executes in the
+    same grid run, after it (plan order), and an unrelated run stays proven."""
+    from papa.pipeline.runner import GridStatus, mark_dependants
+
+    a, b, c, d = Run("a", "estimate", {}), Run("b", "rank", {}, deps=["a"]), Run("c", "probe", {}, deps=["b", "d"]), Run("d", "select_lr", {})
+    status = GridStatus([a, d, b, c], [], {"a": ["executed notebook does not pair with its source"]}, {}, {}, {}, {}, None, [])
+    mark_dependants(status)
+    assert [r.run_id for r in status.stale] == ["a", "b", "c"]
+    assert status.reasons["b"] == ["upstream a re-runs"] and status.reasons["c"] == ["upstream b re-runs"] and "d" not in status.reasons

@@ -74,6 +74,17 @@ def grid_status(config: dict, root: Path = ROOT) -> GridStatus:
     return GridStatus(runs, stale, reasons, keys, components, displays, stamps, manifest, refresh)
 
 
+def mark_dependants(status: GridStatus) -> None:
+    """Make every run downstream of a run in ``status.reasons`` stale too ("upstream … re-runs"), and rebuild
+    ``status.stale`` in plan (dependency) order: a run that turns stale after planning (a failed text refresh)
+    re-executes, and what read its outputs re-executes in the same grid run rather than the next."""
+    for run in status.runs:  # dependency order: upstream verdicts are known
+        rerun = [d for d in run.deps if d in status.reasons]
+        if rerun and run.run_id not in status.reasons:
+            status.reasons[run.run_id] = [_summarise(rerun, "re-runs")]
+    status.stale = [r for r in status.runs if r.run_id in status.reasons]
+
+
 def stale_runs(config: dict) -> tuple[list[Run], list[Run], dict[str, tuple[str, str | None]], Manifest]:
     """``(all runs, stale runs, keys, manifest)``; ``keys[run_id]`` is ``(key, data fingerprint)``."""
     status = grid_status(config)
@@ -433,7 +444,7 @@ def run_grid(
                 status.stamps[run.run_id] = refresh_text(run, status.stamps[run.run_id], status.displays[run.run_id], folder)
             except (PapaError, OSError, ValueError):
                 status.reasons[run.run_id] = ["executed notebook does not pair with its source"]
-                status.stale.append(run)
+                mark_dependants(status)
         for run in status.runs:  # the manifest caches what the stamps prove
             stamp = status.stamps[run.run_id]
             if (
