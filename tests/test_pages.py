@@ -32,7 +32,7 @@ def test_words():
     assert [count(n, "seed") for n in (1, 3, 40)] == ["one seed", "three seeds", "40 seeds"]
     assert [fraction_words(f) for f in (0, "1/2", "7/8", 0.9375, 1)] == ["none", "half", "7/8", "15/16", "all"]
     assert [duration(s) for s in (None, 42.3, 754, 7300)] == ["", "42 s", "12.6 min", "2.0 h"]
-    assert [lr_words(x) for x in (2e-5, 1e-3, 0.01, 2.0e-4)] == ["2e-5", "0.001", "0.01", "0.0002"]
+    assert [lr_words(x) for x in (2e-5, 1e-3, 0.01, 2.0e-4)] == ["2e-5", "1e-3", "0.01", "2e-4"]
     assert heads_words([0, "1/2", 1]) == "none, half and all of the heads constant"
     assert heads_words([0]) == "no head constant"
 
@@ -100,7 +100,7 @@ def test_appendix_rows_describe_every_run(tmp_path):
     assert rows == [
         dict(kind="constants", model="minilm-l6", task="SST-2", ordering="", k="", setting="1,000 training examples", seeds="", score="", duration="26 s"),
         dict(kind="ranking", model="minilm-l6", task="SST-2", ordering="gates", k="", setting="", seeds="42", score="", duration=""),
-        dict(kind="learning rate", model="minilm-l6", task="SST-2", ordering="", k="", setting="0.001 chosen among 2e-05, 0.001", seeds="0", score="", duration=""),
+        dict(kind="learning rate", model="minilm-l6", task="SST-2", ordering="", k="", setting="1e-3 chosen among 2e-5, 1e-3", seeds="0", score="", duration=""),
         dict(kind="probe", model="minilm-l6", task="SST-2", ordering="gates", k="36 of 72", setting="main grid", seeds="42, 43", score="0.775", duration="1.6 min"),
         dict(kind="probe", model="minilm-l6", task="SST-2", ordering="", k="", setting="attention-free floor", seeds="42", score="0.600", duration=""),
         dict(kind="probe", model="minilm-l6", task="SST-2", ordering="", k="72", setting="8,000 training examples", seeds="42", score="", duration=""),

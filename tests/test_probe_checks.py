@@ -32,7 +32,7 @@ CHOICES = {
 
 
 def test_lr_text_reads_as_written() -> None:
-    assert [lr_text(x) for x in (2e-5, 2e-4, 1e-3, 1.5e-4)] == ["2e-5", "2e-4", "1e-3", "1.5e-4"]
+    assert [lr_text(x) for x in (2e-5, 2e-4, 1e-3, 1.5e-4, 0.01, 0.1, 1.0)] == ["2e-5", "2e-4", "1e-3", "1.5e-4", "0.01", "0.1", "1"]
 
 
 def test_lr_choice_table_cells_and_order() -> None:

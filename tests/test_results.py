@@ -307,7 +307,7 @@ def test_sensitivity_table_by_hand(tmp_path):
     studies = {"tuned": study_frame(tidy, config, config["studies"][0])}
     data = BookData(config, tidy, main, summarise(main), floors_table(main), pd.DataFrame(), studies)
     row = sensitivity_table(data).iloc[0]
-    assert row["setting"] == "lr 0.001, 4 epochs, epoch chosen on held-out training data"
+    assert row["setting"] == "lr 1e-3, 4 epochs, epoch chosen on held-out training data"
     assert row["k=0 official"] == pytest.approx(0.802) and row["k=all official"] == pytest.approx(0.722)
     assert row["drop official"] == pytest.approx(0.08 / 0.802)
     assert row["drop study"] == pytest.approx(0.02 / 0.902)

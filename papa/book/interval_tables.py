@@ -10,6 +10,7 @@ from typing import Any
 import pandas as pd
 
 from papa.book.table_format import NBSP, Table, has_several, is_missing, key_text, score_spread, table, text
+from papa.book.words import lr_text
 
 
 def _model_task(frame: pd.DataFrame) -> dict[str, str]:
@@ -169,7 +170,7 @@ def literal_display(comparison: pd.DataFrame) -> Table:
     frame = key_text(comparison).assign(
         main_drop_cell=[_percent_cell(d, lo, hi) for d, lo, hi in zip(comparison["main_drop"], comparison["main_low"], comparison["main_high"])],
         literal_drop_cell=[_percent_cell(d, lo, hi) for d, lo, hi in zip(comparison["literal_drop"], comparison["literal_low"], comparison["literal_high"])],
-        lr_cell=[None if is_missing(v) else f"{float(v):g}" for v in comparison["lr"]],
+        lr_cell=[None if is_missing(v) else lr_text(v) for v in comparison["lr"]],
     )
     kinds = _model_task(frame) | {
         "main_drop_cell": text,

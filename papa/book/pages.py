@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from papa.analysis import results as R
+from papa.book.words import lr_text
 from papa.core.errors import PapaError
 from papa.core.io import atomic_write_text, read_json_verified
 from papa.pipeline.plan import ROOT
@@ -80,8 +81,8 @@ def appendix_rows(config: dict, runs: list, manifest: dict, root: Path = ROOT) -
             row["setting"] = f"{p['max_examples']:,} training examples"
         elif run.kind == "select_lr":
             path = root / p["out"]
-            chosen = f"{read_json_verified(path, 'lr choice')['lr']:g} chosen" if path.is_file() else "not chosen yet"
-            row |= {"setting": f"{chosen} among {', '.join(f'{float(lr):g}' for lr in p['lrs'])}", "seeds": ", ".join(str(s) for s in p["seeds"])}
+            chosen = f"{lr_text(read_json_verified(path, 'lr choice')['lr'])} chosen" if path.is_file() else "not chosen yet"
+            row |= {"setting": f"{chosen} among {', '.join(lr_text(lr) for lr in p['lrs'])}", "seeds": ", ".join(str(s) for s in p["seeds"])}
         else:
             scores, total = [], None
             for seed in p["seeds"]:

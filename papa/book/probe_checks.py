@@ -14,12 +14,12 @@ from __future__ import annotations
 import math
 from collections import Counter
 
-import numpy as np
 import pandas as pd
 
 from papa.analysis.figure_kit import task_name
 from papa.book import tables as T
 from papa.book.data import BookData
+from papa.book.words import lr_text
 
 __all__ = ["lr_choice_frame", "lr_choice_display", "lr_choice_numbers", "prediction_share_frame", "prediction_share_display"]
 
@@ -50,11 +50,6 @@ def lr_choice_frame(data: BookData) -> pd.DataFrame:
     columns = ["model", "task", "lr", "seed", "heldout", "best_epoch", "epochs_trained", "converged", "chosen"]
     frame = pd.DataFrame(rows, columns=columns)
     return frame.sort_values(["model", "task", "lr", "seed"], ignore_index=True)  # as the other tables: by model and task id
-
-
-def lr_text(lr: float) -> str:
-    """``2e-5``, ``1.5e-4``: a learning rate as a person writes it."""
-    return np.format_float_scientific(float(lr), trim="-", exp_digits=1)
 
 
 def _cell(group: pd.DataFrame) -> str:

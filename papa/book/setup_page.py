@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from papa.book.words import and_list, count, fraction_words, plural, study_words, task_name
+from papa.book.words import and_list, count, fraction_words, lr_text, plural, study_words, task_name
 
 #: What the book says about the models it knows; another model is named by its id.
 MODEL_WORDS = {
@@ -39,13 +39,10 @@ _SOURCES = {"cola": "GLUE", "sst2": "GLUE", "mrpc": "GLUE", "mnli": "GLUE", "ner
 
 
 def lr_words(value) -> str:
-    """A learning rate as people write it: ``2e-05`` → ``2e-5``, ``0.01`` → ``0.01``; ``select`` in words."""
+    """A learning rate as people write it: ``2e-05`` → ``2e-5``, ``0.01`` → ``0.01`` (:func:`papa.book.words.lr_text`); ``select`` in words."""
     if value == "select":
         return "the one chosen for its model and task"
-    text = f"{float(value):g}"
-    if "e-0" in text:
-        text = text.replace("e-0", "e-")
-    return text
+    return lr_text(value)
 
 
 def _size(size) -> str:

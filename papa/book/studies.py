@@ -8,6 +8,7 @@ import pandas as pd
 from papa.analysis import results as R
 from papa.analysis.drops import train_size_table
 from papa.book.data import BookData, _study_settings
+from papa.book.words import lr_text
 
 
 def compare(a: pd.DataFrame, b: pd.DataFrame, label_a: str, label_b: str) -> pd.DataFrame:
@@ -42,7 +43,7 @@ def _describe(settings: dict, official: dict, whole_split: int | None = None) ->
     examples the whole training split turned out to hold, when the study used it)."""
     parts = []
     if settings["lr"] != official["lr"]:
-        parts.append(f"lr {settings['lr']}" if isinstance(settings["lr"], str) else f"lr {settings['lr']:g}")
+        parts.append(f"lr {settings['lr']}" if isinstance(settings["lr"], str) else f"lr {lr_text(settings['lr'])}")
     if settings["epochs"] != official["epochs"]:
         parts.append(f"{settings['epochs']} epochs")
     if settings["selection"] != official["selection"]:

@@ -9,7 +9,7 @@ from papa.pipeline.executed import study_words, task_name
 
 _SMALL = ["no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve"]
 
-__all__ = ["and_list", "count", "duration", "fraction_words", "plural", "study_words", "task_name"]
+__all__ = ["and_list", "count", "duration", "fraction_words", "lr_text", "plural", "study_words", "task_name"]
 
 
 def and_list(items, conjunction: str = "and") -> str:
@@ -28,6 +28,16 @@ def count(n: int, noun: str, nouns: str | None = None) -> str:
 
 def plural(n: int, noun: str, nouns: str | None = None) -> str:
     return noun if n == 1 else (nouns or f"{noun}s")
+
+
+def lr_text(lr: float) -> str:
+    """A learning rate as a person writes it: ``2e-5``, ``1.5e-4`` and ``1e-3`` below 0.01, ``0.01`` and ``0.1`` from
+    there up."""
+    value = float(lr)
+    if value != 0 and abs(value) < 0.01:
+        mantissa, exponent = f"{value:e}".split("e")
+        return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
+    return f"{value:g}"
 
 
 def fraction_words(value) -> str:
