@@ -123,6 +123,19 @@ def _stack(per_seed: Sequence[np.ndarray], what: str) -> np.ndarray:
     return np.stack(per_seed)
 
 
+def _quantile_range(samples: np.ndarray, level: float) -> tuple[float, float]:
+    """The central ``level`` interval of bootstrap ``samples`` ``[R]``: its low and high quantiles."""
+    tail = (1 - level) / 2
+    low, high = np.quantile(samples, [tail, 1 - tail])
+    return float(low), float(high)
+
+
+def _check_bootstrap(level: float, resamples: int) -> None:
+    """One clear error for an interval level outside (0, 1) or fewer than one resample."""
+    if not 0 < level < 1 or resamples < 1:
+        raise PapaError(f"Bootstrap level {level} / resamples {resamples} out of range", "Use e.g. level=0.95, resamples=2000.")
+
+
 def _resampled_means(stacks: Sequence[np.ndarray], metric: str, token: bool, resamples: int, seed: int) -> list[np.ndarray]:
     """Per stack of per-seed statistics ``[S, N, D]`` (all on the same ``N`` dev examples): the seed-mean metric
     on each of ``resamples`` bootstrap resamples of the examples ``[R]``; every stack sees the same resamples."""
@@ -142,11 +155,9 @@ def score_interval(per_seed: Sequence[np.ndarray], metric: str, token: bool = Fa
     """The seed-mean ``metric`` of runs on the same dev examples (one ``[N, D]`` statistics array per seed, as
     :func:`example_statistics`), with its bootstrap interval over dev examples: ``score``, ``low``, ``high``."""
     stack = _stack(per_seed, "to score")
-    if not 0 < level < 1 or resamples < 1:
-        raise PapaError(f"Bootstrap level {level} / resamples {resamples} out of range", "Use e.g. level=0.95, resamples=2000.")
+    _check_bootstrap(level, resamples)
     (means,) = _resampled_means([stack], metric, token, resamples, seed)
-    tail = (1 - level) / 2
-    low, high = (float(x) for x in np.quantile(means, [tail, 1 - tail]))
+    low, high = _quantile_range(means, level)
     return {"score": float(metric_from_sums(metric, stack.sum(1), token).mean()), "low": low, "high": high}
 
 
@@ -186,8 +197,7 @@ def paired_bootstrap(
         pairs = [(n, n) for n in range(len(pairs))]
     if b.shape[1:] != o.shape[1:]:
         raise PapaError(f"The runs score {b.shape[1]} and {o.shape[1]} dev examples", "Compare runs on the same dev examples (the whole dev split).")
-    if not 0 < level < 1 or resamples < 1:
-        raise PapaError(f"Bootstrap level {level} / resamples {resamples} out of range", "Use e.g. level=0.95, resamples=2000.")
+    _check_bootstrap(level, resamples)
     n = b.shape[1]
     base_seeds, other_seeds = metric_from_sums(metric, b.sum(1), token), metric_from_sums(metric, o.sum(1), token)
     base_score, score = float(base_seeds.mean()), float(other_seeds.mean())
@@ -197,9 +207,8 @@ def paired_bootstrap(
     differences = m_other - m_base
     with np.errstate(divide="ignore", invalid="ignore"):
         relative = np.where(m_base > 0, (m_base - m_other) / m_base, math.nan)
-    tail = (1 - level) / 2
-    low, high = (float(x) for x in np.quantile(differences, [tail, 1 - tail]))
-    rel_low, rel_high = (float(x) for x in np.quantile(relative, [tail, 1 - tail])) if np.isfinite(relative).all() else (math.nan, math.nan)
+    low, high = _quantile_range(differences, level)
+    rel_low, rel_high = _quantile_range(relative, level) if np.isfinite(relative).all() else (math.nan, math.nan)
     return {
         "base_score": base_score,
         "score": score,
