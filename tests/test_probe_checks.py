@@ -102,3 +102,61 @@ def test_size_studies_are_those_that_change_only_the_training_size():
     assert size_studies(config | {"studies": [more | {"max_eval_examples": 200}]}) == []  # another dev split
     assert size_studies(config | {"studies": [more | {"lr": 2e-5}]}) == []
     assert size_studies(config | {"studies": [{"name": "same", "seeds": [1]}]}) == []  # the main grid's size
+
+
+def test_near_floor_pairs_sit_beside_their_checks() -> None:
+    """Hand-made: m is near its CoLA floor, big clears it; m trained on 8,000 examples in study `more` (its k = 0
+    CoLA mean 0.15) and on 2,000 in the main grid; m clears its SST-2 floor and is left out."""
+    from papa.book.probe_checks import near_floor_display, near_floor_frame, near_floor_numbers
+
+    config = {
+        "models": ["m", "big"],
+        "tasks": ["cola", "sst2"],
+        "probe": {"lr": "select", "epochs": 20, "selection": "heldout", "modes": ["cached"], "max_train_examples": 2000, "heldout_examples": 200},
+        "studies": [{"name": "more", "models": ["m"], "tasks": ["cola"], "fractions": [0, 1], "max_train_examples": 8000, "pool_examples": 8551}],
+    }
+    row = {"model": "m", "task": "cola", "probe_input": "all", "is_main": True, "metric": "matthews_correlation", "train_examples": 2000, "selected_epoch": 3}
+    main = pd.DataFrame(
+        [row | {"k": 0, "ranking": "none", "run_id": "a", "value": 0.04}, row | {"k": 0, "ranking": "none", "run_id": "b", "value": 0.06}, row | {"k": 72, "ranking": "all", "run_id": "c", "value": 0.02}]
+    )
+    study = pd.DataFrame([row | {"k": 0, "ranking": "none", "run_id": "x", "value": 0.15, "train_examples": 8000}, row | {"k": 72, "ranking": "all", "run_id": "y", "value": 0.1, "train_examples": 8000}])
+    names = ["unacceptable", "acceptable"]
+    records = {
+        "a": {"dev": {"label_names": names, "labels": [1, 1, 1, 0], "predictions": [1, 1, 1, 1]}},
+        "b": {"dev": {"label_names": names, "labels": [1, 1, 1, 0], "predictions": [1, 1, 1, 0]}},
+    }
+    nan = float("nan")
+    floors = pd.DataFrame(
+        [
+            {"model": "big", "task": "cola", "metric": "matthews_correlation", "majority": 0.0, "attention_free": 0.1, "baseline": 0.32, "baseline_low": 0.28, "baseline_high": 0.36, "informative": True},
+            {"model": "m", "task": "cola", "metric": "matthews_correlation", "majority": 0.0, "attention_free": 0.03, "baseline": 0.05, "baseline_low": 0.01, "baseline_high": 0.09, "informative": False},
+            {"model": "m", "task": "sst2", "metric": "accuracy", "majority": 0.51, "attention_free": nan, "baseline": 0.8, "baseline_low": 0.77, "baseline_high": 0.83, "informative": True},
+        ]
+    )
+    data = BookData(config, main, main, pd.DataFrame(), floors, pd.DataFrame(), {"more": study}, {}, records, CHOICES)
+    frame = near_floor_frame(data)
+    assert frame.to_dict("records") == [
+        {
+            "model": "m",
+            "task": "cola",
+            "metric": "matthews_correlation",
+            "score": 0.05,
+            "low": 0.01,
+            "high": 0.09,
+            "floor": 0.03,
+            "floor_kind": "attention-free",
+            "heldout": 0.204,
+            "predicted_share": 7 / 8,
+            "label_share": 0.75,
+            "more_data_score": 0.15,
+            "more_data_setting": "8,000 training examples",
+            "best_model": "big",
+            "best_score": 0.32,
+        }
+    ]
+    assert near_floor_display(frame).rows == [
+        ["m", "CoLA", "0.050\u00a0[0.010,\u00a00.090]", "0.030 (attention-free)", "0.204", "87.5% (75.0% of the labels)", "0.150 (8,000 training examples)", "0.320 (big)"]
+    ]
+    assert near_floor_numbers(frame) == {"n_near_floor": 1, "near_floor_pairs": "CoLA (m)"}
+    empty = near_floor_frame(BookData(config, main, main, pd.DataFrame(), floors.assign(informative=True), pd.DataFrame(), {}, {}, records, {}))
+    assert empty.empty and near_floor_display(empty).rows == [] and near_floor_numbers(empty) == {"n_near_floor": 0, "near_floor_pairs": "none"}

@@ -6,7 +6,10 @@ its floor (CoLA) is read with the reason in view. Re-exported by :mod:`papa.book
   epochs trained, per model and task (one row per lr choice run, ``papa.probing.protocol.select_lr``);
 * :func:`lr_choice_numbers` — the counts the chapter's text glues;
 * :func:`prediction_share_frame` / :func:`prediction_share_display` — per model and sequence task at k = 0:
-  the share of dev predictions in the most-predicted class against that class's share of the dev labels.
+  the share of dev predictions in the most-predicted class against that class's share of the dev labels;
+* :func:`near_floor_frame` / :func:`near_floor_display` / :func:`near_floor_numbers` — every pair whose k = 0 probe
+  does not clear its floor, beside the checks that say why: the lr choice's held-out score, what the probe
+  predicts, the score with more training data, and the best model on the same task.
 """
 
 from __future__ import annotations
@@ -19,9 +22,19 @@ import pandas as pd
 from papa.analysis.figure_kit import task_name
 from papa.book import tables as T
 from papa.book.data import BookData
+from papa.book.studies import sensitivity_table, size_studies
 from papa.book.words import lr_text
 
-__all__ = ["lr_choice_frame", "lr_choice_display", "lr_choice_numbers", "prediction_share_frame", "prediction_share_display"]
+__all__ = [
+    "lr_choice_frame",
+    "lr_choice_display",
+    "lr_choice_numbers",
+    "near_floor_display",
+    "near_floor_frame",
+    "near_floor_numbers",
+    "prediction_share_frame",
+    "prediction_share_display",
+]
 
 #: The paper's probe learning rate, one of the candidates.
 PAPER_LR = 2e-5
@@ -152,3 +165,113 @@ def prediction_share_display(frame: pd.DataFrame) -> T.Table:
         "label_share": "share of the dev labels",
     }
     return T.table(T.key_text(frame), kinds, headers, {"label_share": "no dev labels stored"})
+
+
+NEAR_FLOOR_COLUMNS = [
+    "model",
+    "task",
+    "metric",
+    "score",
+    "low",
+    "high",
+    "floor",
+    "floor_kind",
+    "heldout",
+    "predicted_share",
+    "label_share",
+    "more_data_score",
+    "more_data_setting",
+    "best_model",
+    "best_score",
+]
+
+
+def near_floor_frame(data: BookData) -> pd.DataFrame:
+    """Every (model, task) of the main grid whose k = 0 probe is not informative (``data.floors``), with the
+    checks that tell a probe that cannot read the task from one that has not learned to:
+
+    * ``score``, ``low``, ``high``: the k = 0 seed mean and its 95% interval over dev examples; ``floor`` and
+      ``floor_kind``: the higher of the majority-class and attention-free floors;
+    * ``heldout``: the best held-out score of the chosen lr when it was chosen (:func:`lr_choice_frame`);
+    * ``predicted_share`` / ``label_share``: the most-predicted class's share (:func:`prediction_share_frame`);
+    * ``more_data_score`` / ``more_data_setting``: the k = 0 mean of the largest training-size study of the pair;
+    * ``best_model`` / ``best_score``: the informative model with the highest k = 0 score on the task, if any.
+    """
+    floors = data.floors
+    if floors.empty or "informative" not in floors:
+        return pd.DataFrame(columns=NEAR_FLOOR_COLUMNS)
+    lr = lr_choice_frame(data)
+    heldout = lr[lr["chosen"]].groupby(["model", "task"])["heldout"].max().to_dict() if len(lr) else {}
+    shares = {(r.model, r.task): (r.predicted_share, r.label_share) for r in prediction_share_frame(data).itertuples()}
+    more: dict = {}  # (model, task) -> (training examples, k = 0 mean, setting in words) of its largest size study
+    sizes = sensitivity_table(data)
+    for row in sizes[sizes["study"].isin(size_studies(data.config))].to_dict("records") if len(sizes) else []:
+        study = data.studies[row["study"]]
+        examples = int(study.loc[(study["model"] == row["model"]) & (study["task"] == row["task"]), "train_examples"].max())
+        if examples > more.get((row["model"], row["task"]), (-1,))[0]:
+            more[row["model"], row["task"]] = (examples, row["k=0 study"], row["setting"])
+    rows = []
+    for row in floors[~floors["informative"].astype(bool)].itertuples():
+        majority, free = float(row.majority), float(row.attention_free)
+        floor_kind = "attention-free" if not math.isnan(free) and free > majority else "majority"
+        peers = floors[(floors["task"] == row.task) & floors["informative"].astype(bool)]
+        best = peers.loc[peers["baseline"].astype(float).idxmax()] if len(peers) else None
+        rows.append(
+            {
+                "model": row.model,
+                "task": row.task,
+                "metric": row.metric,
+                "score": float(row.baseline),
+                "low": float(row.baseline_low),
+                "high": float(row.baseline_high),
+                "floor": free if floor_kind == "attention-free" else majority,
+                "floor_kind": floor_kind,
+                "heldout": heldout.get((row.model, row.task), math.nan),
+                "predicted_share": shares.get((row.model, row.task), (math.nan, math.nan))[0],
+                "label_share": shares.get((row.model, row.task), (math.nan, math.nan))[1],
+                "more_data_score": more.get((row.model, row.task), (0, math.nan, None))[1],
+                "more_data_setting": more.get((row.model, row.task), (0, math.nan, None))[2],
+                "best_model": None if best is None else best["model"],
+                "best_score": math.nan if best is None else float(best["baseline"]),
+            }
+        )
+    return pd.DataFrame(rows, columns=NEAR_FLOOR_COLUMNS)
+
+
+def near_floor_display(frame: pd.DataFrame) -> T.Table:
+    """:func:`near_floor_frame` for reading: one row per pair near its floor, the checks in columns."""
+    shown = T.key_text(frame).assign(
+        score_cell=[T.score_interval(m, lo, hi) for m, lo, hi in zip(frame["score"], frame["low"], frame["high"])],
+        floor_cell=[None if T.is_missing(f) else f"{f:.3f} ({kind})" for f, kind in zip(frame["floor"], frame["floor_kind"])],
+        share_cell=[None if T.is_missing(p) else f"{p:.1%} ({lab:.1%} of the labels)" for p, lab in zip(frame["predicted_share"], frame["label_share"])],
+        more_cell=[None if T.is_missing(v) else f"{v:.3f} ({setting})" for v, setting in zip(frame["more_data_score"], frame["more_data_setting"])],
+        best_cell=[None if m is None or T.is_missing(v) else f"{v:.3f} ({m})" for m, v in zip(frame["best_model"], frame["best_score"])],
+    )
+    kinds = {"model": "text", "task": "text", "score_cell": T.text, "floor_cell": T.text, "heldout": "score", "share_cell": T.text, "more_cell": T.text, "best_cell": T.text}
+    headers = {
+        "score_cell": "k = 0 score [95% interval]",
+        "floor_cell": "higher floor",
+        "heldout": "held-out score at the lr choice",
+        "share_cell": "most-predicted class: share of the predictions",
+        "more_cell": "k = 0 with more training data",
+        "best_cell": "best informative model on the task",
+    }
+    missing = {
+        "score_cell": "no interval: not every seed stored its dev predictions",
+        "floor_cell": "no floor measured",
+        "heldout": "no lr choice ran for this pair",
+        "share_cell": "a token task: no single class per example",
+        "more_cell": "no training-size study covers this pair",
+        "best_cell": "no model is informative on this task",
+    }
+    notes = ["Scores are the task's main metric, averaged over probe seeds; the held-out score is on held-out training examples, the others on the dev split."]
+    table = T.table(shown, kinds, headers, missing, notes)
+    table.empty = "Every model and task clears its floor: no pair is near it."
+    return table
+
+
+def near_floor_numbers(frame: pd.DataFrame) -> dict:
+    """For the text: how many pairs are near their floor (``n_near_floor``) and which (``near_floor_pairs``, as
+    "Task (model, model)")."""
+    by_task = {t: list(g["model"]) for t, g in frame.groupby("task", sort=False)} if len(frame) else {}
+    return {"n_near_floor": int(len(frame)), "near_floor_pairs": "; ".join(f"{task_name(t)} ({', '.join(ms)})" for t, ms in by_task.items()) or "none"}
