@@ -90,7 +90,7 @@ def test_size_studies_are_those_that_change_only_the_training_size():
     from papa.book.studies import size_studies
     from papa.pipeline.plan import ROOT, load_config
 
-    assert size_studies(load_config(ROOT / "configs" / "default.yaml")) == ["colamore"]  # not literal, cachedsmall or random
+    assert size_studies(load_config(ROOT / "configs" / "default.yaml")) == ["colamore", "mpnetmore"]  # not literal, cachedsmall or random
     config = {
         "probe": {"lr": "select", "epochs": 20, "selection": "heldout", "modes": ["cached"], "max_train_examples": 2000, "heldout_examples": 200},
         "tasks": ["cola"],
@@ -102,6 +102,10 @@ def test_size_studies_are_those_that_change_only_the_training_size():
     assert size_studies(config | {"studies": [more | {"max_eval_examples": 200}]}) == []  # another dev split
     assert size_studies(config | {"studies": [more | {"lr": 2e-5}]}) == []
     assert size_studies(config | {"studies": [{"name": "same", "seeds": [1]}]}) == []  # the main grid's size
+    budget = config | {"models": ["m", "big"], "probe": config["probe"] | {"per_model": {"big": {"max_train_examples": 1000, "epochs": 15}}}}
+    assert size_studies(budget | {"studies": [{"name": "bigmore", "models": ["big"], "max_train_examples": 2000}]}) == ["bigmore"]  # 2,000 is more than big's 1,000
+    assert size_studies(budget | {"studies": [{"name": "both", "max_train_examples": 2000}]}) == []  # m's main size: no change for m
+    assert size_studies(budget | {"studies": [{"name": "cap", "models": ["big"], "max_train_examples": 2000, "epochs": 20}]}) == []  # big's cap is 15
 
 
 def test_near_floor_pairs_sit_beside_their_checks() -> None:
@@ -116,22 +120,24 @@ def test_near_floor_pairs_sit_beside_their_checks() -> None:
         "studies": [{"name": "more", "models": ["m"], "tasks": ["cola"], "fractions": [0, 1], "max_train_examples": 8000, "pool_examples": 8551}],
     }
     row = {"model": "m", "task": "cola", "probe_input": "all", "is_main": True, "metric": "matthews_correlation", "train_examples": 2000, "selected_epoch": 3}
-    main = pd.DataFrame(
-        [row | {"k": 0, "ranking": "none", "run_id": "a", "value": 0.04}, row | {"k": 0, "ranking": "none", "run_id": "b", "value": 0.06}, row | {"k": 72, "ranking": "all", "run_id": "c", "value": 0.02}]
-    )
-    study = pd.DataFrame([row | {"k": 0, "ranking": "none", "run_id": "x", "value": 0.15, "train_examples": 8000}, row | {"k": 72, "ranking": "all", "run_id": "y", "value": 0.1, "train_examples": 8000}])
+    k0, kall = {"k": 0, "ranking": "none"}, {"k": 72, "ranking": "all"}
+    main = pd.DataFrame([row | k0 | {"run_id": "a", "value": 0.04}, row | k0 | {"run_id": "b", "value": 0.06}, row | kall | {"run_id": "c", "value": 0.02}])
+    more = {"train_examples": 8000}
+    study = pd.DataFrame([row | k0 | more | {"run_id": "x", "value": 0.15}, row | kall | more | {"run_id": "y", "value": 0.1}])
     names = ["unacceptable", "acceptable"]
     records = {
         "a": {"dev": {"label_names": names, "labels": [1, 1, 1, 0], "predictions": [1, 1, 1, 1]}},
         "b": {"dev": {"label_names": names, "labels": [1, 1, 1, 0], "predictions": [1, 1, 1, 0]}},
     }
     nan = float("nan")
+    columns = ["model", "task", "metric", "majority", "attention_free", "baseline", "baseline_low", "baseline_high", "informative"]
     floors = pd.DataFrame(
         [
-            {"model": "big", "task": "cola", "metric": "matthews_correlation", "majority": 0.0, "attention_free": 0.1, "baseline": 0.32, "baseline_low": 0.28, "baseline_high": 0.36, "informative": True},
-            {"model": "m", "task": "cola", "metric": "matthews_correlation", "majority": 0.0, "attention_free": 0.03, "baseline": 0.05, "baseline_low": 0.01, "baseline_high": 0.09, "informative": False},
-            {"model": "m", "task": "sst2", "metric": "accuracy", "majority": 0.51, "attention_free": nan, "baseline": 0.8, "baseline_low": 0.77, "baseline_high": 0.83, "informative": True},
-        ]
+            ("big", "cola", "matthews_correlation", 0.0, 0.1, 0.32, 0.28, 0.36, True),
+            ("m", "cola", "matthews_correlation", 0.0, 0.03, 0.05, 0.01, 0.09, False),
+            ("m", "sst2", "accuracy", 0.51, nan, 0.8, 0.77, 0.83, True),
+        ],
+        columns=columns,
     )
     data = BookData(config, main, main, pd.DataFrame(), floors, pd.DataFrame(), {"more": study}, {}, records, CHOICES)
     frame = near_floor_frame(data)
@@ -160,3 +166,30 @@ def test_near_floor_pairs_sit_beside_their_checks() -> None:
     assert near_floor_numbers(frame) == {"n_near_floor": 1, "near_floor_pairs": "CoLA (m)"}
     empty = near_floor_frame(BookData(config, main, main, pd.DataFrame(), floors.assign(informative=True), pd.DataFrame(), {}, {}, records, {}))
     assert empty.empty and near_floor_display(empty).rows == [] and near_floor_numbers(empty) == {"n_near_floor": 0, "near_floor_pairs": "none"}
+
+
+def test_sensitivity_reads_each_model_against_its_own_main_grid_settings() -> None:
+    """big trains on 1,000 examples (15 epochs) in the main grid by probe.per_model; its 2,000-example study
+    differs in size only, not in epochs: the row says so, and a study at m's own size has no row."""
+    from papa.book.studies import sensitivity_table
+
+    budget = {"per_model": {"big": {"max_train_examples": 1000, "epochs": 15}}}
+    config = {
+        "models": ["m", "big"],
+        "tasks": ["sst2"],
+        "probe": {"lr": "select", "epochs": 20, "selection": "heldout", "modes": ["cached"], "max_train_examples": 2000} | budget,
+        "studies": [{"name": "more", "max_train_examples": 2000}],
+    }
+
+    def rows(model: str, train: int, k0: float, kall: float) -> list[dict]:
+        row = {"model": model, "task": "sst2", "probe_input": "all", "is_main": True, "train_examples": train, "selected_epoch": 4}
+        return [row | {"ranking": "none", "k": 0, "value": k0}, row | {"ranking": "all", "k": 144, "value": kall}]
+
+    main = pd.DataFrame(rows("big", 1000, 0.8, 0.72) + rows("m", 2000, 0.8, 0.78))
+    study = pd.DataFrame(rows("big", 2000, 0.84, 0.80) + rows("m", 2000, 0.8, 0.78))
+    data = BookData(config, main, main, pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), {"more": study})
+    table = sensitivity_table(data)
+    assert table[["study", "setting", "model", "k=0 official", "k=0 study"]].to_dict("records") == [
+        {"study": "more", "setting": "2,000 training examples", "model": "big", "k=0 official": 0.8, "k=0 study": 0.84}
+    ]
+    assert table["drop official"].tolist() == [pytest.approx(0.1)] and table["drop study"].tolist() == [pytest.approx(0.04 / 0.84)]

@@ -55,6 +55,7 @@ def _study_settings(config: dict, study: dict, model: str | None = None) -> dict
         "tasks": study.get("tasks", config["tasks"]),
         "train_examples": study.get("max_train_examples", probe.get("max_train_examples", 1000)),
         "selection": study.get("selection", probe.get("selection", "final")),
+        "heldout_examples": study.get("heldout_examples", probe.get("heldout_examples")),
         "models": study.get("models", config["models"]),
     }
 

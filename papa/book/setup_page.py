@@ -209,7 +209,7 @@ The further studies:
 
 ## What differs from the paper, and why
 
-- **Models**: {count(n_models, "small sentence-embedding model")} instead of six pretrained-only ones, base and large:
+- **Models**: {count(n_models, "sentence-embedding model")}, none larger than base, instead of six pretrained-only ones, base and large:
   what this machine (two CPU cores, no hub) can run. They were tuned for sentence similarity after pretraining, so
   their attention may differ from BERT's; "better models lose more" rests on {count(n_models, "model")} here, against six
   in the paper.

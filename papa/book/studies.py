@@ -63,16 +63,15 @@ def sensitivity_table(data: BookData) -> pd.DataFrame:
     and the relative drop, under the official setting and under the study's, and whether each
     score's change exceeds the seed spread (:func:`papa.analysis.results.difference_is_real`).
     """
-    official = _study_settings(data.config, {})
     rows = []
     for study in data.config.get("studies", []):
-        settings = _study_settings(data.config, study)
-        if settings["modes"] != official["modes"] or study.get("probe_input", "all") != "all" or not _describe(settings, official):
-            continue
         frame = data.studies.get(study["name"])
-        if frame is None or frame.empty:
+        if study.get("probe_input", "all") != "all" or frame is None or frame.empty:
             continue
         for (model, task), group in frame[frame["is_main"] & (frame["probe_input"] == "all")].groupby(["model", "task"]):
+            settings, official = _study_settings(data.config, study, model), _study_settings(data.config, {}, model)  # per model: its budget sizes
+            if settings["modes"] != official["modes"] or not _describe(settings, official):
+                continue
             base = data.main[data.main["is_main"] & (data.main["probe_input"] == "all") & (data.main["model"] == model) & (data.main["task"] == task)]
             scores = {}
             for label, df in (("official", base), ("study", group)):
@@ -107,17 +106,19 @@ _SIZE_KEYS = {"name", "chapter", "models", "tasks", "fractions", "seeds", "metho
 
 
 def size_studies(config: dict) -> list[str]:
-    """The studies that change only the training size: the main grid's lr (or lr choice), epochs, epoch selection,
-    modes, held-out draw and dev split, and no key outside :data:`_SIZE_KEYS`."""
-    official = _study_settings(config, {})
-    same = ("lr", "epochs", "selection", "modes")
+    """The studies that change only the training size: for each of their models, the main grid's lr (or lr
+    choice), epochs, epoch selection, modes and held-out draw (``probe.per_model`` included) and dev split, no key
+    outside :data:`_SIZE_KEYS`, and another training size than that model's in the main grid."""
+    same = ("lr", "epochs", "selection", "modes", "heldout_examples")
+
+    def only_size(study: dict, model: str) -> bool:
+        settings, official = _study_settings(config, study, model), _study_settings(config, {}, model)
+        return all(settings[key] == official[key] for key in same) and settings["train_examples"] != official["train_examples"]
+
     return [
         study["name"]
         for study in config.get("studies", [])
-        if set(study) <= _SIZE_KEYS
-        and study.get("heldout_examples", config["probe"].get("heldout_examples")) == config["probe"].get("heldout_examples")
-        and all(_study_settings(config, study)[key] == official[key] for key in same)
-        and _study_settings(config, study)["train_examples"] != official["train_examples"]
+        if set(study) <= _SIZE_KEYS and study.get("models", config["models"]) and all(only_size(study, model) for model in study.get("models", config["models"]))
     ]
 
 
