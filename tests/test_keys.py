@@ -336,3 +336,32 @@ def test_a_run_that_turns_stale_after_planning_takes_its_dependants_along():
     mark_dependants(status)
     assert [r.run_id for r in status.stale] == ["a", "b", "c"]
     assert status.reasons["b"] == ["upstream a re-runs"] and status.reasons["c"] == ["upstream b re-runs"] and "d" not in status.reasons
+
+
+def test_disk_report_counts_what_is_already_cached(tmp_path, monkeypatch, capsys):
+    """A hand-made cache: 3 GB of shared sets and 1 GB held, 2 GB free, 1.5 GB already cached: the line says all
+    four, and the warning gives the upper bound with what may already be there."""
+    import collections
+    import os
+    import shutil
+    import sys
+
+    from papa.pipeline import runner as runner_module
+    from papa.pipeline.runner import _report_disk
+
+    (tmp_path / "features").mkdir()
+    (tmp_path / "features" / "a.safetensors").write_bytes(b"")
+    os.truncate(tmp_path / "features" / "a.safetensors", 1_500_000_000)  # sparse: no disk used
+    monkeypatch.setenv("PAPA_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(runner_module, "cache_bytes", lambda stale: (3_000_000_000, 1_000_000_000, 0))
+    usage = collections.namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(10**12, 0, 2_000_000_000))
+    _report_disk([], sys.stdout)
+    out = capsys.readouterr().out.splitlines()
+    assert out == [
+        f"  feature cache ({tmp_path}): ~3.0 GB of shared feature sets kept, up to 1.0 GB more while a run holds its own head set; 1.5 GB already cached, 2 GB free there",
+        "  warning: the feature cache may fill the disk: these runs need up to 4 GB (less what the 1.5 GB already cached holds of it); point PAPA_CACHE_DIR elsewhere",
+    ]
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(10**12, 0, 5_000_000_000))
+    _report_disk([], sys.stdout)
+    assert len(capsys.readouterr().out.splitlines()) == 1  # it fits: no warning

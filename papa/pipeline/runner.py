@@ -355,10 +355,13 @@ def _report_plan(status: GridStatus, stale: list[Run], config: dict, out, dry_ru
 
 
 def _report_disk(stale: list[Run], out) -> None:
-    """The feature cache these runs need on disk, against what is free there (a warning when it does not fit)."""
+    """The feature cache these runs need on disk, against what is free there and what is already cached (a
+    warning when it may not fit). The need is an upper bound: a feature set already cached (by runs that are
+    stale only for their code, or by another grid) takes no more room, but which sets those are cannot be told
+    without encoding the data."""
     import shutil
 
-    from papa.probing.features import cache_root
+    from papa.probing.features import cache_dir, cache_root
 
     kept, held, _ = cache_bytes(stale)
     if not kept + held:
@@ -366,10 +369,13 @@ def _report_disk(stale: list[Run], out) -> None:
     root = cache_root()
     existing = next((p for p in (root, *root.parents) if p.exists()), None)
     free = shutil.disk_usage(existing).free if existing is not None else None
+    cached = sum(f.stat().st_size for f in cache_dir().glob("*.safetensors")) if cache_dir().is_dir() else 0
     line = f"  feature cache ({root}): ~{kept / 1e9:.1f} GB of shared feature sets kept, up to {held / 1e9:.1f} GB more while a run holds its own head set"
-    print(line + (f"; {free / 1e9:.0f} GB free there" if free is not None else ""), file=out)
+    line += f"; {cached / 1e9:.1f} GB already cached" + (f", {free / 1e9:.0f} GB free there" if free is not None else "")
+    print(line, file=out)
     if free is not None and kept + held > free:
-        print(f"  warning: the feature cache may fill the disk: set PAPA_CACHE_DIR to a folder with {(kept + held) / 1e9:.0f} GB free", file=out)
+        reuse = f" (less what the {cached / 1e9:.1f} GB already cached holds of it)" if cached else ""
+        print(f"  warning: the feature cache may fill the disk: these runs need up to {(kept + held) / 1e9:.0f} GB{reuse}; point PAPA_CACHE_DIR elsewhere", file=out)
 
 
 def _check_sized(plan) -> None:
