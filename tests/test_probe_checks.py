@@ -121,13 +121,19 @@ def test_near_floor_pairs_sit_beside_their_checks() -> None:
     }
     row = {"model": "m", "task": "cola", "probe_input": "all", "is_main": True, "metric": "matthews_correlation", "train_examples": 2000, "selected_epoch": 3}
     k0, kall = {"k": 0, "ranking": "none"}, {"k": 72, "ranking": "all"}
-    main = pd.DataFrame([row | k0 | {"run_id": "a", "value": 0.04}, row | k0 | {"run_id": "b", "value": 0.06}, row | kall | {"run_id": "c", "value": 0.02}])
+    main = pd.DataFrame(
+        [
+            row | k0 | {"run_id": "b", "value": 0.06, "seed": 43},
+            row | k0 | {"run_id": "a", "value": 0.04, "seed": 42, "selected_epoch": 1},
+            row | kall | {"run_id": "c", "value": 0.02, "seed": 42},
+        ]
+    )
     more = {"train_examples": 8000}
     study = pd.DataFrame([row | k0 | more | {"run_id": "x", "value": 0.15}, row | kall | more | {"run_id": "y", "value": 0.1}])
     names = ["unacceptable", "acceptable"]
     records = {
-        "a": {"dev": {"label_names": names, "labels": [1, 1, 1, 0], "predictions": [1, 1, 1, 1]}},
-        "b": {"dev": {"label_names": names, "labels": [1, 1, 1, 0], "predictions": [1, 1, 1, 0]}},
+        "a": {"dev": {"label_names": names, "labels": [1, 1, 1, 0], "predictions": [1, 1, 1, 1]}, "epochs": [{"train_loss": 0.6}, {"train_loss": 0.5}]},
+        "b": {"dev": {"label_names": names, "labels": [1, 1, 1, 0], "predictions": [1, 1, 1, 0]}, "epochs": [{"train_loss": 0.7}, {"train_loss": 0.4}, {"train_loss": 0.3}]},
     }
     nan = float("nan")
     columns = ["model", "task", "metric", "majority", "attention_free", "baseline", "baseline_low", "baseline_high", "informative"]
@@ -151,6 +157,9 @@ def test_near_floor_pairs_sit_beside_their_checks() -> None:
             "high": 0.09,
             "floor": 0.03,
             "floor_kind": "attention-free",
+            "seed_scores": [(0.04, 1), (0.06, 3)],  # by seed
+            "loss_first": pytest.approx(0.65),
+            "loss_last": pytest.approx(0.4),
             "heldout": 0.204,
             "predicted_share": 7 / 8,
             "label_share": 0.75,
@@ -161,7 +170,8 @@ def test_near_floor_pairs_sit_beside_their_checks() -> None:
         }
     ]
     assert near_floor_display(frame).rows == [
-        ["m", "CoLA", "0.050\u00a0[0.010,\u00a00.090]", "0.030 (attention-free)", "0.204", "87.5% (75.0% of the labels)", "0.150 (8,000 training examples)", "0.320 (big)"]
+        ["m", "CoLA", "0.050\u00a0[0.010,\u00a00.090]", "0.030 (attention-free)", "0.040 (epoch 1), 0.060 (epoch 3)", "0.65 → 0.40", "0.204"]
+        + ["87.5% (75.0% of the labels)", "0.150 (8,000 training examples)", "0.320 (big)"]
     ]
     assert near_floor_numbers(frame) == {"n_near_floor": 1, "near_floor_pairs": "CoLA (m)"}
     empty = near_floor_frame(BookData(config, main, main, pd.DataFrame(), floors.assign(informative=True), pd.DataFrame(), {}, {}, records, {}))

@@ -176,6 +176,9 @@ NEAR_FLOOR_COLUMNS = [
     "high",
     "floor",
     "floor_kind",
+    "seed_scores",
+    "loss_first",
+    "loss_last",
     "heldout",
     "predicted_share",
     "label_share",
@@ -192,6 +195,9 @@ def near_floor_frame(data: BookData) -> pd.DataFrame:
 
     * ``score``, ``low``, ``high``: the k = 0 seed mean and its 95% interval over dev examples; ``floor`` and
       ``floor_kind``: the higher of the majority-class and attention-free floors;
+    * ``seed_scores``: each k = 0 seed's ``(score, reported epoch)``, by seed; ``loss_first`` / ``loss_last``: the
+      training loss of the first and the last epoch trained, seed means (a probe that fits its training examples
+      but not the held-out ones, against one that does not fit them either);
     * ``heldout``: the best held-out score of the chosen lr when it was chosen (:func:`lr_choice_frame`);
     * ``predicted_share`` / ``label_share``: the most-predicted class's share (:func:`prediction_share_frame`);
     * ``more_data_score`` / ``more_data_setting``: the k = 0 mean of the largest training-size study of the pair;
@@ -210,8 +216,12 @@ def near_floor_frame(data: BookData) -> pd.DataFrame:
         examples = int(study.loc[(study["model"] == row["model"]) & (study["task"] == row["task"]), "train_examples"].max())
         if examples > more.get((row["model"], row["task"]), (-1,))[0]:
             more[row["model"], row["task"]] = (examples, row["k=0 study"], row["setting"])
+    k0 = data.main[(data.main["k"] == 0) & (data.main["probe_input"] == "all") & data.main["is_main"]].drop_duplicates("run_id")
     rows = []
     for row in floors[~floors["informative"].astype(bool)].itertuples():
+        runs = k0[(k0["model"] == row.model) & (k0["task"] == row.task)].sort_values("seed")
+        losses = [[e.get("train_loss") for e in (data.records.get(r) or {}).get("epochs") or []] for r in runs["run_id"]]
+        losses = [curve for curve in losses if curve and None not in curve]
         majority, free = float(row.majority), float(row.attention_free)
         floor_kind = "attention-free" if not math.isnan(free) and free > majority else "majority"
         peers = floors[(floors["task"] == row.task) & floors["informative"].astype(bool)]
@@ -226,6 +236,9 @@ def near_floor_frame(data: BookData) -> pd.DataFrame:
                 "high": float(row.baseline_high),
                 "floor": free if floor_kind == "attention-free" else majority,
                 "floor_kind": floor_kind,
+                "seed_scores": [(float(v), None if pd.isna(e) else int(e)) for v, e in zip(runs["value"], runs["selected_epoch"])],
+                "loss_first": sum(c[0] for c in losses) / len(losses) if losses else math.nan,
+                "loss_last": sum(c[-1] for c in losses) / len(losses) if losses else math.nan,
                 "heldout": heldout.get((row.model, row.task), math.nan),
                 "predicted_share": shares.get((row.model, row.task), (math.nan, math.nan))[0],
                 "label_share": shares.get((row.model, row.task), (math.nan, math.nan))[1],
@@ -243,14 +256,19 @@ def near_floor_display(frame: pd.DataFrame) -> T.Table:
     shown = T.key_text(frame).assign(
         score_cell=[T.score_interval(m, lo, hi) for m, lo, hi in zip(frame["score"], frame["low"], frame["high"])],
         floor_cell=[None if T.is_missing(f) else f"{f:.3f} ({kind})" for f, kind in zip(frame["floor"], frame["floor_kind"])],
+        seeds_cell=[", ".join(f"{v:.3f}" + ("" if e is None else f" (epoch {e})") for v, e in seeds) or None for seeds in frame["seed_scores"]],
+        loss_cell=[None if T.is_missing(a) or T.is_missing(b) else f"{a:.2f} → {b:.2f}" for a, b in zip(frame["loss_first"], frame["loss_last"])],
         share_cell=[None if T.is_missing(p) else f"{p:.1%} ({lab:.1%} of the labels)" for p, lab in zip(frame["predicted_share"], frame["label_share"])],
         more_cell=[None if T.is_missing(v) else f"{v:.3f} ({setting})" for v, setting in zip(frame["more_data_score"], frame["more_data_setting"])],
         best_cell=[None if m is None or T.is_missing(v) else f"{v:.3f} ({m})" for m, v in zip(frame["best_model"], frame["best_score"])],
     )
-    kinds = {"model": "text", "task": "text", "score_cell": T.text, "floor_cell": T.text, "heldout": "score", "share_cell": T.text, "more_cell": T.text, "best_cell": T.text}
+    kinds = {"model": "text", "task": "text"} | dict.fromkeys(("score_cell", "floor_cell", "seeds_cell", "loss_cell"), T.text) | {"heldout": "score"}
+    kinds |= dict.fromkeys(("share_cell", "more_cell", "best_cell"), T.text)
     headers = {
         "score_cell": "k = 0 score [95% interval]",
         "floor_cell": "higher floor",
+        "seeds_cell": "each seed (reported epoch)",
+        "loss_cell": "training loss, first → last epoch",
         "heldout": "held-out score at the lr choice",
         "share_cell": "most-predicted class: share of the predictions",
         "more_cell": "k = 0 with more training data",
@@ -259,6 +277,8 @@ def near_floor_display(frame: pd.DataFrame) -> T.Table:
     missing = {
         "score_cell": "no interval: not every seed stored its dev predictions",
         "floor_cell": "no floor measured",
+        "seeds_cell": "no k = 0 run of the main grid",
+        "loss_cell": "no training loss recorded",
         "heldout": "no lr choice ran for this pair",
         "share_cell": "a token task: no single class per example",
         "more_cell": "no training-size study covers this pair",
