@@ -262,8 +262,9 @@ def near_floor_display(frame: pd.DataFrame) -> T.Table:
         more_cell=[None if T.is_missing(v) else f"{v:.3f} ({setting})" for v, setting in zip(frame["more_data_score"], frame["more_data_setting"])],
         best_cell=[None if m is None or T.is_missing(v) else f"{v:.3f} ({m})" for m, v in zip(frame["best_model"], frame["best_score"])],
     )
-    kinds = {"model": "text", "task": "text"} | dict.fromkeys(("score_cell", "floor_cell", "seeds_cell", "loss_cell"), T.text) | {"heldout": "score"}
-    kinds |= dict.fromkeys(("share_cell", "more_cell", "best_cell"), T.text)
+    # the long cells wrap (kind "text"), so that the table fits the column instead of scrolling sideways
+    kinds = {"model": "text", "task": "text", "score_cell": T.text} | dict.fromkeys(("floor_cell", "seeds_cell"), "text") | {"loss_cell": T.text, "heldout": "score"}
+    kinds |= dict.fromkeys(("share_cell", "more_cell", "best_cell"), "text")
     headers = {
         "score_cell": "k = 0 score [95% interval]",
         "floor_cell": "higher floor",
