@@ -21,8 +21,9 @@ from papa.pipeline.executors import Outcome
 from papa.pipeline.keys import key_of, run_components, what_changed
 from papa.pipeline.notebook import read_source
 from papa.pipeline.plan import NOTEBOOKS, ROOT, Run, run_notebook_path
-from papa.pipeline.runner import _drive, check_owner, clean_leftovers, config_fingerprint, record_owner
+from papa.pipeline.runner import _drive
 from papa.pipeline.sources import PACKAGE, module_fingerprint, notebook_fingerprints, papa_modules
+from papa.pipeline.stamps import check_owner, clean_leftovers, config_fingerprint, record_owner
 
 #: One run of every kind, without dependencies (so a key changes only through the run's own code).
 RUNS = [Run(f"{kind}-run", kind, {"model": "minilm-l6", "epochs": 15}, grid="keys-test") for kind in NOTEBOOKS]
@@ -346,22 +347,21 @@ def test_disk_report_counts_what_is_already_cached(tmp_path, monkeypatch, capsys
     import shutil
     import sys
 
-    from papa.pipeline import runner as runner_module
-    from papa.pipeline.runner import _report_disk
+    from papa.pipeline import estimate
 
     (tmp_path / "features").mkdir()
     (tmp_path / "features" / "a.safetensors").write_bytes(b"")
     os.truncate(tmp_path / "features" / "a.safetensors", 1_500_000_000)  # sparse: no disk used
     monkeypatch.setenv("PAPA_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(runner_module, "cache_bytes", lambda stale: (3_000_000_000, 1_000_000_000, 0))
+    monkeypatch.setattr(estimate, "cache_bytes", lambda stale: (3_000_000_000, 1_000_000_000, 0))
     usage = collections.namedtuple("usage", "total used free")
     monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(10**12, 0, 2_000_000_000))
-    _report_disk([], sys.stdout)
+    estimate.report_disk([], sys.stdout)
     out = capsys.readouterr().out.splitlines()
     assert out == [
         f"  feature cache ({tmp_path}): ~3.0 GB of shared feature sets kept, up to 1.0 GB more while a run holds its own head set; 1.5 GB already cached, 2 GB free there",
         "  warning: the feature cache may fill the disk: these runs need up to 4 GB (less what the 1.5 GB already cached holds of it); point PAPA_CACHE_DIR elsewhere",
     ]
     monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(10**12, 0, 5_000_000_000))
-    _report_disk([], sys.stdout)
+    estimate.report_disk([], sys.stdout)
     assert len(capsys.readouterr().out.splitlines()) == 1  # it fits: no warning

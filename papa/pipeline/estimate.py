@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from typing import TYPE_CHECKING
 
 from papa.pipeline.plan import Run
@@ -219,3 +220,46 @@ def _format(seconds: float) -> str:
     if seconds >= 3600:
         return f"{int(seconds // 3600)}h{int(seconds % 3600 // 60):02d}m"
     return f"{int(seconds // 60)}m{int(seconds % 60):02d}s"
+
+
+# -- what a dry run prints per run and for the feature cache -----------------------------------------
+def memory_budget() -> int:
+    """The feature memory budget (``PAPA_MEMORY_BUDGET_GB``, :func:`papa.probing.features.memory_budget_bytes`)."""
+    from papa.probing.features import memory_budget_bytes
+
+    return memory_budget_bytes()
+
+
+def size_line(run: Run, budget: int) -> str:
+    """``2,600 examples, features ≤ 0.37 GB (RAM), ~1m40s on 2 CPU cores`` for one run of a dry run (times are
+    calibrated on two CPU cores, :mod:`papa.pipeline.estimate`; a GPU is much faster)."""
+    examples, size = run_size(run)
+    parts = [f"{examples:,} examples"] if examples else []
+    if size is None:
+        parts.append("features: size unknown offline (no config.json)")
+    elif size:
+        parts.append(f"features ≤ {size / 1e9:.2f} GB ({'RAM' if size <= budget else 'disk: above the memory budget, streamed'})")
+    parts.append(f"~{_format(run_seconds_guess(run))} on 2 CPU cores")
+    return ", ".join(parts)
+
+
+def report_disk(stale: list[Run], out) -> None:
+    """The feature cache these runs need on disk, against what is free there and what is already cached (a
+    warning when it may not fit). The need is an upper bound: a feature set already cached (by runs that are
+    stale only for their code, or by another grid) takes no more room, but which sets those are cannot be told
+    without encoding the data."""
+    from papa.probing.features import cache_dir, cache_root
+
+    kept, held, _ = cache_bytes(stale)
+    if not kept + held:
+        return
+    root = cache_root()
+    existing = next((p for p in (root, *root.parents) if p.exists()), None)
+    free = shutil.disk_usage(existing).free if existing is not None else None
+    cached = sum(f.stat().st_size for f in cache_dir().glob("*.safetensors")) if cache_dir().is_dir() else 0
+    line = f"  feature cache ({root}): ~{kept / 1e9:.1f} GB of shared feature sets kept, up to {held / 1e9:.1f} GB more while a run holds its own head set"
+    line += f"; {cached / 1e9:.1f} GB already cached" + (f", {free / 1e9:.0f} GB free there" if free is not None else "")
+    print(line, file=out)
+    if free is not None and kept + held > free:
+        reuse = f" (less what the {cached / 1e9:.1f} GB already cached holds of it)" if cached else ""
+        print(f"  warning: the feature cache may fill the disk: these runs need up to {(kept + held) / 1e9:.0f} GB{reuse}; point PAPA_CACHE_DIR elsewhere", file=out)

@@ -18,12 +18,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from papa.core.errors import PapaError
-from papa.core.io import atomic_write_json, atomic_write_text, canonical_json, read_json_verified, sha256_bytes
-from papa.pipeline.estimate import _format, cache_bytes, estimate_seconds, run_seconds_guess, run_size
+from papa.core.io import atomic_write_text
+from papa.pipeline.estimate import _format, estimate_seconds, memory_budget, report_disk, size_line
 from papa.pipeline.executors import make_executor
 from papa.pipeline.keys import data_fingerprints, key_of, notebook_displays, run_components
 from papa.pipeline.plan import ROOT, Run, expand, load_config, run_notebook_path, runs_dir
-from papa.pipeline.stamps import Manifest, digest, entry_of, read_stamp, refresh_text, seal, stamp_path, verify
+from papa.pipeline.stamps import Manifest, check_owner, clean_leftovers, digest, entry_of, read_stamp, record_owner, refresh_text, seal, stamp_path, verify
 
 __all__ = ["GridLock", "GridStatus", "Manifest", "check_data_available", "execute", "grid_status", "run_grid", "stale_runs"]
 
@@ -89,66 +89,6 @@ def stale_runs(config: dict) -> tuple[list[Run], list[Run], dict[str, tuple[str,
     """``(all runs, stale runs, keys, manifest)``; ``keys[run_id]`` is ``(key, data fingerprint)``."""
     status = grid_status(config)
     return status.runs, status.stale, status.keys, status.manifest
-
-
-# -- one runs folder, one config -----------------------------------------------------------------
-OWNER_FILE = "grid.json"
-
-
-def config_fingerprint(config: dict) -> str:
-    """sha256 of a loaded config's normalised content (its path left out)."""
-    body = {k: v for k, v in config.items() if not k.startswith("_")}
-    return sha256_bytes(canonical_json(body).encode("utf-8"))
-
-
-def check_owner(config: dict, folder: Path, replace: bool = False) -> bool:
-    """Refuse a config that is not the one the runs folder serves (same ``name:``, another file and
-    other content). Returns whether the record must be (re)written."""
-    path = folder / OWNER_FILE
-    if not path.is_file():
-        return True
-    try:
-        owner = read_json_verified(path, "grid record")
-    except PapaError:
-        owner = {}
-    same_file = owner.get("config") == config["_path"]
-    same_content = owner.get("content_sha256") == config_fingerprint(config)
-    if same_file and same_content:
-        return False
-    if same_file or same_content or replace or not owner:
-        return True
-    name = config["name"]
-    raise PapaError(
-        f"The runs folder book/runs/{name} serves the config {owner.get('config')}, not {config['_path']} (both are named {name!r})",
-        f"Give this config its own name: rename it (name: {name}-2) or pass --replace to let it take over book/runs/{name}.",
-    )
-
-
-def record_owner(config: dict, folder: Path) -> None:
-    atomic_write_json(folder / OWNER_FILE, {"config": config["_path"], "content_sha256": config_fingerprint(config)})
-
-
-#: Cached features older than this, left half-written by a killed writer, are removed at a runner's start
-#: (another process may be streaming into the shared cache right now: newer ones are spared).
-CACHE_TEMP_AGE_S = 3600
-
-
-def clean_leftovers(folder: Path) -> list[Path]:
-    """Remove what a killed runner left: papa's temporary files in the runs folder (and those older than
-    :data:`CACHE_TEMP_AGE_S` in the feature cache), ``.executing/`` and ``*.source.ipynb``; call only while
-    holding the lock."""
-    from papa.core.io import remove_stale_temp_files
-    from papa.probing.features import cache_root
-
-    removed = remove_stale_temp_files(folder) + remove_stale_temp_files(cache_root(), min_age_s=CACHE_TEMP_AGE_S)
-    sources = [p for p in folder.glob("*.source.ipynb") if p.is_file()]
-    for path in sources:
-        path.unlink(missing_ok=True)
-    removed += sources
-    if (folder / ".executing").exists():
-        removed.append(folder / ".executing")
-        shutil.rmtree(folder / ".executing", ignore_errors=True)
-    return removed
 
 
 # -- one run -------------------------------------------------------------------------------------
@@ -320,25 +260,6 @@ def _save(manifest: Manifest, out) -> None:
         print(f"  warning: manifest not saved ({err})", file=out, flush=True)
 
 
-def _memory_budget() -> int:
-    from papa.probing.features import memory_budget_bytes
-
-    return memory_budget_bytes()
-
-
-def _size_line(run: Run, budget: int) -> str:
-    """``2,600 examples, features ≤ 0.37 GB (RAM), ~1m40s on 2 CPU cores`` for one run of a dry run (times are
-    calibrated on two CPU cores, :mod:`papa.pipeline.estimate`; a GPU is much faster)."""
-    examples, size = run_size(run)
-    parts = [f"{examples:,} examples"] if examples else []
-    if size is None:
-        parts.append("features: size unknown offline (no config.json)")
-    elif size:
-        parts.append(f"features ≤ {size / 1e9:.2f} GB ({'RAM' if size <= budget else 'disk: above the memory budget, streamed'})")
-    parts.append(f"~{_format(run_seconds_guess(run))} on 2 CPU cores")
-    return ", ".join(parts)
-
-
 def _report_plan(status: GridStatus, stale: list[Run], config: dict, out, dry_run: bool) -> None:
     print(f"grid {config['name']}: {len(status.runs)} runs, {len(stale)} to execute, estimated {_format(estimate_seconds(stale, status.manifest))}", file=out)
     if status.manifest.rebuilt:
@@ -347,35 +268,11 @@ def _report_plan(status: GridStatus, stale: list[Run], config: dict, out, dry_ru
     for run in stale:
         print(f"  {'would run' if dry_run else 'runs'} {run.run_id}: {'; '.join(status.reasons[run.run_id])}", file=out)
         if dry_run:
-            budget = budget if budget is not None else _memory_budget()
-            print(f"      {_size_line(run, budget)}", file=out)
+            budget = budget if budget is not None else memory_budget()
+            print(f"      {size_line(run, budget)}", file=out)
     for run in status.refresh:
         print(f"  {'would refresh' if dry_run else 'refreshes'} the text of {run.run_id} (markdown changed; not re-executed)", file=out)
-    _report_disk(stale, out)
-
-
-def _report_disk(stale: list[Run], out) -> None:
-    """The feature cache these runs need on disk, against what is free there and what is already cached (a
-    warning when it may not fit). The need is an upper bound: a feature set already cached (by runs that are
-    stale only for their code, or by another grid) takes no more room, but which sets those are cannot be told
-    without encoding the data."""
-    import shutil
-
-    from papa.probing.features import cache_dir, cache_root
-
-    kept, held, _ = cache_bytes(stale)
-    if not kept + held:
-        return
-    root = cache_root()
-    existing = next((p for p in (root, *root.parents) if p.exists()), None)
-    free = shutil.disk_usage(existing).free if existing is not None else None
-    cached = sum(f.stat().st_size for f in cache_dir().glob("*.safetensors")) if cache_dir().is_dir() else 0
-    line = f"  feature cache ({root}): ~{kept / 1e9:.1f} GB of shared feature sets kept, up to {held / 1e9:.1f} GB more while a run holds its own head set"
-    line += f"; {cached / 1e9:.1f} GB already cached" + (f", {free / 1e9:.0f} GB free there" if free is not None else "")
-    print(line, file=out)
-    if free is not None and kept + held > free:
-        reuse = f" (less what the {cached / 1e9:.1f} GB already cached holds of it)" if cached else ""
-        print(f"  warning: the feature cache may fill the disk: these runs need up to {(kept + held) / 1e9:.0f} GB{reuse}; point PAPA_CACHE_DIR elsewhere", file=out)
+    report_disk(stale, out)
 
 
 def _check_sized(plan) -> None:

@@ -12,15 +12,19 @@ A run's outputs are trusted (:func:`verify`) only when its stamp's checksum hold
 expected key and every output's sha256 matches; anything else is stale with a reason. The manifest
 (``manifest.json``) holds the same per-run facts plus failures; without it (deleted, corrupt) it is
 rebuilt from the stamps (:class:`Manifest`), nothing is re-run for that.
+
+The runs folder itself: :func:`check_owner` / :func:`record_owner` bind it to one config file
+(``grid.json``), and :func:`clean_leftovers` removes what a killed runner left behind.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 from papa.core.errors import PapaError
-from papa.core.io import atomic_write_json, atomic_write_text, canonical_json, sha256_bytes, sha256_file
+from papa.core.io import atomic_write_json, atomic_write_text, canonical_json, read_json_verified, sha256_bytes, sha256_file
 from papa.pipeline.keys import what_changed
 from papa.pipeline.plan import ROOT, Run, run_notebook_path
 
@@ -177,3 +181,63 @@ def refresh_text(run: Run, stamp: dict, display: str, folder: Path, root: Path =
     stamp = dict(stamp, display=display, outputs=dict(stamp["outputs"], **{run_notebook_path(run): sha256_file(target)}))
     atomic_write_json(stamp_path(folder, run.run_id), stamp)
     return stamp
+
+
+# -- one runs folder, one config -----------------------------------------------------------------
+OWNER_FILE = "grid.json"
+
+
+def config_fingerprint(config: dict) -> str:
+    """sha256 of a loaded config's normalised content (its path left out)."""
+    body = {k: v for k, v in config.items() if not k.startswith("_")}
+    return sha256_bytes(canonical_json(body).encode("utf-8"))
+
+
+def check_owner(config: dict, folder: Path, replace: bool = False) -> bool:
+    """Refuse a config that is not the one the runs folder serves (same ``name:``, another file and
+    other content). Returns whether the record must be (re)written."""
+    path = folder / OWNER_FILE
+    if not path.is_file():
+        return True
+    try:
+        owner = read_json_verified(path, "grid record")
+    except PapaError:
+        owner = {}
+    same_file = owner.get("config") == config["_path"]
+    same_content = owner.get("content_sha256") == config_fingerprint(config)
+    if same_file and same_content:
+        return False
+    if same_file or same_content or replace or not owner:
+        return True
+    name = config["name"]
+    raise PapaError(
+        f"The runs folder book/runs/{name} serves the config {owner.get('config')}, not {config['_path']} (both are named {name!r})",
+        f"Give this config its own name: rename it (name: {name}-2) or pass --replace to let it take over book/runs/{name}.",
+    )
+
+
+def record_owner(config: dict, folder: Path) -> None:
+    atomic_write_json(folder / OWNER_FILE, {"config": config["_path"], "content_sha256": config_fingerprint(config)})
+
+
+#: Cached features older than this, left half-written by a killed writer, are removed at a runner's start
+#: (another process may be streaming into the shared cache right now: newer ones are spared).
+CACHE_TEMP_AGE_S = 3600
+
+
+def clean_leftovers(folder: Path) -> list[Path]:
+    """Remove what a killed runner left: papa's temporary files in the runs folder (and those older than
+    :data:`CACHE_TEMP_AGE_S` in the feature cache), ``.executing/`` and ``*.source.ipynb``; call only while
+    holding the lock."""
+    from papa.core.io import remove_stale_temp_files
+    from papa.probing.features import cache_root
+
+    removed = remove_stale_temp_files(folder) + remove_stale_temp_files(cache_root(), min_age_s=CACHE_TEMP_AGE_S)
+    sources = [p for p in folder.glob("*.source.ipynb") if p.is_file()]
+    for path in sources:
+        path.unlink(missing_ok=True)
+    removed += sources
+    if (folder / ".executing").exists():
+        removed.append(folder / ".executing")
+        shutil.rmtree(folder / ".executing", ignore_errors=True)
+    return removed
