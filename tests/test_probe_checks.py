@@ -167,6 +167,7 @@ def test_near_floor_pairs_sit_beside_their_checks() -> None:
             "more_data_setting": "8,000 training examples",
             "best_model": "big",
             "best_score": 0.32,
+            "best_informative": True,
         }
     ]
     assert near_floor_display(frame).rows == [
@@ -174,6 +175,8 @@ def test_near_floor_pairs_sit_beside_their_checks() -> None:
         + ["87.5% (75.0% of the labels)", "0.150 (8,000 training examples)", "0.320 (big)"]
     ]
     assert near_floor_numbers(frame) == {"n_near_floor": 1, "near_floor_pairs": "CoLA (m)"}
+    both = near_floor_display(near_floor_frame(BookData(config, main, main, pd.DataFrame(), floors.assign(informative=False), pd.DataFrame(), {}, {}, records, {})))
+    assert [(row[0], row[1], row[-1]) for row in both.rows] == [("big", "CoLA", "0.050 (m, not informative)"), ("m", "CoLA", "0.320 (big, not informative)"), ("m", "SST-2", None)]
     empty = near_floor_frame(BookData(config, main, main, pd.DataFrame(), floors.assign(informative=True), pd.DataFrame(), {}, {}, records, {}))
     assert empty.empty and near_floor_display(empty).rows == [] and near_floor_numbers(empty) == {"n_near_floor": 0, "near_floor_pairs": "none"}
 

@@ -9,7 +9,7 @@ its floor (CoLA) is read with the reason in view. Re-exported by :mod:`papa.book
   the share of dev predictions in the most-predicted class against that class's share of the dev labels;
 * :func:`near_floor_frame` / :func:`near_floor_display` / :func:`near_floor_numbers` — every pair whose k = 0 probe
   does not clear its floor, beside the checks that say why: the lr choice's held-out score, what the probe
-  predicts, the score with more training data, and the best model on the same task.
+  predicts, the score with more training data, and the best other model on the same task.
 """
 
 from __future__ import annotations
@@ -186,6 +186,7 @@ NEAR_FLOOR_COLUMNS = [
     "more_data_setting",
     "best_model",
     "best_score",
+    "best_informative",
 ]
 
 
@@ -201,7 +202,8 @@ def near_floor_frame(data: BookData) -> pd.DataFrame:
     * ``heldout``: the best held-out score of the chosen lr when it was chosen (:func:`lr_choice_frame`);
     * ``predicted_share`` / ``label_share``: the most-predicted class's share (:func:`prediction_share_frame`);
     * ``more_data_score`` / ``more_data_setting``: the k = 0 mean of the largest training-size study of the pair;
-    * ``best_model`` / ``best_score``: the informative model with the highest k = 0 score on the task, if any.
+    * ``best_model`` / ``best_score`` / ``best_informative``: the other model with the highest k = 0 score on the
+      task, and whether it clears its own floor.
     """
     floors = data.floors
     if floors.empty or "informative" not in floors:
@@ -224,7 +226,7 @@ def near_floor_frame(data: BookData) -> pd.DataFrame:
         losses = [curve for curve in losses if curve and None not in curve]
         majority, free = float(row.majority), float(row.attention_free)
         floor_kind = "attention-free" if not math.isnan(free) and free > majority else "majority"
-        peers = floors[(floors["task"] == row.task) & floors["informative"].astype(bool)]
+        peers = floors[(floors["task"] == row.task) & (floors["model"] != row.model) & floors["baseline"].notna()]
         best = peers.loc[peers["baseline"].astype(float).idxmax()] if len(peers) else None
         rows.append(
             {
@@ -246,9 +248,15 @@ def near_floor_frame(data: BookData) -> pd.DataFrame:
                 "more_data_setting": more.get((row.model, row.task), (0, math.nan, None))[2],
                 "best_model": None if best is None else best["model"],
                 "best_score": math.nan if best is None else float(best["baseline"]),
+                "best_informative": None if best is None else bool(best["informative"]),
             }
         )
     return pd.DataFrame(rows, columns=NEAR_FLOOR_COLUMNS)
+
+
+def _best_cell(model: str | None, score: float, informative: bool | None) -> str | None:
+    """``0.320 (big)``, or ``0.240 (big, not informative)`` when that model does not clear its own floor."""
+    return None if model is None or T.is_missing(score) else f"{score:.3f} ({model}{'' if informative else ', not informative'})"
 
 
 def near_floor_display(frame: pd.DataFrame) -> T.Table:
@@ -260,7 +268,7 @@ def near_floor_display(frame: pd.DataFrame) -> T.Table:
         loss_cell=[None if T.is_missing(a) or T.is_missing(b) else f"{a:.2f} → {b:.2f}" for a, b in zip(frame["loss_first"], frame["loss_last"])],
         share_cell=[None if T.is_missing(p) else f"{p:.1%} ({lab:.1%} of the labels)" for p, lab in zip(frame["predicted_share"], frame["label_share"])],
         more_cell=[None if T.is_missing(v) else f"{v:.3f} ({setting})" for v, setting in zip(frame["more_data_score"], frame["more_data_setting"])],
-        best_cell=[None if m is None or T.is_missing(v) else f"{v:.3f} ({m})" for m, v in zip(frame["best_model"], frame["best_score"])],
+        best_cell=[_best_cell(m, v, ok) for m, v, ok in zip(frame["best_model"], frame["best_score"], frame["best_informative"])],
     )
     # the long cells wrap (kind "text"), so that the table fits the column instead of scrolling sideways
     kinds = {"model": "text", "task": "text", "score_cell": T.text} | dict.fromkeys(("floor_cell", "seeds_cell"), "text") | {"loss_cell": T.text, "heldout": "score"}
@@ -273,7 +281,7 @@ def near_floor_display(frame: pd.DataFrame) -> T.Table:
         "heldout": "held-out score at the lr choice",
         "share_cell": "most-predicted class: share of the predictions",
         "more_cell": "k = 0 with more training data",
-        "best_cell": "best informative model on the task",
+        "best_cell": "best other model on the task, k = 0",
     }
     missing = {
         "score_cell": "no interval: not every seed stored its dev predictions",
@@ -283,7 +291,7 @@ def near_floor_display(frame: pd.DataFrame) -> T.Table:
         "heldout": "no lr choice ran for this pair",
         "share_cell": "a token task: no single class per example",
         "more_cell": "no training-size study covers this pair",
-        "best_cell": "no model is informative on this task",
+        "best_cell": "no other model ran this task",
     }
     notes = ["Scores are the task's main metric, averaged over probe seeds; the held-out score is on held-out training examples, the others on the dev split."]
     table = T.table(shown, kinds, headers, missing, notes)
