@@ -117,19 +117,24 @@ def test_near_floor_pairs_sit_beside_their_checks() -> None:
         "models": ["m", "big"],
         "tasks": ["cola", "sst2"],
         "probe": {"lr": "select", "epochs": 20, "selection": "heldout", "modes": ["cached"], "max_train_examples": 2000, "heldout_examples": 200},
-        "studies": [{"name": "more", "models": ["m"], "tasks": ["cola"], "fractions": [0, 1], "max_train_examples": 8000, "pool_examples": 8551}],
+        "studies": [
+            {"name": name, "models": ["m"], "tasks": ["cola"], "fractions": [0, 1], "max_train_examples": n, "pool_examples": 8551}
+            for name, n in (("more", 8000), ("less", 1000), ("mid", 4000))
+        ],
     }
     row = {"model": "m", "task": "cola", "probe_input": "all", "is_main": True, "metric": "matthews_correlation", "train_examples": 2000, "selected_epoch": 3}
     k0, kall = {"k": 0, "ranking": "none"}, {"k": 72, "ranking": "all"}
     main = pd.DataFrame(
         [
-            row | k0 | {"run_id": "b", "value": 0.06, "seed": 43},
+            row | k0 | {"run_id": "b", "value": 0.06, "seed": 43, "selected_epoch": None},
             row | k0 | {"run_id": "a", "value": 0.04, "seed": 42, "selected_epoch": 1},
             row | kall | {"run_id": "c", "value": 0.02, "seed": 42},
         ]
     )
     more = {"train_examples": 8000}
     study = pd.DataFrame([row | k0 | more | {"run_id": "x", "value": 0.15}, row | kall | more | {"run_id": "y", "value": 0.1}])
+    studies = {"more": study}  # the largest study of more examples wins; one of fewer than the main grid's never counts
+    studies |= {name: study.assign(train_examples=n, value=v) for name, n, v in (("less", 1000, 0.3), ("mid", 4000, 0.12))}
     names = ["unacceptable", "acceptable"]
     records = {
         "a": {"dev": {"label_names": names, "labels": [1, 1, 1, 0], "predictions": [1, 1, 1, 1]}, "epochs": [{"train_loss": 0.6}, {"train_loss": 0.5}]},
@@ -145,7 +150,7 @@ def test_near_floor_pairs_sit_beside_their_checks() -> None:
         ],
         columns=columns,
     )
-    data = BookData(config, main, main, pd.DataFrame(), floors, pd.DataFrame(), {"more": study}, {}, records, CHOICES)
+    data = BookData(config, main, main, pd.DataFrame(), floors, pd.DataFrame(), studies, {}, records, CHOICES)
     frame = near_floor_frame(data)
     assert frame.to_dict("records") == [
         {
@@ -157,7 +162,7 @@ def test_near_floor_pairs_sit_beside_their_checks() -> None:
             "high": 0.09,
             "floor": 0.03,
             "floor_kind": "attention-free",
-            "seed_scores": [(0.04, 1), (0.06, 3)],  # by seed
+            "seed_scores": [(0.04, 1), (0.06, None)],  # by seed; seed 43 has no reported epoch
             "loss_first": pytest.approx(0.65),
             "loss_last": pytest.approx(0.4),
             "heldout": 0.204,
@@ -171,14 +176,23 @@ def test_near_floor_pairs_sit_beside_their_checks() -> None:
         }
     ]
     assert near_floor_display(frame).rows == [
-        ["m", "CoLA", "0.050\u00a0[0.010,\u00a00.090]", "0.030 (attention-free)", "0.040 (epoch 1), 0.060 (epoch 3)", "0.65 → 0.40", "0.204"]
+        ["m", "CoLA", "0.050\u00a0[0.010,\u00a00.090]", "0.030 (attention-free)", "0.040 (epoch 1), 0.060", "0.65 → 0.40", "0.204"]
         + ["87.5% (75.0% of the labels)", "0.150 (8,000 training examples)", "0.320 (big)"]
     ]
     assert near_floor_numbers(frame) == {"n_near_floor": 1, "near_floor_pairs": "CoLA (m)"}
     both = near_floor_display(near_floor_frame(BookData(config, main, main, pd.DataFrame(), floors.assign(informative=False), pd.DataFrame(), {}, {}, records, {})))
     assert [(row[0], row[1], row[-1]) for row in both.rows] == [("big", "CoLA", "0.050 (m, not informative)"), ("m", "CoLA", "0.320 (big, not informative)"), ("m", "SST-2", None)]
+    assert both.rows[2][3] == "0.510 (majority)"  # no attention-free floor: the majority class's
+    only_less = near_floor_frame(BookData(config, main, main, pd.DataFrame(), floors, pd.DataFrame(), {"less": studies["less"]}, {}, records, CHOICES))
+    assert only_less["more_data_setting"].tolist() == [None]
     empty = near_floor_frame(BookData(config, main, main, pd.DataFrame(), floors.assign(informative=True), pd.DataFrame(), {}, {}, records, {}))
     assert empty.empty and near_floor_display(empty).rows == [] and near_floor_numbers(empty) == {"n_near_floor": 0, "near_floor_pairs": "none"}
+
+
+def test_share_cell_without_labels_shows_the_predictions_alone() -> None:
+    from papa.book.probe_checks import _share_cell
+
+    assert (_share_cell(0.875, 0.75), _share_cell(0.875, float("nan")), _share_cell(float("nan"), 0.5)) == ("87.5% (75.0% of the labels)", "87.5%", None)
 
 
 def test_sensitivity_reads_each_model_against_its_own_main_grid_settings() -> None:

@@ -216,6 +216,9 @@ def near_floor_frame(data: BookData) -> pd.DataFrame:
     for row in sizes[sizes["study"].isin(size_studies(data.config))].to_dict("records") if len(sizes) else []:
         study = data.studies[row["study"]]
         examples = int(study.loc[(study["model"] == row["model"]) & (study["task"] == row["task"]), "train_examples"].max())
+        main = data.main[(data.main["model"] == row["model"]) & (data.main["task"] == row["task"]) & data.main["is_main"]]
+        if examples <= int(main["train_examples"].max()) if len(main) else False:
+            continue  # fewer examples than the main grid's: not "more training data"
         if examples > more.get((row["model"], row["task"]), (-1,))[0]:
             more[row["model"], row["task"]] = (examples, row["k=0 study"], row["setting"])
     k0 = data.main[(data.main["k"] == 0) & (data.main["probe_input"] == "all") & data.main["is_main"]].drop_duplicates("run_id")
@@ -225,7 +228,7 @@ def near_floor_frame(data: BookData) -> pd.DataFrame:
         losses = [[e.get("train_loss") for e in (data.records.get(r) or {}).get("epochs") or []] for r in runs["run_id"]]
         losses = [curve for curve in losses if curve and None not in curve]
         majority, free = float(row.majority), float(row.attention_free)
-        floor_kind = "attention-free" if not math.isnan(free) and free > majority else "majority"
+        floor_kind = "attention-free" if not math.isnan(free) and (math.isnan(majority) or free > majority) else "majority"  # as floors_table's nanmax
         peers = floors[(floors["task"] == row.task) & (floors["model"] != row.model) & floors["baseline"].notna()]
         best = peers.loc[peers["baseline"].astype(float).idxmax()] if len(peers) else None
         rows.append(
@@ -254,6 +257,13 @@ def near_floor_frame(data: BookData) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=NEAR_FLOOR_COLUMNS)
 
 
+def _share_cell(predicted: float, labels: float) -> str | None:
+    """``87.5% (75.0% of the labels)``; the share of the predictions alone when no labels were stored."""
+    if T.is_missing(predicted):
+        return None
+    return f"{predicted:.1%}" + ("" if T.is_missing(labels) else f" ({labels:.1%} of the labels)")
+
+
 def _best_cell(model: str | None, score: float, informative: bool | None) -> str | None:
     """``0.320 (big)``, or ``0.240 (big, not informative)`` when that model does not clear its own floor."""
     return None if model is None or T.is_missing(score) else f"{score:.3f} ({model}{'' if informative else ', not informative'})"
@@ -266,7 +276,7 @@ def near_floor_display(frame: pd.DataFrame) -> T.Table:
         floor_cell=[None if T.is_missing(f) else f"{f:.3f} ({kind})" for f, kind in zip(frame["floor"], frame["floor_kind"])],
         seeds_cell=[", ".join(f"{v:.3f}" + ("" if e is None else f" (epoch {e})") for v, e in seeds) or None for seeds in frame["seed_scores"]],
         loss_cell=[None if T.is_missing(a) or T.is_missing(b) else f"{a:.2f} → {b:.2f}" for a, b in zip(frame["loss_first"], frame["loss_last"])],
-        share_cell=[None if T.is_missing(p) else f"{p:.1%} ({lab:.1%} of the labels)" for p, lab in zip(frame["predicted_share"], frame["label_share"])],
+        share_cell=[_share_cell(p, lab) for p, lab in zip(frame["predicted_share"], frame["label_share"])],
         more_cell=[None if T.is_missing(v) else f"{v:.3f} ({setting})" for v, setting in zip(frame["more_data_score"], frame["more_data_setting"])],
         best_cell=[_best_cell(m, v, ok) for m, v, ok in zip(frame["best_model"], frame["best_score"], frame["best_informative"])],
     )
@@ -284,7 +294,7 @@ def near_floor_display(frame: pd.DataFrame) -> T.Table:
         "best_cell": "best other model on the task, k = 0",
     }
     missing = {
-        "score_cell": "no interval: not every seed stored its dev predictions",
+        "score_cell": "no k = 0 run of the full probe",
         "floor_cell": "no floor measured",
         "seeds_cell": "no k = 0 run of the main grid",
         "loss_cell": "no training loss recorded",
@@ -293,7 +303,10 @@ def near_floor_display(frame: pd.DataFrame) -> T.Table:
         "more_cell": "no training-size study covers this pair",
         "best_cell": "no other model ran this task",
     }
-    notes = ["Scores are the task's main metric, averaged over probe seeds; the held-out score is on held-out training examples, the others on the dev split."]
+    notes = [
+        "Scores are the task's main metric, averaged over probe seeds; the held-out score is on held-out training examples, the others on the dev split.",
+        "A k = 0 score without an interval: not every seed stored its dev predictions.",
+    ]
     table = T.table(shown, kinds, headers, missing, notes)
     table.empty = "Every model and task clears its floor: no pair is near it."
     return table
