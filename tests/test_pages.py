@@ -140,6 +140,7 @@ def test_setup_page_words_for_the_default_grid():
     assert "It runs with none, half, 7/8, 15/16 and all of the heads constant, in cached mode" in page
     assert "draws its own 2,000 training and 200 held-out examples from a pool of 2,600 training examples" in page
     assert "**The budget:** `mpnet-base` probes differ: each draws its own 1,000 training and 200 held-out examples from a pool of 1,300" in page
+    assert "(the setting of `probe.per_model` in the config). The controls chapter's training-size table measures what that costs (study `mpnetmore`)." in page
     assert "at the learning rate chosen for its model and task" in page and "The validation split never chooses anything." in page
     assert "- **the paper's literal setting (learning rate 2e-5, 15 epochs, final epoch)** (study `literal`, read in the controls chapter)" in page
     assert "- **cached, small (the faithful check's counterpart)** (study `cachedsmall`" in page

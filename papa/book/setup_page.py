@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 
+from papa.book.studies import size_studies
 from papa.book.words import and_list, count, fraction_words, lr_text, plural, study_words, task_name
 
 #: What the book says about the models it knows; another model is named by its id.
@@ -159,8 +160,10 @@ def setup_page(config: dict) -> str:
         else ""
     )
     overrides = probe.get("per_model") or {}
+    checks = {model: [st["name"] for st in config.get("studies", []) if st["name"] in size_studies(config) and model in st.get("models", config["models"])] for model in overrides}
     per_model = "".join(
         f"\n- **The budget:** `{model}` probes differ: each {_protocol({**probe, **settings})} (the setting of `probe.per_model` in the config)."
+        + (f" The controls chapter's training-size table measures what that costs (study {and_list(f'`{name}`' for name in checks[model])})." if checks[model] else "")
         for model, settings in overrides.items()
     )
     return f"""# Experimental setup
