@@ -219,4 +219,5 @@ def test_sensitivity_reads_each_model_against_its_own_main_grid_settings() -> No
     assert table[["study", "setting", "model", "k=0 official", "k=0 study"]].to_dict("records") == [
         {"study": "more", "setting": "2,000 training examples", "model": "big", "k=0 official": 0.8, "k=0 study": 0.84}
     ]
+    assert table[["train examples official", "train examples study"]].values.tolist() == [[1000, 2000]]
     assert table["drop official"].tolist() == [pytest.approx(0.1)] and table["drop study"].tolist() == [pytest.approx(0.04 / 0.84)]

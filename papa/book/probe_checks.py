@@ -214,13 +214,9 @@ def near_floor_frame(data: BookData) -> pd.DataFrame:
     more: dict = {}  # (model, task) -> (training examples, k = 0 mean, setting in words) of its largest size study
     sizes = sensitivity_table(data)
     for row in sizes[sizes["study"].isin(size_studies(data.config))].to_dict("records") if len(sizes) else []:
-        study = data.studies[row["study"]]
-        examples = int(study.loc[(study["model"] == row["model"]) & (study["task"] == row["task"]), "train_examples"].max())
-        main = data.main[(data.main["model"] == row["model"]) & (data.main["task"] == row["task"]) & data.main["is_main"]]
-        if examples <= int(main["train_examples"].max()) if len(main) else False:
-            continue  # fewer examples than the main grid's: not "more training data"
-        if examples > more.get((row["model"], row["task"]), (-1,))[0]:
-            more[row["model"], row["task"]] = (examples, row["k=0 study"], row["setting"])
+        examples, pair = row["train examples study"], (row["model"], row["task"])
+        if examples > row["train examples official"] and examples > more.get(pair, (-1,))[0]:  # more than the main grid's
+            more[pair] = (examples, row["k=0 study"], row["setting"])
     k0 = data.main[(data.main["k"] == 0) & (data.main["probe_input"] == "all") & data.main["is_main"]].drop_duplicates("run_id")
     rows = []
     for row in floors[~floors["informative"].astype(bool)].itertuples():
@@ -229,6 +225,7 @@ def near_floor_frame(data: BookData) -> pd.DataFrame:
         losses = [curve for curve in losses if curve and None not in curve]
         majority, free = float(row.majority), float(row.attention_free)
         floor_kind = "attention-free" if not math.isnan(free) and (math.isnan(majority) or free > majority) else "majority"  # as floors_table's nanmax
+        larger = more.get((row.model, row.task), (0, math.nan, None))
         peers = floors[(floors["task"] == row.task) & (floors["model"] != row.model) & floors["baseline"].notna()]
         best = peers.loc[peers["baseline"].astype(float).idxmax()] if len(peers) else None
         rows.append(
@@ -247,8 +244,8 @@ def near_floor_frame(data: BookData) -> pd.DataFrame:
                 "heldout": heldout.get((row.model, row.task), math.nan),
                 "predicted_share": shares.get((row.model, row.task), (math.nan, math.nan))[0],
                 "label_share": shares.get((row.model, row.task), (math.nan, math.nan))[1],
-                "more_data_score": more.get((row.model, row.task), (0, math.nan, None))[1],
-                "more_data_setting": more.get((row.model, row.task), (0, math.nan, None))[2],
+                "more_data_score": larger[1],
+                "more_data_setting": larger[2],
                 "best_model": None if best is None else best["model"],
                 "best_score": math.nan if best is None else float(best["baseline"]),
                 "best_informative": None if best is None else bool(best["informative"]),

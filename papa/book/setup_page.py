@@ -160,7 +160,8 @@ def setup_page(config: dict) -> str:
         else ""
     )
     overrides = probe.get("per_model") or {}
-    checks = {model: [st["name"] for st in config.get("studies", []) if st["name"] in size_studies(config) and model in st.get("models", config["models"])] for model in overrides}
+    sized = set(size_studies(config))
+    checks = {model: [st["name"] for st in config.get("studies", []) if st["name"] in sized and model in st.get("models", config["models"])] for model in overrides}
     per_model = "".join(
         f"\n- **The budget:** `{model}` probes differ: each {_protocol({**probe, **settings})} (the setting of `probe.per_model` in the config)."
         + (f" The controls chapter's training-size table measures what that costs (study {and_list(f'`{name}`' for name in checks[model])})." if checks[model] else "")

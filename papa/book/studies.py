@@ -85,6 +85,8 @@ def sensitivity_table(data: BookData) -> pd.DataFrame:
                 {
                     "study": study["name"],
                     "setting": _describe(settings, official, int(group["train_examples"].max())),
+                    "train examples official": int(base["train_examples"].max()),
+                    "train examples study": int(group["train_examples"].max()),
                     "model": model,
                     "task": task,
                     "k=0 official": mean["official", "k0"],
