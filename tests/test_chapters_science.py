@@ -210,6 +210,14 @@ def test_claim3_with_three_models_says_why_it_is_at_best_inconclusive():
     claims = F.claims_verdicts(_table([]), FLOORS, {"runs": 0, "converged": 0, "left_out": 0, "not_converged": 0, "unknown": 0}, better)
     row = claims.iloc[2]
     assert row["verdict"] == "inconclusive" and "smallest possible p is 1/6" in row["rule"] and "p = 0.167" in row["ours"]
+    assert row["ours"].endswith("direction: better models lose more (not significant)")
+
+
+def test_claim3_with_two_models_is_not_testable_and_counts_in_words():
+    better = S.claim3(pd.DataFrame({"drop": [0.01, 0.05], "score": [0.7, 0.8]}))
+    claims = F.claims_verdicts(_table([]), FLOORS, {"runs": 0, "converged": 0, "left_out": 0, "not_converged": 0, "unknown": 0}, better)
+    row = claims.iloc[2]
+    assert (row["verdict"], row["ours"]) == ("not testable", "2 models with an informative task")
 
 
 def test_random_baseline_is_a_paired_bootstrap_against_pooled_random(grid):

@@ -289,10 +289,13 @@ def claims_verdicts(table: pd.DataFrame, floors: pd.DataFrame, gate: Mapping, be
     )
     n = int(better.get("n", 0))
     if n < 3:
-        ours3 = f"{n} model(s) with an informative task"
+        ours3 = f"{n} {'model' if n == 1 else 'models'} with an informative task"
         rule3 = "With fewer than 3 models the correlation is always ±1 or undefined: not testable."
     else:
-        ours3 = f"Spearman ρ {better['spearman']:+.2f} (Pearson r {better['pearson']:+.2f}) over {n} models, one-sided exact p = {better['p_value']:.3f}; {better['direction']}"
+        ours3 = f"Spearman ρ {better['spearman']:+.2f} (Pearson r {better['pearson']:+.2f}) over {n} models, one-sided exact p = {better['p_value']:.3f}"
+        ours3 += f"; direction: {better['direction']}"
+        if better["verdict"] == "inconclusive":
+            ours3 += " (not significant)"
         rule3 = "Reproduced when ρ > 0 with exact permutation p < 0.05; contradicted when ρ < 0 likewise; else inconclusive."
         if n == 3:
             rule3 += " With 3 models the smallest possible p is 1/6, so the verdict can at best be inconclusive."
