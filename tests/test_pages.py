@@ -15,7 +15,7 @@ import pytest
 import yaml
 from headless import dump_dom
 
-from papa.book.pages import _appendix, _run_groups, _setup, _toc, appendix_rows, point_front_page, stage_itables
+from papa.book.pages import _appendix, _reproducibility, _run_groups, _setup, _toc, appendix_rows, point_front_page, stage_itables
 from papa.book.setup_page import heads_words, lr_words
 from papa.book.words import and_list, count, duration, fraction_words
 from papa.cli import build_parser
@@ -112,6 +112,26 @@ def test_appendix_rows_describe_every_run(tmp_path):
     for run in runs[:6]:
         assert f"{{doc}}`open </book/runs/g/{run.run_id}>`" in page
     assert ":name: runs-index" in page and '<script src="../_static/papa-itables.js"></script>' in page
+
+
+def _probe_record(commit: str, device: str, total: float) -> dict:
+    provenance = {"papa_version": "0.1.0", "git_commit": commit, "python": "3.11.7", "packages": {"torch": "2.13.0"}, "device": device}
+    timings = {"total": total, "features": total / 2, "train": total / 4, "eval": total / 4}
+    return {"score": 0.8, "config": {"total_heads": 72, "mode": "cached"}, "provenance": provenance, "timings": timings, "feature_cache_hits": {"train": False, "eval": True}}
+
+
+def test_reproducibility_page_words_its_environment_and_time(tmp_path):
+    runs = tmp_path / "book" / "runs" / "g"
+    atomic_write_json(runs / "artifacts" / "results" / "probe__a__s42.json", _probe_record("aaa", "cpu:x86_64x2", 60.0))
+    atomic_write_json(runs / "artifacts" / "results" / "probe__b__s42.json", _probe_record("bbb-dirty", "cpu:x86_64x2", 120.0))
+    atomic_write_json(runs / "manifest.json", {"runs": {"probe__a": {"seconds": 90.0, "status": "ok"}, "probe__b": {"seconds": 150.0, "status": "ok"}}})
+    page = _reproducibility({"name": "g"}, ["probe__b"], root=tmp_path)
+    assert "- papa 0.1.0, commits `aaa`, `bbb-dirty` (`-dirty`: the working tree had uncommitted changes;" in page
+    assert "- device: cpu:x86_64x2" in page and "- 2 probing runs, 3.0 minutes of probing in all" in page
+    assert "The grid's runs took 4.0 minutes of wall time in all" in page and "| probe | 2 | 4.0 |" in page
+    assert "1 run is stale (its code, data, parameters or environment changed since it ran) and is shown as it was: `probe__b`" in page
+    assert "| `probe__b` | stale | 150.0 |" in page and "| `probe__a` | ok | 90.0 |" in page
+    assert "No benchmark table yet: run `make bench`." in page
 
 
 def test_itables_script_is_offline(tmp_path):

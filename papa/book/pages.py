@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from papa.analysis import results as R
-from papa.book.words import lr_text
+from papa.book.words import lr_text, plural
 from papa.core.errors import PapaError
 from papa.core.io import atomic_write_text, read_json_verified
 from papa.pipeline.plan import ROOT
@@ -143,9 +143,9 @@ def _appendix(config: dict, rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def _reproducibility(config: dict, stale: list[str]) -> str:
+def _reproducibility(config: dict, stale: list[str], root: Path = ROOT) -> str:
     name = config["name"]
-    runs_dir = ROOT / "book" / "runs" / name
+    runs_dir = root / "book" / "runs" / name
     manifest = read_json_verified(runs_dir / "manifest.json", "manifest")["runs"] if (runs_dir / "manifest.json").is_file() else {}
     results = R.read_results(runs_dir / "artifacts" / "results") if (runs_dir / "artifacts" / "results").is_dir() else {}
     lines = [
@@ -159,8 +159,13 @@ def _reproducibility(config: dict, stale: list[str]) -> str:
     if stale:
         lines += [
             ":::{warning}",
-            f"{len(stale)} runs are stale (their code, data, parameters or environment changed "
-            "since they ran) and are shown as they were: " + ", ".join(f"`{s}`" for s in stale[:20]) + (" …" if len(stale) > 20 else ""),
+            (
+                f"{len(stale)} runs are stale (their code, data, parameters or environment changed since they ran) and are shown as they were: "
+                if len(stale) > 1
+                else "1 run is stale (its code, data, parameters or environment changed since it ran) and is shown as it was: "
+            )
+            + ", ".join(f"`{s}`" for s in stale[:20])
+            + (" …" if len(stale) > 20 else ""),
             ":::",
             "",
         ]
@@ -173,9 +178,10 @@ def _reproducibility(config: dict, stale: list[str]) -> str:
         lines += [
             "## Environment",
             "",
-            f"- papa {first['papa_version']}, commit(s) {', '.join(f'`{c}`' for c in commits)}",
+            f"- papa {first['papa_version']}, {plural(len(commits), 'commit')} {', '.join(f'`{c}`' for c in commits)}"
+            + (" (`-dirty`: the working tree had uncommitted changes; the run's key still covers the code the run executed)" if any(c.endswith("-dirty") for c in commits) else ""),
             f"- Python {first['python']}; {packages}",
-            f"- device(s): {', '.join(devices)}",
+            f"- {plural(len(devices), 'device')}: {', '.join(devices)}",
             f"- {len(results)} probing runs, {total / 60:.1f} minutes of probing in all",
             "",
             "What could still vary between machines: the device and its kernels (CPU vs GPU, thread count), "
@@ -201,12 +207,12 @@ def _reproducibility(config: dict, stale: list[str]) -> str:
         "*A* and *B* are a comparison's two sides.",
         "",
     ]
-    bench = sorted((ROOT / "benchmarks").glob("results-*.md"))
+    bench = sorted((root / "benchmarks").glob("results-*.md"))
     if bench:
         for path in bench:
             text = "\n" + path.read_text(encoding="utf-8")
             lines += [
-                f"From `{path.relative_to(ROOT)}` (written by `python -m benchmarks.run`):",
+                f"From `{path.relative_to(root)}` (written by `python -m benchmarks.run`):",
                 text.replace("\n# ", "\n### ").replace("\n## ", "\n#### ").replace("|A−B|", "\\|A−B\\|"),
                 "",
             ]
