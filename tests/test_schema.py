@@ -206,7 +206,7 @@ def test_studies_inherit_the_probe_section_and_null_means_the_whole_split(tmp_pa
 
 def test_every_run_carries_exactly_its_params_model():
     runs = expand(load_config(ROOT / "configs" / "default.yaml"))
-    assert len(runs) == 282 and {r.kind for r in runs} == set(RUN_PARAMS)
+    assert len(runs) == 300 and {r.kind for r in runs} == set(RUN_PARAMS)
     more = next(r for r in runs if r.run_id == "probe__mpnet-base__sst2__none__k0__cached__mpnetmore").params  # the study's sizes over per_model's
     assert (more["pool_examples"], more["max_train_examples"], more["heldout_examples"], more["epochs"]) == (2600, 2000, 200, 15)
     for run in runs:
