@@ -17,7 +17,7 @@ from papa.analysis import stats as S
 from papa.analysis.figures import TEXT_WIDTH, fig_better_models, fig_paper_scores, fig_relative_score
 from papa.book import tables as T
 from papa.book.data import book_data
-from papa.book.science import chapter_science, convergence_summary, literal_comparison, model_drops_display_frame, science_numbers
+from papa.book.science import chapter_science, convergence_summary, literal_comparison, model_drops_display_frame, random_summary, science_numbers
 from papa.core.io import atomic_write_json
 
 N = 400  # dev examples
@@ -279,6 +279,7 @@ def test_smoke_like_grid_without_random_literal_or_curves(tmp_path):
     assert literal.empty and "did not run" in T.literal_display(literal)._repr_html_()
     numbers = science_numbers(result, data)
     assert math.isnan(numbers["drop_all_mean"]) and numbers["drop_all_interval"] == "(no interval)"
+    assert numbers["random_summary"] == "no seeded random ordering ran beside the gates ranking, so whether it beats random is not measured"
     shown = T.main_table_display(result.table)
     assert "nan" not in shown._repr_html_().lower()
     assert T.verdicts_display(result.claims).to_frame().shape == (3, 5)
@@ -336,3 +337,23 @@ def test_chapters_execute_on_hand_made_runs(tmp_path, monkeypatch, smoke):
     else:
         assert (results["n_left_out"], results["claim3_verdict"], controls["n_literal_pairs"], controls["n_not_converged"]) == (1, "not testable", 2, 1)
         assert results["drop_all_interval"].startswith("[") and results["claim2_verdict"] in F.CLAIM_VERDICTS
+
+
+def test_random_summary_counts_the_rankings_comparisons():
+    """The front page's sentence on the random baseline, on hand-made rows: only the named ranking counts."""
+    rows = pd.DataFrame(
+        [
+            ("m", "sst2", 0.5, "gates", "beats random"),
+            ("m", "sst2", 0.875, "gates", "no real difference"),
+            ("n", "cola", 0.5, "gates", "worse than random"),
+            ("m", "sst2", 0.5, "deviation", "beats random"),
+        ],
+        columns=["model", "task", "fraction", "ranking", "verdict"],
+    )
+    assert random_summary(rows, "gates") == (
+        "the gates ranking beats the seeded random orderings in 1 of its 3 comparisons and is worse in 1 "
+        "(on m and n, with half and 7/8 of the heads constant; the others show no real difference)"
+    )
+    assert random_summary(rows, "deviation") == (
+        "the deviation ranking beats the seeded random orderings in 1 of its 1 comparison and is worse in none (on m, with half of the heads constant)"
+    )

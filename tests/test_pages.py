@@ -173,7 +173,7 @@ def test_front_page_is_an_abstract_with_links():
     assert "https://arxiv.org/abs/2211.03495" in page and "https://github.com/schwartz-lab-NLP/papa" in page
     assert "CoNLL-2003" in page
     glued = set(re.findall(r"\{glue:text\}`[^`]*::(\w+):s`", page))
-    assert {"drop_half_mean", "drop_all_mean", "drop_all_max", "claim1_verdict", "claim2_verdict", "claim3_verdict"} <= glued
+    assert {"drop_half_mean", "drop_all_mean", "drop_all_max", "claim1_verdict", "claim2_verdict", "claim3_verdict", "random_summary"} <= glued
     for chapter in ("introduction", "method", "setup", "reproducibility", "rerun", "appendix"):
         assert f"{{doc}}`{chapter}`" in page
     pointed = point_front_page(page, "smoke")

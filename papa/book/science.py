@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from fractions import Fraction
 
 import altair as alt
 import pandas as pd
@@ -21,6 +22,7 @@ from papa.analysis import stats as S
 from papa.analysis.figure_kit import AXIS_PX, TEXT_WIDTH, Figure, finish
 from papa.analysis.paper_figures import fig_better_models, fig_paper_scores, fig_relative_score
 from papa.book.data import BookData
+from papa.book.words import and_list, fraction_words, plural
 
 #: The paper's literal setting (the ``literal`` studies): lr, epochs, epoch selection.
 LITERAL = (2e-5, 15, "final")
@@ -131,7 +133,23 @@ def science_numbers(result: Science, data: BookData) -> dict:
         numbers[f"drop_{name}_mean"] = mean
         numbers[f"drop_{name}_interval"] = _interval(low, high)
     numbers["drop_all_max"] = float(full["relative_drop"].max()) if len(full) else math.nan
+    numbers["random_summary"] = random_summary(result.random, result.ranking)
     return numbers
+
+
+def random_summary(random: pd.DataFrame, ranking: str) -> str:
+    """One sentence on whether ``ranking`` beats the seeded random orderings (``findings.random_baseline`` rows):
+    how many of its comparisons beat random, how many are worse, on which models and at which fractions."""
+    rows = random[random["ranking"] == ranking] if len(random) else random
+    if not len(rows):
+        return f"no seeded random ordering ran beside the {ranking} ranking, so whether it beats random is not measured"
+    beats, worse = int((rows["verdict"] == "beats random").sum()), int((rows["verdict"] == "worse than random").sum())
+    fractions = and_list(fraction_words(Fraction(f).limit_denominator(1024)) for f in sorted(set(rows["fraction"])))
+    where = f"on {and_list(sorted(set(rows['model'])))}, with {fractions} of the heads constant"
+    rest = len(rows) - beats - worse
+    return f"the {ranking} ranking beats the seeded random orderings in {beats} of its {len(rows)} {plural(len(rows), 'comparison')} and is worse in {worse or 'none'} ({where}" + (
+        "; the others show no real difference)" if rest else ")"
+    )
 
 
 def model_drops_display_frame(result: Science) -> pd.DataFrame:
@@ -306,5 +324,6 @@ __all__ = [
     "literal_studies",
     "model_drops_display_frame",
     "chapter_science",
+    "random_summary",
     "science_numbers",
 ]
