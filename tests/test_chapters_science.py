@@ -357,3 +357,12 @@ def test_random_summary_counts_the_rankings_comparisons():
     assert random_summary(rows, "deviation") == (
         "the deviation ranking beats the seeded random orderings in 1 of its 1 comparison and is worse in none (on m, with half of the heads constant)"
     )
+
+
+def test_claim_rows_count_real_drops_and_gains_apart():
+    """A real change is a drop (interval above 0) or a gain (below 0): the claims table says which, on hand-made rows."""
+    rows = _table([("a", 4, 8, 0.05, 0.02, 0.08), ("b", 4, 8, -0.03, -0.05, -0.01), ("c", 4, 8, 0.01, -0.01, 0.03)])
+    ours = F.claim1(rows, FLOORS)["ours"]
+    assert ours.startswith("1.0% mean relative drop; 2 of 3 changes real (1 drop, 1 gain): ")
+    flat = _table([("a", 8, 8, 0.01, -0.01, 0.03)])
+    assert F.claim2(flat, FLOORS)["ours"] == "1.0% mean relative drop [-1.0%, 3.0%]; 0 of 1 changes real: a/sst2 1.0% [-1.0%, 3.0%]"

@@ -229,6 +229,14 @@ def _gate_words(gate: Mapping) -> str:
     return f"{gate['converged']} of {gate['runs']} runs converged; the gate left out {gate['left_out']} ({left})."
 
 
+def _real_words(rows: pd.DataFrame) -> str:
+    """How many of ``rows``' changes are real, split into drops (interval above 0) and gains (below 0):
+    ``"3 of 10 changes real (1 drop, 2 gains)"``."""
+    drops, gains = int((rows["relative_low"] > 0).sum()), int((rows["relative_high"] < 0).sum())
+    parts = [f"{n} {word if n == 1 else word + 's'}" for n, word in ((drops, "drop"), (gains, "gain")) if n]
+    return f"{drops + gains} of {len(rows)} changes real" + (f" ({', '.join(parts)})" if parts else "")
+
+
 def claim1(table: pd.DataFrame, floors: pd.DataFrame) -> dict:
     """Claim 1, half the heads constant costs little or nothing, from :func:`main_table` rows of converged runs.
 
@@ -241,7 +249,7 @@ def claim1(table: pd.DataFrame, floors: pd.DataFrame) -> dict:
     small, large = half["relative_high"] <= HALF_MAX_DROP, half["relative_low"] > HALF_MAX_DROP
     verdict = "reproduced" if small.all() else "not reproduced" if large.any() else "inconclusive"
     mean = float(half["relative_drop"].mean())
-    ours = f"{mean:.1%} mean relative drop; {int(half['real'].sum())} of {len(half)} drops real ({_pairs(half)})"
+    ours = f"{mean:.1%} mean relative drop; {_real_words(half)}: {_pairs(half)}"
     note = f"every task's drop shown ≤ {HALF_MAX_DROP:.0%}: {int(small.sum())} of {len(half)}; shown > {HALF_MAX_DROP:.0%}: {int(large.sum())}"
     return {"value": mean, "verdict": verdict, "ours": ours, "rule_note": note}
 
@@ -266,7 +274,7 @@ def claim2(table: pd.DataFrame, floors: pd.DataFrame) -> dict:
     else:
         verdict = "inconclusive"
     side = " (smaller than the paper's: attention matters even less here)" if high < lo_range else " (larger than the paper's)" if low > hi_range else ""
-    ours = f"{mean:.1%} mean relative drop [{low:.1%}, {high:.1%}]{side}; {int(full['real'].sum())} of {len(full)} drops real ({_pairs(full)})"
+    ours = f"{mean:.1%} mean relative drop [{low:.1%}, {high:.1%}]{side}; {_real_words(full)}: {_pairs(full)}"
     note = f"tasks whose drop is shown > {ALL_MAX_DROP:.0%}: {int(too_large.sum())}"
     return {"value": mean, "low": low, "high": high, "verdict": verdict, "ours": ours, "rule_note": note}
 
