@@ -167,7 +167,7 @@ def test_claims_with_two_models(grid):
 def _table(rows: list[tuple]) -> pd.DataFrame:
     """Hand-made main-table rows: (model, k, total, drop, low, high)."""
     frame = pd.DataFrame(rows, columns=["model", "k", "total_heads", "relative_drop", "relative_low", "relative_high"])
-    return frame.assign(task="sst2", fraction=frame["k"] / frame["total_heads"], real=frame["relative_low"] > 0)
+    return frame.assign(task="sst2", fraction=frame["k"] / frame["total_heads"], real=(frame["relative_low"] > 0) | (frame["relative_high"] < 0))
 
 
 FLOORS = pd.DataFrame({"model": ["a", "b", "c"], "task": ["sst2"] * 3, "informative": [True, True, True]})

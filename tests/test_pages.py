@@ -31,6 +31,7 @@ def test_words():
     assert and_list(["x", "y"], "or") == "x or y" and and_list([]) == ""
     assert [count(n, "seed") for n in (1, 3, 40)] == ["one seed", "three seeds", "40 seeds"]
     assert [fraction_words(f) for f in (0, "1/2", "7/8", 0.9375, 1)] == ["none", "half", "7/8", "15/16", "all"]
+    assert [fraction_words(k / total) for k, total in ((36, 72), (63, 72), (135, 144), (12, 36))] == ["half", "7/8", "15/16", "1/3"]
     assert [duration(s) for s in (None, 42.3, 754, 7300)] == ["", "42 s", "12.6 min", "2.0 h"]
     assert [lr_words(x) for x in (2e-5, 1e-3, 0.01, 2.0e-4)] == ["2e-5", "1e-3", "0.01", "2e-4"]
     assert heads_words([0, "1/2", 1]) == "none, half and all of the heads constant"

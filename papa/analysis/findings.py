@@ -230,9 +230,10 @@ def _gate_words(gate: Mapping) -> str:
 
 
 def _real_words(rows: pd.DataFrame) -> str:
-    """How many of ``rows``' changes are real, split into drops (interval above 0) and gains (below 0):
-    ``"3 of 10 changes real (1 drop, 2 gains)"``."""
-    drops, gains = int((rows["relative_low"] > 0).sum()), int((rows["relative_high"] < 0).sum())
+    """How many of ``rows``' changes are ``real`` (their paired interval excludes 0), split by the sign of the
+    relative drop into drops and gains: ``"3 of 10 changes real (1 drop, 2 gains)"``."""
+    real = rows["real"].eq(True)  # None (no interval) is not real
+    drops, gains = int((real & (rows["relative_drop"] > 0)).sum()), int((real & (rows["relative_drop"] < 0)).sum())
     parts = [f"{n} {word if n == 1 else word + 's'}" for n, word in ((drops, "drop"), (gains, "gain")) if n]
     return f"{drops + gains} of {len(rows)} changes real" + (f" ({', '.join(parts)})" if parts else "")
 

@@ -4,23 +4,12 @@ baseline, the claims, the paper's table, the literal setting and the convergence
 
 from __future__ import annotations
 
-from fractions import Fraction
 from typing import Any
 
 import pandas as pd
 
-from papa.book.table_format import NBSP, Table, has_several, is_missing, key_text, score_spread, table, text
+from papa.book.table_format import NBSP, Table, fraction_text, is_missing, key_text, model_task_kinds, score_spread, table, text
 from papa.book.words import lr_text
-
-
-def _model_task(frame: pd.DataFrame) -> dict[str, str]:
-    """The leading key columns: model (only when there are several) and task."""
-    return ({"model": "text"} if has_several(frame, "model") else {}) | {"task": "text"}
-
-
-def _fraction(value: float) -> str:
-    return str(Fraction(float(value)).limit_denominator(1000))
-
 
 INTERVAL_NOTE = (
     "The difference to k = 0 is paired on the same dev examples, with its 95% bootstrap interval over dev examples (seeds pooled); real?: whether that interval excludes 0."
@@ -54,7 +43,7 @@ def _heads_label(k: Any, total: Any) -> str:
     if k == 0 or k == total:
         return "0 (none)" if k == 0 else f"{k} (all)"
     nominal = next((f for f in MAIN_FRACTIONS if 0 < f < 1 and _k_of(f, total) == k), None)
-    return f"{k} ({nominal if nominal is not None else _fraction(k / total)})"
+    return f"{k} ({nominal if nominal is not None else fraction_text(k / total)})"
 
 
 def main_table_display(main: pd.DataFrame) -> Table:
@@ -68,7 +57,7 @@ def main_table_display(main: pd.DataFrame) -> Table:
         drop_cell=[_percent_cell(d, lo, hi) for d, lo, hi in zip(main["relative_drop"], main["relative_low"], main["relative_high"])],
         spread=[None if is_missing(a) or is_missing(b) else f"{float(b) - float(a):.3f}" for a, b in zip(main["seed_min"], main["seed_max"])],
     )
-    kinds: dict[str, Any] = _model_task(frame) | {
+    kinds: dict[str, Any] = model_task_kinds(frame) | {
         "heads": "text",
         "ranking": "text",
         "score_cell": text,
@@ -108,7 +97,7 @@ def random_display(baseline: pd.DataFrame) -> Table:
         difference_cell=[_difference_cell(d, lo, hi) for d, lo, hi in zip(baseline["difference"], baseline["low"], baseline["high"])],
         runs=[f"{a} / {b}" for a, b in zip(baseline["n_runs"], baseline["n_random"])],
     )
-    kinds = _model_task(frame) | {
+    kinds = model_task_kinds(frame) | {
         "heads": "text",
         "k": "int",
         "ranking": "text",
@@ -145,7 +134,7 @@ def paper_table_display(frame: pd.DataFrame) -> Table:
         frame = frame[~((frame["task"] == "average") & (frame["n_tasks"].fillna(0) == 0))]
     shown = key_text(frame)
     shown["task"] = ["average of informative tasks" if raw == "average" else name for raw, name in zip(frame["task"], shown["task"])]
-    kinds = _model_task(shown) | {"score_0": "score", "score_half": "score", "score_all": "score", "drop_half": "percent", "drop_all": "percent", "informative": "yes/no"}
+    kinds = model_task_kinds(shown) | {"score_0": "score", "score_half": "score", "score_all": "score", "drop_half": "percent", "drop_all": "percent", "informative": "yes/no"}
     if "max_drop_all" in shown:
         kinds["max_drop_all"] = "percent"
     headers = {
@@ -172,7 +161,7 @@ def literal_display(comparison: pd.DataFrame) -> Table:
         literal_drop_cell=[_percent_cell(d, lo, hi) for d, lo, hi in zip(comparison["literal_drop"], comparison["literal_low"], comparison["literal_high"])],
         lr_cell=[None if is_missing(v) else lr_text(v) for v in comparison["lr"]],
     )
-    kinds = _model_task(frame) | {
+    kinds = model_task_kinds(frame) | {
         "main_drop_cell": text,
         "literal_drop_cell": text,
         "main_real": "yes/no",
@@ -204,7 +193,7 @@ def literal_display(comparison: pd.DataFrame) -> Table:
 
 def convergence_display(per_task: pd.DataFrame) -> Table:
     """:func:`papa.book.science.convergence_summary`'s per-task counts for reading."""
-    kinds = _model_task(per_task) | {
+    kinds = model_task_kinds(per_task) | {
         "runs": "int",
         "converged": "int",
         "still rising": "int",
@@ -216,7 +205,7 @@ def convergence_display(per_task: pd.DataFrame) -> Table:
 
 def still_rising_display(rising: pd.DataFrame) -> Table:
     """The runs whose held-out curve still rose at the cap."""
-    kinds = {"run_id": "text"} | _model_task(rising) | {"ranking": "text", "k": "int", "seed": "int", "best_epoch": "int", "epochs_trained": "int"}
+    kinds = {"run_id": "text"} | model_task_kinds(rising) | {"ranking": "text", "k": "int", "seed": "int", "best_epoch": "int", "epochs_trained": "int"}
     out = table(key_text(rising), kinds, {"run_id": "run", "best_epoch": "best held-out epoch", "epochs_trained": "epochs trained"})
     out.empty = "No run's held-out curve was still rising at the cap."
     return out

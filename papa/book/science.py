@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from fractions import Fraction
 
 import altair as alt
 import pandas as pd
@@ -144,7 +143,7 @@ def random_summary(random: pd.DataFrame, ranking: str) -> str:
     if not len(rows):
         return f"no seeded random ordering ran beside the {ranking} ranking, so whether it beats random is not measured"
     beats, worse = int((rows["verdict"] == "beats random").sum()), int((rows["verdict"] == "worse than random").sum())
-    fractions = and_list(fraction_words(Fraction(f).limit_denominator(1024)) for f in sorted(set(rows["fraction"])))
+    fractions = and_list(fraction_words(f) for f in sorted(set(rows["fraction"])))
     where = f"on {and_list(sorted(set(rows['model'])))}, with {fractions} of the heads constant"
     rest = len(rows) - beats - worse
     return f"the {ranking} ranking beats the seeded random orderings in {beats} of its {len(rows)} {plural(len(rows), 'comparison')} and is worse in {worse or 'none'} ({where}" + (

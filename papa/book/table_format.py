@@ -9,6 +9,7 @@ import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
 import pandas as pd
@@ -129,6 +130,16 @@ class Table:
     def to_frame(self) -> pd.DataFrame:
         """The cells as strings (missing: None), for tests and further work."""
         return pd.DataFrame(self.rows, columns=self.columns)
+
+
+def model_task_kinds(frame: pd.DataFrame) -> dict[str, str]:
+    """The leading key columns: model (only when there are several) and task."""
+    return ({"model": "text"} if has_several(frame, "model") else {}) | {"task": "text"}
+
+
+def fraction_text(value: float) -> str:
+    """A share of the heads as the paper writes it: ``0.875`` → ``"7/8"``."""
+    return str(Fraction(float(value)).limit_denominator(1000))
 
 
 def table(

@@ -41,11 +41,13 @@ from papa.book.table_format import (  # noqa: F401  (re-exported: papa.book.tabl
     auto_table,
     enable_table_display,
     escape_cell_pipes,
+    fraction_text,
     has_several,
     integer,
     is_missing,
     key_text,
     md_cell,
+    model_task_kinds,
     percent,
     score,
     score_interval,
@@ -55,17 +57,7 @@ from papa.book.table_format import (  # noqa: F401  (re-exported: papa.book.tabl
     yes_no,
 )
 
-
 # -- the chapters' tables ----------------------------------------------------------------------------
-def _model_task(frame: pd.DataFrame) -> dict[str, str]:
-    """The leading key columns: model (only when there are several) and task."""
-    return ({"model": "text"} if has_several(frame, "model") else {}) | {"task": "text"}
-
-
-def _fraction(value: float) -> str:
-    from fractions import Fraction
-
-    return str(Fraction(float(value)).limit_denominator(1000))
 
 
 def scores_display(summary: pd.DataFrame, probe_input: str = "all") -> Table:
@@ -81,7 +73,7 @@ def scores_display(summary: pd.DataFrame, probe_input: str = "all") -> Table:
     step = "fraction" if by_fraction else "k"
     steps = sorted(rows[step].unique())
     total = int(rows["total_heads"].iloc[0]) if len(rows) else 0
-    header = {s: (f"{_fraction(s)} of the heads" if by_fraction else f"k = {int(s)}" + (" (all)" if int(s) == total else "")) for s in steps}
+    header = {s: (f"{fraction_text(s)} of the heads" if by_fraction else f"k = {int(s)}" + (" (all)" if int(s) == total else "")) for s in steps}
     keys = [c for c in ("model", "task", "ranking", "mode") if has_several(rows, c) or c in ("task", "ranking")]
     wide = rows.assign(cell=[score_spread(m, s) for m, s in zip(rows["mean"], rows["std"])]).pivot_table(index=keys, columns=step, values="cell", aggfunc="first").reset_index()
     kinds: dict[str, Any] = {k: "text" for k in keys} | {s: text for s in steps}
@@ -91,7 +83,7 @@ def scores_display(summary: pd.DataFrame, probe_input: str = "all") -> Table:
 
 def retained_gains_display(gains: pd.DataFrame) -> Table:
     """:func:`papa.book.data.retained_gains` for reading: the drop and the retained gain first."""
-    kinds = _model_task(gains) | {
+    kinds = model_task_kinds(gains) | {
         "ranking": "text",
         "k": "int",
         "relative_drop": "percent",
@@ -120,7 +112,7 @@ def ordering_display(comparison: pd.DataFrame) -> Table:
         pairs.append(" vs ".join(present))
         means.append(f"{NBSP}vs{NBSP}".join(f"{row[m]:.3f}" for m in present))
     frame = key_text(comparison).assign(pair=pairs, means=means)
-    kinds = _model_task(frame) | {"k": "int", "pair": "text", "means": "text", "better": "text", "real": "yes/no", "seeds": "text"}
+    kinds = model_task_kinds(frame) | {"k": "int", "pair": "text", "means": "text", "better": "text", "real": "yes/no", "seeds": "text"}
     headers = {"pair": "rankings", "means": "mean scores", "real": "real?", "seeds": "seeds"}
     return table(frame, kinds, headers, notes=["A tie: both means are equal to three decimals.", REAL_NOTE])
 
@@ -128,7 +120,7 @@ def ordering_display(comparison: pd.DataFrame) -> Table:
 def layer_display(layers: pd.DataFrame) -> Table:
     """:func:`papa.book.data.layer_table` for reading (a model with fewer layers shows dashes)."""
     columns = [c for c in layers.columns if str(c).startswith("layer ")]
-    kinds = _model_task(layers) | {"ranking": "text"} | {c: "int" for c in columns}
+    kinds = model_task_kinds(layers) | {"ranking": "text"} | {c: "int" for c in columns}
     return table(key_text(layers), kinds, missing={c: "this model has fewer layers" for c in columns})
 
 
@@ -136,7 +128,7 @@ def sensitivity_display(sensitivity: pd.DataFrame) -> Table:
     """:func:`papa.book.studies.sensitivity_table` for reading: the drops and whether each change is real first."""
     kinds = (
         {"study": "text", "setting": "text"}
-        | _model_task(sensitivity)
+        | model_task_kinds(sensitivity)
         | {
             "drop official": "percent",
             "drop study": "percent",
@@ -176,7 +168,7 @@ def train_size_display(sizes: pd.DataFrame) -> Table:
         kall=[score_interval(m, lo, hi) for m, lo, hi in zip(sizes["kall_mean"], sizes["kall_min"], sizes["kall_max"])],
         floor=[score_interval(m, lo, hi) for m, lo, hi in zip(sizes["floor_mean"], sizes["floor_min"], sizes["floor_max"])],
     )
-    kinds = _model_task(frame) | {
+    kinds = model_task_kinds(frame) | {
         "train_examples": "int",
         "drop": "percent",
         "drop_real": "yes/no",
@@ -202,7 +194,7 @@ def train_size_display(sizes: pd.DataFrame) -> Table:
 
 def compare_display(comparison: pd.DataFrame, label_a: str, label_b: str) -> Table:
     """:func:`papa.book.studies.compare` for reading: the difference and whether it is real first."""
-    kinds = _model_task(comparison) | {"ranking": "text", "k": "int", "difference": "score", "real": "yes/no", label_a: "score", label_b: "score"}
+    kinds = model_task_kinds(comparison) | {"ranking": "text", "k": "int", "difference": "score", "real": "yes/no", label_a: "score", label_b: "score"}
     kinds |= {f"{label_a} seeds": "int", f"{label_b} seeds": "int"}
     headers = {"difference": f"difference ({label_b} − {label_a})", "real": "real?"}
     return table(key_text(comparison), kinds, headers, notes=[REAL_NOTE])
@@ -210,7 +202,7 @@ def compare_display(comparison: pd.DataFrame, label_a: str, label_b: str) -> Tab
 
 def rising_display(rising: pd.DataFrame) -> Table:
     """:func:`papa.book.data.still_rising` for reading."""
-    kinds = {"run_id": "text"} | _model_task(rising) | {"k": "int", "seed": "int", "late_gain": "score", "rising": "yes/no"}
+    kinds = {"run_id": "text"} | model_task_kinds(rising) | {"k": "int", "seed": "int", "late_gain": "score", "rising": "yes/no"}
     return table(key_text(rising), kinds, {"run_id": "run", "late_gain": "gain over the last 3 epochs", "rising": "still rising"})
 
 

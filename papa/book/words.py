@@ -41,8 +41,9 @@ def lr_text(lr: float) -> str:
 
 
 def fraction_words(value) -> str:
-    """A head fraction of a config (``0``, ``"1/2"``, ``0.875``, ``1``) in words: no head, half, 7/8, all."""
-    fraction = Fraction(str(value).strip())
+    """A head fraction of a config or a table (``0``, ``"1/2"``, ``0.875``, ``63 / 72``, ``1``) in words: no head, half,
+    7/8, all."""
+    fraction = Fraction(str(value).strip()).limit_denominator(10_000)
     if fraction == 0:
         return "none"
     if fraction == 1:
