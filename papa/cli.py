@@ -244,7 +244,7 @@ def _count(minimum: int):
 
 
 #: The grid flags beyond --only and --dry-run, with their defaults (``run_grid``'s keyword arguments).
-GRID_OPTIONS = {"replace": False, "scheduler": "sequential", "gpus_per_run": 0, "threads_per_run": None}
+GRID_OPTIONS = {"replace": False, "scheduler": "sequential", "gpus_per_run": 0, "threads_per_run": None, "prune": False}
 
 
 def cmd_grid(args) -> int:
@@ -319,6 +319,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--scheduler", type=_scheduler, default="sequential", help="sequential (default), local:N, tcp://HOST:PORT or slurm[:JOBS]")
     g.add_argument("--gpus-per-run", type=_count(0), default=0, help="GPUs each run needs (a Dask worker resource)")
     g.add_argument("--threads-per-run", type=_count(1), default=None, help="torch threads per run")
+    g.add_argument("--prune", action="store_true", help="remove the executed notebooks, artefacts and stamps of runs the config no longer has (--dry-run lists them)")
     g.set_defaults(func=cmd_grid)
     g = grid.add_parser("schema", help="write the JSON Schema of grid configs (for editors)")
     g.add_argument("--out", default=None, help="output file (default: standard output)")

@@ -69,6 +69,23 @@ def _total_heads(params: dict, root: Path) -> int | None:
         return None
 
 
+def run_kind(params: dict) -> str | None:
+    """The kind of run papermill's ``params`` describe (``estimate``, ``rank``, ``select_lr`` or ``probe``), from the
+    fields only that kind's params model has; None for a chapter (``grid_config``) or parameters of no known kind,
+    which keep their notebook's own heading rather than a wrong one."""
+    if "grid_config" in params or "model" not in params or "task" not in params:
+        return None
+    if "method" in params:
+        return "rank"
+    if "lrs" in params:
+        return "select_lr"
+    if "k" in params:
+        return "probe"
+    if "max_examples" in params:
+        return "estimate"
+    return None
+
+
 def run_title(params: dict, root: Path | None = None) -> str | None:
     """The heading that names a run from its parameters, or None for a chapter.
 
@@ -77,14 +94,15 @@ def run_title(params: dict, root: Path | None = None) -> str | None:
     ``Probe — minilm-l6 · SST-2 · gates · 36 of 72 heads constant · seeds 42, 43, 44``; a probe of a study
     (its ``out`` file named ``..._<study>__s{seed}.json``) ends with the study in words.
     """
-    if "grid_config" in params or "model" not in params or "task" not in params:
+    kind = run_kind(params)
+    if kind is None:
         return None
     head = f"{params['model']} · {task_name(str(params['task']))}"
-    if "method" in params:
+    if kind == "rank":
         return f"Ranking — {head} ({params['method']})"
-    if "lrs" in params:
+    if kind == "select_lr":
         return f"Learning rate — {head} · chosen among {', '.join(f'{float(lr):g}' for lr in params['lrs'])}"
-    if "k" not in params:
+    if kind == "estimate":
         examples = params.get("max_examples")
         return f"Constants — {head}" + (f" · {_count(int(examples))} training examples" if isinstance(examples, int) else "")
     k = int(params["k"])
@@ -113,6 +131,30 @@ def run_title(params: dict, root: Path | None = None) -> str | None:
         if study:
             title += f" · {study_words('__'.join(study))}"
     return title
+
+
+def heading(nb: dict) -> str | None:
+    """The ``# ...`` heading of a notebook's first markdown cell (what the book's sidebar and the browser's
+    title show), or None."""
+    for cell in nb.get("cells", []):
+        if cell.get("cell_type") == "markdown":
+            lines = "".join(cell.get("source", "")).splitlines()
+            return lines[0][2:] if lines and lines[0].startswith("# ") else None
+    return None
+
+
+def title_is_stale(notebook: Path, params: dict, root: Path) -> bool:
+    """Whether an executed run notebook's heading differs from the title its parameters give today (a run
+    executed before its kind's title changed): the runner refreshes its text, it does not re-execute it. An
+    unreadable notebook is not judged here (the run's stamp check re-executes it)."""
+    title = run_title(params, root)
+    if title is None:
+        return False
+    try:
+        nb = json.loads(notebook.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return False
+    return isinstance(nb, dict) and heading(nb) != title
 
 
 def _retitle(nb: dict, title: str) -> None:

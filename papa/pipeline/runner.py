@@ -20,10 +20,27 @@ from pathlib import Path
 from papa.core.errors import PapaError
 from papa.core.io import atomic_write_text
 from papa.pipeline.estimate import _format, estimate_seconds, memory_budget, report_disk, size_line
+from papa.pipeline.executed import title_is_stale
 from papa.pipeline.executors import make_executor
 from papa.pipeline.keys import data_fingerprints, key_of, notebook_displays, run_components
 from papa.pipeline.plan import ROOT, Run, expand, load_config, run_notebook_path, runs_dir
-from papa.pipeline.stamps import Manifest, check_owner, clean_leftovers, digest, entry_of, read_stamp, record_owner, refresh_text, seal, stamp_path, verify
+from papa.pipeline.stamps import (
+    GridLock,
+    Manifest,
+    check_owner,
+    clean_leftovers,
+    digest,
+    entry_of,
+    manifest_outside_plan,
+    outside_plan,
+    prune_outside_plan,
+    read_stamp,
+    record_owner,
+    refresh_text,
+    seal,
+    stamp_path,
+    verify,
+)
 
 __all__ = ["GridLock", "GridStatus", "Manifest", "check_data_available", "execute", "grid_status", "run_grid", "stale_runs"]
 
@@ -40,7 +57,8 @@ class GridStatus:
     displays: dict[str, str]
     stamps: dict[str, dict | None]
     manifest: Manifest
-    refresh: list[Run] = field(default_factory=list)  # proven runs whose source text (markdown) changed
+    refresh: list[Run] = field(default_factory=list)  # proven runs whose text (source markdown or title) changed
+    refresh_why: dict[str, str] = field(default_factory=dict)  # run_id → "markdown changed" or "title changed"
 
 
 def _summarise(names: list[str], what: str) -> str:
@@ -69,9 +87,11 @@ def grid_status(config: dict, root: Path = ROOT) -> GridStatus:
         if why:
             reasons[run.run_id] = why
     stale = [r for r in runs if r.run_id in reasons]
-    refresh = [r for r in runs if r.run_id not in reasons and stamps[r.run_id].get("display") != displays[r.run_id]]
+    retitle = {r.run_id for r in runs if r.run_id not in reasons and title_is_stale(root / run_notebook_path(r), r.params, root)}
+    refresh = [r for r in runs if r.run_id not in reasons and (stamps[r.run_id].get("display") != displays[r.run_id] or r.run_id in retitle)]
     manifest = Manifest(folder / "manifest.json")
-    return GridStatus(runs, stale, reasons, keys, components, displays, stamps, manifest, refresh)
+    why = {r.run_id: "markdown changed" if stamps[r.run_id].get("display") != displays[r.run_id] else "title changed" for r in refresh}
+    return GridStatus(runs, stale, reasons, keys, components, displays, stamps, manifest, refresh, why)
 
 
 def mark_dependants(status: GridStatus) -> None:
@@ -160,34 +180,6 @@ def execute(run: Run, root: Path = ROOT) -> float:
     return time.perf_counter() - started
 
 
-class GridLock:
-    """An exclusive lock on a grid's folder (:mod:`filelock`: portable); a second runner gets a clear
-    error naming the host and process that hold it (recorded in ``.lock.owner``)."""
-
-    def __init__(self, folder: Path):
-        folder.mkdir(parents=True, exist_ok=True)
-        self.path = folder / ".lock"
-        self.owner = folder / ".lock.owner"
-
-    def __enter__(self):
-        import socket
-
-        from filelock import FileLock, Timeout
-
-        self.lock = FileLock(str(self.path), timeout=0)
-        try:
-            self.lock.acquire()
-        except Timeout:
-            holder = self.owner.read_text(encoding="utf-8").strip() if self.owner.is_file() else "another process"
-            raise PapaError(f"Another papa runner ({holder}) is working on {self.path.parent}", "Wait for it to finish (or stop it), then run again.") from None
-        atomic_write_text(self.owner, f"host {socket.gethostname()}, pid {os.getpid()}\n")
-        return self
-
-    def __exit__(self, *exc):
-        self.owner.unlink(missing_ok=True)
-        self.lock.release()
-
-
 def check_data_available(stale: list[Run]) -> None:
     """Stale runs that read task data need PAPA_DATA_DIR or the hub: say so before anything runs."""
     from papa.probing.data import resolve_data_dir
@@ -271,8 +263,26 @@ def _report_plan(status: GridStatus, stale: list[Run], config: dict, out, dry_ru
             budget = budget if budget is not None else memory_budget()
             print(f"      {size_line(run, budget)}", file=out)
     for run in status.refresh:
-        print(f"  {'would refresh' if dry_run else 'refreshes'} the text of {run.run_id} (markdown changed; not re-executed)", file=out)
+        print(f"  {'would refresh' if dry_run else 'refreshes'} the text of {run.run_id} ({status.refresh_why.get(run.run_id, 'markdown changed')}; not re-executed)", file=out)
     report_disk(stale, out)
+
+
+def _report_outside_plan(status: GridStatus, folder: Path, out, mode: str) -> None:
+    """Files of the runs folder and manifest entries that no run of the plan wrote: ``mode`` ``"dry-run"``
+    names them, ``"prune"`` removes and names them, ``"count"`` (a run without ``--prune``) counts them."""
+    if getattr(status.runs, "unsized", None):
+        print(f"  not in the plan: not checked (the plan lacks the probes of {', '.join(status.runs.unsized)})", file=out)
+        return
+    entries = manifest_outside_plan(status.runs, status.manifest)
+    files = prune_outside_plan(status.runs, folder, status.manifest) if mode == "prune" else outside_plan(status.runs, folder)
+    if not files and not entries:
+        return
+    what = f"{len(files)} files and {len(entries)} manifest entries"
+    hint = {"dry-run": " (--prune removes them)", "count": " (--dry-run lists them, --prune removes them)"}.get(mode, "")
+    print(f"  {'removed, not in the plan' if mode == 'prune' else 'not in the plan'}: {what}{hint}", file=out)
+    if mode != "count":
+        for name in [str(path.relative_to(folder.absolute())) for path in files] + [f"manifest entry {run_id}" for run_id in entries]:
+            print(f"    {'removed' if mode == 'prune' else 'not in the plan'}: {name}", file=out)
 
 
 def _check_sized(plan) -> None:
@@ -317,13 +327,15 @@ def run_grid(
     scheduler: str = "sequential",
     gpus_per_run: int = 0,
     threads_per_run: int | None = None,
+    prune: bool = False,
 ) -> int:
     """Bring a grid's runs up to date; returns 0 when every run is up to date, else 1.
 
     ``dry_run``: verify every output and say, per stale run, why (nothing is written). ``replace``:
     let this config take over a runs folder that serves another config of the same name.
     ``scheduler``: ``sequential`` (this process), ``local:N``, ``tcp://HOST:PORT`` or ``slurm[:JOBS]``
-    (Dask, :mod:`papa.pipeline.distributed`); only this driver writes the manifest."""
+    (Dask, :mod:`papa.pipeline.distributed`); only this driver writes the manifest. ``prune``: remove the files
+    and manifest entries of runs the plan does not have (``dry_run`` names them as "not in the plan")."""
     out = out or sys.stdout
     config = load_config(config_path)
     folder = runs_dir(config)
@@ -332,6 +344,7 @@ def run_grid(
         status = grid_status(config)
         stale = [r for r in status.stale if not only or only in r.run_id]
         _report_plan(status, stale, config, out, dry_run=True)
+        _report_outside_plan(status, folder, out, "dry-run")
         return 0
     _check_sized(expand(config))  # before anything is written
     failed: dict[str, str] = {}
@@ -359,6 +372,7 @@ def run_grid(
         stale = [r for r in status.runs if r in status.stale and (not only or only in r.run_id)]
         _check_runnable(status, stale, only)
         _report_plan(status, stale, config, out, dry_run=False)
+        _report_outside_plan(status, folder, out, "prune" if prune else "count")
         _save(manifest, out)
         if not stale:
             return 0

@@ -14,12 +14,15 @@ expected key and every output's sha256 matches; anything else is stale with a re
 rebuilt from the stamps (:class:`Manifest`), nothing is re-run for that.
 
 The runs folder itself: :func:`check_owner` / :func:`record_owner` bind it to one config file
-(``grid.json``), and :func:`clean_leftovers` removes what a killed runner left behind.
+(``grid.json``), :class:`GridLock` keeps a second runner off it, :func:`clean_leftovers` removes what a
+killed runner left behind, and :func:`outside_plan` / :func:`prune_outside_plan` find and remove what no run
+of the current plan wrote (``papa grid run --prune``).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -220,6 +223,34 @@ def record_owner(config: dict, folder: Path) -> None:
     atomic_write_json(folder / OWNER_FILE, {"config": config["_path"], "content_sha256": config_fingerprint(config)})
 
 
+class GridLock:
+    """An exclusive lock on a grid's folder (:mod:`filelock`: portable); a second runner gets a clear
+    error naming the host and process that hold it (recorded in ``.lock.owner``)."""
+
+    def __init__(self, folder: Path):
+        folder.mkdir(parents=True, exist_ok=True)
+        self.path = folder / ".lock"
+        self.owner = folder / ".lock.owner"
+
+    def __enter__(self):
+        import socket
+
+        from filelock import FileLock, Timeout
+
+        self.lock = FileLock(str(self.path), timeout=0)
+        try:
+            self.lock.acquire()
+        except Timeout:
+            holder = self.owner.read_text(encoding="utf-8").strip() if self.owner.is_file() else "another process"
+            raise PapaError(f"Another papa runner ({holder}) is working on {self.path.parent}", "Wait for it to finish (or stop it), then run again.") from None
+        atomic_write_text(self.owner, f"host {socket.gethostname()}, pid {os.getpid()}\n")
+        return self
+
+    def __exit__(self, *exc):
+        self.owner.unlink(missing_ok=True)
+        self.lock.release()
+
+
 #: Cached features older than this, left half-written by a killed writer, are removed at a runner's start
 #: (another process may be streaming into the shared cache right now: newer ones are spared).
 CACHE_TEMP_AGE_S = 3600
@@ -240,4 +271,68 @@ def clean_leftovers(folder: Path) -> list[Path]:
     if (folder / ".executing").exists():
         removed.append(folder / ".executing")
         shutil.rmtree(folder / ".executing", ignore_errors=True)
+    return removed
+
+
+# -- files of the runs folder that no run of the plan wrote ---------------------------------------
+#: The runner's own files at the top of a runs folder (not any run's): kept by :func:`outside_plan`.
+RUNNER_FILES = frozenset({"manifest.json", OWNER_FILE, ".lock", ".lock.owner"})
+
+
+def planned_files(runs: list[Run], folder: Path, root: Path = ROOT) -> set[Path]:
+    """Every file the runs of a plan may leave in their runs folder: artefacts, executed notebooks, the
+    notebooks of failed attempts (``<run_id>.failed.ipynb``, kept for reading) and stamps."""
+    files = {stamp_path(folder, run.run_id) for run in runs}
+    for run in runs:
+        files |= {root / rel for rel in run_files(run)}
+        files.add((root / run_notebook_path(run)).with_suffix(".failed.ipynb"))
+    return {path.absolute() for path in files}
+
+
+def outside_plan(runs: list[Run], folder: Path, root: Path = ROOT) -> list[Path]:
+    """The files of ``folder`` that no run of ``runs`` (a whole plan) wrote, sorted: executed notebooks,
+    artefacts, stamps and failed notebooks of runs the config no longer has. The runner's own files
+    (:data:`RUNNER_FILES`), ``.executing/`` and papa's temporary files are not listed (:func:`clean_leftovers`
+    removes those that a killed runner left). A link is listed as itself and never followed."""
+    from papa.core.io import TEMP_NAME
+
+    folder = folder.absolute()
+    if not folder.is_dir():
+        return []
+    keep = planned_files(runs, folder, root)
+    found = []
+    for here, dirs, names in os.walk(folder):
+        base = Path(here)
+        if base == folder:
+            dirs[:] = [d for d in dirs if d != ".executing"]
+            names = [n for n in names if n not in RUNNER_FILES]
+        linked = [d for d in dirs if (base / d).is_symlink()]
+        dirs[:] = [d for d in dirs if d not in linked]
+        for name in [*names, *linked]:
+            path = (base / name).absolute()
+            if path not in keep and not TEMP_NAME.fullmatch(name):
+                found.append(path)
+    return sorted(found)
+
+
+def manifest_outside_plan(runs: list[Run], manifest: Manifest) -> list[str]:
+    """Run ids the manifest records that the plan no longer has (the reproducibility page lists the manifest)."""
+    planned = {run.run_id for run in runs}
+    return sorted(run_id for run_id in manifest.entries if run_id not in planned)
+
+
+def prune_outside_plan(runs: list[Run], folder: Path, manifest: Manifest, root: Path = ROOT) -> list[Path]:
+    """Remove :func:`outside_plan`'s files and the manifest entries of runs outside the plan (the caller saves
+    the manifest), then any folder this left empty; call only while holding the lock, with a complete plan
+    (a model the plan cannot size has no probes in it). Returns the removed files."""
+    folder = folder.absolute()
+    removed = outside_plan(runs, folder, root)
+    for path in removed:
+        path.unlink(missing_ok=True)
+    for run_id in manifest_outside_plan(runs, manifest):
+        del manifest.entries[run_id]
+    for path in sorted({p.parent for p in removed}, key=lambda p: len(p.parts), reverse=True):
+        while path != folder and path.is_relative_to(folder) and path.is_dir() and not any(path.iterdir()):
+            path.rmdir()
+            path = path.parent
     return removed
