@@ -15,7 +15,8 @@ import pytest
 import yaml
 from headless import dump_dom
 
-from papa.book.pages import _appendix, _reproducibility, _run_groups, _setup, _toc, appendix_rows, point_front_page, stage_itables
+from papa.book.pages import _reproducibility, _setup, point_front_page, stage_itables
+from papa.book.run_index import _appendix, _group, _run_groups, _toc, appendix_rows, group_page, write_run_index
 from papa.book.setup_page import heads_words, lr_words
 from papa.book.words import and_list, count, duration, fraction_words
 from papa.cli import build_parser
@@ -52,20 +53,89 @@ RUN_IDS = [
 ]
 
 
-def test_toc_groups_the_run_pages_by_kind_and_model():
+def _entries(entries: list) -> list[dict]:
+    """Every entry of a toc list and of its sections, depth first."""
+    return [e for entry in entries for e in [entry, *_entries(entry.get("sections", []))]]
+
+
+def test_toc_puts_the_findings_first_and_the_run_pages_in_collapsed_groups_under_the_appendix():
     toc = yaml.safe_load(_toc({"name": "g"}, RUN_IDS))
     assert toc["root"] == "book/index"
     parts = {part["caption"]: [c["file"] for c in part["chapters"]] for part in toc["parts"]}
-    assert list(parts) == ["The question", "Findings", "Rerun and extend", "Appendix", "Constants", "Rankings", "Learning rates", "Probes — minilm-l6", "Probes — minilm-l3"]
-    assert parts["Rerun and extend"] == ["book/rerun", "book/scale-out"]
-    assert parts["Appendix"] == ["book/appendix"]
-    assert parts["Findings"][:2] == ["book/runs/g/results", "book/runs/g/controls"]
-    assert parts["Probes — minilm-l6"] == ["book/runs/g/probe__minilm-l6__sst2__none__k0__cached", "book/runs/g/probe__minilm-l6__sst2__all__k72__cached__moredata8k"]
-    listed = [f for files in parts.values() for f in files]
-    assert sorted(f for f in listed if "/runs/g/" in f) == sorted(f"book/runs/g/{r}" for r in RUN_IDS)  # every run once
+    assert list(parts) == ["Findings", "The question", "Rerun and extend", "Appendix"]
+    assert parts["Findings"] == ["book/runs/g/results", "book/runs/g/controls"]
+    assert parts["The question"] == ["book/introduction", "book/method", "book/setup"]
+    assert parts["Rerun and extend"] == ["book/rerun", "book/scale-out", "book/reproducibility"]
+    assert parts["Appendix"] == ["book/references", "book/appendix"]
+    appendix = toc["parts"][-1]["chapters"][1]
+    groups = {group["file"]: [s["file"] for s in group["sections"]] for group in appendix["sections"]}
+    assert list(groups) == ["book/appendix/constants", "book/appendix/rankings", "book/appendix/learning-rates", "book/appendix/probes-minilm-l6", "book/appendix/probes-minilm-l3"]
+    assert groups["book/appendix/probes-minilm-l6"] == ["book/runs/g/probe__minilm-l6__sst2__none__k0__cached", "book/runs/g/probe__minilm-l6__sst2__all__k72__cached__moredata8k"]
+    assert groups["book/appendix/learning-rates"] == ["book/runs/g/select_lr__minilm-l6__sst2"]
+    runs = [f for files in groups.values() for f in files]
+    assert sorted(runs) == sorted(f"book/runs/g/{r}" for r in RUN_IDS if r not in ("results", "controls"))  # every run page once
     # kinds in a fixed order, models in their order of first appearance
     assert list(_run_groups(RUN_IDS[::-1])) == ["Constants", "Rankings", "Learning rates", "Probes — minilm-l6", "Probes — minilm-l3"]
     assert list(_run_groups([RUN_IDS[5], RUN_IDS[0], RUN_IDS[4]])) == ["Constants", "Probes — minilm-l3", "Probes — minilm-l6"]
+    assert group_page("Probes — microsoft-deberta-base-1a2b3c4d") == "book/appendix/probes-microsoft-deberta-base-1a2b3c4d"
+
+
+def test_the_default_grids_sidebar_has_about_twenty_entries_at_its_top_level():
+    """The generated ``_toc.yml`` of the book's grid: every planned run page is reachable, each once, under the
+    appendix; the top level (part captions and chapters) stays short."""
+    from papa.pipeline.plan import expand
+
+    config = load_config(ROOT / "configs" / "default.yaml")
+    run_ids = [r.run_id for r in expand(config)]
+    toc = yaml.safe_load(_toc(config, run_ids))
+    top = len(toc["parts"]) + sum(len(part["chapters"]) for part in toc["parts"])
+    assert top <= 20, top
+    files = [e["file"] for part in toc["parts"] for e in _entries(part["chapters"])]
+    assert len(files) == len(set(files))
+    assert {f for f in files if f.startswith("book/runs/")} == {f"book/runs/default/{r}" for r in run_ids}
+    appendix = toc["parts"][-1]["chapters"][-1]
+    assert appendix["file"] == "book/appendix"
+    under = {e["file"] for e in _entries(appendix["sections"]) if e["file"].startswith("book/runs/")}
+    assert under == {f"book/runs/default/{r}" for r in run_ids if r not in ("results", "controls")}
+    assert all(len(group["sections"]) <= 200 for group in appendix["sections"])
+    committed = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))  # what `papa book build` last wrote
+    assert len(committed["parts"]) + sum(len(part["chapters"]) for part in committed["parts"]) <= 20
+    assert [part["caption"] for part in committed["parts"]] == [part["caption"] for part in toc["parts"]]
+
+
+@pytest.mark.book
+def test_the_built_sidebar_shows_the_chapters_and_keeps_the_run_pages_collapsed_under_the_appendix(tmp_path):
+    """A strict Jupyter Book build of the generated ``_toc.yml`` (one-line pages): on a chapter, the sidebar's top
+    level is the four parts' chapters; the groups and run pages sit in closed ``<details>`` under the appendix;
+    on a run page, only its own group is open."""
+    from papa.pipeline.plan import expand
+
+    config = load_config(ROOT / "configs" / "smoke.yaml")
+    run_ids = [r.run_id for r in expand(config)]
+    (tmp_path / "_toc.yml").write_text(_toc(config, run_ids))
+    (tmp_path / "_config.yml").write_text('title: sidebar\nonly_build_toc_files: true\nexecute:\n  execute_notebooks: "off"\n')
+    toc = yaml.safe_load(_toc(config, run_ids))
+    for name in [toc["root"], *(e["file"] for part in toc["parts"] for e in _entries(part["chapters"]))]:
+        (tmp_path / f"{name}.md").parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / f"{name}.md").write_text(f"# Page {name.rsplit('/', 1)[-1]}\n\nText.\n")
+    build = subprocess.run([str(Path(sys.executable).parent / "jupyter-book"), "build", str(tmp_path), "-W", "-n", "--keep-going"], capture_output=True, text=True, timeout=600)
+    assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
+    html = tmp_path / "_build" / "html"
+
+    def sidebar(page: str) -> str:
+        text = (html / page).read_text(encoding="utf-8")
+        start = text.index('class="caption-text">Findings')
+        return text[start : text.index("</nav>", start)]
+
+    chapter = sidebar("book/introduction.html")
+    assert re.findall(r'class="caption-text">([^<]+)<', chapter) == ["Findings", "The question", "Rerun and extend", "Appendix"]
+    assert chapter.count('class="toctree-l1') == 10  # the chapters, no run page
+    appendix = chapter[chapter.index('href="appendix.html"') :]
+    assert appendix.startswith('href="appendix.html">Page appendix</a><details><summary>')  # closed: no "open"
+    assert chapter.count('class="toctree-l2 has-children"') == 4 and "<details open" not in chapter
+    assert chapter.count('class="toctree-l3') == len(run_ids) - 2  # every run page, under its group
+    run_page = sidebar("book/runs/smoke/probe__minilm-l6__sst2__none__k0__cached.html")
+    assert run_page.count("<details open") == 2  # the appendix and this run's group, nothing else
 
 
 # -- the appendix ------------------------------------------------------------------------------------
@@ -113,6 +183,33 @@ def test_appendix_rows_describe_every_run(tmp_path):
     for run in runs[:6]:
         assert f"{{doc}}`open </book/runs/g/{run.run_id}>`" in page
     assert ":name: runs-index" in page and '<script src="../_static/papa-itables.js"></script>' in page
+    assert "By group (each group's page lists its runs, and so does the sidebar under it): {doc}`Constants </book/appendix/constants>` (1), " in page
+    assert "{doc}`Probes — minilm-l6 </book/appendix/probes-minilm-l6>` (3)." in page
+
+
+def test_each_group_page_lists_its_runs_and_stale_group_pages_go(tmp_path):
+    runs = [
+        Run("estimate__minilm-l6__sst2", "estimate", dict(model="minilm-l6", task="sst2", max_examples=1000)),
+        _probe("probe__minilm-l6__sst2__gates__k36__cached", 36, [42]),
+        _probe("probe__minilm-l6__sst2__all__k72__cached", 72, [42]),
+    ]
+    rows = appendix_rows({"name": "g"}, runs, {}, tmp_path)
+    page = _group({"name": "g"}, "Probes — minilm-l6", rows[1:])
+    assert page.startswith("# Probes — minilm-l6\n\nThe 2 probes of `minilm-l6` of `configs/g.yaml`, one executed notebook each")
+    assert ":class: papa-itable" in page and '<script src="../../_static/papa-itables.js"></script>' in page
+    assert [line for line in page.splitlines() if line.startswith("| probe")] == [
+        "| probe | minilm-l6 | SST-2 | gates | 36 | main grid | 42 |  |  | {doc}`open </book/runs/g/probe__minilm-l6__sst2__gates__k36__cached>` |",
+        "| probe | minilm-l6 | SST-2 |  | 72 | main grid | 42 |  |  | {doc}`open </book/runs/g/probe__minilm-l6__sst2__all__k72__cached>` |",
+    ]
+    (tmp_path / "book" / "appendix").mkdir(parents=True)
+    stale = tmp_path / "book" / "appendix" / "probes-gone-model.md"
+    stale.write_text("# Probes — gone-model\n")
+    written = write_run_index({"name": "g"}, rows, [r.run_id for r in runs], tmp_path)
+    assert sorted(p.name for p in written) == ["constants.md", "probes-minilm-l6.md"] and not stale.exists()
+    assert (tmp_path / "book" / "appendix" / "constants.md").read_text().startswith("# Constants\n\nThe 1 constant-matrix estimates of `configs/g.yaml`")
+    toc = yaml.safe_load((tmp_path / "_toc.yml").read_text())
+    assert [g["file"] for g in toc["parts"][-1]["chapters"][1]["sections"]] == ["book/appendix/constants", "book/appendix/probes-minilm-l6"]
+    assert (tmp_path / "book" / "appendix.md").read_text().startswith("# Appendix: every run")
 
 
 def _probe_record(commit: str, device: str, total: float) -> dict:
