@@ -78,6 +78,8 @@ __all__ = [
     "estimate_task_constants",
     "prepare_inputs",
     "run_probe",
+    "run_probes",
+    "protocol_text",
     "save_result",
     "compute_ranking",
 ]
@@ -102,6 +104,8 @@ _LAZY_NAMES = {
     "estimate_task_constants": "papa.probing.encoding",
     "prepare_inputs": "papa.probing.task_inputs",
     "run_probe": "papa.probing.experiment",
+    "run_probes": "papa.probing.experiment",
+    "protocol_text": "papa.probing.protocol",
     "save_result": "papa.probing.experiment",
 }
 

@@ -554,7 +554,7 @@ def _tiny_bert():
 def _extract_with_tiny_budget(inputs, monkeypatch):
     """Above the memory budget features stream to disk: refused when PAPA_CACHE_DIR lacks the room."""
     from papa.probing import features
-    from papa.probing.features import extract_features
+    from papa.probing.extraction import extract_features
 
     monkeypatch.setenv("PAPA_MEMORY_BUDGET_GB", "1e-9")
     monkeypatch.setenv("PAPA_CACHE_DIR", str(inputs / "cache"))

@@ -16,7 +16,7 @@ from transformers import AutoModel, BertConfig
 from papa.core.constants import estimate_constants
 from papa.core.heads import all_heads
 from papa.core.patching import HeadPatch, patch_constant_heads, prune_qk, unpatch
-from papa.probing.features import extract_features
+from papa.probing.extraction import extract_features
 
 pytestmark = pytest.mark.cuda  # deselected on a machine without a CUDA device (tests/conftest.py)
 CUDA = torch.device("cuda")
@@ -89,3 +89,25 @@ def test_cached_features_on_cuda_equal_cpu():
     gpu = extract_features(model.to(CUDA), encoded, token_task=False, batch_size=2, device=CUDA)
     unpatch(model)
     assert gpu.states.device.type == "cpu" and (cpu.states.float() - gpu.states.float()).abs().max() <= 2e-3
+
+
+@pytest.mark.parametrize("heads", ["none", "mixed", "all"])
+def test_compact_passes_on_cuda_equal_padded_passes_on_the_cpu(heads):
+    """Issue 25's equivalence on the GPU: compact passes (papa.core.compact) against the padded CPU pass."""
+    from papa.core.compact import compact_forward, plan_batches
+
+    head_set = {"none": [], "mixed": [(0, 0), (1, 2), (1, 3)], "all": all_heads(LAYERS, HEADS)}[heads]
+    batch = _batch([16, 9, 3, 1, 12, 5, 7], seed=4)
+    batch["attention_mask"][:, 10] = 0  # a hole, as the PAPA layout's pads between the segments
+    batch["attention_mask"][:, 15] = 1
+    model = _model(4)
+    if head_set:
+        patch_constant_heads(model, _constants(4), head_set)
+    with torch.no_grad():
+        padded = model(**batch).last_hidden_state
+        model.to(CUDA)
+        for part in plan_batches(batch["attention_mask"], 3):
+            rows = _to({k: v[part.rows] for k, v in batch.items()}, CUDA)
+            out = compact_forward(model, rows, part.slots.to(CUDA)).last_hidden_state.cpu()
+            real = batch["attention_mask"][part.rows][:, part.slots].bool()
+            assert (out - padded[part.rows][:, part.slots])[real].abs().max() <= 1e-4

@@ -190,7 +190,7 @@ def test_feature_cache_entry_records_its_parameters(cache):
 
     metadata, _ = read_file(cache / f"{key}.safetensors")
     assert metadata["key"] == key
-    assert metadata["parts"] == '{"heads": [[0, 1]], "split": "train", "task": "sst2", "version": 2}'
+    assert metadata["parts"] == '{"heads": [[0, 1]], "split": "train", "task": "sst2", "version": 3}'
     other = feature_cache.cached_features_key(task="sst2", split="eval", heads=[[0, 1]])
     (cache / f"{key}.safetensors").rename(cache / f"{other}.safetensors")
     with pytest.warns(FeatureCacheWarning, match=f"it holds the features of key {key}"):

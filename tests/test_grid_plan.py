@@ -116,12 +116,18 @@ def test_the_smoke_plan_exactly():
 
 
 def test_the_lr_is_chosen_under_each_models_probe_cap_unless_set():
-    """lr_selection.epochs unset: the choice trains under the cap its model's probes train under (20 for the
-    MiniLMs, 15 for mpnet-base in the default grid), with a seed that is no probe's."""
+    """lr_selection.epochs unset: the choice trains under the cap its model's probes train under (20 in the default
+    grid; a ``probe.per_model`` cap of 15 for mpnet-base here), with a seed that is no probe's."""
+    import copy
+
     from papa.pipeline.plan import ROOT, expand, load_config
 
     config = load_config(ROOT / "configs" / "default.yaml")
     chosen = {r.run_id: r.params for r in expand(config) if r.kind == "select_lr"}
+    assert {rid.split("__")[1]: p["epochs"] for rid, p in chosen.items()} == {"minilm-l6": 20, "minilm-l3": 20, "mpnet-base": 20}
+    capped = copy.deepcopy(config)
+    capped["probe"]["per_model"] = {"mpnet-base": {"epochs": 15}}
+    chosen = {r.run_id: r.params for r in expand(capped) if r.kind == "select_lr"}
     assert {rid.split("__")[1]: p["epochs"] for rid, p in chosen.items()} == {"minilm-l6": 20, "minilm-l3": 20, "mpnet-base": 15}
     assert {tuple(p["seeds"]) for p in chosen.values()} == {(0,)} and 0 not in config["probe"]["seeds"]
     config["lr_selection"]["epochs"] = 7

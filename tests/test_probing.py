@@ -18,7 +18,7 @@ from papa.core.heads import all_heads
 from papa.core.models import load_model
 from papa.core.patching import gate_lambdas, patch_gates, unpatch
 from papa.probing.experiment import prepare_inputs, run_probe
-from papa.probing.features import extract_features
+from papa.probing.extraction import extract_features
 from papa.probing.probe import (
     CachedSource,
     LiveSource,

@@ -206,9 +206,16 @@ def test_studies_inherit_the_probe_section_and_null_means_the_whole_split(tmp_pa
 
 def test_every_run_carries_exactly_its_params_model():
     runs = expand(load_config(ROOT / "configs" / "default.yaml"))
-    assert len(runs) == 300 and {r.kind for r in runs} == set(RUN_PARAMS)
-    more = next(r for r in runs if r.run_id == "probe__mpnet-base__sst2__none__k0__cached__mpnetmore").params  # the study's sizes over per_model's
-    assert (more["pool_examples"], more["max_train_examples"], more["heldout_examples"], more["epochs"]) == (2600, 2000, 200, 15)
+    assert len(runs) == 298 and {r.kind for r in runs} == set(RUN_PARAMS)
+    mpnet = next(r for r in runs if r.run_id == "probe__mpnet-base__sst2__none__k0__cached").params  # the MiniLMs' sizes (issue 25)
+    assert (mpnet["pool_examples"], mpnet["max_train_examples"], mpnet["heldout_examples"], mpnet["epochs"]) == (2600, 2000, 200, 20)
+    config = load_config(ROOT / "configs" / "default.yaml")
+    config["probe"]["per_model"] = {"mpnet-base": {"pool_examples": 1300, "max_train_examples": 1000, "epochs": 15}}
+    config["studies"].append({"name": "more", "models": ["mpnet-base"], "tasks": ["sst2"], "fractions": [0], "pool_examples": 2600, "max_train_examples": 2000})
+    planned = {r.run_id: r.params for r in expand(config)}
+    more, small = planned["probe__mpnet-base__sst2__none__k0__cached__more"], planned["probe__mpnet-base__sst2__none__k0__cached"]
+    assert (more["pool_examples"], more["max_train_examples"], more["epochs"]) == (2600, 2000, 15)  # the study's sizes over per_model's
+    assert (small["pool_examples"], small["max_train_examples"], small["epochs"]) == (1300, 1000, 15)
     for run in runs:
         model = RUN_PARAMS[run.kind]
         assert set(run.params) == set(model.model_fields), run.run_id

@@ -16,9 +16,10 @@ from transformers import BertConfig, BertModel
 from papa.core.errors import PapaError, ResourceBudgetError
 from papa.core.io import TEMP_NAME
 from papa.core.layout import IGNORE_INDEX
-from papa.probing import feature_files
+from papa.probing import extraction, feature_files
 from papa.probing import features as feature_cache
-from papa.probing.features import extract_features, load_cached, store_cached
+from papa.probing.extraction import extract_features
+from papa.probing.features import load_cached, store_cached
 from papa.probing.probe import CachedSource, ProbeConfig, build_probe, predict, train_probe
 
 TINY_BUDGET = "1e-9"  # one byte: every feature set streams
@@ -113,7 +114,7 @@ def test_streamed_features_move_into_the_cache_and_are_mapped_back(cache, monkey
     expected = in_ram.as_tensors()
     assert {name: torch.equal(t, expected[name]) for name, t in load_file(entry).items()} == dict.fromkeys(expected, True)  # a valid safetensors file
     metadata, _ = feature_files.read_file(entry)
-    assert metadata["key"] == key and metadata["parts"] == key.parts_json and metadata["version"] == "2"
+    assert metadata["key"] == key and metadata["parts"] == key.parts_json and metadata["version"] == str(feature_cache.FEATURES_VERSION) == "3"
     monkeypatch.setenv("PAPA_MEMORY_BUDGET_GB", TINY_BUDGET)
     mapped = load_cached(key)
     assert mapped.file == entry and all(torch.equal(t, expected[name]) for name, t in mapped.as_tensors().items())
@@ -154,6 +155,7 @@ def test_disk_full_while_streaming_names_papa_cache_dir(cache, monkeypatch):
         self.handle.write(feature_files._flat_bytes(rows))
 
     monkeypatch.setattr(feature_files.StreamedFile, "append", full)
+    monkeypatch.setattr(extraction, "STREAM_WINDOW", 5)  # compact passes stream a window of rows at a time
     with pytest.raises(PapaError) as err:
         extract_features(_model(), _sequence_inputs(), token_task=False, batch_size=5)
     assert str(err.value) == f"No space left to write {cache}. Free disk space there, or set PAPA_CACHE_DIR to a folder on a larger disk."

@@ -34,6 +34,11 @@ class ArchitectureAdapter:
         query, key: names of the Q and K projections (``nn.Linear``, one block of rows per head)
             inside the self-attention module, when they can be pruned per head; else ``None``.
         probs_dropout: for ``inline``, the name of the dropout applied right after the softmax.
+        position_ids: the absolute position ids the embeddings give a padded input, for compact passes
+            (:mod:`papa.core.compact`): ``"slot"`` (the slot index) or ``"after_padding"`` (``padding_idx`` +
+            the count of real tokens so far); ``None``: the architecture always runs padded.
+        relative_positions: how a compact pass tells the encoder the slots' relative positions
+            (``"mpnet"``, ``"deberta-v2"``), or ``None`` for absolute positions only.
     """
 
     mechanism: Literal["interface", "inline"]
@@ -42,20 +47,24 @@ class ArchitectureAdapter:
     query: str | None = None
     key: str | None = None
     probs_dropout: str | None = None
+    position_ids: Literal["slot", "after_padding"] | None = None
+    relative_positions: Literal["mpnet", "deberta-v2"] | None = None
 
 
-_BERT_LIKE = ArchitectureAdapter("interface", "encoder.layer", "attention.self", query="query", key="key")
+_BERT_LIKE = ArchitectureAdapter("interface", "encoder.layer", "attention.self", query="query", key="key", position_ids="slot")
+_ROBERTA_LIKE = ArchitectureAdapter("interface", "encoder.layer", "attention.self", query="query", key="key", position_ids="after_padding")
 
 #: ``config.model_type`` → adapter.
 ADAPTERS: dict[str, ArchitectureAdapter] = {
     "bert": _BERT_LIKE,
-    "roberta": _BERT_LIKE,
-    "xlm-roberta": _BERT_LIKE,
+    "roberta": _ROBERTA_LIKE,
+    "xlm-roberta": _ROBERTA_LIKE,
     "electra": _BERT_LIKE,
-    "distilbert": ArchitectureAdapter("interface", "transformer.layer", "attention", query="q_lin", key="k_lin"),
+    "distilbert": ArchitectureAdapter("interface", "transformer.layer", "attention", query="q_lin", key="k_lin", position_ids="slot"),
+    # DeBERTa v1 sizes its relative-attention span by the input's length: a compact pass would change it (runs padded)
     "deberta": ArchitectureAdapter("inline", "encoder.layer", "attention.self", probs_dropout="dropout"),
-    "deberta-v2": ArchitectureAdapter("inline", "encoder.layer", "attention.self", probs_dropout="dropout"),
-    "mpnet": ArchitectureAdapter("inline", "encoder.layer", "attention.attn", probs_dropout="dropout"),
+    "deberta-v2": ArchitectureAdapter("inline", "encoder.layer", "attention.self", probs_dropout="dropout", position_ids="slot", relative_positions="deberta-v2"),
+    "mpnet": ArchitectureAdapter("inline", "encoder.layer", "attention.attn", probs_dropout="dropout", position_ids="after_padding", relative_positions="mpnet"),
 }
 
 

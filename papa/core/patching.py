@@ -63,8 +63,10 @@ def masked_rownorm(matrices: torch.Tensor, key_mask: torch.Tensor, eps: float = 
 class PatchContext:
     """State shared by all layers of one patched model during a forward pass."""
 
-    key_mask: torch.Tensor | None = None  # [B, L] bool
+    key_mask: torch.Tensor | None = None  # [B, L] bool (B, P in a compact pass)
     max_length: int | None = None
+    slots: torch.Tensor | None = None  # [P]: the padded slots a compact pass keeps (papa.core.compact); None: 0 .. L−1
+    record_length: int | None = None  # record mode: L of the [L, L] accumulators (needed by compact passes)
     hook_handle: object | None = None
     previous_attn_implementation: str | None = None
     pruned: bool = False
@@ -110,12 +112,40 @@ class HeadPatch(nn.Module):
         self.reset_record()
         self.register_buffer("_const_idx", torch.tensor(self.constant_heads, dtype=torch.long), persistent=False)
         self.register_buffer("_dyn_idx", torch.tensor(self.dynamic_heads, dtype=torch.long), persistent=False)
-        self._full_mask_cache: tuple[int, torch.Tensor] | None = None
+        self._full_mask_cache: tuple[tuple, torch.Tensor] | None = None
 
     def reset_record(self) -> None:
         """Zero the ``record`` accumulators: ``attention_sums`` / ``squared_sums`` ``[H, L, L]`` float64."""
         self.attention_sums: torch.Tensor | None = None
         self.squared_sums: torch.Tensor | None = None
+
+    def constant_matrices(self, length: int) -> torch.Tensor:
+        """This patch's constants at the current pass's positions: ``[n, length, length]`` — the first ``length``
+        slots, or in a compact pass the kept slots ``C[:, slots][:, :, slots]``."""
+        slots = self.context.slots
+        if slots is None:
+            return self.constants[:, :length, :length]
+        return self.constants[:, slots][:, :, slots]
+
+    def _accumulate(self, sums: torch.Tensor, squares: torch.Tensor) -> None:
+        """Add ``[H, P, P]`` recorded sums at the current pass's slots into the ``[H, L, L]`` accumulators."""
+        slots = self.context.slots
+        if slots is None:
+            if self.attention_sums is None:
+                self.attention_sums, self.squared_sums = sums, squares
+            else:
+                self.attention_sums += sums
+                self.squared_sums += squares
+            return
+        if self.attention_sums is None:
+            length = self.context.record_length
+            if length is None:
+                raise PapaError("A compact pass records attention only with a known L", "Call patch_record(model, max_length=L).")
+            self.attention_sums = sums.new_zeros(sums.shape[0], length, length)
+            self.squared_sums = sums.new_zeros(sums.shape[0], length, length)
+        where = (slots[:, None], slots[None, :])
+        self.attention_sums[(slice(None), *where)] += sums
+        self.squared_sums[(slice(None), *where)] += squares
 
     # -- the generic path: act on the full probability tensor ------------------------------------
     def _key_mask(self, batch: int, length: int, device: torch.device) -> torch.Tensor:
@@ -132,14 +162,9 @@ class HeadPatch(nn.Module):
             with torch.no_grad():
                 m = key_mask.to(probs.dtype)
                 weighted = probs * (m[:, :, None] * m[:, None, :])[:, None]
-                sums, squares = weighted.sum(0).double(), (weighted * probs).sum(0).double()
-                if self.attention_sums is None:
-                    self.attention_sums, self.squared_sums = sums, squares
-                else:
-                    self.attention_sums += sums
-                    self.squared_sums += squares
+                self._accumulate(weighted.sum(0).double(), (weighted * probs).sum(0).double())
             return probs
-        constants = self.constants[:, :length, :length].to(probs.dtype)
+        constants = self.constant_matrices(length).to(probs.dtype)
         if self.mode == "gates":
             gate = torch.sigmoid(self.lambdas).to(probs.dtype)[None, :, None, None]
             return gate * probs + (1 - gate) * masked_rownorm(constants, key_mask)
@@ -168,16 +193,17 @@ class HeadPatch(nn.Module):
     def _constant_probs(self, key_mask: torch.Tensor, length: int, dtype: torch.dtype) -> torch.Tensor:
         """``rownorm(C ⊙ m mᵀ)`` for the constant heads: ``[1, n_const, L, L]`` when every row of the
         batch has the same mask (computed once and cached for the all-real mask), else ``[B, n_const, L, L]``."""
-        constants = self.constants[:, :length, :length]
+        constants = self.constant_matrices(length)
         if bool((key_mask == key_mask[:1]).all()):
             full = bool(key_mask[0].all())
+            where = (length, None if self.context.slots is None else tuple(self.context.slots.tolist()))
             if full and not self.constants.requires_grad and self._full_mask_cache is not None:
-                cached_len, cached = self._full_mask_cache
-                if cached_len == length and cached.dtype == dtype and cached.device == key_mask.device:
+                cached_where, cached = self._full_mask_cache
+                if cached_where == where and cached.dtype == dtype and cached.device == key_mask.device:
                     return cached
             probs = masked_rownorm(constants, key_mask[:1]).to(dtype)
             if full and not self.constants.requires_grad:
-                self._full_mask_cache = (length, probs)
+                self._full_mask_cache = (where, probs)
             return probs
         return masked_rownorm(constants, key_mask).to(dtype)
 
@@ -192,7 +218,7 @@ class HeadPatch(nn.Module):
             ``[B, n_const, L, d]``; pad query rows are 0, as with :func:`masked_rownorm`.
         """
         length = value.shape[2]
-        constants = self.constants[:, :length, :length]  # [n, L, L]
+        constants = self.constant_matrices(length)  # [n, L, L]
         m = key_mask.to(torch.float32)[:, None, :, None]  # [B, 1, L, 1]
         denominator = torch.matmul(constants.float(), m)  # [B, n, L, 1] in float32 (no underflow in half precision)
         scale = (m / denominator.clamp_min(eps)).to(value.dtype)
@@ -362,10 +388,12 @@ def patch_gates(model: nn.Module, constants: torch.Tensor) -> list[nn.Parameter]
     return [patch.lambdas for patch in patches]
 
 
-def patch_record(model: nn.Module) -> list[HeadPatch]:
-    """Record attention statistics in every layer (see :meth:`HeadPatch.transform_probs`)."""
+def patch_record(model: nn.Module, max_length: int | None = None) -> list[HeadPatch]:
+    """Record attention statistics in every layer (see :meth:`HeadPatch.transform_probs`); ``max_length``: the
+    ``L`` of the accumulators, needed when compact passes (:mod:`papa.core.compact`) are recorded."""
     config = model.config
     context = _install(model, None)
+    context.record_length = max_length
     patches = [HeadPatch(layer, config.num_attention_heads, "record", context) for layer in range(config.num_hidden_layers)]
     _attach(model, patches)
     context.meta = {"mode": "record"}

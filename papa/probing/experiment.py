@@ -28,29 +28,20 @@ cached features are keyed by the CoNLL folder, not the task, and relabelled on l
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
-
-import torch
 
 from papa.core.constants import ConstantSet, load_constants
 from papa.core.errors import PapaError
 from papa.core.heads import all_heads, count_for, first_k, load_ranking
-from papa.core.layout import IGNORE_INDEX
 from papa.core.models import LoadedModel, load_model, pick_device
-from papa.core.patching import patch_constant_heads, prune_qk, unpatch
+from papa.core.patching import patch_constant_heads, unpatch
 from papa.core.provenance import provenance
 from papa.probing.encoding import encode_split, estimate_task_constants  # noqa: F401  (re-exported: the interface before the split)
-from papa.probing.features import (
-    Features,
-    cached_features_key,
-    encoded_sha256,
-    extract_features,
-    load_cached,
-    store_cached,
-)
+from papa.probing.extraction import get_features, predict_eval_in_chunks  # noqa: F401  (get_features: re-exported)
 from papa.probing.probe import (
     SELECTIONS,
     CachedSource,
@@ -80,73 +71,6 @@ CONVERGENCE_PATIENCE = 3
 MODES = ("cached", "faithful")
 
 
-def get_features(
-    lm: LoadedModel,
-    inputs: TaskInputs,
-    split: str,
-    heads,
-    constants: ConstantSet | None,
-    device,
-    batch_size: int = 64,
-    use_cache: bool = True,
-    keys: list[str] | None = None,
-) -> tuple[Features, bool]:
-    """Features of ``split`` ("train"/"eval") with ``heads`` constant; returns (features, from_cache). The cache
-    key is appended to ``keys`` when given (a run records the entries it used)."""
-    encoded = inputs.train if split == "train" else inputs.eval
-    record = inputs.data_record()
-    token = inputs.spec.is_token_task
-    key = cached_features_key(
-        fingerprint=lm.fingerprint,
-        task=inputs.spec.local_folder if token else inputs.spec.name,  # NER and POS share the CoNLL sentences
-        split=split,
-        indices=record[f"{split}_indices_sha"],
-        max_length=inputs.max_length,
-        relayout=inputs.relayout,
-        heads=sorted(map(list, heads)),
-        constants=constants.meta.get("sha256") if (heads and constants) else None,
-        encoded=encoded_sha256(encoded, with_labels=not token),
-    )
-    if keys is not None:
-        keys.append(str(key))
-    if use_cache and (hit := load_cached(key)) is not None:
-        if not token:
-            return hit, True
-        labels = encoded["labels"][encoded["labels"] != IGNORE_INDEX]  # this task's tags at the same word positions
-        if labels.shape == hit.labels.shape:
-            return Features(hit.states, labels.clone(), hit.mask, hit.example, hit.positions), True
-    if heads:
-        patch_constant_heads(lm.model, constants.constants, heads)
-        prune_qk(lm.model)
-    try:
-        features = extract_features(lm.model, encoded, inputs.spec.is_token_task, batch_size, device)
-    finally:
-        unpatch(lm.model)
-    if use_cache:
-        store_cached(key, features)
-    return features, False
-
-
-def predict_eval_in_chunks(
-    lm: LoadedModel, inputs: TaskInputs, heads, constants: ConstantSet | None, probe, probe_input: str, device, chunk: int, use_cache: bool = True, keys: list[str] | None = None
-) -> tuple[torch.Tensor, torch.Tensor, dict]:
-    """The probe's flat predictions and labels on the whole eval split, ``chunk`` examples at a time: each chunk's
-    features are extracted (or read from the cache, keyed by that chunk's indices) and dropped before the next, so
-    a large dev split (MNLI's 9,815 pairs on a 768-wide, 13-state encoder: 12.5 GB) never sits in memory at once.
-    Returns ``(predictions, labels, cache hits per chunk)``."""
-    preds, labels, hits = [], [], {}
-    total = len(inputs.eval_indices)
-    for start in range(0, total, chunk):
-        rows = slice(start, min(start + chunk, total))
-        part = dataclasses.replace(inputs, eval={k: v[rows] for k, v in inputs.eval.items()}, eval_indices=inputs.eval_indices[rows])
-        features, hits[f"eval_{start}"] = get_features(lm, part, "eval", heads, constants, device, use_cache=use_cache, keys=keys)
-        p, y = predict(probe, CachedSource(features, probe_input, device))
-        preds.append(p)
-        labels.append(y)
-        del features
-    return torch.cat(preds), torch.cat(labels), hits
-
-
 def resolve_heads(lm: LoadedModel, ranking_path: str | None, constant_heads: int | float | str, constants: ConstantSet | None):
     total = lm.num_layers * lm.num_heads
     k = count_for(constant_heads, total)
@@ -172,6 +96,78 @@ def run_probe(
     seed: int = 42,
     epochs: int = 15,
     lr: float = 2e-5,
+    **options,
+) -> dict:
+    """Train and score one probe (see the module docstring for the result): :func:`run_probes` with one seed.
+
+    ``selection="final"`` reports the last epoch (the official runs); ``"heldout"`` trains on all but
+    a seeded ``heldout_fraction`` of the training subset (the same for every probe seed) and reports
+    the dev scores of the epoch that scores best on those held-out *training* examples.
+
+    The main grid's protocol: ``selection="heldout"``, ``pool_examples`` (the training subset is a pool of
+    this size; each seed draws ``max_train_examples`` + ``heldout_examples`` from it), ``patience`` (early
+    stopping; ``epochs`` is the cap) and ``dev_every_epoch=False``. ``score_dev=False`` never touches the dev
+    split (lr selection): ``score`` is then None and there is no ``dev`` record. ``eval_chunk_examples`` (cached
+    mode, ``dev_every_epoch=False``) scores the dev split that many examples at a time
+    (:func:`predict_eval_in_chunks`), bounding the memory of a large dev split.
+    """
+    return run_probes(model, task, constants, ranking, constant_heads, mode, seeds=[seed], epochs=epochs, lr=lr, **options)[0]
+
+
+@dataclass(frozen=True)
+class _Protocol:
+    """How every probe of a :func:`run_probes` call is trained and scored (its settings beside the probe's own)."""
+
+    mode: str
+    selection: str
+    heldout_fraction: float
+    data_seed: int
+    pool_examples: int | None
+    max_train_examples: int | None
+    heldout_examples: int | None
+    dev_every_epoch: bool
+    score_dev: bool
+    eval_chunk_examples: int | None
+    epochs: int
+    patience: int | None
+    use_cache: bool
+
+    @property
+    def pooled(self) -> bool:
+        return self.pool_examples is not None
+
+    @property
+    def chunked(self) -> bool:
+        return self.eval_chunk_examples is not None
+
+    def check(self) -> None:
+        if self.mode not in MODES:
+            raise PapaError(f"Unknown mode {self.mode!r}", f"Use one of {', '.join(MODES)}.")
+        if self.selection not in SELECTIONS:
+            raise PapaError(f"Unknown epoch selection {self.selection!r}", f"Use one of {', '.join(SELECTIONS)}.")
+        chunk = self.eval_chunk_examples
+        if self.chunked and (self.mode != "cached" or self.dev_every_epoch or isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1):
+            raise PapaError(
+                f"eval_chunk_examples={chunk!r} needs a positive integer, cached mode and dev_every_epoch false",
+                "Score the dev split in chunks only with the main grid's protocol.",
+            )
+        if (self.patience is not None or not self.score_dev) and self.selection != "heldout":
+            raise PapaError("patience and score_dev=False need selection: heldout", "Set selection: heldout (the epoch is chosen on held-out training examples).")
+        if self.pooled and (self.heldout_examples is None or self.max_train_examples is None):
+            raise PapaError("A training pool needs max_train_examples and heldout_examples (what each seed draws)", "Set e.g. max_train_examples: 2000, heldout_examples: 200.")
+
+
+def run_probes(
+    model: str | LoadedModel = "minilm-l6",
+    task: str = "sst2",
+    constants: str | None = None,
+    ranking: str | None = None,
+    constant_heads: int | float | str = 0,
+    mode: str = "cached",
+    seeds: Sequence[int] = (42,),
+    epochs: int = 15,
+    lr: float = 2e-5,
+    lrs: Sequence[float] | None = None,
     batch_size: int = 16,
     probe_input: str = "all",
     max_length: int = 64,
@@ -191,101 +187,115 @@ def run_probe(
     dev_every_epoch: bool = True,
     score_dev: bool = True,
     eval_chunk_examples: int | None = None,
-) -> dict:
-    """Train and score one probe (see the module docstring for the result).
-
-    ``selection="final"`` reports the last epoch (the official runs); ``"heldout"`` trains on all but
-    a seeded ``heldout_fraction`` of the training subset (the same for every probe seed) and reports
-    the dev scores of the epoch that scores best on those held-out *training* examples.
-
-    The main grid's protocol: ``selection="heldout"``, ``pool_examples`` (the training subset is a pool of
-    this size; each seed draws ``max_train_examples`` + ``heldout_examples`` from it), ``patience`` (early
-    stopping; ``epochs`` is the cap) and ``dev_every_epoch=False``. ``score_dev=False`` never touches the dev
-    split (lr selection): ``score`` is then None and there is no ``dev`` record. ``eval_chunk_examples`` (cached
-    mode, ``dev_every_epoch=False``) scores the dev split that many examples at a time
-    (:func:`predict_eval_in_chunks`), bounding the memory of a large dev split.
-    """
+) -> list[dict]:
+    """One result per probe, ``lrs × seeds`` in that order (``lrs`` None: ``[lr]``), the probes sharing the encoder's
+    work: the training features are extracted (or read from the cache) once and held in the probe's dtype
+    (float32, :class:`~papa.probing.probe.CachedSource`), and the dev split is extracted once and scored by every
+    probe. Each result is the one :func:`run_probe` gives for its (lr, seed) alone: the same draw, initialisation,
+    order and scores (tested); its ``timings`` hold its share of the shared work, so that they add up."""
     started = time.perf_counter()
-    if mode not in MODES:
-        raise PapaError(f"Unknown mode {mode!r}", f"Use one of {', '.join(MODES)}.")
-    if selection not in SELECTIONS:
-        raise PapaError(f"Unknown epoch selection {selection!r}", f"Use one of {', '.join(SELECTIONS)}.")
-    pooled = pool_examples is not None
-    chunked = eval_chunk_examples is not None
-    if chunked and (mode != "cached" or dev_every_epoch or isinstance(eval_chunk_examples, bool) or not isinstance(eval_chunk_examples, int) or eval_chunk_examples < 1):
-        raise PapaError(
-            f"eval_chunk_examples={eval_chunk_examples!r} needs a positive integer, cached mode and dev_every_epoch false",
-            "Score the dev split in chunks only with the main grid's protocol.",
-        )
-    if (patience is not None or not score_dev) and selection != "heldout":
-        raise PapaError("patience and score_dev=False need selection: heldout", "Set selection: heldout (the epoch is chosen on held-out training examples).")
-    if pooled and (heldout_examples is None or max_train_examples is None):
-        raise PapaError("A training pool needs max_train_examples and heldout_examples (what each seed draws)", "Set e.g. max_train_examples: 2000, heldout_examples: 200.")
-    probe_config = ProbeConfig(lr=lr, epochs=epochs, batch_size=batch_size, seed=seed, probe_input=probe_input, patience=patience)
+    protocol = _Protocol(
+        mode, selection, heldout_fraction, data_seed, pool_examples, max_train_examples, heldout_examples,
+        dev_every_epoch, score_dev, eval_chunk_examples, epochs, patience, use_cache,
+    )  # fmt: skip
+    protocol.check()
+    configs = [
+        ProbeConfig(lr=float(rate), epochs=epochs, batch_size=batch_size, seed=int(seed), probe_input=probe_input, patience=patience)
+        for rate in (lrs if lrs is not None else [lr])
+        for seed in seeds
+    ]
+    if not configs:
+        raise PapaError("run_probes needs at least one seed and one lr", "Pass e.g. seeds=[42].")
     torch_device = pick_device(device)
     lm = model if isinstance(model, LoadedModel) else load_model(model, torch_device)
     constant_set = load_constants(constants) if constants else None
     if inputs is None:
-        train_subset = pool_examples if pooled else max_train_examples
-        inputs = prepare_inputs(lm, task, max_length, relayout, train_subset, max_eval_examples, data_seed, data_dir)
+        inputs = prepare_inputs(lm, task, max_length, relayout, pool_examples if protocol.pooled else max_train_examples, max_eval_examples, data_seed, data_dir)
     if constant_set is not None:
         constant_set.check_compatible(lm.fingerprint, lm.num_layers, lm.num_heads, inputs.max_length, inputs.relayout)
     k, heads = resolve_heads(lm, ranking, constant_heads, constant_set)
-    seed_everything(seed)
-    timings: dict[str, float] = {}
+    shared, cache = {}, {"hits": {}, "keys": []}
     t0 = time.perf_counter()
-    config = lm.model.config
-    cache_hits, cache_keys = {}, []
-    eval_source = None
+    eval_source, runs = None, []
     try:  # faithful mode patches the live encoder: unpatched whatever fails below
         if mode == "cached":
-            train_features, cache_hits["train"] = get_features(lm, inputs, "train", heads, constant_set, torch_device, use_cache=use_cache, keys=cache_keys)
-            train_source = CachedSource(train_features, probe_input, torch_device)
-            if (score_dev and not chunked) or dev_every_epoch:
-                eval_features, cache_hits["eval"] = get_features(lm, inputs, "eval", heads, constant_set, torch_device, use_cache=use_cache, keys=cache_keys)
-                eval_source = CachedSource(eval_features, probe_input, torch_device)
+            features, cache["hits"]["train"] = get_features(lm, inputs, "train", heads, constant_set, torch_device, use_cache=use_cache, keys=cache["keys"])
+            train_pool = CachedSource(features, probe_input, torch_device, float32=True)
+            del features
+            if (score_dev and not protocol.chunked) or dev_every_epoch:
+                features, cache["hits"]["eval"] = get_features(lm, inputs, "eval", heads, constant_set, torch_device, use_cache=use_cache, keys=cache["keys"])
+                eval_source = CachedSource(features, probe_input, torch_device)
         else:  # faithful: the live encoder, patched until the ``finally`` below
             if heads:
                 patch_constant_heads(lm.model, constant_set.constants, heads)
-            train_source = LiveSource(lm.model, inputs.train, inputs.spec.is_token_task, torch_device, True, probe_input)
+            train_pool = LiveSource(lm.model, inputs.train, inputs.spec.is_token_task, torch_device, True, probe_input)
             eval_source = LiveSource(lm.model, inputs.eval, inputs.spec.is_token_task, torch_device, False, probe_input)
-        timings["features"] = time.perf_counter() - t0
-        heldout, drawn = None, {}
-        if pooled:  # the seed's own examples; with selection "final" (the literal setting) the held-out ones go unused
-            fit, held = draw_from_pool(train_source.num_examples, max_train_examples, heldout_examples, seed)
-            digest = lambda xs: hashlib.sha256(",".join(str(inputs.train_indices[i]) for i in xs.tolist()).encode()).hexdigest()[:16]  # noqa: E731
-            drawn = {
-                "pool_examples": train_source.num_examples,
-                "train_examples": len(fit),
-                "heldout_examples": len(held),
-                "fit_indices_sha": digest(fit),
-                "heldout_indices_sha": digest(held),
-            }
-        elif selection == "heldout":
-            fit, held = split_heldout(train_source.num_examples, heldout_fraction, data_seed)
-        if selection == "heldout":
-            scoring_source = train_source if mode == "cached" else LiveSource(lm.model, inputs.train, inputs.spec.is_token_task, torch_device, False, probe_input)
-            heldout = make_evaluator(inputs, SubsetSource(scoring_source, held), {k_: v[held] for k_, v in inputs.train.items()})
-        if pooled or selection == "heldout":
-            train_source = SubsetSource(train_source, fit)
-        num_labels = len(inputs.label_names)
-        seed_everything(seed)
-        probe = build_probe(inputs.spec.is_token_task, config.num_hidden_layers + 1, inputs.max_length, config.hidden_size, num_labels, probe_config).to(torch_device)
-        history = train_probe(probe, train_source, make_evaluator(inputs, eval_source) if dev_every_epoch else None, probe_config, heldout=heldout)
-        chosen = select_epoch(history.epochs, selection)
-        if selection == "heldout":
-            probe.load_state_dict(history.best_state)  # the reported probe: the best held-out epoch's
+        shared["features"] = time.perf_counter() - t0
+        runs = [_train_one(lm, inputs, config, protocol, train_pool, eval_source, torch_device) for config in configs]
         t0 = time.perf_counter()
-        if score_dev and chunked:
-            preds, labels, chunk_hits = predict_eval_in_chunks(lm, inputs, heads, constant_set, probe, probe_input, torch_device, eval_chunk_examples, use_cache, cache_keys)
-            cache_hits["eval"] = all(chunk_hits.values())
-            metrics, dev = score_predictions(inputs, preds, labels)
-        else:
-            metrics, dev = score_predictions(inputs, *predict(probe, eval_source)) if score_dev else ({}, None)
-        timings["eval"] = time.perf_counter() - t0
+        if score_dev and protocol.chunked:
+            probes = [run["probe"] for run in runs]
+            predictions, labels, chunk_hits = predict_eval_in_chunks(
+                lm, inputs, heads, constant_set, probes, probe_input, torch_device, eval_chunk_examples, use_cache, cache["keys"]
+            )
+            cache["hits"]["eval"] = all(chunk_hits.values())
+            for run, preds in zip(runs, predictions):
+                run["metrics"], run["dev"] = score_predictions(inputs, preds, labels)
+        shared["eval"] = time.perf_counter() - t0
     finally:
         unpatch(lm.model)
-    timings.update(train=history.seconds_train, eval=history.seconds_eval + timings["eval"])
+    share = {name: seconds / len(runs) for name, seconds in shared.items()}
+    overhead = (time.perf_counter() - started - sum(shared.values()) - sum(run["seconds"] for run in runs)) / len(runs)
+    results = []
+    for config, run in zip(configs, runs):
+        history = run["history"]
+        timings = {"features": share["features"], "train": history.seconds_train, "eval": history.seconds_eval + run["seconds_dev"] + share["eval"]}
+        timings["total"] = run["seconds"] + share["features"] + share["eval"] + overhead
+        results.append(_result(lm, inputs, config, protocol, run, (k, heads, ranking, constants), cache, timings, torch_device))
+    return results
+
+
+def _train_one(lm: LoadedModel, inputs: TaskInputs, config: ProbeConfig, protocol: _Protocol, train_pool, eval_source, torch_device) -> dict:
+    """Draw, train and (unless the dev split is scored in chunks afterwards) score one probe."""
+    started = time.perf_counter()
+    seed_everything(config.seed)
+    train_source, heldout, drawn = train_pool, None, {}
+    if protocol.pooled:  # the seed's own examples; with selection "final" (the literal setting) the held-out ones go unused
+        fit, held = draw_from_pool(train_pool.num_examples, protocol.max_train_examples, protocol.heldout_examples, config.seed)
+        digest = lambda xs: hashlib.sha256(",".join(str(inputs.train_indices[i]) for i in xs.tolist()).encode()).hexdigest()[:16]  # noqa: E731
+        drawn = {
+            "pool_examples": train_pool.num_examples,
+            "train_examples": len(fit),
+            "heldout_examples": len(held),
+            "fit_indices_sha": digest(fit),
+            "heldout_indices_sha": digest(held),
+        }
+    elif protocol.selection == "heldout":
+        fit, held = split_heldout(train_pool.num_examples, protocol.heldout_fraction, protocol.data_seed)
+    if protocol.selection == "heldout":
+        scoring_source = train_pool if protocol.mode == "cached" else LiveSource(lm.model, inputs.train, inputs.spec.is_token_task, torch_device, False, config.probe_input)
+        heldout = make_evaluator(inputs, SubsetSource(scoring_source, held), {k_: v[held] for k_, v in inputs.train.items()})
+    if protocol.pooled or protocol.selection == "heldout":
+        train_source = SubsetSource(train_pool, fit)
+    model_config = lm.model.config
+    seed_everything(config.seed)
+    probe = build_probe(inputs.spec.is_token_task, model_config.num_hidden_layers + 1, inputs.max_length, model_config.hidden_size, len(inputs.label_names), config)
+    probe = probe.to(torch_device)
+    history = train_probe(probe, train_source, make_evaluator(inputs, eval_source) if protocol.dev_every_epoch else None, config, heldout=heldout)
+    chosen = select_epoch(history.epochs, protocol.selection)
+    if protocol.selection == "heldout":
+        probe.load_state_dict(history.best_state)  # the reported probe: the best held-out epoch's
+    t0 = time.perf_counter()
+    score_now = protocol.score_dev and not protocol.chunked
+    metrics, dev = score_predictions(inputs, *predict(probe, eval_source)) if score_now else ({}, None)
+    run = {"probe": probe, "history": history, "chosen": chosen, "drawn": drawn, "metrics": metrics, "dev": dev, "seconds_dev": time.perf_counter() - t0}
+    run["seconds"] = time.perf_counter() - started
+    return run
+
+
+def _result(lm: LoadedModel, inputs: TaskInputs, config: ProbeConfig, protocol: _Protocol, run: dict, head_set: tuple, cache: dict, timings: dict, torch_device) -> dict:
+    """The result record of one probe (see the module docstring); ``head_set``: ``(k, heads, ranking, constants)``."""
+    k, heads, ranking, constants = head_set
     result_config = {
         "model": lm.name,
         "task": inputs.spec.name,
@@ -293,36 +303,36 @@ def run_probe(
         "total_heads": lm.num_layers * lm.num_heads,
         "ranking": Path(ranking).name if ranking else None,
         "constants": Path(constants).name if constants else None,
-        "mode": mode,
-        "seed": seed,
-        **{key: value for key, value in vars(probe_config).items() if key != "seed"},
+        "mode": protocol.mode,
+        "seed": config.seed,
+        **{key: value for key, value in vars(config).items() if key != "seed"},
         "max_length": inputs.max_length,
         "relayout": inputs.relayout,
-        "data_seed": data_seed,
-        "selection": selection,
-        **({"heldout_fraction": heldout_fraction} if selection == "heldout" and not pooled else {}),
-        **({"pool_examples": pool_examples, "heldout_examples": heldout_examples} if pooled else {}),
-        "dev_every_epoch": dev_every_epoch,
+        "data_seed": protocol.data_seed,
+        "selection": protocol.selection,
+        **({"heldout_fraction": protocol.heldout_fraction} if protocol.selection == "heldout" and not protocol.pooled else {}),
+        **({"pool_examples": protocol.pool_examples, "heldout_examples": protocol.heldout_examples} if protocol.pooled else {}),
+        "dev_every_epoch": protocol.dev_every_epoch,
     }
-    seconds = time.perf_counter() - started
-    timings["total"] = seconds
+    history, metrics = run["history"], run["metrics"]
+    converged = convergence(history.epochs, protocol.patience or CONVERGENCE_PATIENCE, protocol.epochs) if protocol.selection == "heldout" else None
     return {
         "config": result_config,
         "task": inputs.spec.name,
         "metric": inputs.spec.main_metric,
         "score": metrics.get("main"),
         "metrics": metrics,
-        "selected_epoch": chosen["epoch"],
+        "selected_epoch": run["chosen"]["epoch"],
         "epochs": history.epochs,
-        "convergence": convergence(history.epochs, patience or CONVERGENCE_PATIENCE, epochs) if selection == "heldout" else None,
-        "dev": dev,
+        "convergence": converged,
+        "dev": run["dev"],
         "floors": {"majority": floors(inputs)},
         "heads": [list(h) for h in heads],
-        "feature_cache_hits": cache_hits,
-        "feature_cache_keys": list(dict.fromkeys(cache_keys)) if use_cache else [],
+        "feature_cache_hits": dict(cache["hits"]),
+        "feature_cache_keys": list(dict.fromkeys(cache["keys"])) if protocol.use_cache else [],
         "timings": {key: round(value, 3) for key, value in timings.items()},
-        "data": {**inputs.data_record(), **drawn},
-        "provenance": dict(provenance(torch_device, seed, seconds), weights_fingerprint=lm.fingerprint),
+        "data": {**inputs.data_record(), **run["drawn"]},
+        "provenance": dict(provenance(torch_device, config.seed, timings["total"]), weights_fingerprint=lm.fingerprint),
     }
 
 

@@ -25,7 +25,8 @@ cache (no second copy), and :func:`load_cached` maps an entry above the budget i
 Every cache entry records its key and the parameters the key was hashed from
 (:func:`cached_features_key`); an entry read under another key is a miss, reported once
 (:class:`FeatureCacheWarning`), deleted and recomputed, like an entry failing its checksum.
-The file layout is in :mod:`papa.probing.feature_files`.
+The file layout is in :mod:`papa.probing.feature_files`; the encoder passes that compute features are in
+:mod:`papa.probing.extraction`.
 """
 
 from __future__ import annotations
@@ -44,7 +45,6 @@ import torch
 
 from papa.core.errors import PapaError, ResourceBudgetError
 from papa.core.io import atomic_write_with, temporary_file, write_error
-from papa.core.layout import IGNORE_INDEX
 from papa.probing.feature_files import FeatureFileError, StreamedFile, read_file, read_header, rewrite_metadata, tensors_sha256, write_tensors
 
 FEATURE_DTYPE = torch.float16
@@ -158,23 +158,7 @@ def check_disk(needed: int, what: str) -> Path:
     return folder
 
 
-def iter_hidden_states(model: torch.nn.Module, encoded: dict[str, torch.Tensor], batch_size: int, device: torch.device) -> Iterator[tuple[slice, torch.Tensor]]:
-    """Yield ``(rows, states [B, S, L, H])`` batch by batch (no gradients; the caller sets the mode).
-
-    Gradients are off only around each forward pass, never across a ``yield``: a consumer that stops
-    early (an error while writing a batch) must not leave the thread with gradients disabled.
-    """
-    total = encoded["input_ids"].shape[0]
-    inputs = {k: v for k, v in encoded.items() if k != "labels"}
-    for start in range(0, total, batch_size):
-        rows = slice(start, min(start + batch_size, total))
-        batch = {k: v[rows].to(device) for k, v in inputs.items()}
-        with torch.no_grad():
-            states = torch.stack(model(**batch, output_hidden_states=True).hidden_states, dim=1)
-        yield rows, states
-
-
-FEATURES_VERSION = 2
+FEATURES_VERSION = 3  # 3: compact passes (pad positions hold 0)
 _CACHE_SETTING = "PAPA_CACHE_DIR"
 
 
@@ -192,7 +176,7 @@ def _mapped(path: Path, scratch: bool) -> Features:
     return features
 
 
-def _stream(batches: Iterator[torch.Tensor], small: dict[str, torch.Tensor], shape: list[int]) -> Features:
+def stream_features(batches: Iterator[torch.Tensor], small: dict[str, torch.Tensor], shape: list[int]) -> Features:
     """Write the states arriving in ``batches`` (row order) with ``small`` to a scratch feature file
     under ``PAPA_CACHE_DIR`` and map it."""
     needed = int(torch.Size(shape).numel()) * 2
@@ -215,47 +199,6 @@ def _stream(batches: Iterator[torch.Tensor], small: dict[str, torch.Tensor], sha
         _remove(path)
         raise
     return _mapped(path, scratch=True)
-
-
-def extract_features(
-    model: torch.nn.Module,
-    encoded: dict[str, torch.Tensor],
-    token_task: bool,
-    batch_size: int = 64,
-    device: torch.device | str = "cpu",
-) -> Features:
-    """Run the frozen encoder once in eval mode over ``encoded`` and keep its states (float16): in
-    RAM within ``PAPA_MEMORY_BUDGET_GB``, else streamed to a memory-mapped file (same values)."""
-    device = torch.device(device)
-    was_training = model.training
-    model.eval()
-    config = model.config
-    num_states, hidden = config.num_hidden_layers + 1, config.hidden_size
-    total, length = encoded["input_ids"].shape
-    labels = encoded["labels"]
-    try:
-        if not token_task:
-            mask = encoded["attention_mask"].bool()
-            positions = mask.any(0).nonzero().flatten()
-            kept = positions.to(device)
-            batches = ((rows, batch[:, :, kept].to("cpu", FEATURE_DTYPE)) for rows, batch in iter_hidden_states(model, encoded, batch_size, device))
-            shape = [total, num_states, len(positions), hidden]
-            small = {"labels": labels.clone(), "mask": mask[:, positions].clone(), "positions": positions}
-            if feature_bytes(total, num_states, len(positions), hidden, False) > memory_budget_bytes():
-                return _stream((batch for _, batch in batches), small, shape)
-            states = torch.empty(shape, dtype=FEATURE_DTYPE)
-            for rows, batch in batches:
-                states[rows] = batch
-            return Features(states, small["labels"], mask=small["mask"], positions=positions)
-        keep = labels != IGNORE_INDEX  # [N, L]
-        batches = (batch.permute(0, 2, 1, 3)[keep[rows].to(device)].to("cpu", FEATURE_DTYPE) for rows, batch in iter_hidden_states(model, encoded, batch_size, device))
-        example = torch.arange(total)[:, None].expand(total, length)[keep].clone()
-        count = int(keep.sum())
-        if count * num_states * hidden * 2 > memory_budget_bytes():
-            return _stream(batches, {"labels": labels[keep].clone(), "example": example}, [count, num_states, hidden])
-        return Features(torch.cat(list(batches)) if count else torch.empty(0, num_states, hidden, dtype=FEATURE_DTYPE), labels[keep].clone(), example=example)
-    finally:
-        model.train(was_training)
 
 
 class FeatureKey(str):

@@ -22,7 +22,7 @@ from pathlib import Path
 from papa.core.errors import PapaError
 from papa.core.io import atomic_write_json, read_json_verified
 from papa.core.models import LoadedModel, load_model, pick_device
-from papa.probing.experiment import prepare_inputs, run_probe
+from papa.probing.experiment import prepare_inputs, run_probes
 from papa.probing.features import forget_cached
 
 #: The learning rates tried: the paper's 2e-5 and three larger ones (a frozen encoder's probe on ~2,000
@@ -61,33 +61,39 @@ def select_lr(
     torch_device = pick_device(device)
     lm = model if isinstance(model, LoadedModel) else load_model(model, torch_device)
     inputs = prepare_inputs(lm, task, max_length, relayout, pool_examples, 1, data_seed, data_dir)  # the dev split is never scored
+    results = run_probes(  # every (lr, seed) on the same features, extracted once
+        lm,
+        task,
+        seeds=seeds,
+        lrs=[float(lr) for lr in lrs],
+        epochs=epochs,
+        batch_size=batch_size,
+        max_train_examples=max_train_examples,
+        data_seed=data_seed,
+        device=str(torch_device),
+        inputs=inputs,
+        use_cache=use_cache,
+        selection="heldout",
+        patience=patience,
+        pool_examples=pool_examples,
+        heldout_examples=heldout_examples,
+        dev_every_epoch=False,
+        score_dev=False,
+    )
     runs = []
-    for lr in lrs:
-        for seed in seeds:
-            result = run_probe(
-                lm,
-                task,
-                seed=seed,
-                epochs=epochs,
-                lr=float(lr),
-                batch_size=batch_size,
-                max_train_examples=max_train_examples,
-                data_seed=data_seed,
-                device=str(torch_device),
-                inputs=inputs,
-                use_cache=use_cache,
-                selection="heldout",
-                patience=patience,
-                pool_examples=pool_examples,
-                heldout_examples=heldout_examples,
-                dev_every_epoch=False,
-                score_dev=False,
-            )
-            conv = result["convergence"]
-            best = conv["heldout_curve"][conv["best_epoch"] - 1]
-            runs.append(
-                {"lr": float(lr), "seed": seed, "heldout": best, "best_epoch": conv["best_epoch"], "converged": conv["converged"], "epochs_trained": conv["epochs_trained"]}
-            )
+    for result in results:
+        conv = result["convergence"]
+        best = conv["heldout_curve"][conv["best_epoch"] - 1]
+        runs.append(
+            {
+                "lr": result["config"]["lr"],
+                "seed": result["config"]["seed"],
+                "heldout": best,
+                "best_epoch": conv["best_epoch"],
+                "converged": conv["converged"],
+                "epochs_trained": conv["epochs_trained"],
+            }
+        )
     means = {float(lr): sum(r["heldout"] for r in runs if r["lr"] == float(lr)) / len(seeds) for lr in lrs}
     chosen = max(means, key=lambda lr: (means[lr], -lr))
     return {
@@ -142,3 +148,19 @@ def release_private_features(results: Iterable[dict]) -> int:
     """
     keys = [key for result in results if 0 < int(result["config"]["constant_heads"]) < int(result["config"]["total_heads"]) for key in result.get("feature_cache_keys", [])]
     return forget_cached(keys)
+
+
+def protocol_text(result: dict) -> str:
+    """One Markdown paragraph saying how a probe result was trained and scored, from the result's own record
+    (``config``, ``data``): the lr used, the epoch cap and early stopping, the reported epoch, the training draw
+    and when the dev split was scored."""
+    config, data = result["config"], result.get("data") or {}
+    parts = [f"lr = {config['lr']:g}", f"batch {config['batch_size']}", f"at most {config['epochs']} epochs"]
+    if config.get("patience") is not None:
+        parts.append(f"early stopping after {config['patience']} epochs without a held-out gain")
+    parts.append("reported epoch: the best on held-out training examples" if config["selection"] == "heldout" else "reported epoch: the last")
+    if data.get("pool_examples") is not None and data.get("train_examples") is not None:
+        parts.append(f"each seed draws {data['train_examples']:,} training + {data['heldout_examples']:,} held-out examples from a pool of {data['pool_examples']:,}")
+    parts.append("the dev split scored after every epoch" if config.get("dev_every_epoch") else "the dev split scored once, by the reported probe")
+    inputs = "the embedding layer only (the attention-free floor)" if config.get("probe_input") == "embeddings" else "every hidden state"
+    return f"**Protocol run:** {config['mode']} features of {inputs}, {config['constant_heads']} of {config['total_heads']} heads constant; " + "; ".join(parts) + "."
