@@ -183,7 +183,7 @@ def test_main_table_display_cells():
         "seeds",
         "converged seeds",
     ]
-    assert cells["constant heads"].tolist() == ["0 (none)", "4 (1/2)", "8 (all)"]
+    assert cells["constant heads"].tolist() == ["0 of 8 (none)", "4 of 8 (1/2)", "8 of 8 (all)"]
     assert cells.iloc[2]["difference to k = 0 [95% interval]"] == f"-0.150{NBSP}[-0.171,{NBSP}-0.130]"
     assert cells.iloc[2]["relative drop [95% interval]"] == f"17.6%{NBSP}[15.3%,{NBSP}20.0%]"
     assert cells.iloc[1]["real?"] == "no" and cells.iloc[2]["score ± seed std"] == "0.700" and shown.rows[0][4] is None
@@ -195,20 +195,63 @@ def test_verdicts_and_paper_table_display():
     from papa.analysis.paper import paper_table
     from papa.book.tables import paper_table_display, verdicts_display
 
-    claims = pd.DataFrame([("1. Half", "≈0–2%", "1.3%", "reproduced", "rule")], columns=["claim", "paper", "ours", "verdict", "rule"])
-    assert verdicts_display(claims).columns == ["claim", "verdict", "our runs", "the paper", "rule and runs counted"]
+    claims = pd.DataFrame([("1. Half", "≈0–2%", "1.3% [0.1%, 2.0%]", "reproduced", "Upper end 2.0%.", "rule")], columns=["claim", "paper", "ours", "verdict", "reason", "rule"])
+    assert verdicts_display(claims).columns == ["claim", "verdict", "our runs (pooled 95% interval)", "why", "the paper", "rule and runs counted"]
     summary = pd.DataFrame(
         [("m", "sst2", r, k, k / 8, 8, "cached", "all", "accuracy", s, 0.0, s, s, 3) for r, k, s in (("none", 0, 0.8), ("gates", 4, 0.78), ("all", 8, 0.72))],
         columns=["model", "task", "ranking", "k", "fraction", "total_heads", "mode", "probe_input", "metric", "mean", "std", "min", "max", "n_seeds"],
     )
     floors = pd.DataFrame({"model": ["m"], "task": ["sst2"], "informative": [True], "majority": [0.5], "attention_free": [0.6]})
     cells = paper_table_display(paper_table(summary, floors)).to_frame()
-    assert cells["task"].tolist() == ["SST-2", "average of informative tasks"]
+    assert cells["task"].tolist() == ["SST-2", "average of its informative tasks"]
     assert cells.iloc[1][["drop, half", "drop, all", "largest drop, all"]].tolist() == ["2.5%", "10.0%", "10.0%"]
 
 
 def test_constant_heads_are_named_by_the_papers_fraction():
     from papa.book.interval_tables import _heads_label
 
-    assert [_heads_label(k, 36) for k in (0, 18, 32, 34, 36)] == ["0 (none)", "18 (1/2)", "32 (7/8)", "34 (15/16)", "36 (all)"]
-    assert _heads_label(5, 36) == "5 (5/36)"
+    assert [_heads_label(k, 36) for k in (0, 18, 32, 34, 36)] == ["0 of 36 (none)", "18 of 36 (1/2)", f"32 of 36 (≈{NBSP}7/8)", f"34 of 36 (≈{NBSP}15/16)", "36 of 36 (all)"]
+    assert _heads_label(5, 36) == "5 of 36 (5/36)" and _heads_label(63, 72) == "63 of 72 (7/8)"
+
+
+def test_no_number_shows_a_negative_zero():
+    from papa.book.interval_tables import _difference_cell, _percent_cell
+    from papa.book.table_format import percent, score, signed
+
+    assert (score(-0.0001), percent(-0.00001), signed(-0.0004), signed(0.0004), signed(-0.002)) == ("0.000", "0.0%", "0.000", "0.000", "-0.002")
+    assert _difference_cell(-0.0001, -0.0102, 0.0001) == f"0.000{NBSP}[-0.010,{NBSP}0.000]" and _percent_cell(-0.00001, -0.01, 0.0) == f"0.0%{NBSP}[-1.0%,{NBSP}0.0%]"
+
+
+def test_every_score_table_labels_each_share_by_its_real_counts():
+    from papa.book.tables import scores_display
+
+    rows = [("s", 36, k, r) for k, r in ((0, "none"), (32, "gates"), (36, "all"))] + [("b", 72, k, r) for k, r in ((0, "none"), (63, "gates"), (72, "all"))]
+    summary = pd.DataFrame(
+        [(m, "sst2", r, k, k / t, t, "cached", "all", "accuracy", 0.8, 0.01, 0.79, 0.81, 3) for m, t, k, r in rows],
+        columns=["model", "task", "ranking", "k", "fraction", "total_heads", "mode", "probe_input", "metric", "mean", "std", "min", "max", "n_seeds"],
+    )
+    columns = scores_display(summary).columns
+    assert columns[-3:] == ["no head constant", f"≈{NBSP}7/8 of the heads (32 of 36, 63 of 72)", "all heads constant"]
+
+
+def test_retained_gain_of_an_uninformative_task_is_not_shown():
+    from papa.book.tables import NOISY_GAIN, retained_gains_display
+
+    gains = pd.DataFrame(
+        [("m", "cola", "all", 8, 1.0, 0.01, 0.0, 1.0, -10.0, False), ("m", "sst2", "all", 8, 1.0, 0.7, 0.0, 0.1, 0.6, True)],
+        columns=["model", "task", "ranking", "k", "fraction", "score", "spread", "relative_drop", "retained_gain", "informative"],
+    )
+    shown = retained_gains_display(gains)
+    column = shown.columns.index("retained gain")
+    assert [row[column] for row in shown.rows] == [None, "60.0%"] and NOISY_GAIN in repr(shown)
+
+
+def test_a_relative_drop_from_a_k0_score_within_noise_of_zero_is_a_dash_with_a_note():
+    from papa.book.tables import main_table_display
+
+    rows = _main_rows()
+    rows.loc[2, ["relative_low", "relative_high"]] = math.nan  # a resample's k = 0 score was ≤ 0: no interval, no ratio
+    shown = main_table_display(rows)
+    column = shown.columns.index("relative drop [95% interval]")
+    assert shown.rows[2][column] is None and shown.rows[1][column] == f"0.3%{NBSP}[0.0%,{NBSP}0.9%]"
+    assert "the k = 0 score is within noise of zero" in repr(shown)

@@ -8,7 +8,7 @@ from typing import Any
 
 import pandas as pd
 
-from papa.book.table_format import NBSP, Table, fraction_text, is_missing, key_text, model_task_kinds, score_spread, table, text
+from papa.book.table_format import NBSP, Table, heads_words, is_missing, key_text, model_task_kinds, percent, score_spread, signed, table, text
 from papa.book.words import lr_text
 
 INTERVAL_NOTE = (
@@ -17,33 +17,27 @@ INTERVAL_NOTE = (
 
 
 def _signed(value: Any, digits: int = 3) -> str | None:
-    return None if is_missing(value) else f"{float(value):+.{digits}f}"
+    return signed(value, digits)
 
 
 def _difference_cell(difference: Any, low: Any, high: Any, digits: int = 3) -> str | None:
-    """``"−0.012 [−0.020, −0.004]"`` on one line; None without a difference."""
+    """``"−0.012 [−0.020, −0.004]"`` on one line; None without a difference; never ``-0.000``."""
     if is_missing(difference):
         return None
-    interval = "" if is_missing(low) or is_missing(high) else f"{NBSP}[{float(low):+.{digits}f},{NBSP}{float(high):+.{digits}f}]"
-    return f"{float(difference):+.{digits}f}{interval}"
+    interval = "" if is_missing(low) or is_missing(high) else f"{NBSP}[{signed(low, digits)},{NBSP}{signed(high, digits)}]"
+    return f"{signed(difference, digits)}{interval}"
 
 
 def _percent_cell(value: Any, low: Any, high: Any) -> str | None:
     if is_missing(value):
         return None
-    interval = "" if is_missing(low) or is_missing(high) else f"{NBSP}[{float(low):.1%},{NBSP}{float(high):.1%}]"
-    return f"{float(value):.1%}{interval}"
+    interval = "" if is_missing(low) or is_missing(high) else f"{NBSP}[{percent(low)},{NBSP}{percent(high)}]"
+    return f"{percent(value)}{interval}"
 
 
 def _heads_label(k: Any, total: Any) -> str:
-    """``"32 (7/8)"``: k with the paper's fraction it stands for (32 of 36 heads is 7/8 rounded), else k / total."""
-    from papa.analysis.findings import MAIN_FRACTIONS, _k_of
-
-    k, total = int(k), int(total)
-    if k == 0 or k == total:
-        return "0 (none)" if k == 0 else f"{k} (all)"
-    nominal = next((f for f in MAIN_FRACTIONS if 0 < f < 1 and _k_of(f, total) == k), None)
-    return f"{k} ({nominal if nominal is not None else fraction_text(k / total)})"
+    """``"32 of 36 (≈ 7/8)"``: k by its real count, with the paper's fraction it stands for."""
+    return heads_words(k, total)
 
 
 def main_table_display(main: pd.DataFrame) -> Table:
@@ -54,7 +48,7 @@ def main_table_display(main: pd.DataFrame) -> Table:
         heads=[_heads_label(k, t) for k, t in zip(main["k"], main["total_heads"])],
         score_cell=[score_spread(m, s) for m, s in zip(main["score"], main["std"])],
         difference_cell=[_difference_cell(d, lo, hi) for d, lo, hi in zip(main["difference"], main["low"], main["high"])],
-        drop_cell=[_percent_cell(d, lo, hi) for d, lo, hi in zip(main["relative_drop"], main["relative_low"], main["relative_high"])],
+        drop_cell=[None if is_missing(lo) else _percent_cell(d, lo, hi) for d, lo, hi in zip(main["relative_drop"], main["relative_low"], main["relative_high"])],
         spread=[None if is_missing(a) or is_missing(b) else f"{float(b) - float(a):.3f}" for a, b in zip(main["seed_min"], main["seed_max"])],
     )
     kinds: dict[str, Any] = model_task_kinds(frame) | {
@@ -81,7 +75,8 @@ def main_table_display(main: pd.DataFrame) -> Table:
     }
     missing = {
         "difference_cell": "k = 0 is the reference, or no run here shares a probe seed and stored dev predictions with k = 0",
-        "drop_cell": "k = 0 is the reference, or no run here shares a probe seed and stored dev predictions with k = 0",
+        "drop_cell": "k = 0 is the reference, or no run here shares a probe seed and stored dev predictions with k = 0, or the k = 0 score is within noise of zero"
+        " (a bootstrap resample's is ≤ 0), so the ratio (s₀ − sₖ)/s₀ is not shown",
         "real": "no interval at k = 0",
         "score_cell": "not run",
         "spread": "not run",
@@ -121,20 +116,56 @@ def random_display(baseline: pd.DataFrame) -> Table:
 
 
 def verdicts_display(claims: pd.DataFrame) -> Table:
-    """:func:`papa.analysis.findings.claims_verdicts` for reading."""
-    return table(
-        claims, {"claim": "text", "verdict": "text", "ours": "text", "paper": "text", "rule": "text"}, {"ours": "our runs", "paper": "the paper", "rule": "rule and runs counted"}
-    )
+    """:func:`papa.analysis.verdicts.claims_table` for reading: the verdict, the number it rests on with its pooled
+    interval, why, the paper's number and the rule."""
+    kinds = {"claim": "text", "verdict": "text", "ours": "text", "reason": "text", "paper": "text", "rule": "text"}
+    headers = {"ours": "our runs (pooled 95% interval)", "reason": "why", "paper": "the paper", "rule": "rule and runs counted"}
+    return table(claims, {c: k for c, k in kinds.items() if c in claims}, headers)
+
+
+def verdict_sensitivity_display(frame: pd.DataFrame) -> Table:
+    """:func:`papa.analysis.verdicts.sensitivity` for reading: per basis, each claim's number and verdict, and the
+    paper's number for that basis."""
+    kinds = {
+        "basis": "text",
+        "n_all": "int",
+        "claim1": text,
+        "claim1_verdict": "text",
+        "claim2": text,
+        "claim2_verdict": "text",
+        "claim3": text,
+        "claim3_verdict": "text",
+        "paper": "text",
+    }
+    headers = {
+        "n_all": "model/task pairs",
+        "claim1": "1. drop, half constant",
+        "claim1_verdict": "1. verdict",
+        "claim2": "2. drop, all constant",
+        "claim2_verdict": "2. verdict",
+        "claim3": "3. ρ (models)",
+        "claim3_verdict": "3. verdict",
+        "paper": "the paper, for this basis",
+    }
+    notes = [
+        "Drops: the average relative drop over the basis's model/task pairs with its pooled 95% bootstrap interval; pairs whose drop is undefined (a k = 0 score ≤ 0) are left out."
+    ]
+    return table(frame, kinds, headers, notes=notes)
 
 
 def paper_table_display(frame: pd.DataFrame) -> Table:
     """:func:`papa.analysis.paper.paper_table` for reading: per model and task (and each model's average over its
-    informative tasks) the scores at k = 0, ½ and all, the relative drops, beside the paper's 8% and ≤ 20%."""
+    informative tasks, and over the tasks every model has, claim 3's point) the scores at k = 0, ½ and all, the
+    relative drops (the averages with their pooled 95% intervals), beside the paper's 8% and ≤ 20%."""
     if "n_tasks" in frame:  # a model without an informative task has no average to show
-        frame = frame[~((frame["task"] == "average") & (frame["n_tasks"].fillna(0) == 0))]
+        frame = frame[~(frame["task"].isin(["average", "common"]) & (frame["n_tasks"].fillna(0) == 0))]
     shown = key_text(frame)
-    shown["task"] = ["average of informative tasks" if raw == "average" else name for raw, name in zip(frame["task"], shown["task"])]
-    kinds = model_task_kinds(shown) | {"score_0": "score", "score_half": "score", "score_all": "score", "drop_half": "percent", "drop_all": "percent", "informative": "yes/no"}
+    label = {"average": "average of its informative tasks", "common": "average of the tasks every model has (claim 3)"}
+    shown["task"] = [label.get(raw, name) for raw, name in zip(frame["task"], shown["task"])]
+    for at in ("half", "all"):
+        low, high = (frame[f"drop_{at}_{s}"] if f"drop_{at}_{s}" in frame else pd.Series(float("nan"), index=frame.index) for s in ("low", "high"))
+        shown[f"drop_{at}"] = [_percent_cell(d, lo, hi) for d, lo, hi in zip(frame[f"drop_{at}"], low, high)]
+    kinds = model_task_kinds(shown) | {"score_0": "score", "score_half": "score", "score_all": "score", "drop_half": text, "drop_all": text, "informative": "yes/no"}
     if "max_drop_all" in shown:
         kinds["max_drop_all"] = "percent"
     headers = {
@@ -151,7 +182,14 @@ def paper_table_display(frame: pd.DataFrame) -> Table:
         if len(frame)
         else ""
     )
-    return table(shown, kinds, headers, {"max_drop_all": "given on each model's average row only", "score_half": "not run", "drop_half": "not run"}, [paper] if paper else [])
+    basis = "Drops: paired by probe seed over the converged runs (the main table's); an average's interval is the pooled 95% bootstrap interval of that average."
+    missing = {
+        "max_drop_all": "given on each model's average row only",
+        "score_half": "not run",
+        "drop_half": "not run, or no paired interval",
+        "score_all": "not shown on claim 3's row",
+    }
+    return table(shown, kinds, headers, missing, [basis] + ([paper] if paper else []))
 
 
 def literal_display(comparison: pd.DataFrame) -> Table:

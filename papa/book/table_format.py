@@ -36,14 +36,44 @@ def is_missing(value: Any) -> bool:
     return value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA or value is pd.NaT
 
 
+def unsigned_zero(cell: str) -> str:
+    """A number that rounds to zero without its sign: ``"-0.000"`` → ``"0.000"``, ``"+0.0%"`` → ``"0.0%"``."""
+    return cell[1:] if re.fullmatch(r"[-+\u2212]0(\.0*)?%?", cell) else cell
+
+
 def score(value: Any, digits: int = 3) -> str | None:
-    """``0.81234`` → ``"0.812"``; None for a missing value."""
-    return None if is_missing(value) else f"{float(value):.{digits}f}"
+    """``0.81234`` → ``"0.812"``; None for a missing value; never ``"-0.000"``."""
+    return None if is_missing(value) else unsigned_zero(f"{float(value):.{digits}f}")
 
 
 def percent(value: Any, digits: int = 1) -> str | None:
-    """``0.04321`` → ``"4.3%"``."""
-    return None if is_missing(value) else f"{float(value):.{digits}%}"
+    """``0.04321`` → ``"4.3%"``; never ``"-0.0%"``."""
+    return None if is_missing(value) else unsigned_zero(f"{float(value):.{digits}%}")
+
+
+def signed(value: Any, digits: int = 3) -> str | None:
+    """``0.0123`` → ``"+0.012"``; a value that rounds to zero is ``"0.000"``."""
+    return None if is_missing(value) else unsigned_zero(f"{float(value):+.{digits}f}")
+
+
+def nominal_fraction(k: int, total: int) -> tuple[Fraction, bool]:
+    """The share of the heads that ``k`` of ``total`` stands for, and whether it is exact: the paper's fraction
+    (½, ⅞, 15/16) whose rounded count is ``k`` (``(7/8, False)`` for 32 of 36), else ``k / total`` exactly."""
+    from papa.analysis.findings import MAIN_FRACTIONS, _k_of
+
+    k, total = int(k), int(total)
+    nominal = next((f for f in MAIN_FRACTIONS if 0 < f < 1 and _k_of(f, total) == k), None) if 0 < k < total else None
+    return (nominal, nominal == Fraction(k, total)) if nominal is not None else (Fraction(k, total), True)
+
+
+def heads_words(k: Any, total: Any) -> str:
+    """The number of constant heads by its real count: ``"0 of 36 (none)"``, ``"18 of 36 (1/2)"``,
+    ``"32 of 36 (≈ 7/8)"``, ``"36 of 36 (all)"``."""
+    k, total = int(k), int(total)
+    if k == 0 or k == total:
+        return f"{k} of {total} ({'none' if k == 0 else 'all'})"
+    fraction, exact = nominal_fraction(k, total)
+    return f"{k} of {total} ({'' if exact else '≈' + NBSP}{fraction})"
 
 
 def integer(value: Any) -> str | None:
@@ -64,15 +94,15 @@ def score_spread(mean: Any, spread: Any, digits: int = 3) -> str | None:
     """``"0.812 ± 0.020"`` with non-breaking spaces (one line); the mean alone when ``spread`` is missing."""
     if is_missing(mean):
         return None
-    return f"{float(mean):.{digits}f}" + ("" if is_missing(spread) else f"{NBSP}±{NBSP}{float(spread):.{digits}f}")
+    return str(score(mean, digits)) + ("" if is_missing(spread) else f"{NBSP}±{NBSP}{score(spread, digits)}")
 
 
 def score_interval(mean: Any, low: Any, high: Any, digits: int = 3) -> str | None:
     """``"0.812 [0.800, 0.840]"`` with non-breaking spaces; the mean alone when the interval is missing."""
     if is_missing(mean):
         return None
-    interval = "" if is_missing(low) or is_missing(high) else f"{NBSP}[{float(low):.{digits}f},{NBSP}{float(high):.{digits}f}]"
-    return f"{float(mean):.{digits}f}{interval}"
+    interval = "" if is_missing(low) or is_missing(high) else f"{NBSP}[{score(low, digits)},{NBSP}{score(high, digits)}]"
+    return f"{score(mean, digits)}{interval}"
 
 
 #: Column kinds :func:`table` understands.

@@ -17,6 +17,7 @@ text column, the table scrolls inside its own box, never the page.
 
 from __future__ import annotations
 
+from fractions import Fraction
 from typing import Any
 
 import pandas as pd
@@ -29,6 +30,7 @@ from papa.book.interval_tables import (  # noqa: F401,E402  (re-exported: the ch
     paper_table_display,
     random_display,
     still_rising_display,
+    verdict_sensitivity_display,
     verdicts_display,
 )
 from papa.book.table_format import (  # noqa: F401  (re-exported: papa.book.tables is the notebooks' one import)
@@ -48,6 +50,7 @@ from papa.book.table_format import (  # noqa: F401  (re-exported: papa.book.tabl
     key_text,
     md_cell,
     model_task_kinds,
+    nominal_fraction,
     percent,
     score,
     score_interval,
@@ -70,10 +73,16 @@ def scores_display(summary: pd.DataFrame, probe_input: str = "all") -> Table:
     parts = [spread_shared(group) for _, group in rows.groupby(["model", "task", "mode"], sort=True)]
     rows = key_text(pd.concat(parts, ignore_index=True)) if parts else key_text(rows)
     by_fraction = rows["total_heads"].nunique() > 1
-    step = "fraction" if by_fraction else "k"
+    if by_fraction:  # models of different sizes: one column per share of the heads, labelled by its real counts
+        rows = rows.assign(share=[nominal_fraction(k, t)[0] for k, t in zip(rows["k"], rows["total_heads"])])
+    step = "share" if by_fraction else "k"
     steps = sorted(rows[step].unique())
     total = int(rows["total_heads"].iloc[0]) if len(rows) else 0
-    header = {s: (f"{fraction_text(s)} of the heads" if by_fraction else f"k = {int(s)}" + (" (all)" if int(s) == total else "")) for s in steps}
+    if by_fraction:
+        counts = {s: sorted({(int(k), int(t)) for k, t in zip(rows.loc[rows["share"] == s, "k"], rows.loc[rows["share"] == s, "total_heads"])}, key=lambda c: c[1]) for s in steps}
+        header = {s: _share_header(s, counts[s]) for s in steps}
+    else:
+        header = {s: f"k = {int(s)}" + (" (all)" if int(s) == total else "") for s in steps}
     keys = [c for c in ("model", "task", "ranking", "mode") if has_several(rows, c) or c in ("task", "ranking")]
     wide = rows.assign(cell=[score_spread(m, s) for m, s in zip(rows["mean"], rows["std"])]).pivot_table(index=keys, columns=step, values="cell", aggfunc="first").reset_index()
     kinds: dict[str, Any] = {k: "text" for k in keys} | {s: text for s in steps}
@@ -81,8 +90,28 @@ def scores_display(summary: pd.DataFrame, probe_input: str = "all") -> Table:
     return table(wide, kinds, header, {s: "this ranking was not run with this many constant heads" for s in steps}, notes)
 
 
+def _share_header(share: Fraction, counts: list[tuple[int, int]]) -> str:
+    """A column of heads by share, with each model size's real count: ``"≈ 7/8 of the heads (32 of 36, 63 of 72)"``."""
+    if share == 0:
+        return "no head constant"
+    if share == 1:
+        return "all heads constant"
+    exact = all(Fraction(k, t) == share for k, t in counts)
+    return f"{'' if exact else '≈' + NBSP}{share} of the heads ({', '.join(f'{k} of {t}' for k, t in counts)})"
+
+
+#: Why a retained gain is not shown (a ratio whose denominator is within noise of zero).
+NOISY_GAIN = (
+    "not shown: the task is not informative, so the k = 0 probe's gain over the floor (the ratio's denominator) is within noise of zero"
+    " and the ratio would be meaningless (e.g. −1000%)"
+)
+
+
 def retained_gains_display(gains: pd.DataFrame) -> Table:
-    """:func:`papa.book.data.retained_gains` for reading: the drop and the retained gain first."""
+    """:func:`papa.book.data.retained_gains` for reading: the drop and the retained gain first. The retained gain of
+    a task that is not informative is not shown (:data:`NOISY_GAIN`)."""
+    if len(gains) and "informative" in gains:
+        gains = gains.assign(retained_gain=gains["retained_gain"].where(gains["informative"].astype(bool)))
     kinds = model_task_kinds(gains) | {
         "ranking": "text",
         "k": "int",
@@ -93,7 +122,7 @@ def retained_gains_display(gains: pd.DataFrame) -> Table:
         "informative": "yes/no",
     }
     headers = {"relative_drop": "relative drop", "retained_gain": "retained gain", "score": "mean score", "spread": "seed range (max − min)", "informative": "informative task"}
-    return table(key_text(gains), kinds, headers, {"retained_gain": "no floor to measure the gain against"})
+    return table(key_text(gains), kinds, headers, {"retained_gain": NOISY_GAIN})
 
 
 def claims_display(claims: pd.DataFrame) -> Table:
@@ -189,7 +218,9 @@ def train_size_display(sizes: pd.DataFrame) -> Table:
         "n_seeds": "seeds",
     }
     no_floor = "the attention-free probe did not run at this size"
-    return table(frame, kinds, headers, {"retained_gain": no_floor, "floor": no_floor}, [REAL_NOTE])
+    frame["retained_gain"] = frame["retained_gain"].where(frame["informative"].eq(True))
+    gain_note = f"{no_floor}; or {NOISY_GAIN}"
+    return table(frame, kinds, headers, {"retained_gain": gain_note, "floor": no_floor}, [REAL_NOTE])
 
 
 def compare_display(comparison: pd.DataFrame, label_a: str, label_b: str) -> Table:
