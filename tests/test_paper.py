@@ -9,6 +9,7 @@ import pytest
 
 from papa.analysis import paper, stats
 from papa.analysis.results import SUMMARY_KEYS
+from tests.hand_cells import cell, cells, spread
 
 
 def _summary(scores: dict[tuple[str, str], dict[tuple[str, int], float]], total: int = 8) -> pd.DataFrame:
@@ -58,17 +59,38 @@ def test_relative_score_averages_informative_tasks_only():
     assert b.loc[8, "relative_score"] == pytest.approx((0.81 / 0.90 + 0.54 / 0.60) / 2) and b.loc[8, "fraction"] == 1.0
 
 
+def _cells(scores: dict) -> pd.DataFrame:
+    """Drop cells of ``scores`` (the seed means' drops, each with a narrow spread of resampled drops)."""
+    rows = []
+    for (model, task), by_k in scores.items():
+        base = by_k[("none", 0)]
+        for at, key in (("half", ("gates", 4)), ("all", ("all", 8))):
+            drop = (base - by_k[key]) / base
+            rows.append(cell(model, task, at, drop, spread(drop, 0.01), informative=bool(FLOORS.set_index(["model", "task"]).loc[(model, task), "informative"]), score_0=base))
+    return cells(rows)
+
+
 def test_better_models_lose_more_points_and_verdict():
-    points, verdict = paper.better_models_lose_more(_summary(SCORES), FLOORS)
+    points, verdict = paper.better_models_lose_more(_cells(SCORES))
     # t2 is not informative for model a, so every model's point averages t1 alone (the tasks all models share):
     # otherwise b's and c's averages would fall with t2's lower scores and decide the correlation
     assert points["model"].tolist() == ["a", "b", "c"]
     assert points["drop"].tolist() == [pytest.approx(0.10), pytest.approx(0.10), pytest.approx(0.03 / 0.70)]
     assert points["score"].tolist() == [pytest.approx(0.80), pytest.approx(0.90), pytest.approx(0.70)]
+    assert points["low"].tolist() == [pytest.approx(0.10 - 0.0095), pytest.approx(0.10 - 0.0095), pytest.approx(0.03 / 0.70 - 0.0095)]
     assert points["n_tasks"].tolist() == [1, 1, 1] and verdict["tasks"] == ["t1"]
     assert {k: v for k, v in verdict.items() if k != "tasks"} == stats.claim3(points) and verdict["n"] == 3 and verdict["verdict"] == "inconclusive"
     two = {key: value for key, value in SCORES.items() if key[0] != "c"}
-    assert paper.better_models_lose_more(_summary(two), FLOORS)[1]["verdict"] == "not testable"
+    assert paper.better_models_lose_more(_cells(two))[1]["verdict"] == "not testable"
+
+
+def test_paper_table_with_cells_shows_the_cells_drops_and_the_pooled_averages():
+    table = paper.paper_table(_summary(SCORES), FLOORS, cells=_cells(SCORES)).set_index(["model", "task"])
+    assert table.loc[("b", "t2"), "drop_all"] == pytest.approx(0.10)
+    average = table.loc[("b", "average")]
+    assert average["drop_all"] == pytest.approx((0.09 / 0.90 + 0.10) / 2) and average["drop_all_low"] == pytest.approx(average["drop_all"] - 0.0095)
+    common = table.loc[("b", "common")]
+    assert (common["drop_all"], common["score_0"], common["tasks"], common["n_tasks"]) == (pytest.approx(0.10), pytest.approx(0.90), "t1", 1)
 
 
 def test_paper_table_has_each_task_and_the_informative_average():

@@ -12,8 +12,7 @@ predictions; the tidy frames never copy them).
 * :func:`random_baseline` — at ½ and ⅞ of the heads: each ranking against the pooled seeded random orderings,
   on the same dev examples (:func:`papa.analysis.stats.paired_bootstrap` of ranking − random);
 * :func:`gate_runs` — the convergence gate over runs (:func:`papa.analysis.stats.convergence_gate`);
-* :func:`claims_verdicts` — claims 1 and 2 on intervals of converged runs, claim 3 by
-  :func:`papa.analysis.stats.claim3`.
+* the claims' verdicts live in :mod:`papa.analysis.verdicts`, on the pooled drops of :mod:`papa.analysis.pooled`.
 """
 
 from __future__ import annotations
@@ -26,19 +25,18 @@ import pandas as pd
 
 from papa.analysis.results import ranking_method
 from papa.analysis.stats import convergence_gate, paired_bootstrap, run_statistics, score_interval
+from papa.analysis.verdicts import HALF_MAX_DROP, MAX_DROP_ALL, VERDICTS
 from papa.core.heads import count_for
 
 #: The fractions of constant heads of the main table (the paper's).
 MAIN_FRACTIONS = (Fraction(0), Fraction(1, 2), Fraction(7, 8), Fraction(15, 16), Fraction(1))
 #: The fractions at which the random orderings run.
 RANDOM_FRACTIONS = (Fraction(1, 2), Fraction(7, 8))
-#: Claim 1 holds on a task when the upper end of its relative drop's interval at half the heads is at most this.
-HALF_MAX_DROP = 0.05
-#: Claim 2 holds when the interval of the average relative drop with all heads constant lies in this range ...
+#: The seed-spread reading of :func:`papa.analysis.drops.claims_table` (not the book's verdicts, which are
+#: :mod:`papa.analysis.verdicts`'): claim 2's range of the average drop, and the largest drop on a task.
 ALL_DROP_RANGE = (0.03, 0.20)
-#: ... and no task's drop is shown to exceed this (the paper's largest, ≈ 20 %).
-ALL_MAX_DROP = 0.20
-CLAIM_VERDICTS = ("reproduced", "not reproduced", "inconclusive", "not testable")
+ALL_MAX_DROP = MAX_DROP_ALL
+CLAIM_VERDICTS = VERDICTS
 MAIN_COLUMNS = [
     "model",
     "task",
@@ -206,135 +204,6 @@ def gate_runs(tidy: pd.DataFrame) -> tuple[set[str], dict]:
     return set(kept["run_id"]), summary
 
 
-# --- the claims ----------------------------------------------------------------------------------------------
-
-
-def _at_half(table: pd.DataFrame) -> pd.Series:
-    return pd.Series([k == _k_of(Fraction(1, 2), int(t)) and 0 < k < t for k, t in zip(table["k"], table["total_heads"])], index=table.index, dtype=bool)
-
-
-def _informative(table: pd.DataFrame, floors: pd.DataFrame) -> pd.DataFrame:
-    keep = {(m, t) for m, t, ok in zip(floors["model"], floors["task"], floors["informative"]) if ok}
-    return table[pd.Series([(m, t) in keep for m, t in zip(table["model"], table["task"])], index=table.index, dtype=bool)]
-
-
-def _pairs(frame: pd.DataFrame) -> str:
-    return ", ".join(
-        f"{m}/{t} {d:.1%} [{lo:.1%}, {hi:.1%}]" for m, t, d, lo, hi in zip(frame["model"], frame["task"], frame["relative_drop"], frame["relative_low"], frame["relative_high"])
-    )
-
-
-def _gate_words(gate: Mapping) -> str:
-    left = f"{gate['not_converged']} still rising at the cap, {gate['unknown']} without a held-out curve"
-    return f"{gate['converged']} of {gate['runs']} runs converged; the gate left out {gate['left_out']} ({left})."
-
-
-def _real_words(rows: pd.DataFrame) -> str:
-    """How many of ``rows``' changes are ``real`` (their paired interval excludes 0), split by the sign of the
-    relative drop into drops and gains: ``"3 of 10 changes real (1 drop, 2 gains)"``."""
-    real = rows["real"].eq(True)  # None (no interval) is not real
-    drops, gains = int((real & (rows["relative_drop"] > 0)).sum()), int((real & (rows["relative_drop"] < 0)).sum())
-    parts = [f"{n} {word if n == 1 else word + 's'}" for n, word in ((drops, "drop"), (gains, "gain")) if n]
-    return f"{drops + gains} of {len(rows)} changes real" + (f" ({', '.join(parts)})" if parts else "")
-
-
-def claim1(table: pd.DataFrame, floors: pd.DataFrame) -> dict:
-    """Claim 1, half the heads constant costs little or nothing, from :func:`main_table` rows of converged runs.
-
-    On each informative model/task with an interval at k = ½ (the ranking's): *small* when the relative drop's
-    upper bound is ≤ :data:`HALF_MAX_DROP`, *large* when its lower bound is above it. Verdict: "reproduced" when
-    every task is small, "not reproduced" when any is large, else "inconclusive"; "not testable" without a task."""
-    half = _informative(table[_at_half(table)], floors).dropna(subset=["relative_low", "relative_high"])
-    if half.empty:
-        return {"value": math.nan, "verdict": "not testable", "ours": "—", "rule_note": "no informative task with an interval at half the heads"}
-    small, large = half["relative_high"] <= HALF_MAX_DROP, half["relative_low"] > HALF_MAX_DROP
-    verdict = "reproduced" if small.all() else "not reproduced" if large.any() else "inconclusive"
-    mean = float(half["relative_drop"].mean())
-    ours = f"{mean:.1%} mean relative drop; {_real_words(half)}: {_pairs(half)}"
-    note = f"every task's drop shown ≤ {HALF_MAX_DROP:.0%}: {int(small.sum())} of {len(half)}; shown > {HALF_MAX_DROP:.0%}: {int(large.sum())}"
-    return {"value": mean, "verdict": verdict, "ours": ours, "rule_note": note}
-
-
-def claim2(table: pd.DataFrame, floors: pd.DataFrame) -> dict:
-    """Claim 2, all heads constant costs ≈ 8 % on average and ≤ 20 % per task, from :func:`main_table` rows.
-
-    Over the informative model/task pairs with an interval at k = all: the average relative drop with the
-    conservative interval [mean of the lower bounds, mean of the upper bounds]. "reproduced" when that interval
-    lies inside :data:`ALL_DROP_RANGE` and no task's lower bound exceeds :data:`ALL_MAX_DROP`; "not reproduced"
-    when it lies wholly outside the range or some task's lower bound exceeds 20 %; else "inconclusive"."""
-    full = _informative(table[(table["k"] > 0) & (table["k"] == table["total_heads"])], floors).dropna(subset=["relative_low", "relative_high"])
-    if full.empty:
-        return {"value": math.nan, "verdict": "not testable", "ours": "—", "rule_note": "no informative task with an interval at all heads"}
-    mean, low, high = (float(full[c].mean()) for c in ("relative_drop", "relative_low", "relative_high"))
-    lo_range, hi_range = ALL_DROP_RANGE
-    too_large = full["relative_low"] > ALL_MAX_DROP
-    if lo_range <= low and high <= hi_range and not too_large.any():
-        verdict = "reproduced"
-    elif high < lo_range or low > hi_range or too_large.any():
-        verdict = "not reproduced"
-    else:
-        verdict = "inconclusive"
-    side = " (smaller than the paper's: attention matters even less here)" if high < lo_range else " (larger than the paper's)" if low > hi_range else ""
-    ours = f"{mean:.1%} mean relative drop [{low:.1%}, {high:.1%}]{side}; {_real_words(full)}: {_pairs(full)}"
-    note = f"tasks whose drop is shown > {ALL_MAX_DROP:.0%}: {int(too_large.sum())}"
-    return {"value": mean, "low": low, "high": high, "verdict": verdict, "ours": ours, "rule_note": note}
-
-
-def claims_verdicts(table: pd.DataFrame, floors: pd.DataFrame, gate: Mapping, better: Mapping) -> pd.DataFrame:
-    """The paper's three claims: ``table`` is :func:`main_table` of the *converged* runs only, ``floors`` says which
-    tasks are informative, ``gate`` is the summary of :func:`gate_runs` and ``better`` the claim-3 dict of
-    :func:`papa.analysis.paper.better_models_lose_more`. Columns: claim, paper, ours, verdict, rule."""
-    gate_note = " " + _gate_words(gate)
-    c1, c2 = claim1(table, floors), claim2(table, floors)
-    rule1 = (
-        f"Per informative task, the 95% interval of the relative drop at half the heads: reproduced when every upper bound is ≤ {HALF_MAX_DROP:.0%}, "
-        f"not reproduced when some lower bound is above it, else inconclusive ({c1['rule_note']})."
-    )
-    lo_range, hi_range = ALL_DROP_RANGE
-    rule2 = (
-        f"The average relative drop over informative tasks, with the interval [mean of the lower bounds, mean of the upper bounds]: "
-        f"reproduced when it lies in [{lo_range:.0%}, {hi_range:.0%}] and no task's lower bound exceeds {ALL_MAX_DROP:.0%}, not reproduced when it lies "
-        f"wholly outside or a task's lower bound exceeds {ALL_MAX_DROP:.0%}, else inconclusive ({c2['rule_note']})."
-    )
-    n = int(better.get("n", 0))
-    if n < 3:
-        ours3 = f"{n} {'model' if n == 1 else 'models'} with an informative task"
-        rule3 = "With fewer than 3 models the correlation is always ±1 or undefined: not testable."
-    else:
-        ours3 = f"Spearman ρ {better['spearman']:+.2f} (Pearson r {better['pearson']:+.2f}) over {n} models, one-sided exact p = {better['p_value']:.3f}"
-        ours3 += f"; direction: {better['direction']}"
-        if better["verdict"] == "inconclusive":
-            ours3 += " (not significant)"
-        rule3 = "Reproduced when ρ > 0 with exact permutation p < 0.05; contradicted when ρ < 0 likewise; else inconclusive."
-        if n == 3:
-            rule3 += " With 3 models the smallest possible p is 1/6, so the verdict can at best be inconclusive."
-    rows = [
-        ("1. Half the heads constant: little or no drop", "≈0–2% relative drop", c1["ours"], c1["verdict"], rule1 + gate_note),
-        ("2. All heads constant: modest drop", "8% average relative drop (≤ ~20% per task)", c2["ours"], c2["verdict"], rule2 + gate_note),
-        ("3. Better models lose more", "higher-scoring models show larger relative drops (Figure 4)", ours3, better.get("verdict", "not testable"), rule3 + gate_note),
-    ]
-    return pd.DataFrame(rows, columns=["claim", "paper", "ours", "verdict", "rule"])
-
-
-def model_drops(table: pd.DataFrame, floors: pd.DataFrame) -> pd.DataFrame:
-    """Per model, over its informative tasks with intervals: the mean relative drop at half the heads and at all
-    heads, each with the conservative interval [mean of the lower bounds, mean of the upper bounds], and
-    ``n_tasks``."""
-    table = _informative(table, floors)
-    out = []
-    for model, group in table.groupby("model", sort=True):
-        record: dict = {"model": model, "total_heads": int(group["total_heads"].iloc[0])}
-        for name, rows in (("half", group[_at_half(group)]), ("all", group[(group["k"] > 0) & (group["k"] == group["total_heads"])])):
-            rows = rows.dropna(subset=["relative_low", "relative_high"])
-            record[f"drop_{name}"], record[f"drop_{name}_low"], record[f"drop_{name}_high"] = (
-                (float(rows[c].mean()) for c in ("relative_drop", "relative_low", "relative_high")) if len(rows) else (math.nan,) * 3
-            )
-            record[f"n_tasks_{name}"] = int(len(rows))
-        out.append(record)
-    columns = ["model", "total_heads"] + [f"{p}{s}" for p in ("drop_half", "drop_all") for s in ("", "_low", "_high")] + ["n_tasks_half", "n_tasks_all"]
-    return pd.DataFrame(out, columns=columns)
-
-
 __all__ = [
     "ALL_DROP_RANGE",
     "ALL_MAX_DROP",
@@ -343,11 +212,7 @@ __all__ = [
     "MAIN_COLUMNS",
     "MAIN_FRACTIONS",
     "RANDOM_FRACTIONS",
-    "claim1",
-    "claim2",
-    "claims_verdicts",
     "gate_runs",
     "main_table",
-    "model_drops",
     "random_baseline",
 ]

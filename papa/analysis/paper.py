@@ -25,8 +25,8 @@ import numpy as np
 import pandas as pd
 
 from papa.analysis.drops import _pick_mode
+from papa.analysis.pooled import claim3, claim3_points, pooled_drop, select
 from papa.analysis.results import SHARED_RANKINGS, relative_drop
-from papa.analysis.stats import claim3, model_points
 from papa.core.heads import count_for
 
 #: The paper's average relative drop with all heads constant, and its largest per-task drop.
@@ -121,19 +121,13 @@ def _drop_all(group: pd.DataFrame) -> float:
     return relative_drop(full.iloc[0], base.iloc[0]) if len(base) and len(full) else math.nan
 
 
-def better_models_lose_more(summary: pd.DataFrame, floors: pd.DataFrame, mode: str | None = None) -> tuple[pd.DataFrame, dict]:
-    """(c) ``(points, verdict)``: one point per model with ``drop`` (average relative drop with all heads constant)
-    and ``score`` (average k = 0 score), ``n_tasks``, averaged over the tasks informative for *every* model
-    (:func:`papa.analysis.stats.model_points`; the verdict's ``tasks`` lists them); and the claim-3 verdict of
-    :func:`papa.analysis.stats.claim3` (with fewer than 3 models: "not testable")."""
-    rows = _rows(summary, mode)
-    keep = _informative(floors)
-    per_task = []
-    for (model, task), by_task in rows.groupby(["model", "task"], sort=True):
-        drop = _drop_all(by_task)
-        if (model, task) in keep and not math.isnan(drop):
-            per_task.append({"model": model, "task": task, "drop": drop, "score": float(by_task.loc[by_task["k"] == 0, "mean"].iloc[0])})
-    frame, common = model_points(pd.DataFrame(per_task, columns=["model", "task", "drop", "score"]))
+def better_models_lose_more(cells: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
+    """(c) ``(points, verdict)`` from :func:`papa.analysis.pooled.drop_cells`: one point per model with ``drop``
+    (the pooled average relative drop with all heads constant, with its interval ``low``/``high``) and ``score``
+    (average k = 0 score), ``n_tasks``, both over the informative tasks that *every* model has
+    (:func:`papa.analysis.pooled.claim3_points`; the verdict's ``tasks`` lists them); and the statistics of
+    :func:`papa.analysis.pooled.claim3` (with fewer than 3 models: "not testable"). The claims table reads the same."""
+    frame, common = claim3_points(cells)
     return frame, {**claim3(frame), "tasks": common}
 
 
@@ -142,13 +136,24 @@ def _mean_at(by_task: pd.DataFrame, k: int, ranking: str) -> float:
     return float(values.iloc[0]) if len(values) else math.nan
 
 
-def paper_table(summary: pd.DataFrame, floors: pd.DataFrame, ranking: str = "gates", mode: str | None = None) -> pd.DataFrame:
+def paper_table(summary: pd.DataFrame, floors: pd.DataFrame, ranking: str = "gates", mode: str | None = None, cells: pd.DataFrame | None = None) -> pd.DataFrame:
     """(d) Per model and task: ``score_0``, ``score_half`` (½ of the heads constant, ``ranking``), ``score_all``,
     ``drop_half`` and ``drop_all`` (relative drops), ``informative``; then per model a row ``task = "average"``
     over its informative tasks, whose ``max_drop_all`` is the largest per-task drop. Every row carries the
-    paper's ``paper_average_drop_all`` (8 %) and ``paper_max_drop_all`` (20 %)."""
+    paper's ``paper_average_drop_all`` (8 %) and ``paper_max_drop_all`` (20 %).
+
+    With ``cells`` (:func:`papa.analysis.pooled.drop_cells`, the book's one basis) every drop is the cell's paired
+    drop, the average row's drops are :func:`papa.analysis.pooled.pooled_drop` with their intervals
+    (``drop_half_low`` ...) and a second row per model, ``task = "common"``, holds claim 3's point (the average
+    over the informative tasks every model has); without, drops come from the seed means of ``summary``."""
     rows = _rows(summary, mode)
     keep = _informative(floors)
+    # a drop whose k = 0 score is within noise of zero (a resample's is ≤ 0: no interval) is not a number to show
+    by_cell = (
+        {(m, t, a): math.nan if math.isnan(lo) else d for m, t, a, d, lo in zip(cells["model"], cells["task"], cells["at"], cells["relative_drop"], cells["relative_low"])}
+        if cells is not None
+        else None
+    )
     out = []
     for model, group in rows.groupby("model", sort=True):
         total = int(group["total_heads"].iloc[0])
@@ -156,14 +161,19 @@ def paper_table(summary: pd.DataFrame, floors: pd.DataFrame, ranking: str = "gat
         per_task = []
         for task, by_task in group.groupby("task", sort=True):
             score_0, score_half, score_all = (_mean_at(by_task, k, r) for k, r in ((0, "none"), (half, ranking), (total, "all")))
+            drops = (
+                (relative_drop(score_half, score_0), relative_drop(score_all, score_0))
+                if by_cell is None
+                else (by_cell.get((model, task, "half"), math.nan), by_cell.get((model, task, "all"), math.nan))
+            )
             record = {
                 "model": model,
                 "task": task,
                 "score_0": score_0,
                 "score_half": score_half,
                 "score_all": score_all,
-                "drop_half": relative_drop(score_half, score_0),
-                "drop_all": relative_drop(score_all, score_0),
+                "drop_half": drops[0],
+                "drop_all": drops[1],
                 "informative": (model, task) in keep,
             }
             per_task.append(record)
@@ -173,6 +183,44 @@ def paper_table(summary: pd.DataFrame, floors: pd.DataFrame, ranking: str = "gat
             average[column] = float(informative[column].mean()) if len(informative) else math.nan
         average["max_drop_all"] = float(informative["drop_all"].max()) if len(informative) else math.nan
         average["n_tasks"] = int(len(informative))
-        out.extend(per_task + [average])
+        extra = []
+        if cells is not None:
+            mine = cells[cells["model"] == model]
+            for at in ("half", "all"):
+                pooled = pooled_drop(select(mine, at))
+                average |= {f"drop_{at}": pooled["value"], f"drop_{at}_low": pooled["low"], f"drop_{at}_high": pooled["high"]}
+            points, common = claim3_points(cells)
+            point = points[points["model"] == model]
+            if len(point) and len(points) > 1:
+                p = point.iloc[0]
+                extra.append(
+                    {
+                        "model": model,
+                        "task": "common",
+                        "informative": True,
+                        "score_0": p["score"],
+                        "drop_all": p["drop"],
+                        "drop_all_low": p["low"],
+                        "drop_all_high": p["high"],
+                        "n_tasks": int(p["n_tasks"]),
+                        "tasks": ", ".join(common),
+                    }
+                )
+        out.extend(per_task + [average] + extra)
     frame = pd.DataFrame(out)
     return frame.assign(paper_average_drop_all=PAPER_AVERAGE_DROP_ALL, paper_max_drop_all=PAPER_MAX_DROP_ALL)
+
+
+#: What the paper itself states in numbers, with where: every other per-task or per-model result of the paper is
+#: drawn (its Figures 2 and 4) for models that did not run here (BERT, RoBERTa, DeBERTa), so none is quoted.
+PAPER_NUMBERS = (
+    ("half of the heads constant", "little or no drop (≈ 0–2%)", "abstract and Figure 2 of arXiv:2211.03495"),
+    ("every head constant, average", "8% relative drop from the probing baseline", "abstract of arXiv:2211.03495"),
+    ("every head constant, one task", "at most ≈ 20%", "Figure 2 of arXiv:2211.03495 (read as this book's introduction does)"),
+    ("better models lose more", "higher-scoring models lose more", "abstract and Figure 4 of arXiv:2211.03495"),
+)
+#: The paper's number beside each basis of the sensitivity table.
+PAPER_BY_BASIS = {
+    "all": "≈ 0–2% at half, 8% average with every head (abstract); over its own models and tasks",
+    "families": "none: the paper states no average per task family",
+}

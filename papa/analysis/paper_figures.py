@@ -105,19 +105,22 @@ def fig_relative_score(frame: pd.DataFrame, label: str = "fig-relative-score") -
 
 def fig_better_models(points: pd.DataFrame, verdict: dict, label: str = "fig-better-models") -> Figure:
     """(c) ``(points, verdict)`` from :func:`papa.analysis.paper.better_models_lose_more`: one point per model,
-    x = average relative drop with all heads constant, y = average k = 0 score; the caption gives the correlation,
-    its n and the claim-3 verdict."""
+    x = its pooled average relative drop with all heads constant (horizontal bar: the pooled 95 % interval,
+    ``low``/``high``), y = its average k = 0 score, both over the informative tasks every model has
+    (``verdict["tasks"]``); the caption gives the correlation, its n and the claim-3 verdict
+    (:func:`papa.analysis.verdicts.claim3_verdict`)."""
+    from papa.analysis.verdicts import claim3_verdict
+
     _need(points, "claim 3")
     data = clean(points)
-    base = alt.Chart(data).encode(
-        x=alt.X("drop:Q", scale=alt.Scale(zero=False, padding=30), axis=alt.Axis(format="%"), title="average relative drop, all heads constant (%)"),
-        y=alt.Y("score:Q", scale=alt.Scale(zero=False, padding=30), title="average score at k = 0"),
-    )
-    dots = base.mark_point(size=100, filled=True).encode(
-        color=alt.Color("model:N", legend=legend("model")), tooltip=["model:N", alt.Tooltip("drop:Q", format=".2%"), alt.Tooltip("score:Q", format=".4f"), "n_tasks:Q"]
-    )
-    names = base.mark_text(dy=-12).encode(text="model:N")
-    chart = alt.layer(dots, names).properties(width=TEXT_WIDTH - 2 * AXIS_PX, height=240)
+    x = alt.X("drop:Q", scale=alt.Scale(zero=False, padding=30), axis=alt.Axis(format="%"), title="average relative drop, all heads constant (%)")
+    base = alt.Chart(data).encode(x=x, y=alt.Y("score:Q", scale=alt.Scale(zero=False, padding=30), title="average score at k = 0"))
+    tooltip = ["model:N"] + [alt.Tooltip(f"{c}:Q", format=".2%") for c in ("drop", "low", "high")] + [alt.Tooltip("score:Q", format=".4f"), "n_tasks:Q"]
+    dots = base.mark_point(size=100, filled=True).encode(color=alt.Color("model:N", legend=legend("model")), tooltip=tooltip)
+    layers = [dots, base.mark_text(dy=-12).encode(text="model:N")]
+    if {"low", "high"} <= set(data.columns):
+        layers.insert(0, base.mark_rule().encode(x="low:Q", x2="high:Q", color=alt.Color("model:N", legend=None)))
+    chart = alt.layer(*layers).properties(width=TEXT_WIDTH - 2 * AXIS_PX, height=240)
     n = int(verdict.get("n", len(points)))
     rho = verdict.get("spearman", math.nan)
     stat = (
@@ -125,17 +128,13 @@ def fig_better_models(points: pd.DataFrame, verdict: dict, label: str = "fig-bet
         if rho is None or (isinstance(rho, float) and math.isnan(rho))
         else f" Spearman ρ = {rho:+.2f}, Pearson r = {verdict['pearson']:+.2f}, one-sided exact p = {verdict['p_value']:.3f}."
     )
-    limit = (
-        " With 3 models the smallest possible p is 1/6, so no verdict beyond inconclusive is possible."
-        if n == 3
-        else " With fewer than 3 models no correlation can be tested."
-        if n < 3
-        else ""
-    )
+    tasks = verdict.get("tasks") or []
+    over = f"the informative tasks every model has ({words([task_name(t) for t in tasks])})" if tasks else "the informative tasks every model has"
+    said, reason = claim3_verdict(verdict)
     caption = (
         f'The paper\'s claim 3, "better models lose more": one point per model (n = {n}), its average k = 0 score against its average '
-        f"relative drop with every head constant, both over its informative tasks. The claim predicts points rising to the right.{stat}"
-        f" Verdict: {verdict.get('verdict', 'not testable')}.{limit}"
+        f"relative drop with every head constant (bar: the pooled 95% bootstrap interval of that average), both over {over}, so that no model's "
+        f"average moves by which tasks it has. The claim predicts points rising to the right.{stat} Verdict: {said}. {reason}"
     )
     return finish(chart, caption, label)
 

@@ -22,8 +22,8 @@ differences (numpy's default linear interpolation); a difference is *real* only 
 
 from __future__ import annotations
 
-import itertools
 import math
+import zlib
 from collections.abc import Sequence
 
 import numpy as np
@@ -136,11 +136,24 @@ def _check_bootstrap(level: float, resamples: int) -> None:
         raise PapaError(f"Bootstrap level {level} / resamples {resamples} out of range", "Use e.g. level=0.95, resamples=2000.")
 
 
-def _resampled_means(stacks: Sequence[np.ndarray], metric: str, token: bool, resamples: int, seed: int) -> list[np.ndarray]:
+def resample_rows(n: int, resamples: int = RESAMPLES, seed: int = 0, dev_set: str | None = None) -> np.ndarray:
+    """The bootstrap draws ``[R, N]``: row ``r`` holds the ``N`` example indices of resample ``r``, drawn with
+    replacement. Without ``dev_set`` from ``numpy.random.default_rng(seed)``; with it (the checksum of a dev set's
+    example indices) from ``default_rng([seed, CRC-32 of dev_set])``, so every dev set has its own stream and the
+    runs scored on one dev set (every model and k of a task, and NER and POS, which share their sentences) share
+    their resamples."""
+    rng = np.random.default_rng(seed if dev_set is None else [seed, zlib.crc32(dev_set.encode("utf-8"))])
+    return rng.integers(0, n, size=(resamples, n), dtype=np.int64)
+
+
+def _resampled_means(stacks: Sequence[np.ndarray], metric: str, token: bool, resamples: int, seed: int, rows: np.ndarray | None = None) -> list[np.ndarray]:
     """Per stack of per-seed statistics ``[S, N, D]`` (all on the same ``N`` dev examples): the seed-mean metric
-    on each of ``resamples`` bootstrap resamples of the examples ``[R]``; every stack sees the same resamples."""
+    on each of ``resamples`` bootstrap resamples of the examples ``[R]``; every stack sees the same resamples
+    (``rows [R, N]``, default :func:`resample_rows` of ``seed``)."""
     n = stacks[0].shape[1]
-    rows = np.random.default_rng(seed).integers(0, n, size=(resamples, n), dtype=np.int64)
+    rows = resample_rows(n, resamples, seed) if rows is None else rows
+    if rows.shape != (resamples, n):
+        raise PapaError(f"The resample draws have shape {rows.shape}, not ({resamples}, {n})", "Draw them with resample_rows(n, resamples, ...).")
     means = [np.empty(resamples) for _ in stacks]
     for start in range(0, resamples, 256):
         chunk = rows[start : start + 256]
@@ -170,6 +183,7 @@ def paired_bootstrap(
     seed: int = 0,
     level: float = 0.95,
     pairs: Sequence[tuple[int, int]] | None = None,
+    rows: np.ndarray | None = None,
 ) -> dict:
     """The difference ``other − base`` of the seed-mean metric, with a bootstrap interval over dev examples.
 
@@ -177,7 +191,9 @@ def paired_bootstrap(
     the same ``N`` dev examples. Returns ``difference``, ``low``, ``high``, ``real`` (the interval excludes 0),
     ``relative_drop`` = (base − other) / base with ``relative_low``/``relative_high`` (the same resamples),
     ``base_score``, ``score``, the per-seed differences' ``seed_min``/``seed_max`` over ``pairs``, ``n_examples``,
-    ``n_base``, ``n_runs``, ``n_unpaired`` and ``resamples``.
+    ``n_base``, ``n_runs``, ``n_unpaired``, ``resamples`` and ``relative_samples`` (the relative drop on every
+    resample ``[R]``, NaN where a resample's k = 0 score is ≤ 0: the pooled intervals of :mod:`papa.analysis.pooled`
+    average them). ``rows`` (``[R, N]``, :func:`resample_rows`) fixes the resamples; by default they come from ``seed``.
 
     ``pairs`` (``(i, j)``: base run ``i`` and other run ``j`` share a probe seed, hence its training draw): when
     given, only paired runs enter both sides (a base run may pair several times, e.g. with seeded random
@@ -203,7 +219,7 @@ def paired_bootstrap(
     base_score, score = float(base_seeds.mean()), float(other_seeds.mean())
     pairs = list(pairs) if pairs is not None else [(i, i) for i in range(min(len(b), len(o)))]
     paired = np.array([other_seeds[j] - base_seeds[i] for i, j in pairs]) if pairs else np.array([math.nan])
-    m_base, m_other = _resampled_means([b, o], metric, token, resamples, seed)
+    m_base, m_other = _resampled_means([b, o], metric, token, resamples, seed, rows)
     differences = m_other - m_base
     with np.errstate(divide="ignore", invalid="ignore"):
         relative = np.where(m_base > 0, (m_base - m_other) / m_base, math.nan)
@@ -227,6 +243,7 @@ def paired_bootstrap(
         "n_unpaired": int(unpaired),
         "resamples": int(resamples),
         "level": level,
+        "relative_samples": relative,
     }
 
 
@@ -242,7 +259,9 @@ def paired_differences(results: dict[str, dict], resamples: int = RESAMPLES, see
     """For every (model, task, ranking, k > 0) group of runs, :func:`paired_bootstrap` against the same model and
     task's k = 0 runs (same probe settings and dev examples). One row per group: the group keys and the fields of
     :func:`paired_bootstrap`. Seeded random orderings (``random-1``, ``random-2`` ...) are pooled as ``random``.
-    Runs without dev predictions are skipped."""
+    Runs without dev predictions are skipped. Each dev set draws its resamples from its own stream
+    (:func:`resample_rows` with ``dev_set`` = the runs' ``data.eval_indices_sha``, else the task), so every model and
+    k of a task is resampled on the same draws and the pooled drops of :mod:`papa.analysis.pooled` stay paired."""
     from papa.analysis.results import ranking_method
 
     groups: dict[tuple, list[dict]] = {}
@@ -267,8 +286,11 @@ def paired_differences(results: dict[str, dict], resamples: int = RESAMPLES, see
         if not pairs:
             continue  # no common seed (the gate left them out): no paired interval
         metric = base_runs[0]["metric"]
-        stats = paired_bootstrap([run_statistics(r) for r in base_runs], [run_statistics(r) for r in other_runs], metric, token, resamples, seed, level, pairs)
-        rows.append({"model": model, "task": task, "ranking": ranking, "k": k, "fraction": k / total, "mode": setting[0], "probe_input": setting[1], **stats})
+        dev_set = setting[4] or task
+        base_stats, other_stats = [run_statistics(r) for r in base_runs], [run_statistics(r) for r in other_runs]
+        draws = resample_rows(len(base_stats[0]), resamples, seed, dev_set) if 0 < level < 1 and resamples >= 1 else None
+        stats = paired_bootstrap(base_stats, other_stats, metric, token, resamples, seed, level, pairs, draws)
+        rows.append({"model": model, "task": task, "ranking": ranking, "k": k, "fraction": k / total, "mode": setting[0], "probe_input": setting[1], "dev_set": dev_set, **stats})
     return pd.DataFrame(rows)
 
 
@@ -309,75 +331,5 @@ def convergence_gate(frame: pd.DataFrame, column: str = "converged") -> tuple[pd
     return frame[converged], summary
 
 
-# --- claim 3: better models lose more --------------------------------------------------------------
-
-
-def _ranks(values: np.ndarray) -> np.ndarray:
-    return pd.Series(values).rank(method="average").to_numpy()
-
-
-def _pearson(x: np.ndarray, y: np.ndarray) -> float:
-    x, y = x - x.mean(), y - y.mean()
-    denominator = math.sqrt(float((x * x).sum() * (y * y).sum()))
-    return float((x * y).sum() / denominator) if denominator > 0 else math.nan
-
-
-def spearman_exact_p(x: Sequence[float], y: Sequence[float]) -> tuple[float, float]:
-    """Spearman's ρ and its one-sided permutation p-value P(ρ_perm ≥ ρ): exact over all ``n!`` orderings of ``y``
-    for ``n`` ≤ 9, else over :data:`PERMUTATIONS` seeded random orderings plus the observed one, so p ≥ 1/20,001
-    (ties by average ranks)."""
-    rx, ry = _ranks(np.asarray(x, float)), _ranks(np.asarray(y, float))
-    rho = _pearson(rx, ry)
-    if math.isnan(rho):
-        return rho, math.nan
-    if len(rx) <= 9:
-        perms = [_pearson(rx, ry[list(p)]) for p in itertools.permutations(range(len(ry)))]
-        return rho, sum(r >= rho - 1e-12 for r in perms) / len(perms)
-    rng = np.random.default_rng(0)
-    perms = [_pearson(rx, ry[rng.permutation(len(ry))]) for _ in range(PERMUTATIONS)]
-    return rho, (1 + sum(r >= rho - 1e-12 for r in perms)) / (1 + len(perms))  # the observed ordering counts once
-
-
-#: Random orderings of the permutation test above 9 models (9! = 362,880 is the exact test's largest).
-PERMUTATIONS = 20000
-
-
-def model_points(rows: pd.DataFrame, score: str = "score") -> tuple[pd.DataFrame, list[str]]:
-    """Claim 3's points from per-(model, task) rows with ``drop`` and ``score``: one point per model, averaged
-    over the tasks that *every* model has (so that no model's average rises or falls by which tasks it has:
-    POS near 0.95 in one model's average and not in another's would decide ρ). Returns ``(points [model, drop,
-    score, n_tasks], the common tasks)``."""
-    rows = rows.dropna(subset=["drop", score])
-    models = rows["model"].unique()
-    common = sorted(t for t, g in rows.groupby("task") if set(g["model"]) >= set(models))
-    kept = rows[rows["task"].isin(common)]
-    points = kept.groupby("model", sort=True).agg(drop=("drop", "mean"), score=(score, "mean"), n_tasks=("task", "nunique")).reset_index()
-    return points[["model", "drop", "score", "n_tasks"]], common
-
-
-def claim3(points: pd.DataFrame, alpha: float = 0.05) -> dict:
-    """The claim-3 verdict from one point per model: ``drop`` (average relative drop with all heads constant)
-    and ``score`` (average k = 0 score). "Better models lose more" predicts a positive association.
-
-    Fewer than 3 models: ``"not testable"`` (two points always give ρ = ±1). Otherwise Spearman's ρ (with its exact
-    one-sided permutation p-value) and Pearson's r over the ``n`` models; ``"reproduced"`` when ρ > 0 with
-    p < ``alpha``, ``"contradicted"`` when ρ < 0 with P(ρ_perm ≤ ρ) < ``alpha``, else ``"inconclusive"``. With 3 models
-    the smallest possible p is 1/6, so 3 models can at most say ``"inconclusive"`` with a direction.
-    """
-    frame = points.dropna(subset=["drop", "score"])
-    n = int(len(frame))
-    out = {"n": n, "spearman": math.nan, "pearson": math.nan, "p_value": math.nan, "direction": "none", "verdict": "not testable"}
-    if n < 3:
-        return out
-    x, y = frame["score"].to_numpy(float), frame["drop"].to_numpy(float)
-    rho, p_greater = spearman_exact_p(x, y)
-    _, p_less = spearman_exact_p(x, -y)
-    out.update(spearman=rho, pearson=_pearson(x, y))
-    if math.isnan(rho) or rho == 0:
-        out.update(p_value=1.0, verdict="inconclusive")
-        return out
-    out["direction"] = "better models lose more" if rho > 0 else "better models lose less"
-    p = p_greater if rho > 0 else p_less
-    out["p_value"] = p
-    out["verdict"] = ("reproduced" if rho > 0 else "contradicted") if p < alpha else "inconclusive"
-    return out
+# claim 3 lives in papa.analysis.pooled; re-exported here (its old home)
+from papa.analysis.pooled import PERMUTATIONS, claim3, model_points, spearman_exact_p  # noqa: E402,F401

@@ -9,7 +9,6 @@ from pathlib import Path
 import pandas as pd
 
 from papa.analysis import results as R
-from papa.analysis.drops import claims_table, drops_at
 from papa.analysis.figure_kit import metric_name, task_name
 from papa.book import tables as T
 from papa.core.io import read_json_verified
@@ -182,12 +181,12 @@ def retained_gains(summary: pd.DataFrame, floors: pd.DataFrame) -> pd.DataFrame:
     return frame.sort_values(["model", "task", "k", "ranking"], ignore_index=True) if len(frame) else frame
 
 
-def still_rising(epochs: pd.DataFrame, last: int = 3, tolerance: float = 0.002) -> pd.DataFrame:
-    """Runs whose dev score is still rising: the mean of the last ``last`` epochs exceeds the mean of
-    the ``last`` epochs before them by more than ``tolerance``."""
+def still_rising(epochs: pd.DataFrame, last: int = 3, tolerance: float = 0.002, curve: str = "score") -> pd.DataFrame:
+    """Runs whose ``curve`` ("score": the dev score; "heldout": the held-out training score) is still rising: the
+    mean of the last ``last`` epochs exceeds the mean of the ``last`` epochs before them by more than ``tolerance``."""
     rows = []
     for run_id, group in epochs.groupby("run_id"):
-        scores = group.sort_values("epoch")["score"].dropna().to_numpy()  # no per-epoch dev score: not checked
+        scores = group.sort_values("epoch")[curve].dropna().to_numpy()  # no such per-epoch score: not checked
         if len(scores) < 2 * last:
             continue
         gain = scores[-last:].mean() - scores[-2 * last : -last].mean()
@@ -257,20 +256,14 @@ def floors_display(floors: pd.DataFrame, digits: int = 3) -> T.Table:
 
 
 def headline_numbers(data: BookData, ranking: str | None = None) -> dict:
-    """The numbers the results chapter's prose cites, all computed from the runs."""
-    from fractions import Fraction
-
+    """The counts and names the results chapter's prose cites (the drops and verdicts come from
+    :func:`papa.book.science.science_numbers`, on the one basis of every drop)."""
     methods = [m for m in data.config["rank"].get("methods", ["gates"])]
     ranking = ranking or methods[0]
     informative = data.floors[data.floors["informative"]]
     uninformative = data.floors[~data.floors["informative"]]
-    half = drops_at(data.summary, Fraction(1, 2), ranking)
-    full = drops_at(data.summary, 1)
-    pairs = set(zip(informative["model"], informative["task"]))
-    keep = lambda frame: frame[[(m, t) in pairs for m, t in zip(frame["model"], frame["task"])]]  # noqa: E731
     label = (lambda m, t: f"{m}/{t}") if len(data.models) > 1 else (lambda m, t: t)  # noqa: E731
-    claims = claims_table(data.summary, data.floors, ranking=ranking)
-    numbers = {
+    return {
         "config_name": data.config["name"],
         "n_runs": int(data.main["run_id"].nunique()),
         "n_runs_all": int(data.tidy["run_id"].nunique()),
@@ -282,16 +275,8 @@ def headline_numbers(data: BookData, ranking: str | None = None) -> dict:
         "informative_tasks": ", ".join(map(label, informative["model"], informative["task"])) or "none",
         "uninformative_tasks": ", ".join(map(label, uninformative["model"], uninformative["task"])) or "none",
         "n_informative": int(len(informative)),
-        "drop_half_mean": float(keep(half)["drop"].mean()) if len(keep(half)) else math.nan,
-        "drop_all_mean": float(keep(full)["drop"].mean()) if len(keep(full)) else math.nan,
-        "drop_all_max": float(keep(full)["drop"].max()) if len(keep(full)) else math.nan,
-        "drop_all_all_tasks": float(full["drop"].mean()) if len(full) else math.nan,
         "probe_train_examples": _size_words(data.config["probe"].get("max_train_examples", 1000)),
     }
-    for index, row in claims.iterrows():
-        numbers[f"claim{index + 1}_verdict"] = row["verdict"]
-        numbers[f"claim{index + 1}_ours"] = row["ours"]
-    return numbers
 
 
 def glue_numbers(numbers: dict) -> None:
@@ -303,7 +288,7 @@ def glue_numbers(numbers: dict) -> None:
 
     for key, value in numbers.items():
         if isinstance(value, float):
-            value = "n/a" if math.isnan(value) else f"{value:.1%}" if key.startswith("drop") else f"{value:.3f}"
+            value = "n/a" if math.isnan(value) else T.percent(value) if key.startswith("drop") else T.score(value)
         glue(key, value, display=False)
 
 
@@ -349,28 +334,3 @@ def layer_table(data: BookData, fraction: float = 0.5) -> pd.DataFrame:
         k = int(math.floor(fraction * len(ranking) + 0.5))
         rows.append({"model": model, "task": task, "ranking": method, **{f"layer {i}": c for i, c in enumerate(layer_counts(ranking, k, num_layers))}})
     return pd.DataFrame(rows)
-
-
-def drops_by_model(data: BookData, ranking: str | None = None) -> pd.DataFrame:
-    """The front page's table: per model, its heads, its informative tasks and the mean relative drop
-    over them with half (``ranking``'s order, default the config's first method) and with all heads constant."""
-    from fractions import Fraction
-
-    ranking = ranking or data.config["rank"].get("methods", ["gates"])[0]
-    informative = set(zip(data.floors.loc[data.floors["informative"], "model"], data.floors.loc[data.floors["informative"], "task"]))
-    half, full = drops_at(data.summary, Fraction(1, 2), ranking), drops_at(data.summary, 1)
-    rows = []
-    for model in data.models:
-        tasks = [t for t in data.tasks if (model, t) in informative]
-        at_half, at_all = (frame[(frame["model"] == model) & frame["task"].isin(tasks)]["drop"] for frame in (half, full))
-        heads = data.main.loc[data.main["model"] == model, "total_heads"]
-        rows.append(
-            {
-                "model": model,
-                "heads": int(heads.iloc[0]) if len(heads) else 0,
-                "informative tasks": len(tasks),
-                f"drop, half of the heads constant ({ranking})": f"{at_half.mean():.1%}" if len(at_half) else "—",
-                "drop, all heads constant": f"{at_all.mean():.1%}" if len(at_all) else "—",
-            }
-        )
-    return pd.DataFrame(rows).set_index("model")

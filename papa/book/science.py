@@ -16,12 +16,14 @@ import pandas as pd
 
 from papa.analysis import findings as F
 from papa.analysis import paper as P
+from papa.analysis import pooled
 from papa.analysis import results as R
 from papa.analysis import stats as S
+from papa.analysis import verdicts as V
 from papa.analysis.figure_kit import AXIS_PX, TEXT_WIDTH, Figure, finish
 from papa.analysis.paper_figures import fig_better_models, fig_paper_scores, fig_relative_score
 from papa.book.data import BookData
-from papa.book.words import and_list, fraction_words, plural
+from papa.book.words import and_list, fraction_words, plural, task_name
 
 #: The paper's literal setting (the ``literal`` studies): lr, epochs, epoch selection.
 LITERAL = (2e-5, 15, "final")
@@ -29,20 +31,24 @@ LITERAL = (2e-5, 15, "final")
 
 @dataclass
 class Science:
-    """What the results chapter shows; every table is a pandas frame."""
+    """What the results chapter shows; every table is a pandas frame. Every drop on every page is a row of
+    ``cells`` (:func:`papa.analysis.pooled.drop_cells`: converged runs, paired by probe seed) or a
+    :func:`papa.analysis.pooled.pooled_drop` of them."""
 
     ranking: str
-    differences: pd.DataFrame  # paired differences to k = 0 of every main run (stats.paired_differences)
-    table: pd.DataFrame  # findings.main_table of every main run, with a ``converged`` count column
+    differences: pd.DataFrame  # paired differences to k = 0 of the basis's runs (stats.paired_differences)
+    table: pd.DataFrame  # findings.main_table of the basis's runs, with a ``converged`` count column
     gate: dict  # the convergence gate over the main runs (stats.convergence_gate's summary)
     converged_table: pd.DataFrame  # findings.main_table of the converged runs only
-    basis: str  # which runs the analogues are drawn from, in words
-    summary: pd.DataFrame  # the seed means the analogues are drawn from
+    basis: str  # which runs the tables and analogues are drawn from, in words
+    summary: pd.DataFrame  # the seed means of the basis's runs
     differences_basis: pd.DataFrame
     random: pd.DataFrame  # findings.random_baseline
-    better: tuple[pd.DataFrame, dict]  # paper.better_models_lose_more of the converged runs
-    claims: pd.DataFrame  # findings.claims_verdicts
-    model_drops: pd.DataFrame  # findings.model_drops of the converged runs
+    better: tuple[pd.DataFrame, dict]  # paper.better_models_lose_more of the cells (claim 3's points and statistics)
+    claims: pd.DataFrame  # verdicts.claims_table
+    model_drops: pd.DataFrame  # pooled.model_drops of the cells
+    cells: pd.DataFrame  # pooled.drop_cells of the converged runs: the one source of every drop
+    sensitivity: pd.DataFrame  # verdicts.sensitivity
 
 
 def _flag(value: object) -> bool | None:
@@ -63,52 +69,43 @@ def _converged_counts(table: pd.DataFrame, main: pd.DataFrame) -> pd.DataFrame:
 
 
 def chapter_science(data: BookData, ranking: str | None = None, resamples: int = S.RESAMPLES) -> Science:
-    """Everything the results chapter shows, from the main grid's runs (``data.main``) and their records."""
+    """Everything the results chapter shows, from the main grid's runs (``data.main``) and their records.
+
+    The basis is the converged runs (the convergence gate), each drop paired by probe seed; only when no run
+    converged do the tables fall back to every run (and the claims are not testable)."""
     ranking = ranking or data.config["rank"].get("methods", ["gates"])[0]
     main_ids = set(data.main["run_id"])
-    differences = S.paired_differences(_records(data, main_ids), resamples=resamples)
-    table = _converged_counts(F.main_table(data.summary, differences, ranking), data.main)
     kept, gate = F.gate_runs(data.main)
-    converged_main = data.main[data.main["run_id"].isin(kept)]
-    converged_summary = R.summarise(converged_main)
-    if kept == main_ids:  # every run converged: the same bootstrap
-        converged_differences = differences
-    else:
-        converged_differences = S.paired_differences(_records(data, kept), resamples=resamples) if kept else differences.iloc[:0]
-    converged_table = F.main_table(converged_summary, converged_differences, ranking)
-    better = (
-        P.better_models_lose_more(converged_summary, data.floors)
-        if len(converged_summary)
-        else (pd.DataFrame(columns=["model", "drop", "score", "n_tasks"]), S.claim3(pd.DataFrame(columns=["drop", "score"])))
-    )
-    if kept:
-        basis, summary, diffs = f"the {len(kept)} converged runs", converged_summary, converged_differences
-    else:
-        basis, summary, diffs = f"all {gate['runs']} runs (none passed the convergence gate)", data.summary, differences
+    ids = kept or main_ids
+    summary = R.summarise(data.main[data.main["run_id"].isin(ids)])
+    differences = S.paired_differences(_records(data, ids), resamples=resamples)
+    table = F.main_table(summary, differences, ranking)
+    cells = pooled.drop_cells(differences, summary, data.floors, ranking) if kept else pooled.drop_cells(differences.iloc[:0], summary.iloc[:0], data.floors, ranking)
+    basis = f"the {len(kept)} converged runs" if kept else f"all {gate['runs']} runs (none passed the convergence gate)"
     return Science(
         ranking=ranking,
         differences=differences,
-        table=table,
+        table=_converged_counts(table, data.main),
         gate=gate,
-        converged_table=converged_table,
+        converged_table=table if kept else table.iloc[:0],
         basis=basis,
         summary=summary,
-        differences_basis=diffs,
+        differences_basis=differences,
         random=F.random_baseline(_records(data, main_ids), resamples=resamples),
-        better=better,
-        claims=F.claims_verdicts(converged_table, data.floors, gate, better[1]),
-        model_drops=F.model_drops(converged_table, data.floors),
+        better=P.better_models_lose_more(cells),
+        claims=V.claims_table(cells, gate),
+        model_drops=pooled.model_drops(cells),
+        cells=cells,
+        sensitivity=V.sensitivity(cells),
     )
 
 
-def _interval(low: float, high: float) -> str:
-    return "(no interval)" if math.isnan(low) or math.isnan(high) else f"[{low:.1%}, {high:.1%}]"
-
-
 def science_numbers(result: Science, data: BookData) -> dict:
-    """The numbers the prose and the front page cite: claim verdicts and notes, the gate's counts, and the mean
-    relative drops at half and all heads over informative tasks of converged runs with their intervals
-    (``drop_half_mean``, ``drop_half_interval``, ``drop_all_mean``, ``drop_all_interval``, ``drop_all_max``)."""
+    """The numbers the prose and the front page cite, every one from ``result.cells``: per claim its verdict
+    (``claim{i}_verdict``), the number it rests on with its pooled interval (``claim{i}_number``), one sentence why
+    (``claim{i}_reason``) and the table's text (``claim{i}_ours``); the gate's counts; the pooled drops at half and
+    all heads over informative tasks (``drop_half_mean``, ``drop_half_interval`` ...) and the largest single drop
+    with every head constant (``drop_all_max``); the bootstrap's resamples and seed."""
     numbers: dict = {
         "n_gated_runs": result.gate["runs"],
         "n_converged": result.gate["converged"],
@@ -117,23 +114,28 @@ def science_numbers(result: Science, data: BookData) -> dict:
         "n_unknown": result.gate["unknown"],
         "analogue_basis": result.basis,
         "claim3_n": int(result.better[1].get("n", 0)),
+        "claim3_tasks": and_list(task_name(t) for t in result.better[1].get("tasks", [])) or "no task",
+        "pooled_resamples": f"{int(result.differences['resamples'].iloc[0]) if len(result.differences) else S.RESAMPLES:,}",
+        "pooled_seed": "0",
     }
-    for index, row in result.claims.iterrows():
-        numbers[f"claim{index + 1}_verdict"] = row["verdict"]
-        numbers[f"claim{index + 1}_ours"] = row["ours"]
-    informative = {(m, t) for m, t, ok in zip(data.floors["model"], data.floors["task"], data.floors["informative"]) if ok}
-    converged = result.converged_table
-    table = converged[pd.Series([(m, t) in informative for m, t in zip(converged["model"], converged["task"])], index=converged.index, dtype=bool)]
-    table = table.dropna(subset=["relative_low", "relative_high"])
-    half = table[F._at_half(table)]
-    full = table[(table["k"] > 0) & (table["k"] == table["total_heads"])]
-    for name, rows in (("half", half), ("all", full)):
-        mean, low, high = (float(rows[c].mean()) if len(rows) else math.nan for c in ("relative_drop", "relative_low", "relative_high"))
-        numbers[f"drop_{name}_mean"] = mean
-        numbers[f"drop_{name}_interval"] = _interval(low, high)
+    judged = V.judge(result.cells)
+    for index, (row, number) in enumerate(zip(result.claims.itertuples(), V.claim_numbers(judged)), start=1):
+        numbers[f"claim{index}_verdict"] = row.verdict
+        numbers[f"claim{index}_ours"] = row.ours
+        numbers[f"claim{index}_reason"] = row.reason
+        numbers[f"claim{index}_number"] = number
+    for name in ("half", "all"):
+        numbers[f"drop_{name}_mean"] = judged[name]["value"]
+        numbers[f"drop_{name}_interval"] = _interval(judged[name]["low"], judged[name]["high"])
+        numbers[f"n_pairs_{name}"] = judged[name]["n"]
+    full = pooled.select(result.cells, "all")
     numbers["drop_all_max"] = float(full["relative_drop"].max()) if len(full) else math.nan
     numbers["random_summary"] = random_summary(result.random, result.ranking)
     return numbers
+
+
+def _interval(low: float, high: float) -> str:
+    return "(no interval)" if math.isnan(low) or math.isnan(high) else f"[{V.percent_text(low)}, {V.percent_text(high)}]"
 
 
 def random_summary(random: pd.DataFrame, ranking: str) -> str:
@@ -152,21 +154,21 @@ def random_summary(random: pd.DataFrame, ranking: str) -> str:
 
 
 def model_drops_display_frame(result: Science) -> pd.DataFrame:
-    """The front page's per-model table: heads, tasks, and the drops at half and all heads with intervals (text)."""
+    """The front page's per-model table: heads, informative tasks, and the pooled drops at half and all heads with
+    their pooled bootstrap intervals (text; the paper's table's average rows show the same numbers)."""
     rows = []
+    half_header = f"drop, half of the heads constant ({result.ranking})"
     for row in result.model_drops.itertuples():
         rows.append(
             {
                 "model": row.model,
                 "heads": int(row.total_heads),
                 "informative tasks": int(max(row.n_tasks_half, row.n_tasks_all)),
-                f"drop, half of the heads constant ({result.ranking})": "–"
-                if math.isnan(row.drop_half)
-                else f"{row.drop_half:.1%} {_interval(row.drop_half_low, row.drop_half_high)}",
-                "drop, all heads constant": "–" if math.isnan(row.drop_all) else f"{row.drop_all:.1%} {_interval(row.drop_all_low, row.drop_all_high)}",
+                half_header: V.interval_text(row.drop_half, row.drop_half_low, row.drop_half_high),
+                "drop, all heads constant": V.interval_text(row.drop_all, row.drop_all_low, row.drop_all_high),
             }
         )
-    return pd.DataFrame(rows, columns=["model", "heads", "informative tasks", f"drop, half of the heads constant ({result.ranking})", "drop, all heads constant"])
+    return pd.DataFrame(rows, columns=["model", "heads", "informative tasks", half_header, "drop, all heads constant"])
 
 
 def placeholder_figure(label: str, why: str) -> Figure:

@@ -1,0 +1,232 @@
+"""Pooled numbers with intervals of their own (issue 26): the average relative drop over many model/task pairs with a
+bootstrap interval of that average, and claim 3, "better models lose more", on the same per-model averages.
+
+**One basis for every drop** (:func:`drop_cells`): the converged runs of the full probe, each drop *paired by
+probe seed* (only the seeds whose runs converged at k = 0 and at k enter, on the same dev examples), as
+:func:`papa.analysis.stats.paired_differences` computes it: relative drop = (s̄₀ − s̄ₖ) / s̄₀ of those seeds' means.
+The main table, the paper's table, the claims, the front page and figure (c) all read these cells.
+
+**Pooled interval** (:func:`pooled_drop`): the bootstrap resamples each dev set within itself (every task's own
+examples, :func:`papa.analysis.stats.resample_rows`: one stream per dev set, so every model and k of a task, and
+NER and POS, which share their sentences, are resampled on the same draws: paired across k and models). On each of
+the R resamples every cell's relative drop is recomputed (``relative_samples``) and the cells are averaged; the
+interval is the 2.5 and 97.5 percentiles of those R averages. R = :data:`papa.analysis.stats.RESAMPLES` (2,000),
+seed 0.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterable, Sequence
+from fractions import Fraction
+
+import numpy as np
+import pandas as pd
+
+from papa.core.heads import count_for
+
+#: Sentence-level and token-level tasks (the sensitivity table's families).
+TASK_FAMILIES = {"cola": "sentence", "sst2": "sentence", "mrpc": "sentence", "mnli": "sentence", "ner": "token", "pos": "token"}
+#: Columns of :func:`drop_cells` (``samples``: the relative drop on every resample, an ``[R]`` array per cell).
+CELL_COLUMNS = [
+    "model",
+    "task",
+    "family",
+    "at",
+    "k",
+    "total_heads",
+    "score_0",
+    "score",
+    "relative_drop",
+    "relative_low",
+    "relative_high",
+    "real",
+    "n_pairs",
+    "informative",
+    "samples",
+]
+
+
+def drop_cells(differences: pd.DataFrame, summary: pd.DataFrame, floors: pd.DataFrame, ranking: str = "gates") -> pd.DataFrame:
+    """The drops every page shows, one row per model × task × ``at`` ("half": k = ½ of the heads in ``ranking``'s
+    order; "all": every head constant), columns :data:`CELL_COLUMNS`.
+
+    ``differences``: :func:`papa.analysis.stats.paired_differences` of the converged runs (with ``relative_samples``);
+    ``summary``: :func:`papa.analysis.results.summarise` of the same runs (``score_0`` and ``score``: the seed means of
+    the converged runs at k = 0 and at k); ``floors``: which pairs are ``informative``. ``relative_drop`` and its
+    interval, ``real`` and ``n_pairs`` (seeds paired) are the paired bootstrap's, copied as they are. A pair without a
+    paired interval at that k has no row."""
+    rows = []
+    diffs = differences[differences["probe_input"] == "all"] if len(differences) else differences
+    means = summary[summary["probe_input"] == "all"].set_index(["model", "task", "ranking", "k"])["mean"] if len(summary) else pd.Series(dtype=float)
+    informative = {(m, t): bool(ok) for m, t, ok in zip(floors["model"], floors["task"], floors["informative"])}
+    for row in diffs.itertuples(index=False) if len(diffs) else []:
+        total = int(round(row.k / row.fraction))
+        at = "all" if row.k == total else "half" if row.k == count_for(Fraction(1, 2), total) and row.ranking == ranking else None
+        if at is None:
+            continue
+        rows.append(
+            {
+                "model": row.model,
+                "task": row.task,
+                "family": TASK_FAMILIES.get(row.task, "other"),
+                "at": at,
+                "k": int(row.k),
+                "total_heads": total,
+                "score_0": float(means.get((row.model, row.task, "none", 0), math.nan)),
+                "score": float(means.get((row.model, row.task, row.ranking, row.k), math.nan)),
+                "relative_drop": float(row.relative_drop),
+                "relative_low": float(row.relative_low),
+                "relative_high": float(row.relative_high),
+                "real": bool(row.real),
+                "n_pairs": int(row.n_runs),
+                "informative": informative.get((row.model, row.task), False),
+                "samples": np.asarray(row.relative_samples, dtype=float),
+            }
+        )
+    frame = pd.DataFrame(rows, columns=CELL_COLUMNS)
+    return frame.sort_values(["model", "task", "at"], ignore_index=True)
+
+
+def _usable(cells: pd.DataFrame) -> pd.Series:
+    """Which cells have a relative drop on the dev set and on every resample (boolean, on ``cells``' index)."""
+    flags = [bool(np.isfinite(d) and np.isfinite(s).all()) for d, s in zip(cells["relative_drop"], cells["samples"])]
+    return pd.Series(flags, index=cells.index, dtype=bool)
+
+
+def pooled_drop(cells: pd.DataFrame, level: float = 0.95) -> dict:
+    """The average relative drop over ``cells`` (rows of :func:`drop_cells`) with the percentile bootstrap interval
+    of that average: ``value``, ``low``, ``high``, ``n`` (cells averaged), ``excluded`` (cells left out because
+    their drop is undefined: a k = 0 score ≤ 0 on the whole dev set or on a resample), ``models``, ``tasks``
+    (sorted, of the cells averaged). Without a cell: NaN and ``n`` = 0."""
+    kept = cells[_usable(cells)]
+    out = {"n": int(len(kept)), "excluded": int(len(cells) - len(kept)), "models": sorted(set(kept["model"])), "tasks": sorted(set(kept["task"]))}
+    if kept.empty:
+        return out | {"value": math.nan, "low": math.nan, "high": math.nan}
+    averages = np.vstack(kept["samples"].tolist()).mean(0)  # [R]
+    tail = (1 - level) / 2
+    low, high = np.quantile(averages, [tail, 1 - tail])
+    return out | {"value": float(kept["relative_drop"].mean()), "low": float(low), "high": float(high)}
+
+
+def select(cells: pd.DataFrame, at: str, informative: bool | None = True, families: Iterable[str] | None = None, models: Iterable[str] | None = None) -> pd.DataFrame:
+    """The cells at ``at`` ("half" / "all"), of informative pairs only (``informative=True``) or of every pair
+    (None), of the given task ``families`` and ``models`` (None: all)."""
+    keep = cells["at"] == at
+    if informative is not None:
+        keep &= cells["informative"] == informative
+    if families is not None:
+        keep &= cells["family"].isin(list(families))
+    if models is not None:
+        keep &= cells["model"].isin(list(models))
+    return cells[keep]
+
+
+def model_drops(cells: pd.DataFrame, informative: bool | None = True) -> pd.DataFrame:
+    """Per model: :func:`pooled_drop` at half and at all heads over its (informative) cells. Columns: model,
+    total_heads, ``drop_half``, ``drop_half_low``, ``drop_half_high``, ``n_tasks_half``, the same for ``all``,
+    and ``tasks`` (the tasks averaged at all heads, comma-separated)."""
+    out = []
+    for model, group in cells.groupby("model", sort=True):
+        record: dict = {"model": model, "total_heads": int(group["total_heads"].iloc[0])}
+        for at in ("half", "all"):
+            pooled = pooled_drop(select(group, at, informative))
+            record |= {f"drop_{at}": pooled["value"], f"drop_{at}_low": pooled["low"], f"drop_{at}_high": pooled["high"], f"n_tasks_{at}": pooled["n"]}
+            if at == "all":
+                record["tasks"] = ", ".join(pooled["tasks"])
+        out.append(record)
+    columns = ["model", "total_heads"] + [f"drop_{at}{s}" for at in ("half", "all") for s in ("", "_low", "_high")] + ["n_tasks_half", "n_tasks_all", "tasks"]
+    return pd.DataFrame(out, columns=columns)
+
+
+def claim3_points(cells: pd.DataFrame, informative: bool | None = True, families: Iterable[str] | None = None) -> tuple[pd.DataFrame, list[str]]:
+    """Claim 3's points from the all-heads cells: one per model, its :func:`pooled_drop` (``drop``, ``low``,
+    ``high``) and its mean k = 0 score (``score``), both over the tasks that *every* model has (so that no model's
+    average rises or falls by which tasks it has), and ``n_tasks``. Returns ``(points, the common tasks)``."""
+    rows = select(cells, "all", informative, families)
+    rows = rows[_usable(rows)]
+    models = sorted(set(rows["model"]))
+    common = sorted(t for t, g in rows.groupby("task") if set(g["model"]) >= set(models))
+    out = []
+    for model in models:
+        mine = rows[(rows["model"] == model) & rows["task"].isin(common)]
+        if mine.empty:
+            continue
+        pooled = pooled_drop(mine)
+        out.append({"model": model, "drop": pooled["value"], "low": pooled["low"], "high": pooled["high"], "score": float(mine["score_0"].mean()), "n_tasks": int(len(mine))})
+    return pd.DataFrame(out, columns=["model", "drop", "low", "high", "score", "n_tasks"]), common
+
+
+# --- claim 3: better models lose more --------------------------------------------------------------
+
+
+def _ranks(values: np.ndarray) -> np.ndarray:
+    return pd.Series(values).rank(method="average").to_numpy()
+
+
+def _pearson(x: np.ndarray, y: np.ndarray) -> float:
+    x, y = x - x.mean(), y - y.mean()
+    denominator = math.sqrt(float((x * x).sum() * (y * y).sum()))
+    return float((x * y).sum() / denominator) if denominator > 0 else math.nan
+
+
+def spearman_exact_p(x: Sequence[float], y: Sequence[float]) -> tuple[float, float]:
+    """Spearman's ρ and its one-sided permutation p-value P(ρ_perm ≥ ρ): exact over all ``n!`` orderings of ``y``
+    for ``n`` ≤ 9, else over :data:`PERMUTATIONS` seeded random orderings plus the observed one, so p ≥ 1/20,001
+    (ties by average ranks)."""
+    rx, ry = _ranks(np.asarray(x, float)), _ranks(np.asarray(y, float))
+    rho = _pearson(rx, ry)
+    if math.isnan(rho):
+        return rho, math.nan
+    if len(rx) <= 9:
+        perms = [_pearson(rx, ry[list(p)]) for p in itertools.permutations(range(len(ry)))]
+        return rho, sum(r >= rho - 1e-12 for r in perms) / len(perms)
+    rng = np.random.default_rng(0)
+    perms = [_pearson(rx, ry[rng.permutation(len(ry))]) for _ in range(PERMUTATIONS)]
+    return rho, (1 + sum(r >= rho - 1e-12 for r in perms)) / (1 + len(perms))  # the observed ordering counts once
+
+
+#: Random orderings of the permutation test above 9 models (9! = 362,880 is the exact test's largest).
+PERMUTATIONS = 20000
+
+
+def model_points(rows: pd.DataFrame, score: str = "score") -> tuple[pd.DataFrame, list[str]]:
+    """Claim 3's points from per-(model, task) rows with ``drop`` and ``score``: one point per model, averaged
+    over the tasks that *every* model has (so that no model's average rises or falls by which tasks it has:
+    POS near 0.95 in one model's average and not in another's would decide ρ). Returns ``(points [model, drop,
+    score, n_tasks], the common tasks)``."""
+    rows = rows.dropna(subset=["drop", score])
+    models = rows["model"].unique()
+    common = sorted(t for t, g in rows.groupby("task") if set(g["model"]) >= set(models))
+    kept = rows[rows["task"].isin(common)]
+    points = kept.groupby("model", sort=True).agg(drop=("drop", "mean"), score=(score, "mean"), n_tasks=("task", "nunique")).reset_index()
+    return points[["model", "drop", "score", "n_tasks"]], common
+
+
+def claim3(points: pd.DataFrame, alpha: float = 0.05) -> dict:
+    """The claim-3 verdict from one point per model: ``drop`` (average relative drop with all heads constant)
+    and ``score`` (average k = 0 score). "Better models lose more" predicts a positive association.
+
+    Fewer than 3 models: ``"not testable"`` (two points always give ρ = ±1). Otherwise Spearman's ρ (with its exact
+    one-sided permutation p-value) and Pearson's r over the ``n`` models; ``"reproduced"`` when ρ > 0 with
+    p < ``alpha``, ``"contradicted"`` when ρ < 0 with P(ρ_perm ≤ ρ) < ``alpha``, else ``"inconclusive"``. With 3 models
+    the smallest possible p is 1/6, so 3 models can at most say ``"inconclusive"`` with a direction.
+    """
+    frame = points.dropna(subset=["drop", "score"])
+    n = int(len(frame))
+    out = {"n": n, "spearman": math.nan, "pearson": math.nan, "p_value": math.nan, "direction": "none", "verdict": "not testable"}
+    if n < 3:
+        return out
+    x, y = frame["score"].to_numpy(float), frame["drop"].to_numpy(float)
+    rho, p_greater = spearman_exact_p(x, y)
+    _, p_less = spearman_exact_p(x, -y)
+    out.update(spearman=rho, pearson=_pearson(x, y))
+    if math.isnan(rho) or rho == 0:
+        out.update(p_value=1.0, verdict="inconclusive")
+        return out
+    out["direction"] = "better models lose more" if rho > 0 else "better models lose less"
+    p = p_greater if rho > 0 else p_less
+    out["p_value"] = p
+    out["verdict"] = ("reproduced" if rho > 0 else "contradicted") if p < alpha else "inconclusive"
+    return out

@@ -1,0 +1,42 @@
+"""Hand-made drop cells (rows of :func:`papa.analysis.pooled.drop_cells`) for the verdict and pooled-interval tests."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from papa.analysis.pooled import CELL_COLUMNS, TASK_FAMILIES
+
+
+def cell(model: str, task: str, at: str, drop: float, samples: list[float] | np.ndarray, informative: bool = True, score_0: float = 0.8, total: int = 8) -> dict:
+    """One cell: ``drop`` with its resampled drops ``samples`` (its interval is their 2.5/97.5 percentiles)."""
+    samples = np.asarray(samples, dtype=float)
+    low, high = (np.quantile(samples, [0.025, 0.975]) if np.isfinite(samples).all() else (math.nan, math.nan)) if len(samples) else (math.nan, math.nan)
+    return {
+        "model": model,
+        "task": task,
+        "family": TASK_FAMILIES.get(task, "other"),
+        "at": at,
+        "k": total if at == "all" else total // 2,
+        "total_heads": total,
+        "score_0": score_0,
+        "score": score_0 * (1 - drop),
+        "relative_drop": drop,
+        "relative_low": float(low),
+        "relative_high": float(high),
+        "real": bool(low > 0 or high < 0),
+        "n_pairs": 3,
+        "informative": informative,
+        "samples": samples,
+    }
+
+
+def cells(rows: list[dict]) -> pd.DataFrame:
+    return pd.DataFrame(rows, columns=CELL_COLUMNS)
+
+
+def spread(centre: float, width: float, n: int = 101) -> np.ndarray:
+    """``n`` evenly spaced resampled drops from ``centre − width`` to ``centre + width``."""
+    return np.linspace(centre - width, centre + width, n)
