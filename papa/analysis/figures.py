@@ -165,28 +165,36 @@ def fig_baseline_vs_drop(summary: pd.DataFrame, mode: str | None = None, label: 
     return finish(chart, caption, label)
 
 
-def fig_convergence(epochs: pd.DataFrame, mode: str | None = None, label: str = "fig-convergence") -> Figure:
-    """Dev score per epoch (mean, band min–max over seeds) for k = 0 and k = all, one panel per task.
+def fig_convergence(epochs: pd.DataFrame, mode: str | None = None, label: str = "fig-convergence", curve: str = "score") -> Figure:
+    """Score per epoch (mean, band min–max over seeds) for k = 0 and k = all, one panel per task: ``curve`` "score"
+    draws the dev score, "heldout" the score on held-out training examples (the curve early stopping reads).
 
     ``epochs`` from :func:`papa.analysis.results.epoch_table`.
     """
     rows = _mode_rows(epochs, mode)
     rows = rows[(rows["probe_input"] == "all") & ((rows["k"] == 0) | (rows["k"] == rows["total_heads"]))]
     rows = rows.assign(condition=np.where(rows["k"] == 0, K0_LABEL, KALL_LABEL))
+    rows = rows.dropna(subset=[curve])
     data = rows.groupby(["model", "task", "metric", "condition", "epoch"], as_index=False, dropna=False).agg(
-        mean=("score", "mean"), min=("score", "min"), max=("score", "max"), loss=("train_loss", "mean"), n_seeds=("seed", "nunique")
+        mean=(curve, "mean"), min=(curve, "min"), max=(curve, "max"), loss=("train_loss", "mean"), n_seeds=("seed", "nunique")
     )
     data, unit, per = panels(clean(data))
     color = alt.Color("condition:N", legend=legend(None))
     x = alt.X("epoch:Q", axis=alt.Axis(tickMinStep=1, format="d"), title="epoch")
-    y_title = f"dev score ({unit})"
+    what = "dev score" if curve == "score" else "held-out training score"
+    y_title = f"{what} ({unit})"
     band = alt.Chart().mark_area(opacity=0.2).encode(x=x, y=alt.Y("min:Q", title=y_title, axis=alt.Axis(format=".2f")), y2="max:Q", color=color)
     tooltip = ["panel:N", "condition:N", "epoch:Q"] + [alt.Tooltip(f"{s}:Q", format=".4f") for s in ("mean", "min", "max")]
     tooltip += [alt.Tooltip("loss:Q", format=".4f", title="train loss"), "n_seeds:Q"]
     line = alt.Chart().mark_line(point=True).encode(x=x, y=alt.Y("mean:Q", scale=alt.Scale(zero=False), title=y_title, axis=alt.Axis(format=".2f")), color=color, tooltip=tooltip)
     chart = facet(alt.layer(band, line, data=data), data)
+    source = (
+        ""
+        if curve == "score"
+        else " (examples of the training split the probe never trained on: the curve early stopping reads; the dev split is scored once, by the reported probe)"
+    )
     caption = (
-        f"Dev score ({unit}) after every epoch for the runs with no head constant ({K0_LABEL.split(' (')[0]}) and with every head "
+        f"{what.capitalize()} ({unit}){source} after every epoch for the runs with no head constant ({K0_LABEL.split(' (')[0]}) and with every head "
         f"constant ({KALL_LABEL.split(' (')[0]}): mean over {seeds_words(data['n_seeds'])}, band min–max; one panel per {per}."
     )
     return finish(chart, caption, label)
