@@ -183,6 +183,9 @@ def test_every_shared_number_has_one_value(grid):
             cell_row = result.cells[(result.cells["model"] == model) & (result.cells["at"] == at)].iloc[0]
             assert paper.loc[(model, "sst2"), f"drop_{at}"] == cell_row["relative_drop"] == main.loc[(model, "sst2", k), "relative_drop"]
             assert paper.loc[(model, "sst2"), "score_0"] == cell_row["score_0"] == main.loc[(model, "sst2", 0), "score"]
+    relative = P.relative_score_vs_constant_fraction(result.summary, data.floors, differences=result.differences_basis).set_index(["model", "k"])
+    for model in ("ma", "mb"):  # figure (b) ends at 1 − the front page's drop
+        assert relative.loc[(model, 8), "relative_score"] == pytest.approx(1 - paper.loc[(model, "average"), "drop_all"], abs=1e-12)
     overall = V.judge(result.cells)
     assert result.claims.iloc[1]["value"] == overall["all"]["value"] and result.claims.iloc[1]["ours"].startswith(V.claim_numbers(overall)[1] + ";")
     numbers = science_numbers(result, data)

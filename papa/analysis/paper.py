@@ -85,11 +85,22 @@ def score_vs_dynamic_heads(summary: pd.DataFrame, floors: pd.DataFrame, differen
     return pd.DataFrame(out)
 
 
-def relative_score_vs_constant_fraction(summary: pd.DataFrame, floors: pd.DataFrame, ranking: str = "gates", mode: str | None = None) -> pd.DataFrame:
+def relative_score_vs_constant_fraction(
+    summary: pd.DataFrame, floors: pd.DataFrame, ranking: str = "gates", mode: str | None = None, differences: pd.DataFrame | None = None
+) -> pd.DataFrame:
     """(b) Per model and k: ``relative_score`` = score_k / score_0 averaged over the model's informative tasks,
-    against ``fraction`` = k / total (constant heads); ``n_tasks`` and ``tasks`` say what was averaged."""
+    against ``fraction`` = k / total (constant heads); ``n_tasks`` and ``tasks`` say what was averaged.
+
+    With ``differences`` (:func:`papa.analysis.stats.paired_differences` of the same runs) the ratio at k > 0 is
+    1 − the paired relative drop (the book's one basis, so the curve ends at 1 − the front page's drop), and a task
+    whose drop has no interval there (its k = 0 score within noise of zero) is left out at that k."""
     rows = _rows(summary, mode)
     keep = _informative(floors)
+    paired = (
+        {(d.model, d.task, d.ranking, int(d.k)): (d.relative_drop, d.relative_low) for d in differences[differences["probe_input"] == "all"].itertuples()}
+        if differences is not None and len(differences)
+        else None
+    )
     out = []
     for model, group in rows.groupby("model", sort=True):
         ratios: dict[int, list[tuple[str, float]]] = {}
@@ -98,7 +109,11 @@ def relative_score_vs_constant_fraction(summary: pd.DataFrame, floors: pd.DataFr
             if (model, task) not in keep or base.empty or base.iloc[0] == 0:
                 continue
             for _, row in by_task[by_task["ranking"].isin([ranking, *SHARED_RANKINGS])].iterrows():
-                ratios.setdefault(int(row["k"]), []).append((task, row["mean"] / base.iloc[0]))
+                k = int(row["k"])
+                if paired is None or k == 0:
+                    ratios.setdefault(k, []).append((task, row["mean"] / base.iloc[0]))
+                elif (model, task, row["ranking"], k) in paired and not math.isnan(paired[model, task, row["ranking"], k][1]):
+                    ratios.setdefault(k, []).append((task, 1 - paired[model, task, row["ranking"], k][0]))
         total = int(group["total_heads"].iloc[0])
         for k in sorted(ratios):
             values = ratios[k]
@@ -114,11 +129,6 @@ def relative_score_vs_constant_fraction(summary: pd.DataFrame, floors: pd.DataFr
                 }
             )
     return pd.DataFrame(out, columns=["model", "ranking", "k", "fraction", "relative_score", "n_tasks", "tasks"])
-
-
-def _drop_all(group: pd.DataFrame) -> float:
-    base, full = group.loc[group["k"] == 0, "mean"], group.loc[group["k"] == group["total_heads"], "mean"]
-    return relative_drop(full.iloc[0], base.iloc[0]) if len(base) and len(full) else math.nan
 
 
 def better_models_lose_more(cells: pd.DataFrame) -> tuple[pd.DataFrame, dict]:

@@ -190,7 +190,7 @@ def analogue_figures(result: Science, data: BookData) -> list[Figure]:
     replaced by a :func:`placeholder_figure` when its data is empty (e.g. no informative task)."""
     differences = result.differences_basis if len(result.differences_basis) else None  # no run stored dev predictions
     points = P.score_vs_dynamic_heads(result.summary, data.floors, differences) if len(result.summary) else pd.DataFrame(columns=["ranking"])
-    relative = P.relative_score_vs_constant_fraction(result.summary, data.floors, result.ranking) if len(result.summary) else pd.DataFrame()
+    relative = P.relative_score_vs_constant_fraction(result.summary, data.floors, result.ranking, differences=differences) if len(result.summary) else pd.DataFrame()
     points_c, verdict = result.better  # the claims table's points and verdict (converged runs), never recomputed on others
     out = []
     for label, ready, draw, why in (
@@ -256,7 +256,8 @@ def literal_comparison(data: BookData, resamples: int = S.RESAMPLES) -> pd.DataF
         return pd.DataFrame(columns=columns)
     ranking = data.config["rank"].get("methods", ["gates"])[0]
     literal_table = _shared_table(data, pd.concat(frames, ignore_index=True), ranking, resamples)
-    main_table = _shared_table(data, data.main, ranking, resamples)
+    kept, _ = F.gate_runs(data.main)  # the main protocol's side on the book's one basis: its converged runs (the literal runs have no held-out curve)
+    main_table = _shared_table(data, data.main[data.main["run_id"].isin(kept)] if kept else data.main, ranking, resamples)
     out = []
     for (model, task), group in literal_table.groupby(["model", "task"], sort=True):
         main = main_table[(main_table["model"] == model) & (main_table["task"] == task)]
