@@ -293,3 +293,18 @@ def test_a_placeholder_figure_wraps_its_sentence_inside_the_text_column():
     why = "No run of the main grid scored the dev split after every epoch (the dev split is scored once, by the reported probe)."
     figure = placeholder_figure("fig-x", why)
     assert figure.caption == why and svg_size(figure)[0] <= TEXT_WIDTH
+
+
+def test_the_convergence_figure_draws_the_held_out_curve_when_the_dev_split_is_scored_once():
+    from papa.analysis.figures import fig_convergence
+
+    rows = [
+        {"run_id": f"r{k}{s}", "model": "m", "task": "sst2", "metric": "accuracy", "mode": "cached", "probe_input": "all", "k": k, "total_heads": 8, "seed": s, "epoch": e}
+        | {"train_loss": 1.0 / e, "score": float("nan"), "heldout": 0.5 + 0.01 * e + 0.001 * s}
+        for k in (0, 8)
+        for s in (1, 2)
+        for e in (1, 2, 3)
+    ]
+    figure = fig_convergence(pd.DataFrame(rows), curve="heldout")
+    assert figure.caption.startswith("Held-out training score (accuracy) after every epoch") and "the dev split is scored once" in figure.caption
+    assert sorted(figure.chart.data["mean"].round(4).unique().tolist()) == [0.5115, 0.5215, 0.5315]

@@ -1,6 +1,6 @@
 """Relative drops read from the seed spread: the drop at a head fraction, the paper's three claims on
-seed means and ranges (the book's verdicts use :mod:`papa.analysis.findings`, on bootstrap intervals),
-the score table and the training-size table. Inputs are :func:`papa.analysis.results.summarise` frames."""
+seed means and ranges (a reading for runs without dev predictions; the book's verdicts are
+:mod:`papa.analysis.verdicts`', on pooled bootstrap intervals), the score table and the training-size table. Inputs are :func:`papa.analysis.results.summarise` frames."""
 
 from __future__ import annotations
 

@@ -191,11 +191,12 @@ def fig_convergence(epochs: pd.DataFrame, mode: str | None = None, label: str = 
     source = (
         ""
         if curve == "score"
-        else " (examples of the training split the probe never trained on: the curve early stopping reads; the dev split is scored once, by the reported probe)"
+        else " Held-out training examples are examples of the training split the probe never trained on: the curve early stopping reads"
+        " (the dev split is scored once, by the reported probe)."
     )
     caption = (
-        f"{what.capitalize()} ({unit}){source} after every epoch for the runs with no head constant ({K0_LABEL.split(' (')[0]}) and with every head "
-        f"constant ({KALL_LABEL.split(' (')[0]}): mean over {seeds_words(data['n_seeds'])}, band min–max; one panel per {per}."
+        f"{what.capitalize()} ({unit}) after every epoch for the runs with no head constant ({K0_LABEL.split(' (')[0]}) and with every head "
+        f"constant ({KALL_LABEL.split(' (')[0]}): mean over {seeds_words(data['n_seeds'])}, band min–max; one panel per {per}.{source}"
     )
     return finish(chart, caption, label)
 
