@@ -6,7 +6,8 @@
 2. constant estimation vs a plain SDPA forward over the same batches: examples/s, and the peak
    memory of estimation at N and 4N examples, each in a fresh spawned process;
 3. patched inference (all heads constant + prune_qk, and an empty head set) vs the unpatched model;
-4. an equivalence spot-check of the constant fast path against an independent eager reference.
+4. an equivalence spot-check of the constant fast path against an independent eager reference;
+5-6. compact vs padded encoder passes, and a probe epoch against a plain read of its features (:mod:`benchmarks.speed`).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import transformers
 from transformers import AttentionInterface, AutoModel, BertConfig
 from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
+from benchmarks.speed import bench_compact, bench_probe_epoch
 from papa.core.architectures import self_attention_modules
 from papa.core.constants import estimate_constants
 from papa.core.heads import all_heads
@@ -42,9 +44,9 @@ L = 64
 # (and 4N); batch, iters, repeats: inference batch, forwards per timed sample, timed pairs. The CPU sizes are
 # ~9,000 example-forwards of MiniLM in all: about 3-4 minutes on 2 idle cores (more on a busy machine).
 SIZES = {
-    "cpu": dict(probe_train=128, probe_eval=128, epochs=15, est_n=256, est_repeats=3, mem_n=256, batch=64, iters=1, repeats=5),
-    "cuda": dict(probe_train=1000, probe_eval=872, epochs=15, est_n=8192, est_repeats=5, mem_n=2048, batch=256, iters=20, repeats=7),
-    "quick": dict(probe_train=32, probe_eval=32, epochs=3, est_n=128, est_repeats=2, mem_n=64, batch=16, iters=1, repeats=3),
+    "cpu": dict(speed_n=1000, probe_train=128, probe_eval=128, epochs=15, est_n=256, est_repeats=3, mem_n=256, batch=64, iters=1, repeats=5),
+    "cuda": dict(speed_n=8000, probe_train=1000, probe_eval=872, epochs=15, est_n=8192, est_repeats=5, mem_n=2048, batch=256, iters=20, repeats=7),
+    "quick": dict(speed_n=64, probe_train=32, probe_eval=32, epochs=3, est_n=128, est_repeats=2, mem_n=64, batch=16, iters=1, repeats=3),
 }
 GPU_SHAPES = {  # random-init BERT shapes timed on CUDA only: (layers, heads, hidden)
     "bert-base-shaped": (12, 12, 768),
@@ -432,6 +434,9 @@ def main(argv: list[str] | None = None) -> int:
             del model
             torch.cuda.empty_cache()
     print(f"[{time.perf_counter() - started:.0f} s] inference done", flush=True)
+    rows += bench_compact(lm, device, compare, row, sizes["speed_n"], args.synthetic)
+    rows += bench_probe_epoch(lm, device, compare, row, sizes["speed_n"], args.synthetic)
+    print(f"[{time.perf_counter() - started:.0f} s] compact passes and probe epoch done", flush=True)
     equivalence_rows, cases = bench_equivalence(lm.model, constant_set.constants, device, lm.name)
     rows += equivalence_rows
 
