@@ -263,3 +263,30 @@ def report_disk(stale: list[Run], out) -> None:
     if free is not None and kept + held > free:
         reuse = f" (less what the {cached / 1e9:.1f} GB already cached holds of it)" if cached else ""
         print(f"  warning: the feature cache may fill the disk: these runs need up to {(kept + held) / 1e9:.0f} GB{reuse}; point PAPA_CACHE_DIR elsewhere", file=out)
+
+
+def feature_reuse(runs: list[Run]) -> dict[str, tuple[int, int]]:
+    """``{run_id: (feature sets it extracts, feature sets it reuses)}`` for ``runs`` in the order they execute: a set
+    (same model, sentences, head set, subset and L, :func:`run_cost`'s keys) is extracted by the first run that
+    reads it and reused by every later one from the feature cache (k = 0 by the probe, the floor, the literal
+    setting and the lr choice; NER by POS). Runs that read no cached features have no entry."""
+    seen: set[tuple] = set()
+    counts: dict[str, tuple[int, int]] = {}
+    for run in runs:
+        keys = list(run_cost(run)[1]) if run.kind in ("probe", "select_lr") else []
+        if keys:
+            new = [key for key in keys if key not in seen]
+            counts[run.run_id] = (len(new), len(keys) - len(new))
+            seen.update(keys)
+    return counts
+
+
+def reuse_words(counts: tuple[int, int] | None) -> str:
+    """``"extracts 2 feature sets"``, ``"extracts 1, reuses 1 feature set"``, ``"reuses 2 feature sets"`` ('' for None)."""
+    if counts is None:
+        return ""
+    extracts, reuses = counts
+    noun = lambda n: "feature set" if n == 1 else "feature sets"  # noqa: E731
+    if extracts and reuses:
+        return f"extracts {extracts}, reuses {reuses} {noun(reuses)}"
+    return f"extracts {extracts} {noun(extracts)}" if extracts else f"reuses {reuses} {noun(reuses)}"
