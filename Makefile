@@ -30,7 +30,8 @@ smoke-runs: $(STAMP)
 	@if [ -n "$$PAPA_DATA_DIR" ]; then $(OFFLINE) $(PY) -m papa.cli grid run configs/smoke.yaml; \
 	else echo "PAPA_DATA_DIR is unset: data, notebook and book tests will be skipped (CI sets it)"; fi
 
-# tests/test_browser.py reads the built book in Debian's headless chromium: installed here when missing
+# tests/test_browser.py reads the built book and tests/test_lab.py edits a notebook in JupyterLab, both in Debian's
+# headless chromium: installed here when missing
 # (as root, or with sudo), so `make test` is all the set-up a fresh machine needs.
 browser:
 	@command -v chromium >/dev/null 2>&1 || { \
@@ -58,8 +59,10 @@ bench: $(STAMP)
 
 # JupyterLab on the text notebooks in notebooks/: jupytext opens the MyST Markdown files as notebooks
 # (a double-click opens them as notebooks, set below for this venv only) and saves them back as text.
+# LAB_ARGS: more options for `jupyter lab` (tests/test_lab.py passes a loopback port, a token and --no-browser).
 LAB_SETTINGS := $(VENV)/share/jupyter/lab/settings
+LAB_ARGS ?=
 lab: $(STAMP)
 	@mkdir -p $(LAB_SETTINGS)
 	@echo '{"@jupyterlab/docmanager-extension:plugin": {"defaultViewers": {"markdown": "Jupytext Notebook", "myst": "Jupytext Notebook"}}}' > $(LAB_SETTINGS)/overrides.json
-	$(OFFLINE) $(VENV)/bin/jupyter lab notebooks/
+	$(OFFLINE) $(VENV)/bin/jupyter lab notebooks/ $(LAB_ARGS)
