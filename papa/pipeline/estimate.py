@@ -26,6 +26,8 @@ PROBE_STARTUP_SECONDS = 20
 #: heads) or scaled by its heads.
 MODEL_COST = {"minilm-l6": (1.0, 1.0), "minilm-l3": (0.52, 0.93), "mpnet-base": (8.6, 8.5)}
 BASE_COST = (8.6, 8.5)
+#: ``(layers, hidden size, heads)`` of the calibrated models: a folder of the same shape is costed as that model.
+CALIBRATED_SHAPES = {(6, 384, 72): "minilm-l6", (3, 384, 36): "minilm-l3", (12, 768, 144): "mpnet-base"}
 #: With early stopping, the share of the epoch cap a probe is expected to train for (the book's
 #: 20-epoch cap stopped after about 12 epochs).
 EARLY_STOP_SHARE = 0.6
@@ -59,6 +61,9 @@ def model_cost(model: str) -> tuple[float, float]:
     from papa.pipeline.plan import head_count
 
     heads = head_count(model)[0] or 144
+    same_shape = CALIBRATED_SHAPES.get((*(model_dims(model) or (0, 0)), heads))
+    if same_shape:  # a local copy of a calibrated model (e.g. a save_pretrained folder of minilm-l6)
+        return MODEL_COST[same_shape]
     return BASE_COST[0] * heads / 144, BASE_COST[1] * heads / 144
 
 

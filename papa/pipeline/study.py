@@ -1,0 +1,310 @@
+"""``papa study MODEL``: the book's protocol on one model, as a grid config sized to a time budget.
+
+:func:`check_model` refuses, before anything runs or is written, a model papa cannot study (no adapter, custom
+code, a decoder-only model, a hub id while offline). :func:`study_config` takes the book's protocol from
+``configs/default.yaml`` (its ``max_length``, ``relayout``, ``data_seed``, ``estimate``, ``rank``, ``lr_selection``,
+``probe`` and ``floors``; no study of its own) for one model and the chosen tasks. :func:`fit_budget` shrinks it in
+the order of :func:`cut_steps` until :func:`estimate_study` (the estimator ``papa grid run --dry-run`` prints) fits
+the budget, and refuses a budget that even the last cut does not meet. The grid then runs exactly as ``papa grid
+run`` runs it (:func:`papa.pipeline.runner.run_grid`); the chapter is :mod:`papa.book.study_chapter`'s.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import yaml
+
+from papa.core.config_files import read_yaml, validate
+from papa.core.errors import PapaError
+from papa.core.schema import MAX_NAME_LENGTH, GridConfig, parse_fraction
+from papa.pipeline.estimate import _format, estimate_seconds
+from papa.pipeline.plan import ROOT, config_dict, expand, head_count
+
+#: The grid whose protocol a study copies (the book's).
+BOOK_CONFIG = "configs/default.yaml"
+#: The keys of the book's config that make its protocol (everything but its models, tasks, studies and names).
+PROTOCOL_KEYS = ("max_length", "relayout", "data_seed", "estimate", "rank", "lr_selection", "probe", "floors")
+#: A study's grid is named ``study-<name>``.
+PREFIX = "study-"
+#: The smallest training draw per seed and dev split the cuts go down to.
+MIN_TRAIN_EXAMPLES = 250
+DEV_CAPS = (500, 250)
+
+
+# -- the model -----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class StudyModel:
+    """A model papa can study: its name as given, where it is, its ``model_type`` and its total heads."""
+
+    name: str
+    source: str  # "embedded", "local" or "hub"
+    model_type: str
+    heads: int
+
+
+def _config_json(name: str) -> tuple[dict, str, str]:
+    """``(config.json, source, path or hub id)`` of a model, reading no weights; a hub id not cached while offline is
+    refused here (:func:`papa.core.models.resolve_model_path`)."""
+    from papa.core.models import _hub_cached_config, check_model_folder, resolve_model_path
+
+    path, source = resolve_model_path(name)
+    if source == "hub":
+        cached = _hub_cached_config(path)
+        if cached is None:
+            from huggingface_hub import hf_hub_download
+
+            cached = Path(hf_hub_download(path, "config.json"))
+        file = cached
+    else:
+        file = Path(path) / "config.json"
+    try:
+        config = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        raise PapaError(f"The config.json of model {name} is not readable JSON", "Point MODEL at a folder written by save_pretrained.") from None
+    if not isinstance(config, dict):
+        raise PapaError(f"The config.json of model {name} is not a JSON object", "Point MODEL at a folder written by save_pretrained.")
+    _refuse_decoder(name, config)
+    if source != "hub":
+        check_model_folder(path, name)  # custom code, pickled or missing weights
+    return config, source, path
+
+
+def _refuse_decoder(name: str, config: dict) -> None:
+    """A decoder-only model (GPT-2, Llama, ...) or an encoder set up as a decoder: causal attention."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, MODEL_FOR_MASKED_LM_MAPPING_NAMES
+
+    from papa.core.architectures import ADAPTERS, supported_model_types
+
+    model_type = config.get("model_type")
+    if config.get("is_decoder") is True:
+        why = "its config sets is_decoder: true"
+    elif model_type not in ADAPTERS and model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and model_type not in MODEL_FOR_MASKED_LM_MAPPING_NAMES:
+        why = f"{model_type!r} is a decoder-only architecture"
+    else:
+        return
+    raise PapaError(
+        f"Cannot study {name}: {why} (causal attention: each token attends only to the tokens before it), and PAPA's constant matrices "
+        "average the attention of a bidirectional encoder",
+        f"Study an encoder of a supported architecture ({', '.join(supported_model_types())}).",
+    )
+
+
+def check_model(name: str) -> StudyModel:
+    """The model ``name`` if papa can study it, else one :class:`PapaError` saying why and what to do. Reads only
+    JSON and file names: a hub id while offline, a decoder-only model, custom code, pickled weights and an
+    architecture without an adapter (:data:`papa.core.architectures.ADAPTERS`) are refused before anything runs."""
+    from papa.core.architectures import ADAPTERS, supported_model_types
+
+    config, source, _ = _config_json(name)
+    model_type = config.get("model_type")
+    if model_type not in ADAPTERS:
+        raise PapaError(
+            f"Cannot study {name}: papa has no adapter for its architecture {model_type!r}, so it cannot make its heads constant",
+            f"Study a model of a supported architecture ({', '.join(supported_model_types())}), or add a row to papa.core.architectures.ADAPTERS.",
+        )
+    heads, why = head_count(name)
+    if heads is None:
+        raise PapaError(f"Cannot study {name}: cannot count its heads ({why})", "Use a folder whose config.json has num_hidden_layers and num_attention_heads.")
+    return StudyModel(name, source, model_type, heads)
+
+
+def default_name(model: str) -> str:
+    """A study's name from its model: ``minilm-l6``, a folder's last part, a hub id's name (lower case, safe)."""
+    base = Path(model.rstrip("/")).name if Path(model).expanduser().is_dir() else model.rsplit("/", 1)[-1]
+    name = re.sub(r"_+", "_", re.sub(r"[^a-z0-9_-]+", "-", base.lower())).strip("-_") or "model"
+    return name[: MAX_NAME_LENGTH - len(PREFIX)].rstrip("-_")
+
+
+# -- the config ----------------------------------------------------------------------------------------
+def book_protocol(book_config: str | Path = BOOK_CONFIG) -> dict[str, Any]:
+    """The protocol keys (:data:`PROTOCOL_KEYS`) of the book's config, as written there (validated first)."""
+    path = Path(book_config) if Path(book_config).is_absolute() else ROOT / book_config
+    data = read_yaml(path)
+    validate(GridConfig, data, f"Config {path.name}")
+    protocol = {key: copy.deepcopy(data[key]) for key in PROTOCOL_KEYS if key in data}
+    protocol.get("probe", {}).pop("per_model", None)  # the book's per-model settings belong to its models
+    return protocol
+
+
+def study_config(model: str, tasks: list[str], name: str, protocol: dict[str, Any], device: str = "auto", description: str = "") -> dict[str, Any]:
+    """The grid config of a study (validated): ``study-<name>``, one model, ``tasks``, the protocol, no studies."""
+    folder = Path(model).expanduser()
+    config = {
+        "name": PREFIX + name,
+        "description": description or f"papa study of {model}: the book's protocol on {', '.join(tasks)}",
+        "models": [str(folder.resolve()) if folder.is_dir() else model],
+        "tasks": list(tasks),
+        **copy.deepcopy(protocol),
+        "device": device,
+        "studies": [],
+    }
+    evaluation = config.get("probe", {}).get("max_eval_examples")
+    if isinstance(evaluation, dict):  # only the studied tasks' dev sizes (a task not listed: its whole split)
+        config["probe"]["max_eval_examples"] = {task: size for task, size in evaluation.items() if task in tasks} or None
+    validate(GridConfig, config, f"Study {name}")
+    return config
+
+
+def estimate_study(config: dict[str, Any]) -> float:
+    """Seconds the whole study takes from scratch on 2 CPU cores: :func:`papa.pipeline.estimate.estimate_seconds` of
+    every run of its plan (what ``papa grid run --dry-run`` prints for a new grid)."""
+    plan = expand(config_dict(validate(GridConfig, config, f"Study {config['name']}")), path=f"configs/{config['name']}.yaml")
+    if plan.unsized:
+        model, why = next(iter(plan.unsized.items()))
+        raise PapaError(f"Cannot size the study of {model}: {why}", "Use a local model folder, or download the model once with the hub reachable.")
+    return estimate_seconds(list(plan), SimpleNamespace(entries={}))  # type: ignore[arg-type]  # nothing recorded yet
+
+
+# -- the budget ----------------------------------------------------------------------------------------
+def parse_budget(text: str) -> float:
+    """``30m``, ``2h``, ``1h30m``, ``90s`` → seconds; anything else is one :class:`PapaError`."""
+    match = re.fullmatch(r"\s*(?:(\d+(?:\.\d+)?)h)?\s*(?:(\d+(?:\.\d+)?)m)?\s*(?:(\d+(?:\.\d+)?)s)?\s*", text.lower())
+    if not text.strip() or not match or not any(match.groups()):
+        raise PapaError(f"--budget {text!r} is not a duration", "Write it as 90s, 15m, 2h or 1h30m.")
+    hours, minutes, seconds = (float(g or 0) for g in match.groups())
+    total = hours * 3600 + minutes * 60 + seconds
+    if total <= 0:
+        raise PapaError(f"--budget {text!r} is no time at all", "Give a positive duration such as 15m.")
+    return total
+
+
+@dataclass(frozen=True)
+class Cut:
+    """One step of shrinking a study: what it cuts, in words, and the change (a new config from an old one)."""
+
+    what: str
+    apply: Callable[[dict], dict]
+
+
+def _changed(change: Callable[[dict], None]) -> Callable[[dict], dict]:
+    def apply(config: dict) -> dict:
+        config = copy.deepcopy(config)
+        change(config)
+        return config
+
+    return apply
+
+
+def _halve_training(config: dict) -> None:
+    probe = config["probe"]
+    for key in ("pool_examples", "max_train_examples", "heldout_examples"):
+        if probe.get(key):
+            probe[key] = max(1, round(probe[key] / 2))
+
+
+def _dev_size(config: dict, task: str) -> int | None:
+    evaluation = config["probe"].get("max_eval_examples")
+    return evaluation.get(task) if isinstance(evaluation, dict) else evaluation
+
+
+def _cap_dev(cap: int) -> Callable[[dict], None]:
+    def change(config: dict) -> None:
+        sizes = {task: min(cap, _dev_size(config, task) or cap) for task in config["tasks"]}
+        config["probe"]["max_eval_examples"] = cap if set(sizes.values()) == {cap} else sizes
+
+    return change
+
+
+def _drop_fraction(fraction: Any) -> Callable[[dict], None]:
+    def change(config: dict) -> None:
+        config["probe"]["fractions"] = [f for f in config["probe"]["fractions"] if parse_fraction(f) != parse_fraction(fraction)]
+
+    return change
+
+
+def _keep_seeds(count: int) -> Callable[[dict], None]:
+    def change(config: dict) -> None:
+        config["probe"]["seeds"] = config["probe"]["seeds"][:count]
+
+    return change
+
+
+_SIZE_WORDS = {"pool_examples": "training pool", "max_train_examples": "training draw per seed", "heldout_examples": "held-out draw per seed"}
+
+
+def _training_words(before: dict, after: dict) -> str:
+    return ", ".join(f"{words} {before['probe'][key]:,} → {after['probe'][key]:,}" for key, words in _SIZE_WORDS.items() if before["probe"].get(key))
+
+
+def cut_steps(config: dict) -> list[Cut]:
+    """The cuts, in the order they are made (each on top of the ones before), from what ``config`` holds:
+
+    1. the probes' training draw halved (with its pool and held-out draw), down to :data:`MIN_TRAIN_EXAMPLES` per seed;
+    2. the dev split capped at 500, then 250 examples per task (:data:`DEV_CAPS`);
+    3. the head fractions between 0 and 1 dropped, the largest first (15/16, 7/8, then 1/2);
+    4. fewer probe seeds, one at a time, down to one: last, for the seeds are what the intervals rest on.
+
+    k = 0 and all heads, one seed, the lr selection, the attention-free floor and the epoch cap are never cut."""
+    changes: list[tuple[Callable[[dict], None], Callable[[dict, dict], str]]] = []
+    train = config["probe"].get("max_train_examples")
+    while train and round(train / 2) >= MIN_TRAIN_EXAMPLES:
+        changes.append((_halve_training, _training_words))
+        train = round(train / 2)
+    largest = max((_dev_size(config, task) or 10**9 for task in config["tasks"]), default=10**9)
+    for cap in (c for c in DEV_CAPS if c < largest):
+        changes.append((_cap_dev(cap), lambda before, after, cap=cap: f"dev split capped at {cap:,} examples per task"))
+    middle = sorted((f for f in config["probe"]["fractions"] if 0 < parse_fraction(f) < 1), key=parse_fraction, reverse=True)
+    changes += [(_drop_fraction(f), lambda before, after, f=f: f"head fraction {Fraction(parse_fraction(f))} dropped") for f in middle]
+    seeds = config["probe"].get("seeds", [42])
+    changes += [(_keep_seeds(n), lambda before, after, n=n: f"probe seeds {n + 1} → {n} ({', '.join(map(str, after['probe']['seeds']))})") for n in range(len(seeds) - 1, 0, -1)]
+    steps, current = [], config
+    for change, words in changes:
+        after = _changed(change)(current)
+        steps.append(Cut(words(current, after), _changed(change)))
+        current = after
+    return steps
+
+
+@dataclass
+class Fitted:
+    """A study config that fits its budget: the cuts it took and its estimate in seconds."""
+
+    config: dict
+    cuts: list[str]
+    seconds: float
+
+
+def fit_budget(config: dict, budget: float | None, estimate: Callable[[dict], float] = estimate_study) -> Fitted:
+    """``config`` with the first cuts of :func:`cut_steps` that bring ``estimate`` within ``budget`` seconds (None: no
+    budget, nothing cut). A budget that every cut together does not meet is refused, naming the cuts."""
+    seconds = estimate(config)
+    if budget is None or seconds <= budget:
+        return Fitted(config, [], seconds)
+    cuts: list[str] = []
+    for step in cut_steps(config):
+        config = step.apply(config)
+        cuts.append(step.what)
+        seconds = estimate(config)
+        if seconds <= budget:
+            return Fitted(config, cuts, seconds)
+    listed = "; ".join(cuts) if cuts else "nothing is left to cut"
+    raise PapaError(
+        f"A budget of {_format(budget)} is too small for this study: even one seed at k = 0 and all heads takes about {_format(seconds)} by the estimate, "
+        f"after every cut ({listed})",
+        f"Give a budget of at least {_format(seconds)} (--budget {-(-int(seconds) // 60)}m), or study fewer tasks (--tasks).",
+    )
+
+
+def config_text(fitted: Fitted, budget: float | None, book_config: str = BOOK_CONFIG) -> str:
+    """The YAML a study writes: a header (the protocol's source, the budget, the cuts, the estimate), then the config."""
+    lines = [
+        "# yaml-language-server: $schema=grid.schema.json",
+        f"# Written by `papa study`: the book's protocol ({book_config}) on one model.",
+        f"# Budget: {_format(budget) if budget else 'none (the protocol at full size)'}; estimate {_format(fitted.seconds)} on 2 CPU cores.",
+    ]
+    lines += [f"# Cut to fit the budget: {cut}" for cut in fitted.cuts] or ["# Nothing cut: the book's protocol at full size."]
+    return "\n".join(lines) + "\n" + yaml.safe_dump(fitted.config, sort_keys=False, allow_unicode=True, width=120, default_flow_style=None)
+
+
+def config_path(name: str) -> Path:
+    """Where a study's config is written: ``configs/study-<name>.yaml`` in the project."""
+    return ROOT / "configs" / f"{PREFIX}{name}.yaml"
