@@ -253,3 +253,32 @@ def test_a_model_that_cannot_be_sized_offline_stops_the_run_before_anything_is_w
     with pytest.raises(PapaError, match="Cannot count the heads of someone/unknown-encoder offline"):
         run_grid(path, out=io.StringIO())
     assert not (ROOT / "book" / "runs" / name).exists()
+
+
+def test_prune_removes_exactly_the_files_of_runs_the_narrowed_config_no_longer_has(grid):
+    """The config trades the all-heads probe for a half-heads one: --dry-run names the all-heads probe's notebook,
+    result, stamp and manifest entry as not in the plan; --prune removes exactly those, and every run the config
+    still has stays proven (only the new probe and the chapters that read the probes are stale)."""
+    path, config, folder = grid
+    kall = [folder / f"{KALL}.ipynb", stamps.stamp_path(folder, KALL), *folder.glob(f"artifacts/results/{KALL}__s*.json")]
+    with _Saved(path, folder / "manifest.json", folder / "grid.json", *kall):
+        narrowed = yaml.safe_load(path.read_text())
+        narrowed["probe"]["fractions"] = [0, "1/2"]
+        path.write_text(yaml.safe_dump(narrowed))
+        kept = {p: p.read_bytes() for p in folder.rglob("*") if p.is_file() and p not in kall and p.name not in ("manifest.json", "grid.json", ".lock", ".lock.owner")}
+        report = _dry_run(path)
+        assert f"not in the plan: {len(kall)} files and 1 manifest entries (--prune removes them)" in report
+        assert {line.split(": ", 1)[1] for line in report.splitlines() if line.startswith("    not in the plan: ")} == {
+            *(str(p.relative_to(folder)) for p in kall),
+            f"manifest entry {KALL}",
+        }
+        out = io.StringIO()
+        assert run_grid(path, only="no-such-run", prune=True, out=out) == 0
+        assert f"removed, not in the plan: {len(kall)} files and 1 manifest entries" in out.getvalue()
+        assert not any(p.exists() for p in kall)
+        assert {p: p.read_bytes() for p in kept} == kept and all(p.is_file() for p in kept)
+        narrowed_config = load_config(path)
+        half = next(r.run_id for r in grid_status(narrowed_config).runs if r.kind == "probe" and r.params["k"] == 36)
+        assert set(_stale(narrowed_config)) == {half, "results", "controls"}  # the new probe, and the chapters that read the probes
+        assert KALL not in stamps.Manifest(folder / "manifest.json").entries
+    assert _stale(config) == {}  # the original config, its files put back: up to date again
