@@ -100,7 +100,8 @@ def test_the_default_grids_sidebar_has_about_twenty_entries_at_its_top_level():
     assert all(len(group["sections"]) <= 200 for group in appendix["sections"])
     committed = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))  # what `papa book build` last wrote
     assert len(committed["parts"]) + sum(len(part["chapters"]) for part in committed["parts"]) <= 20
-    assert [part["caption"] for part in committed["parts"]] == [part["caption"] for part in toc["parts"]]
+    captions = [part["caption"] for part in toc["parts"]]  # (a "Your models" part of `papa study` chapters may join them)
+    assert [part["caption"] for part in committed["parts"] if part["caption"] in captions] == captions
 
 
 @pytest.mark.book
