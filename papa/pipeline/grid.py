@@ -26,7 +26,9 @@ without re-executing. The manifest ``book/runs/<config>/manifest.json`` caches t
 rebuilt from them when missing or corrupt) and records failures. A failed run keeps its executed
 notebook (with the error) as ``<run_id>.failed.ipynb``; the grid goes on with the runs that do not
 depend on it, reports every failure at the end and exits non-zero. A runs folder serves one config
-(``grid.json``), and a lock keeps a second runner off it.
+(``grid.json``), and a lock keeps a second runner off it. What no run of the plan wrote (the runs of a study
+the config dropped) is named by ``--dry-run`` as "not in the plan" and removed by ``--prune``; a run page
+executed before its kind's title changed has its text refreshed, not re-executed.
 """
 
 from papa.pipeline.estimate import *  # noqa: F403
