@@ -278,6 +278,16 @@ def cmd_grid_schema(args) -> int:
     return 0
 
 
+def cmd_study(args) -> int:
+    """``papa study MODEL``: the book's protocol on one model (:func:`papa.book.study_site.run_study`)."""
+    from papa.book.study_site import parse_tasks, run_study
+    from papa.pipeline.study import parse_budget
+
+    budget = parse_budget(args.budget) if args.budget else None
+    options = {name: getattr(args, name) for name in ("scheduler", "gpus_per_run", "threads_per_run")}
+    return run_study(args.model, parse_tasks(args.tasks), budget, args.name, args.device, args.dry_run, args.site, **options)
+
+
 def cmd_book(args) -> int:
     from papa.book import build_book
 
@@ -324,6 +334,19 @@ def build_parser() -> argparse.ArgumentParser:
     g = grid.add_parser("schema", help="write the JSON Schema of grid configs (for editors)")
     g.add_argument("--out", default=None, help="output file (default: standard output)")
     g.set_defaults(func=cmd_grid_schema)
+
+    p = sub.add_parser("study", help="run the book's protocol on one model (sized to a time budget) and write its chapter")
+    p.add_argument("model", help="an embedded name (minilm-l6), a local save_pretrained folder or a hub id")
+    p.add_argument("--tasks", default=None, help="comma list of tasks (default: all six)")
+    p.add_argument("--budget", default=None, help="time budget, e.g. 30m or 2h: sizes are cut in a stated order until the estimate fits (default: full size)")
+    p.add_argument("--device", type=_device, default="auto", help="auto (default), cpu, cuda, cuda:N or mps")
+    p.add_argument("--scheduler", type=_scheduler, default="sequential", help="sequential (default), local:N, tcp://HOST:PORT or slurm[:JOBS]")
+    p.add_argument("--gpus-per-run", type=_count(0), default=0, help="GPUs each run needs (a Dask worker resource)")
+    p.add_argument("--threads-per-run", type=_count(1), default=None, help="torch threads per run")
+    p.add_argument("--name", default=None, help="the study's name: configs/study-NAME.yaml (default: from the model)")
+    p.add_argument("--dry-run", action="store_true", help="print the config it would write and the estimate; write nothing")
+    p.add_argument("--site", action="store_true", help="also build the chapter as a standalone site (_build/study-NAME/)")
+    p.set_defaults(func=cmd_study)
 
     p = sub.add_parser("book", help="bring the book's runs up to date and build the site")
     p.add_argument("action", choices=["build"])

@@ -211,6 +211,9 @@ def write_pages(config: dict, stale: list[str], run_ids: list[str]) -> None:
     present = set(run_ids)
     rows = appendix_rows(config, [r for r in expand(config) if r.run_id in present], manifest)
     write_run_index(config, rows, run_ids)
+    from papa.book.study_site import add_studies_part
+
+    add_studies_part()  # the "Your models" part: every executed `papa study` chapter (none: no part)
     front = ROOT / "book" / "index.md"
     text = front.read_text(encoding="utf-8")
     if point_front_page(text, config["name"]) != text:

@@ -1,0 +1,196 @@
+"""The chapter of a ``papa study``: one model's results beside the book's models, compared only where protocols match.
+
+:func:`study_chapter` loads a study grid's runs and the book's committed runs, each into its own
+:class:`~papa.book.science.Science` (the results chapter's tables, analogues and verdicts); the two are never pooled.
+:func:`protocol_differences` says, per book model, what of the protocol differs (sizes cut by a budget, another
+``max_length`` ...): only a book model whose protocol matches is compared (:func:`comparison_frame`); the others are
+named with their differences. ``notebooks/07_study.md`` is the thin notebook that shows it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from papa.book import tables as T
+from papa.book.data import BookData, load_book_data
+from papa.book.science import Science, chapter_science
+from papa.book.words import and_list, plural, task_name
+from papa.core.errors import PapaError
+from papa.core.schema import study_settings
+from papa.pipeline.plan import grid_model
+
+#: The probe settings that make a protocol (with the grid's max_length, layout, data seed, constants, ranking and lr
+#: selection): two models are compared only when all of them are equal. Seeds and head fractions are coverage.
+PROBE_KEYS = {
+    "lr": "probe lr",
+    "epochs": "epoch cap",
+    "patience": "patience",
+    "selection": "epoch selection",
+    "pool_examples": "training pool",
+    "max_train_examples": "training draw per seed",
+    "heldout_examples": "held-out draw per seed",
+    "modes": "modes",
+    "heldout_fraction": "held-out share",
+}
+GRID_KEYS = {"max_length": "max_length", "relayout": "PAPA layout", "data_seed": "data seed"}
+SECTION_KEYS = {
+    "estimate": {"max_examples": "constants' examples"},
+    "rank": {"epochs": "gate epochs", "lr": "gate lr", "max_train_examples": "gate training examples", "max_eval_examples": "gate dev examples", "seed": "gate seed"},
+    "lr_selection": {"lrs": "lrs tried", "seeds": "lr-selection seeds", "epochs": "lr-selection cap"},
+}
+
+
+def _words(value: Any) -> str:
+    if value is None:
+        return "the whole split"
+    if isinstance(value, list):
+        return "[" + ", ".join(_words(v) for v in value) + "]"
+    return f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else str(value)
+
+
+def protocol(config: dict, model: str, tasks: list[str]) -> dict[str, Any]:
+    """The protocol ``model``'s main probes ran under in grid ``config``, on ``tasks``: ``{words: value}``."""
+    grid = grid_model(config)
+    settings = study_settings(grid, None, model)
+    out: dict[str, Any] = {words: getattr(grid, key) for key, words in GRID_KEYS.items()}
+    out |= {words: settings[key] for key, words in PROBE_KEYS.items()}
+    for task in tasks:
+        evaluation = settings["max_eval_examples"]
+        out[f"{task_name(task)} dev examples"] = evaluation.get(task) if isinstance(evaluation, dict) else evaluation
+    for section, keys in SECTION_KEYS.items():
+        values = getattr(grid, section).model_dump()
+        out |= {words: values[key] for key, words in keys.items()}
+    return out
+
+
+def protocol_differences(study: dict, model: str, book: dict, book_model: str, tasks: list[str]) -> list[str]:
+    """What differs between the study's protocol for ``model`` and the book's for ``book_model`` (empty: they match)."""
+    mine, theirs = protocol(study, model, tasks), protocol(book, book_model, tasks)
+    return [f"{key} {_words(mine[key])} here, {_words(theirs[key])} in the book" for key in mine if mine[key] != theirs[key]]
+
+
+def coverage_notes(study: dict, model: str, book: dict, book_model: str) -> list[str]:
+    """Differences that leave the protocol the same but change what was run: probe seeds and head fractions."""
+    mine, theirs = study_settings(grid_model(study), None, model), study_settings(grid_model(book), None, book_model)
+    notes = []
+    if len(mine["seeds"]) != len(theirs["seeds"]):
+        notes.append(f"{plural(len(mine['seeds']), 'probe seed')} here, {len(theirs['seeds'])} in the book")
+    if [str(f) for f in mine["fractions"]] != [str(f) for f in theirs["fractions"]]:
+        notes.append(f"head fractions {_words([str(f) for f in mine['fractions']])} here, {_words([str(f) for f in theirs['fractions']])} in the book")
+    return notes
+
+
+@dataclass
+class StudyChapter:
+    """A study's own results (``data``, ``science``) and the book's (``book``, ``book_science``; None when its runs cannot
+    be read, ``book_missing`` says why), with each book model's protocol differences (empty: compared)."""
+
+    data: BookData
+    science: Science
+    model: str
+    tasks: list[str]
+    book_config: str
+    book: BookData | None = None
+    book_science: Science | None = None
+    book_missing: str = ""
+    differences: dict[str, list[str]] = field(default_factory=dict)
+    coverage: dict[str, list[str]] = field(default_factory=dict)
+
+    @property
+    def matched(self) -> list[str]:
+        """The book's models whose protocol matches the study's: the only ones compared."""
+        return [model for model, why in self.differences.items() if not why]
+
+
+def study_chapter(grid_config: str, book_config: str = "configs/default.yaml", resamples: int | None = None) -> StudyChapter:
+    """A study's chapter data: its own science, and the book's beside it (read from the book's committed runs)."""
+    extra = {} if resamples is None else {"resamples": resamples}
+    data = load_book_data(grid_config)
+    science = chapter_science(data, **extra)
+    model, tasks = data.config["models"][0], list(data.config["tasks"])
+    chapter = StudyChapter(data, science, model, tasks, book_config)
+    try:
+        chapter.book = load_book_data(book_config)
+        chapter.book_science = chapter_science(chapter.book, science.ranking, **extra)
+    except PapaError as err:
+        chapter.book_missing = str(err)
+        return chapter
+    for book_model in chapter.book.config["models"]:
+        chapter.differences[book_model] = protocol_differences(data.config, model, chapter.book.config, book_model, tasks)
+        chapter.coverage[book_model] = coverage_notes(data.config, model, chapter.book.config, book_model)
+    return chapter
+
+
+def comparison_frame(chapter: StudyChapter) -> pd.DataFrame:
+    """Per task, the study's model and each matched book model (each from its own grid's converged, paired cells): the
+    score at k = 0 and the relative drops at half and all heads with their 95% intervals, and whether it is informative."""
+    parts = [chapter.science.cells.assign(source="this study")]
+    if chapter.book_science is not None and chapter.matched:
+        book = chapter.book_science.cells
+        parts.append(book[book["model"].isin(chapter.matched) & book["task"].isin(chapter.tasks)].assign(source="the book"))
+    cells = pd.concat(parts, ignore_index=True)
+    rows = []
+    for (source, model, task), group in cells.groupby(["source", "model", "task"], sort=False):
+        row: dict[str, Any] = {"task": task, "model": model, "source": source, "total_heads": int(group["total_heads"].iloc[0])}
+        row |= {"score_0": float(group["score_0"].iloc[0]), "informative": bool(group["informative"].iloc[0])}
+        for at in ("half", "all"):
+            hit = group[group["at"] == at]
+            row[f"drop_{at}"] = tuple(hit[["relative_drop", "relative_low", "relative_high"]].iloc[0]) if len(hit) else None
+        rows.append(row)
+    frame = pd.DataFrame(rows, columns=["task", "model", "source", "total_heads", "score_0", "drop_half", "drop_all", "informative"])
+    order = {task: i for i, task in enumerate(chapter.tasks)}
+    return frame.sort_values(["task", "source"], key=lambda s: s.map(order) if s.name == "task" else s != "this study", kind="stable").reset_index(drop=True)
+
+
+def _drop_cell(value: Any) -> str | None:
+    if value is None:
+        return None
+    drop, low, high = value
+    return f"{T.percent(drop)}{T.NBSP}[{T.percent(low)},{T.NBSP}{T.percent(high)}]" if not (T.is_missing(low) or T.is_missing(high)) else T.percent(drop)
+
+
+def comparison_display(frame: pd.DataFrame) -> T.Table:
+    """:func:`comparison_frame` for reading."""
+    shown = T.key_text(frame).assign(drop_half=[_drop_cell(v) for v in frame["drop_half"]], drop_all=[_drop_cell(v) for v in frame["drop_all"]])
+    kinds = {"task": "text", "model": "text", "source": "text", "total_heads": "int", "score_0": "score", "drop_half": T.text, "drop_all": T.text, "informative": "yes/no"}
+    headers = {"total_heads": "heads", "score_0": "k = 0", "drop_half": "drop, half constant", "drop_all": "drop, all constant"}
+    missing = {"drop_half": "no converged, paired run at half of the heads", "drop_all": "no converged, paired run with every head constant"}
+    return T.table(shown, kinds, headers, missing, notes=["Each row from its own grid's converged runs, paired by probe seed; the 95% intervals are over dev examples."])
+
+
+def protocol_frame(chapter: StudyChapter) -> pd.DataFrame:
+    """Per book model: compared or not, the protocol differences that keep it out, and the coverage notes."""
+    rows = [
+        {"model": model, "compared": not why, "differences": "; ".join(why) or "none", "coverage": "; ".join(chapter.coverage.get(model, [])) or "the same"}
+        for model, why in chapter.differences.items()
+    ]
+    return pd.DataFrame(rows, columns=["model", "compared", "differences", "coverage"])
+
+
+def protocol_display(frame: pd.DataFrame) -> T.Table:
+    kinds = {"model": "text", "compared": "yes/no", "differences": "text", "coverage": "text"}
+    headers = {"model": "the book's model", "differences": "protocol differences (not compared when any)", "coverage": "seeds and head fractions"}
+    return T.table(frame, kinds, headers)
+
+
+def study_numbers(chapter: StudyChapter) -> dict[str, str]:
+    """The words the chapter's prose glues: the model, its tasks, and the comparison in one sentence."""
+    if chapter.book is None:
+        beside = f"The book's runs ({chapter.book_config}) could not be read, so nothing stands beside this model: {chapter.book_missing}"
+    elif chapter.matched:
+        others = [m for m in chapter.differences if m not in chapter.matched]
+        beside = f"Beside it stand the book's {and_list(chapter.matched)}, whose protocol is this study's" + (
+            f"; {and_list(others)} ran under another protocol and {'is' if len(others) == 1 else 'are'} not compared (the table says what differs)" if others else ""
+        )
+    else:
+        beside = "No model of the book ran under this study's protocol (the table says what differs), so none is compared: each grid's numbers stand alone"
+    return {
+        "study_model": chapter.model,
+        "study_tasks": and_list(task_name(t) for t in chapter.tasks),
+        "study_grid": chapter.data.config["name"],
+        "study_beside": beside + ".",
+        "book_grid": chapter.book.config["name"] if chapter.book is not None else "",
+    }

@@ -1,0 +1,164 @@
+"""``papa study``: check the model, write the sized config, run the grid as ``papa grid run`` does, execute the chapter.
+
+The chapter of a study (``notebooks/07_study.md``, :mod:`papa.book.study_chapter`) is executed by papermill into
+``book/studies/<grid>.ipynb``, outside the runs folder (so ``papa grid run --prune`` never sees it); the book lists
+every executed study chapter in a "Your models" part (:func:`add_studies_part`, called when the book's pages are
+written), and ``--site`` builds it alone as a standalone site (:func:`build_site`).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from papa.core.errors import PapaError
+from papa.core.io import atomic_write_text
+from papa.core.schema import TASKS
+from papa.pipeline import study as S
+from papa.pipeline.estimate import _format
+from papa.pipeline.plan import ROOT
+
+#: The study chapter's notebook, where its executions go, and the sidebar part that lists them.
+NOTEBOOK = "notebooks/07_study.md"
+CHAPTERS_DIR = "book/studies"
+PART_CAPTION = "Your models"
+
+
+def parse_tasks(text: str | None) -> list[str]:
+    """``sst2,mrpc`` → the tasks, in the given order (None or empty: all six); an unknown or repeated task is refused."""
+    if not text or not text.strip():
+        return list(TASKS)
+    tasks = [t.strip().lower() for t in text.split(",") if t.strip()]
+    unknown = [t for t in tasks if t not in TASKS]
+    if unknown:
+        raise PapaError(f"--tasks: unknown task(s) {', '.join(unknown)}", f"Use a comma list of {', '.join(TASKS)} (e.g. --tasks sst2,mrpc).")
+    if len(set(tasks)) != len(tasks):
+        raise PapaError(f"--tasks lists a task twice ({text})", "List each task once.")
+    return tasks
+
+
+def chapter_path(grid: str, root: Path = ROOT) -> Path:
+    return root / CHAPTERS_DIR / f"{grid}.ipynb"
+
+
+def execute_chapter(grid: str, book_config: str = S.BOOK_CONFIG, root: Path = ROOT) -> Path:
+    """Execute the study chapter of grid ``grid`` (``configs/<grid>.yaml``) beside ``book_config``'s runs; returns its path."""
+    import nbformat
+    import papermill
+
+    from papa.pipeline.executed import clean_executed
+    from papa.pipeline.notebook import read_source
+
+    target = chapter_path(grid, root)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="papa-study-") as scratch:
+        source, executed = Path(scratch) / "source.ipynb", Path(scratch) / "executed.ipynb"
+        source.write_text(nbformat.writes(read_source(root / NOTEBOOK)), encoding="utf-8")
+        params = {"grid_config": f"configs/{grid}.yaml", "book_config": book_config}
+        try:
+            papermill.execute_notebook(str(source), str(executed), parameters=params, kernel_name="python3", cwd=str(root), progress_bar=False, log_output=False)
+        except Exception as err:
+            reason = f"{getattr(err, 'ename', type(err).__name__)}: {getattr(err, 'evalue', str(err))}".strip()
+            raise PapaError(f"The chapter of {grid} failed ({reason[:300]})", "Its runs are kept: fix the cause and run `papa study` again.") from None
+        nb = clean_executed(nbformat.read(executed, as_version=4), root)
+    atomic_write_text(target, nbformat.writes(nbformat.from_dict(nb)))
+    return target
+
+
+def study_chapters(root: Path = ROOT) -> list[str]:
+    """The executed study chapters (repository-relative, no suffix), sorted: what the "Your models" part lists."""
+    folder = root / CHAPTERS_DIR
+    return [f"{CHAPTERS_DIR}/{path.stem}" for path in sorted(folder.glob(f"{S.PREFIX}*.ipynb"))] if folder.is_dir() else []
+
+
+def add_studies_part(root: Path = ROOT) -> list[str]:
+    """Add the "Your models" part (every executed study chapter) to ``_toc.yml``, before the appendix; no part
+    when there is no study. Returns the chapters listed."""
+    chapters = study_chapters(root)
+    toc = root / "_toc.yml"
+    text = toc.read_text(encoding="utf-8")
+    if not chapters or f"caption: {PART_CAPTION}" in text:
+        return chapters
+    part = f"  - caption: {PART_CAPTION}\n    chapters:\n" + "".join(f"      - file: {c}\n" for c in chapters)
+    marker = "  - caption: Appendix\n"
+    atomic_write_text(toc, text.replace(marker, part + marker, 1) if marker in text else text + part)
+    return chapters
+
+
+def build_site(grid: str, root: Path = ROOT) -> Path:
+    """A standalone site of one study chapter in ``_build/<grid>/html`` (its own Jupyter Book: the chapter, the book's
+    configuration and its offline scripts); returns the site's ``index.html``."""
+    from papa.analysis.figures import write_vega_bundle
+    from papa.book.pages import stage_itables, stage_mathjax
+
+    chapter = chapter_path(grid, root)
+    if not chapter.is_file():
+        raise PapaError(f"The chapter of {grid} has not been executed", "Run `papa study MODEL` (without --dry-run) first.")
+    site = root / "_build" / grid
+    source = site / "source"
+    shutil.rmtree(source, ignore_errors=True)
+    (source / "book" / "_static").mkdir(parents=True)
+    shutil.copy2(chapter, source / "index.ipynb")
+    shutil.copy2(root / "book" / "references.bib", source / "book" / "references.bib")
+    config = (root / "_config.yml").read_text(encoding="utf-8")
+    atomic_write_text(source / "_config.yml", config.replace("\ntitle:", f'\ntitle: "papa study: {grid.removeprefix(S.PREFIX)}"\n# the book\'s title:', 1))
+    atomic_write_text(source / "_toc.yml", "format: jb-book\nroot: index\n")
+    static = source / "book" / "_static"
+    write_vega_bundle(static)
+    stage_itables(static)
+    stage_mathjax(static)
+    command = [str(Path(sys.executable).parent / "jupyter-book"), "build", str(source), "--path-output", str(site)]
+    build = subprocess.run(command, cwd=source, capture_output=True, text=True)
+    if build.returncode != 0:
+        raise PapaError(f"jupyter-book build of the {grid} site failed: {build.stderr[-500:] or build.stdout[-500:]}", "Read the message above.")
+    return site / "_build" / "html" / "index.html"
+
+
+def run_study(
+    model: str,
+    tasks: list[str],
+    budget: float | None = None,
+    name: str | None = None,
+    device: str = "auto",
+    dry_run: bool = False,
+    site: bool = False,
+    out=None,
+    book_config: str = S.BOOK_CONFIG,
+    protocol: dict | None = None,
+    **grid_options,
+) -> int:
+    """``papa study``: refuse what cannot be studied, size the book's protocol to ``budget`` (seconds), write
+    ``configs/study-<name>.yaml`` (``dry_run``: print it and the estimate, write nothing), run it with
+    :func:`papa.pipeline.runner.run_grid` (``grid_options``: its scheduler keywords), then execute the chapter
+    (and build the standalone site with ``site``). ``protocol`` replaces the book's (tests use tiny sizes)."""
+    from papa.pipeline.runner import run_grid
+
+    out = out or sys.stdout
+    checked = S.check_model(model)
+    name = name or S.default_name(model)
+    config = S.study_config(model, tasks, name, protocol if protocol is not None else S.book_protocol(book_config), device)
+    fitted = S.fit_budget(config, budget)
+    path = S.config_path(name)
+    text = S.config_text(fitted, budget, book_config)
+    where = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+    print(f"study {config['name']}: {model} ({checked.model_type}, {checked.heads} heads) on {', '.join(tasks)}", file=out)
+    for cut in fitted.cuts:
+        print(f"  cut to fit the budget of {_format(budget or 0)}: {cut}", file=out)
+    print(f"  estimate {_format(fitted.seconds)} on 2 CPU cores" + (f" (budget {_format(budget)})" if budget else " (the book's protocol at full size)"), file=out)
+    if dry_run:
+        print(f"would write {where}:\n{text}", file=out)
+        return 0
+    atomic_write_text(path, text)
+    print(f"wrote {where}", file=out, flush=True)
+    status = run_grid(path, out=out, **grid_options)
+    if status != 0:
+        print(f"the chapter is not executed: some runs failed; fix them and run the same command again (`papa grid run {where}` works too)", file=out)
+        return status
+    chapter = execute_chapter(config["name"], book_config)
+    print(f"chapter: {chapter.relative_to(ROOT)} (the book lists it under '{PART_CAPTION}' at its next build)", file=out)
+    if site:
+        print(f"site: {build_site(config['name'])}", file=out)
+    return 0
