@@ -26,3 +26,22 @@ def test_reuse_words():
         "reuses 1 feature set",
         "",
     ]
+
+
+def test_the_dry_run_prints_extractions_and_reuses(capsys, tmp_path):
+    """On a grid with no run yet (the default config under another name), every stale run says what it extracts."""
+    import yaml
+
+    from papa.cli import main
+
+    config = yaml.safe_load((ROOT / "configs" / "default.yaml").read_text(encoding="utf-8"))
+    config["name"] = "reuse-check"
+    path = tmp_path / "reuse-check.yaml"
+    path.write_text(yaml.safe_dump(config), encoding="utf-8")
+    assert main(["grid", "run", str(path), "--dry-run", "--only", "minilm-l6__sst2__none__k0__cached"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    sizes = {line.split()[2].rstrip(":"): out[i + 1] for i, line in enumerate(out) if line.startswith("  would run ")}
+    assert sizes["probe__minilm-l6__sst2__none__k0__cached"].endswith(", extracts 2 feature sets")
+    assert sizes["probe__minilm-l6__sst2__none__k0__cached__embeddings"].endswith(", reuses 2 feature sets")
+    assert sizes["probe__minilm-l6__sst2__none__k0__cached__literal"].endswith(", reuses 2 feature sets")
+    assert not (ROOT / "book" / "runs" / "reuse-check").exists()  # a dry run writes nothing

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from papa.core.errors import PapaError
 from papa.core.io import atomic_write_text
-from papa.pipeline.estimate import _format, estimate_seconds, memory_budget, report_disk, size_line
+from papa.pipeline.estimate import _format, estimate_seconds, feature_reuse, memory_budget, report_disk, reuse_words, size_line
 from papa.pipeline.executed import title_is_stale
 from papa.pipeline.executors import make_executor
 from papa.pipeline.keys import data_fingerprints, key_of, notebook_displays, run_components
@@ -256,12 +256,12 @@ def _report_plan(status: GridStatus, stale: list[Run], config: dict, out, dry_ru
     print(f"grid {config['name']}: {len(status.runs)} runs, {len(stale)} to execute, estimated {_format(estimate_seconds(stale, status.manifest))}", file=out)
     if status.manifest.rebuilt:
         print("  (manifest missing or corrupt: rebuilt from the runs' stamps)", file=out)
-    budget = None
+    budget, reuse = None, feature_reuse(stale) if dry_run else {}
     for run in stale:
         print(f"  {'would run' if dry_run else 'runs'} {run.run_id}: {'; '.join(status.reasons[run.run_id])}", file=out)
         if dry_run:
             budget = budget if budget is not None else memory_budget()
-            print(f"      {size_line(run, budget)}", file=out)
+            print(f"      {', '.join(filter(None, [size_line(run, budget), reuse_words(reuse.get(run.run_id))]))}", file=out)
     for run in status.refresh:
         print(f"  {'would refresh' if dry_run else 'refreshes'} the text of {run.run_id} ({status.refresh_why.get(run.run_id, 'markdown changed')}; not re-executed)", file=out)
     report_disk(stale, out)
