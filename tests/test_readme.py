@@ -34,7 +34,7 @@ def _commands() -> list[list[str]]:
 
 def test_the_readme_shows_the_commands_of_every_subcommand():
     shown = {words[0] if words[0] not in ("grid", "book") else " ".join(words[:2]) for words in _commands()}
-    assert shown == {"estimate", "rank", "probe", "grid run", "grid schema", "book build"}
+    assert shown == {"estimate", "rank", "probe", "grid run", "grid schema", "study", "book build"}
 
 
 @pytest.mark.parametrize("words", _commands(), ids=lambda words: " ".join(words[:3]))
