@@ -203,4 +203,4 @@ def test_the_dry_run_sizes_every_run_offline(tmp_path, monkeypatch):
     lines = out.getvalue().splitlines()
     at = lines.index(next(line for line in lines if "would run probe__minilm-l6__sst2__none__k0__cached:" in line))
     assert lines[at + 1].strip().startswith("3,472 examples, features ≤ 0.60 GB (disk: above the memory budget, streamed), ~")
-    assert lines[at + 1].strip().endswith("on 2 CPU cores")
+    assert lines[at + 1].strip().endswith("on 2 CPU cores, extracts 1, reuses 1 feature set")  # the pool: select_lr's, which runs first
