@@ -110,16 +110,21 @@ class DevTools:
         self.send("Input.insertText", text=text)
 
     def close(self) -> None:
-        import os
-        import signal
-
         try:
             getattr(self, "socket", None) and self.socket.close()
         finally:
             if self.process.poll() is None:
-                os.killpg(self.process.pid, signal.SIGTERM)
-                try:
-                    self.process.wait(timeout=20)
-                except subprocess.TimeoutExpired:
-                    os.killpg(self.process.pid, signal.SIGKILL)
-                    self.process.wait()
+                stop_group(self.process)
+
+
+def stop_group(process: subprocess.Popen, grace: float = 20) -> None:
+    """End a process started in its own session and everything it started: SIGTERM to the group, SIGKILL after ``grace`` seconds."""
+    import os
+    import signal
+
+    os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()

@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -26,6 +25,7 @@ from pathlib import Path
 
 import jupytext
 import pytest
+from headless import stop_group
 
 from papa.pipeline.plan import ROOT, expand, load_config
 
@@ -132,12 +132,7 @@ class _Lab:
                 urllib.request.urlopen(request, timeout=10).close()
                 self.process.wait(timeout=30)
             except (OSError, subprocess.TimeoutExpired):
-                os.killpg(self.process.pid, signal.SIGTERM)
-                try:
-                    self.process.wait(timeout=20)
-                except subprocess.TimeoutExpired:
-                    os.killpg(self.process.pid, signal.SIGKILL)
-                    self.process.wait()
+                stop_group(self.process)
         self.log.close()
 
 
