@@ -312,13 +312,14 @@ def test_rerun_chapter_is_in_the_toc_and_every_command_exists():
             assert re.fullmatch(r"[A-Z]+=\w+", variable) and f"{variable.split('=')[0]} ?=" in makefile, command
     parser = build_parser()
     cli = [c for c in commands if c[0] == "papa"]
-    assert len(cli) == 10
+    assert len(cli) == 13 and sum(c[1] == "study" for c in cli) == 3  # the study section's three (issue 27)
     for command in cli:
         args = parser.parse_args(command[1:])  # an unknown command or flag exits with status 2
         assert callable(args.func)
     assert any(parser.parse_args(c[1:]).dry_run for c in cli if c[1] == "grid" and "--dry-run" in c)
     assert any(parser.parse_args(c[1:]).only == "estimate__minilm-l6__sst2" for c in cli if "--only" in c)
     assert any(parser.parse_args(c[1:]).prune for c in cli if c[1] == "grid" and "--prune" in c)
+    assert any(parser.parse_args(c[1:]).dry_run for c in cli if c[1] == "study" and "--dry-run" in c)
 
 
 def test_rerun_chapter_grid_yaml_is_a_valid_config(tmp_path):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -316,7 +317,7 @@ def test_the_paper_grid_plans_offline_with_run_ids_without_slashes(tmp_path, mon
     sizes = [line.strip() for line in lines[1:] if line.startswith("      ")]
     cache = next(line for line in lines if line.startswith("  feature cache ("))
     assert float(cache.split("~")[1].split(" GB")[0]) > 1000  # base and large models' whole splits: a warning unless a disk holds it
-    assert len(sizes) == 290 and all(line.endswith("on 2 CPU cores") for line in sizes)  # every run sized offline
+    assert len(sizes) == 290 and all(re.search(r"on 2 CPU cores(, (extracts|reuses) .*feature sets?)?$", line) for line in sizes)  # every run sized offline
 
 
 def test_a_model_that_cannot_be_sized_is_named_not_a_crash(tmp_path, monkeypatch, capsys):
@@ -408,14 +409,15 @@ def test_grid_scale_out_flags_are_validated_and_passed_to_the_runner(monkeypatch
 
     calls = []
 
-    def run_grid(config_path, only=None, dry_run=False, out=None, replace=False, scheduler="sequential", gpus_per_run=0, threads_per_run=None):
-        calls.append(dict(only=only, dry_run=dry_run, replace=replace, scheduler=scheduler, gpus_per_run=gpus_per_run, threads_per_run=threads_per_run))
+    def run_grid(config_path, only=None, dry_run=False, out=None, replace=False, scheduler="sequential", gpus_per_run=0, threads_per_run=None, prune=False):
+        calls.append(dict(only=only, dry_run=dry_run, replace=replace, scheduler=scheduler, gpus_per_run=gpus_per_run, threads_per_run=threads_per_run, prune=prune))
         return 0
 
     smoke = str(ROOT / "configs" / "smoke.yaml")
     monkeypatch.setattr(runner, "run_grid", run_grid)
     assert main(["grid", "run", smoke, "--scheduler", "local:2", "--gpus-per-run", "1", "--threads-per-run", "2", "--replace"]) == 0
-    assert calls[-1] == dict(only=None, dry_run=False, replace=True, scheduler="local:2", gpus_per_run=1, threads_per_run=2)
+    assert calls[-1] == dict(only=None, dry_run=False, replace=True, scheduler="local:2", gpus_per_run=1, threads_per_run=2, prune=False)
+    assert main(["grid", "run", smoke, "--prune"]) == 0 and calls[-1]["prune"] is True
     for scheduler in ("sequential", "local:1", "tcp://10.0.0.1:8786", "slurm", "slurm:4"):
         assert main(["grid", "run", smoke, "--dry-run", "--scheduler", scheduler]) == 0 and calls[-1]["scheduler"] == scheduler
     errors = []
