@@ -222,11 +222,13 @@ def _probe_record(commit: str, device: str, total: float) -> dict:
 def test_reproducibility_page_words_its_environment_and_time(tmp_path):
     runs = tmp_path / "book" / "runs" / "g"
     atomic_write_json(runs / "artifacts" / "results" / "probe__a__s42.json", _probe_record("aaa", "cpu:x86_64x2", 60.0))
-    atomic_write_json(runs / "artifacts" / "results" / "probe__b__s42.json", _probe_record("bbb-dirty", "cpu:x86_64x2", 120.0))
+    atomic_write_json(runs / "artifacts" / "results" / "probe__b__s42.json", _probe_record("bbb-dirty", "cpu:x86_64x2", 60.0))
+    atomic_write_json(runs / "artifacts" / "results" / "probe__b__s43.json", _probe_record("bbb-dirty", "cpu:x86_64x2", 60.0))  # b's seeds share its features
     atomic_write_json(runs / "manifest.json", {"runs": {"probe__a": {"seconds": 90.0, "status": "ok"}, "probe__b": {"seconds": 150.0, "status": "ok"}}})
     page = _reproducibility({"name": "g"}, ["probe__b"], root=tmp_path)
+    assert "(2 feature extractions — one per train/eval split, task and head set — and 2 reuses" in page  # per run, not per seed
     assert "- papa 0.1.0, commits `aaa`, `bbb-dirty` (`-dirty`: the working tree had uncommitted changes;" in page
-    assert "- device: cpu:x86_64x2" in page and "- 2 probing runs, 3.0 minutes of probing in all" in page
+    assert "- device: cpu:x86_64x2" in page and "- 2 probing runs (3 probe results, one per seed), 3.0 minutes of probing in all" in page
     assert "The grid's runs took 4.0 minutes of wall time in all" in page and "| probe | 2 | 4.0 |" in page
     assert "1 run is stale (its code, data, parameters or environment changed since it ran) and is shown as it was: `probe__b`" in page
     assert "| `probe__b` | stale | 150.0 |" in page and "| `probe__a` | ok | 90.0 |" in page

@@ -56,6 +56,17 @@ def test_shared_seeds_give_each_seed_its_own_result(chunk, tmp_path, monkeypatch
     assert all(t["total"] >= t["train"] and t["features"] == shares[0]["features"] for t in shares)
 
 
+def test_faithful_seeds_run_together_give_each_seed_its_own_result(tmp_path, monkeypatch):
+    """Faithful mode (the live encoder in train mode, dropout on): each seed's dropout draws come from its own seed."""
+    monkeypatch.setenv("PAPA_CACHE_DIR", str(tmp_path))
+    lm, inputs = _tiny_inputs(pool=16)
+    protocol = dict(model=lm, inputs=inputs, mode="faithful", epochs=2, lr=1e-3, batch_size=4, device="cpu", max_train_examples=16)
+    together = run_probes(seeds=[5, 6], **protocol)
+    alone = [run_probe(seed=seed, **protocol) for seed in (5, 6)]
+    assert [_stable(r) for r in together] == [_stable(r) for r in alone]
+    assert together[0]["epochs"] != together[1]["epochs"]  # the seeds differ
+
+
 def test_an_lr_grid_shares_the_features_and_keeps_lr_major_order(tmp_path, monkeypatch):
     monkeypatch.setenv("PAPA_CACHE_DIR", str(tmp_path))
     lm, inputs = _tiny_inputs()

@@ -284,3 +284,18 @@ def test_a_tiny_study_runs_and_writes_its_chapter(tmp_path, kind):
     finally:
         for path in written:
             shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
+
+
+def test_a_study_config_of_another_model_is_never_overwritten(tmp_path):
+    from papa.core.errors import PapaError
+
+    path = tmp_path / "study-model.yaml"
+    path.write_text("name: study-model\nmodels: [/somewhere/a/model]\n", encoding="utf-8")
+    S.check_same_model(path, "/somewhere/a/model")  # the same model: rerun, resume
+    S.check_same_model(tmp_path / "absent.yaml", "/somewhere/b/model")  # nothing there yet
+    with pytest.raises(PapaError) as err:
+        S.check_same_model(path, "/somewhere/b/model")
+    assert str(err.value) == (
+        "study-model.yaml is the study of /somewhere/a/model, not of /somewhere/b/model. Give this study its own name with --name, "
+        "or remove that config (and its runs folder) to study this model under that name."
+    )

@@ -151,7 +151,7 @@ def test_claim3_reason_at_three_models_says_the_floor_of_p():
     assert V.claim3_verdict(better)[1] == "Spearman ρ = +1.00 over 3 models, but one-sided exact p = 0.167 (with 3 models the smallest possible p is 1/6)."
 
 
-def test_every_verdict_is_one_of_the_set_and_no_negative_zero():
+def test_intervals_are_written_without_negative_zero_and_an_undefined_one_as_a_dash():
     assert V.interval_text(-0.00001, -0.01, 0.0) == "0.0% [-1.0%, 0.0%]" and V.interval_text(NAN, 0, 1) == "–"
 
 

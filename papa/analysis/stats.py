@@ -286,7 +286,7 @@ def paired_differences(results: dict[str, dict], resamples: int = RESAMPLES, see
         if not pairs:
             continue  # no common seed (the gate left them out): no paired interval
         metric = base_runs[0]["metric"]
-        dev_set = setting[4] or task
+        dev_set = f"{'conll' if task in ('ner', 'pos') else task}:{setting[4]}" if setting[4] else task  # NER and POS: one set of sentences
         base_stats, other_stats = [run_statistics(r) for r in base_runs], [run_statistics(r) for r in other_runs]
         draws = resample_rows(len(base_stats[0]), resamples, seed, dev_set) if 0 < level < 1 and resamples >= 1 else None
         stats = paired_bootstrap(base_stats, other_stats, metric, token, resamples, seed, level, pairs, draws)

@@ -58,7 +58,7 @@ def _reproducibility(config: dict, stale: list[str], root: Path = ROOT, run_ids:
             + (" (`-dirty`: the working tree had uncommitted changes; the run's key still covers the code the run executed)" if any(c.endswith("-dirty") for c in commits) else ""),
             f"- Python {first['python']}; {packages}",
             f"- {plural(len(devices), 'device')}: {', '.join(devices)}",
-            f"- {len(results)} probing runs, {total / 60:.1f} minutes of probing in all",
+            f"- {len({key.rsplit('__s', 1)[0] for key in results})} probing runs ({len(results)} probe results, one per seed), {total / 60:.1f} minutes of probing in all",
             "",
             "What could still vary between machines: the device and its kernels (CPU vs GPU, thread count), "
             "and library versions; on one CPU with the same versions the same seed gives the same scores (a test "
@@ -109,8 +109,9 @@ def _budget(manifest: dict, results: dict) -> list[str]:
     kinds: dict[str, list[float]] = {}
     for run_id, entry in manifest.items():
         kinds.setdefault(run_id.split("__")[0], []).append(float(entry.get("seconds") or 0))
-    extractions = sum(1 for r in results.values() for hit in (r.get("feature_cache_hits") or {}).values() if not hit)
-    reused = sum(1 for r in results.values() for hit in (r.get("feature_cache_hits") or {}).values() if hit)
+    by_run = {name.rsplit("__s", 1)[0]: r for name, r in results.items()}  # the seeds of one run share its feature sets: count them once
+    extractions = sum(1 for r in by_run.values() for hit in (r.get("feature_cache_hits") or {}).values() if not hit)
+    reused = sum(1 for r in by_run.values() for hit in (r.get("feature_cache_hits") or {}).values() if hit)
     faithful = sum(1 for r in results.values() if r["config"]["mode"] == "faithful")
     parts = {key: sum(r["timings"].get(key, 0.0) for r in results.values()) for key in ("features", "train", "eval")}
     probe_total = sum(kinds.get("probe", []))

@@ -163,12 +163,12 @@ def model_drops_display_frame(result: Science) -> pd.DataFrame:
             {
                 "model": row.model,
                 "heads": int(row.total_heads),
-                "informative tasks": int(max(row.n_tasks_half, row.n_tasks_all)),
+                "pairs averaged": int(max(row.n_tasks_half, row.n_tasks_all)),
                 half_header: V.interval_text(row.drop_half, row.drop_half_low, row.drop_half_high),
                 "drop, all heads constant": V.interval_text(row.drop_all, row.drop_all_low, row.drop_all_high),
             }
         )
-    return pd.DataFrame(rows, columns=["model", "heads", "informative tasks", half_header, "drop, all heads constant"])
+    return pd.DataFrame(rows, columns=["model", "heads", "pairs averaged", half_header, "drop, all heads constant"])
 
 
 def placeholder_figure(label: str, why: str) -> Figure:

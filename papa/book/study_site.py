@@ -151,6 +151,7 @@ def run_study(
     if dry_run:
         print(f"would write {where}:\n{text}", file=out)
         return 0
+    S.check_same_model(path, config["models"][0])
     atomic_write_text(path, text)
     print(f"wrote {where}", file=out, flush=True)
     status = run_grid(path, out=out, **grid_options)

@@ -54,7 +54,7 @@ class StudyModel:
 def _config_json(name: str) -> tuple[dict, str, str]:
     """``(config.json, source, path or hub id)`` of a model, reading no weights; a hub id not cached while offline is
     refused here (:func:`papa.core.models.resolve_model_path`)."""
-    from papa.core.models import _hub_cached_config, check_model_folder, resolve_model_path
+    from papa.core.models import _hub_cached_config, check_model_config, check_model_folder, resolve_model_path
 
     path, source = resolve_model_path(name)
     if source == "hub":
@@ -75,6 +75,8 @@ def _config_json(name: str) -> tuple[dict, str, str]:
     _refuse_decoder(name, config)
     if source != "hub":
         check_model_folder(path, name)  # custom code, pickled or missing weights
+    else:
+        check_model_config(config, name)  # custom code (auto_map, an unknown model_type), before anything is written
     return config, source, path
 
 
@@ -243,7 +245,8 @@ def cut_steps(config: dict) -> list[Cut]:
     3. the head fractions between 0 and 1 dropped, the largest first (15/16, 7/8, then 1/2);
     4. fewer probe seeds, one at a time, down to one: last, for the seeds are what the intervals rest on.
 
-    k = 0 and all heads, one seed, the lr selection, the attention-free floor and the epoch cap are never cut."""
+    k = 0 and all heads, one seed, the lr selection's learning rates and seed, the attention-free floor and the epoch cap
+    are never cut (the lr selection draws from the probes' pool, so step 1 shrinks its draw too)."""
     changes: list[tuple[Callable[[dict], None], Callable[[dict, dict], str]]] = []
     train = config["probe"].get("max_train_examples")
     while train and round(train / 2) >= MIN_TRAIN_EXAMPLES:
@@ -308,3 +311,22 @@ def config_text(fitted: Fitted, budget: float | None, book_config: str = BOOK_CO
 def config_path(name: str) -> Path:
     """Where a study's config is written: ``configs/study-<name>.yaml`` in the project."""
     return ROOT / "configs" / f"{PREFIX}{name}.yaml"
+
+
+def check_same_model(path: Path, model: str) -> None:
+    """Refuse to overwrite a study config of another model (two folders with the same last part give the same default
+    name, and the runs folder would change hands): one :class:`PapaError` naming both and what to do."""
+    from papa.core.config_files import read_yaml
+
+    if not path.is_file():
+        return
+    try:
+        existing = read_yaml(path)
+    except PapaError:
+        return  # not a config papa can read: it is rewritten
+    models = existing.get("models") if isinstance(existing, dict) else None
+    if isinstance(models, list) and models and models != [model]:
+        raise PapaError(
+            f"{path.name} is the study of {models[0]}, not of {model}",
+            "Give this study its own name with --name, or remove that config (and its runs folder) to study this model under that name.",
+        )

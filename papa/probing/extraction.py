@@ -139,7 +139,8 @@ def extract_features(
 
     ``compact`` (where the architecture supports it, :func:`papa.core.compact.supports_compact`): each batch
     runs on its real slots only, rows sorted by length, so the encoder's cost follows the real tokens; the
-    features at real positions equal the padded pass's (≤ 1e-5 before float16, tested), pad positions are 0."""
+    features at real positions equal the padded pass's (≤ 1e-5 before float16, tested); a position a row's batch
+    did not compute holds 0, and a pad position it did compute holds that pass's value (the probe masks both)."""
     device = torch.device(device)
     was_training = model.training
     model.eval()

@@ -158,7 +158,7 @@ def check_disk(needed: int, what: str) -> Path:
     return folder
 
 
-FEATURES_VERSION = 3  # 3: compact passes (pad positions hold 0)
+FEATURES_VERSION = 3  # 3: compact passes (a pad position a row's batch did not compute holds 0)
 _CACHE_SETTING = "PAPA_CACHE_DIR"
 
 
