@@ -123,7 +123,7 @@ def test_main_table_intervals_are_paired_bootstraps(grid):
     row = result.table[(result.table["model"] == "ma") & (result.table["k"] == 8)].iloc[0]
     base = [_stats(folder, f"ma__sst2__k0__s{s}") for s in (42, 43, 44)]
     other = [_stats(folder, f"ma__sst2__k8__s{s}") for s in (42, 43, 44)]
-    expected = S.paired_bootstrap(base, other, "accuracy", resamples=RESAMPLES, rows=S.resample_rows(N, RESAMPLES, 0, "sst2:same"))  # the dev set's own stream: its task and its indices
+    expected = S.paired_bootstrap(base, other, "accuracy", resamples=RESAMPLES, rows=S.resample_rows(N, RESAMPLES, 0, "sst2:same"))  # its task and indices
     for column in ("difference", "low", "high", "relative_drop", "relative_low", "relative_high"):
         assert row[column] == expected[column], column
     assert row["score"] == pytest.approx(0.70) and row["real"] is True and row["converged"] == "3 of 3"
