@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from papa.analysis.pooled import CELL_COLUMNS, TASK_FAMILIES
+from papa.analysis.pooled import CELL_COLUMNS, task_family
 
 
 def cell(model: str, task: str, at: str, drop: float, samples: list[float] | np.ndarray, informative: bool = True, score_0: float = 0.8, total: int = 8) -> dict:
@@ -17,7 +17,7 @@ def cell(model: str, task: str, at: str, drop: float, samples: list[float] | np.
     return {
         "model": model,
         "task": task,
-        "family": TASK_FAMILIES.get(task, "other"),
+        "family": task_family(task),
         "at": at,
         "k": total if at == "all" else total // 2,
         "total_heads": total,

@@ -26,8 +26,19 @@ import pandas as pd
 
 from papa.core.heads import count_for
 
-#: Sentence-level and token-level tasks (the sensitivity table's families).
-TASK_FAMILIES = {"cola": "sentence", "sst2": "sentence", "mrpc": "sentence", "mnli": "sentence", "ner": "token", "pos": "token"}
+
+def task_family(task: str) -> str:
+    """``"token"`` for a token-level task, ``"sentence"`` for a sentence-level one (the sensitivity table's families,
+    from the task's own spec, :func:`papa.probing.data.get_task`), ``"other"`` for a task papa does not know."""
+    from papa.core.errors import PapaError
+    from papa.probing.data import get_task
+
+    try:
+        return "token" if get_task(task).is_token_task else "sentence"
+    except PapaError:
+        return "other"
+
+
 #: Columns of :func:`drop_cells` (``samples``: the relative drop on every resample, an ``[R]`` array per cell).
 CELL_COLUMNS = [
     "model",
@@ -70,7 +81,7 @@ def drop_cells(differences: pd.DataFrame, summary: pd.DataFrame, floors: pd.Data
             {
                 "model": row.model,
                 "task": row.task,
-                "family": TASK_FAMILIES.get(row.task, "other"),
+                "family": task_family(row.task),
                 "at": at,
                 "k": int(row.k),
                 "total_heads": total,

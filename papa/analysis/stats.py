@@ -30,6 +30,7 @@ import numpy as np
 import pandas as pd
 
 from papa.core.errors import PapaError
+from papa.probing.data import get_task
 
 #: Statistic layouts by (kind, metric): see the module docstring.
 SEQUENCE_METRICS = ("accuracy", "matthews_correlation", "combined", "f1")
@@ -286,7 +287,7 @@ def paired_differences(results: dict[str, dict], resamples: int = RESAMPLES, see
         if not pairs:
             continue  # no common seed (the gate left them out): no paired interval
         metric = base_runs[0]["metric"]
-        dev_set = f"{'conll' if task in ('ner', 'pos') else task}:{setting[4]}" if setting[4] else task  # NER and POS: one set of sentences
+        dev_set = f"{get_task(task).local_folder}:{setting[4]}" if setting[4] else task  # the task's data folder: NER and POS share theirs
         base_stats, other_stats = [run_statistics(r) for r in base_runs], [run_statistics(r) for r in other_runs]
         draws = resample_rows(len(base_stats[0]), resamples, seed, dev_set) if 0 < level < 1 and resamples >= 1 else None
         stats = paired_bootstrap(base_stats, other_stats, metric, token, resamples, seed, level, pairs, draws)

@@ -49,7 +49,14 @@ MAX_DROP_ALL = 0.20
 #: Claim 3: the one-sided significance level.
 ALPHA = 0.05
 CLAIMS = ("1. Half the heads constant: little or no drop", "2. All heads constant: modest drop", "3. Better models lose more")
-PAPER_WORDS = ("little or no drop", "8% average relative drop (≤ ~20% per task, read from its Figure 2)", "higher-scoring models show larger relative drops (Figure 4)")
+
+
+def paper_words() -> tuple[str, str, str]:
+    """What the paper says of each claim, in its own words (:data:`papa.analysis.paper.PAPER_NUMBERS`; imported
+    here, for papa.analysis.paper reads this module's thresholds)."""
+    from papa.analysis.paper import PAPER_NUMBERS
+
+    return PAPER_NUMBERS[0][1], f"{PAPER_NUMBERS[1][1]}; one task: {PAPER_NUMBERS[2][1]}", PAPER_NUMBERS[3][1]
 
 
 def _nan(*values: float) -> bool:
@@ -189,7 +196,7 @@ def claims_table(cells: pd.DataFrame, gate: Mapping) -> pd.DataFrame:
         out.append(
             {
                 "claim": CLAIMS[i - 1],
-                "paper": PAPER_WORDS[i - 1],
+                "paper": paper_words()[i - 1],
                 "ours": ours,
                 "verdict": judged[f"claim{i}"],
                 "reason": judged[f"claim{i}_reason"],
