@@ -13,19 +13,24 @@ if TYPE_CHECKING:
 DEFAULT_SECONDS = {"estimate": 60, "rank": 120, "select_lr": 120, "probe": 60, "results": 40, "controls": 40}
 
 
-#: MiniLM-L6 on two CPU cores: seconds per example for the encoder pass (tokenising and caching included) and
-#: per example × epoch for the probe on cached features, plus a fixed start-up (kernel, model, data). Calibrated
-#: on the default grid's own records (``timings``, runs alone on the machine): MiniLM-L6 extracted 2,600 SST-2
-#: pool examples in 46.6 s and the fastest sets at 0.014 s per example; its probe steps took about 0.0006 s.
-PROBE_SECONDS_PER_EXAMPLE = {"extract": 0.016, "train": 0.0006}
-PROBE_STARTUP_SECONDS = 20
-#: Cost of a model relative to MiniLM-L6, as (encoder pass, probe step), from the same records: MiniLM-L3
-#: extracted 0.0083 s per example and stepped its probe in 0.00056 s; all-mpnet-base-v2 extracted 0.137 s per
-#: example (7.3 examples/s on the whole pipeline, against the 16.5/s of a bare forward pass) and stepped its
-#: probe (13 states of 768 against 7 of 384) in 0.0051 s. A model not listed is costed as a base model (144
-#: heads) or scaled by its heads.
-MODEL_COST = {"minilm-l6": (1.0, 1.0), "minilm-l3": (0.52, 0.93), "mpnet-base": (8.6, 8.5)}
-BASE_COST = (8.6, 8.5)
+#: MiniLM-L6 on two CPU cores, seconds per example: ``extract``, a compact encoder pass that caches features (tokenising
+#: and caching included; per slot-padded example, scaled by :data:`COMPACT_SLOT_SHARE`); ``live``, a padded pass inside
+#: training or recording (the gates ranking's forward and backward, a faithful probe's pass, the estimate run's attention
+#: recording, also scaled by the share there); ``train``, one probe step per example, epoch and seed on cached features.
+#: Calibrated on the default grid's own records after the compact path landed (the probe results' ``timings``, runs
+#: alone on the machine): MiniLM-L6 extracted 0.0013–0.0063 s per example (SST-2 to MRPC: 0.0065 per padded
+#: example) and stepped its probes in 0.00016 (SST-2, CoLA) to 0.00047 s (POS) per example; notebook start-up, model
+#: loading and tokenising took 6–10 s beyond those timings. Against the 132 runs it re-ran, each model's probe runs
+#: took 0.90–0.95× their total guess (per task 0.5–1.7×), mpnet-base's ranks and lr selections 1.03–1.06×; the short
+#: MiniLM runs (estimates, lr selections, ranks: under a minute each) took 0.9–2.6× theirs.
+PROBE_SECONDS_PER_EXAMPLE = {"extract": 0.0065, "live": 0.016, "train": 0.0003}
+PROBE_STARTUP_SECONDS = 10
+#: Cost of a model relative to MiniLM-L6, as (encoder pass, probe step), from the same records: MiniLM-L3 extracted
+#: 0.6× and stepped its probe in 0.7× MiniLM-L6's time; all-mpnet-base-v2 extracted 8.3× (0.0124 s per SST-2 example)
+#: and stepped its probe (13 states of 768 against 7 of 384) in 7.4–8.3×. A model not listed is costed as a base
+#: model (144 heads) or scaled by its heads.
+MODEL_COST = {"minilm-l6": (1.0, 1.0), "minilm-l3": (0.6, 0.7), "mpnet-base": (8.3, 8.0)}
+BASE_COST = (8.3, 8.0)
 #: ``(layers, hidden size, heads)`` of the calibrated models: a folder of the same shape is costed as that model.
 CALIBRATED_SHAPES = {(6, 384, 72): "minilm-l6", (3, 384, 36): "minilm-l3", (12, 768, 144): "mpnet-base"}
 #: Compact passes (:mod:`papa.core.compact`) run each batch of 64 on the slots real in one of its rows: the share of
@@ -34,9 +39,9 @@ CALIBRATED_SHAPES = {(6, 384, 72): "minilm-l6", (3, 384, 36): "minilm-l3", (12, 
 #: cached features costs the padded pass's cost times this share (the estimate runs and cached probes; the gates
 #: ranking and faithful probes run padded). A task not listed: 1.
 COMPACT_SLOT_SHARE = {"sst2": 0.21, "cola": 0.2, "ner": 0.32, "pos": 0.32, "mnli": 0.76, "mrpc": 0.92}
-#: With early stopping, the share of the epoch cap a probe is expected to train for (the book's
-#: 20-epoch cap stopped after about 12 epochs).
-EARLY_STOP_SHARE = 0.6
+#: With early stopping, the share of the epoch cap a probe is expected to train for (patience 3: the default grid's
+#: probes stopped after 8 of their 20 epochs on average, 6 to 17 by model and task).
+EARLY_STOP_SHARE = 0.4
 #: Training-split sizes on the hub, for a run that asks for the whole split when no local data says
 #: how large it is (MNLI: the full 393k-pair split; the local stand-in holds a 9k subset).
 HUB_TRAIN_SIZES = {"cola": 8551, "sst2": 67349, "mrpc": 3668, "mnli": 392702, "ner": 14041, "pos": 14041}
@@ -175,10 +180,12 @@ def run_cost(run: Run) -> tuple[float, dict[tuple, float]]:
     p = run.params
     if run.kind in ("results", "controls"):
         return DEFAULT_SECONDS[run.kind], {}
-    padded, step = (c * r for c, r in zip(model_cost(p["model"]), (PROBE_SECONDS_PER_EXAMPLE["extract"], PROBE_SECONDS_PER_EXAMPLE["train"])))
-    extract = padded * COMPACT_SLOT_SHARE.get(p["task"], 1.0)  # a compact pass
-    if run.kind == "estimate":
-        return PROBE_STARTUP_SECONDS + _examples(p["max_examples"], p["task"], "train") * extract, {}
+    pass_cost, step = (c * r for c, r in zip(model_cost(p["model"]), (PROBE_SECONDS_PER_EXAMPLE["extract"], PROBE_SECONDS_PER_EXAMPLE["train"])))
+    share = COMPACT_SLOT_SHARE.get(p["task"], 1.0)
+    extract = pass_cost * share  # a compact pass
+    padded = model_cost(p["model"])[0] * PROBE_SECONDS_PER_EXAMPLE["live"]  # a padded pass inside training
+    if run.kind == "estimate":  # a compact pass that records every head's attention
+        return PROBE_STARTUP_SECONDS + _examples(p["max_examples"], p["task"], "train") * padded * share, {}
     if run.kind == "rank":
         if p["method"] != "gates":
             return PROBE_STARTUP_SECONDS + 20, {}
