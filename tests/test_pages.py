@@ -230,6 +230,8 @@ def test_reproducibility_page_words_its_environment_and_time(tmp_path):
     assert "- papa 0.1.0, commits `aaa`, `bbb-dirty` (`-dirty`: the working tree had uncommitted changes;" in page
     assert "- device: cpu:x86_64x2" in page and "- 2 probing runs (3 probe results, one per seed), 3.0 minutes of probing in all" in page
     assert "The grid's runs took 4.0 minutes of wall time in all" in page and "| probe | 2 | 4.0 |" in page
+    assert "Of that sum, 2.5 minutes are the last recorded durations of the 1 stale run; the 1 current run took 1.5 minutes." in page
+    assert "| model | probe | all |\n|---|---:|---:|\n| b | 2.5 | 2.5 |\n| a | 1.5 | 1.5 |" in page  # the costliest model first
     assert "1 run is stale (its code, data, parameters or environment changed since it ran) and is shown as it was: `probe__b`" in page
     assert "| `probe__b` | stale | 150.0 |" in page and "| `probe__a` | ok | 90.0 |" in page
     assert "No benchmark table yet: run `make bench`." in page

@@ -66,7 +66,7 @@ def _reproducibility(config: dict, stale: list[str], root: Path = ROOT, run_ids:
             "",
         ]
     if manifest:
-        lines += _budget(manifest, results)
+        lines += _budget(manifest, results, stale)
     lines += ["## Runs", "", "| run | status | seconds |", "|---|---|---:|"]
     for run_id, entry in sorted(manifest.items()):
         status = "stale" if run_id in stale else entry.get("status", "?")
@@ -104,11 +104,18 @@ def _setup(config: dict) -> str:
     return setup_page(config)
 
 
-def _budget(manifest: dict, results: dict) -> list[str]:
-    """Where the grid's time went, from the manifest (per run) and the results (per probe)."""
+def _budget(manifest: dict, results: dict, stale: list[str] = ()) -> list[str]:
+    """Where the grid's time went, from the manifest (per run) and the results (per probe): by kind of run, by model
+    (``run_kind__model__…``) and, while some runs are stale, how much of the sum is their old duration."""
     kinds: dict[str, list[float]] = {}
+    by_model: dict[str, dict[str, float]] = {}
     for run_id, entry in manifest.items():
-        kinds.setdefault(run_id.split("__")[0], []).append(float(entry.get("seconds") or 0))
+        kind, *rest = run_id.split("__")
+        seconds = float(entry.get("seconds") or 0)
+        kinds.setdefault(kind, []).append(seconds)
+        if rest:
+            by_model.setdefault(rest[0], {}).setdefault(kind, 0.0)
+            by_model[rest[0]][kind] += seconds
     by_run = {name.rsplit("__s", 1)[0]: r for name, r in results.items()}  # the seeds of one run share its feature sets: count them once
     extractions = sum(1 for r in by_run.values() for hit in (r.get("feature_cache_hits") or {}).values() if not hit)
     reused = sum(1 for r in by_run.values() for hit in (r.get("feature_cache_hits") or {}).values() if hit)
@@ -126,6 +133,20 @@ def _budget(manifest: dict, results: dict) -> list[str]:
         "|---|---:|---:|",
     ]
     lines += [f"| {kind} | {len(v)} | {sum(v) / 60:.1f} |" for kind, v in sorted(kinds.items())]
+    stale_here = [run_id for run_id in stale if run_id in manifest]
+    if stale_here:
+        old = sum(float(manifest[run_id].get("seconds") or 0) for run_id in stale_here)
+        lines += [
+            "",
+            f"Of that sum, {old / 60:.1f} minutes are the last recorded durations of the {len(stale_here)} "
+            f"{plural(len(stale_here), 'stale run')}; the {len(manifest) - len(stale_here)} "
+            f"{plural(len(manifest) - len(stale_here), 'current run')} took {(total - old) / 60:.1f} minutes.",
+        ]
+    kind_order = [kind for kind in ("estimate", "rank", "select_lr", "probe") if any(kind in row for row in by_model.values())]
+    if by_model and kind_order:
+        lines += ["", "By model, in minutes:", "", "| model | " + " | ".join(kind_order) + " | all |", "|---|" + "---:|" * (len(kind_order) + 1)]
+        for model, row in sorted(by_model.items(), key=lambda item: -sum(item[1].values())):
+            lines.append(f"| {model} | " + " | ".join(f"{row.get(kind, 0.0) / 60:.1f}" for kind in kind_order) + f" | {sum(row.values()) / 60:.1f} |")
     lines += [
         "",
         f"Inside the {len(results)} probing runs: encoder features {parts['features'] / 60:.1f} min "
