@@ -39,6 +39,8 @@ def test_a_probe_never_timed_is_estimated_from_its_size(tmp_path, monkeypatch):
     manifest = Manifest(tmp_path / "manifest.json")
     manifest.entries["p"] = {"seconds": 12.5}  # a recorded duration wins over the guess
     assert estimate_seconds([probe(8000), Run("r", "results", {})], manifest) == pytest.approx(12.5 + DEFAULT_SECONDS["results"])
+    # a run whose parameters changed since that record is costed from its size, not from the old duration
+    assert estimate_seconds([probe(8000)], manifest, {"p"}) == pytest.approx(run_seconds_guess(probe(8000)))
     # a run sharing the timed run's feature sets (the same k = 0 sentences) pays no second extraction
     twin = Run("q", "probe", dict(probe(8000).params))
     assert estimate_seconds([probe(8000), twin], manifest) == pytest.approx(12.5 + run_seconds_guess(twin) - 105 * extract)

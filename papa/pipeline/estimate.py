@@ -219,12 +219,13 @@ def run_seconds_guess(run: Run) -> float:
     return own + sum(features.values())
 
 
-def estimate_seconds(runs: list[Run], manifest: Manifest) -> float:
+def estimate_seconds(runs: list[Run], manifest: Manifest, resized: frozenset[str] | set[str] = frozenset()) -> float:
     """Expected seconds for ``runs``: each run's last recorded duration, else :func:`run_cost`, with a
-    feature set shared by several runs extracted once."""
+    feature set shared by several runs extracted once. A run in ``resized`` (its parameters changed since that
+    duration was recorded: other sizes, epochs or seeds) is costed from its size instead."""
     seconds, extracted = 0.0, set()
     for run in runs:
-        previous = manifest.entries.get(run.run_id, {}).get("seconds")
+        previous = None if run.run_id in resized else manifest.entries.get(run.run_id, {}).get("seconds")
         if previous:
             seconds += previous
             extracted.update(run_cost(run)[1])  # that duration paid for its feature sets: later runs read them cached

@@ -253,7 +253,9 @@ def _save(manifest: Manifest, out) -> None:
 
 
 def _report_plan(status: GridStatus, stale: list[Run], config: dict, out, dry_run: bool) -> None:
-    print(f"grid {config['name']}: {len(status.runs)} runs, {len(stale)} to execute, estimated {_format(estimate_seconds(stale, status.manifest))}", file=out)
+    resized = {run.run_id for run in stale if any(reason.startswith("parameters changed") for reason in status.reasons[run.run_id])}
+    seconds = estimate_seconds(stale, status.manifest, resized)
+    print(f"grid {config['name']}: {len(status.runs)} runs, {len(stale)} to execute, estimated {_format(seconds)}", file=out)
     if status.manifest.rebuilt:
         print("  (manifest missing or corrupt: rebuilt from the runs' stamps)", file=out)
     budget, reuse = None, feature_reuse(stale) if dry_run else {}
