@@ -20,9 +20,10 @@ DEFAULT_SECONDS = {"estimate": 60, "rank": 120, "select_lr": 120, "probe": 60, "
 #: Calibrated on the default grid's own records after the compact path landed (the probe results' ``timings``, runs
 #: alone on the machine): MiniLM-L6 extracted 0.0013–0.0063 s per example (SST-2 to MRPC: 0.0065 per padded
 #: example) and stepped its probes in 0.00016 (SST-2, CoLA) to 0.00047 s (POS) per example; notebook start-up, model
-#: loading and tokenising took 6–10 s beyond those timings. Against the 132 runs it re-ran, each model's probe runs
-#: took 0.90–0.95× their total guess (per task 0.5–1.7×), mpnet-base's ranks and lr selections 1.03–1.06×; the short
-#: MiniLM runs (estimates, lr selections, ranks: under a minute each) took 0.9–2.6× theirs.
+#: loading and tokenising took 6–10 s beyond those timings. Against the 132 runs it re-ran (with the local data), each
+#: model's probe runs took 0.92–1.13× their total guess (per task 0.7–1.7×: token tasks step slower and train longer),
+#: mpnet-base's ranks and lr selections 1.03–1.06×; the short MiniLM runs (estimates, lr selections, ranks: under a
+#: minute each) took 0.9–2.6× theirs.
 PROBE_SECONDS_PER_EXAMPLE = {"extract": 0.0065, "live": 0.016, "train": 0.0003}
 PROBE_STARTUP_SECONDS = 10
 #: Cost of a model relative to MiniLM-L6, as (encoder pass, probe step), from the same records: MiniLM-L3 extracted
