@@ -12,12 +12,14 @@ import pandas as pd
 import pytest
 
 from papa.analysis import paper as P
+from papa.analysis import pooled
 from papa.analysis import stats as S
 from papa.analysis import verdicts as V
 from papa.analysis.figures import TEXT_WIDTH, fig_better_models, fig_paper_scores, fig_relative_score
 from papa.book import tables as T
 from papa.book.data import book_data
-from papa.book.science import chapter_science, convergence_summary, literal_comparison, model_drops_display_frame, random_summary, science_numbers
+from papa.book.science import chapter_science, convergence_summary, largest_drop, literal_comparison, model_drops_display_frame, random_summary, science_numbers
+from papa.book.studies import drop_checks, drop_checks_summary
 from papa.core.io import atomic_write_json
 
 N = 400  # dev examples
@@ -212,6 +214,34 @@ def test_literal_setting_beside_the_main_protocol(grid):
     assert table.loc["ma", "main_drop"] == pytest.approx((0.85 - 0.70) / 0.85)
     cells = T.literal_display(table.reset_index()).to_frame()
     assert cells.iloc[0]["drop, literal setting [95% interval]"].startswith("25.0%\u00a0[")
+
+
+def test_the_largest_drop_is_read_again_under_every_setting(grid):
+    """The results chapter's check of its largest drop: each probe setting that ran the pair, per seed, on the book's
+    basis (converged seeds on both sides), with the same drop as the claims' cell."""
+    _, data, result = grid
+    assert largest_drop(result) == ("ma", "sst2") and science_numbers(result, data)["drop_all_max_pair"] == "ma on SST-2"
+    checks = drop_checks(data, "ma", "sst2").set_index("setting")
+    assert list(checks.index) == ["main grid", "literal"]  # the random study changes no probe setting: not a check
+    main, literal = checks.loc["main grid"], checks.loc["literal"]
+    assert main["k0_scores"] == pytest.approx([0.85] * 3) and main["all_scores"] == pytest.approx([0.70] * 3) and main["lr"] == 1e-3
+    assert (main["change"], main["seeds"], main["apart"], main["epoch_reported"], main["epochs_trained"], main["cap"]) == ("", 3, True, "2", "5", 20)
+    assert (literal["change"], literal["epochs_trained"], literal["cap"]) == ("lr 2e-5, 15 epochs, final epoch", "15", 15)
+    assert literal["drop"] == pytest.approx(0.25) and literal["lr"] == 2e-5
+    cells = pooled.select(result.cells, "all").set_index("model")
+    assert main["drop"] == pytest.approx(cells.loc["ma", "relative_drop"])
+    mb = drop_checks(data, "mb", "sst2").set_index("setting").loc["main grid"]  # seed 44 failed the gate at k = 0, seed 43 at all heads
+    assert mb["seeds"] == 1 and mb["drop"] == pytest.approx(cells.loc["mb", "relative_drop"]) == pytest.approx((0.90 - 0.81) / 0.90)
+    assert drop_checks_summary(checks.reset_index()) == (
+        "In every setting, every seed's score with every head constant lies below every seed's score at k = 0; "
+        "the drop is 17.6% (the main grid; 3 seeds) and 25.0% (lr 2e-5, 15 epochs, final epoch; 3 seeds)"
+    )
+    mixed = checks.reset_index().assign(apart=[True, False])
+    assert drop_checks_summary(mixed).startswith("In 1 of 2 settings,") and drop_checks_summary(mixed.iloc[:0]) == "no run to check"
+    shown = T.drop_checks_display(checks.reset_index()).to_frame()
+    assert list(shown["k = 0, per seed"]) == ["0.850, 0.850, 0.850", "0.800, 0.800, 0.800"] and list(shown["seeds apart?"]) == ["yes", "yes"]
+    assert list(shown["setting"]) == ["main grid", "the paper's literal setting (learning rate 2e-5, 15 epochs, final epoch)"]
+    assert drop_checks(data, "ma", "mnli").empty and "No run to check." in T.drop_checks_display(pd.DataFrame())._repr_html_()
 
 
 def test_the_analogues_draw_from_the_converged_runs(grid):

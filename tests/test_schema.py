@@ -207,7 +207,9 @@ def test_studies_inherit_the_probe_section_and_null_means_the_whole_split(tmp_pa
 
 def test_every_run_carries_exactly_its_params_model():
     runs = expand(load_config(ROOT / "configs" / "default.yaml"))
-    assert len(runs) == 298 and {r.kind for r in runs} == set(RUN_PARAMS)
+    assert len(runs) == 300 and {r.kind for r in runs} == set(RUN_PARAMS)
+    lrnext = next(r for r in runs if r.run_id == "probe__mpnet-base__cola__all__k144__cached__lrnext").params  # the largest drop's lr check
+    assert (lrnext["lr"], lrnext["lr_file"], lrnext["epochs"], lrnext["selection"]) == (2e-4, "", 20, "heldout")
     mpnet = next(r for r in runs if r.run_id == "probe__mpnet-base__sst2__none__k0__cached").params  # the MiniLMs' sizes (issue 25)
     assert (mpnet["pool_examples"], mpnet["max_train_examples"], mpnet["heldout_examples"], mpnet["epochs"]) == (2600, 2000, 200, 20)
     config = load_config(ROOT / "configs" / "default.yaml")

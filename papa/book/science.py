@@ -130,8 +130,20 @@ def science_numbers(result: Science, data: BookData) -> dict:
         numbers[f"n_pairs_{name}"] = judged[name]["n"]
     full = pooled.select(result.cells, "all")
     numbers["drop_all_max"] = float(full["relative_drop"].max()) if len(full) else math.nan
+    largest = largest_drop(result)
+    numbers["drop_all_max_pair"] = f"{largest[0]} on {task_name(largest[1])}" if largest else "no pair"
     numbers["random_summary"] = random_summary(result.random, result.ranking)
     return numbers
+
+
+def largest_drop(result: Science) -> tuple[str, str] | None:
+    """``(model, task)`` of the largest relative drop with every head constant among the claims' cells
+    (``drop_all_max``), or None without one."""
+    full = pooled.select(result.cells, "all").dropna(subset=["relative_drop"])
+    if full.empty:
+        return None
+    row = full.loc[full["relative_drop"].idxmax()]
+    return str(row["model"]), str(row["task"])
 
 
 def _interval(low: float, high: float) -> str:
@@ -323,6 +335,7 @@ __all__ = [
     "placeholder_figure",
     "convergence_summary",
     "literal_comparison",
+    "largest_drop",
     "literal_studies",
     "model_drops_display_frame",
     "chapter_science",

@@ -7,8 +7,9 @@ import pandas as pd
 
 from papa.analysis import results as R
 from papa.analysis.drops import train_size_table
+from papa.analysis.findings import gate_runs
 from papa.book.data import BookData, _study_settings
-from papa.book.words import lr_text
+from papa.book.words import and_list, lr_text
 
 
 def compare(a: pd.DataFrame, b: pd.DataFrame, label_a: str, label_b: str) -> pd.DataFrame:
@@ -155,4 +156,81 @@ def size_extremes(sizes: pd.DataFrame) -> dict[str, str]:
     }
 
 
-__all__ = ["compare", "sensitivity_table", "size_extremes", "size_studies", "train_size_study"]
+def _span(values) -> str:
+    """``[2, 6, 2]`` → ``"2–6"`` (one value: itself)."""
+    low, high = int(min(values)), int(max(values))
+    return f"{low}" if low == high else f"{low}\u2013{high}"
+
+
+def drop_checks(data: BookData, model: str, task: str) -> pd.DataFrame:
+    """Does one model × task's drop with every head constant survive another way of training the probe?
+
+    One row per probe setting that ran the pair at k = 0 and with every head constant: the main grid's, then
+    each study of the full probe in the main grid's mode that changes its lr, epochs, epoch selection or training
+    size (the studies of :func:`sensitivity_table`). Each setting on the book's basis: the seeds whose runs passed the
+    convergence gate at both k = 0 and all heads (every seed where no run has a held-out curve). Columns: ``setting`` ("main grid" or the study's name),
+    ``change`` (the study's differences in words; "" for the main grid), ``lr`` (the lr its runs used), ``seeds``,
+    ``k0_scores`` and ``all_scores`` (per seed, in seed order), their means ``k0`` and ``all``, the relative
+    ``drop`` of the means, ``apart`` (every all-heads score below every k = 0 score), ``epoch_reported`` and
+    ``epochs_trained`` (``"2–6"``: the range over both sides' runs) and ``cap`` (the epochs allowed).
+    """
+    official = _study_settings(data.config, {}, model)
+    sources = [("main grid", "", data.main)]
+    for study in data.config.get("studies", []):
+        frame = data.studies.get(study["name"])
+        settings = _study_settings(data.config, study, model)
+        change = _describe(settings, official)
+        if frame is None or frame.empty or study.get("probe_input", "all") != "all" or settings["modes"] != official["modes"] or not change:
+            continue
+        sources.append((study["name"], change, frame))
+    rows = []
+    for name, change, frame in sources:
+        pair = frame[frame["is_main"] & (frame["probe_input"] == "all") & (frame["model"] == model) & (frame["task"] == task)]
+        if pair.empty:
+            continue
+        kept, _ = gate_runs(pair)  # the book's basis: seeds whose runs converged on both sides (all, where none has a curve)
+        if kept:
+            converged = pair[pair["run_id"].isin(kept)]
+            both = set(converged.loc[converged["ranking"] == "none", "seed"]) & set(converged.loc[converged["ranking"] == "all", "seed"])
+            pair = pair[pair["seed"].isin(both)]
+        k0 = pair[pair["ranking"] == "none"].sort_values("seed")
+        full = pair[pair["ranking"] == "all"].sort_values("seed")
+        if k0.empty or full.empty:
+            continue
+        both = pd.concat([k0, full])
+        trained = [((data.records.get(run_id) or {}).get("convergence") or {}).get("epochs_trained", epochs) for run_id, epochs in zip(both["run_id"], both["epochs"])]
+        k0_scores, all_scores = k0["value"].astype(float).tolist(), full["value"].astype(float).tolist()
+        lrs = both["lr"].dropna().unique()
+        rows.append(
+            {
+                "setting": name,
+                "change": change,
+                "lr": float(lrs[0]) if len(lrs) == 1 else float("nan"),
+                "seeds": int(min(len(k0), len(full))),
+                "k0_scores": k0_scores,
+                "all_scores": all_scores,
+                "k0": sum(k0_scores) / len(k0_scores),
+                "all": sum(all_scores) / len(all_scores),
+                "drop": R.relative_drop(sum(all_scores) / len(all_scores), sum(k0_scores) / len(k0_scores)),
+                "apart": max(all_scores) < min(k0_scores),
+                "epoch_reported": _span(both["selected_epoch"].astype(int)),
+                "epochs_trained": _span(trained),
+                "cap": int(both["epochs"].max()),
+            }
+        )
+    return pd.DataFrame(rows, columns=["setting", "change", "lr", "seeds", "k0_scores", "all_scores", "k0", "all", "drop", "apart", "epoch_reported", "epochs_trained", "cap"])
+
+
+def drop_checks_summary(checks: pd.DataFrame) -> str:
+    """:func:`drop_checks` in one sentence: in how many settings the seeds' scores are apart, and each drop."""
+    if checks.empty:
+        return "no run to check"
+    apart = int(checks["apart"].sum())
+    where = "In every setting" if apart == len(checks) else f"In {apart} of {len(checks)} settings"
+    drops = and_list(
+        f"{row.drop:.1%} ({'the main grid' if row.setting == 'main grid' else row.change}; {row.seeds} seed{'s' if row.seeds != 1 else ''})" for row in checks.itertuples()
+    )
+    return f"{where}, every seed's score with every head constant lies below every seed's score at k = 0; the drop is {drops}"
+
+
+__all__ = ["compare", "drop_checks", "drop_checks_summary", "sensitivity_table", "size_extremes", "size_studies", "train_size_study"]

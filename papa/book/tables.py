@@ -153,6 +153,50 @@ def layer_display(layers: pd.DataFrame) -> Table:
     return table(key_text(layers), kinds, missing={c: "this model has fewer layers" for c in columns})
 
 
+def drop_checks_display(checks: pd.DataFrame) -> Table:
+    """:func:`papa.book.studies.drop_checks` for reading: one row per probe setting, each seed's scores in one cell."""
+    from papa.book.words import lr_text, study_words
+
+    seeds_text = lambda values: ", ".join(score(v) for v in values)  # noqa: E731
+    columns = ["setting", "lr", "seeds", "k0_scores", "all_scores", "drop", "apart", "epoch_reported", "epochs_trained", "cap"]
+    checks = checks.reindex(columns=list(dict.fromkeys([*checks.columns, *columns])))  # an empty frame may lack its columns
+    frame = checks.assign(
+        setting=["main grid" if s == "main grid" else study_words(s) for s in checks["setting"]],
+        lr_cell=[None if is_missing(v) else lr_text(v) for v in checks["lr"]],
+        k0_cell=[seeds_text(v) for v in checks["k0_scores"]],
+        all_cell=[seeds_text(v) for v in checks["all_scores"]],
+    )
+    kinds = {
+        "setting": "text",
+        "lr_cell": "text",
+        "seeds": "int",
+        "k0_cell": "text",
+        "all_cell": "text",
+        "drop": "percent",
+        "apart": "yes/no",
+        "epoch_reported": "text",
+        "epochs_trained": "text",
+        "cap": "int",
+    }
+    headers = {
+        "lr_cell": "lr",
+        "k0_cell": "k = 0, per seed",
+        "all_cell": "all heads, per seed",
+        "drop": "drop of the means",
+        "apart": "seeds apart?",
+        "epoch_reported": "epoch reported",
+        "epochs_trained": "epochs trained",
+        "cap": "epoch cap",
+    }
+    notes = [
+        "seeds apart?: whether every seed's score with every head constant lies below every seed's score at k = 0.",
+        "epoch reported, epochs trained: the range over the setting's runs at k = 0 and with every head constant.",
+    ]
+    out = table(frame, kinds, headers, {"lr_cell": "the lr differs between runs"}, notes)
+    out.empty = "No run to check."
+    return out
+
+
 def sensitivity_display(sensitivity: pd.DataFrame) -> Table:
     """:func:`papa.book.studies.sensitivity_table` for reading: the drops and whether each change is real first."""
     kinds = (

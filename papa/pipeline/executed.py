@@ -26,6 +26,7 @@ STUDY_WORDS = {
     "moredata8k": "8,000 training examples",
     "fulldata": "the whole training split",
     "colamore": "CoLA with 8,000 training examples",
+    "lrnext": "the runner-up learning rate (2e-4) of mpnet-base CoLA",
     "mpnetmore": "mpnet-base with 2,000 training examples, as the MiniLMs",
     "fulldatafloor": "the whole training split, attention-free floor",
     "paper": "the paper's literal setting (learning rate 2e-5, 15 epochs, final epoch)",
