@@ -365,3 +365,16 @@ def test_disk_report_counts_what_is_already_cached(tmp_path, monkeypatch, capsys
     monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(10**12, 0, 5_000_000_000))
     estimate.report_disk([], sys.stdout)
     assert len(capsys.readouterr().out.splitlines()) == 1  # it fits: no warning
+
+
+def test_resized_runs_compare_recorded_with_planned_parameters():
+    """The dry run costs a run from its size, not its last duration, exactly when its stamp recorded other
+    parameters: a code change alone, or a run never stamped, keeps the duration (or has none)."""
+    from papa.pipeline.runner import GridStatus, resized_runs
+
+    runs = [Run(name, "probe", {"n": 1}) for name in ("sized", "code", "new", "corrupt")]
+    planned = {run.run_id: {"params": {"n": 2 if run.run_id == "sized" else 1}, "notebook": "x"} for run in runs}
+    stamps = {"sized": {"components": {"params": {"n": 1}, "notebook": "x"}}, "code": {"components": {"params": {"n": 1}, "notebook": "old"}}, "new": None, "corrupt": {}}
+    status = GridStatus(runs, runs, {}, {}, planned, {}, stamps, None, [])
+    assert resized_runs(status, runs) == {"sized"}
+    assert resized_runs(status, runs[1:]) == set()

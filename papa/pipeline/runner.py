@@ -252,8 +252,19 @@ def _save(manifest: Manifest, out) -> None:
         print(f"  warning: manifest not saved ({err})", file=out, flush=True)
 
 
+def resized_runs(status: GridStatus, stale: list[Run]) -> set[str]:
+    """The stale runs whose parameters differ from those their stamp recorded (other sizes, epochs or seeds): their
+    last duration no longer predicts them. A run without a stamp has no duration to distrust."""
+    resized = set()
+    for run in stale:
+        recorded = ((status.stamps.get(run.run_id) or {}).get("components") or {}).get("params")
+        if recorded is not None and recorded != status.components[run.run_id]["params"]:
+            resized.add(run.run_id)
+    return resized
+
+
 def _report_plan(status: GridStatus, stale: list[Run], config: dict, out, dry_run: bool) -> None:
-    resized = {run.run_id for run in stale if any(reason.startswith("parameters changed") for reason in status.reasons[run.run_id])}
+    resized = resized_runs(status, stale)
     seconds = estimate_seconds(stale, status.manifest, resized)
     print(f"grid {config['name']}: {len(status.runs)} runs, {len(stale)} to execute, estimated {_format(seconds)}", file=out)
     if status.manifest.rebuilt:
