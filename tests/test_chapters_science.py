@@ -244,6 +244,22 @@ def test_the_largest_drop_is_read_again_under_every_setting(grid):
     assert drop_checks(data, "ma", "mnli").empty and "No run to check." in T.drop_checks_display(pd.DataFrame())._repr_html_()
 
 
+def test_a_study_at_a_fixed_lr_stays_out_of_the_main_grid(tmp_path):
+    """With ``lr: select`` any lr passes the main grid's filter: a study at another fixed lr (same epochs, selection
+    and size) must still not join the main grid's runs (it once made the chapters fail on two lrs in one cell)."""
+    write_grid(tmp_path, random=False, literal=False)
+    for k, accuracy in ((0, 0.90), (8, 0.60)):
+        for seed in (42, 43, 44):
+            atomic_write_json(tmp_path / "results" / f"ma__sst2__k{k}__lrnext__s{seed}.json", _record("ma", k, TOTAL, seed, _predictions(accuracy, seed), None, True, lr=2e-4))
+    config = CONFIG | {"studies": [{"name": "lrnext", "models": ["ma"], "fractions": [0, 1], "lr": 2e-4}]}
+    data = book_data(config, tmp_path)
+    assert not data.main["run_id"].str.contains("lrnext").any() and set(data.main["lr"]) == {1e-3}
+    assert len(data.studies["lrnext"]) and set(data.studies["lrnext"]["lr"]) == {2e-4}
+    checks = drop_checks(data, "ma", "sst2").set_index("setting")
+    assert checks.loc["lrnext", "change"] == "lr 2e-4" and checks.loc["lrnext", "drop"] == pytest.approx((0.90 - 0.60) / 0.90)
+    assert checks.loc["main grid", "drop"] == pytest.approx((0.85 - 0.70) / 0.85)
+
+
 def test_the_analogues_draw_from_the_converged_runs(grid):
     _, data, result = grid
     points = P.score_vs_dynamic_heads(result.summary, data.floors, result.differences_basis)

@@ -59,14 +59,34 @@ def _study_settings(config: dict, study: dict, model: str | None = None) -> dict
     }
 
 
+#: The settings that say how a probe is trained: a study that changes one of them for some model is not the main grid.
+_PROBE_SETTINGS = ("lr", "epochs", "modes", "train_examples", "selection", "heldout_examples")
+
+
+def probe_setting_studies(config: dict) -> list[str]:
+    """The studies that train the probe otherwise than the main grid for some of their models (another lr, epoch
+    cap, epoch selection, mode or size): their runs are never main-grid runs, even where a filter would pass them."""
+    names = []
+    for study in config.get("studies", []):
+        models = study.get("models", config["models"])
+        if any(_study_settings(config, study, m)[key] != _study_settings(config, {}, m)[key] for m in models for key in _PROBE_SETTINGS):
+            names.append(study["name"])
+    return names
+
+
 def study_frame(tidy: pd.DataFrame, config: dict, study: dict | None = None) -> pd.DataFrame:
     """Rows of ``tidy`` that belong to a study (the main grid when ``study`` is None): per model (its
     ``probe.per_model`` settings applied) the same lr, epochs, epoch selection, modes and tasks, and per model
     and task the largest training size not above the study's. A named study keeps only its own runs (run ids
     tagged ``__<name>__s<seed>`` by :func:`papa.pipeline.grid.expand`), so a study that has not run yet is empty,
-    never another study's runs."""
+    never another study's runs. The main grid leaves out the runs of every study that trains the probe otherwise
+    (:func:`probe_setting_studies`): with ``lr: select`` any lr passes its filter, and a study at a fixed lr
+    would otherwise join the main grid's runs."""
     if study is not None and "name" in study:
         tidy = tidy[tidy["run_id"].str.contains(f"__{study['name']}__s", regex=False)]
+    elif study is None:
+        for name in probe_setting_studies(config):
+            tidy = tidy[~tidy["run_id"].str.contains(f"__{name}__s", regex=False)]
     parts = []
     for model in _study_settings(config, study or {})["models"]:
         s = _study_settings(config, study or {}, model)
