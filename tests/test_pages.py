@@ -235,6 +235,27 @@ def test_reproducibility_page_words_its_environment_and_time(tmp_path):
     assert "1 run is stale (its code, data, parameters or environment changed since it ran) and is shown as it was: `probe__b`" in page
     assert "| `probe__b` | stale | 150.0 |" in page and "| `probe__a` | ok | 90.0 |" in page
     assert "No benchmark table yet: run `make bench`." in page
+    assert "aim" not in page  # only the book's own grids have a time aim
+
+
+def test_reproducibility_page_names_what_is_left_past_the_grids_time_aim(tmp_path, monkeypatch):
+    """Past its aim, the page says by how much and lists what is left, costliest first, with what each would take."""
+    from papa.book import pages
+
+    runs = tmp_path / "book" / "runs" / "g"
+    record = _probe_record("aaa", "cpu:x86_64x2", 60.0)
+    record["timings"] = {"features": 30.0, "train": 90.0, "eval": 6.0, "total": 126.0}
+    atomic_write_json(runs / "artifacts" / "results" / "probe__a__s42.json", record)
+    manifest = {"probe__a": {"seconds": 150.0, "status": "ok"}, "rank__a__sst2__gates": {"seconds": 60.0, "status": "ok"}}
+    atomic_write_json(runs / "manifest.json", {"runs": manifest})
+    monkeypatch.setitem(pages.TIME_AIMS, "g", 3.0)
+    page = _reproducibility({"name": "g"}, [], root=tmp_path)
+    assert "That is 0.5 minutes over this grid's aim of 3 minutes on two CPU cores." in page
+    items = [line.split(",")[0] for line in page.splitlines() if line.startswith("- ") and " min: " in line]
+    assert items == ["- probe training", "- rankings", "- encoder features", "- notebook start-up", "- evaluation"]  # 1.5, 1.0, 0.5, 0.4, 0.1 min
+    assert "- evaluation, 0.1 min: score every seed's probe in one pass over the dev features." in page
+    monkeypatch.setitem(pages.TIME_AIMS, "g", 10.0)
+    assert "That is within this grid's aim of 10 minutes on two CPU cores." in _reproducibility({"name": "g"}, [], root=tmp_path)
 
 
 def test_itables_script_is_offline(tmp_path):

@@ -66,7 +66,7 @@ def _reproducibility(config: dict, stale: list[str], root: Path = ROOT, run_ids:
             "",
         ]
     if manifest:
-        lines += _budget(manifest, results, stale)
+        lines += _budget(manifest, results, stale, TIME_AIMS.get(config["name"]))
     lines += ["## Runs", "", "| run | status | seconds |", "|---|---|---:|"]
     for run_id, entry in sorted(manifest.items()):
         status = "stale" if run_id in stale else entry.get("status", "?")
@@ -104,9 +104,39 @@ def _setup(config: dict) -> str:
     return setup_page(config)
 
 
-def _budget(manifest: dict, results: dict, stale: list[str] = ()) -> list[str]:
+#: Wall-time aims, in minutes on two CPU cores, of the grids the book is built from (issue 25: the default grid in four hours).
+TIME_AIMS = {"default": 240.0}
+
+
+def _over_aim(total: float, aim: float, parts: dict[str, float], kinds: dict[str, list[float]], overhead: float) -> list[str]:
+    """Past the aim: by how much, and what is left, costliest first, with what each would take (seconds in, lines out)."""
+    left = [
+        (
+            parts["train"],
+            "probe training",
+            "train the seeds of a run in one batched pass over features held in the probe's dtype, so that an epoch costs about"
+            " one read of its features (the benchmark's probe-epoch row measures the gap)",
+        ),
+        (sum(kinds.get("rank", [])), "rankings", "run the gates ranking's training passes on compact batches, as the probes' features already are"),
+        (parts["features"], "encoder features", "already near their floor on the CPU (each batch runs only up to its real tokens); a GPU"),
+        (parts["eval"], "evaluation", "score every seed's probe in one pass over the dev features"),
+        (sum(kinds.get("select_lr", [])), "learning-rate choices", "the same batched probe training, for their three learning rates"),
+        (max(overhead, 0.0), "notebook start-up, model loading and tokenisation", "fewer, larger probe notebooks per model and task"),
+    ]
+    lines = [
+        f"That is {(total / 60) - aim:.1f} minutes over this grid's aim of {aim:.0f} minutes on two CPU cores. What is left, costliest first, "
+        "and what each would take (every item changes the probing path, so the whole grid re-runs after it):",
+        "",
+    ]
+    lines += [f"- {label}, {seconds / 60:.1f} min: {remedy};" for seconds, label, remedy in sorted(left, key=lambda item: -item[0]) if seconds > 0]
+    lines[-1] = lines[-1].rstrip(";") + "."
+    return lines + [""]
+
+
+def _budget(manifest: dict, results: dict, stale: list[str] = (), aim: float | None = None) -> list[str]:
     """Where the grid's time went, from the manifest (per run) and the results (per probe): by kind of run, by model
-    (``run_kind__model__…``) and, while some runs are stale, how much of the sum is their old duration."""
+    (``run_kind__model__…``), while some runs are stale how much of the sum is their old duration, and against the
+    grid's ``aim`` (minutes, :data:`TIME_AIMS`) by how much it is over and what is left."""
     kinds: dict[str, list[float]] = {}
     by_model: dict[str, dict[str, float]] = {}
     for run_id, entry in manifest.items():
@@ -156,6 +186,10 @@ def _budget(manifest: dict, results: dict, stale: list[str] = ()) -> list[str]:
         f"tokenisation {max(overhead, 0) / 60:.1f} min.",
         "",
     ]
+    if aim is not None and total / 60 > aim:
+        lines += _over_aim(total, aim, parts, kinds, overhead)
+    elif aim is not None:
+        lines += [f"That is within this grid's aim of {aim:.0f} minutes on two CPU cores.", ""]
     return lines
 
 
