@@ -222,7 +222,8 @@ def drop_checks(data: BookData, model: str, task: str) -> pd.DataFrame:
 
 
 def drop_checks_summary(checks: pd.DataFrame) -> str:
-    """:func:`drop_checks` in one sentence: in how many settings the seeds' scores are apart, and each drop."""
+    """:func:`drop_checks` in words: in how many settings the seeds' scores are apart, and each drop; and, where another
+    setting's k = 0 probe scores higher than the main grid's, whether that better-trained probe loses more or less."""
     if checks.empty:
         return "no run to check"
     apart = int(checks["apart"].sum())
@@ -230,7 +231,15 @@ def drop_checks_summary(checks: pd.DataFrame) -> str:
     drops = and_list(
         f"{row.drop:.1%} ({'the main grid' if row.setting == 'main grid' else row.change}; {row.seeds} seed{'s' if row.seeds != 1 else ''})" for row in checks.itertuples()
     )
-    return f"{where}, every seed's score with every head constant lies below every seed's score at k = 0; the drop is {drops}"
+    sentence = f"{where}, every seed's score with every head constant lies below every seed's score at k = 0; the drop is {drops}"
+    best, main = checks.loc[checks["k0"].idxmax()], checks[checks["setting"] == "main grid"]
+    if best["setting"] != "main grid" and len(main):
+        main = main.iloc[0]
+        sentence += (
+            f". The best-trained probe at k = 0 is not the main grid's: {best['change']} scores {best['k0']:.3f} against {main['k0']:.3f},"
+            f" and loses {'more' if best['drop'] > main['drop'] else 'less'} with every head constant"
+        )
+    return sentence
 
 
 __all__ = ["compare", "drop_checks", "drop_checks_summary", "sensitivity_table", "size_extremes", "size_studies", "train_size_study"]
