@@ -260,7 +260,7 @@ def test_a_study_at_a_fixed_lr_stays_out_of_the_main_grid(tmp_path):
     assert checks.loc["main grid", "drop"] == pytest.approx((0.85 - 0.70) / 0.85)
     assert drop_checks_summary(checks.reset_index()).endswith(
         "the drop is 17.6% (the main grid; 3 seeds) and 33.3% (lr 2e-4; 3 seeds). The best-trained probe at k = 0 is not the main grid's:"
-        " lr 2e-4 scores 0.900 against 0.850, and loses more with every head constant"
+        " lr 2e-4 (3 seeds) scores 0.900 against 0.850, and loses more with every head constant"
     )
 
 

@@ -221,6 +221,10 @@ def drop_checks(data: BookData, model: str, task: str) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["setting", "change", "lr", "seeds", "k0_scores", "all_scores", "k0", "all", "drop", "apart", "epoch_reported", "epochs_trained", "cap"])
 
 
+def _seeds_text(n: int) -> str:
+    return f"{n} seed" if n == 1 else f"{n} seeds"
+
+
 def drop_checks_summary(checks: pd.DataFrame) -> str:
     """:func:`drop_checks` in words: in how many settings the seeds' scores are apart, and each drop; and, where another
     setting's k = 0 probe scores higher than the main grid's, whether that better-trained probe loses more or less."""
@@ -228,15 +232,14 @@ def drop_checks_summary(checks: pd.DataFrame) -> str:
         return "no run to check"
     apart = int(checks["apart"].sum())
     where = "In every setting" if apart == len(checks) else f"In {apart} of {len(checks)} settings"
-    drops = and_list(
-        f"{row.drop:.1%} ({'the main grid' if row.setting == 'main grid' else row.change}; {row.seeds} seed{'s' if row.seeds != 1 else ''})" for row in checks.itertuples()
-    )
+    drops = and_list(f"{row.drop:.1%} ({'the main grid' if row.setting == 'main grid' else row.change}; {_seeds_text(row.seeds)})" for row in checks.itertuples())
     sentence = f"{where}, every seed's score with every head constant lies below every seed's score at k = 0; the drop is {drops}"
     best, main = checks.loc[checks["k0"].idxmax()], checks[checks["setting"] == "main grid"]
     if best["setting"] != "main grid" and len(main):
         main = main.iloc[0]
         sentence += (
-            f". The best-trained probe at k = 0 is not the main grid's: {best['change']} scores {best['k0']:.3f} against {main['k0']:.3f},"
+            f". The best-trained probe at k = 0 is not the main grid's: {best['change']} ({_seeds_text(best['seeds'])}) scores"
+            f" {best['k0']:.3f} against {main['k0']:.3f},"
             f" and loses {'more' if best['drop'] > main['drop'] else 'less'} with every head constant"
         )
     return sentence
