@@ -235,7 +235,7 @@ def test_reproducibility_page_words_its_environment_and_time(tmp_path):
     assert "1 run is stale (its code, data, parameters or environment changed since it ran) and is shown as it was: `probe__b`" in page
     assert "| `probe__b` | stale | 150.0 |" in page and "| `probe__a` | ok | 90.0 |" in page
     assert "No benchmark table yet: run `make bench`." in page
-    assert "aim" not in page  # only the book's own grids have a time aim
+    assert "this grid's aim" not in page  # only the book's own grids have a time aim
 
 
 def test_reproducibility_page_names_what_is_left_past_the_grids_time_aim(tmp_path, monkeypatch):

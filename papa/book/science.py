@@ -128,22 +128,24 @@ def science_numbers(result: Science, data: BookData) -> dict:
         numbers[f"drop_{name}_mean"] = judged[name]["value"]
         numbers[f"drop_{name}_interval"] = _interval(judged[name]["low"], judged[name]["high"])
         numbers[f"n_pairs_{name}"] = judged[name]["n"]
-    full = pooled.select(result.cells, "all")
-    numbers["drop_all_max"] = float(full["relative_drop"].max()) if len(full) else math.nan
-    largest = largest_drop(result)
-    numbers["drop_all_max_pair"] = f"{largest[0]} on {task_name(largest[1])}" if largest else "no pair"
+    largest = _largest_cell(result)
+    numbers["drop_all_max"] = float(largest["relative_drop"]) if largest is not None else math.nan
+    numbers["drop_all_max_pair"] = f"{largest['model']} on {task_name(largest['task'])}" if largest is not None else "no pair"
     numbers["random_summary"] = random_summary(result.random, result.ranking)
     return numbers
+
+
+def _largest_cell(result: Science) -> pd.Series | None:
+    """The claims' cell with every head constant whose relative drop is largest, or None without one."""
+    full = pooled.select(result.cells, "all").dropna(subset=["relative_drop"])
+    return None if full.empty else full.loc[full["relative_drop"].idxmax()]
 
 
 def largest_drop(result: Science) -> tuple[str, str] | None:
     """``(model, task)`` of the largest relative drop with every head constant among the claims' cells
     (``drop_all_max``), or None without one."""
-    full = pooled.select(result.cells, "all").dropna(subset=["relative_drop"])
-    if full.empty:
-        return None
-    row = full.loc[full["relative_drop"].idxmax()]
-    return str(row["model"]), str(row["task"])
+    row = _largest_cell(result)
+    return None if row is None else (str(row["model"]), str(row["task"]))
 
 
 def _interval(low: float, high: float) -> str:

@@ -9,7 +9,7 @@ from papa.analysis import results as R
 from papa.analysis.drops import train_size_table
 from papa.analysis.findings import gate_runs
 from papa.book.data import BookData, _study_settings
-from papa.book.words import and_list, lr_text
+from papa.book.words import and_list, lr_text, plural
 
 
 def compare(a: pd.DataFrame, b: pd.DataFrame, label_a: str, label_b: str) -> pd.DataFrame:
@@ -56,6 +56,16 @@ def _describe(settings: dict, official: dict, whole_split: int | None = None) ->
     return ", ".join(parts)
 
 
+def _probe_change(config: dict, study: dict, model: str, whole_split: int | None = None) -> str:
+    """How ``study`` trains ``model``'s full probe otherwise than the main grid, in words (:func:`_describe`): its lr,
+    epochs, epoch selection or training size; "" when it changes none of them, probes another input, or runs in
+    another mode (then it is no setting of the same probe)."""
+    settings, official = _study_settings(config, study, model), _study_settings(config, {}, model)  # per model: its budget sizes
+    if study.get("probe_input", "all") != "all" or settings["modes"] != official["modes"]:
+        return ""
+    return _describe(settings, official, whole_split)
+
+
 def sensitivity_table(data: BookData) -> pd.DataFrame:
     """Does the size of the PAPA drop depend on how well the probe is trained?
 
@@ -67,11 +77,10 @@ def sensitivity_table(data: BookData) -> pd.DataFrame:
     rows = []
     for study in data.config.get("studies", []):
         frame = data.studies.get(study["name"])
-        if study.get("probe_input", "all") != "all" or frame is None or frame.empty:
+        if frame is None or frame.empty:
             continue
         for (model, task), group in frame[frame["is_main"] & (frame["probe_input"] == "all")].groupby(["model", "task"]):
-            settings, official = _study_settings(data.config, study, model), _study_settings(data.config, {}, model)  # per model: its budget sizes
-            if settings["modes"] != official["modes"] or not _describe(settings, official):
+            if not _probe_change(data.config, study, model):
                 continue
             base = data.main[data.main["is_main"] & (data.main["probe_input"] == "all") & (data.main["model"] == model) & (data.main["task"] == task)]
             scores = {}
@@ -85,7 +94,7 @@ def sensitivity_table(data: BookData) -> pd.DataFrame:
             rows.append(
                 {
                     "study": study["name"],
-                    "setting": _describe(settings, official, int(group["train_examples"].max())),
+                    "setting": _probe_change(data.config, study, model, int(group["train_examples"].max())),
                     "train examples official": int(base["train_examples"].max()),
                     "train examples study": int(group["train_examples"].max()),
                     "model": model,
@@ -166,23 +175,19 @@ def drop_checks(data: BookData, model: str, task: str) -> pd.DataFrame:
     """Does one model × task's drop with every head constant survive another way of training the probe?
 
     One row per probe setting that ran the pair at k = 0 and with every head constant: the main grid's, then
-    each study of the full probe in the main grid's mode that changes its lr, epochs, epoch selection or training
-    size (the studies of :func:`sensitivity_table`). Each setting on the book's basis: the seeds whose runs passed the
+    each study that trains the same probe otherwise (:func:`_probe_change`: another lr, epochs, epoch selection or
+    training size; the studies of :func:`sensitivity_table`). Each setting on the book's basis: the seeds whose runs passed the
     convergence gate at both k = 0 and all heads (every seed where no run has a held-out curve). Columns: ``setting`` ("main grid" or the study's name),
     ``change`` (the study's differences in words; "" for the main grid), ``lr`` (the lr its runs used), ``seeds``,
     ``k0_scores`` and ``all_scores`` (per seed, in seed order), their means ``k0`` and ``all``, the relative
     ``drop`` of the means, ``apart`` (every all-heads score below every k = 0 score), ``epoch_reported`` and
     ``epochs_trained`` (``"2–6"``: the range over both sides' runs) and ``cap`` (the epochs allowed).
     """
-    official = _study_settings(data.config, {}, model)
     sources = [("main grid", "", data.main)]
     for study in data.config.get("studies", []):
-        frame = data.studies.get(study["name"])
-        settings = _study_settings(data.config, study, model)
-        change = _describe(settings, official)
-        if frame is None or frame.empty or study.get("probe_input", "all") != "all" or settings["modes"] != official["modes"] or not change:
-            continue
-        sources.append((study["name"], change, frame))
+        frame, change = data.studies.get(study["name"]), _probe_change(data.config, study, model)
+        if frame is not None and not frame.empty and change:
+            sources.append((study["name"], change, frame))
     rows = []
     for name, change, frame in sources:
         pair = frame[frame["is_main"] & (frame["probe_input"] == "all") & (frame["model"] == model) & (frame["task"] == task)]
@@ -200,6 +205,7 @@ def drop_checks(data: BookData, model: str, task: str) -> pd.DataFrame:
         both = pd.concat([k0, full])
         trained = [((data.records.get(run_id) or {}).get("convergence") or {}).get("epochs_trained", epochs) for run_id, epochs in zip(both["run_id"], both["epochs"])]
         k0_scores, all_scores = k0["value"].astype(float).tolist(), full["value"].astype(float).tolist()
+        k0_mean, all_mean = sum(k0_scores) / len(k0_scores), sum(all_scores) / len(all_scores)
         lrs = both["lr"].dropna().unique()
         rows.append(
             {
@@ -209,9 +215,9 @@ def drop_checks(data: BookData, model: str, task: str) -> pd.DataFrame:
                 "seeds": int(min(len(k0), len(full))),
                 "k0_scores": k0_scores,
                 "all_scores": all_scores,
-                "k0": sum(k0_scores) / len(k0_scores),
-                "all": sum(all_scores) / len(all_scores),
-                "drop": R.relative_drop(sum(all_scores) / len(all_scores), sum(k0_scores) / len(k0_scores)),
+                "k0": k0_mean,
+                "all": all_mean,
+                "drop": R.relative_drop(all_mean, k0_mean),
                 "apart": max(all_scores) < min(k0_scores),
                 "epoch_reported": _span(both["selected_epoch"].astype(int)),
                 "epochs_trained": _span(trained),
@@ -221,10 +227,6 @@ def drop_checks(data: BookData, model: str, task: str) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["setting", "change", "lr", "seeds", "k0_scores", "all_scores", "k0", "all", "drop", "apart", "epoch_reported", "epochs_trained", "cap"])
 
 
-def _seeds_text(n: int) -> str:
-    return f"{n} seed" if n == 1 else f"{n} seeds"
-
-
 def drop_checks_summary(checks: pd.DataFrame) -> str:
     """:func:`drop_checks` in words: in how many settings the seeds' scores are apart, and each drop; and, where another
     setting's k = 0 probe scores higher than the main grid's, whether that better-trained probe loses more or less."""
@@ -232,13 +234,13 @@ def drop_checks_summary(checks: pd.DataFrame) -> str:
         return "no run to check"
     apart = int(checks["apart"].sum())
     where = "In every setting" if apart == len(checks) else f"In {apart} of {len(checks)} settings"
-    drops = and_list(f"{row.drop:.1%} ({'the main grid' if row.setting == 'main grid' else row.change}; {_seeds_text(row.seeds)})" for row in checks.itertuples())
+    drops = and_list(f"{row.drop:.1%} ({'the main grid' if row.setting == 'main grid' else row.change}; {row.seeds} {plural(row.seeds, 'seed')})" for row in checks.itertuples())
     sentence = f"{where}, every seed's score with every head constant lies below every seed's score at k = 0; the drop is {drops}"
     best, main = checks.loc[checks["k0"].idxmax()], checks[checks["setting"] == "main grid"]
     if best["setting"] != "main grid" and len(main):
         main = main.iloc[0]
         sentence += (
-            f". The best-trained probe at k = 0 is not the main grid's: {best['change']} ({_seeds_text(best['seeds'])}) scores"
+            f". The best-trained probe at k = 0 is not the main grid's: {best['change']} ({best['seeds']} {plural(best['seeds'], 'seed')}) scores"
             f" {best['k0']:.3f} against {main['k0']:.3f},"
             f" and loses {'more' if best['drop'] > main['drop'] else 'less'} with every head constant"
         )
