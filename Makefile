@@ -7,7 +7,7 @@ STAMP := $(VENV)/.papa-installed
 OFFLINE := HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 HF_EVALUATE_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 CONFIG ?= default
 
-.PHONY: install lint test book book-as-is bench smoke-runs lab browser
+.PHONY: install lint test book book-as-is bench bench-run smoke-runs lab browser
 
 install: $(STAMP)
 
@@ -56,6 +56,10 @@ book-as-is: $(STAMP)
 
 bench: $(STAMP)
 	$(OFFLINE) $(PY) -m benchmarks.run
+
+# one `papa probe` run (the speed issue's command) on main when the issue was filed and on this tree (needs PAPA_DATA_DIR)
+bench-run: $(STAMP)
+	$(OFFLINE) $(PY) -m benchmarks.probe_run
 
 # JupyterLab on the text notebooks in notebooks/: jupytext opens the MyST Markdown files as notebooks
 # (a double-click opens them as notebooks, set below for this venv only) and saves them back as text.
