@@ -238,6 +238,19 @@ def test_reproducibility_page_words_its_environment_and_time(tmp_path):
     assert "this grid's aim" not in page  # only the book's own grids have a time aim
 
 
+def test_reproducibility_page_names_the_command_that_wrote_each_benchmark_table(tmp_path):
+    bench = tmp_path / "benchmarks"
+    bench.mkdir()
+    (bench / "results-cpu.md").write_text("# papa benchmarks — cpu\n\n- command: `python -m benchmarks.run --quick`\n")
+    (bench / "results-cpu-probe-run.md").write_text("# papa benchmarks — one run\n\n- command: `python -m benchmarks.probe_run --repeats 3`; the run: `x`\n")
+    (bench / "results-old.md").write_text("# an older table without a command line\n")
+    page = _reproducibility({"name": "g"}, [], root=tmp_path)
+    assert "From `benchmarks/results-cpu.md` (written by `python -m benchmarks.run`):" in page
+    assert "From `benchmarks/results-cpu-probe-run.md` (written by `python -m benchmarks.probe_run`):" in page
+    assert "From `benchmarks/results-old.md` (written by `python -m benchmarks.run`):" in page
+    assert "### papa benchmarks — one run" in page
+
+
 def test_reproducibility_page_names_what_is_left_past_the_grids_time_aim(tmp_path, monkeypatch):
     """Past its aim, the page says by how much and lists what is left, costliest first, with what each would take."""
     from papa.book import pages

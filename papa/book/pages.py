@@ -88,13 +88,21 @@ def _reproducibility(config: dict, stale: list[str], root: Path = ROOT, run_ids:
         for path in bench:
             text = "\n" + path.read_text(encoding="utf-8")
             lines += [
-                f"From `{path.relative_to(root)}` (written by `python -m benchmarks.run`):",
+                f"From `{path.relative_to(root)}` (written by `{_benchmark_command(text)}`):",
                 text.replace("\n# ", "\n### ").replace("\n## ", "\n#### ").replace("|A−B|", "\\|A−B\\|"),
                 "",
             ]
     else:
         lines += ["No benchmark table yet: run `make bench`.", ""]
     return "\n".join(lines) + "\n"
+
+
+def _benchmark_command(table: str) -> str:
+    """The module that wrote a benchmark table (its ``- command:`` line names it; default ``python -m benchmarks.run``)."""
+    for line in table.splitlines():
+        if line.startswith("- command: `python -m benchmarks."):
+            return " ".join(line.split("`")[1].split()[:3])
+    return "python -m benchmarks.run"
 
 
 def _setup(config: dict) -> str:
