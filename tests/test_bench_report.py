@@ -29,9 +29,10 @@ def _side(runs, score=0.7729):
     return {"parts": _parts(runs), "imports": 7.5, "score": score, "epochs": 6, "selected_epoch": 3}
 
 
-def _floor(wall):
+def _floor(wall, step_ms=4.0):
     phases = {"start-up": 8.0, "imports": 7.0, "model": 0.7, "inputs": 1.9, "extract_train": 8.1, "extract_eval": 4.3}
-    return {"wall": wall, **phases, "tokens": {"train": 33090, "eval": 20686}, "repeats": 2}
+    step = {"step_ms": step_ms, "step_shape": [16, 7, 33, 384]}
+    return {"wall": wall, **phases, **step, "tokens": {"train": 33090, "eval": 20686}, "repeats": 2}
 
 
 def test_parts_are_medians_that_add_up_to_the_wall_time():
@@ -46,13 +47,14 @@ def test_parts_are_medians_that_add_up_to_the_wall_time():
 def test_the_report_gives_the_speed_up_and_says_when_the_floor_rules_out_three_times():
     a = _side([_run(68.0, 50.0, 6.0, 2.0, 60.0)])
     b = _side([_run(33.0, 15.0, 5.0, 4.0, 25.0)], score=0.7725)
-    text = to_markdown(INFO, a, b, _floor(19.6))
+    text = to_markdown(INFO, a, b, _floor(18.0, step_ms=4.0))
     assert "**Speed-up A/B = 2.06×** (target ≥ 3×: NOT met); |score A − score B| = 0.0004 (target ≤ 0.01)." in text
     assert "| wall | 68.0 | 33.0 |" in text
-    assert "A / 3 = 22.7 s, so a 3× speed-up is out of reach on this machine" in to_markdown(INFO, a, b, _floor(23.3))
-    text = to_markdown(INFO, a, b, _floor(19.6))
-    assert "A / 3 = 22.7 s, so a 3× speed-up leaves 3.1 s for all that the floor leaves out" in text
-    assert "(the float32 copy, the cache write, training and evaluation: 13.4 s in B)" in text
+    assert "takes 4.00 ms a step, so B's 750 steps (6 epochs of 125) take at least 3.0 s." in text
+    assert "A / 3 = 22.7 s. The floor and those steps come to 21.0 s, which leaves 1.7 s for the rest" in text
+    assert "(gathering the batches, the float32 copy, the cache write and evaluation: 12.0 s in B)" in text
+    out = to_markdown(INFO, a, b, _floor(19.6, step_ms=5.0))
+    assert "A / 3 = 22.7 s. The floor and those steps come to 23.4 s, above A / 3: a 3× speed-up of this command is out of reach" in out
     fast = to_markdown(INFO, a, _side([_run(20.0, 10.0, 2.0, 1.0, 15.0)]), _floor(15.0))
     assert "**Speed-up A/B = 3.40×** (target ≥ 3×: met)" in fast
 
