@@ -66,7 +66,13 @@ def probe_command(out: Path, relative: bool = False) -> list[str]:
 def worktree(commit: str) -> Iterator[Path]:
     """``commit`` checked out in a temporary git worktree (removed afterwards)."""
     folder = Path(tempfile.mkdtemp(prefix="papa-baseline-"))
-    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-f", str(folder), commit], check=True, capture_output=True)
+    added = subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-f", str(folder), commit], capture_output=True, text=True)
+    if added.returncode != 0:
+        folder.rmdir()
+        raise SystemExit(
+            f"Cannot check out the baseline {commit!r}: {added.stderr.strip().splitlines()[-1] if added.stderr.strip() else 'git failed'}. "
+            "Run from a full clone (git fetch --unshallow) or pass --baseline with a commit this clone has."
+        )
     try:
         yield folder
     finally:
@@ -219,7 +225,7 @@ def to_markdown(info: dict, a: dict, b: dict, floor: dict) -> str:
         f"- command: `{info['command']}`; the run: `python {shlex.join(probe_command(Path('result.json'), relative=True))}`",
         f"- {info['repeats']} timed runs per side, alternating A, B, A, B, each a fresh process with an empty `PAPA_CACHE_DIR`; medians shown",
         f"- {info['date']}; torch threads {info['threads']} on {info['cpu_count']} CPUs; load average at start {info['load_average']}; "
-        f"float32 matmul rate {info['gflops']:.0f} GFLOP/s",
+        f"CPU float32 matmul rate {info['gflops']:.0f} GFLOP/s",
         "",
         "| part (s) | A: baseline `" + info["baseline"] + "` | B: this tree `" + info["tree"] + "` |",
         "| --- | --- | --- |",
@@ -258,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.probe_run", description=__doc__.splitlines()[0])
     parser.add_argument("--baseline", default=BASELINE, help=f"the commit side A runs (default {BASELINE})")
     parser.add_argument("--repeats", type=int, default=2, help="timed runs per side")
-    parser.add_argument("--markdown", type=Path, default=Path(__file__).parent / "results-cpu-probe-run.md")
+    parser.add_argument("--markdown", type=Path, help="default benchmarks/results-<device>-probe-run.md")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--floor-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -272,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     tree = subprocess.run(["git", "-C", str(ROOT), "describe", "--always", "--dirty"], capture_output=True, text=True).stdout.strip()
     info = {
         "command": shlex.join(["python", "-m", "benchmarks.probe_run", "--baseline", args.baseline, "--repeats", str(args.repeats)]),
-        "device": "cpu",
+        "device": "cuda" if torch.cuda.is_available() else "cpu",
         "baseline": args.baseline,
         "tree": tree,
         "repeats": args.repeats,
@@ -296,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
         results[side] = {"parts": _parts(runs), "imports": imports[side], "runs": runs, **{name: last[name] for name in ("score", "epochs", "selected_epoch")}}
     markdown = to_markdown(info, results["a"], results["b"], floor)
     print("\n" + markdown)
-    args.markdown.write_text(markdown, encoding="utf-8")
+    (args.markdown or Path(__file__).parent / f"results-{info['device']}-probe-run.md").write_text(markdown, encoding="utf-8")
     if args.json:
         args.json.write_text(json.dumps({"header": info, "sides": results, "floor": floor}, indent=2))
     return 0

@@ -67,3 +67,23 @@ def test_the_timed_command_is_the_issues_single_run():
     assert (options["--max-train-examples"], options["--heldout-examples"], options["--epochs"], options["--patience"]) == ("2000", "200", "20", "3")
     assert (options["--selection"], float(options["--lr"])) == ("heldout", 2e-4)
     assert options["--ranking"].endswith("minilm-l6__sst2__gates.json")
+
+
+def test_a_baseline_this_clone_lacks_is_one_clear_error(tmp_path, monkeypatch):
+    from benchmarks.probe_run import main
+
+    monkeypatch.setenv("PAPA_DATA_DIR", str(tmp_path))
+    with pytest.raises(SystemExit) as stop:
+        main(["--baseline", "0" * 40, "--markdown", str(tmp_path / "out.md")])
+    message = str(stop.value)
+    assert message.startswith(f"Cannot check out the baseline {'0' * 40!r}: ")
+    assert message.endswith("Run from a full clone (git fetch --unshallow) or pass --baseline with a commit this clone has.")
+    assert not (tmp_path / "out.md").exists()
+
+
+def test_without_the_task_data_it_says_what_to_set(monkeypatch):
+    from benchmarks.probe_run import main
+
+    monkeypatch.delenv("PAPA_DATA_DIR", raising=False)
+    with pytest.raises(SystemExit, match=r"PAPA_DATA_DIR is unset: the run reads SST-2 from it\. Set it to the task data folder"):
+        main([])
