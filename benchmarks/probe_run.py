@@ -112,14 +112,13 @@ def probe_run(tree: Path) -> dict:
 
 def floor_child() -> None:
     """(In a fresh process.) The run up to its features, timed by phase; prints JSON."""
-    phases, started = {}, time.perf_counter()
     from papa.core.constants import load_constants
     from papa.core.models import load_model, pick_device
     from papa.probing.experiment import prepare_inputs, resolve_heads
     from papa.probing.extraction import get_features
 
-    phases["imports"] = time.perf_counter() - started
-    t0 = time.perf_counter()
+    t0 = time.perf_counter()  # the imports above count as start-up: the wall time less the phases below
+    phases = {}
     device = pick_device(None)
     lm = load_model(MODEL, device)
     phases["model"] = time.perf_counter() - t0
@@ -201,9 +200,8 @@ def matmul_gflops(seconds: float = 2.0) -> float:
 
 def _parts(runs: list[dict]) -> dict[str, float]:
     """Median seconds of each part of a side's runs; the parts after ``wall`` add up to it (medians, to rounding)."""
-    med = lambda values: statistics.median(values)  # noqa: E731
-    timings = {name: med([r["timings"][name] for r in runs]) for name in ("features", "train", "eval", "total")}
-    wall = med([r["wall"] for r in runs])
+    timings = {name: statistics.median(r["timings"][name] for r in runs) for name in ("features", "train", "eval", "total")}
+    wall = statistics.median(r["wall"] for r in runs)
     return {
         "wall": wall,
         "start-up (interpreter, imports, writing the result)": wall - timings["total"],
@@ -260,6 +258,25 @@ def to_markdown(info: dict, a: dict, b: dict, floor: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def header(args) -> dict:
+    """The report's header: the command, this tree's commit, the machine and its float32 matmul rate."""
+    import torch
+
+    tree = subprocess.run(["git", "-C", str(ROOT), "describe", "--always", "--dirty"], capture_output=True, text=True).stdout.strip()
+    return {
+        "command": shlex.join(["python", "-m", "benchmarks.probe_run", "--baseline", args.baseline, "--repeats", str(args.repeats)]),
+        "device": "cuda" if torch.cuda.is_available() else "cpu",
+        "baseline": args.baseline,
+        "tree": tree,
+        "repeats": args.repeats,
+        "threads": torch.get_num_threads(),
+        "cpu_count": os.cpu_count(),
+        "load_average": [round(x, 2) for x in os.getloadavg()],
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "gflops": matmul_gflops(),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.probe_run", description=__doc__.splitlines()[0])
     parser.add_argument("--baseline", default=BASELINE, help=f"the commit side A runs (default {BASELINE})")
@@ -273,24 +290,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if not os.environ.get("PAPA_DATA_DIR"):
         raise SystemExit("PAPA_DATA_DIR is unset: the run reads SST-2 from it. Set it to the task data folder (e.g. ../shared/data).")
-    import torch
-
-    tree = subprocess.run(["git", "-C", str(ROOT), "describe", "--always", "--dirty"], capture_output=True, text=True).stdout.strip()
-    info = {
-        "command": shlex.join(["python", "-m", "benchmarks.probe_run", "--baseline", args.baseline, "--repeats", str(args.repeats)]),
-        "device": "cuda" if torch.cuda.is_available() else "cpu",
-        "baseline": args.baseline,
-        "tree": tree,
-        "repeats": args.repeats,
-        "threads": torch.get_num_threads(),
-        "cpu_count": os.cpu_count(),
-        "load_average": [round(x, 2) for x in os.getloadavg()],
-        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-        "gflops": matmul_gflops(),
-    }
-    with worktree(args.baseline) as old:
+    with worktree(args.baseline) as old:  # a baseline the clone lacks stops here, before anything is measured
+        info = header(args)
         sides = {"a": (old, []), "b": (ROOT, [])}
-        imports = {side: statistics.median(import_seconds(tree) for _ in range(3)) for side, (tree, _) in sides.items()}
+        imports = {side: import_seconds(tree) for side, (tree, _) in sides.items()}
         for i in range(args.repeats):
             for side, (tree, runs) in sides.items():
                 runs.append(probe_run(tree))

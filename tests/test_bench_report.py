@@ -30,7 +30,7 @@ def _side(runs, score=0.7729):
 
 
 def _floor(wall, step_ms=4.0):
-    phases = {"start-up": 8.0, "imports": 7.0, "model": 0.7, "inputs": 1.9, "extract_train": 8.1, "extract_eval": 4.3}
+    phases = {"start-up": 8.0, "model": 0.7, "inputs": 1.9, "extract_train": 8.1, "extract_eval": 4.3}
     step = {"step_ms": step_ms, "step_shape": [16, 7, 33, 384]}
     return {"wall": wall, **phases, **step, "tokens": {"train": 33090, "eval": 20686}, "repeats": 2}
 

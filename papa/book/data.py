@@ -68,9 +68,11 @@ def probe_setting_studies(config: dict) -> list[str]:
     cap, epoch selection, mode or size): their runs are never main-grid runs, even where a filter would pass them."""
     names = []
     for study in config.get("studies", []):
-        models = study.get("models", config["models"])
-        if any(_study_settings(config, study, m)[key] != _study_settings(config, {}, m)[key] for m in models for key in _PROBE_SETTINGS):
-            names.append(study["name"])
+        for model in study.get("models", config["models"]):
+            settings, official = _study_settings(config, study, model), _study_settings(config, {}, model)
+            if any(settings[key] != official[key] for key in _PROBE_SETTINGS):
+                names.append(study["name"])
+                break
     return names
 
 

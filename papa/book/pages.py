@@ -122,8 +122,9 @@ def _over_aim(total: float, aim: float, parts: dict[str, float], kinds: dict[str
         (
             parts["train"],
             "probe training",
-            "train the seeds of a run in one batched pass over features held in the probe's dtype, so that an epoch costs about"
-            " one read of its features (the benchmark's probe-epoch row measures the gap)",
+            "train the seeds of a run in one batched pass, so that each step's small matrix products (batch 16 through the probe's"
+            " dense layer) and optimizer updates run once for all seeds; a step is compute- and overhead-bound, not bound by"
+            " reading the features (the single-run benchmark times one step on a gathered batch)",
         ),
         (sum(kinds.get("rank", [])), "rankings", "run the gates ranking's training passes on compact batches, as the probes' features already are"),
         (parts["features"], "encoder features", "already near their floor on the CPU (each batch runs only up to its real tokens); a GPU"),

@@ -196,17 +196,17 @@ def drop_checks(data: BookData, model: str, task: str) -> pd.DataFrame:
         kept, _ = gate_runs(pair)  # the book's basis: seeds whose runs converged on both sides (all, where none has a curve)
         if kept:
             converged = pair[pair["run_id"].isin(kept)]
-            both = set(converged.loc[converged["ranking"] == "none", "seed"]) & set(converged.loc[converged["ranking"] == "all", "seed"])
-            pair = pair[pair["seed"].isin(both)]
+            seeds = set(converged.loc[converged["ranking"] == "none", "seed"]) & set(converged.loc[converged["ranking"] == "all", "seed"])
+            pair = pair[pair["seed"].isin(seeds)]
         k0 = pair[pair["ranking"] == "none"].sort_values("seed")
         full = pair[pair["ranking"] == "all"].sort_values("seed")
         if k0.empty or full.empty:
             continue
-        both = pd.concat([k0, full])
-        trained = [((data.records.get(run_id) or {}).get("convergence") or {}).get("epochs_trained", epochs) for run_id, epochs in zip(both["run_id"], both["epochs"])]
+        runs = pd.concat([k0, full])
+        trained = [((data.records.get(run_id) or {}).get("convergence") or {}).get("epochs_trained", epochs) for run_id, epochs in zip(runs["run_id"], runs["epochs"])]
         k0_scores, all_scores = k0["value"].astype(float).tolist(), full["value"].astype(float).tolist()
         k0_mean, all_mean = sum(k0_scores) / len(k0_scores), sum(all_scores) / len(all_scores)
-        lrs = both["lr"].dropna().unique()
+        lrs = runs["lr"].dropna().unique()
         rows.append(
             {
                 "setting": name,
@@ -219,9 +219,9 @@ def drop_checks(data: BookData, model: str, task: str) -> pd.DataFrame:
                 "all": all_mean,
                 "drop": R.relative_drop(all_mean, k0_mean),
                 "apart": max(all_scores) < min(k0_scores),
-                "epoch_reported": _span(both["selected_epoch"].astype(int)),
+                "epoch_reported": _span(runs["selected_epoch"].astype(int)),
                 "epochs_trained": _span(trained),
-                "cap": int(both["epochs"].max()),
+                "cap": int(runs["epochs"].max()),
             }
         )
     return pd.DataFrame(rows, columns=["setting", "change", "lr", "seeds", "k0_scores", "all_scores", "k0", "all", "drop", "apart", "epoch_reported", "epochs_trained", "cap"])
