@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import re
-import time
 
 import pytest
 import torch
@@ -228,18 +227,105 @@ def test_load_local_unsupported_folder(tmp_path):
         load_model(str(tmp_path))
 
 
-@pytest.mark.parametrize("hub_id", ["bert-base-uncased", "papa-tests-no-such-org/no-such-model"])
-def test_hub_id_offline_fails_fast(monkeypatch, hub_id):
-    from papa.core.models import _hub_cached
+class _NetworkCall(OSError):
+    """Raised by the patched transports: any attempt to reach the network."""
 
-    if _hub_cached(hub_id):
-        pytest.skip(f"{hub_id} is in the local Hugging Face cache")
+
+@pytest.fixture
+def no_network(monkeypatch, tmp_path):
+    """Every way out (socket connect, name lookup, huggingface_hub's HTTP session) records the attempt and
+    raises; the Hugging Face cache is an empty folder, so no hub id is cached."""
+    import socket
+
+    import huggingface_hub.constants
+
+    attempts: list[str] = []
+
+    def refuse(what):
+        def call(*args, **kwargs):
+            attempts.append(what)
+            raise _NetworkCall(f"test: no network ({what})")
+
+        return call
+
+    monkeypatch.setattr(socket.socket, "connect", refuse("socket.connect"))
+    monkeypatch.setattr(socket.socket, "connect_ex", refuse("socket.connect_ex"))
+    monkeypatch.setattr(socket, "create_connection", refuse("socket.create_connection"))
+    monkeypatch.setattr(socket, "getaddrinfo", refuse("socket.getaddrinfo"))
+    try:
+        import huggingface_hub.utils._http as hub_http
+
+        for name in ("get_session", "get_async_session"):
+            if hasattr(hub_http, name):
+                monkeypatch.setattr(hub_http, name, refuse(f"huggingface_hub {name}"))
+    except ImportError:  # pragma: no cover - an older huggingface_hub
+        pass
+    empty = tmp_path / "hf-cache"
+    empty.mkdir()
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(empty))
+    monkeypatch.setenv("HF_HUB_CACHE", str(empty))
+    return attempts
+
+
+@pytest.mark.parametrize("hub_id", ["bert-base-uncased", "papa-tests-no-such-org/no-such-model"])
+def test_hub_id_offline_fails_without_touching_the_network(monkeypatch, no_network, hub_id):
+    from papa.core.models import DEFAULT_MODEL, EMBEDDED_MODELS
+
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    started = time.perf_counter()
     with pytest.raises(PapaError) as err:
         load_model(hub_id)
-    assert time.perf_counter() - started < 5
-    assert "minilm-l6" in str(err.value) and hub_id in str(err.value)
+    assert no_network == []  # refused before any connection, name lookup or HTTP request
+    message = str(err.value)
+    assert hub_id in message and "HF_HUB_OFFLINE" in message
+    assert DEFAULT_MODEL in EMBEDDED_MODELS and f"`{DEFAULT_MODEL}`" in message  # the embedded model to use instead
+
+
+def test_hub_id_unreachable_fails_after_one_connection_attempt(monkeypatch, no_network):
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", "https://hub.example.invalid")
+    with pytest.raises(PapaError) as err:
+        load_model("bert-base-uncased")
+    assert no_network == ["socket.create_connection"]  # one probe of the endpoint, no hub client retries
+    message = str(err.value)
+    assert "'bert-base-uncased' is not cached" in message and "hub.example.invalid" in message
+    assert "`minilm-l6`" in message
+
+
+# -- weights fingerprints: they tell weights apart, and constants follow them -------------------------
+def test_the_fingerprint_tells_weights_apart_and_not_folders(tmp_path):
+    a, b = _build("bert", seed=0), _build("bert", seed=1)
+    assert any(not torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
+    a.save_pretrained(tmp_path / "a")
+    b.save_pretrained(tmp_path / "b")
+    a.save_pretrained(tmp_path / "elsewhere" / "copy of a")
+    one, other, copy_of_one = (weights_fingerprint(str(tmp_path / f)) for f in ("a", "b", "elsewhere/copy of a"))
+    assert re.fullmatch(r"[0-9a-f]{16}", one)
+    assert one != other  # other weights (another seed)
+    assert one == copy_of_one  # the same weights in another folder
+    # one changed parameter is other weights
+    with torch.no_grad():
+        a.encoder.layer[1].attention.self.query.weight[0, 0] += 1.0
+    a.save_pretrained(tmp_path / "a, edited")
+    assert weights_fingerprint(str(tmp_path / "a, edited")) not in (one, other)
+
+
+def test_constants_of_one_model_are_refused_for_another(tmp_path):
+    import papa
+    from papa.core.errors import ConstantsMismatchError
+
+    for name, seed in (("a", 0), ("b", 1), ("copy of a", 0)):
+        _save_with_tokenizer(_build("bert", seed=seed), tmp_path / name)
+    a, b, copy_of_a = (papa.load_model(str(tmp_path / name)) for name in ("a", "b", "copy of a"))
+    assert a.fingerprint != b.fingerprint and a.fingerprint == copy_of_a.fingerprint
+    batch = _batch("bert", [16, 9, 5, 12])
+    constants = papa.estimate_constants(a.model, batch, meta={"fingerprint": a.fingerprint, "relayout": True})
+    path = papa.save_constants(tmp_path / "constants-of-a.safetensors", constants)
+    ranking, meta = papa.compute_ranking("deviation", a, constants=str(path), device="cpu")  # its own model: accepted
+    assert sorted(ranking) == all_heads(LAYERS, HEADS) and meta["constants"] == papa.load_constants(path).meta["sha256"]
+    assert papa.compute_ranking("deviation", copy_of_a, constants=str(path), device="cpu")[0] == ranking  # same weights
+    with pytest.raises(ConstantsMismatchError) as err:
+        papa.compute_ranking("deviation", b, constants=str(path), device="cpu")
+    assert f"model weights: file has {a.fingerprint}, this run needs {b.fingerprint}" in str(err.value)
 
 
 @pytest.mark.parametrize("name", ["./no/such/folder", "/no/such/model", "model.bin", "a/b/c"])

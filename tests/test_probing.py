@@ -16,7 +16,7 @@ from transformers import AutoModel, BertConfig
 from papa.core.errors import PapaError
 from papa.core.heads import all_heads
 from papa.core.models import load_model
-from papa.core.patching import gate_lambdas, patch_gates, unpatch
+from papa.core.patching import patch_gates, unpatch
 from papa.probing.experiment import prepare_inputs, run_probe
 from papa.probing.extraction import extract_features
 from papa.probing.probe import (
@@ -26,7 +26,6 @@ from papa.probing.probe import (
     SequenceProbe,
     SubsetSource,
     TokenProbe,
-    build_probe,
     convergence,
     draw_from_pool,
     predict,
@@ -112,22 +111,116 @@ def test_cached_features_equal_live_eval_features():
     assert torch.allclose(cached, live, atol=2e-3)  # float16 storage
 
 
-def test_gates_rank_every_head_and_move_lambdas():
-    model = tiny_model()
-    constants = torch.rand(2, 4, 16, 16)
-    lambdas = patch_gates(model, constants)
-    ids = torch.randint(5, 120, (32, 16))
-    encoded = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": (ids[:, 1] > 60).long()}
-    train = LiveSource(model, encoded, False, "cpu", train_mode=True, grad=True)
-    probe = build_probe(False, 3, 16, 32, 2, ProbeConfig())
-    train_probe(probe, train, lambda m: {"main": 0.0}, ProbeConfig(lr=1e-2, epochs=2), extra_parameters=lambdas)
-    moved = gate_lambdas(model)
-    unpatch(model)
-    assert moved.shape == (2, 4) and moved.abs().max() > 1e-4
-    from papa.core.heads import ranking_from_scores
+def _tiny_gate_run(n_train=32, n_eval=16):
+    """A tiny BERT as a LoadedModel and an SST-2-shaped TaskInputs whose label is decided by one token."""
+    from papa.core.models import LoadedModel
+    from papa.probing.data import get_task
+    from papa.probing.task_inputs import TaskInputs
 
-    ranking = ranking_from_scores(moved)
-    assert sorted(ranking) == all_heads(2, 4)
+    g = torch.Generator().manual_seed(1)
+    encoded = []
+    for n in (n_train, n_eval):
+        ids = torch.randint(5, 120, (n, 16), generator=g)
+        encoded.append({"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": (ids[:, 1] > 60).long()})
+    lm = LoadedModel("tiny", tiny_model(), tokenizer=None, source="local", fingerprint="0123456789abcdef")
+    names, (train, evals) = ["negative", "positive"], encoded
+    inputs = TaskInputs(get_task("sst2"), names, train, evals, list(range(n_train)), list(range(n_eval)), 16, True)
+    return lm, inputs
+
+
+def _ascending_by_hand(lambdas) -> list[tuple[int, int]]:
+    """Every (layer, head) sorted by its λ, smallest first; ties by (layer, head)."""
+    heads = [(layer, head) for layer, row in enumerate(lambdas) for head in range(len(row))]
+    return sorted(heads, key=lambda h: (lambdas[h[0]][h[1]], h))
+
+
+def test_gates_rank_every_head_and_move_lambdas():
+    from papa.core.patching import is_patched
+
+    lm, inputs = _tiny_gate_run()
+    constants = torch.rand(2, 4, 16, 16, generator=torch.Generator().manual_seed(2)) + 0.01
+    ranking, meta = rank_gates(lm, inputs, constants, ProbeConfig(lr=5e-2, epochs=3, batch_size=8), "cpu")
+    lambdas = meta["lambdas"]
+    assert len(lambdas) == 2 and all(len(row) == 4 for row in lambdas) and len(meta["epochs"]) == 3
+    assert max(abs(x) for row in lambdas for x in row) > 1e-3  # the gates trained (λ starts at 0)
+    assert len({x for row in lambdas for x in row}) == 8  # distinct: the order below is decided by λ, not by ties
+    assert ranking == _ascending_by_hand(lambdas)  # the smallest λ (most weight on the constant) first
+    assert not is_patched(lm.model)  # the gates are removed afterwards
+
+
+# λ set by hand for 2 layers x 4 heads, and the ascending order read off by hand.
+HAND_LAMBDAS = [[0.3, -1.2, 0.0, 2.0], [-0.5, 1.1, -2.5, 0.7]]
+HAND_ORDER = [(1, 2), (0, 1), (1, 0), (0, 2), (0, 0), (1, 3), (1, 1), (0, 3)]
+
+
+def test_rank_gates_puts_the_head_whose_gate_moved_towards_its_constant_first(monkeypatch):
+    """The gate mixes σ(λ)·A + (1 − σ(λ))·C̃: a head whose λ fell leans on its constant, so it ranks first."""
+    from papa.core.patching import is_patched
+    from papa.probing import ranking as ranking_module
+    from papa.probing.probe import TrainHistory
+
+    lm, inputs = _tiny_gate_run(n_train=8, n_eval=4)
+    seen = []
+
+    def set_lambdas_by_hand(probe, train, evaluate, config, extra_parameters=None, **kwargs):
+        seen.append(len(extra_parameters))
+        with torch.no_grad():
+            for layer, parameter in enumerate(extra_parameters):  # the gates' λ, in layer order
+                parameter.copy_(torch.tensor(HAND_LAMBDAS[layer]))
+        return TrainHistory(epochs=[{"epoch": 1, "train_loss": 0.0, "main": 0.5}])
+
+    monkeypatch.setattr(ranking_module, "train_probe", set_lambdas_by_hand)
+    ranking, meta = rank_gates(lm, inputs, torch.rand(2, 4, 16, 16) + 0.01, ProbeConfig(epochs=1), "cpu")
+    assert seen == [2]  # the λ of both layers were handed to training
+    assert ranking == HAND_ORDER
+    assert torch.allclose(torch.tensor(meta["lambdas"]), torch.tensor(HAND_LAMBDAS))
+    assert not is_patched(lm.model)
+
+
+def test_a_very_negative_gate_gives_the_constant_head_and_a_very_positive_one_the_attention():
+    """What the ranking direction rests on: λ → −∞ makes a gated head its constant, λ → +∞ its attention."""
+    from papa.core.patching import patch_constant_heads
+
+    model = tiny_model()
+    ids = torch.randint(5, 120, (3, 16), generator=torch.Generator().manual_seed(4))
+    mask = torch.ones_like(ids)
+    mask[1, 11:] = 0
+    constants = torch.rand(2, 4, 16, 16, generator=torch.Generator().manual_seed(5)) + 0.01
+    with torch.no_grad():
+        attention = model(input_ids=ids, attention_mask=mask).last_hidden_state
+        patch_constant_heads(model, constants, all_heads(2, 4))
+        constant = model(input_ids=ids, attention_mask=mask).last_hidden_state
+        unpatch(model)
+        assert (constant - attention).abs().max() > 1e-2
+        lambdas = patch_gates(model, constants)
+        for value, expected in ((-40.0, constant), (40.0, attention)):
+            for parameter in lambdas:
+                parameter.fill_(value)
+            gated = model(input_ids=ids, attention_mask=mask).last_hidden_state
+            assert (gated - expected).abs().max() <= 1e-5, value
+        unpatch(model)
+
+
+def _save_hand_constants(path, deviation, fingerprint="0123456789abcdef"):
+    from papa.core.constants import ConstantSet, save_constants
+
+    layers, heads = len(deviation), len(deviation[0])
+    constants = torch.rand(layers, heads, 16, 16) + 0.01
+    meta = {"fingerprint": fingerprint, "relayout": True}
+    counts = torch.ones(16, 16, dtype=torch.float64)
+    return save_constants(path, ConstantSet(constants, counts, torch.tensor(deviation), meta))
+
+
+def test_the_deviation_ranking_puts_the_most_input_independent_heads_first(tmp_path):
+    from papa.core.models import LoadedModel
+    from papa.probing.ranking import compute_ranking
+
+    lm = LoadedModel("tiny", tiny_model(), tokenizer=None, source="local", fingerprint="0123456789abcdef")
+    deviation = [[0.30, 0.02, 0.50, 0.10], [0.04, 0.90, 0.01, 0.20]]
+    path = _save_hand_constants(tmp_path / "c.safetensors", deviation)
+    ranking, meta = compute_ranking("deviation", lm, constants=str(path), device="cpu")
+    assert ranking == [(1, 2), (0, 1), (1, 0), (0, 3), (1, 3), (0, 0), (0, 2), (1, 1)]  # by hand: 0.01, 0.02, 0.04, ...
+    assert meta["method"] == "deviation" and torch.allclose(torch.tensor(meta["deviation"]), torch.tensor(deviation))
 
 
 def test_select_epoch_on_hand_made_histories():
@@ -183,13 +276,58 @@ def test_run_probe_reports_the_epoch_chosen_on_heldout_training_data(data_dir, t
     assert result["config"]["selection"] == "heldout" and result["config"]["heldout_fraction"] == 0.25
 
 
+def _entities(tags: list[str]) -> set[tuple[str, int, int]]:
+    """Entity spans ``(type, start, end)`` of IOB tags, chunked as conlleval does (an I- after O or another
+    type starts one)."""
+    spans, start, kind = set(), None, None
+    for i, tag in enumerate([*tags, "O"]):
+        prefix, _, name = tag.partition("-")
+        if kind is not None and (prefix in ("O", "B") or name != kind):
+            spans.add((kind, start, i))
+            kind = None
+        if prefix in ("B", "I") and kind is None:
+            start, kind = i, name
+    return spans
+
+
+def _score_by_hand(task: str, dev: dict) -> float:
+    """The task's main score recomputed from the dev record's predictions and labels, without papa's metrics."""
+    preds, gold = dev["predictions"], dev["labels"]
+    n = len(gold)
+    accuracy = sum(p == g for p, g in zip(preds, gold)) / n
+    if task in ("sst2", "mnli", "pos"):
+        return accuracy
+    if task == "cola":
+        tp = sum(p == 1 and g == 1 for p, g in zip(preds, gold))
+        tn = sum(p == 0 and g == 0 for p, g in zip(preds, gold))
+        fp = sum(p == 1 and g == 0 for p, g in zip(preds, gold))
+        fn = sum(p == 0 and g == 1 for p, g in zip(preds, gold))
+        denominator = ((tp + fp) * (tp + fn) * (tn + fp) * (tn + fn)) ** 0.5
+        return (tp * tn - fp * fn) / denominator if denominator else 0.0
+    if task == "mrpc":
+        tp = sum(p == 1 and g == 1 for p, g in zip(preds, gold))
+        f1 = 2 * tp / (sum(preds) + sum(gold)) if sum(preds) + sum(gold) else 0.0
+        return (accuracy + f1) / 2
+    assert task == "ner"
+    names, found, true, correct = dev["label_names"], 0, 0, 0
+    offset = 0
+    for length in dev["lengths"]:
+        p = _entities([names[x] for x in preds[offset : offset + length]])
+        g = _entities([names[x] for x in gold[offset : offset + length]])
+        found, true, correct, offset = found + len(p), true + len(g), correct + len(p & g), offset + length
+    return 2 * correct / (found + true) if found + true else 0.0
+
+
 @pytest.mark.data
 @pytest.mark.parametrize("task", ["cola", "sst2", "mrpc", "mnli", "ner", "pos"])
 def test_every_task_end_to_end(task, data_dir, tmp_path, monkeypatch):
     monkeypatch.setenv("PAPA_CACHE_DIR", str(tmp_path))
     result = run_probe("minilm-l6", task, epochs=1, max_train_examples=24, max_eval_examples=24, max_length=32)
     assert result["task"] == task
-    assert -1.0 <= result["score"] <= 1.0 if task == "cola" else 0.0 <= result["score"] <= 1.0  # MCC may be negative
+    assert result["score"] == pytest.approx(_score_by_hand(task, result["dev"]), abs=1e-9)
+    assert result["score"] == result["metrics"][result["metric"]]
+    expected = 24 if task not in ("ner", "pos") else sum(result["dev"]["lengths"])
+    assert len(result["dev"]["predictions"]) == len(result["dev"]["labels"]) == expected
     assert result["metric"] in result["metrics"] and len(result["epochs"]) == 1
     assert result["provenance"]["weights_fingerprint"] and result["data"]["train_examples"] == 24
 
@@ -201,8 +339,11 @@ def test_gates_ranking_on_real_data(data_dir, tmp_path):
     inputs = prepare_inputs(lm, "sst2", 32, True, 32, 16)
     constants = torch.rand(6, 12, 32, 32)
     ranking, meta = rank_gates(lm, inputs, constants, ProbeConfig(lr=1e-2, epochs=1), "cpu")
-    assert sorted(ranking) == all_heads(6, 12)
-    assert len(meta["lambdas"]) == 6 and any(abs(x) > 1e-5 for row in meta["lambdas"] for x in row)
+    lambdas = meta["lambdas"]
+    assert len(lambdas) == 6 and all(len(row) == 12 for row in lambdas)
+    assert max(abs(x) for row in lambdas for x in row) > 1e-5  # the gates trained (λ starts at 0)
+    assert ranking == _ascending_by_hand(lambdas)  # the smallest λ (most weight on the constant) first
+    assert ranking[0] != ranking[-1] and lambdas[ranking[0][0]][ranking[0][1]] < lambdas[ranking[-1][0]][ranking[-1][1]]
 
 
 @pytest.mark.data
