@@ -1,4 +1,6 @@
-"""Executed notebooks: a run's title from its parameters, and volatile metadata stripped.
+"""Executed notebooks: a run's title from its parameters, and volatile metadata stripped; and the one escaping
+of user-supplied text (model names and paths, task, study and config names) that the titles and the book's
+generated pages share (:func:`myst_text`, :func:`code_span`, :func:`model_markdown`).
 
 The runner (:mod:`papa.pipeline.runner`) and the stamps (:mod:`papa.pipeline.stamps`) call
 :func:`clean_executed` on every notebook papermill wrote. None of this runs in a notebook's kernel, so
@@ -8,7 +10,9 @@ editing it never makes a finished run stale.
 from __future__ import annotations
 
 import json
-from pathlib import Path
+import re
+import unicodedata
+from pathlib import Path, PurePath
 
 _VOLATILE_NB = ("start_time", "end_time", "duration", "input_path", "output_path", "environment_variables")
 
@@ -35,6 +39,77 @@ STUDY_WORDS = {
     "deviation": "the deviation ordering",
     "random": "seeded random orderings",
 }
+
+
+#: Characters backslash-escaped wherever they stand: they open code, emphasis, links, roles (``{name}`` and
+#: ``{{ }}``), math, tables, strikethrough and closing heading marks. ``'`` is left as it is (it opens nothing in
+#: MyST text, and the committed titles hold it).
+_BACKSLASHED = frozenset("\\`*_[]{}#|~$")
+#: HTML's special characters as entities: text in Markdown and in raw HTML alike (``<`` never opens a tag).
+_ENTITIES = {"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;"}
+#: Characters that start a block (list item, thematic break, comment, colon fence, target, definition) at the
+#: start of a line: escaped when the text begins with one.
+_BLOCK_STARTS = frozenset("-+=%:(!")
+_NAMED_CONTROLS = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+#: An embedded model name or a hub id (``org/name``): shown as it is; any other model (a folder path, odd
+#: characters) is shown by a short display name with its full path in a code span.
+_PLAIN_MODEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
+
+
+def visible(text: object) -> str:
+    """``text`` with every control or format character (newlines, tabs, bidi overrides, line separators) written
+    as its escape (``\\n``, ``\\x1b``, ``\\u202e``): one line, and nothing invisible."""
+
+    def shown(char: str) -> str:
+        if char in _NAMED_CONTROLS:
+            return _NAMED_CONTROLS[char]
+        if unicodedata.category(char) in ("Cc", "Cf", "Zl", "Zp", "Cs", "Co", "Cn"):
+            return f"\\x{ord(char):02x}" if ord(char) < 0x100 else f"\\u{ord(char):04x}"
+        return char
+
+    return "".join(shown(char) for char in str(text))
+
+
+def myst_text(text: object) -> str:
+    """User-supplied ``text`` as MyST Markdown that renders as exactly that text, and as HTML that holds no tag: control
+    characters shown escaped (:func:`visible`), HTML's special characters as entities, and every character that opens
+    Markdown or MyST syntax (code, emphasis, links, roles, math, tables; a block at the start) backslash-escaped.
+    The one escaping of the book's pages and run titles; names made of letters, digits, ``-``, ``.``, ``/`` and
+    spaces come back unchanged."""
+    out = "".join(_ENTITIES.get(c) or (f"\\{c}" if c in _BACKSLASHED else c) for c in visible(text))
+    out = re.sub(r"^(\d+)([.)])(?=\s|$)", r"\1\\\2", out)  # not an ordered list
+    if out[:1] in _BLOCK_STARTS:
+        out = "\\" + out
+    return re.sub(r"^ +", lambda m: "&#32;" * len(m.group()), out)  # not an indented code block
+
+
+def code_span(text: object, table: bool = False) -> str:
+    """``text`` (control characters shown escaped) as one Markdown code span, whatever backticks it holds: the fence is
+    one backtick longer than its longest run, padded when the text starts or ends with one. Inside a code span
+    nothing is parsed (no HTML, role or directive). ``table``: ``|`` escaped, for a table cell."""
+    body = visible(text) or " "
+    fence = "`" * (1 + max((len(run) for run in re.findall(r"`+", body)), default=0))
+    pad = " " if body[0] == "`" or body[-1] == "`" or (body[0] == " " and body[-1] == " " and body.strip()) else ""
+    body = body.replace("|", "\\|") if table else body
+    return f"{fence}{pad}{body}{pad}{fence}"
+
+
+def model_display(model: str) -> str:
+    """A model's short display name: an embedded name or hub id as it is, else its folder's name made safe
+    (:func:`papa.core.names.slug`: letters, digits, ``.``, ``-``)."""
+    from papa.core.names import slug
+
+    model = str(model)
+    return model if _PLAIN_MODEL.match(model) else slug(PurePath(model).name or model)
+
+
+def model_markdown(model: str, code: bool = False, table: bool = False) -> str:
+    """A model as MyST Markdown: an embedded name or hub id as it is (``code``: in a code span); any other (a folder)
+    by its short display name and its full path in a code span (``table``: for a table cell)."""
+    display = model_display(model)
+    if display == str(model):
+        return code_span(model, table) if code else myst_text(model)
+    return f"{myst_text(display)} ({code_span(model, table)})"
 
 
 def task_name(task: str) -> str:
@@ -88,7 +163,8 @@ def run_kind(params: dict) -> str | None:
 
 
 def run_title(params: dict, root: Path | None = None) -> str | None:
-    """The heading that names a run from its parameters, or None for a chapter.
+    """The heading that names a run from its parameters (MyST Markdown: every name in it escaped by :func:`myst_text`,
+    a model folder shown by :func:`model_markdown`), or None for a chapter.
 
     ``Constants — minilm-l6 · SST-2 · 1,000 training examples``, ``Ranking — minilm-l6 · SST-2 (gates)``,
     ``Learning rate — minilm-l6 · SST-2 · chosen among 2e-05, 0.0002, 0.001``,
@@ -98,9 +174,9 @@ def run_title(params: dict, root: Path | None = None) -> str | None:
     kind = run_kind(params)
     if kind is None:
         return None
-    head = f"{params['model']} · {task_name(str(params['task']))}"
+    head = f"{model_markdown(str(params['model']))} · {myst_text(task_name(str(params['task'])))}"
     if kind == "rank":
-        return f"Ranking — {head} ({params['method']})"
+        return f"Ranking — {head} ({myst_text(params['method'])})"
     if kind == "select_lr":
         return f"Learning rate — {head} · chosen among {', '.join(f'{float(lr):g}' for lr in params['lrs'])}"
     if kind == "estimate":
@@ -118,10 +194,10 @@ def run_title(params: dict, root: Path | None = None) -> str | None:
         elif total is not None and k >= total:
             parts.append(f"all {total} heads constant")
         else:
-            parts += [ranking] if ranking else []
+            parts += [myst_text(ranking)] if ranking else []
             parts.append(f"{k} of {total} heads constant" if total else f"{k} heads constant")
     if params.get("mode", "cached") != "cached":
-        parts.append(f"{params['mode']} mode")
+        parts.append(f"{myst_text(params['mode'])} mode")
     if params.get("seeds"):
         parts.append(_seeds(list(params["seeds"])))
     title = " · ".join(parts)
@@ -130,7 +206,7 @@ def run_title(params: dict, root: Path | None = None) -> str | None:
     if len(fields) > 6 and fields[0] == "probe":
         study = [f for f in fields[6:] if f != params.get("probe_input")]
         if study:
-            title += f" · {study_words('__'.join(study))}"
+            title += f" · {myst_text(study_words('__'.join(study)))}"
     return title
 
 

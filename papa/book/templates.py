@@ -1,0 +1,94 @@
+"""The prose of the generated pages, kept as Markdown templates in ``book/templates/``: Python computes only the values.
+
+A template file holds named pieces: the text before the first ``% piece: <name>`` line is the piece ``page``; each
+such line (a MyST comment) starts the piece ``<name>``, which runs to the next one (its last newline dropped, so a
+piece reads as a phrase). A piece names its values as ``${name}``; nothing else in it is special (``$L$`` stays math,
+``{doc}`` stays a role). :func:`fill` puts values in: a plain value (text, a number) is user-supplied or computed
+text and is escaped by :func:`papa.pipeline.executed.myst_text`; a :class:`Markdown` value is Markdown built from
+escaped parts (another filled piece, a code span, a table row) and goes in as it is. A missing or unused value is an
+error, so a template and its caller never drift apart silently.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from collections.abc import Iterable
+from functools import cache
+from pathlib import Path
+
+from papa.pipeline.executed import code_span, model_markdown, myst_text
+from papa.pipeline.plan import ROOT
+
+__all__ = ["Markdown", "TEMPLATES", "fill", "pieces", "join", "text", "code", "model"]
+
+#: Where the templates are (``book/templates/<file>.md``; not in ``_toc.yml``, so never a page of the book).
+TEMPLATES = ROOT / "book" / "templates"
+_PIECE = re.compile(r"^% piece: ([a-z0-9-]+)[ \t]*$", re.MULTILINE)
+
+
+class Markdown(str):
+    """Text that is already MyST Markdown, every user-supplied part of it escaped: :func:`fill` places it as it is."""
+
+
+class _Template(string.Template):
+    """``${name}`` only: a bare ``$`` (math) and ``$$`` (display math) are text."""
+
+    pattern = r"\$(?:(?P<escaped>(?!))|(?P<named>(?!))|\{(?P<braced>[a-z][a-z0-9_]*)\}|(?P<invalid>(?!)))"
+
+
+@cache
+def _read(path: Path) -> dict[str, str]:
+    source = path.read_text(encoding="utf-8")
+    names, bodies = ["page", *_PIECE.findall(source)], _PIECE.split(source)[::2]
+    found = {name: body.removeprefix("\n").removesuffix("\n") for name, body in zip(names, bodies)}
+    found["page"] = bodies[0]
+    if len(found) != len(names):
+        raise ValueError(f"{path}: a piece is named twice")
+    return found
+
+
+def pieces(file: str, folder: Path | None = None) -> dict[str, str]:
+    """The pieces of ``book/templates/<file>.md`` by name (``page``: the text before the first piece)."""
+    return _read((folder or TEMPLATES) / f"{file}.md")
+
+
+def fields(template: str) -> set[str]:
+    """The value names a template asks for."""
+    return {match.group("braced") for match in _Template.pattern.finditer(template) if match.group("braced")}
+
+
+def fill(file: str, piece: str = "page", folder: Path | None = None, **values: object) -> Markdown:
+    """Piece ``piece`` of ``book/templates/<file>.md`` with its ``${name}`` values put in (plain values escaped by
+    :func:`~papa.pipeline.executed.myst_text`, :class:`Markdown` values as they are)."""
+    template = pieces(file, folder)[piece]
+    wanted = fields(template)
+    if wanted != set(values):
+        missing, unused = sorted(wanted - set(values)), sorted(set(values) - wanted)
+        raise KeyError(f"template {file}:{piece}: missing values {missing}, unused values {unused}")
+    return Markdown(_Template(template).substitute({name: _markdown(value) for name, value in values.items()}))
+
+
+def _markdown(value: object) -> str:
+    return value if isinstance(value, Markdown) else myst_text(value)
+
+
+def join(parts: Iterable[object], separator: str = "") -> Markdown:
+    """Parts joined (plain ones escaped) as Markdown."""
+    return Markdown(separator.join(_markdown(part) for part in parts))
+
+
+def text(value: object) -> Markdown:
+    """A plain value escaped, as Markdown (to build larger Markdown values from)."""
+    return Markdown(_markdown(value))
+
+
+def code(value: object, table: bool = False) -> Markdown:
+    """A value in a code span (:func:`~papa.pipeline.executed.code_span`)."""
+    return Markdown(code_span(value, table))
+
+
+def model(name: str, code: bool = False, table: bool = False) -> Markdown:
+    """A model by its display name, a folder with its full path in a code span
+    (:func:`~papa.pipeline.executed.model_markdown`)."""
+    return Markdown(model_markdown(name, code, table))
