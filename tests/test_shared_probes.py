@@ -98,6 +98,58 @@ def test_the_float32_copy_gives_the_batches_of_per_batch_conversion(token, probe
     assert a.shape[1] == (1 if probe_input == "embeddings" else 3)
 
 
+def _floor_model() -> BertModel:
+    """The tiny BERT with larger weights, so that its first layer moves the states well beyond float16 rounding."""
+    torch.manual_seed(0)
+    return BertModel(BertConfig(**TINY_BERT, initializer_range=0.3)).eval()
+
+
+@pytest.mark.parametrize("compact", [True, False], ids=["compact", "padded"])
+def test_the_attention_free_floor_reads_the_embedding_layer(compact):
+    """``Features.states[:, 0]`` is the model's ``hidden_states[0]`` (the input to the first attention layer) at the
+    real positions, and the floor's sources (cached and live) hand the probe that state, never a later one."""
+    from papa.probing.probe import LiveSource
+
+    model = _floor_model()
+    lengths = [16, 3, 9, 12, 1, 7]
+    encoded = tiny_batch(lengths, seed=5)
+    encoded["labels"] = torch.tensor([0, 1, 1, 0, 1, 0])
+    with torch.no_grad():
+        hidden = model(**{k: v for k, v in encoded.items() if k != "labels"}, output_hidden_states=True).hidden_states
+    assert (hidden[1] - hidden[0]).abs().max() > 0.5  # layer 1 is not layer 0: a wrong index cannot pass
+    features = extract_features(model, encoded, token_task=False, compact=compact)
+    real = features.mask  # [N, P] real tokens at the kept positions
+    layer0 = hidden[0][:, features.positions]  # [N, P, H]
+    assert real.sum() == sum(lengths)
+    assert (features.states[:, 0][real].float() - layer0[real]).abs().max() <= 2e-3  # float16 storage
+    rows = torch.tensor([4, 0, 5, 2])
+    for float32 in (True, False):
+        (states, mask, _), _ = CachedSource(features, "embeddings", float32=float32).batch(rows)
+        assert states.shape[1] == 1
+        assert (states[:, 0][mask].float() - layer0[rows][mask]).abs().max() <= 2e-3
+    live_source = LiveSource(model, encoded, False, "cpu", train_mode=False, probe_input="embeddings")
+    (live, live_mask), _ = live_source.batch(rows)
+    real = live_mask.bool()
+    assert live.shape[1] == 1 and torch.allclose(live[:, 0][real], hidden[0][rows][real], atol=1e-6)
+
+
+def test_the_token_floor_reads_the_embedding_layer():
+    model = _floor_model()
+    encoded = tiny_batch([16, 3, 9, 12], seed=6)
+    labels = torch.full(encoded["input_ids"].shape, -100)
+    for row, length in enumerate([16, 3, 9, 12]):
+        labels[row, 1 : length - 1 : 2] = row % 3
+    encoded["labels"] = labels
+    with torch.no_grad():
+        hidden = model(**{k: v for k, v in encoded.items() if k != "labels"}, output_hidden_states=True).hidden_states
+    labelled = labels != -100
+    features = extract_features(model, encoded, token_task=True)
+    assert (features.states[:, 0].float() - hidden[0][labelled]).abs().max() <= 2e-3
+    (states,), _ = CachedSource(features, "embeddings", float32=True).batch(torch.tensor([0, 1, 2, 3]))
+    assert states.shape[1] == 1 and (states[:, 0] - hidden[0][labelled]).abs().max() <= 2e-3
+    assert (states[:, 0] - hidden[1][labelled]).abs().max() > 0.5
+
+
 def test_no_float32_copy_above_the_memory_budget(monkeypatch):
     encoded = tiny_batch([16, 3, 9], seed=2)
     encoded["labels"] = torch.tensor([0, 1, 1])
