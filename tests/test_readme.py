@@ -39,8 +39,24 @@ def test_the_readme_shows_the_commands_of_every_subcommand():
 
 @pytest.mark.parametrize("words", _commands(), ids=lambda words: " ".join(words[:3]))
 def test_every_readme_command_parses(words):
+    from papa import cli
+
+    handlers = {
+        "estimate": cli.cmd_estimate,
+        "rank": cli.cmd_rank,
+        "probe": cli.cmd_probe,
+        "grid run": cli.cmd_grid,
+        "grid schema": cli.cmd_grid_schema,
+        "study": cli.cmd_study,
+        "book build": cli.cmd_book,
+    }
+    name = words[0] if words[0] not in ("grid", "book") else " ".join(words[:2])
     args = build_parser().parse_args(words)
-    assert callable(getattr(args, "func", None)) or hasattr(args, "command")
+    assert args.command == words[0] and args.func is handlers[name]
+    for option, value in zip(words, words[1:]):  # every option the README gives arrives with its value
+        if option.startswith("--") and not value.startswith("--"):
+            parsed = getattr(args, option[2:].replace("-", "_"))
+            assert value in (str(parsed), *map(str, parsed if isinstance(parsed, list) else [])), (option, value, parsed)
 
 
 @pytest.mark.data
