@@ -56,7 +56,8 @@ def test_every_readme_command_parses(words):
     for option, value in zip(words, words[1:]):  # every option the README gives arrives with its value
         if option.startswith("--") and not value.startswith("--"):
             parsed = getattr(args, option[2:].replace("-", "_"))
-            assert value in (str(parsed), *map(str, parsed if isinstance(parsed, list) else [])), (option, value, parsed)
+            shown = [str(parsed), *map(str, parsed if isinstance(parsed, list) else [])]
+            assert value in shown, (option, value, parsed)
 
 
 @pytest.mark.data
