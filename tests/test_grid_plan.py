@@ -7,43 +7,79 @@ import pytest
 from papa.pipeline.grid import DEFAULT_SECONDS, HUB_TRAIN_SIZES, PROBE_SECONDS_PER_EXAMPLE, PROBE_STARTUP_SECONDS, Manifest, Run, estimate_seconds, run_seconds_guess
 
 
-def test_a_probe_never_timed_is_estimated_from_its_size(tmp_path, monkeypatch):
-    (tmp_path / "sst2").mkdir()
-    (tmp_path / "sst2" / "train.jsonl").write_text('{"a": 1}\n' * 5 + "\n")  # 5 examples, a blank line not counted
-    from papa.pipeline.estimate import COMPACT_SLOT_SHARE
+@pytest.fixture
+def round_costs(monkeypatch):
+    """Round per-example costs, so that every expected duration below is worked out by hand: 10 s to start, an encoder
+    pass 0.01 s per example (compact: SST-2 keeps half the slots, MRPC a quarter), a padded pass inside training 0.1 s,
+    a probe step 0.001 s per example; mpnet-base 10x the encoder pass and 4x the probe step. No local data: the hub's
+    split sizes (SST-2 67,349 training and 872 dev examples, MRPC 3,668 and 408)."""
+    from papa.pipeline import estimate
 
-    live, train = PROBE_SECONDS_PER_EXAMPLE["live"], PROBE_SECONDS_PER_EXAMPLE["train"]
-    cached = PROBE_SECONDS_PER_EXAMPLE["extract"]
-    extract, mrpc = cached * COMPACT_SLOT_SHARE["sst2"], cached * COMPACT_SLOT_SHARE["mrpc"]  # compact passes: SST-2 keeps 21% of the slots
-    base = PROBE_STARTUP_SECONDS
+    monkeypatch.setattr(estimate, "PROBE_STARTUP_SECONDS", 10)
+    for key, value in {"extract": 0.01, "live": 0.1, "train": 0.001}.items():
+        monkeypatch.setitem(estimate.PROBE_SECONDS_PER_EXAMPLE, key, value)
+    monkeypatch.setitem(estimate.COMPACT_SLOT_SHARE, "sst2", 0.5)
+    monkeypatch.setitem(estimate.COMPACT_SLOT_SHARE, "mrpc", 0.25)
+    monkeypatch.setitem(estimate.MODEL_COST, "mpnet-base", (10.0, 4.0))
+    monkeypatch.delenv("PAPA_DATA_DIR", raising=False)
 
-    def probe(examples, mode="cached", task="sst2", model="minilm-l6"):
-        params = dict(model=model, task=task, k=0, ranking="", max_length=64, max_train_examples=examples, max_eval_examples=100, epochs=15, seeds=[1, 2, 3], mode=mode)
-        return Run("p", "probe", params)
 
-    # one encoder pass over the training and dev examples, 45 probe passes over the training ones, dev scored each epoch
-    assert run_seconds_guess(probe(8000)) == pytest.approx(base + 8100 * extract + 8000 * 45 * train + 100 * 45 * train / 3)
-    assert run_seconds_guess(probe(100, mode="faithful")) == pytest.approx(base + 200 * 45 * live)  # the live encoder runs padded
-    # the default grid's MiniLM-L6 SST-2 probe runs (2,600 + 872 examples, 3 seeds, 2,000 drawn, ~6 of 20 epochs) took 18–24 s
-    default = Run("d", "probe", dict(probe(2000).params, pool_examples=2600, max_eval_examples=None, epochs=20, patience=3))
+def _probe(examples, mode="cached", task="sst2", model="minilm-l6", **more):
+    params = dict(model=model, task=task, k=0, ranking="", max_length=64, max_train_examples=examples)
+    params.update(max_eval_examples=100, epochs=15, seeds=[1, 2, 3], mode=mode)
+    return Run("p", "probe", dict(params, **more))
+
+
+def test_the_default_grid_probe_guess_matches_its_measured_duration():
+    """The calibration against the records: the default grid's MiniLM-L6 SST-2 probe runs (2,600 + 872 examples,
+    3 seeds, 2,000 drawn, ~6 of 20 epochs) took 18-24 s."""
+    assert PROBE_SECONDS_PER_EXAMPLE["extract"] > 0 and PROBE_STARTUP_SECONDS > 0
+    size = dict(pool_examples=2600, max_eval_examples=None, epochs=20, patience=3)
+    default = Run("d", "probe", dict(_probe(2000).params, **size))
     assert 18 < run_seconds_guess(default) < 40
-    # mpnet-base costs 8.3x the encoder pass and 8x the probe step of MiniLM-L6
-    assert run_seconds_guess(probe(8000, model="mpnet-base")) == pytest.approx(base + 8100 * extract * 8.3 + (8000 * 45 + 100 * 15) * train * 8)
-    # SST-2 holds 67,349 training sentences (locally and on the hub): 8,000 is below it. A local split of 5:
-    monkeypatch.setenv("PAPA_DATA_DIR", str(tmp_path))
-    assert run_seconds_guess(probe(8000)) == pytest.approx(base + 105 * extract + 5 * 45 * train + 100 * 45 * train / 3)  # never more than the split
-    assert run_seconds_guess(probe(None)) == pytest.approx(base + 105 * extract + 5 * 45 * train + 100 * 45 * train / 3)  # the whole local split
-    assert run_seconds_guess(probe(None, task="mrpc")) == pytest.approx(base + 3768 * mrpc + 3668 * 45 * train + 100 * 45 * train / 3)  # no local file
     assert HUB_TRAIN_SIZES["sst2"] == 67349
+
+
+def test_a_probe_never_timed_is_estimated_from_its_size(round_costs, tmp_path, monkeypatch):
+    # 8,000 training and 100 dev examples, 3 seeds x 15 epochs = 45 passes, dev scored each epoch (a third of a step):
+    # 10 + 8,100 x 0.005 (compact extraction) + 8,000 x 45 x 0.001 + 100 x 45 x 0.001 / 3 = 10 + 40.5 + 360 + 1.5
+    assert run_seconds_guess(_probe(8000)) == pytest.approx(412.0)
+    # faithful: the live encoder runs padded over the training and dev examples at every pass: 10 + 200 x 45 x 0.1
+    assert run_seconds_guess(_probe(100, mode="faithful")) == pytest.approx(910.0)
+    # mpnet-base: 10 + 8,100 x 0.05 + 8,000 x 45 x 0.004 + 100 x 45 x 0.004 / 3 = 10 + 405 + 1,440 + 6
+    assert run_seconds_guess(_probe(8000, model="mpnet-base")) == pytest.approx(1861.0)
+    # the attention-free floor steps a seventh of the probe: 10 + 40.5 + (360 + 1.5) / 7
+    assert run_seconds_guess(_probe(8000, probe_input="embeddings")) == pytest.approx(50.5 + 361.5 / 7)
+    # the main protocol: a pool of 2,600 (extracted once), 2,000 drawn per seed, early stopping at 40% of 20 epochs
+    # (3 x 8 = 24 passes), the whole dev split (872): 10 + 3,472 x 0.005 + 2,000 x 24 x 0.001 + 872 x 24 x 0.001 / 3
+    main = _probe(2000, pool_examples=2600, max_eval_examples=None, epochs=20, patience=3)
+    assert run_seconds_guess(main) == pytest.approx(10 + 17.36 + 48 + 6.976)
+    # ... and with dev scored once per seed at the end: 872 x 3 x 0.001 / 3 = 0.872
+    dev_at_the_end = Run("m", "probe", dict(main.params, dev_every_epoch=False))
+    assert run_seconds_guess(dev_at_the_end) == pytest.approx(10 + 17.36 + 48 + 0.872)
     assert run_seconds_guess(Run("r", "results", {})) == DEFAULT_SECONDS["results"]
+
     manifest = Manifest(tmp_path / "manifest.json")
     manifest.entries["p"] = {"seconds": 12.5}  # a recorded duration wins over the guess
-    assert estimate_seconds([probe(8000), Run("r", "results", {})], manifest) == pytest.approx(12.5 + DEFAULT_SECONDS["results"])
+    chapter = Run("r", "results", {})
+    assert estimate_seconds([_probe(8000), chapter], manifest) == pytest.approx(12.5 + DEFAULT_SECONDS["results"])
     # a run whose parameters changed since that record is costed from its size, not from the old duration
-    assert estimate_seconds([probe(8000)], manifest, {"p"}) == pytest.approx(run_seconds_guess(probe(8000)))
-    # a run sharing the timed run's feature sets (the same k = 0 sentences) pays no second extraction
-    twin = Run("q", "probe", dict(probe(8000).params))
-    assert estimate_seconds([probe(8000), twin], manifest) == pytest.approx(12.5 + run_seconds_guess(twin) - 105 * extract)
+    assert estimate_seconds([_probe(8000)], manifest, {"p"}) == pytest.approx(412.0)
+    # a run sharing the timed run's feature sets (the same k = 0 sentences) pays no second extraction: 412 - 40.5
+    twin = Run("q", "probe", dict(_probe(8000).params))
+    assert estimate_seconds([_probe(8000), twin], manifest) == pytest.approx(12.5 + 371.5)
+    untimed = [twin, Run("q2", "probe", dict(twin.params))]
+    assert estimate_seconds(untimed, Manifest(tmp_path / "none.json")) == pytest.approx(412 + 371.5)
+
+    # A local split of 5 examples (a blank line not counted): never more than the split holds.
+    (tmp_path / "sst2").mkdir()
+    (tmp_path / "sst2" / "train.jsonl").write_text('{"a": 1}\n' * 5 + "\n")
+    monkeypatch.setenv("PAPA_DATA_DIR", str(tmp_path))
+    # 10 + 105 x 0.005 + 5 x 45 x 0.001 + 1.5 = 10 + 0.525 + 0.225 + 1.5
+    assert run_seconds_guess(_probe(8000)) == pytest.approx(12.25)
+    assert run_seconds_guess(_probe(None)) == pytest.approx(12.25)  # the whole local split
+    # MRPC has no local file: the hub's 3,668: 10 + 3,768 x 0.0025 + 3,668 x 45 x 0.001 + 1.5
+    assert run_seconds_guess(_probe(None, task="mrpc")) == pytest.approx(10 + 9.42 + 165.06 + 1.5)
 
 
 def test_the_smoke_plan_exactly():

@@ -127,25 +127,41 @@ def test_protocol_keys_that_do_not_go_together_are_one_error_naming_the_key(tmp_
     assert message in _bad(tmp_path, path, value)
 
 
-def test_the_estimate_extracts_a_shared_feature_set_once(tmp_path):
+def test_the_estimate_extracts_a_shared_feature_set_once(tmp_path, monkeypatch):
+    from papa.pipeline import estimate
+    from papa.pipeline.estimate import run_seconds_guess
+
+    # Round costs (an encoder pass 0.01 s per example; compact passes keep half the slots of SST-2, a quarter of
+    # CoNLL's) and the hub's split sizes (SST-2: 872 dev examples), so the shared extraction is worked out by hand.
+    monkeypatch.setitem(estimate.PROBE_SECONDS_PER_EXAMPLE, "extract", 0.01)
+    for task, share in (("sst2", 0.5), ("ner", 0.25), ("pos", 0.25)):
+        monkeypatch.setitem(estimate.COMPACT_SLOT_SHARE, task, share)
+    monkeypatch.delenv("PAPA_DATA_DIR", raising=False)
     runs = _runs(tmp_path)
     empty = Manifest.__new__(Manifest)
     empty.entries = {}
     main = runs["probe__minilm-l6__sst2__none__k0__cached"]
     floor = runs["probe__minilm-l6__sst2__none__k0__cached__embeddings"]
     literal = runs["probe__minilm-l6__sst2__none__k0__cached__literal"]
-    own = {r.run_id: run_cost(r) for r in (main, floor, literal)}
-    # the three share the training pool and the dev split at k = 0: paid once
-    assert own[main.run_id][1].keys() == own[floor.run_id][1].keys() == own[literal.run_id][1].keys()
+    # the three share the training pool (2,600) and the whole dev split (872) at k = 0: 3,472 x 0.01 x 0.5 = 17.36 s
+    shared = 17.36
+    for run in (main, floor, literal):
+        assert sum(run_cost(run)[1].values()) == pytest.approx(shared)
+        assert estimate_seconds([run], empty) == pytest.approx(run_seconds_guess(run))
+    alone = sum(run_seconds_guess(run) for run in (main, floor, literal))
     together = estimate_seconds([main, floor, literal], empty)
-    assert together == pytest.approx(sum(c[0] for c in own.values()) + sum(own[main.run_id][1].values()))
-    # NER and POS read the same CoNLL sentences
+    assert together == pytest.approx(alone - 2 * shared)  # extracted once, not three times
+    # NER and POS read the same CoNLL sentences: a pool of 2,600 and 1,000 dev examples, 3,600 x 0.01 x 0.25 = 9 s
     ner = json.loads(json.dumps(PROTOCOL))
     ner.update(tasks=["ner", "pos"])
     ner["probe"]["max_eval_examples"] = {"ner": 1000, "pos": 1000}
     both = _runs(tmp_path, ner)
-    a, b = run_cost(both["probe__minilm-l6__ner__none__k0__cached"])[1], run_cost(both["probe__minilm-l6__pos__none__k0__cached"])[1]
-    assert a.keys() == b.keys()
+    a, b = both["probe__minilm-l6__ner__none__k0__cached"], both["probe__minilm-l6__pos__none__k0__cached"]
+    assert sum(run_cost(a)[1].values()) == pytest.approx(9.0)
+    assert estimate_seconds([a, b], empty) == pytest.approx(run_seconds_guess(a) + run_seconds_guess(b) - 9.0)
+    # a partial head set is a run's own: the k = 1/2 probe shares nothing with k = 0
+    half = both["probe__minilm-l6__ner__gates__k36__cached"]
+    assert estimate_seconds([a, half], empty) == pytest.approx(run_seconds_guess(a) + run_seconds_guess(half))
 
 
 def test_a_notebook_checks_its_parameters_against_the_schema():
