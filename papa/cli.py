@@ -289,7 +289,7 @@ def cmd_study(args) -> int:
 
 
 def cmd_book(args) -> int:
-    from papa.book import build_book
+    from papa.book.build import build_book
 
     return build_book(args.config, as_is=args.as_is, strict=args.strict)
 

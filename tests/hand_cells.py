@@ -1,4 +1,4 @@
-"""Hand-made drop cells (rows of :func:`papa.analysis.pooled.drop_cells`) for the verdict and pooled-interval tests."""
+"""Hand-made drop cells (rows of :attr:`papa.analysis.basis.Basis.cells`) for the verdict and pooled-interval tests."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from papa.analysis.pooled import CELL_COLUMNS, task_family
+from papa.analysis.basis import CELL_COLUMNS, task_family
 
 
 def cell(model: str, task: str, at: str, drop: float, samples: list[float] | np.ndarray, informative: bool = True, score_0: float = 0.8, total: int = 8) -> dict:
@@ -23,6 +23,10 @@ def cell(model: str, task: str, at: str, drop: float, samples: list[float] | np.
         "total_heads": total,
         "score_0": score_0,
         "score": score_0 * (1 - drop),
+        "paired_score_0": score_0,
+        "paired_score": score_0 * (1 - drop),
+        "ranking": "all" if at == "all" else "gates",
+        "fraction": 1.0 if at == "all" else 0.5,
         "relative_drop": drop,
         "relative_low": float(low),
         "relative_high": float(high),

@@ -14,20 +14,16 @@ import pytest
 import torch
 from test_results import grid
 
-from papa.analysis.drops import TRAIN_SIZE_COLUMNS
 from papa.analysis.figures import (
-    FLOOR_LABEL,
     TEXT_WIDTH,
     VEGA_BUNDLE_NAME,
     VEGALITE_MIMETYPE,
     Figure,
     enable_offline_renderer,
-    fig_baseline_vs_drop,
     fig_constants,
     fig_convergence,
     fig_head_ranking,
     fig_score_vs_dynamic_heads,
-    fig_score_vs_train_size,
     glue_figure,
     offline_html,
     write_vega_bundle,
@@ -110,7 +106,6 @@ def test_every_figure_fits_the_text_column(tables):
     heads = [(layer, head) for layer in range(24) for head in range(16)]
     figures = [
         fig_score_vs_dynamic_heads(summary, floors),
-        fig_baseline_vs_drop(summary),
         fig_convergence(epochs),
         fig_head_ranking(heads, 24, 16),
         fig_constants(torch.rand(2, 3, 64, 64).softmax(-1), [(0, 0), (0, 1), (1, 0), (1, 2)]),
@@ -118,20 +113,6 @@ def test_every_figure_fits_the_text_column(tables):
     for figure in figures:
         width, _ = svg_size(figure)
         assert 300 < width <= TEXT_WIDTH, (figure.label, width)
-
-
-def test_baseline_vs_drop(tables):
-    summary, _, _ = tables
-    spec = valid(fig_baseline_vs_drop(summary))
-    assert has_tooltip(spec) and spec["encoding"]["color"]["field"] == "model"
-    assert spec["encoding"]["shape"]["field"] == "task"
-    bert = [r for r in data_rows(spec) if r["model"] == "bert"][0]
-    assert bert["drop"] == pytest.approx((0.90 - 0.72) / 0.90, abs=1e-4)
-    encoding = spec["encoding"]
-    assert encoding["x"]["title"] == "score with no head constant, k = 0 (accuracy)"
-    assert encoding["y"]["title"] == "relative drop, all heads constant (%)"
-    figure = fig_baseline_vs_drop(summary)
-    assert "colour: model (bert and minilm-l6), shape: task (POS (CoNLL-2003) and SST-2)" in figure.caption
 
 
 def test_convergence(tables):
@@ -143,34 +124,6 @@ def test_convergence(tables):
     assert {r["condition"] for r in rows} == {"k = 0 (all heads attend)", "k = all (all heads constant)"}
     assert len(rows) == 3 * 2 * 2  # (model, task) pairs × conditions × epochs, averaged over seeds
     assert has_tooltip(spec)
-
-
-def test_score_vs_train_size():
-    import pandas as pd
-
-    nan = float("nan")
-    rows = [
-        ["minilm-l6", "sst2", size, k0, k0 - 0.01, k0 + 0.01, kall, kall - 0.01, kall + 0.01, 3, (k0 - kall) / k0, real, floor, floor - 0.01, floor + 0.01, n_floor, 0.5, nan, None]
-        for size, k0, kall, real, floor, n_floor in ((400, 0.78, 0.72, True, 0.57, 1), (67349, 0.82, 0.81, False, nan, 0))
-    ]
-    figure = fig_score_vs_train_size(pd.DataFrame(rows, columns=TRAIN_SIZE_COLUMNS))
-    assert "Diamonds with min–max bars: the attention-free floor" in figure.caption and svg_size(figure)[0] <= TEXT_WIDTH
-    spec = valid(figure)
-    drawn = data_rows(spec)
-    assert len(drawn) == 5 and has_tooltip(spec)  # sizes × {k = 0, k = all}, and the floor where it ran
-    assert [(r["train_examples"], r["n_seeds"]) for r in drawn if r["condition"] == FLOOR_LABEL] == [(400, 1)]  # the floor's own seeds
-
-    def mark(layer):
-        return layer["mark"]["type"] if isinstance(layer["mark"], dict) else layer["mark"]
-
-    filters = {mark(layer): json.dumps(layer.get("transform", [])) for layer in spec["spec"]["layer"]}
-    assert all(FLOOR_LABEL in f and "!==" in f for m, f in filters.items() if m in ("line", "area"))  # never joined
-    assert "!==" not in filters["point"] and FLOOR_LABEL in filters["point"]  # the floor: points (and bars) only
-    point = [r for r in drawn if r["train_examples"] == 67349 and r["condition"].startswith("k = all")][0]
-    assert (point["mean"], point["min"], point["max"]) == (0.81, 0.80, 0.82) and point["drop_real"] is False
-    assert '"type": "log"' in json.dumps(spec)
-    with pytest.raises(PapaError, match="at several sizes"):
-        fig_score_vs_train_size(pd.DataFrame(columns=TRAIN_SIZE_COLUMNS))
 
 
 def test_head_ranking():

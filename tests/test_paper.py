@@ -7,7 +7,7 @@ import math
 import pandas as pd
 import pytest
 
-from papa.analysis import paper, stats
+from papa.analysis import paper, pooled, stats
 from papa.analysis.results import SUMMARY_KEYS
 from tests.hand_cells import cell, cells, spread
 
@@ -79,7 +79,7 @@ def test_better_models_lose_more_points_and_verdict():
     assert points["score"].tolist() == [pytest.approx(0.80), pytest.approx(0.90), pytest.approx(0.70)]
     assert points["low"].tolist() == [pytest.approx(0.10 - 0.0095), pytest.approx(0.10 - 0.0095), pytest.approx(0.03 / 0.70 - 0.0095)]
     assert points["n_tasks"].tolist() == [1, 1, 1] and verdict["tasks"] == ["t1"]
-    assert {k: v for k, v in verdict.items() if k != "tasks"} == stats.claim3(points) and verdict["n"] == 3 and verdict["verdict"] == "inconclusive"
+    assert {k: v for k, v in verdict.items() if k != "tasks"} == pooled.claim3(points) and verdict["n"] == 3 and verdict["verdict"] == "inconclusive"
     two = {key: value for key, value in SCORES.items() if key[0] != "c"}
     assert paper.better_models_lose_more(_cells(two))[1]["verdict"] == "not testable"
 

@@ -8,7 +8,6 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from papa.analysis.drops import claims_table, score_table
 from papa.analysis.results import (
     difference_is_real,
     epoch_table,
@@ -210,80 +209,6 @@ def test_floors_table_informative_flags(tmp_path):
     assert again.loc["mrpc", "majority"] == pytest.approx(0.81)
 
 
-def claims(folder: Path) -> pd.DataFrame:
-    df = load_results(folder)
-    summary = summarise(df)
-    return claims_table(summary, floors_table(df)).set_index(pd.Index([1, 2, 3]))
-
-
-def test_claims_reproduced(tmp_path):
-    # half: 0.81 vs 0.82 (1.2% drop); all: 0.72 vs 0.82 (12.2% drop); one model
-    table = claims(grid(tmp_path))
-    assert table.loc[1, "verdict"] == "reproduced" and table.loc[1, "value"] == pytest.approx(0.01 / 0.82)
-    assert table.loc[2, "verdict"] == "reproduced" and table.loc[2, "value"] == pytest.approx(0.10 / 0.82)
-    assert table.loc[3, "verdict"] == "not testable here"
-
-
-def test_claims_not_reproduced(tmp_path):
-    # half: 0.60 vs 0.82 — 27% drop, far beyond the seed spread; all: 0.41 — 50% drop
-    table = claims(grid(tmp_path, half=(0.59, 0.60, 0.61), full=(0.40, 0.41, 0.42), free=(0.3, 0.3, 0.3)))
-    assert table.loc[1, "verdict"] == "not reproduced"
-    assert table.loc[2, "verdict"] == "not reproduced" and "Larger" in table.loc[2, "note"]
-
-
-def test_claim_one_holds_when_the_drop_is_within_the_seed_spread(tmp_path):
-    # half: mean 0.72 (12% drop) but seeds range 0.5..0.9 → not a real difference
-    table = claims(grid(tmp_path, half=(0.5, 0.76, 0.9)))
-    assert table.loc[1, "value"] > 0.05 and table.loc[1, "verdict"] == "reproduced"
-
-
-def test_claims_exclude_uninformative_tasks(tmp_path):
-    grid(tmp_path, task="sst2")
-    grid(tmp_path, task="cola", baseline=(0.08, 0.10, 0.12), full=(0.0,) * 3, free=(0.08, 0.09, 0.10), majority=0.0)
-    table = claims(tmp_path)
-    assert "cola" in table.loc[2, "note"] and "cola" not in table.loc[2, "ours"]
-    assert table.loc[2, "value"] == pytest.approx(0.10 / 0.82)
-
-
-def test_claims_not_testable_without_informative_tasks(tmp_path):
-    table = claims(grid(tmp_path, baseline=(0.5, 0.5, 0.5), free=(0.5, 0.5, 0.5), majority=0.5))
-    assert (table["verdict"] == "not testable here").all()
-
-
-def test_claim_three_needs_three_models_and_averages_over_shared_tasks(tmp_path):
-    # two models: the better one (bert: 0.90) loses more (22%) than the weaker (minilm: 0.82 → 12%) on both
-    # tasks, but two points always give ρ = ±1: not testable
-    for task in ("sst2", "pos"):
-        grid(tmp_path, task=task)
-        grid(tmp_path, task=task, model="bert", total=144, baseline=(0.89, 0.90, 0.91), half=(0.88, 0.89, 0.90), full=(0.69, 0.70, 0.71))
-    two = claims(tmp_path)
-    assert two.loc[3, "verdict"] == "not testable here" and "2 here" in two.loc[3, "note"]
-    # three models in the claim's order (scores 0.82 < 0.86 < 0.90, drops 12% < 16.3% < 22%): ρ = +1, but with
-    # 3 models the smallest one-sided p is 1/6, so the verdict is inconclusive, never reproduced
-    for task in ("sst2", "pos"):
-        grid(tmp_path, task=task, model="mid", total=72, baseline=(0.85, 0.86, 0.87), half=(0.84, 0.85, 0.86), full=(0.71, 0.72, 0.73))
-    three = claims(tmp_path)
-    assert three.loc[3, "verdict"] == "inconclusive" and three.loc[3, "value"] == pytest.approx(1.0)
-    assert "p = 0.17" in three.loc[3, "ours"] and "(pos, sst2)" in three.loc[3, "note"]
-    # a task that only one model has is left out of every model's average
-    grid(tmp_path, task="mrpc", model="mid", total=72, baseline=(0.99,) * 3, full=(0.98,) * 3)
-    assert "(pos, sst2)" in claims(tmp_path).loc[3, "note"]
-
-
-def test_score_table_is_wide_with_mean_pm_std(tmp_path):
-    table = score_table(summarise(load_results(grid(tmp_path))))
-    assert list(table.columns) == [0, 36, 72]
-    assert table.loc[("minilm-l6", "sst2", "gates"), 0] == "0.820 ± 0.020"
-    assert table.loc[("minilm-l6", "sst2", "gates"), 72] == "0.720 ± 0.020"
-    assert len(table) == 1
-
-
-def test_claim_two_rejects_a_drop_smaller_than_the_papers(tmp_path):
-    # all constant: 0.81 vs 0.82 — a 1.2% drop, below the 3% lower bound of the rule
-    table = claims(grid(tmp_path, full=(0.80, 0.81, 0.82)))
-    assert table.loc[2, "verdict"] == "not reproduced" and "Smaller" in table.loc[2, "note"]
-
-
 def test_sensitivity_table_by_hand(tmp_path):
     from papa.book import BookData, sensitivity_table, study_frame
 
@@ -311,7 +236,7 @@ def test_sensitivity_table_by_hand(tmp_path):
     assert row["k=0 official"] == pytest.approx(0.802) and row["k=all official"] == pytest.approx(0.722)
     assert row["drop official"] == pytest.approx(0.08 / 0.802)
     assert row["drop study"] == pytest.approx(0.02 / 0.902)
-    assert row["k=0 change real"] and row["k=all change real"] and row["mean epoch reported"] == 3
+    assert row["k=0 change beyond seed range"] and row["k=all change beyond seed range"] and row["mean epoch reported"] == 3
 
 
 def test_still_rising_by_hand():
@@ -324,79 +249,6 @@ def test_still_rising_by_hand():
     table = still_rising(epochs).set_index("run_id")
     assert table.loc["rising", "late_gain"] == pytest.approx(0.85 - 0.6) and table.loc["rising", "rising"]
     assert not table.loc["flat", "rising"] and "short" not in table.index  # fewer than 2 × 3 epochs: not judged
-
-
-def test_ordering_comparison_keeps_models_apart(tmp_path):
-    from papa.book import BookData, ordering_comparison
-
-    runs = {}
-    for model, total, (gates, deviation) in (("minilm-l6", 72, (0.80, 0.70)), ("minilm-l3", 36, (0.60, 0.65))):
-        for seed in (1, 2, 3):
-            runs[f"{model}_g{seed}"] = result(model=model, total=total, k=total // 2, seed=seed, ranking="gates", score=gates + 0.001 * seed)
-            runs[f"{model}_d{seed}"] = result(model=model, total=total, k=total // 2, seed=seed, ranking="deviation", score=deviation + 0.001 * seed)
-    main = load_results(write(tmp_path, runs))
-    table = ordering_comparison(BookData({}, main, main, summarise(main), pd.DataFrame(), pd.DataFrame())).set_index("model")
-    assert table.loc["minilm-l6", "gates"] == pytest.approx(0.802) and table.loc["minilm-l6", "better"] == "gates"
-    assert table.loc["minilm-l3", "deviation"] == pytest.approx(0.652) and table.loc["minilm-l3", "better"] == "deviation"
-    assert table["real"].all() and sorted(table["k"]) == [18, 36]
-
-
-def test_train_size_table_and_extremes_by_hand(tmp_path):
-    from papa.analysis.drops import train_size_table
-    from papa.book import BookData, size_extremes, study_frame, train_size_study
-
-    runs = {}
-    # 400 examples: 0.80 → 0.70 (drop 12.5%, beyond the 0.002 seed range); 8000: 0.85 → 0.849 (inside it)
-    for seed in (1, 2, 3):
-        for size, (k0, kall) in ((400, (0.80, 0.70)), (8000, (0.85, 0.849))):
-            runs[f"n{size}_0_{seed}"] = result(k=0, seed=seed, score=k0 + 0.001 * seed, train_examples=size)
-            runs[f"n{size}_a_{seed}"] = result(k=72, seed=seed, score=kall + 0.001 * seed, train_examples=size)
-        runs[f"lr_0_{seed}"] = result(k=0, seed=seed, score=0.5, lr=1e-3, train_examples=400)  # another setting: not read
-        runs[f"lr_a_{seed}"] = result(k=72, seed=seed, score=0.4, lr=1e-3, train_examples=400)
-        runs[f"n8000_f_{seed}"] = result(k=0, seed=seed, score=0.75 + 0.001 * seed, probe_input="embeddings", train_examples=8000)
-        runs[f"ep_0_{seed}"] = result(k=0, seed=seed, score=0.3, epochs=5, train_examples=400)  # another setting: not read
-        runs[f"ep_a_{seed}"] = result(k=72, seed=seed, score=0.2, epochs=5, train_examples=400)
-        # MRPC at one size only; its majority class (0.70) is above its attention-free floor (0.60)
-        for k, score, probe_input in ((0, 0.80, "all"), (72, 0.76, "all"), (0, 0.60, "embeddings")):
-            runs[f"mrpc_{k}_{probe_input}_{seed}"] = result(task="mrpc", k=k, seed=seed, score=score, probe_input=probe_input, majority=0.70, train_examples=400)
-    runs["cola_0"] = result(task="cola", k=0, score=0.7)  # no k = all: no row
-    tidy = load_results(write(tmp_path, runs))
-
-    table = train_size_table(tidy, lr=2e-5, epochs=2)
-    assert table[["task", "train_examples"]].values.tolist() == [["mrpc", 400], ["sst2", 400], ["sst2", 8000]]
-    mrpc, small, large = table.iloc[0], table.iloc[1], table.iloc[2]
-    assert mrpc["retained_gain"] == pytest.approx((0.76 - 0.70) / (0.80 - 0.70))  # over the higher floor
-    assert mrpc["majority"] == pytest.approx(0.70) and mrpc["informative"] is True
-    assert small["k0_mean"] == pytest.approx(0.802) and small["kall_min"] == pytest.approx(0.701)
-    assert small["kall_max"] == pytest.approx(0.703) and small["n_seeds"] == 3
-    assert small["drop"] == pytest.approx(0.1 / 0.802) and bool(small["drop_real"])
-    assert large["drop"] == pytest.approx(0.001 / 0.852) and not bool(large["drop_real"])
-    assert math.isnan(small["floor_mean"]) and math.isnan(small["retained_gain"])  # no floor run at 400
-    assert small["informative"] is None
-    assert large["floor_mean"] == pytest.approx(0.752) and large["floor_max"] == pytest.approx(0.753)
-    assert large["floor_n_seeds"] == 3 and small["floor_n_seeds"] == 0
-    assert large["retained_gain"] == pytest.approx((0.851 - 0.752) / (0.852 - 0.752))
-    assert train_size_table(tidy, lr=1e-3, epochs=2)["drop"].tolist() == [pytest.approx(0.2)]
-    assert train_size_table(tidy, lr=2e-5, epochs=5)["drop"].tolist() == [pytest.approx(0.1 / 0.3)]
-
-    repeated = load_results(write(tmp_path / "repeated", {**runs, "again_n400_0_1": runs["n400_0_1"]}))
-    with pytest.raises(PapaError, match="repeat a seed"):
-        train_size_table(repeated, lr=2e-5, epochs=2)
-
-    config = {"models": ["minilm-l6"], "tasks": ["sst2", "mrpc", "cola"], "probe": {"lr": 2e-5, "epochs": 2, "max_train_examples": 400, "modes": ["cached"]}}
-    main = study_frame(tidy, config)
-    data = BookData(config, tidy, main, summarise(main), floors_table(main), pd.DataFrame())
-    study = train_size_study(data)
-    assert study["train_examples"].tolist() == [400, 8000]  # MRPC ran at one size only
-    assert size_extremes(study) == {
-        "size_model": "minilm-l6",
-        "size_task": "SST-2",
-        "size_small": "400",
-        "size_large": "8,000",
-        "drop_all_small_train": "12.5%",
-        "drop_all_large_train": "0.1%",
-    }
-    assert set(size_extremes(study.iloc[:0]).values()) == {"n/a"}
 
 
 def test_sensitivity_table_names_the_whole_split_and_skips_what_is_not_its_own(tmp_path):
@@ -499,7 +351,7 @@ def test_floors_table_with_intervals_asks_the_lower_bound_to_clear_the_floor(tmp
 
 
 def test_baseline_intervals_bootstrap_the_k0_score_over_dev_examples():
-    from papa.analysis.findings import baseline_intervals
+    from papa.analysis.basis import baseline_intervals
 
     def record(predictions, labels):
         return {"metric": "accuracy", "dev": {"predictions": predictions, "labels": labels, "label_names": ["a", "b"]}}

@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 
-from papa.analysis import stats
+from papa.analysis import pooled, stats
 from papa.core.errors import PapaError
 
 
@@ -168,24 +168,24 @@ def test_convergence_gate_counts_and_leaves_out():
 
 
 def test_claim3_with_two_models_is_not_testable():
-    out = stats.claim3(pd.DataFrame({"model": ["a", "b"], "score": [0.7, 0.9], "drop": [0.01, 0.05]}))
+    out = pooled.claim3(pd.DataFrame({"model": ["a", "b"], "score": [0.7, 0.9], "drop": [0.01, 0.05]}))
     assert out["verdict"] == "not testable" and out["n"] == 2 and math.isnan(out["spearman"])
 
 
 def test_claim3_with_three_models_can_only_be_inconclusive():
-    out = stats.claim3(pd.DataFrame({"model": ["a", "b", "c"], "score": [0.7, 0.8, 0.9], "drop": [0.01, 0.02, 0.05]}))
+    out = pooled.claim3(pd.DataFrame({"model": ["a", "b", "c"], "score": [0.7, 0.8, 0.9], "drop": [0.01, 0.02, 0.05]}))
     assert out["spearman"] == pytest.approx(1.0) and out["p_value"] == pytest.approx(1 / 6)
     assert out["pearson"] == pytest.approx(12 / math.sqrt(156), abs=1e-12)  # centred x ∝ (-1, 0, 1), y ∝ (-5, -2, 7)
     assert (out["n"], out["direction"], out["verdict"]) == (3, "better models lose more", "inconclusive")
-    out = stats.claim3(pd.DataFrame({"model": ["a", "b", "c"], "score": [0.7, 0.8, 0.9], "drop": [0.02, 0.05, 0.01]}))
+    out = pooled.claim3(pd.DataFrame({"model": ["a", "b", "c"], "score": [0.7, 0.8, 0.9], "drop": [0.02, 0.05, 0.01]}))
     assert out["spearman"] == pytest.approx(-0.5) and out["p_value"] == pytest.approx(3 / 6) and out["direction"] == "better models lose less"  # P(ρ ≤ −0.5) = 3/6
 
 
 def test_claim3_with_four_ordered_models():
     scores = [0.6, 0.7, 0.8, 0.9]
-    out = stats.claim3(pd.DataFrame({"score": scores, "drop": [0.01, 0.02, 0.03, 0.08]}))
+    out = pooled.claim3(pd.DataFrame({"score": scores, "drop": [0.01, 0.02, 0.03, 0.08]}))
     assert (out["spearman"], out["p_value"], out["verdict"]) == (pytest.approx(1.0), pytest.approx(1 / 24), "reproduced")
-    out = stats.claim3(pd.DataFrame({"score": scores, "drop": [0.08, 0.03, 0.02, 0.01]}))
+    out = pooled.claim3(pd.DataFrame({"score": scores, "drop": [0.08, 0.03, 0.02, 0.01]}))
     assert (out["spearman"], out["p_value"], out["verdict"]) == (pytest.approx(-1.0), pytest.approx(1 / 24), "contradicted")
 
 
@@ -234,23 +234,9 @@ def test_a_relative_drop_from_a_score_at_or_below_zero_is_undefined():
     assert math.isnan(relative_drop(0.0, -0.01)) and math.isnan(relative_drop(0.5, 0.0)) and relative_drop(0.45, 0.5) == pytest.approx(0.1)
 
 
-def test_claim3_points_average_each_model_over_the_tasks_every_model_has():
-    rows = pd.DataFrame(
-        {
-            "model": ["a", "a", "b", "b", "b", "c", "c"],
-            "task": ["sst2", "mrpc", "sst2", "mrpc", "pos", "sst2", "mrpc"],
-            "drop": [0.10, 0.20, 0.05, 0.15, 0.90, 0.0, 0.1],
-            "score": [0.8, 0.6, 0.9, 0.7, 0.1, 0.5, 0.5],
-        }
-    )
-    points, common = stats.model_points(rows)
-    assert common == ["mrpc", "sst2"]  # pos: model b alone
-    assert points.values.tolist() == [["a", pytest.approx(0.15), pytest.approx(0.7), 2], ["b", pytest.approx(0.10), pytest.approx(0.8), 2], ["c", pytest.approx(0.05), 0.5, 2]]
-
-
 def test_claim3_above_nine_models_uses_seeded_random_orderings():
     """Twelve models in perfect order: ρ = 1, and no random ordering of 20,000 reaches it (exact p = 1/12!)."""
     points = pd.DataFrame({"model": [f"m{i}" for i in range(12)], "score": np.linspace(0.6, 0.9, 12), "drop": np.linspace(0.01, 0.2, 12)})
-    out = stats.claim3(points)
+    out = pooled.claim3(points)
     assert (out["n"], out["spearman"], out["verdict"]) == (12, pytest.approx(1.0), "reproduced") and out["p_value"] == 1 / 20001
-    assert stats.claim3(points) == out  # seeded: the same p every time
+    assert pooled.claim3(points) == out  # seeded: the same p every time

@@ -10,8 +10,9 @@ import pandas as pd
 import pytest
 from test_results import grid, result, write
 
-from papa.analysis.results import floors_table, load_results, summarise
-from papa.book import BookData, floors_display, ordering_comparison, retained_gains
+from papa.analysis.basis import build_basis, retained_gains
+from papa.analysis.results import floors_table, load_results, read_results, summarise
+from papa.book import floors_display
 from papa.book.tables import (
     DASH,
     NBSP,
@@ -19,13 +20,11 @@ from papa.book.tables import (
     enable_table_display,
     escape_cell_pipes,
     md_cell,
-    ordering_display,
     retained_gains_display,
     score_interval,
     score_spread,
     scores_display,
     table,
-    train_size_display,
 )
 
 BAD = re.compile(r"\bNaN\b|\bnan\b|\bNone\b|rows × |\d+ rows")
@@ -85,42 +84,20 @@ def test_floors_display_names_the_model_when_there_are_several_and_dashes_a_miss
     one = floors_display(floors_table(load_results(write(tmp_path / "one", {k: v for k, v in runs.items() if "l6" in k}))))
     assert one.columns == ["task", "informative", "metric", "majority class", "attention-free probe", "k = 0 probe", "k = 0, 95% interval"]
     assert one.rows == [["SST-2", "yes", "accuracy", "0.500", None, f"0.802{NBSP}±{NBSP}0.001", None]]  # no interval given: margin rule
-    assert "did not run in this grid" in one._repr_html_() and not BAD.search(one._repr_html_())
-
-
-def test_ordering_comparison_calls_equal_scores_a_tie(tmp_path):
-    runs = {}
-    for seed in (1, 2):
-        runs[f"g{seed}"] = result(k=36, seed=seed, ranking="gates", score=0.0)
-        runs[f"d{seed}"] = result(k=36, seed=seed, ranking="deviation", score=0.0)
-        runs[f"e{seed}"] = result(k=36, seed=seed, ranking="random", score=0.0001)  # equal to the three decimals shown
-    main = load_results(write(tmp_path, runs))
-    comparison = ordering_comparison(BookData({}, main, main, summarise(main), pd.DataFrame(), pd.DataFrame()))
-    assert comparison["better"].tolist() == ["tie"] * 3 and not comparison["real"].any()  # 0.000 vs 0.000 is no win for either
-    shown = ordering_display(comparison)
-    assert shown.rows[0] == ["SST-2", "36", "deviation vs gates", f"0.000{NBSP}vs{NBSP}0.000", "tie", "no", "2/2"]
-    assert [row[2] for row in shown.rows] == ["deviation vs gates", "deviation vs random", "gates vs random"]
+    assert "converged (or none ran)" in one._repr_html_() and not BAD.search(one._repr_html_())
 
 
 def test_retained_gains_display_puts_drop_and_gain_first(tmp_path):
-    df = load_results(grid(tmp_path))
-    shown = retained_gains_display(retained_gains(summarise(df), floors_table(df)))
+    records = read_results(grid(tmp_path))
+    for record in records.values():  # 100 dev examples, the first round(100 × score) of them right
+        right = round(100 * record["score"])
+        record["dev"] = {"predictions": [1] * right + [0] * (100 - right), "labels": [1] * 100, "label_names": ["a", "b"]}
+    shown = retained_gains_display(retained_gains(build_basis(load_results(records), records)))
     assert shown.columns[:5] == ["task", "ranking", "k", "relative drop", "retained gain"]
     full = [row for row in shown.rows if row[2] == "72"][0]
     assert [int(row[2]) for row in shown.rows] == sorted(int(row[2]) for row in shown.rows)  # by k within the task
     # drop (0.82 − 0.72) / 0.82; gain (0.72 − 0.56) / (0.82 − 0.56) over the attention-free floor
     assert full[3:5] == [f"{(0.82 - 0.72) / 0.82:.1%}", f"{(0.72 - 0.56) / (0.82 - 0.56):.1%}"]
-
-
-def test_train_size_display_dashes_the_floor_where_it_did_not_run():
-    from papa.analysis.drops import TRAIN_SIZE_COLUMNS
-
-    nan = math.nan
-    row = ["minilm-l6", "sst2", 67349, 0.82, 0.81, 0.83, 0.81, 0.80, 0.82, 3, 0.0122, False, nan, nan, nan, 0, 0.5, nan, None]
-    shown = train_size_display(pd.DataFrame([row], columns=TRAIN_SIZE_COLUMNS))
-    assert shown.columns[:5] == ["task", "training examples", "relative drop", "real?", "retained gain"]
-    assert shown.rows[0][:6] == ["SST-2", "67,349", "1.2%", "no", None, f"0.820{NBSP}[0.810,{NBSP}0.830]"]
-    assert "the attention-free probe did not run at this size" in shown._repr_html_()
 
 
 @pytest.mark.parametrize(
@@ -238,8 +215,8 @@ def test_retained_gain_of_an_uninformative_task_is_not_shown():
     from papa.book.tables import NOISY_GAIN, retained_gains_display
 
     gains = pd.DataFrame(
-        [("m", "cola", "all", 8, 1.0, 0.01, 0.0, 1.0, -10.0, False), ("m", "sst2", "all", 8, 1.0, 0.7, 0.0, 0.1, 0.6, True)],
-        columns=["model", "task", "ranking", "k", "fraction", "score", "spread", "relative_drop", "retained_gain", "informative"],
+        [("m", "cola", "all", 8, 1.0, 0.01, 3, 1.0, float("nan"), False), ("m", "sst2", "all", 8, 1.0, 0.7, 3, 0.1, 0.6, True)],
+        columns=["model", "task", "ranking", "k", "fraction", "score", "n_pairs", "relative_drop", "retained_gain", "informative"],
     )
     shown = retained_gains_display(gains)
     column = shown.columns.index("retained gain")

@@ -105,28 +105,50 @@ def test_claim1_reasons_say_which_end_decides():
 
 
 @pytest.mark.parametrize(
-    "value, low, high, task_low, verdict",
+    "value, low, high, verdict",
     [
-        (NAN, NAN, NAN, NAN, "not testable"),
-        (-0.05, -0.08, -0.02, NAN, "not reproduced"),  # a real gain
-        (0.30, 0.25, 0.35, 0.25, "not reproduced"),  # shown above the paper's largest
-        (0.02, -0.01, 0.05, 0.0, "points the paper's way, not significant"),
-        (-0.01, -0.03, 0.01, 0.0, "points against the paper, not significant"),
-        (0.09, 0.05, 0.12, 0.22, "reproduced with a larger effect"),  # one task alone shown above 20%
-        (0.12, 0.09, 0.15, 0.10, "reproduced with a larger effect"),  # the whole interval above 8%
-        (0.046, 0.028, 0.063, 0.05, "reproduced with a smaller effect"),  # the 4.6% [2.8%, 6.3%]
-        (0.08, 0.05, 0.11, 0.10, "reproduced"),
-        (0.10, 0.02, 0.25, NAN, "reproduced"),  # wide, but it holds 8%
+        (NAN, NAN, NAN, "not testable"),
+        (-0.05, -0.08, -0.02, "not reproduced"),  # a real gain
+        (0.30, 0.25, 0.35, "reproduced with a larger effect"),  # the average alone: the bound is claim 2b's
+        (0.02, -0.01, 0.05, "points the paper's way, not significant"),
+        (-0.01, -0.03, 0.01, "points against the paper, not significant"),
+        (0.12, 0.09, 0.15, "reproduced with a larger effect"),  # the whole interval above 8%
+        (0.046, 0.028, 0.063, "reproduced with a smaller effect"),  # the 4.6% [2.8%, 6.3%]
+        (0.08, 0.05, 0.11, "reproduced"),
+        (0.069, 0.057, 0.081, "reproduced"),  # the book's 6.9% [5.7%, 8.1%] holds 8%: claim 2a is reproduced
     ],
 )
-def test_claim2_rule(value, low, high, task_low, verdict):
-    assert V.claim2_verdict(value, low, high, task_low, "m/t")[0] == verdict
+def test_claim2_average_rule(value, low, high, verdict):
+    assert V.claim2_verdict(value, low, high)[0] == verdict
 
 
 def test_claim2_reason_names_the_direction():
     verdict, reason = V.claim2_verdict(0.046, 0.028, 0.063)
-    assert reason == "A real drop (the interval excludes 0), smaller than the paper's 8%: the whole interval lies below it (upper end 6.3%)."
-    assert V.claim2_verdict(0.09, 0.05, 0.12, 0.22, "mpnet-base/cola")[1] == "A real drop, but mpnet-base/cola alone is shown to lose more than 20% (lower end 22.0%)."
+    assert reason == "A real drop, smaller than the paper's 8%: the whole interval lies below it (upper end 6.3%)."
+
+
+def _bound(*drops: tuple[float, float, float]) -> pd.DataFrame:
+    rows = [{"model": "m", "task": t, "relative_drop": d, "relative_low": lo, "relative_high": hi} for t, (d, lo, hi) in zip(("cola", "sst2", "mnli"), drops)]
+    return pd.DataFrame(rows, columns=["model", "task", "relative_drop", "relative_low", "relative_high"])
+
+
+@pytest.mark.parametrize(
+    "drops, verdict",
+    [
+        ((), "not testable"),
+        (((0.347, 0.239, 0.462), (0.05, 0.01, 0.09)), "not reproduced"),  # the book's mpnet-base CoLA: shown above 20%
+        (((0.10, 0.05, 0.15), (0.05, 0.01, 0.09)), "reproduced"),  # every interval at or below 20%
+        (((0.15, 0.05, 0.25), (0.05, 0.01, 0.09)), "points the paper's way, not significant"),
+        (((0.25, 0.15, 0.35), (0.05, 0.01, 0.09)), "points against the paper, not significant"),
+    ],
+)
+def test_claim2_bound_rule(drops, verdict):
+    assert V.claim2_bound_verdict(_bound(*drops))[0] == verdict
+
+
+def test_claim2_bound_reason_names_the_pair():
+    reason = V.claim2_bound_verdict(_bound((0.347, 0.239, 0.462), (0.05, 0.01, 0.09)))[1]
+    assert reason == "m on CoLA alone is shown to lose more than 20% (lower end 23.9%)."
 
 
 @pytest.mark.parametrize(
@@ -142,12 +164,12 @@ def test_claim2_reason_names_the_direction():
 )
 def test_claim3_rule(drops, verdict):
     scores = [0.6, 0.7, 0.8, 0.9][: len(drops)]
-    better = stats.claim3(pd.DataFrame({"drop": drops, "score": scores}))
+    better = pooled.claim3(pd.DataFrame({"drop": drops, "score": scores}))
     assert V.claim3_verdict(better)[0] == verdict
 
 
 def test_claim3_reason_at_three_models_says_the_floor_of_p():
-    better = stats.claim3(pd.DataFrame({"drop": [0.01, 0.02, 0.05], "score": [0.7, 0.8, 0.9]}))
+    better = pooled.claim3(pd.DataFrame({"drop": [0.01, 0.02, 0.05], "score": [0.7, 0.8, 0.9]}))
     assert V.claim3_verdict(better)[1] == "Spearman ρ = +1.00 over 3 models, but one-sided exact p = 0.167 (with 3 models the smallest possible p is 1/6)."
 
 
@@ -170,11 +192,12 @@ def _grid() -> pd.DataFrame:
 
 
 def test_claims_table_reads_the_pooled_drops():
-    claims = V.claims_table(_grid(), {"runs": 10, "converged": 9, "left_out": 1}).set_index(pd.Index([1, 2, 3]))
-    assert claims.loc[2, "value"] == pytest.approx(0.31 / 6) and claims.loc[2, "verdict"] == "reproduced with a smaller effect"
-    assert claims.loc[1, "verdict"] == "reproduced" and claims.loc[3, "verdict"] == "points the paper's way, not significant"
-    assert claims.loc[2, "ours"].startswith("5.2% [") and claims.loc[2, "ours"].endswith("average relative drop over 6 informative model/task pairs")
-    assert "a 2.0% [" in claims.loc[3, "ours"] and " at 0.700" in claims.loc[3, "ours"] and claims.loc[3, "rule"].endswith("9 of 10 runs converged; the gate left out 1.")
+    claims = V.claims_table(_grid(), {"runs": 10, "converged": 9, "left_out": 1}).set_index(pd.Index(["1", "2a", "2b", "3"]))
+    assert V.judge(_grid())["all"]["value"] == pytest.approx(0.31 / 6) and claims.loc["2a", "verdict"] == "reproduced with a smaller effect"
+    assert claims.loc["1", "verdict"] == "reproduced" and claims.loc["3", "verdict"] == "points the paper's way, not significant"
+    assert claims.loc["2a", "ours"].startswith("5.2% [") and claims.loc["2a", "ours"].endswith("average relative drop over 6 informative model/task pairs")
+    assert claims.loc["2b", "ours"].startswith("largest single drop 14.0% [13.1%, 15.0%] (c, SST-2)") and claims.loc["2b", "verdict"] == "reproduced"
+    assert "a 2.0% [" in claims.loc["3", "ours"] and " at 0.700" in claims.loc["3", "ours"] and claims.loc["3", "rule"].endswith("9 of 10 runs converged; the gate left out 1.")
     assert set(claims["verdict"]) <= set(V.VERDICTS)
 
 
@@ -200,5 +223,5 @@ def test_the_method_chapter_states_every_verdict_and_threshold_before_the_result
 def test_claim3_with_two_models_has_no_rho_and_says_so():
     two = _grid()[_grid()["model"] != "c"]
     claims = V.claims_table(two, {"runs": 4, "converged": 4, "left_out": 0})
-    assert claims.iloc[2]["ours"].startswith("no ρ (2 models); drop at k = 0 score, per model over NER (CoNLL-2003), SST-2: a 2.0% [1.0%, 2.9%] at 0.700, b 4.5% [")
-    assert claims.iloc[2]["verdict"] == "not testable"
+    assert claims.iloc[3]["ours"].startswith("no ρ (2 models); drop at k = 0 score, per model over NER (CoNLL-2003), SST-2: a 2.0% [1.0%, 2.9%] at 0.700, b 4.5% [")
+    assert claims.iloc[3]["verdict"] == "not testable"

@@ -11,9 +11,7 @@ Every figure is at most :data:`TEXT_WIDTH` pixels wide (facets wrap; legends sit
 so it fits the book's text column at any window width from 1,024 px up.
 
 * :func:`fig_score_vs_dynamic_heads` — the paper's Figure 2: score vs number of input-dependent heads;
-* :func:`fig_baseline_vs_drop` — Figure 4: baseline score vs relative drop with all heads constant;
 * :func:`fig_convergence` — dev score per epoch for k = 0 and k = all;
-* :func:`fig_score_vs_train_size` — k = 0 and k = all scores against the probe's training-set size;
 * :func:`fig_head_ranking`, :func:`fig_constants` — a ranking's heatmap and a few constant matrices (defined in
   :mod:`papa.analysis.run_figures`, which the run notebooks import directly);
 * :func:`fig_paper_scores`, :func:`fig_relative_score`, :func:`fig_better_models` — the paper's analogues
@@ -29,7 +27,6 @@ import altair as alt
 import numpy as np
 import pandas as pd
 
-from papa.analysis.drops import drops_at, spread_shared
 from papa.analysis.figure_kit import (  # noqa: F401  (TASK_NAMES, METRIC_NAMES, Figure ... are part of this module's interface)
     AXIS_PX,
     METRIC_NAMES,
@@ -59,6 +56,7 @@ from papa.analysis.offline import (  # noqa: F401  (re-exported: the old import 
     write_vega_bundle,
 )
 from papa.analysis.paper_figures import fig_better_models, fig_paper_scores, fig_relative_score  # noqa: F401  (the paper's analogues)
+from papa.analysis.results import spread_shared
 from papa.analysis.run_figures import fig_constants, fig_head_ranking  # noqa: F401  (re-exported: papa.figures.fig_constants)
 from papa.core.errors import PapaError
 
@@ -131,40 +129,6 @@ def fig_score_vs_dynamic_heads(summary: pd.DataFrame, floors: pd.DataFrame, mode
     return finish(chart, caption, label)
 
 
-def fig_baseline_vs_drop(summary: pd.DataFrame, mode: str | None = None, label: str = "fig-baseline-vs-drop") -> Figure:
-    """Figure 4 analogue: baseline (k = 0) score vs relative drop with all heads constant.
-
-    One point per model × task; colour = model, shape = task.
-    """
-    chosen = _mode_rows(summary, mode)["mode"].iloc[0]
-    drops = drops_at(summary, 1, None, chosen)
-    if drops.empty:
-        raise PapaError("No model/task has both k=0 and k=all runs", "Run the k=0 and k=all probes first.")
-    data = clean(drops).assign(task=lambda f: f["task"].map(task_name))
-    metrics = sorted(summary.loc[summary["task"].isin(drops["task"]), "metric"].dropna().unique())
-    unit = metric_name(metrics[0]) if len(metrics) == 1 else "each task's metric"
-    chart = (
-        alt.Chart(data)
-        .mark_point(size=90, filled=True)
-        .encode(
-            x=alt.X("baseline:Q", scale=alt.Scale(zero=False, padding=20), axis=alt.Axis(format=".2f"), title=f"score with no head constant, k = 0 ({unit})"),
-            y=alt.Y("drop:Q", scale=alt.Scale(padding=20), axis=alt.Axis(format="%"), title="relative drop, all heads constant (%)"),
-            color=alt.Color("model:N", legend=legend("model", columns=1)),
-            shape=alt.Shape("task:N", legend=legend("task", columns=3)),
-            tooltip=["model:N", "task:N", alt.Tooltip("baseline:Q", format=".4f"), alt.Tooltip("score:Q", format=".4f"), alt.Tooltip("drop:Q", format=".2%"), "real:N"],
-        )
-        .properties(width=TEXT_WIDTH - 2 * AXIS_PX, height=280)
-    )
-    models, tasks = sorted(drops["model"].unique()), sorted(data["task"].unique())
-    caption = (
-        f"The analogue of the paper's Figure 4: each model's score with no head constant (k = 0) against its relative drop "
-        f"with every head constant; colour: model ({words(models)}), shape: task ({words(tasks)}). "
-        "The paper found that better models lose more: within a task, points further right should sit higher."
-        + (" With one model, this figure cannot test that." if len(models) == 1 else "")
-    )
-    return finish(chart, caption, label)
-
-
 def fig_convergence(epochs: pd.DataFrame, mode: str | None = None, label: str = "fig-convergence", curve: str = "score") -> Figure:
     """Score per epoch (mean, band min–max over seeds) for k = 0 and k = all, one panel per task: ``curve`` "score"
     draws the dev score, "heldout" the score on held-out training examples (the curve early stopping reads).
@@ -201,56 +165,6 @@ def fig_convergence(epochs: pd.DataFrame, mode: str | None = None, label: str = 
     return finish(chart, caption, label)
 
 
-def fig_score_vs_train_size(table: pd.DataFrame, label: str = "fig-train-size") -> Figure:
-    """k = 0 and k = all scores (mean, band min–max over seeds) against the number of training
-    examples the probe saw (log scale), per model × task; the vertical gap between the lines is the
-    absolute drop with every head constant. The attention-free floor is drawn as points with min–max
-    bars, only at the sizes where it ran (no line joins sizes it did not run at).
-
-    ``table`` from :func:`papa.analysis.drops.train_size_table`.
-    """
-    if table.empty:
-        raise PapaError("No training size has both k = 0 and k = all runs", "Run the k = 0 and k = all probes at several sizes first.")
-    parts = []
-    for prefix, condition in (("k0", K0_LABEL), ("kall", KALL_LABEL), ("floor", FLOOR_LABEL)):
-        part = table[["model", "task", "train_examples", "n_seeds", "drop", "drop_real", "retained_gain"]].copy()
-        part["condition"] = condition
-        for stat in ("mean", "min", "max"):
-            part[stat] = table[f"{prefix}_{stat}"]
-        if prefix == "floor":
-            part["n_seeds"] = table["floor_n_seeds"]
-        parts.append(part.dropna(subset=["mean"]))
-    data, _, per = panels(clean(pd.concat(parts, ignore_index=True)))
-    color = alt.Color("condition:N", legend=legend(None, columns=2))
-    x = alt.X("train_examples:Q", scale=alt.Scale(type="log"), title="training examples (log scale)")
-    y_title = "dev score (the task's metric)"
-    y = alt.Y("mean:Q", scale=alt.Scale(zero=False), title=y_title, axis=alt.Axis(format=".2f"))
-    tooltip = [
-        "panel:N",
-        "condition:N",
-        alt.Tooltip("train_examples:Q", format=","),
-        *[alt.Tooltip(f"{s}:Q", format=".4f") for s in ("mean", "min", "max")],
-        alt.Tooltip("drop:Q", format=".2%", title="relative drop"),
-        alt.Tooltip("drop_real:N", title="drop beyond seed spread"),
-        alt.Tooltip("retained_gain:Q", format=".2%", title="retained gain over the higher floor"),
-        "n_seeds:Q",
-    ]
-    probes, floor = alt.datum.condition != FLOOR_LABEL, alt.datum.condition == FLOOR_LABEL
-    band = alt.Chart().transform_filter(probes).mark_area(opacity=0.2).encode(x=x, y=alt.Y("min:Q", title=y_title), y2="max:Q", color=color)
-    line = alt.Chart().transform_filter(probes).mark_line(point=True).encode(x=x, y=y, color=color, tooltip=tooltip)
-    floor_bar = alt.Chart().transform_filter(floor).mark_rule().encode(x=x, y="min:Q", y2="max:Q", color=color)
-    floor_point = alt.Chart().transform_filter(floor).mark_point(shape="diamond", filled=True, size=60).encode(x=x, y=y, color=color, tooltip=tooltip)
-    chart = facet(alt.layer(band, line, floor_bar, floor_point, data=data), data)
-    has_floor = (data["condition"] == FLOOR_LABEL).any()
-    caption = (
-        f"Score with no and with every head constant against the number of training examples the probe saw (log scale), one panel per {per}: "
-        f"mean over {seeds_words(data.loc[data['condition'] != FLOOR_LABEL, 'n_seeds'])}, band min–max. The vertical gap between the two lines is "
-        "the absolute drop with every head constant."
-        + (" Diamonds with min–max bars: the attention-free floor (the probe on the embedding layer alone), at the sizes where it ran." if has_floor else "")
-    )
-    return finish(chart, caption, label)
-
-
 __all__ = [
     "FLOOR_STYLES",
     "Figure",
@@ -260,12 +174,10 @@ __all__ = [
     "VEGA_BUNDLE_NAME",
     "chart_id",
     "enable_offline_renderer",
-    "fig_baseline_vs_drop",
     "fig_constants",
     "fig_convergence",
     "fig_head_ranking",
     "fig_score_vs_dynamic_heads",
-    "fig_score_vs_train_size",
     "glue_figure",
     "metric_name",
     "offline_html",

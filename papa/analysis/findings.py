@@ -11,7 +11,6 @@ predictions; the tidy frames never copy them).
   difference is *real* (its interval excludes 0);
 * :func:`random_baseline` — at ½ and ⅞ of the heads: each ranking against the pooled seeded random orderings,
   on the same dev examples (:func:`papa.analysis.stats.paired_bootstrap` of ranking − random);
-* :func:`gate_runs` — the convergence gate over runs (:func:`papa.analysis.stats.convergence_gate`);
 * the claims' verdicts live in :mod:`papa.analysis.verdicts`, on the pooled drops of :mod:`papa.analysis.pooled`.
 """
 
@@ -24,19 +23,13 @@ from fractions import Fraction
 import pandas as pd
 
 from papa.analysis.results import ranking_method
-from papa.analysis.stats import convergence_gate, paired_bootstrap, run_statistics, score_interval
-from papa.analysis.verdicts import HALF_MAX_DROP, MAX_DROP_ALL, VERDICTS
+from papa.analysis.stats import paired_bootstrap, run_statistics
 from papa.core.heads import count_for
 
 #: The fractions of constant heads of the main table (the paper's).
 MAIN_FRACTIONS = (Fraction(0), Fraction(1, 2), Fraction(7, 8), Fraction(15, 16), Fraction(1))
 #: The fractions at which the random orderings run.
 RANDOM_FRACTIONS = (Fraction(1, 2), Fraction(7, 8))
-#: The seed-spread reading of :func:`papa.analysis.drops.claims_table` (not the book's verdicts, which are
-#: :mod:`papa.analysis.verdicts`'): claim 2's range of the average drop, and the largest drop on a task.
-ALL_DROP_RANGE = (0.03, 0.20)
-ALL_MAX_DROP = MAX_DROP_ALL
-CLAIM_VERDICTS = VERDICTS
 MAIN_COLUMNS = [
     "model",
     "task",
@@ -175,44 +168,10 @@ def random_baseline(records: Mapping[str, dict], fractions: Sequence[Fraction] =
     return pd.DataFrame(out, columns=columns)
 
 
-# --- the convergence gate over runs --------------------------------------------------------------------------
-
-
-def baseline_intervals(records: Mapping[str, dict], main: pd.DataFrame, resamples: int = 2000, seed: int = 0) -> dict[tuple, tuple[float, float]]:
-    """Per (model, task, mode): the 95% bootstrap interval over dev examples of the k = 0 probe's seed-mean score
-    (the main metric, :func:`papa.analysis.stats.score_interval`), from the dev predictions of ``main``'s k = 0
-    runs on all states. A group has none unless every run stores its dev predictions and all score the same dev
-    examples (one ``data.eval_indices_sha``), so the interval is always about the seeds the score averages."""
-    rows = main[(main["k"] == 0) & (main["probe_input"] == "all") & main["is_main"]]
-    intervals = {}
-    for (model, task, mode), group in rows.groupby(["model", "task", "mode"], sort=True):
-        runs = [records.get(r) or {} for r in sorted(set(group["run_id"]))]
-        if not all(r.get("dev") for r in runs) or len({((r.get("data") or {}).get("eval_indices_sha"), len(r["dev"]["labels"])) for r in runs}) != 1:
-            continue
-        token = bool(runs[0]["dev"].get("lengths"))
-        found = score_interval([run_statistics(r) for r in runs], runs[0]["metric"], token, resamples, seed)
-        intervals[model, task, mode] = (found["low"], found["high"])
-    return intervals
-
-
-def gate_runs(tidy: pd.DataFrame) -> tuple[set[str], dict]:
-    """The convergence gate over the runs of ``tidy`` (one row per run × metric, with ``converged``):
-    ``(kept run ids, summary)`` of :func:`papa.analysis.stats.convergence_gate` (a run without a held-out curve
-    counts as *unknown* and is left out)."""
-    runs = tidy.drop_duplicates("run_id")[["run_id", "converged"]] if len(tidy) else pd.DataFrame(columns=["run_id", "converged"])
-    kept, summary = convergence_gate(runs.astype({"converged": object}))
-    return set(kept["run_id"]), summary
-
-
 __all__ = [
-    "ALL_DROP_RANGE",
-    "ALL_MAX_DROP",
-    "CLAIM_VERDICTS",
-    "HALF_MAX_DROP",
     "MAIN_COLUMNS",
     "MAIN_FRACTIONS",
     "RANDOM_FRACTIONS",
-    "gate_runs",
     "main_table",
     "random_baseline",
 ]

@@ -24,18 +24,14 @@ from fractions import Fraction
 import numpy as np
 import pandas as pd
 
-from papa.analysis.drops import _pick_mode
 from papa.analysis.pooled import claim3, claim3_points, pooled_drop, select
-from papa.analysis.results import SHARED_RANKINGS, relative_drop
+from papa.analysis.results import SHARED_RANKINGS, main_mode, relative_drop
+from papa.analysis.verdicts import MAX_DROP_ALL, PAPER_DROP_ALL
 from papa.core.heads import count_for
-
-#: The paper's average relative drop with all heads constant, and its largest per-task drop.
-PAPER_AVERAGE_DROP_ALL = 0.08
-PAPER_MAX_DROP_ALL = 0.20
 
 
 def _rows(summary: pd.DataFrame, mode: str | None) -> pd.DataFrame:
-    mode = _pick_mode(summary, mode)
+    mode = main_mode(summary, mode)
     return summary[(summary["mode"] == mode) & (summary["probe_input"] == "all")]
 
 
@@ -218,19 +214,4 @@ def paper_table(summary: pd.DataFrame, floors: pd.DataFrame, ranking: str = "gat
                 )
         out.extend(per_task + [average] + extra)
     frame = pd.DataFrame(out)
-    return frame.assign(paper_average_drop_all=PAPER_AVERAGE_DROP_ALL, paper_max_drop_all=PAPER_MAX_DROP_ALL)
-
-
-#: What the paper itself states in numbers, with where: every other per-task or per-model result of the paper is
-#: drawn (its Figures 2 and 4) for models that did not run here (BERT, RoBERTa, DeBERTa), so none is quoted.
-PAPER_NUMBERS = (
-    ("half of the heads constant", "“little or no performance drop”; “in almost all cases … no major drop”", "abstract and Section 4 of arXiv:2211.03495"),
-    ("every head constant, average", "“an average relative drop of only 8% from the probing baseline”", "abstract of arXiv:2211.03495"),
-    ("every head constant, one task", "at most ≈ 20% (this book's reading of the curves; the text states no per-task bound)", "Figure 2 of arXiv:2211.03495"),
-    ("better models lose more", "“better-performing models lose more from applying our method than weaker models”", "abstract and Figure 4 of arXiv:2211.03495"),
-)
-#: The paper's number beside each basis of the sensitivity table.
-PAPER_BY_BASIS = {
-    "all": "little or no drop at half, 8% average with every head (abstract); over its own models and tasks",
-    "families": "none: the paper states no average per task family",
-}
+    return frame.assign(paper_average_drop_all=PAPER_DROP_ALL, paper_max_drop_all=MAX_DROP_ALL)

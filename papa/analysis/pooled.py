@@ -1,10 +1,8 @@
 """Pooled numbers with intervals of their own (issue 26): the average relative drop over many model/task pairs with a
 bootstrap interval of that average, and claim 3, "better models lose more", on the same per-model averages.
 
-**One basis for every drop** (:func:`drop_cells`): the converged runs of the full probe, each drop *paired by
-probe seed* (only the seeds whose runs converged at k = 0 and at k enter, on the same dev examples), as
-:func:`papa.analysis.stats.paired_differences` computes it: relative drop = (s̄₀ − s̄ₖ) / s̄₀ of those seeds' means.
-The main table, the paper's table, the claims, the front page and figure (c) all read these cells.
+Every drop averaged here is a cell of :mod:`papa.analysis.basis` (its ``claim_cells``: the converged runs, each
+drop paired by probe seed); this module only pools them.
 
 **Pooled interval** (:func:`pooled_drop`): the bootstrap resamples each dev set within itself (every task's own
 examples, :func:`papa.analysis.stats.resample_rows`: one stream per dev set, so every model and k of a task, and
@@ -19,85 +17,9 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Iterable, Sequence
-from fractions import Fraction
 
 import numpy as np
 import pandas as pd
-
-from papa.core.heads import count_for
-
-
-def task_family(task: str) -> str:
-    """``"token"`` for a token-level task, ``"sentence"`` for a sentence-level one (the sensitivity table's families,
-    from the task's own spec, :func:`papa.probing.data.get_task`), ``"other"`` for a task papa does not know."""
-    from papa.core.errors import PapaError
-    from papa.probing.data import get_task
-
-    try:
-        return "token" if get_task(task).is_token_task else "sentence"
-    except PapaError:
-        return "other"
-
-
-#: Columns of :func:`drop_cells` (``samples``: the relative drop on every resample, an ``[R]`` array per cell).
-CELL_COLUMNS = [
-    "model",
-    "task",
-    "family",
-    "at",
-    "k",
-    "total_heads",
-    "score_0",
-    "score",
-    "relative_drop",
-    "relative_low",
-    "relative_high",
-    "real",
-    "n_pairs",
-    "informative",
-    "samples",
-]
-
-
-def drop_cells(differences: pd.DataFrame, summary: pd.DataFrame, floors: pd.DataFrame, ranking: str = "gates") -> pd.DataFrame:
-    """The drops every page shows, one row per model × task × ``at`` ("half": k = ½ of the heads in ``ranking``'s
-    order; "all": every head constant), columns :data:`CELL_COLUMNS`.
-
-    ``differences``: :func:`papa.analysis.stats.paired_differences` of the converged runs (with ``relative_samples``);
-    ``summary``: :func:`papa.analysis.results.summarise` of the same runs (``score_0`` and ``score``: the seed means of
-    the converged runs at k = 0 and at k); ``floors``: which pairs are ``informative``. ``relative_drop`` and its
-    interval, ``real`` and ``n_pairs`` (seeds paired) are the paired bootstrap's, copied as they are. A pair without a
-    paired interval at that k has no row."""
-    rows = []
-    diffs = differences[differences["probe_input"] == "all"] if len(differences) else differences
-    means = summary[summary["probe_input"] == "all"].set_index(["model", "task", "ranking", "k"])["mean"] if len(summary) else pd.Series(dtype=float)
-    informative = {(m, t): bool(ok) for m, t, ok in zip(floors["model"], floors["task"], floors["informative"])}
-    for row in diffs.itertuples(index=False) if len(diffs) else []:
-        total = int(round(row.k / row.fraction))
-        at = "all" if row.k == total else "half" if row.k == count_for(Fraction(1, 2), total) and row.ranking == ranking else None
-        if at is None:
-            continue
-        rows.append(
-            {
-                "model": row.model,
-                "task": row.task,
-                "family": task_family(row.task),
-                "at": at,
-                "k": int(row.k),
-                "total_heads": total,
-                "score_0": float(means.get((row.model, row.task, "none", 0), math.nan)),
-                "score": float(means.get((row.model, row.task, row.ranking, row.k), math.nan)),
-                "relative_drop": float(row.relative_drop),
-                "relative_low": float(row.relative_low),
-                "relative_high": float(row.relative_high),
-                "real": bool(row.real),
-                "n_pairs": int(row.n_runs),
-                "informative": informative.get((row.model, row.task), False),
-                "samples": np.asarray(row.relative_samples, dtype=float),
-            }
-        )
-    frame = pd.DataFrame(rows, columns=CELL_COLUMNS)
-    return frame.sort_values(["model", "task", "at"], ignore_index=True)
 
 
 def _usable(cells: pd.DataFrame) -> pd.Series:
@@ -200,19 +122,6 @@ def spearman_exact_p(x: Sequence[float], y: Sequence[float]) -> tuple[float, flo
 
 #: Random orderings of the permutation test above 9 models (9! = 362,880 is the exact test's largest).
 PERMUTATIONS = 20000
-
-
-def model_points(rows: pd.DataFrame, score: str = "score") -> tuple[pd.DataFrame, list[str]]:
-    """Claim 3's points from per-(model, task) rows with ``drop`` and ``score``: one point per model, averaged
-    over the tasks that *every* model has (so that no model's average rises or falls by which tasks it has:
-    POS near 0.95 in one model's average and not in another's would decide ρ). Returns ``(points [model, drop,
-    score, n_tasks], the common tasks)``."""
-    rows = rows.dropna(subset=["drop", score])
-    models = rows["model"].unique()
-    common = sorted(t for t, g in rows.groupby("task") if set(g["model"]) >= set(models))
-    kept = rows[rows["task"].isin(common)]
-    points = kept.groupby("model", sort=True).agg(drop=("drop", "mean"), score=(score, "mean"), n_tasks=("task", "nunique")).reset_index()
-    return points[["model", "drop", "score", "n_tasks"]], common
 
 
 def claim3(points: pd.DataFrame, alpha: float = 0.05) -> dict:

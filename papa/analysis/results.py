@@ -3,7 +3,7 @@
 One probing run (:func:`papa.probing.experiment.run_probe`) is one JSON file. :func:`load_results` turns a
 folder of them into a tidy table (one row per run × metric of the final epoch); :func:`summarise`
 aggregates the main metric over seeds; :func:`floors_table` says which tasks can show anything at
-all (the k = 0 probe must beat the floors); :mod:`papa.analysis.drops` reads the drops and
+all (the k = 0 probe must beat the floors); :mod:`papa.analysis.basis` reads the drops and
 the paper's claims on the seed spread (:mod:`papa.analysis.findings` on bootstrap intervals).
 
 The small pure functions :func:`relative_drop`, :func:`retained_gain` and
@@ -294,3 +294,25 @@ def floors_table(df: pd.DataFrame, results: str | Path | Mapping[str, dict] | No
 
 def _zero(x: float) -> float:
     return 0.0 if x is None or (isinstance(x, float) and math.isnan(x)) else float(x)
+
+
+def main_mode(summary: pd.DataFrame, mode: str | None = None) -> str:
+    """The execution mode a table reads: ``mode`` when given (an error when no run has it), else ``faithful``
+    when present, else the first mode of ``summary``."""
+    modes = sorted(summary["mode"].dropna().unique())
+    if mode is not None:
+        if mode not in modes:
+            raise PapaError(f"No runs in mode {mode!r}", f"Modes present: {', '.join(modes) or 'none'}.")
+        return mode
+    if not modes:
+        raise PapaError("The summary holds no runs", "Load some results first.")
+    return "faithful" if "faithful" in modes else modes[0]
+
+
+def spread_shared(group: pd.DataFrame) -> pd.DataFrame:
+    """Repeat the rows every ranking shares (k = 0, k = all) under each specific ranking of ``group``
+    (one model × task), so each ranking's curve runs from no constant head to all of them."""
+    shared = group[group["ranking"].isin(SHARED_RANKINGS)]
+    specific = group[~group["ranking"].isin(SHARED_RANKINGS)]
+    methods = list(specific["ranking"].unique()) or ["none"]
+    return pd.concat([specific] + [shared.assign(ranking=m) for m in methods], ignore_index=True)

@@ -330,7 +330,3 @@ def convergence_gate(frame: pd.DataFrame, column: str = "converged") -> tuple[pd
         "left_out_runs": sorted(left["run_id"].tolist()) if "run_id" in left else [],
     }
     return frame[converged], summary
-
-
-# claim 3 lives in papa.analysis.pooled; re-exported here (its old home)
-from papa.analysis.pooled import PERMUTATIONS, claim3, model_points, spearman_exact_p  # noqa: E402,F401

@@ -9,6 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from papa.analysis import results as R
+from papa.analysis.basis import Basis, build_basis
 from papa.analysis.figure_kit import metric_name, task_name
 from papa.book import tables as T
 from papa.core.io import read_json_verified
@@ -23,13 +24,18 @@ class BookData:
     config: dict
     tidy: pd.DataFrame  # every run × metric
     main: pd.DataFrame  # the main grid's rows (floors included)
-    summary: pd.DataFrame  # main metric over seeds
-    floors: pd.DataFrame
+    summary: pd.DataFrame  # main metric over seeds of the converged runs (basis.summary)
+    floors: pd.DataFrame  # floors of the converged runs (basis.floors)
     epochs: pd.DataFrame  # per-epoch rows of the main grid
     studies: dict[str, pd.DataFrame] = field(default_factory=dict)
     rankings: dict[str, list] = field(default_factory=dict)  # "<model>__<task>__<method>" → ranking
     records: dict[str, dict] = field(default_factory=dict)  # run id → result record (with its dev predictions)
     lr_choices: dict[str, dict] = field(default_factory=dict)  # "<model>__<task>" → lr choice (papa.probing.protocol)
+    basis: Basis | None = None  # the main grid's runs on the book's one basis (papa.analysis.basis)
+
+    def __post_init__(self) -> None:
+        if self.basis is None and len(self.main):  # built by hand (tests): the basis of its own main runs
+            self.basis = build_basis(self.main, self.records, headline_ranking(self.config))
 
     @property
     def models(self) -> list[str]:
@@ -152,55 +158,32 @@ def book_data(config: dict, folder: Path) -> BookData:
     return book_data_from(config, R.read_results(folder / "results"), rankings)
 
 
+def headline_ranking(config: dict) -> str:
+    """The ordering whose half-heads drops the claims average: the config's first ranking method."""
+    return (config.get("rank") or {}).get("methods", ["gates"])[0]
+
+
 def book_data_from(config: dict, records: dict[str, dict], rankings: dict[str, list], lr_choices: dict[str, dict] | None = None) -> BookData:
     """:class:`BookData` from result records (``{run id: result}``, kept whole: their dev predictions feed the
-    intervals), rankings (``{stem: [(layer, head), ...]}``) and lr choices (``{"<model>__<task>": choice}``)."""
-    from papa.analysis.findings import baseline_intervals
-
+    intervals), rankings (``{stem: [(layer, head), ...]}``) and lr choices (``{"<model>__<task>": choice}``).
+    The main grid's scores and floors are its :class:`~papa.analysis.basis.Basis`'s (converged runs only)."""
     tidy = R.load_results(records)
     main = study_frame(tidy, config)
     epochs = R.epoch_table(records)
+    basis = build_basis(main, records, headline_ranking(config))
     return BookData(
         config,
         tidy,
         main,
-        R.summarise(main),
-        R.floors_table(main, intervals=baseline_intervals(records, main)),
+        basis.summary,
+        basis.floors,
         epochs[epochs["run_id"].isin(set(main["run_id"]))],
         {s["name"]: study_frame(tidy, config, s) for s in config.get("studies", [])},
         rankings,
         records,
         dict(lr_choices or {}),
+        basis,
     )
-
-
-def retained_gains(summary: pd.DataFrame, floors: pd.DataFrame) -> pd.DataFrame:
-    """Per model, task, ranking and k: mean score, relative drop and retained gain over the higher floor."""
-    rows = []
-    scores = summary[summary["probe_input"] == "all"]
-    for _, row in scores.iterrows():
-        floor = floors[(floors["model"] == row["model"]) & (floors["task"] == row["task"]) & (floors["mode"] == row["mode"])]
-        if floor.empty:
-            continue
-        floor = floor.iloc[0]
-        base = float(floor["baseline"])
-        higher_floor = max(x for x in (floor["majority"], floor["attention_free"], -math.inf) if not pd.isna(x))
-        rows.append(
-            {
-                "model": row["model"],
-                "task": row["task"],
-                "ranking": row["ranking"],
-                "k": int(row["k"]),
-                "fraction": float(row["fraction"]),
-                "score": float(row["mean"]),
-                "spread": float(row["max"] - row["min"]),
-                "relative_drop": R.relative_drop(float(row["mean"]), base),
-                "retained_gain": R.retained_gain(float(row["mean"]), base, higher_floor),
-                "informative": bool(floor["informative"]),
-            }
-        )
-    frame = pd.DataFrame(rows)
-    return frame.sort_values(["model", "task", "k", "ranking"], ignore_index=True) if len(frame) else frame
 
 
 def still_rising(epochs: pd.DataFrame, last: int = 3, tolerance: float = 0.002, curve: str = "score") -> pd.DataFrame:
@@ -265,12 +248,13 @@ def floors_display(floors: pd.DataFrame, digits: int = 3) -> T.Table:
     }
     headers = {"informative": "informative", "majority": "majority class", "free": "attention-free probe", "base": "k = 0 probe", "interval": "k = 0, 95% interval"}
     missing = {
-        "free": "the attention-free probe (embedding layer only) did not run in this grid",
-        "base": "no k = 0 probe ran",
+        "free": "no attention-free probe (embedding layer only) of this pair converged (or none ran): the higher floor is the majority class",
+        "base": "no k = 0 probe of this pair converged (or none ran)",
         "interval": "not every seed stored its dev predictions: informative by the seed-spread margin alone",
     }
     notes = [
-        "± is the standard deviation over probe seeds; a score without ± comes from a single seed.",
+        "Every floor and score here is a mean over the converged runs only (the book's basis); ± is the standard deviation over"
+        " those probe seeds, and a score without ± comes from a single seed.",
         "The interval is a 95% bootstrap interval over dev examples (seeds pooled). Informative: the k = 0 mean exceeds the higher floor by more than twice the seed spread"
         " (and at least 0.01), and the interval's lower bound lies above it.",
     ]
@@ -312,39 +296,6 @@ def glue_numbers(numbers: dict) -> None:
         if isinstance(value, float):
             value = "n/a" if math.isnan(value) else T.percent(value) if key.startswith("drop") else T.score(value)
         glue(key, value, display=False)
-
-
-def _better(a: str, mean_a: float, b: str, mean_b: float, digits: int = 3) -> str:
-    """The ranking with the higher mean, or ``"tie"`` when the means agree to ``digits`` decimals (as shown)."""
-    if round(mean_a, digits) == round(mean_b, digits):
-        return "tie"
-    return a if mean_a > mean_b else b
-
-
-def ordering_comparison(data: BookData) -> pd.DataFrame:
-    """Every pair of rankings at equal k (0 < k < all): means, the better one (``"tie"`` when equal to
-    three decimals, as shown), and whether the difference is real (never for a tie)."""
-    rows = []
-    main = data.main[data.main["is_main"] & (data.main["probe_input"] == "all")]
-    for (model, task, k), group in main[(main["k"] > 0) & (main["k"] < main["total_heads"])].groupby(["model", "task", "k"]):
-        methods = sorted(group["ranking"].unique())
-        for i, a in enumerate(methods):
-            for b in methods[i + 1 :]:
-                va = group.loc[group["ranking"] == a, "value"].astype(float).tolist()
-                vb = group.loc[group["ranking"] == b, "value"].astype(float).tolist()
-                rows.append(
-                    {
-                        "model": model,
-                        "task": task,
-                        "k": int(k),
-                        a: sum(va) / len(va),
-                        b: sum(vb) / len(vb),
-                        "seeds": f"{len(va)}/{len(vb)}",
-                        "better": (better := _better(a, sum(va) / len(va), b, sum(vb) / len(vb))),
-                        "real": better != "tie" and R.difference_is_real(va, vb),
-                    }
-                )
-    return pd.DataFrame(rows)
 
 
 def layer_table(data: BookData, fraction: float = 0.5) -> pd.DataFrame:

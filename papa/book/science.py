@@ -17,12 +17,12 @@ import pandas as pd
 from papa.analysis import findings as F
 from papa.analysis import paper as P
 from papa.analysis import pooled
-from papa.analysis import results as R
 from papa.analysis import stats as S
 from papa.analysis import verdicts as V
+from papa.analysis.basis import build_basis, claim_cells, k0_and_all
 from papa.analysis.figure_kit import AXIS_PX, TEXT_WIDTH, Figure, finish
 from papa.analysis.paper_figures import fig_better_models, fig_paper_scores, fig_relative_score
-from papa.book.data import BookData
+from papa.book.data import BookData, headline_ranking
 from papa.book.words import and_list, fraction_words, plural, task_name
 
 #: The paper's literal setting (the ``literal`` studies): lr, epochs, epoch selection.
@@ -69,31 +69,27 @@ def _converged_counts(table: pd.DataFrame, main: pd.DataFrame) -> pd.DataFrame:
 
 
 def chapter_science(data: BookData, ranking: str | None = None, resamples: int = S.RESAMPLES) -> Science:
-    """Everything the results chapter shows, from the main grid's runs (``data.main``) and their records.
-
-    The basis is the converged runs (the convergence gate), each drop paired by probe seed; only when no run
-    converged do the tables fall back to every run (and the claims are not testable)."""
-    ranking = ranking or data.config["rank"].get("methods", ["gates"])[0]
-    main_ids = set(data.main["run_id"])
-    kept, gate = F.gate_runs(data.main)
-    ids = kept or main_ids
-    summary = R.summarise(data.main[data.main["run_id"].isin(ids)])
-    differences = S.paired_differences(_records(data, ids), resamples=resamples)
-    table = F.main_table(summary, differences, ranking)
-    cells = pooled.drop_cells(differences, summary, data.floors, ranking) if kept else pooled.drop_cells(differences.iloc[:0], summary.iloc[:0], data.floors, ranking)
-    basis = f"the {len(kept)} converged runs" if kept else f"all {gate['runs']} runs (none passed the convergence gate)"
+    """Everything the results chapter shows, read from the main grid's one basis (``data.basis``: converged runs,
+    each drop paired by probe seed); only when no run converged are the claims not testable."""
+    basis = data.basis if ranking in (None, headline_ranking(data.config)) and resamples == S.RESAMPLES else None
+    ranking = ranking or headline_ranking(data.config)
+    basis = basis or build_basis(data.main, data.records, ranking, resamples)
+    table = F.main_table(basis.summary, basis.differences, ranking)
+    cells = claim_cells(basis)
+    if not basis.gated:
+        cells = cells.iloc[:0]
     return Science(
         ranking=ranking,
-        differences=differences,
+        differences=basis.differences,
         table=_converged_counts(table, data.main),
-        gate=gate,
-        converged_table=table if kept else table.iloc[:0],
-        basis=basis,
-        summary=summary,
-        differences_basis=differences,
-        random=F.random_baseline(_records(data, main_ids), resamples=resamples),
+        gate=basis.gate,
+        converged_table=table if basis.gated else table.iloc[:0],
+        basis=basis.words,
+        summary=basis.summary,
+        differences_basis=basis.differences,
+        random=F.random_baseline(_records(data, set(basis.runs["run_id"])), resamples=resamples),
         better=P.better_models_lose_more(cells),
-        claims=V.claims_table(cells, gate),
+        claims=V.claims_table(cells, basis.gate),
         model_drops=pooled.model_drops(cells),
         cells=cells,
         sensitivity=V.sensitivity(cells),
@@ -119,11 +115,11 @@ def science_numbers(result: Science, data: BookData) -> dict:
         "pooled_seed": "0",
     }
     judged = V.judge(result.cells)
-    for index, (row, number) in enumerate(zip(result.claims.itertuples(), V.claim_numbers(judged)), start=1):
-        numbers[f"claim{index}_verdict"] = row.verdict
-        numbers[f"claim{index}_ours"] = row.ours
-        numbers[f"claim{index}_reason"] = row.reason
-        numbers[f"claim{index}_number"] = number
+    for key, row, number in zip(V.CLAIM_KEYS, result.claims.itertuples(), V.claim_numbers(judged)):
+        numbers[f"{key}_verdict"] = row.verdict
+        numbers[f"{key}_ours"] = row.ours
+        numbers[f"{key}_reason"] = row.reason
+        numbers[f"{key}_number"] = number
     for name in ("half", "all"):
         numbers[f"drop_{name}_mean"] = judged[name]["value"]
         numbers[f"drop_{name}_interval"] = _interval(judged[name]["low"], judged[name]["high"])
@@ -168,8 +164,9 @@ def random_summary(random: pd.DataFrame, ranking: str) -> str:
 
 
 def model_drops_display_frame(result: Science) -> pd.DataFrame:
-    """The front page's per-model table: heads, informative tasks, and the pooled drops at half and all heads with
-    their pooled bootstrap intervals (text; the paper's table's average rows show the same numbers)."""
+    """The front page's per-model table: heads, and the pooled drops at half and all heads with their pooled bootstrap
+    intervals, each with the number of informative pairs it averages (a pair without a paired drop at half, no seed
+    converged on both sides, is not averaged there); the paper's table's average rows show the same numbers."""
     rows = []
     half_header = f"drop, half of the heads constant ({result.ranking})"
     for row in result.model_drops.itertuples():
@@ -177,12 +174,13 @@ def model_drops_display_frame(result: Science) -> pd.DataFrame:
             {
                 "model": row.model,
                 "heads": int(row.total_heads),
-                "pairs averaged": int(max(row.n_tasks_half, row.n_tasks_all)),
                 half_header: V.interval_text(row.drop_half, row.drop_half_low, row.drop_half_high),
+                "pairs, half": int(row.n_tasks_half),
                 "drop, all heads constant": V.interval_text(row.drop_all, row.drop_all_low, row.drop_all_high),
+                "pairs, all": int(row.n_tasks_all),
             }
         )
-    return pd.DataFrame(rows, columns=["model", "heads", "pairs averaged", half_header, "drop, all heads constant"])
+    return pd.DataFrame(rows, columns=["model", "heads", half_header, "pairs, half", "drop, all heads constant", "pairs, all"])
 
 
 def placeholder_figure(label: str, why: str) -> Figure:
@@ -236,71 +234,28 @@ def literal_studies(config: dict) -> list[str]:
     return names
 
 
-def _shared_table(data: BookData, frame: pd.DataFrame, ranking: str, resamples: int) -> pd.DataFrame:
-    """:func:`findings.main_table` at k = 0 and all heads of ``frame``'s runs (only those runs are bootstrapped)."""
-    shared = frame[frame["ranking"].isin(R.SHARED_RANKINGS)]
-    differences = S.paired_differences(_records(data, set(shared["run_id"])), resamples=resamples)
-    return F.main_table(R.summarise(shared), differences, ranking, fractions=(F.MAIN_FRACTIONS[0], F.MAIN_FRACTIONS[-1]))
-
-
 def literal_comparison(data: BookData, resamples: int = S.RESAMPLES) -> pd.DataFrame:
-    """Per model and task: the main protocol's k = 0 and all-heads scores and relative drop with its interval, beside
-    the paper's literal setting's (lr 2e-5, 15 epochs, final epoch); ``lr`` is the main protocol's chosen lr.
-    Empty when no literal run exists."""
+    """Per model and task: the main protocol's k = 0 and all-heads scores and relative drop with its interval (the
+    book's basis, ``data.basis``), beside the paper's literal setting's (lr 2e-5, 15 epochs, final epoch: no
+    held-out curve, so every literal run counts); ``lr`` is the main protocol's chosen lr. Empty without a
+    literal run."""
     frames = [data.studies[name] for name in literal_studies(data.config) if name in data.studies and len(data.studies[name])]
-    columns = [
-        "model",
-        "task",
-        "lr",
-        "main_k0",
-        "main_all",
-        "main_drop",
-        "main_low",
-        "main_high",
-        "main_real",
-        "literal_k0",
-        "literal_all",
-        "literal_drop",
-        "literal_low",
-        "literal_high",
-        "literal_real",
-        "literal_seeds",
-    ]
+    sides = ("k0", "all", "drop", "low", "high", "real")
+    columns = ["model", "task", "lr", *(f"main_{x}" for x in sides), *(f"literal_{x}" for x in sides), "literal_seeds"]
     if not frames:
         return pd.DataFrame(columns=columns)
-    ranking = data.config["rank"].get("methods", ["gates"])[0]
-    literal_table = _shared_table(data, pd.concat(frames, ignore_index=True), ranking, resamples)
-    kept, _ = F.gate_runs(data.main)  # the main protocol's side on the book's one basis: its converged runs (the literal runs have no held-out curve)
-    main_table = _shared_table(data, data.main[data.main["run_id"].isin(kept)] if kept else data.main, ranking, resamples)
+    literal = build_basis(pd.concat(frames, ignore_index=True), data.records, headline_ranking(data.config), resamples)
     out = []
-    for (model, task), group in literal_table.groupby(["model", "task"], sort=True):
-        main = main_table[(main_table["model"] == model) & (main_table["task"] == task)]
-        lit_all, main_all = group[group["k"] == group["total_heads"]], main[main["k"] == main["total_heads"]]
-        lit_0, main_0 = group[group["k"] == 0], main[main["k"] == 0]
-        if lit_all.empty or lit_0.empty:
+    for model, task in sorted(set(zip(literal.runs["model"], literal.runs["task"]))):
+        lit, main = k0_and_all(literal, model, task), k0_and_all(data.basis, model, task)
+        if lit is None:
             continue
         lrs = data.main.loc[(data.main["model"] == model) & (data.main["task"] == task) & (data.main["k"] == 0), "lr"].dropna().unique()
-        pick = lambda frame, column: frame[column].iloc[0] if len(frame) else math.nan  # noqa: E731
-        out.append(
-            {
-                "model": model,
-                "task": task,
-                "lr": float(lrs[0]) if len(lrs) == 1 else math.nan,
-                "main_k0": pick(main_0, "score"),
-                "main_all": pick(main_all, "score"),
-                "main_drop": pick(main_all, "relative_drop"),
-                "main_low": pick(main_all, "relative_low"),
-                "main_high": pick(main_all, "relative_high"),
-                "main_real": pick(main_all, "real") if len(main_all) else None,
-                "literal_k0": lit_0["score"].iloc[0],
-                "literal_all": lit_all["score"].iloc[0],
-                "literal_drop": lit_all["relative_drop"].iloc[0],
-                "literal_low": lit_all["relative_low"].iloc[0],
-                "literal_high": lit_all["relative_high"].iloc[0],
-                "literal_real": lit_all["real"].iloc[0],
-                "literal_seeds": int(min(lit_0["n_seeds"].iloc[0], lit_all["n_seeds"].iloc[0])),
-            }
-        )
+        record = {"model": model, "task": task, "lr": float(lrs[0]) if len(lrs) == 1 else math.nan}
+        for prefix, side in (("main", main), ("literal", lit)):
+            record |= {f"{prefix}_{x}": (side[x] if side is not None else (None if x == "real" else math.nan)) for x in sides}
+        record["literal_seeds"] = len(lit["seeds"])
+        out.append(record)
     return pd.DataFrame(out, columns=columns)
 
 

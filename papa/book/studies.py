@@ -6,9 +6,8 @@ from __future__ import annotations
 import pandas as pd
 
 from papa.analysis import results as R
-from papa.analysis.drops import train_size_table
-from papa.analysis.findings import gate_runs
-from papa.book.data import BookData, _study_settings
+from papa.analysis.basis import Basis, build_basis, k0_and_all
+from papa.book.data import BookData, _study_settings, headline_ranking
 from papa.book.words import and_list, lr_text, plural
 
 
@@ -66,47 +65,51 @@ def _probe_change(config: dict, study: dict, model: str, whole_split: int | None
     return _describe(settings, official, whole_split)
 
 
+def _study_bases(data: BookData) -> list[tuple[dict, Basis]]:
+    """Each study of the config that ran, with its runs on the book's basis (:func:`papa.analysis.basis.build_basis`)."""
+    out = []
+    for study in data.config.get("studies", []):
+        frame = data.studies.get(study["name"])
+        if frame is not None and not frame.empty:
+            out.append((study, build_basis(frame, data.records, headline_ranking(data.config))))
+    return out
+
+
 def sensitivity_table(data: BookData) -> pd.DataFrame:
     """Does the size of the PAPA drop depend on how well the probe is trained?
 
-    One row per sensitivity study (a study of the full probe in the main grid's mode that changes the
-    probe's lr, epochs, epoch selection or training size) × model × task: the k = 0 and k = all means over seeds
-    and the relative drop, under the official setting and under the study's, and whether each
-    score's change exceeds the seed spread (:func:`papa.analysis.results.difference_is_real`).
-    """
+    One row per sensitivity study (a study of the full probe in the main grid's mode that changes the probe's lr,
+    epochs, epoch selection or training size) × model × task: the k = 0 and all-heads scores and the relative drop
+    under the official setting (``data.basis``) and under the study's (its own basis), each the paired seeds' means
+    and the cell's drop (:func:`papa.analysis.basis.k0_and_all`), and whether each score's change exceeds the seed
+    range of both settings (:func:`papa.analysis.results.difference_is_real`: "beyond seed range", not the bootstrap's
+    "real")."""
     rows = []
-    for study in data.config.get("studies", []):
-        frame = data.studies.get(study["name"])
-        if frame is None or frame.empty:
-            continue
-        for (model, task), group in frame[frame["is_main"] & (frame["probe_input"] == "all")].groupby(["model", "task"]):
+    for study, basis in _study_bases(data):
+        for model, task in sorted(set(zip(basis.runs["model"], basis.runs["task"]))):
             if not _probe_change(data.config, study, model):
                 continue
-            base = data.main[data.main["is_main"] & (data.main["probe_input"] == "all") & (data.main["model"] == model) & (data.main["task"] == task)]
-            scores = {}
-            for label, df in (("official", base), ("study", group)):
-                for name, ranking in (("k0", "none"), ("kall", "all")):
-                    scores[label, name] = df.loc[df["ranking"] == ranking, "value"].astype(float).tolist()
-            if not all(scores.values()):
+            official, ours = k0_and_all(data.basis, model, task), k0_and_all(basis, model, task)
+            if official is None or ours is None:
                 continue
-            mean = {key: sum(v) / len(v) for key, v in scores.items()}
-            chosen = group.loc[group["ranking"].isin(["none", "all"]), "selected_epoch"].astype(float)
+            runs = basis.runs[(basis.runs["model"] == model) & (basis.runs["task"] == task) & basis.runs["is_main"]]
+            chosen = ours["runs"]["selected_epoch"].astype(float)
             rows.append(
                 {
                     "study": study["name"],
-                    "setting": _probe_change(data.config, study, model, int(group["train_examples"].max())),
-                    "train examples official": int(base["train_examples"].max()),
-                    "train examples study": int(group["train_examples"].max()),
+                    "setting": _probe_change(data.config, study, model, int(runs["train_examples"].max())),
+                    "train examples official": int(official["runs"]["train_examples"].max()),
+                    "train examples study": int(runs["train_examples"].max()),
                     "model": model,
                     "task": task,
-                    "k=0 official": mean["official", "k0"],
-                    "k=all official": mean["official", "kall"],
-                    "drop official": R.relative_drop(mean["official", "kall"], mean["official", "k0"]),
-                    "k=0 study": mean["study", "k0"],
-                    "k=all study": mean["study", "kall"],
-                    "drop study": R.relative_drop(mean["study", "kall"], mean["study", "k0"]),
-                    "k=0 change real": R.difference_is_real(scores["official", "k0"], scores["study", "k0"]),
-                    "k=all change real": R.difference_is_real(scores["official", "kall"], scores["study", "kall"]),
+                    "k=0 official": official["k0"],
+                    "k=all official": official["all"],
+                    "drop official": official["drop"],
+                    "k=0 study": ours["k0"],
+                    "k=all study": ours["all"],
+                    "drop study": ours["drop"],
+                    "k=0 change beyond seed range": R.difference_is_real(official["k0_scores"], ours["k0_scores"]),
+                    "k=all change beyond seed range": R.difference_is_real(official["all_scores"], ours["all_scores"]),
                     "mean epoch reported": float(chosen.mean()),
                 }
             )
@@ -134,37 +137,6 @@ def size_studies(config: dict) -> list[str]:
     ]
 
 
-def train_size_study(data: BookData) -> pd.DataFrame:
-    """:func:`papa.analysis.drops.train_size_table` at the official probe setting (the main grid's lr,
-    epochs, epoch selection and mode), for the model × task pairs run at more than one size."""
-    official = _study_settings(data.config, {})
-    lr = None if isinstance(official["lr"], str) else official["lr"]  # "select": any chosen lr
-    table = train_size_table(data.tidy, lr, official["epochs"], official["selection"], official["modes"][0])
-    sizes = table.groupby(["model", "task"])["train_examples"].transform("nunique")
-    return table[sizes > 1].reset_index(drop=True)
-
-
-def size_extremes(sizes: pd.DataFrame) -> dict[str, str]:
-    """The first model × task of :func:`train_size_study` at its smallest and largest training size, for the
-    results chapter's prose: ``size_model``, ``size_task``, ``size_small``/``size_large`` (examples) and
-    ``drop_all_small_train``/``drop_all_large_train`` (relative drop with every head constant); "n/a" without one."""
-    from papa.pipeline.executed import task_name
-
-    if sizes.empty:
-        return dict.fromkeys(("size_model", "size_task", "size_small", "size_large", "drop_all_small_train", "drop_all_large_train"), "n/a")
-    first = sizes.iloc[0]
-    pair = sizes[(sizes["model"] == first["model"]) & (sizes["task"] == first["task"])].sort_values("train_examples")
-    small, large = pair.iloc[0], pair.iloc[-1]
-    return {
-        "size_model": str(first["model"]),
-        "size_task": task_name(str(first["task"])),
-        "size_small": f"{int(small['train_examples']):,}",
-        "size_large": f"{int(large['train_examples']):,}",
-        "drop_all_small_train": f"{small['drop']:.1%}",
-        "drop_all_large_train": f"{large['drop']:.1%}",
-    }
-
-
 def _span(values) -> str:
     """``[2, 6, 2]`` → ``"2–6"`` (one value: itself)."""
     low, high = int(min(values)), int(max(values))
@@ -174,57 +146,47 @@ def _span(values) -> str:
 def drop_checks(data: BookData, model: str, task: str) -> pd.DataFrame:
     """Does one model × task's drop with every head constant survive another way of training the probe?
 
-    One row per probe setting that ran the pair at k = 0 and with every head constant: the main grid's, then
-    each study that trains the same probe otherwise (:func:`_probe_change`: another lr, epochs, epoch selection or
-    training size; the studies of :func:`sensitivity_table`). Each setting on the book's basis: the seeds whose runs passed the
-    convergence gate at both k = 0 and all heads (every seed where no run has a held-out curve). Columns: ``setting`` ("main grid" or the study's name),
-    ``change`` (the study's differences in words; "" for the main grid), ``lr`` (the lr its runs used), ``seeds``,
-    ``k0_scores`` and ``all_scores`` (per seed, in seed order), their means ``k0`` and ``all``, the relative
-    ``drop`` of the means, ``apart`` (every all-heads score below every k = 0 score), ``epoch_reported`` and
-    ``epochs_trained`` (``"2–6"``: the range over both sides' runs) and ``cap`` (the epochs allowed).
+    One row per probe setting that ran the pair at k = 0 and with every head constant: the main grid's, then each
+    study that trains the same probe otherwise (:func:`_probe_change`: another lr, epochs, epoch selection or
+    training size). Each setting on the book's basis (:func:`papa.analysis.basis.k0_and_all`: the seeds paired at
+    k = 0 and all heads among the converged runs; every run where none has a held-out curve). Columns: ``setting``
+    ("main grid" or the study's name), ``change`` (in words; "" for the main grid), ``lr``, ``seeds``,
+    ``k0_scores``/``all_scores`` (per seed, in seed order), their means ``k0``/``all``, the cell's relative ``drop``,
+    ``apart`` (every all-heads score below every k = 0 score), ``epoch_reported``/``epochs_trained`` (``"2–6"``:
+    the range over both sides' runs) and ``cap`` (the epochs allowed).
     """
-    sources = [("main grid", "", data.main)]
-    for study in data.config.get("studies", []):
-        frame, change = data.studies.get(study["name"]), _probe_change(data.config, study, model)
-        if frame is not None and not frame.empty and change:
-            sources.append((study["name"], change, frame))
+    sources = [("main grid", "", data.basis)]
+    for study, basis in _study_bases(data):
+        change = _probe_change(data.config, study, model)
+        if change:
+            sources.append((study["name"], change, basis))
     rows = []
-    for name, change, frame in sources:
-        pair = frame[frame["is_main"] & (frame["probe_input"] == "all") & (frame["model"] == model) & (frame["task"] == task)]
-        if pair.empty:
+    for name, change, basis in sources:
+        side = k0_and_all(basis, model, task)
+        if side is None:
             continue
-        kept, _ = gate_runs(pair)  # the book's basis: seeds whose runs converged on both sides (all, where none has a curve)
-        if kept:
-            converged = pair[pair["run_id"].isin(kept)]
-            seeds = set(converged.loc[converged["ranking"] == "none", "seed"]) & set(converged.loc[converged["ranking"] == "all", "seed"])
-            pair = pair[pair["seed"].isin(seeds)]
-        k0 = pair[pair["ranking"] == "none"].sort_values("seed")
-        full = pair[pair["ranking"] == "all"].sort_values("seed")
-        if k0.empty or full.empty:
-            continue
-        runs = pd.concat([k0, full])
+        runs = side["runs"]
         trained = [((data.records.get(run_id) or {}).get("convergence") or {}).get("epochs_trained", epochs) for run_id, epochs in zip(runs["run_id"], runs["epochs"])]
-        k0_scores, all_scores = k0["value"].astype(float).tolist(), full["value"].astype(float).tolist()
-        k0_mean, all_mean = sum(k0_scores) / len(k0_scores), sum(all_scores) / len(all_scores)
         lrs = runs["lr"].dropna().unique()
         rows.append(
             {
                 "setting": name,
                 "change": change,
                 "lr": float(lrs[0]) if len(lrs) == 1 else float("nan"),
-                "seeds": int(min(len(k0), len(full))),
-                "k0_scores": k0_scores,
-                "all_scores": all_scores,
-                "k0": k0_mean,
-                "all": all_mean,
-                "drop": R.relative_drop(all_mean, k0_mean),
-                "apart": max(all_scores) < min(k0_scores),
+                "seeds": len(side["seeds"]),
+                "k0_scores": side["k0_scores"],
+                "all_scores": side["all_scores"],
+                "k0": side["paired_k0"],
+                "all": side["paired_all"],
+                "drop": side["drop"],
+                "apart": max(side["all_scores"]) < min(side["k0_scores"]),
                 "epoch_reported": _span(runs["selected_epoch"].astype(int)),
                 "epochs_trained": _span(trained),
                 "cap": int(runs["epochs"].max()),
             }
         )
-    return pd.DataFrame(rows, columns=["setting", "change", "lr", "seeds", "k0_scores", "all_scores", "k0", "all", "drop", "apart", "epoch_reported", "epochs_trained", "cap"])
+    columns = ["setting", "change", "lr", "seeds", "k0_scores", "all_scores", "k0", "all", "drop", "apart", "epoch_reported", "epochs_trained", "cap"]
+    return pd.DataFrame(rows, columns=columns)
 
 
 def drop_checks_summary(checks: pd.DataFrame) -> str:
@@ -247,4 +209,4 @@ def drop_checks_summary(checks: pd.DataFrame) -> str:
     return sentence
 
 
-__all__ = ["compare", "drop_checks", "drop_checks_summary", "sensitivity_table", "size_extremes", "size_studies", "train_size_study"]
+__all__ = ["compare", "drop_checks", "drop_checks_summary", "sensitivity_table", "size_studies"]

@@ -8,9 +8,8 @@ missing value is an en dash with a footnote that says why. Key columns come firs
 text column, the table scrolls inside its own box, never the page.
 
 * :func:`table` — any frame, with explicit column kinds, headers and footnotes;
-* :func:`scores_display`, :func:`retained_gains_display`, :func:`claims_display`,
-  :func:`ordering_display`, :func:`layer_display`, :func:`sensitivity_display`,
-  :func:`train_size_display`, :func:`compare_display`, :func:`rising_display` — the chapters' tables;
+* :func:`scores_display`, :func:`retained_gains_display`, :func:`layer_display`,
+  :func:`sensitivity_display`, :func:`compare_display`, :func:`rising_display` — the chapters' tables;
 * :func:`enable_table_display` — every other DataFrame a notebook shows goes through :func:`auto_table`;
 * :func:`md_cell`, :func:`escape_cell_pipes` — a literal ``|`` inside a Markdown table cell.
 """
@@ -22,6 +21,7 @@ from typing import Any
 
 import pandas as pd
 
+from papa.analysis.results import spread_shared
 from papa.book.interval_tables import (  # noqa: F401,E402  (re-exported: the chapters' tables with intervals)
     INTERVAL_NOTE,
     convergence_display,
@@ -38,7 +38,7 @@ from papa.book.table_format import (  # noqa: F401  (re-exported: papa.book.tabl
     DEFAULT_MISSING,
     KINDS,
     NBSP,
-    REAL_NOTE,
+    SEED_RANGE_NOTE,
     Table,
     auto_table,
     enable_table_display,
@@ -67,8 +67,6 @@ def scores_display(summary: pd.DataFrame, probe_input: str = "all") -> Table:
     """Every score: one row per (model,) task and ranking, one "mean ± std" column per number of constant
     heads k (per fraction of the heads when models differ in size). The k = 0 and k = all runs every
     ranking shares are shown in each ranking's row."""
-    from papa.analysis.drops import spread_shared
-
     rows = summary[summary["probe_input"] == probe_input]
     parts = [spread_shared(group) for _, group in rows.groupby(["model", "task", "mode"], sort=True)]
     rows = key_text(pd.concat(parts, ignore_index=True)) if parts else key_text(rows)
@@ -100,6 +98,8 @@ def _share_header(share: Fraction, counts: list[tuple[int, int]]) -> str:
     return f"{'' if exact else '≈' + NBSP}{share} of the heads ({', '.join(f'{k} of {t}' for k, t in counts)})"
 
 
+#: Why a relative drop is not shown (its denominator, the k = 0 score, is within noise of zero).
+NOISY_DROP = "not shown: the k = 0 score is not above 0 on every bootstrap resample, so the ratio's denominator is within noise of zero"
 #: Why a retained gain is not shown (a ratio whose denominator is within noise of zero).
 NOISY_GAIN = (
     "not shown: the task is not informative, so the k = 0 probe's gain over the floor (the ratio's denominator) is within noise of zero"
@@ -108,42 +108,27 @@ NOISY_GAIN = (
 
 
 def retained_gains_display(gains: pd.DataFrame) -> Table:
-    """:func:`papa.book.data.retained_gains` for reading: the drop and the retained gain first. The retained gain of
-    a task that is not informative is not shown (:data:`NOISY_GAIN`)."""
-    if len(gains) and "informative" in gains:
-        gains = gains.assign(retained_gain=gains["retained_gain"].where(gains["informative"].astype(bool)))
+    """:func:`papa.analysis.basis.retained_gains` for reading: the drop and the retained gain first, then the paired
+    scores they are computed from. The retained gain of a task that is not informative is not shown
+    (:data:`NOISY_GAIN`)."""
     kinds = model_task_kinds(gains) | {
         "ranking": "text",
         "k": "int",
         "relative_drop": "percent",
         "retained_gain": "percent",
         "score": "score",
-        "spread": "score",
+        "n_pairs": "int",
         "informative": "yes/no",
     }
-    headers = {"relative_drop": "relative drop", "retained_gain": "retained gain", "score": "mean score", "spread": "seed range (max − min)", "informative": "informative task"}
-    return table(key_text(gains), kinds, headers, {"retained_gain": NOISY_GAIN})
-
-
-def claims_display(claims: pd.DataFrame) -> Table:
-    """:func:`papa.analysis.drops.claims_table` for reading (the raw ``value`` column left out)."""
-    return table(claims, {"claim": "text", "verdict": "text", "ours": "text", "paper": "text", "note": "text"}, {"ours": "our runs", "paper": "the paper"})
-
-
-def ordering_display(comparison: pd.DataFrame) -> Table:
-    """:func:`papa.book.data.ordering_comparison` for reading: the two rankings and their means in one
-    cell each, which is better (or a tie at three decimals) and whether the difference is real."""
-    fixed = {"model", "task", "k", "seeds", "better", "real"}
-    methods = [c for c in comparison.columns if c not in fixed]
-    pairs, means = [], []
-    for _, row in comparison.iterrows():
-        present = [m for m in methods if not is_missing(row[m])]
-        pairs.append(" vs ".join(present))
-        means.append(f"{NBSP}vs{NBSP}".join(f"{row[m]:.3f}" for m in present))
-    frame = key_text(comparison).assign(pair=pairs, means=means)
-    kinds = model_task_kinds(frame) | {"k": "int", "pair": "text", "means": "text", "better": "text", "real": "yes/no", "seeds": "text"}
-    headers = {"pair": "rankings", "means": "mean scores", "real": "real?", "seeds": "seeds"}
-    return table(frame, kinds, headers, notes=["A tie: both means are equal to three decimals.", REAL_NOTE])
+    headers = {
+        "relative_drop": "relative drop",
+        "retained_gain": "retained gain",
+        "score": "mean score",
+        "n_pairs": "seeds paired",
+        "informative": "informative task",
+    }
+    missing = {"retained_gain": NOISY_GAIN, "relative_drop": NOISY_DROP}
+    return table(key_text(gains.drop(columns=["fraction"], errors="ignore")), kinds, headers, missing)
 
 
 def layer_display(layers: pd.DataFrame) -> Table:
@@ -205,8 +190,8 @@ def sensitivity_display(sensitivity: pd.DataFrame) -> Table:
         | {
             "drop official": "percent",
             "drop study": "percent",
-            "k=0 change real": "yes/no",
-            "k=all change real": "yes/no",
+            "k=0 change beyond seed range": "yes/no",
+            "k=all change beyond seed range": "yes/no",
             "k=0 official": "score",
             "k=0 study": "score",
             "k=all official": "score",
@@ -217,8 +202,8 @@ def sensitivity_display(sensitivity: pd.DataFrame) -> Table:
     headers = {
         "drop official": "drop (main grid)",
         "drop study": "drop (study)",
-        "k=0 change real": "k = 0 change real?",
-        "k=all change real": "k = all change real?",
+        "k=0 change beyond seed range": "k = 0 change beyond seed range?",
+        "k=all change beyond seed range": "k = all change beyond seed range?",
         "k=0 official": "k = 0, main grid",
         "k=0 study": "k = 0, study",
         "k=all official": "k = all, main grid",
@@ -230,49 +215,16 @@ def sensitivity_display(sensitivity: pd.DataFrame) -> Table:
     frame = key_text(sensitivity)
     if "study" in frame:
         frame["study"] = frame["study"].map(study_words)
-    return table(frame, kinds, headers, notes=["drop: the relative drop with every head constant. " + REAL_NOTE])
-
-
-def train_size_display(sizes: pd.DataFrame) -> Table:
-    """:func:`papa.book.studies.train_size_study` for reading: per training size, the drop, whether it is
-    real, the retained gain, then each score with its seed range ``[min, max]``."""
-    frame = key_text(sizes).assign(
-        k0=[score_interval(m, lo, hi) for m, lo, hi in zip(sizes["k0_mean"], sizes["k0_min"], sizes["k0_max"])],
-        kall=[score_interval(m, lo, hi) for m, lo, hi in zip(sizes["kall_mean"], sizes["kall_min"], sizes["kall_max"])],
-        floor=[score_interval(m, lo, hi) for m, lo, hi in zip(sizes["floor_mean"], sizes["floor_min"], sizes["floor_max"])],
-    )
-    kinds = model_task_kinds(frame) | {
-        "train_examples": "int",
-        "drop": "percent",
-        "drop_real": "yes/no",
-        "retained_gain": "percent",
-        "k0": text,
-        "kall": text,
-        "floor": text,
-        "n_seeds": "int",
-    }
-    headers = {
-        "train_examples": "training examples",
-        "drop": "relative drop",
-        "drop_real": "real?",
-        "retained_gain": "retained gain",
-        "k0": "k = 0 [min, max]",
-        "kall": "k = all [min, max]",
-        "floor": "attention-free [min, max]",
-        "n_seeds": "seeds",
-    }
-    no_floor = "the attention-free probe did not run at this size"
-    frame["retained_gain"] = frame["retained_gain"].where(frame["informative"].eq(True))
-    gain_note = f"{no_floor}; or {NOISY_GAIN}"
-    return table(frame, kinds, headers, {"retained_gain": gain_note, "floor": no_floor}, [REAL_NOTE])
+    notes = ["drop: the relative drop with every head constant, paired by seed among the converged runs (the book's basis). " + SEED_RANGE_NOTE]
+    return table(frame, kinds, headers, {"drop official": NOISY_DROP, "drop study": NOISY_DROP}, notes)
 
 
 def compare_display(comparison: pd.DataFrame, label_a: str, label_b: str) -> Table:
     """:func:`papa.book.studies.compare` for reading: the difference and whether it is real first."""
     kinds = model_task_kinds(comparison) | {"ranking": "text", "k": "int", "difference": "score", "real": "yes/no", label_a: "score", label_b: "score"}
     kinds |= {f"{label_a} seeds": "int", f"{label_b} seeds": "int"}
-    headers = {"difference": f"difference ({label_b} − {label_a})", "real": "real?"}
-    return table(key_text(comparison), kinds, headers, notes=[REAL_NOTE])
+    headers = {"difference": f"difference ({label_b} − {label_a})", "real": "beyond seed range?"}
+    return table(key_text(comparison), kinds, headers, notes=[SEED_RANGE_NOTE])
 
 
 def rising_display(rising: pd.DataFrame) -> Table:
@@ -287,7 +239,6 @@ __all__ = [
     "NBSP",
     "Table",
     "auto_table",
-    "claims_display",
     "convergence_display",
     "literal_display",
     "main_table_display",
@@ -297,12 +248,10 @@ __all__ = [
     "verdicts_display",
     "compare_display",
     "layer_display",
-    "ordering_display",
     "retained_gains_display",
     "rising_display",
     "scores_display",
     "sensitivity_display",
-    "train_size_display",
     "enable_table_display",
     "escape_cell_pipes",
     "md_cell",

@@ -1,0 +1,266 @@
+"""The book's one basis: the only place that turns result records into scores, floors and drops.
+
+Every score, floor, drop, interval and count that a page shows is read from one :class:`Basis`, built once per
+set of runs by :func:`build_basis`, in this order:
+
+1. **gate**: the convergence gate (:func:`gate_runs`) keeps the runs whose held-out curve stopped rising before
+   the epoch cap. A set of runs of which *none* passes (the paper's literal final-epoch setting has no held-out
+   curve at all) is kept whole, ``gated`` is False, and :attr:`Basis.words` says so.
+2. **scores and floors**: ``summary`` (:func:`papa.analysis.results.summarise`) and ``floors``
+   (:func:`papa.analysis.results.floors_table`, informativeness included) of the kept runs only. A *score* is
+   the mean of the seeds kept at that k.
+3. **paired differences**: :func:`papa.analysis.stats.paired_differences` of the kept runs' records. A *drop*
+   pairs the probe seeds kept at both k = 0 and k, on the same dev examples.
+4. **cells**: one row per model × task × ranking × k > 0 (:data:`CELL_COLUMNS`): the scores ``score_0`` and
+   ``score`` (step 2), the paired seeds' means ``paired_score_0``/``paired_score`` that the drop is computed from
+   (they differ from the scores only where a seed converged on one side), the drop with its 95% interval, and
+   ``at`` = "half" / "all" for the cells the claims average.
+
+A relative drop ``(s̄₀ − s̄ₖ) / s̄₀`` is shown only where its denominator is clear of zero: on every bootstrap
+resample the k = 0 score is above 0 (else its interval is undefined, and so, here, is the drop).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from fractions import Fraction
+
+import numpy as np
+import pandas as pd
+
+from papa.analysis import results as R
+from papa.analysis import stats as S
+from papa.core.heads import count_for
+
+#: Columns of :attr:`Basis.cells` (``samples``: the relative drop on every resample, an ``[R]`` array per cell).
+CELL_COLUMNS = [
+    "model",
+    "task",
+    "family",
+    "mode",
+    "ranking",
+    "k",
+    "total_heads",
+    "fraction",
+    "at",
+    "score_0",
+    "score",
+    "paired_score_0",
+    "paired_score",
+    "difference",
+    "low",
+    "high",
+    "real",
+    "relative_drop",
+    "relative_low",
+    "relative_high",
+    "n_pairs",
+    "n_examples",
+    "informative",
+    "samples",
+]
+
+
+def task_family(task: str) -> str:
+    """``"token"`` for a token-level task, ``"sentence"`` for a sentence-level one, ``"other"`` for a task papa
+    does not know (from the task's spec, :func:`papa.probing.data.get_task`)."""
+    from papa.core.errors import PapaError
+    from papa.probing.data import get_task
+
+    try:
+        return "token" if get_task(task).is_token_task else "sentence"
+    except PapaError:
+        return "other"
+
+
+def gate_runs(tidy: pd.DataFrame) -> tuple[set[str], dict]:
+    """The convergence gate over the runs of ``tidy`` (one row per run × metric, with ``converged``):
+    ``(kept run ids, summary)`` of :func:`papa.analysis.stats.convergence_gate` (a run without a held-out
+    curve counts as *unknown* and is left out)."""
+    columns = ["run_id", "converged"]
+    runs = tidy.drop_duplicates("run_id")[columns] if len(tidy) else pd.DataFrame(columns=columns)
+    kept, summary = S.convergence_gate(runs.astype({"converged": object}))
+    return set(kept["run_id"]), summary
+
+
+def baseline_intervals(records: Mapping[str, dict], runs: pd.DataFrame, resamples: int = S.RESAMPLES) -> dict:
+    """Per (model, task, mode): the 95% bootstrap interval over dev examples of the k = 0 probe's seed-mean
+    score, from the dev predictions of ``runs``' k = 0 runs on all states. A group has none unless every run
+    stores its dev predictions and all score the same dev examples."""
+    rows = runs[(runs["k"] == 0) & (runs["probe_input"] == "all") & runs["is_main"]]
+    intervals = {}
+    for (model, task, mode), group in rows.groupby(["model", "task", "mode"], sort=True):
+        found = [records.get(r) or {} for r in sorted(set(group["run_id"]))]
+        dev_sets = {((r.get("data") or {}).get("eval_indices_sha"), len((r.get("dev") or {}).get("labels", []))) for r in found}
+        if not all(r.get("dev") for r in found) or len(dev_sets) != 1:
+            continue
+        token = bool(found[0]["dev"].get("lengths"))
+        stats = [S.run_statistics(r) for r in found]
+        interval = S.score_interval(stats, found[0]["metric"], token, resamples, 0)
+        intervals[model, task, mode] = (interval["low"], interval["high"])
+    return intervals
+
+
+@dataclass(frozen=True)
+class Basis:
+    """One set of runs read on the book's basis (module docstring). Frames are pandas; never mutate them."""
+
+    words: str  # which runs, in words ("the 412 converged runs")
+    gated: bool  # False when no run had a held-out curve (kept whole)
+    gate: dict  # stats.convergence_gate's summary over every run
+    runs: pd.DataFrame  # the kept runs (one row per run × metric)
+    summary: pd.DataFrame  # seed means of the kept runs (results.summarise)
+    floors: pd.DataFrame  # results.floors_table of the kept runs
+    differences: pd.DataFrame  # stats.paired_differences of the kept runs
+    cells: pd.DataFrame  # CELL_COLUMNS, one row per model, task, ranking and k > 0
+
+    def score(self, model: str, task: str, ranking: str, k: int) -> float:
+        """The seed mean of the kept runs of the full probe at ``k`` (NaN without one)."""
+        rows = self.summary[
+            (self.summary["model"] == model)
+            & (self.summary["task"] == task)
+            & (self.summary["ranking"] == ranking)
+            & (self.summary["k"] == k)
+            & (self.summary["probe_input"] == "all")
+        ]
+        return float(rows["mean"].iloc[0]) if len(rows) else math.nan
+
+    def cell(self, model: str, task: str, ranking: str, k: int) -> pd.Series | None:
+        """The cell of one model, task, ranking and k > 0, or None without a paired drop there."""
+        rows = self.cells[(self.cells["model"] == model) & (self.cells["task"] == task) & (self.cells["ranking"] == ranking) & (self.cells["k"] == k)]
+        return rows.iloc[0] if len(rows) else None
+
+
+def _at(ranking: str, k: int, total: int, headline: str) -> str | None:
+    if k == total:
+        return "all"
+    return "half" if k == count_for(Fraction(1, 2), total) and ranking == headline else None
+
+
+def _cells(differences: pd.DataFrame, summary: pd.DataFrame, floors: pd.DataFrame, ranking: str) -> pd.DataFrame:
+    rows = []
+    full = summary[summary["probe_input"] == "all"] if len(summary) else summary
+    means = full.set_index(["model", "task", "ranking", "k"])["mean"].to_dict() if len(full) else {}
+    diffs = differences[differences["probe_input"] == "all"] if len(differences) else differences
+    informative = {(m, t): bool(ok) for m, t, ok in zip(floors["model"], floors["task"], floors["informative"])}
+    for row in diffs.itertuples(index=False) if len(diffs) else []:
+        total = int(round(row.k / row.fraction))
+        samples = np.asarray(row.relative_samples, dtype=float)
+        clear = bool(np.isfinite(samples).all() and math.isfinite(row.relative_drop))  # s̄₀ > 0 on every resample
+        rows.append(
+            {
+                "model": row.model,
+                "task": row.task,
+                "family": task_family(row.task),
+                "mode": row.mode,
+                "ranking": row.ranking,
+                "k": int(row.k),
+                "total_heads": total,
+                "fraction": row.k / total,
+                "at": _at(row.ranking, int(row.k), total, ranking),
+                "score_0": float(means.get((row.model, row.task, "none", 0), math.nan)),
+                "score": float(means.get((row.model, row.task, row.ranking if row.ranking != "random" else "", int(row.k)), math.nan)),
+                "paired_score_0": float(row.base_score),
+                "paired_score": float(row.score),
+                "difference": float(row.difference),
+                "low": float(row.low),
+                "high": float(row.high),
+                "real": bool(row.real),
+                "relative_drop": float(row.relative_drop) if clear else math.nan,
+                "relative_low": float(row.relative_low) if clear else math.nan,
+                "relative_high": float(row.relative_high) if clear else math.nan,
+                "n_pairs": int(row.n_runs),
+                "n_examples": int(row.n_examples),
+                "informative": informative.get((row.model, row.task), False),
+                "samples": samples,
+            }
+        )
+    frame = pd.DataFrame(rows, columns=CELL_COLUMNS)
+    return frame.sort_values(["model", "task", "ranking", "k"], ignore_index=True)
+
+
+def build_basis(runs: pd.DataFrame, records: Mapping[str, dict], ranking: str = "gates", resamples: int = S.RESAMPLES) -> Basis:
+    """The basis of ``runs`` (a tidy frame of one probe setting: :func:`papa.analysis.results.load_results`
+    rows) with their ``records`` (run id → result record, with dev predictions); ``ranking`` names the ordering
+    whose half-heads cells the claims average."""
+    kept, gate = gate_runs(runs)
+    gated = bool(kept)
+    ids = kept if gated else set(runs["run_id"])
+    chosen = runs[runs["run_id"].isin(ids)]
+    chosen_records = {run_id: records[run_id] for run_id in sorted(ids) if run_id in records}
+    summary = R.summarise(chosen)
+    floors = R.floors_table(chosen, intervals=baseline_intervals(chosen_records, chosen, resamples))
+    differences = S.paired_differences(chosen_records, resamples=resamples)
+    n = int(chosen["run_id"].nunique()) if len(chosen) else 0
+    words = f"the {n} converged runs" if gated else f"all {n} runs (none passed the convergence gate)"
+    return Basis(words, gated, gate, chosen, summary, floors, differences, _cells(differences, summary, floors, ranking))
+
+
+def claim_cells(basis: Basis) -> pd.DataFrame:
+    """The cells the claims average: at half (the headline ranking) and with every head constant."""
+    return basis.cells[basis.cells["at"].notna()].sort_values(["model", "task", "at"], ignore_index=True)
+
+
+def retained_gains(basis: Basis) -> pd.DataFrame:
+    """Per model, task, ranking and k > 0: the score (the basis's), the relative drop of the cell, and the retained
+    gain ``(s̄ₖ − f) / (s̄₀ − f)`` over the higher floor ``f``, of the paired scores the drop is computed from. The gain is NaN for a pair
+    that is not informative (its k = 0 score does not clear the floor: the ratio's denominator is noise)."""
+    floors = basis.floors.set_index(["model", "task"])
+    rows = []
+    for cell in basis.cells.itertuples(index=False):
+        if (cell.model, cell.task) not in floors.index:
+            continue
+        floor = floors.loc[(cell.model, cell.task)]
+        higher = max(x for x in (floor["majority"], floor["attention_free"], -math.inf) if not pd.isna(x))
+        informative = bool(floor["informative"])
+        paired_0, paired = cell.paired_score_0, cell.paired_score
+        gain = (paired - higher) / (paired_0 - higher) if informative and paired_0 > higher else math.nan
+        rows.append(
+            {
+                "model": cell.model,
+                "task": cell.task,
+                "ranking": cell.ranking,
+                "k": cell.k,
+                "fraction": cell.fraction,
+                "score": cell.score,
+                "n_pairs": cell.n_pairs,
+                "relative_drop": cell.relative_drop,
+                "retained_gain": gain,
+                "informative": informative,
+            }
+        )
+    columns = ["model", "task", "ranking", "k", "fraction", "score", "n_pairs", "relative_drop", "retained_gain", "informative"]
+    return pd.DataFrame(rows, columns=columns).sort_values(["model", "task", "k", "ranking"], ignore_index=True)
+
+
+def k0_and_all(basis: Basis, model: str, task: str) -> dict | None:
+    """One model × task's k = 0 and all-heads sides on ``basis``: the scores ``k0``/``all`` (the basis's), the paired
+    seeds (``seeds``), their scores in seed order and means (``paired_k0``/``paired_all``), and the cell's relative
+    drop with its interval; None without both sides paired."""
+    runs = basis.runs[(basis.runs["model"] == model) & (basis.runs["task"] == task) & basis.runs["is_main"]]
+    runs = runs[runs["probe_input"] == "all"]
+    base, full = runs[runs["ranking"] == "none"], runs[runs["ranking"] == "all"]
+    seeds = sorted(set(base["seed"]) & set(full["seed"]))
+    if not seeds or full.empty:
+        return None
+    total = int(full["total_heads"].iloc[0])
+    cell = basis.cell(model, task, "all", total)
+    pick = lambda frame: frame.set_index("seed").loc[seeds, "value"].astype(float).tolist()  # noqa: E731
+    paired_k0, paired_all = float(np.mean(pick(base))), float(np.mean(pick(full)))
+    return {
+        "seeds": seeds,
+        "k0_scores": pick(base),
+        "all_scores": pick(full),
+        "k0": basis.score(model, task, "none", 0),
+        "all": basis.score(model, task, "all", total),
+        "paired_k0": paired_k0,
+        "paired_all": paired_all,
+        # without stored dev predictions there is no bootstrap: the same paired drop, from the seeds' scores
+        "drop": cell["relative_drop"] if cell is not None else R.relative_drop(paired_all, paired_k0),
+        "low": cell["relative_low"] if cell is not None else math.nan,
+        "high": cell["relative_high"] if cell is not None else math.nan,
+        "real": bool(cell["real"]) if cell is not None else None,
+        "runs": pd.concat([base[base["seed"].isin(seeds)], full[full["seed"].isin(seeds)]]),
+    }
