@@ -210,7 +210,7 @@ def sensitivity_display(sensitivity: pd.DataFrame) -> Table:
         "k=all study": "k = all, study",
         "mean epoch reported": "mean epoch reported",
     }
-    from papa.pipeline.executed import study_words
+    from papa.book.words import study_words
 
     frame = key_text(sensitivity)
     if "study" in frame:
