@@ -1,7 +1,8 @@
 """Shared test set-up.
 
 Tests marked ``data`` need the real task data in ``$PAPA_DATA_DIR``. Without it they are
-skipped locally, but fail in CI (``$CI`` set), so CI cannot silently skip them.
+skipped locally, but fail in CI (``$CI`` set), so CI cannot silently skip them; :func:`skip_or_fail` does the
+same for any other missing prerequisite (a browser, an optional package).
 
 Tests marked ``cuda`` (``tests/test_cuda.py``) compare GPU and CPU numbers. On a machine without a
 CUDA device they are deselected, and the report header says so; on a GPU machine they run with the
@@ -26,10 +27,18 @@ def _data_dir_missing() -> bool:
     return not os.environ.get("PAPA_DATA_DIR", "").strip()
 
 
-def _skip_or_fail() -> None:
+def skip_or_fail(reason: str) -> None:
+    """Skip a test for ``reason`` locally; fail it in CI (``$CI`` set), where nothing it needs may be missing.
+
+    Test modules call it (``from conftest import skip_or_fail``) instead of ``pytest.skip`` for a missing
+    prerequisite (the task data, a browser, an optional package), so CI cannot silently skip a test."""
     if os.environ.get("CI"):
-        pytest.fail(_NO_DATA + "; it is required in CI.", pytrace=False)
-    pytest.skip(_NO_DATA + ".")
+        pytest.fail(f"{reason}; it is required in CI.", pytrace=False)
+    pytest.skip(f"{reason}.")
+
+
+def _skip_or_fail() -> None:
+    skip_or_fail(_NO_DATA)
 
 
 def pytest_report_header(config: pytest.Config) -> str | None:

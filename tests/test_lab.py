@@ -25,6 +25,7 @@ from pathlib import Path
 
 import jupytext
 import pytest
+from conftest import skip_or_fail
 from headless import stop_group
 
 from papa.pipeline.plan import ROOT, expand, load_config
@@ -140,9 +141,14 @@ class _Lab:
 MARKDOWN_CELLS = "document.querySelectorAll('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-MarkdownCell')"
 
 
-def test_a_markdown_edit_saved_in_jupyterlab_lands_in_the_md_file_and_refreshes_the_runs_text_only(project, tmp_path):
+@pytest.fixture
+def browser_installed() -> None:
+    """Debian's chromium, checked before the project is copied: a skip locally without it, a failure in CI."""
     if not (shutil.which("chromium") or shutil.which("chromium-browser")):
-        pytest.skip("Debian's chromium is not installed and could not be installed here (`make browser` installs it): the JupyterLab editing test needs a browser")
+        skip_or_fail("Debian's chromium is not installed (`make browser` installs it): this test needs a browser")
+
+
+def test_a_markdown_edit_saved_in_jupyterlab_lands_in_the_md_file_and_refreshes_the_runs_text_only(browser_installed, project, tmp_path):
     from headless import DevTools
 
     source = project / "notebooks" / NOTEBOOK

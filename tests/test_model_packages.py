@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import skip_or_fail
 
 from papa.core import model_archives, model_packages
 from papa.core.errors import PapaError
@@ -40,9 +41,26 @@ def _missing(*modules: str) -> str | None:
     return f"{', '.join(absent)} not installed (pip install {' '.join(absent)})" if absent else None
 
 
-needs_package = pytest.mark.skipif(bool(_missing()), reason=_missing() or "")
-needs_onnx = pytest.mark.skipif(bool(_missing("onnx")), reason=_missing("onnx") or "")
-needs_ort = pytest.mark.skipif(bool(_missing("onnx", "onnxruntime")), reason=_missing("onnx", "onnxruntime") or "")
+def _requirement(name: str, *modules: str):
+    """A session fixture ``name`` that skips its tests without the ONNX package and ``modules`` locally, and fails
+    them in CI (:func:`conftest.skip_or_fail`): the conversion's numerical check must not be skipped silently there.
+    Session-scoped, so it runs before the module's conversion fixture."""
+
+    @pytest.fixture(scope="session", name=name)
+    def requirement() -> None:
+        reason = _missing(*modules)
+        if reason:
+            skip_or_fail(reason)
+
+    return requirement
+
+
+package_available = _requirement("package_available")
+onnx_available = _requirement("onnx_available", "onnx")
+onnxruntime_available = _requirement("onnxruntime_available", "onnx", "onnxruntime")
+needs_package = pytest.mark.usefixtures("package_available")
+needs_onnx = pytest.mark.usefixtures("onnx_available")
+needs_ort = pytest.mark.usefixtures("onnxruntime_available")
 
 TEXTS = [
     "Hi.",
@@ -57,7 +75,7 @@ TOLERANCE = 1e-5
 def converted(tmp_path_factory: pytest.TempPathFactory):
     """One conversion for the module, in a temporary cache (kept set while the module runs)."""
     if _missing("onnx"):
-        pytest.skip(_missing("onnx"))
+        skip_or_fail(_missing("onnx"))
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv(CACHE_ENV, str(tmp_path_factory.mktemp("model-cache")))
         yield minilm_l3_folder()
@@ -66,6 +84,8 @@ def converted(tmp_path_factory: pytest.TempPathFactory):
 @pytest.fixture(scope="module")
 def onnx_run(converted: Path):
     """The ONNX graph on the padded test batch, through onnxruntime: (feeds, outputs by name)."""
+    if _missing("onnx", "onnxruntime"):
+        skip_or_fail(_missing("onnx", "onnxruntime"))
     import onnxruntime
     from transformers import AutoTokenizer
 
