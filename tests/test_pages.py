@@ -15,7 +15,8 @@ import pytest
 import yaml
 from headless import dump_dom
 
-from papa.book.pages import _reproducibility, _setup, point_front_page, stage_itables
+from papa.book.assets import stage_itables
+from papa.book.pages import _reproducibility, _setup, point_front_page
 from papa.book.run_index import _appendix, _group, _run_groups, _toc, appendix_rows, group_page, write_run_index
 from papa.book.setup_page import heads_words, lr_words
 from papa.book.words import and_list, count, duration, fraction_words
@@ -228,7 +229,9 @@ def test_reproducibility_page_words_its_environment_and_time(tmp_path):
     page = _reproducibility({"name": "g"}, ["probe__b"], root=tmp_path)
     assert "(2 feature extractions — one per train/eval split, task and head set — and 2 reuses" in page  # per run, not per seed
     assert "- papa 0.1.0, commits `aaa`, `bbb-dirty` (`-dirty`: the working tree had uncommitted changes;" in page
-    assert "- device: cpu:x86_64x2" in page and "- 2 probing runs (3 probe results, one per seed), 3.0 minutes of probing in all" in page
+    assert "- device: cpu:x86_64x2" in page
+    assert "- 2 probe runs (3 probe results, one per seed), 3.0 minutes of probing in all" in page
+    assert "Inside the 2 probe runs (3 probe results): " in page and "probing run" not in page
     assert "The grid's runs took 4.0 minutes of wall time in all" in page and "| probe | 2 | 4.0 |" in page
     assert "Of that sum, 2.5 minutes are the last recorded durations of the 1 stale run; the 1 current run took 1.5 minutes." in page
     assert "| model | probe | all |\n|---|---:|---:|\n| b | 2.5 | 2.5 |\n| a | 1.5 | 1.5 |" in page  # the costliest model first

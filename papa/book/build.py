@@ -4,8 +4,9 @@
 
 1. brings the grid's runs up to date (:func:`papa.pipeline.grid.run_grid`; only missing or stale runs are
    executed) — or, with ``--as-is``, renders the committed runs as they are and marks stale ones;
-2. writes the generated pages: ``_toc.yml``, ``book/reproducibility.md`` (versions, commit, device
-   and duration per run, and the benchmark table) and ``book/appendix.md`` (every run's notebook);
+2. checks the assets (:func:`papa.book.assets.check_assets`), renders every generated page in memory, then writes
+   them, each atomically: ``_toc.yml``, ``book/reproducibility.md`` (versions, commit, device and duration per run,
+   and the benchmark table), ``book/appendix.md`` (every run's notebook) and its group pages;
 3. writes the offline Vega bundle to ``book/_static/papa-vega.js`` (no CDN at view time);
 4. runs ``jupyter-book build .`` into ``_build/html`` (``strict``: ``-W -n --keep-going``).
 """
@@ -16,6 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from papa.book.assets import check_assets
 from papa.book.pages import write_pages
 from papa.core.errors import PapaError
 from papa.pipeline.plan import ROOT, load_config
@@ -32,6 +34,10 @@ def build_book(config_path: str = "configs/default.yaml", as_is: bool = False, s
     if not path.is_absolute() and not path.exists():  # relative to the working folder, else to the repository
         path = ROOT / path
     config = load_config(path)
+    check_assets()  # before anything runs or is written: a missing asset leaves the committed pages as they were
+    jupyter_book = Path(sys.executable).parent / "jupyter-book"
+    if not jupyter_book.is_file():
+        raise PapaError(f"jupyter-book is not installed beside {sys.executable}", "Run `make install`.")
     status = 0
     if not as_is:
         status = run_grid(path)  # the same file, from any working folder
@@ -41,7 +47,7 @@ def build_book(config_path: str = "configs/default.yaml", as_is: bool = False, s
     if {"results", "controls"} - set(present):
         raise PapaError(f"The chapters of grid {config['name']!r} have not been run", "Run `make book` with the task data (PAPA_DATA_DIR).")
     write_pages(config, [r.run_id for r in stale if r.run_id in present], present)
-    command = [str(Path(sys.executable).parent / "jupyter-book"), "build", str(ROOT), "--path-output", str(ROOT)]
+    command = [str(jupyter_book), "build", str(ROOT), "--path-output", str(ROOT)]
     if strict:
         command += ["-W", "-n", "--keep-going"]
     print(f"building the book ({len(present)} run pages, {len(missing)} missing) into {BUILD_DIR.relative_to(ROOT)}", flush=True)

@@ -9,10 +9,12 @@ are sections of the appendix, so the theme shows them collapsed under it instead
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from pathlib import Path
 
 from papa.book.words import lr_text
 from papa.core.io import atomic_write_text, read_json_verified
+from papa.pipeline.executed import code_span, model_markdown, myst_text
 from papa.pipeline.plan import ROOT
 
 _KIND_CAPTIONS = {"estimate": "Constants", "rank": "Rankings", "select_lr": "Learning rates", "probe": "Probes"}
@@ -26,6 +28,18 @@ CHAPTER_PARTS = (
 )
 #: Where the group pages are written (repository-relative); the appendix links them.
 GROUPS_DIR = "book/appendix"
+
+
+def probe_run_id(result_key: str) -> str:
+    """The probe run (one executed probe notebook) a probe result belongs to: its key ``<run id>__s<seed>``
+    without the seed."""
+    return result_key.rsplit("__s", 1)[0]
+
+
+def count_probe_runs(result_keys: Iterable[str]) -> int:
+    """How many probe runs (executed probe notebooks, each with one probe result per seed) the probe results
+    keyed ``<run id>__s<seed>`` come from: the one count of probe runs the book's pages print."""
+    return len({probe_run_id(key) for key in result_keys})
 
 
 def _run_groups(run_ids: list[str]) -> dict[str, list[str]]:
@@ -128,19 +142,22 @@ def _table(rows: list[dict], title: str, option: str, script: str) -> list[str]:
         "|" + "|".join("---:" if h in ("k", "score", "duration") else "---" for h in _COLUMNS) + "|",
     ]
     for row in rows:
-        cells = [row[h] for h in _COLUMNS[:-1]] + ["{doc}`open </" + row["page"] + ">`"]
+        model = model_markdown(row["model"], table=True)
+        cells = [model if h == "model" else myst_text(row[h]) for h in _COLUMNS[:-1]]
+        cells.append("{doc}`open </" + row["page"] + ">`")
         lines.append("| " + " | ".join(str(c) for c in cells) + " |")
     return [*lines, "```", "", "```{raw} html", f'<script src="{script}"></script>', "```", ""]
 
 
 def _appendix(config: dict, rows: list[dict]) -> str:
     """The appendix: the groups of runs (the sidebar's sections under this page), then one table of every run."""
-    groups = _run_groups([row["page"].rsplit("/", 1)[1] for row in rows])
+    groups = _run_groups([row["page"].rsplit("/", 1)[1] for row in rows])  # captions: words and model slugs only
+    config_file = code_span(f"configs/{config['name']}.yaml")
     listed = ", ".join(f"{{doc}}`{caption} </{group_page(caption)}>` ({len(runs)})" for caption, runs in groups.items())
     lines = [
         "# Appendix: every run",
         "",
-        f"Every run of `configs/{config['name']}.yaml` that this book renders: {len(rows)} executed notebooks. "
+        f"Every run of {config_file} that this book renders: {len(rows)} executed notebooks. "
         "Each was executed by papermill from a text notebook in `notebooks/`, with the parameters shown first on its page.",
         "",
         f"By group (each group's page lists its runs, and so does the sidebar under it): {listed}." if groups else "No run has been executed yet.",
@@ -155,30 +172,43 @@ def _group(config: dict, caption: str, rows: list[dict]) -> str:
     """One group's page: what its runs are, and their table."""
     kind = next(k for k, c in _KIND_CAPTIONS.items() if caption.split(" — ")[0] == c)
     model = caption.split(" — ")[1] if " — " in caption else None
-    what = _KIND_WORDS[kind] + (f" of `{model}`" if model else "")
+    what = _KIND_WORDS[kind] + (f" of {code_span(model)}" if model else "")
+    config_file = code_span(f"configs/{config['name']}.yaml")
     lines = [
-        f"# {caption}",
+        f"# {myst_text(caption)}",
         "",
-        f"The {len(rows)} {what} of `configs/{config['name']}.yaml`, one executed notebook each: the sidebar lists them under "
+        f"The {len(rows)} {what} of {config_file}, one executed notebook each: the sidebar lists them under "
         "this page, and {doc}`/book/appendix` lists every run of the grid in one table.",
         "",
     ]
     return "\n".join(lines + _table(rows, f"{caption}.", ":class: papa-itable", "../../_static/papa-itables.js"))
 
 
+def run_index_pages(config: dict, rows: list[dict], run_ids: list[str], root: Path = ROOT) -> dict[Path, str]:
+    """``_toc.yml``, the appendix and its group pages, by path: written by :func:`write_pages`, nothing written here."""
+    pages = {root / "_toc.yml": _toc(config, run_ids), root / "book" / "appendix.md": _appendix(config, rows)}
+    by_page = {row["page"].rsplit("/", 1)[1]: row for row in rows}
+    for caption, runs in _run_groups(run_ids).items():
+        pages[root / f"{group_page(caption)}.md"] = _group(config, caption, [by_page[r] for r in runs if r in by_page])
+    return pages
+
+
+def write_pages(pages: dict[Path, str], root: Path = ROOT) -> list[Path]:
+    """Write generated pages whose text changed (each atomically: a temporary file in its folder, then ``os.replace``),
+    then remove the group pages of groups the grid no longer has; returns the pages."""
+    for path, text in pages.items():
+        if path.is_file() and path.read_text(encoding="utf-8") == text:
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, text)
+    for old in (root / GROUPS_DIR).glob("*.md"):
+        if old not in pages:
+            old.unlink()
+    return list(pages)
+
+
 def write_run_index(config: dict, rows: list[dict], run_ids: list[str], root: Path = ROOT) -> list[Path]:
     """Write ``_toc.yml``, the appendix and its group pages (removing group pages of groups the grid no longer
     has); returns the group pages."""
-    atomic_write_text(root / "_toc.yml", _toc(config, run_ids))
-    atomic_write_text(root / "book" / "appendix.md", _appendix(config, rows))
-    by_page = {row["page"].rsplit("/", 1)[1]: row for row in rows}
-    written = []
-    for caption, runs in _run_groups(run_ids).items():
-        path = root / f"{group_page(caption)}.md"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(path, _group(config, caption, [by_page[r] for r in runs if r in by_page]))
-        written.append(path)
-    for old in (root / GROUPS_DIR).glob("*.md"):
-        if old not in written:
-            old.unlink()
-    return written
+    written = write_pages(run_index_pages(config, rows, run_ids, root), root)
+    return [path for path in written if path.parent == root / GROUPS_DIR]

@@ -8,17 +8,21 @@ written), and ``--site`` builds it alone as a standalone site (:func:`build_site
 
 from __future__ import annotations
 
+import json
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+from papa.book.assets import stage_assets
 from papa.core.errors import PapaError
 from papa.core.io import atomic_write_text
 from papa.core.schema import TASKS
 from papa.pipeline import study as S
 from papa.pipeline.estimate import _format
+from papa.pipeline.executed import visible
 from papa.pipeline.plan import ROOT
 
 #: The study chapter's notebook, where its executions go, and the sidebar part that lists them.
@@ -74,26 +78,33 @@ def study_chapters(root: Path = ROOT) -> list[str]:
     return [f"{CHAPTERS_DIR}/{path.stem}" for path in sorted(folder.glob(f"{S.PREFIX}*.ipynb"))] if folder.is_dir() else []
 
 
+def studies_part(toc: str, root: Path = ROOT) -> str:
+    """``_toc.yml``'s text ``toc`` with the "Your models" part (every executed study chapter) before the appendix;
+    as it is when there is no study or the part is there. A file named with other characters than ``[A-Za-z0-9_./-]``
+    is written as a JSON string (valid YAML)."""
+
+    chapters = study_chapters(root)
+    if not chapters or f"caption: {PART_CAPTION}" in toc:
+        return toc
+    files = [c if re.fullmatch(r"[\w./-]+", c, re.ASCII) else json.dumps(c) for c in chapters]
+    part = f"  - caption: {PART_CAPTION}\n    chapters:\n" + "".join(f"      - file: {f}\n" for f in files)
+    marker = "  - caption: Appendix\n"
+    return toc.replace(marker, part + marker, 1) if marker in toc else toc + part
+
+
 def add_studies_part(root: Path = ROOT) -> list[str]:
     """Add the "Your models" part (every executed study chapter) to ``_toc.yml``, before the appendix; no part
     when there is no study. Returns the chapters listed."""
-    chapters = study_chapters(root)
     toc = root / "_toc.yml"
     text = toc.read_text(encoding="utf-8")
-    if not chapters or f"caption: {PART_CAPTION}" in text:
-        return chapters
-    part = f"  - caption: {PART_CAPTION}\n    chapters:\n" + "".join(f"      - file: {c}\n" for c in chapters)
-    marker = "  - caption: Appendix\n"
-    atomic_write_text(toc, text.replace(marker, part + marker, 1) if marker in text else text + part)
-    return chapters
+    if studies_part(text, root) != text:
+        atomic_write_text(toc, studies_part(text, root))
+    return study_chapters(root)
 
 
 def build_site(grid: str, root: Path = ROOT) -> Path:
     """A standalone site of one study chapter in ``_build/<grid>/html`` (its own Jupyter Book: the chapter, the book's
     configuration and its offline scripts); returns the site's ``index.html``."""
-    from papa.analysis.figures import write_vega_bundle
-    from papa.book.pages import stage_itables, stage_mathjax
-
     chapter = chapter_path(grid, root)
     if not chapter.is_file():
         raise PapaError(f"The chapter of {grid} has not been executed", "Run `papa study MODEL` (without --dry-run) first.")
@@ -104,12 +115,10 @@ def build_site(grid: str, root: Path = ROOT) -> Path:
     shutil.copy2(chapter, source / "index.ipynb")
     shutil.copy2(root / "book" / "references.bib", source / "book" / "references.bib")
     config = (root / "_config.yml").read_text(encoding="utf-8")
-    atomic_write_text(source / "_config.yml", config.replace("\ntitle:", f'\ntitle: "papa study: {grid.removeprefix(S.PREFIX)}"\n# the book\'s title:', 1))
+    title = json.dumps(f"papa study: {visible(grid.removeprefix(S.PREFIX))}")  # a YAML string, whatever the name
+    atomic_write_text(source / "_config.yml", config.replace("\ntitle:", f"\ntitle: {title}\n# the book's title:", 1))
     atomic_write_text(source / "_toc.yml", "format: jb-book\nroot: index\n")
-    static = source / "book" / "_static"
-    write_vega_bundle(static)
-    stage_itables(static)
-    stage_mathjax(static)
+    stage_assets(source / "book" / "_static")
     command = [str(Path(sys.executable).parent / "jupyter-book"), "build", str(source), "--path-output", str(site)]
     build = subprocess.run(command, cwd=source, capture_output=True, text=True)
     if build.returncode != 0:
@@ -144,7 +153,8 @@ def run_study(
     path = S.config_path(name)
     text = S.config_text(fitted, budget, book_config)
     where = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
-    print(f"study {config['name']}: {model} ({checked.model_type}, {checked.heads} heads) on {', '.join(tasks)}", file=out)
+    what = f"{checked.model_type}, {checked.heads} heads"
+    print(f"study {config['name']}: {visible(model)} ({what}) on {', '.join(tasks)}", file=out)
     for cut in fitted.cuts:
         print(f"  cut to fit the budget of {_format(budget or 0)}: {cut}", file=out)
     print(f"  estimate {_format(fitted.seconds)} on 2 CPU cores" + (f" (budget {_format(budget)})" if budget else " (the book's protocol at full size)"), file=out)

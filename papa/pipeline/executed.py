@@ -42,14 +42,16 @@ STUDY_WORDS = {
 
 
 #: Characters backslash-escaped wherever they stand: they open code, emphasis, links, roles (``{name}`` and
-#: ``{{ }}``), math, tables, strikethrough and closing heading marks. ``'`` is left as it is (it opens nothing in
-#: MyST text, and the committed titles hold it).
-_BACKSLASHED = frozenset("\\`*_[]{}#|~$")
+#: ``{{ }}``), math, tables, strikethrough and closing heading marks; ``_`` too, unless it stands inside a word
+#: (``x86_64``), where it opens nothing. ``'`` is left as it is (it opens nothing in MyST text, and the committed
+#: titles hold it).
+_BACKSLASHED = frozenset("\\`*[]{}#|~$")
+_OPENING_UNDERSCORE = re.compile(r"(?<![^\W_])_|_(?![^\W_])")
 #: HTML's special characters as entities: text in Markdown and in raw HTML alike (``<`` never opens a tag).
 _ENTITIES = {"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;"}
-#: Characters that start a block (list item, thematic break, comment, colon fence, target, definition) at the
-#: start of a line: escaped when the text begins with one.
-_BLOCK_STARTS = frozenset("-+=%:(!")
+#: What starts a block at the start of a line (a list item, thematic break or setext underline, a definition, a
+#: colon fence, a comment, a target): escaped when the text begins with it.
+_BLOCK_START = re.compile(r"^(?:[-+=:](?=[-+=:\s]|$)|[%(])")
 _NAMED_CONTROLS = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 #: An embedded model name or a hub id (``org/name``): shown as it is; any other model (a folder path, odd
 #: characters) is shown by a short display name with its full path in a code span.
@@ -77,9 +79,9 @@ def myst_text(text: object) -> str:
     The one escaping of the book's pages and run titles; names made of letters, digits, ``-``, ``.``, ``/`` and
     spaces come back unchanged."""
     out = "".join(_ENTITIES.get(c) or (f"\\{c}" if c in _BACKSLASHED else c) for c in visible(text))
+    out = _OPENING_UNDERSCORE.sub(r"\\_", out)
     out = re.sub(r"^(\d+)([.)])(?=\s|$)", r"\1\\\2", out)  # not an ordered list
-    if out[:1] in _BLOCK_STARTS:
-        out = "\\" + out
+    out = _BLOCK_START.sub(lambda m: "\\" + m.group(), out)
     return re.sub(r"^ +", lambda m: "&#32;" * len(m.group()), out)  # not an indented code block
 
 
