@@ -97,7 +97,15 @@ def test_runs_once_then_only_dependants_then_failures(tmp_path, grid, capsys, da
     monkeypatch.setattr(runner, "execute", failing_k_all)
     assert run_grid(touched) == 1
     out = capsys.readouterr().out
-    assert "1 failed" in out or "failed" in out
+    # what must fail: the k = all probe, and every stale run that depends on it, directly or through another run
+    plan = {r.run_id: r for r in expand(load_config(touched))}
+    must_fail = {r for r in expected if r.startswith("probe__minilm-l6__sst2__all")}
+    while grown := {r for r in expected - must_fail if set(plan[r].deps) & must_fail}:
+        must_fail |= grown
+    assert len(must_fail) >= 2 and "results" in must_fail  # the chapter reads the failed probe
+    assert f": {len(expected) - len(must_fail)} ok, {len(must_fail)} failed" in out, out[-2000:]
+    summary = out[out.index(" failed\n") :]  # then one "  <run id>: <reason>" line per failed run
+    assert {r for r in expected if f"\n  {r}: " in summary} == must_fail
     manifest = Manifest(runs_dir(load_config(touched)) / "manifest.json").entries
     assert manifest["probe__minilm-l6__sst2__none__k0__cached"]["status"] == "ok"
     failed = [r for r, e in manifest.items() if e["status"] == "failed"]
