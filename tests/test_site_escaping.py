@@ -125,7 +125,7 @@ def test_no_element_or_script_comes_from_the_name_in_chromium(tmp_path):
     for name in names:
         source = pages["book/appendix.md" if name == "appendix" else f"{name}.md"]
         (book / f"{name}.md").parent.mkdir(parents=True, exist_ok=True)
-        (book / f"{name}.md").write_text(source.replace("{doc}`open </book/runs/smoke/", "`").replace(">`", "`"))
+        (book / f"{name}.md").write_text(re.sub(r"\{doc\}`[^`]*`", "a link", source))  # pages this book lacks
     (book / "index.md").write_text("# Index\n\nText.\n")
     (book / "_toc.yml").write_text("format: jb-book\nroot: index\nchapters:\n" + "".join(f"  - file: {n}\n" for n in names))
     (book / "_config.yml").write_text('title: escaping\nexecute:\n  execute_notebooks: "off"\nparse:\n  myst_enable_extensions: [dollarmath, colon_fence, deflist]\n')
