@@ -312,7 +312,7 @@ def test_front_page_is_an_abstract_with_links():
     assert "https://arxiv.org/abs/2211.03495" in page and "https://github.com/schwartz-lab-NLP/papa" in page
     assert "CoNLL-2003" in page
     glued = set(re.findall(r"\{glue:text\}`[^`]*::(\w+):s`", page))
-    assert {"claim1_number", "claim2_number", "drop_all_max", "claim1_verdict", "claim2_verdict", "claim3_verdict", "claim1_reason", "random_summary"} <= glued
+    assert {"claim1_number", "claim2_number", "claim2b_number", "claim1_verdict", "claim2_verdict", "claim2b_verdict", "claim3_verdict", "claim1_reason", "random_summary"} <= glued
     for chapter in ("introduction", "method", "setup", "reproducibility", "rerun", "appendix"):
         assert f"{{doc}}`{chapter}`" in page
     pointed = point_front_page(page, "smoke")
