@@ -1,13 +1,16 @@
 """A grid whose model is a local folder (issue 16): the folder's path never reaches a run id or a file
-name, and every run, the chapters included, executes."""
+name, every run, the chapters included, executes, and a local copy of minilm-l6's folder gives the same constants,
+ranking and scores as the same grid on the embedded minilm-l6."""
 
 from __future__ import annotations
 
 import io
 import shutil
 import uuid
+from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from papa.core.names import slug
@@ -17,17 +20,12 @@ from papa.pipeline.runner import run_grid
 pytestmark = [pytest.mark.data, pytest.mark.slow]
 
 
-def test_a_grid_on_a_local_model_folder_runs(tmp_path):
-    import papa
-
-    folder = tmp_path / "models" / "my encoder"  # a path with a separator and a space
-    lm = papa.load_model("minilm-l6", "cpu")
-    lm.model.save_pretrained(folder)
-    lm.tokenizer.save_pretrained(folder)
+def _grid(tmp_path, model: str) -> tuple[str, Path]:
+    """A tiny grid on ``model``; returns its name and config file."""
     name = f"test-local-{uuid.uuid4().hex[:8]}"
     config = {
         "name": name,
-        "models": [str(folder)],
+        "models": [model],
         "tasks": ["sst2"],
         "max_length": 32,
         "estimate": {"max_examples": 16},
@@ -37,16 +35,59 @@ def test_a_grid_on_a_local_model_folder_runs(tmp_path):
     }
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(config))
-    runs_folder = ROOT / "book" / "runs" / name
+    return name, path
+
+
+#: What a probe result holds that depends on the weights and the data only (not on the model's name or the clock).
+SCIENCE = ("score", "metric", "metrics", "dev", "selected_epoch", "floors")
+
+
+def test_a_grid_on_a_local_model_folder_runs_and_scores_as_the_embedded_model(tmp_path, monkeypatch):
+    import papa
+    from papa.core.io import read_json_verified
+    from papa.core.models import weights_fingerprint
+
+    monkeypatch.setenv("PAPA_CACHE_DIR", str(tmp_path / "cache"))  # each grid extracts its own features
+    folder = tmp_path / "models" / "my encoder"  # a path with a separator and a space
+    lm = papa.load_model("minilm-l6", "cpu")
+    lm.model.save_pretrained(folder)
+    lm.tokenizer.save_pretrained(folder)
+    local, local_path = _grid(tmp_path, str(folder))
+    embedded, embedded_path = _grid(tmp_path, "minilm-l6")
+    folders = {local: ROOT / "book" / "runs" / local, embedded: ROOT / "book" / "runs" / embedded}
     try:
-        runs = expand(load_config(path))
+        runs = expand(load_config(local_path))
         model_slug = slug(str(folder))
         assert all("/" not in r.run_id and " " not in r.run_id for r in runs)
         assert f"estimate__{model_slug}__sst2" in {r.run_id for r in runs}
-        out = io.StringIO()
-        assert run_grid(path, out=out) == 0, out.getvalue()
+        for path in (local_path, embedded_path):
+            out = io.StringIO()
+            assert run_grid(path, out=out) == 0, out.getvalue()
+        runs_folder = folders[local]
         assert (runs_folder / "results.ipynb").is_file() and (runs_folder / "controls.ipynb").is_file()
         results = sorted((runs_folder / "artifacts" / "results").glob("*.json"))
-        assert [p.name for p in results] == sorted(f"probe__{model_slug}__sst2__{m}__cached__s1.json" for m in ("none__k0", "all__k72"))
+        names = sorted(f"probe__{model_slug}__sst2__{m}__cached__s1.json" for m in ("none__k0", "all__k72"))
+        assert [p.name for p in results] == names
+
+        # the local copy of minilm-l6's folder gives the embedded model's constants, ranking and scores
+        def artifact(grid: str, kind: str, name: str) -> Path:
+            model = model_slug if grid == local else "minilm-l6"
+            return folders[grid] / "artifacts" / kind / name.replace("MODEL", model)
+
+        grids = (local, embedded)
+        ours, theirs = (papa.load_constants(artifact(g, "constants", "MODEL__sst2.safetensors")) for g in grids)
+        # (the fingerprints hash the weight files' bytes: save_pretrained writes another file than the package's)
+        fingerprints = (ours.meta["fingerprint"], theirs.meta["fingerprint"])
+        assert fingerprints == (weights_fingerprint(str(folder)), lm.fingerprint)
+        assert torch.equal(ours.constants, theirs.constants) and torch.equal(ours.deviation, theirs.deviation)
+        rankings = [read_json_verified(artifact(g, "rankings", "MODEL__sst2__deviation.json")) for g in grids]
+        assert rankings[0]["ranking"] == rankings[1]["ranking"]
+        for heads in ("none__k0", "all__k72"):
+            name = f"probe__MODEL__sst2__{heads}__cached__s1.json"
+            ours, theirs = (read_json_verified(artifact(g, "results", name)) for g in grids)
+            assert ours["score"] is not None and len(ours["dev"]["predictions"]) == 16
+            assert {key: ours.get(key) for key in SCIENCE} == {key: theirs.get(key) for key in SCIENCE}, heads
+            assert [e["train_loss"] for e in ours["epochs"]] == [e["train_loss"] for e in theirs["epochs"]]
     finally:
-        shutil.rmtree(runs_folder, ignore_errors=True)
+        for runs_folder in folders.values():
+            shutil.rmtree(runs_folder, ignore_errors=True)
