@@ -24,7 +24,8 @@ import yaml
 from papa.core.errors import PapaError
 from papa.pipeline import clusters, distributed
 from papa.pipeline.clusters import SchedulerSpec, parse_scheduler
-from papa.pipeline.executors import SequentialExecutor, make_executor
+from papa.pipeline.distributed import make_executor
+from papa.pipeline.executors import SequentialExecutor
 from papa.pipeline.plan import ROOT, Run, load_config, runs_dir
 from papa.pipeline.runner import GridLock, Manifest, _drive, run_grid
 
@@ -33,7 +34,7 @@ from papa.pipeline.runner import GridLock, Manifest, _drive, run_grid
     "text, spec",
     [
         ("sequential", SchedulerSpec("sequential")),
-        ("local:2", SchedulerSpec("local", 2)),
+        ("local:1", SchedulerSpec("local", 1)),
         ("slurm", SchedulerSpec("slurm", 1)),
         ("slurm:12", SchedulerSpec("slurm", 12)),
         ("tcp://10.0.0.5:8786", SchedulerSpec("address", address="tcp://10.0.0.5:8786")),
@@ -77,7 +78,8 @@ def test_no_scheduler_at_the_address(monkeypatch):
 def test_sequential_never_imports_dask():
     code = (
         "import sys, papa.cli, papa.pipeline.runner as r\n"
-        "from papa.pipeline.executors import make_executor, SequentialExecutor\n"
+        "from papa.pipeline.distributed import make_executor\n"
+        "from papa.pipeline.executors import SequentialExecutor\n"
         "assert isinstance(make_executor('sequential', r.execute), SequentialExecutor)\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('dask', 'distributed', 'dask_jobqueue')))\n"
     )

@@ -7,8 +7,11 @@ imports Dask at module level.
 
 from __future__ import annotations
 
+import importlib.util
+import ipaddress
 import os
 import re
+import socket
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -35,22 +38,93 @@ def _count(text: str, what: str) -> int:
 
 
 def parse_scheduler(text: str) -> SchedulerSpec:
-    """``"local:2"`` -> ``SchedulerSpec("local", 2)`` etc.; anything else is a :class:`PapaError`."""
+    """``"local:2"`` -> ``SchedulerSpec("local", 2)`` etc.; anything else is a :class:`PapaError`: ``local:N``
+    with more workers than this machine has cores, a ``tcp://`` address whose host or port cannot be."""
     text = (text or "sequential").strip()
     if text == "sequential":
         return SchedulerSpec("sequential")
     if text.startswith("local:"):
-        return SchedulerSpec("local", _count(text[len("local:") :], "local"))
+        workers, cores = _count(text[len("local:") :], "local"), os.cpu_count() or 1
+        if workers > cores:
+            raise PapaError(
+                f"--scheduler {text}: this machine has {cores} cores, so at most local:{cores}",
+                f"Use local:1 to local:{cores} (one run per worker process), or a cluster (tcp://HOST:PORT, slurm).",
+            )
+        return SchedulerSpec("local", workers)
     if text == "slurm":
         return SchedulerSpec("slurm", 1)
     if text.startswith("slurm:"):
         return SchedulerSpec("slurm", _count(text[len("slurm:") :], "slurm"))
     if text.startswith("tcp://"):
-        match = re.fullmatch(r"tcp://([A-Za-z0-9_.\-]+|\[[0-9A-Fa-f:]+\]):(\d{1,5})", text)
-        if not match or not 1 <= int(match.group(2)) <= 65535:
-            raise PapaError(f"--scheduler {text}: not a scheduler address", "Write it as tcp://HOST:PORT, e.g. tcp://10.0.0.5:8786.")
+        _host_and_port(text)
         return SchedulerSpec("address", address=text)
     raise PapaError(f"Unknown --scheduler {text!r}", _SCHEDULER_HINT)
+
+
+_LABEL = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
+
+
+def _valid_host(host: str) -> bool:
+    """A hostname (RFC 1123 labels), an IPv4 address or a bracketed IPv6 address."""
+    if host.startswith("[") and host.endswith("]"):
+        try:
+            return ipaddress.ip_address(host[1:-1]).version == 6
+        except ValueError:
+            return False
+    if re.fullmatch(r"[0-9.]+", host):  # all digits and dots: an IPv4 address or nothing (256.1.1.1)
+        try:
+            ipaddress.IPv4Address(host)
+            return True
+        except ValueError:
+            return False
+    name = host[:-1] if host.endswith(".") else host
+    return 0 < len(name) <= 253 and all(_LABEL.fullmatch(label) for label in name.split("."))
+
+
+def _host_and_port(address: str) -> tuple[str, int]:
+    """``tcp://HOST:PORT`` checked: a valid host and a port in 1–65535 (IPv6 hosts bracketed)."""
+    match = re.fullmatch(r"tcp://(\[[^\]]*\]|[^:/\[\]]*):(\d+)", address)
+    why = None if match else ""
+    if match and not 1 <= int(match.group(2)) <= 65535:
+        why = f" (port {int(match.group(2))} is outside 1-65535)"
+    elif match and not _valid_host(match.group(1)):
+        why = f" ({match.group(1) or 'an empty host'} is not a hostname or IP address)"
+    if why is not None:
+        hint = "Write it as tcp://HOST:PORT, e.g. tcp://10.0.0.5:8786."
+        raise PapaError(f"--scheduler {address}: not a scheduler address{why}", hint)
+    return match.group(1).strip("[]"), int(match.group(2))
+
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+#: Seconds to wait for a scheduler's port to accept a connection (a refused one fails at once).
+PROBE_TIMEOUT = 3.0
+
+
+def preflight(spec: SchedulerSpec) -> None:
+    """What can be checked before anything is written, in seconds: the packages a Dask scheduler needs,
+    and that a scheduler's port accepts a connection (refused, unknown host, no answer in :data:`PROBE_TIMEOUT`)."""
+    if spec.kind == "sequential":
+        return
+    if not _installed("distributed"):
+        problem = "--scheduler local, tcp:// and slurm need Dask distributed, which is not installed"
+        raise PapaError(problem, "pip install 'papa[dask]' (and 'papa[slurm]' for SLURM).")
+    if spec.kind == "slurm" and not _installed("dask_jobqueue"):
+        raise PapaError("--scheduler slurm needs dask-jobqueue, which is not installed", "pip install 'papa[slurm]'.")
+    if spec.kind == "address":
+        host, port = _host_and_port(spec.address)
+        try:
+            with socket.create_connection((host, port), timeout=PROBE_TIMEOUT):
+                pass
+        except OSError as err:
+            why = err.strerror or str(err) or type(err).__name__
+            hint = "Start one (dask scheduler) or check the address and port."
+            raise PapaError(f"No Dask scheduler answers at {spec.address} ({why})", hint) from None
 
 
 def thread_environment(threads_per_run: int | None) -> dict[str, str]:
@@ -184,15 +258,17 @@ def _wait_for_workers(client, count: int, timeout: float | None, where: str, clu
 def start_cluster(spec: SchedulerSpec, gpus_per_run: int = 0, threads_per_run: int | None = None):
     """``(client, cluster or None)`` for a parsed ``--scheduler``; needs ``papa[dask]``
     (``papa[slurm]`` for SLURM)."""
-    try:
-        from distributed import Client, Nanny, Scheduler, SpecCluster
-    except ImportError:
-        raise PapaError("--scheduler local, tcp:// and slurm need Dask distributed, which is not installed", "pip install 'papa[dask]' (and 'papa[slurm]' for SLURM).") from None
+    preflight(spec)
+    from distributed import Client, Nanny, Scheduler, SpecCluster
+
     if spec.kind == "address":
         try:
             client = Client(spec.address, timeout=CONNECT_TIMEOUT)
         except OSError as err:
             raise PapaError(f"No Dask scheduler answers at {spec.address} ({str(err)[:200]})", "Start one (dask scheduler) or check the address and port.") from None
+        except Exception as err:  # noqa: BLE001 - e.g. a web server's reply read as a Dask frame length (MemoryError)
+            problem = f"What answers at {spec.address} is not a Dask scheduler ({type(err).__name__}: {str(err)[:200]})"
+            raise PapaError(problem, "Check the address and port.") from None
         _wait_for_workers(client, 1, WORKERS_TIMEOUT, f"the scheduler at {spec.address}")
         return client, None
     if spec.kind == "local":
@@ -205,10 +281,8 @@ def start_cluster(spec: SchedulerSpec, gpus_per_run: int = 0, threads_per_run: i
         client = Client(cluster)
         _wait_for_workers(client, spec.workers, WORKERS_TIMEOUT, f"local:{spec.workers}", cluster)
         return client, cluster
-    try:
-        from dask_jobqueue import SLURMCluster
-    except ImportError:
-        raise PapaError("--scheduler slurm needs dask-jobqueue, which is not installed", "pip install 'papa[slurm]'.") from None
+    from dask_jobqueue import SLURMCluster
+
     cluster = SLURMCluster(**slurm_cluster_kwargs(os.environ, gpus_per_run, threads_per_run))
     cluster.scale(jobs=spec.workers)
     client = Client(cluster)

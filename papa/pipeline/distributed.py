@@ -37,9 +37,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from papa.core.errors import PapaError
+from papa.pipeline import clusters
 from papa.pipeline.clusters import SchedulerSpec, default_threads, start_cluster, thread_environment
-from papa.pipeline.clusters import parse_scheduler as parse_scheduler  # re-exported: the CLI may validate --scheduler early
-from papa.pipeline.executors import Outcome
+from papa.pipeline.executors import Executor, Outcome, SequentialExecutor
 from papa.pipeline.plan import ROOT, Run
 
 #: Attempts per run when its worker dies (the first one included).
@@ -140,9 +140,6 @@ def fingerprint_problem(worker: str, mine: dict, theirs: dict, root: Path = ROOT
             f"Worker {worker} has different package versions: {', '.join(differ)}", "Start the workers from the driver's environment (pip install -e '.[dask]' in the same venv)."
         )
     return None
-
-
-# --- cluster settings --------------------------------------------------------------------------
 
 
 # --- the executor ------------------------------------------------------------------------------
@@ -260,3 +257,39 @@ def make_dask_executor(
         if cluster is not None:
             cluster.close()
         raise
+
+
+def make_executor(
+    scheduler: str | None,
+    execute: Callable[..., float],
+    *,
+    gpus_per_run: int = 0,
+    threads_per_run: int | None = None,
+    stale: list[Run] = (),
+    manifest=None,
+    root=None,
+    out=None,
+) -> Executor:
+    """The executor for ``--scheduler``: :class:`~papa.pipeline.executors.SequentialExecutor` for ``sequential``
+    (Dask is not imported), else a :class:`DaskExecutor` whose workers passed the preflight. With SLURM, the
+    longest of the ``stale`` runs (estimated from ``manifest``) is checked against the worker walltime.
+    ``root``: the repository root the workers write under (default the driver's)."""
+    spec = clusters.parse_scheduler(scheduler or "sequential")
+    if gpus_per_run < 0 or (threads_per_run is not None and threads_per_run < 1):
+        problem = f"--gpus-per-run {gpus_per_run} / --threads-per-run {threads_per_run}: out of range"
+        raise PapaError(problem, "Give --gpus-per-run >= 0 and --threads-per-run >= 1.")
+    if spec.kind == "sequential":
+        if gpus_per_run:
+            hint = "Use --scheduler local:N (one worker per GPU) or leave --gpus-per-run out."
+            raise PapaError("--gpus-per-run needs a Dask scheduler", hint)
+        return SequentialExecutor(execute, thread_environment(threads_per_run))
+    if spec.kind == "slurm" and stale:
+        from papa.pipeline.estimate import estimate_seconds
+
+        longest = max(((r.run_id, estimate_seconds([r], manifest)) for r in stale), key=lambda item: item[1])
+        walltime = os.environ.get("PAPA_SLURM_WALLTIME") or clusters.SLURM_SETTINGS["PAPA_SLURM_WALLTIME"]
+        warning = clusters.walltime_warning(walltime, longest)
+        if warning:
+            print(warning, file=out, flush=True)
+    sizes = dict(gpus_per_run=gpus_per_run, threads_per_run=threads_per_run)
+    return make_dask_executor(spec, execute, root=root or ROOT, out=out, **sizes)

@@ -86,6 +86,15 @@ def _examples(value: int | None, task: str, split: str) -> int:
     return size if value is None else min(value, size)
 
 
+def _pool_and_fit(p: dict) -> tuple[int, int]:
+    """``(training examples encoded, examples a probe seed trains on)`` of a probe or lr selection: the pool
+    (``pool_examples``, else ``max_train_examples``) never beyond the training split, a seed's draw never
+    beyond the pool (a setting past the split's size is costed at the split's row count)."""
+    pool = _examples(p.get("pool_examples") or p["max_train_examples"], p["task"], "train")
+    fit = p["max_train_examples"] if p.get("pool_examples") else None
+    return pool, pool if fit is None else min(fit, pool)
+
+
 #: ``(layers, hidden size)`` by total heads, for models papa can only count heads of offline (the
 #: MiniLMs, base and large encoders of the paper's grid); a local folder's config.json says it exactly.
 DIMS_BY_HEADS = {36: (3, 384), 72: (6, 384), 144: (12, 768), 384: (24, 1024)}
@@ -120,10 +129,9 @@ def run_size(run: Run) -> tuple[int, int | None]:
         return _examples(p["max_examples"], p["task"], "train"), 0
     if run.kind == "rank":
         return _examples(p["max_train_examples"], p["task"], "train") + _examples(p["max_eval_examples"], p["task"], "validation"), 0
-    if run.kind == "select_lr":
-        examples = p["pool_examples"]
-    else:
-        examples = _examples(p.get("pool_examples") or p["max_train_examples"], p["task"], "train") + _examples(p["max_eval_examples"], p["task"], "validation")
+    examples = _pool_and_fit(p)[0]
+    if run.kind != "select_lr":  # an lr selection never scores the dev split
+        examples += _examples(p["max_eval_examples"], p["task"], "validation")
     if run.kind == "probe" and p["mode"] == "faithful":
         return examples, 0
     dims = model_dims(p["model"])
@@ -196,11 +204,10 @@ def run_cost(run: Run) -> tuple[float, dict[tuple, float]]:
         return PROBE_STARTUP_SECONDS + (3 * train + dev) * p["epochs"] * padded, {}
     sentences = "conll" if p["task"] in ("ner", "pos") else p["task"]
     epochs = p["epochs"] * (EARLY_STOP_SHARE if p.get("patience") else 1)
+    train, fit = _pool_and_fit(p)
     if run.kind == "select_lr":
-        pool = ("train", p["model"], sentences, 0, "", p["pool_examples"], p["max_length"])
-        return PROBE_STARTUP_SECONDS + len(p["lrs"]) * len(p["seeds"]) * epochs * p["max_train_examples"] * step, {pool: p["pool_examples"] * extract}
-    train = _examples(p.get("pool_examples") or p["max_train_examples"], p["task"], "train")
-    fit = p["max_train_examples"] if p.get("pool_examples") else train
+        pool = ("train", p["model"], sentences, 0, "", train, p["max_length"])
+        return PROBE_STARTUP_SECONDS + len(p["lrs"]) * len(p["seeds"]) * epochs * fit * step, {pool: train * extract}
     dev = _examples(p["max_eval_examples"], p["task"], "validation")
     passes = epochs * len(p["seeds"])
     if p["mode"] == "faithful":

@@ -1,23 +1,31 @@
-"""Where runs execute: the driver (:func:`papa.pipeline.runner.run_grid`) hands ready runs to an
-:class:`Executor` and records what comes back. Only the driver writes the manifest.
+"""Where and how runs execute: :func:`execute` runs one run's notebook with papermill; the driver
+(:func:`papa.pipeline.runner.run_grid`) hands ready runs to an :class:`Executor` and records what comes back.
+Only the driver writes the manifest.
 
 * :class:`SequentialExecutor` (the default) executes one run at a time in this process, with no
   extra dependency.
-* A Dask executor (``--scheduler local:N | tcp://HOST:PORT | slurm[:JOBS]``) runs several at once.
+* A Dask executor (``--scheduler local:N | tcp://HOST:PORT | slurm[:JOBS]``,
+  :class:`papa.pipeline.distributed.DaskExecutor`) runs several at once;
+  :func:`papa.pipeline.distributed.make_executor` picks one of the two for ``--scheduler``.
 
-An executor never writes the manifest; it returns one :class:`Outcome` per submitted run.
+An executor never writes the manifest; it returns one :class:`Outcome` per submitted run. This module never
+imports :mod:`papa.pipeline.distributed` (which imports it).
 """
 
 from __future__ import annotations
 
 import os
+import shutil
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
 
 from papa.core.errors import PapaError
-from papa.pipeline.plan import Run
+from papa.core.io import atomic_write_text
+from papa.pipeline.plan import ROOT, Run, run_notebook_path
 
 
 @dataclass
@@ -50,7 +58,7 @@ class Executor(Protocol):
 
 
 class SequentialExecutor:
-    """One run at a time, in this process (``execute`` is :func:`papa.pipeline.runner.execute`). ``environment``
+    """One run at a time, in this process (``execute`` is :func:`execute`). ``environment``
     (e.g. ``OMP_NUM_THREADS`` from ``--threads-per-run``) is set while a run executes, so its notebook kernel
     inherits it, and restored after."""
 
@@ -84,40 +92,72 @@ class SequentialExecutor:
         self._queue.clear()
 
 
-def make_executor(
-    scheduler: str | None,
-    execute: Callable[..., float],
-    *,
-    gpus_per_run: int = 0,
-    threads_per_run: int | None = None,
-    stale: list[Run] = (),
-    manifest=None,
-    root=None,
-    out=None,
-) -> Executor:
-    """The executor for ``--scheduler``: :class:`SequentialExecutor` for ``sequential`` (Dask is not
-    imported), else a :class:`papa.pipeline.distributed.DaskExecutor` whose workers passed the
-    preflight. With SLURM, the longest of the ``stale`` runs (estimated from ``manifest``) is checked
-    against the worker walltime. ``root``: the repository root the workers write under (default the
-    driver's)."""
-    from papa.pipeline import clusters
+# -- one run ------------------------------------------------------------------------------------------
+def _scratch(folder: Path, run_id: str) -> Path:
+    """A fresh scratch folder per attempt: ``.executing/<run_id>.<attempt>/``."""
+    attempt = 1
+    while True:
+        path = folder / ".executing" / f"{run_id}.{attempt}"
+        try:
+            path.mkdir(parents=True)
+            return path
+        except FileExistsError:
+            attempt += 1
+        except OSError as err:
+            hint = "Check the runs folder: free space, or a shorter name."
+            raise PapaError(f"Cannot create the scratch folder {path} ({err.strerror})", hint) from None
 
-    spec = clusters.parse_scheduler(scheduler or "sequential")
-    if gpus_per_run < 0 or (threads_per_run is not None and threads_per_run < 1):
-        raise PapaError(f"--gpus-per-run {gpus_per_run} / --threads-per-run {threads_per_run}: out of range", "Give --gpus-per-run >= 0 and --threads-per-run >= 1.")
-    if spec.kind == "sequential":
-        if gpus_per_run:
-            raise PapaError("--gpus-per-run needs a Dask scheduler", "Use --scheduler local:N (one worker per GPU) or leave --gpus-per-run out.")
-        return SequentialExecutor(execute, clusters.thread_environment(threads_per_run))
-    if spec.kind == "slurm" and stale:
-        import os
 
-        from papa.pipeline.estimate import estimate_seconds
+def execute(run: Run, root: Path = ROOT) -> float:
+    """Execute one run's notebook with papermill (cwd = repo root); returns seconds. Every failure,
+    writing included, is raised as a :class:`PapaError`."""
+    import nbformat
+    import papermill
 
-        longest = max(((r.run_id, estimate_seconds([r], manifest)) for r in stale), key=lambda item: item[1])
-        warning = clusters.walltime_warning(os.environ.get("PAPA_SLURM_WALLTIME") or clusters.SLURM_SETTINGS["PAPA_SLURM_WALLTIME"], longest)
-        if warning:
-            print(warning, file=out, flush=True)
-    from papa.pipeline import distributed
+    from papa.pipeline.executed import clean_executed
+    from papa.pipeline.notebook import read_source
 
-    return distributed.make_dask_executor(spec, execute, root=root or distributed.ROOT, gpus_per_run=gpus_per_run, threads_per_run=threads_per_run, out=out)
+    target = root / run_notebook_path(run)
+    failed_copy = target.with_suffix(".failed.ipynb")
+    scratch = _scratch(root / "book" / "runs" / run.grid, run.run_id)
+    source, temp = scratch / "source.ipynb", scratch / "executed.ipynb"
+    started = time.perf_counter()
+    try:
+        try:
+            atomic_write_text(source, nbformat.writes(read_source(root / run.notebook)))
+        except PapaError:
+            raise
+        except Exception as err:
+            why = f"{type(err).__name__}: {err}"
+            problem = f"Run {run.run_id} failed: its notebook {run.notebook} could not be prepared ({why})"
+            raise PapaError(problem, "Fix the notebook, then run again.") from None
+        try:
+            quiet = dict(kernel_name="python3", progress_bar=False, log_output=False, report_mode=False)
+            papermill.execute_notebook(str(source), str(temp), parameters=run.params, cwd=str(root), **quiet)
+        except Exception as err:  # the failed notebook is kept for reading, when it can be
+            reason = f"{getattr(err, 'ename', type(err).__name__)}: {getattr(err, 'evalue', str(err))}".strip()
+            kept = False
+            try:
+                if temp.is_file():
+                    nb = nbformat.from_dict(clean_executed(nbformat.read(temp, as_version=4), root))
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    atomic_write_text(failed_copy, nbformat.writes(nb))
+                    kept = True
+            except Exception:  # noqa: BLE001 - a failure to keep the failed notebook must not hide the failure
+                kept = False
+            lost = "No notebook was kept (it could not be read or written); fix the cause above and run again."
+            hint = f"Read {failed_copy.relative_to(root)}" if kept else lost
+            raise PapaError(f"Run {run.run_id} failed ({reason[:300]})", hint) from None
+        try:
+            nb = nbformat.from_dict(clean_executed(nbformat.read(temp, as_version=4), root))
+            target.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(target, nbformat.writes(nb))
+        except PapaError:
+            raise
+        except Exception as err:  # e.g. nbformat's NotJSONError after a full disk, a too-long name
+            problem = f"Run {run.run_id} failed writing its notebook ({type(err).__name__}: {str(err)[:200]})"
+            raise PapaError(problem, "Free space in the runs folder or shorten the names, then run again.") from None
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    failed_copy.unlink(missing_ok=True)
+    return time.perf_counter() - started

@@ -11,32 +11,35 @@ writing included, blocks only its dependants, and the summary is always printed.
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from papa.core.errors import PapaError
-from papa.core.io import atomic_write_text
+from papa.pipeline.clusters import parse_scheduler, preflight
+from papa.pipeline.distributed import make_executor
 from papa.pipeline.estimate import _format, estimate_seconds, feature_reuse, memory_budget, report_disk, reuse_words, size_line
 from papa.pipeline.executed import title_is_stale
-from papa.pipeline.executors import make_executor
+from papa.pipeline.executors import execute
 from papa.pipeline.keys import data_fingerprints, key_of, notebook_displays, run_components
 from papa.pipeline.plan import ROOT, Run, expand, load_config, run_notebook_path, runs_dir
 from papa.pipeline.stamps import (
     GridLock,
     Manifest,
+    check_no_links,
     check_owner,
     clean_leftovers,
     digest,
     entry_of,
     manifest_outside_plan,
+    notebook_edited,
     outside_plan,
     prune_outside_plan,
     read_stamp,
     record_owner,
     refresh_text,
+    remove_if_unused,
     seal,
     stamp_path,
     verify,
@@ -106,78 +109,24 @@ def mark_dependants(status: GridStatus) -> None:
 
 
 def stale_runs(config: dict) -> tuple[list[Run], list[Run], dict[str, tuple[str, str | None]], Manifest]:
-    """``(all runs, stale runs, keys, manifest)``; ``keys[run_id]`` is ``(key, data fingerprint)``."""
+    """``(all runs, stale runs, keys, manifest)``; ``keys[run_id]`` is ``(key, data fingerprint)``. An executed
+    notebook edited after it ran is refused (:func:`check_not_edited`): it is never rendered as a run's."""
     status = grid_status(config)
+    check_not_edited(status, config)
     return status.runs, status.stale, status.keys, status.manifest
 
 
-# -- one run -------------------------------------------------------------------------------------
-def _scratch(folder: Path, run_id: str) -> Path:
-    """A fresh scratch folder per attempt: ``.executing/<run_id>.<attempt>/``."""
-    attempt = 1
-    while True:
-        path = folder / ".executing" / f"{run_id}.{attempt}"
-        try:
-            path.mkdir(parents=True)
-            return path
-        except FileExistsError:
-            attempt += 1
-        except OSError as err:
-            raise PapaError(f"Cannot create the scratch folder {path} ({err.strerror})", "Check the runs folder: free space, or a shorter name.") from None
-
-
-def execute(run: Run, root: Path = ROOT) -> float:
-    """Execute one run's notebook with papermill (cwd = repo root); returns seconds. Every failure,
-    writing included, is raised as a :class:`PapaError`."""
-    import nbformat
-    import papermill
-
-    from papa.pipeline.executed import clean_executed
-    from papa.pipeline.notebook import read_source
-
-    target = root / run_notebook_path(run)
-    failed_copy = target.with_suffix(".failed.ipynb")
-    scratch = _scratch(root / "book" / "runs" / run.grid, run.run_id)
-    source, temp = scratch / "source.ipynb", scratch / "executed.ipynb"
-    started = time.perf_counter()
-    try:
-        try:
-            atomic_write_text(source, nbformat.writes(read_source(root / run.notebook)))
-        except PapaError:
-            raise
-        except Exception as err:
-            raise PapaError(
-                f"Run {run.run_id} failed: its notebook {run.notebook} could not be prepared ({type(err).__name__}: {err})", "Fix the notebook, then run again."
-            ) from None
-        try:
-            papermill.execute_notebook(str(source), str(temp), parameters=run.params, kernel_name="python3", cwd=str(root), progress_bar=False, log_output=False, report_mode=False)
-        except Exception as err:  # the failed notebook is kept for reading, when it can be
-            reason = f"{getattr(err, 'ename', type(err).__name__)}: {getattr(err, 'evalue', str(err))}".strip()
-            kept = False
-            try:
-                if temp.is_file():
-                    nb = nbformat.from_dict(clean_executed(nbformat.read(temp, as_version=4), root))
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    atomic_write_text(failed_copy, nbformat.writes(nb))
-                    kept = True
-            except Exception:  # noqa: BLE001 - a failure to keep the failed notebook must not hide the failure
-                kept = False
-            hint = f"Read {failed_copy.relative_to(root)}" if kept else "No notebook was kept (it could not be read or written); fix the cause above and run again."
-            raise PapaError(f"Run {run.run_id} failed ({reason[:300]})", hint) from None
-        try:
-            nb = nbformat.from_dict(clean_executed(nbformat.read(temp, as_version=4), root))
-            target.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write_text(target, nbformat.writes(nb))
-        except PapaError:
-            raise
-        except Exception as err:  # e.g. nbformat's NotJSONError after a full disk, a too-long name
-            raise PapaError(
-                f"Run {run.run_id} failed writing its notebook ({type(err).__name__}: {str(err)[:200]})", "Free space in the runs folder or shorten the names, then run again."
-            ) from None
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-    failed_copy.unlink(missing_ok=True)
-    return time.perf_counter() - started
+def check_not_edited(status: GridStatus, config: dict, root: Path = ROOT) -> None:
+    """Refuse executed notebooks that differ from what their run wrote (its stamp's sha256), stale or not."""
+    edited = [r for r in status.runs if notebook_edited(r, status.stamps[r.run_id], root)]
+    if edited:
+        more = f" and {len(edited) - 3} more" if len(edited) > 3 else ""
+        names = ", ".join(run_notebook_path(r) for r in edited[:3]) + more
+        only = edited[0].run_id if len(edited) == 1 else "RUN_ID"
+        rerun = f"papa grid run {config.get('_path', 'CONFIG')} --only {only}"
+        hint = f"Restore it (git checkout -- FILE) or re-execute it ({rerun}); an edited notebook is never published."
+        were = "s were" if len(edited) > 1 else " was"
+        raise PapaError(f"{len(edited)} executed notebook{were} edited after it ran: {names}", hint)
 
 
 def check_data_available(stale: list[Run]) -> None:
@@ -355,11 +304,27 @@ def run_grid(
     if dry_run:
         check_owner(config, folder, replace)
         status = grid_status(config)
+        check_no_links(status.runs, folder)
         stale = [r for r in status.stale if not only or only in r.run_id]
         _report_plan(status, stale, config, out, dry_run=True)
         _report_outside_plan(status, folder, out, "dry-run")
         return 0
-    _check_sized(expand(config))  # before anything is written
+    preflight(parse_scheduler(scheduler))  # a scheduler that cannot come up fails in seconds, writing nothing
+    plan = expand(config)
+    _check_sized(plan)
+    check_no_links(plan, folder)
+    created = not folder.exists()
+    try:
+        sizes = dict(gpus_per_run=gpus_per_run, threads_per_run=threads_per_run)
+        return _run_locked(config, folder, only, replace, scheduler, sizes, prune, out)
+    except BaseException:
+        if created:  # e.g. the scheduler never came up: no new runs folder is left behind
+            remove_if_unused(folder)
+        raise
+
+
+def _run_locked(config: dict, folder: Path, only, replace: bool, scheduler: str, sizes: dict, prune: bool, out) -> int:
+    """:func:`run_grid` under the grid's lock: plan, report, then execute the stale runs."""
     failed: dict[str, str] = {}
     started = time.perf_counter()
     with GridLock(folder):
@@ -375,12 +340,9 @@ def run_grid(
                 status.reasons[run.run_id] = ["executed notebook does not pair with its source"]
                 mark_dependants(status)
         for run in status.runs:  # the manifest caches what the stamps prove
-            stamp = status.stamps[run.run_id]
-            if (
-                run.run_id not in status.reasons
-                and stamp
-                and (manifest.entries.get(run.run_id, {}).get("key"), manifest.entries.get(run.run_id, {}).get("status")) != (stamp["key"], "ok")
-            ):
+            stamp, entry = status.stamps[run.run_id], manifest.entries.get(run.run_id, {})
+            recorded = (entry.get("key"), entry.get("status"))
+            if run.run_id not in status.reasons and stamp and recorded != (stamp["key"], "ok"):
                 manifest.entries[run.run_id] = entry_of(stamp)
         stale = [r for r in status.runs if r in status.stale and (not only or only in r.run_id)]
         _check_runnable(status, stale, only)
@@ -395,7 +357,7 @@ def run_grid(
             rid = run.run_id
             status.stamps[rid] = seal(run, status.keys[rid][0], status.components[rid], status.displays[rid], status.keys[rid][1], seconds, folder)
 
-        executor = make_executor(scheduler, execute, gpus_per_run=gpus_per_run, threads_per_run=threads_per_run, stale=stale, manifest=manifest, out=out)
+        executor = make_executor(scheduler, execute, stale=stale, manifest=manifest, out=out, **sizes)
         try:
             _drive(executor, stale, status.keys, manifest, failed, started, out, seal=seal_run)
         finally:

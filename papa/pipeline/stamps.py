@@ -100,9 +100,19 @@ def verify(run: Run, key: str, components: dict, data: str | None, stamp: dict |
         path = root / rel
         if not path.is_file():
             reasons.append(f"output missing ({rel})")
+        elif rel == run_notebook_path(run) and notebook_edited(run, stamp, root):
+            reasons.append(f"its executed notebook was edited after it ran ({rel} differs from what the run wrote)")
         elif rel not in stamp["outputs"] or sha256_file(path) != stamp["outputs"][rel]:
             reasons.append(f"output not proven ({rel} differs from what the run wrote)")
     return reasons
+
+
+def notebook_edited(run: Run, stamp: dict | None, root: Path = ROOT) -> bool:
+    """Whether ``run``'s executed notebook is there but is not the one its stamp sealed (whatever the key):
+    papa rewrites it only through :func:`seal` and :func:`refresh_text`, which update the stamp."""
+    rel = run_notebook_path(run)
+    sealed = (stamp or {}).get("outputs", {}).get(rel)
+    return sealed is not None and (root / rel).is_file() and sha256_file(root / rel) != sealed
 
 
 class Manifest:
@@ -217,6 +227,34 @@ def check_owner(config: dict, folder: Path, replace: bool = False) -> bool:
         f"The runs folder book/runs/{name} serves the config {owner.get('config')}, not {config['_path']} (both are named {name!r})",
         f"Give this config its own name: rename it (name: {name}-2) or pass --replace to let it take over book/runs/{name}.",
     )
+
+
+def check_no_links(runs: list[Run], folder: Path, root: Path = ROOT) -> None:
+    """Refuse a runs folder in which a path the plan writes (an artefact, its folder, a notebook, a stamp, the
+    runner's own files) resolves outside the folder, through a link: nothing is ever written through one."""
+    base = folder.resolve()
+    own = [folder / name for name in (*RUNNER_FILES, "stamps", ".executing")]
+    paths = own + list(planned_files(runs, folder, root))
+    for path in sorted({p.absolute() for p in paths}):
+        if not path.is_relative_to(folder.absolute()) or path.resolve().is_relative_to(base):
+            continue
+        rel = path.relative_to(folder.absolute())
+        link = next((p for p in (path, *path.parents) if p.is_symlink()), path)
+        where = f"{link.relative_to(folder.absolute())} leads outside it (to {link.resolve()})"
+        problem = f"The runs folder book/runs/{folder.name} holds a link: {where}, and {rel} would be written there"
+        raise PapaError(problem, "Replace the link by a real folder or file: papa writes only inside the runs folder.")
+
+
+def remove_if_unused(folder: Path) -> bool:
+    """Remove ``folder`` when it holds nothing but the runner's own files (a grid run that stopped before any
+    run wrote, e.g. its scheduler never came up); returns whether it did."""
+    entries = list(folder.iterdir()) if folder.is_dir() and not folder.is_symlink() else None
+    if entries is None or any(p.name not in RUNNER_FILES | {".executing"} for p in entries):
+        return False
+    if any(p.is_file() or p.is_symlink() for p in (folder / ".executing").rglob("*")):
+        return False
+    shutil.rmtree(folder, ignore_errors=True)
+    return True
 
 
 def record_owner(config: dict, folder: Path) -> None:
