@@ -149,7 +149,10 @@ def test_emptied_truncated_edited_or_deleted_outputs_are_re_executed(grid, run_i
         else:
             target.write_bytes(target.read_bytes()[: len(target.read_bytes()) // 2])
         reasons = _stale(config)[run_id]
-        assert reasons == [f"output missing ({rel})" if damage == "deleted" else f"output not proven ({rel} differs from what the run wrote)"]
+        edited = "its executed notebook was edited after it ran" if rel.endswith(".ipynb") else "output not proven"
+        differs = f"{edited} ({rel} differs from what the run wrote)"
+        expected = f"output missing ({rel})" if damage == "deleted" else differs
+        assert reasons == [expected]
 
 
 @pytest.mark.parametrize("damage", ["deleted", "corrupt", "wrong shape"])
