@@ -21,7 +21,8 @@ at most :data:`MAX_ATTEMPTS` times, and recorded only once it finished. A kernel
 (``Kernel died before replying to kernel_info``, a start-up timeout, a port already in use) is tried
 once more in the same task, apart from notebook failures, which are results.
 
-Nothing here imports Dask at module level: ``--scheduler sequential`` never loads it.
+:func:`make_executor` picks the executor for ``--scheduler`` (the sequential one included). Nothing here
+imports Dask at module level: ``--scheduler sequential`` never loads it.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The papermill runner: which runs are stale and why, one run's execution, the lock and the driver.
+"""The runner: which runs are stale and why, the lock and the driver (a run executes: :mod:`~papa.pipeline.executors`).
 
 :func:`run_grid` takes the grid's lock, removes what a killed runner left behind, checks that the runs
 folder serves this config, computes the stale runs **under the lock** (:func:`grid_status`: keys,
@@ -45,7 +45,7 @@ from papa.pipeline.stamps import (
     verify,
 )
 
-__all__ = ["GridLock", "GridStatus", "Manifest", "check_data_available", "execute", "grid_status", "run_grid", "stale_runs"]
+__all__ = ["GridLock", "GridStatus", "Manifest", "check_data_available", "grid_status", "run_grid", "stale_runs"]
 
 
 @dataclass
