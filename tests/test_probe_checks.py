@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pandas as pd
 import pytest
+from test_results import result
 
-from papa.book.data import BookData
+from papa.book.data import BookData, book_data_from
 from papa.book.probe_checks import lr_choice_display, lr_choice_frame, lr_choice_numbers, lr_text, prediction_share_display, prediction_share_frame
 
 
@@ -23,6 +26,14 @@ def _data(lr_choices: dict | None = None, main: pd.DataFrame | None = None, reco
     empty = pd.DataFrame()
     main = main if main is not None else pd.DataFrame(columns=["model", "task", "k", "probe_input", "is_main", "run_id", "metric", "value"])
     return BookData({"tasks": ["sst2", "cola"]}, main, main, empty, empty, empty, {}, {}, records or {}, lr_choices or {})
+
+
+def _record(model: str, task: str, k: int, seed: int, score: float, size: int, epoch: int | None, epochs: int = 20, total: int = 72) -> dict:
+    """A probe result of the main protocol (lr chosen, early stopping on held-out examples) with its reported epoch."""
+    metric = "matthews_correlation" if task == "cola" else "accuracy"
+    record = result(task, k, seed, score, model=model, total=total, metric=metric, epochs=epochs, train_examples=size)
+    record["config"]["selection"], record["selected_epoch"] = "heldout", epoch
+    return record
 
 
 CHOICES = {
@@ -122,24 +133,20 @@ def test_near_floor_pairs_sit_beside_their_checks() -> None:
             for name, n in (("more", 8000), ("less", 1000), ("mid", 4000))
         ],
     }
-    row = {"model": "m", "task": "cola", "probe_input": "all", "is_main": True, "metric": "matthews_correlation", "train_examples": 2000, "selected_epoch": 3}
-    k0, kall = {"k": 0, "ranking": "none"}, {"k": 72, "ranking": "all"}
-    main = pd.DataFrame(
-        [
-            row | k0 | {"run_id": "b", "value": 0.06, "seed": 43, "selected_epoch": None},
-            row | k0 | {"run_id": "a", "value": 0.04, "seed": 42, "selected_epoch": 1},
-            row | kall | {"run_id": "c", "value": 0.02, "seed": 42},
-        ]
-    )
-    more = {"train_examples": 8000}
-    study = pd.DataFrame([row | k0 | more | {"run_id": "x", "value": 0.15}, row | kall | more | {"run_id": "y", "value": 0.1}])
-    studies = {"more": study}  # the largest study of more examples wins; one of fewer than the main grid's never counts
-    studies |= {name: study.assign(train_examples=n, value=v) for name, n, v in (("less", 1000, 0.3), ("mid", 4000, 0.12))}
     names = ["unacceptable", "acceptable"]
-    records = {
-        "a": {"dev": {"label_names": names, "labels": [1, 1, 1, 0], "predictions": [1, 1, 1, 1]}, "epochs": [{"train_loss": 0.6}, {"train_loss": 0.5}]},
-        "b": {"dev": {"label_names": names, "labels": [1, 1, 1, 0], "predictions": [1, 1, 1, 0]}, "epochs": [{"train_loss": 0.7}, {"train_loss": 0.4}, {"train_loss": 0.3}]},
+    dev = {"label_names": names, "labels": [1, 1, 1, 0]}
+    runs = {  # run id: (k, seed, score, training examples, selected epoch)
+        "a": (0, 42, 0.04, 2000, 1),
+        "b": (0, 43, 0.06, 2000, None),  # seed 43 reports no epoch
+        "c": (72, 42, 0.02, 2000, 3),
     }
+    for name, size, value in (("more", 8000, 0.15), ("less", 1000, 0.3), ("mid", 4000, 0.12)):
+        runs |= {f"x__{name}__s42": (0, 42, value, size, 3), f"y__{name}__s42": (72, 42, value - 0.05 * (name == "more"), size, 3)}
+    records = {run_id: _record("m", "cola", *fields) for run_id, fields in runs.items()}
+    records["a"] |= {"dev": dev | {"predictions": [1, 1, 1, 1]}, "epochs": [{"epoch": 1, "train_loss": 0.6}, {"epoch": 2, "train_loss": 0.5}]}
+    records["b"] |= {"dev": dev | {"predictions": [1, 1, 1, 0]}, "epochs": [{"epoch": e, "train_loss": v} for e, v in ((1, 0.7), (2, 0.4), (3, 0.3))]}
+    everything = book_data_from(config, records, {})
+    studies = everything.studies  # the largest study of more examples wins; one of fewer than the main grid's never counts
     nan = float("nan")
     columns = ["model", "task", "metric", "majority", "attention_free", "baseline", "baseline_low", "baseline_high", "informative"]
     floors = pd.DataFrame(
@@ -150,7 +157,7 @@ def test_near_floor_pairs_sit_beside_their_checks() -> None:
         ],
         columns=columns,
     )
-    data = BookData(config, main, main, pd.DataFrame(), floors, pd.DataFrame(), studies, {}, records, CHOICES)
+    data = replace(everything, floors=floors, lr_choices=CHOICES)
     frame = near_floor_frame(data)
     assert frame.to_dict("records") == [
         {
@@ -180,12 +187,12 @@ def test_near_floor_pairs_sit_beside_their_checks() -> None:
         + ["87.5% (75.0% of the labels)", "0.150 (8,000 training examples)", "0.320 (big)"]
     ]
     assert near_floor_numbers(frame) == {"n_near_floor": 1, "near_floor_pairs": "CoLA (m)"}
-    both = near_floor_display(near_floor_frame(BookData(config, main, main, pd.DataFrame(), floors.assign(informative=False), pd.DataFrame(), {}, {}, records, {})))
+    both = near_floor_display(near_floor_frame(replace(everything, floors=floors.assign(informative=False), studies={})))
     assert [(row[0], row[1], row[-1]) for row in both.rows] == [("big", "CoLA", "0.050 (m, not informative)"), ("m", "CoLA", "0.320 (big, not informative)"), ("m", "SST-2", None)]
     assert both.rows[2][3] == "0.510 (majority)"  # no attention-free floor: the majority class's
-    only_less = near_floor_frame(BookData(config, main, main, pd.DataFrame(), floors, pd.DataFrame(), {"less": studies["less"]}, {}, records, CHOICES))
+    only_less = near_floor_frame(replace(data, studies={"less": studies["less"]}))
     assert only_less["more_data_setting"].tolist() == [None]
-    empty = near_floor_frame(BookData(config, main, main, pd.DataFrame(), floors.assign(informative=True), pd.DataFrame(), {}, {}, records, {}))
+    empty = near_floor_frame(replace(everything, floors=floors.assign(informative=True), studies={}))
     assert empty.empty and near_floor_display(empty).rows == [] and near_floor_numbers(empty) == {"n_near_floor": 0, "near_floor_pairs": "none"}
 
 
@@ -208,13 +215,18 @@ def test_sensitivity_reads_each_model_against_its_own_main_grid_settings() -> No
         "studies": [{"name": "more", "max_train_examples": 2000}],
     }
 
-    def rows(model: str, train: int, k0: float, kall: float) -> list[dict]:
-        row = {"model": model, "task": "sst2", "probe_input": "all", "is_main": True, "train_examples": train, "selected_epoch": 4}
-        return [row | {"ranking": "none", "k": 0, "value": k0}, row | {"ranking": "all", "k": 144, "value": kall}]
-
-    main = pd.DataFrame(rows("big", 1000, 0.8, 0.72) + rows("m", 2000, 0.8, 0.78))
-    study = pd.DataFrame(rows("big", 2000, 0.84, 0.80) + rows("m", 2000, 0.8, 0.78))
-    data = BookData(config, main, main, pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), {"more": study})
+    runs = {  # run id: (model, k, score, training examples, epochs)
+        "big0": ("big", 0, 0.8, 1000, 15),
+        "bigall": ("big", 144, 0.72, 1000, 15),
+        "m0": ("m", 0, 0.8, 2000, 20),
+        "mall": ("m", 144, 0.78, 2000, 20),
+        "big0__more__s42": ("big", 0, 0.84, 2000, 15),
+        "bigall__more__s42": ("big", 144, 0.80, 2000, 15),
+        "m0__more__s42": ("m", 0, 0.8, 2000, 20),
+        "mall__more__s42": ("m", 144, 0.78, 2000, 20),
+    }
+    records = {run_id: _record(model, "sst2", k, 42, score, size, 4, epochs=epochs, total=144) for run_id, (model, k, score, size, epochs) in runs.items()}
+    data = book_data_from(config, records, {})
     table = sensitivity_table(data)
     assert table[["study", "setting", "model", "k=0 official", "k=0 study"]].to_dict("records") == [
         {"study": "more", "setting": "2,000 training examples", "model": "big", "k=0 official": 0.8, "k=0 study": 0.84}

@@ -210,7 +210,7 @@ def test_floors_table_informative_flags(tmp_path):
 
 
 def test_sensitivity_table_by_hand(tmp_path):
-    from papa.book import BookData, sensitivity_table, study_frame
+    from papa.book import book_data_from, sensitivity_table, study_frame
 
     runs = {}
     for seed in (1, 2, 3):  # official: 0.80 → 0.72 (drop 10%); tuned: 0.90 → 0.88 (drop ≈2.2%)
@@ -229,8 +229,8 @@ def test_sensitivity_table_by_hand(tmp_path):
     }
     main = study_frame(tidy, config)
     assert set(main["lr"]) == {2e-5}  # the tuned runs are not mixed into the main grid
-    studies = {"tuned": study_frame(tidy, config, config["studies"][0])}
-    data = BookData(config, tidy, main, summarise(main), floors_table(main), pd.DataFrame(), studies)
+    data = book_data_from(config, read_results(tmp_path), {})
+    assert data.studies["tuned"]["run_id"].tolist() == study_frame(tidy, config, config["studies"][0])["run_id"].tolist()
     row = sensitivity_table(data).iloc[0]
     assert row["setting"] == "lr 1e-3, 4 epochs, epoch chosen on held-out training data"
     assert row["k=0 official"] == pytest.approx(0.802) and row["k=all official"] == pytest.approx(0.722)
@@ -252,7 +252,7 @@ def test_still_rising_by_hand():
 
 
 def test_sensitivity_table_names_the_whole_split_and_skips_what_is_not_its_own(tmp_path):
-    from papa.book import BookData, sensitivity_table, study_frame
+    from papa.book import book_data_from, sensitivity_table, study_frame
 
     runs = {}
     for seed in (1, 2):
@@ -268,11 +268,9 @@ def test_sensitivity_table_names_the_whole_split_and_skips_what_is_not_its_own(t
     }
 
     def table(names):
-        tidy = load_results(write(tmp_path / "_".join(names), {r: v for r, v in runs.items() if any(n in r for n in names)}))
-        main = study_frame(tidy, config)
-        assert set(main["train_examples"]) == {1000}
-        studies = {s["name"]: study_frame(tidy, config, s) for s in config["studies"]}
-        return sensitivity_table(BookData(config, tidy, main, summarise(main), floors_table(main), pd.DataFrame(), studies))
+        folder = write(tmp_path / "_".join(names), {r: v for r, v in runs.items() if any(n in r for n in names)})
+        assert set(study_frame(load_results(folder), config)["train_examples"]) == {1000}
+        return sensitivity_table(book_data_from(config, read_results(folder), {}))
 
     rows = table(["p0", "pa", "pf"])
     assert rows["study"].tolist() == ["fulldata"]  # the embeddings-only study is not a row of its own

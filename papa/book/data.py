@@ -31,11 +31,7 @@ class BookData:
     rankings: dict[str, list] = field(default_factory=dict)  # "<model>__<task>__<method>" → ranking
     records: dict[str, dict] = field(default_factory=dict)  # run id → result record (with its dev predictions)
     lr_choices: dict[str, dict] = field(default_factory=dict)  # "<model>__<task>" → lr choice (papa.probing.protocol)
-    basis: Basis | None = None  # the main grid's runs on the book's one basis (papa.analysis.basis)
-
-    def __post_init__(self) -> None:
-        if self.basis is None and len(self.main):  # built by hand (tests): the basis of its own main runs
-            self.basis = build_basis(self.main, self.records, headline_ranking(self.config))
+    basis: Basis | None = None  # the main grid's runs on the book's one basis (papa.analysis.basis; book_data_from)
 
     @property
     def models(self) -> list[str]:
