@@ -474,7 +474,7 @@ CONFIG_CASES = [
 
 @pytest.mark.parametrize(("config", "problem", "hint"), CONFIG_CASES)
 def test_config_bad_input(config, problem, hint, tmp_path):
-    from papa.pipeline.grid import load_config
+    from papa.pipeline.plan import load_config
 
     path = tmp_path / "bad.yaml"
     path.write_text(config if isinstance(config, str) else yaml.safe_dump(config), encoding="utf-8")

@@ -15,7 +15,9 @@ from papa.analysis import paper as P
 from papa.analysis import pooled
 from papa.analysis import stats as S
 from papa.analysis import verdicts as V
-from papa.analysis.figures import TEXT_WIDTH, fig_better_models, fig_paper_scores, fig_relative_score
+from papa.analysis.figure_kit import TEXT_WIDTH
+from papa.analysis.paper_figures import fig_better_models, fig_paper_scores, fig_relative_score
+from papa.book import interval_tables as IT
 from papa.book import tables as T
 from papa.book.data import book_data
 from papa.book.science import chapter_science, convergence_summary, largest_drop, literal_comparison, model_drops_display_frame, random_summary, science_numbers
@@ -203,7 +205,7 @@ def test_random_baseline_is_a_paired_bootstrap_against_pooled_random(grid):
     expected = S.paired_bootstrap(random_runs, gates, "accuracy", resamples=RESAMPLES)
     assert (row["difference"], row["low"], row["high"]) == (expected["difference"], expected["low"], expected["high"])
     assert row["verdict"] == "beats random" and row["n_random"] == 2 and row["n_runs"] == 3
-    shown = T.random_display(result.random).to_frame()
+    shown = IT.random_display(result.random).to_frame()
     assert shown.columns[0] == "model" and set(shown["verdict"]) == {"beats random"}
 
 
@@ -213,7 +215,7 @@ def test_literal_setting_beside_the_main_protocol(grid):
     assert table.loc["ma", "literal_k0"] == pytest.approx(0.80) and table.loc["ma", "literal_all"] == pytest.approx(0.60)
     assert table.loc["ma", "literal_drop"] == pytest.approx(0.25) and table.loc["ma", "lr"] == 1e-3
     assert table.loc["ma", "main_drop"] == pytest.approx((0.85 - 0.70) / 0.85)
-    cells = T.literal_display(table.reset_index()).to_frame()
+    cells = IT.literal_display(table.reset_index()).to_frame()
     assert cells.iloc[0]["drop, literal setting [95% interval]"].startswith("25.0%\u00a0[")
 
 
@@ -278,7 +280,7 @@ def test_the_analogues_draw_from_the_converged_runs(grid):
         assert figure.caption and spec.get("width", 0) <= TEXT_WIDTH
     assert "(n = 2)" in figures[2].caption and "Verdict: not testable. 2 models to compare" in figures[2].caption
     assert "ma, 8 heads" in figures[0].caption
-    table = T.paper_table_display(P.paper_table(result.summary, data.floors, cells=result.cells)).to_frame()
+    table = IT.paper_table_display(P.paper_table(result.summary, data.floors, cells=result.cells)).to_frame()
     assert "average of its informative tasks" in set(table["task"])
 
 
@@ -297,15 +299,15 @@ def test_smoke_like_grid_without_random_literal_or_curves(tmp_path):
     assert result.gate["converged"] == 0 and result.gate["unknown"] == 24
     assert set(result.claims["verdict"]) == {"not testable"}
     assert result.basis == "all 24 runs (none passed the convergence gate)" and len(result.summary)
-    assert result.random.empty and "No seeded random ordering ran" in T.random_display(result.random)._repr_html_()
+    assert result.random.empty and "No seeded random ordering ran" in IT.random_display(result.random)._repr_html_()
     literal = literal_comparison(data, resamples=50)
-    assert literal.empty and "did not run" in T.literal_display(literal)._repr_html_()
+    assert literal.empty and "did not run" in IT.literal_display(literal)._repr_html_()
     numbers = science_numbers(result, data)
     assert math.isnan(numbers["drop_all_mean"]) and numbers["drop_all_interval"] == "(no interval)"
     assert numbers["random_summary"] == "no seeded random ordering ran beside the gates ranking, so whether it beats random is not measured"
-    shown = T.main_table_display(result.table)
+    shown = IT.main_table_display(result.table)
     assert "nan" not in shown._repr_html_().lower()
-    assert T.verdicts_display(result.claims).to_frame().shape == (4, 6)
+    assert IT.verdicts_display(result.claims).to_frame().shape == (4, 6)
 
 
 def _run_chapter_cells(path: str, data, monkeypatch) -> dict:
@@ -318,16 +320,17 @@ def _run_chapter_cells(path: str, data, monkeypatch) -> dict:
     import myst_nb
 
     import papa
-    import papa.book
+    import papa.book.data
 
     glued: dict = {}
     monkeypatch.setattr(myst_nb, "glue", lambda name, value, display=True: glued.__setitem__(name, value))
-    monkeypatch.setattr(papa.book, "load_book_data", lambda _: data)
+    monkeypatch.setattr(papa.book.data, "load_book_data", lambda _: data)
     text = Path(path).read_text(encoding="utf-8")
     namespace: dict = {"grid_config": "configs/hand.yaml", "papa": papa}
     for cell in re.findall(r"```\{code-cell\}\n(.*?)```", text, re.S):
-        if "parameters" in cell.split("\n", 1)[0] or "parameters(globals())" in cell or "constants_file" in cell:
-            continue
+        if "parameters" in cell.split("\n", 1)[0] or "constants_figure" in cell:
+            continue  # the parameters cell, and the constants figure (hand-made runs have no constants file)
+        cell = "\n".join(line for line in cell.splitlines() if "parameters(globals())" not in line)  # the imports run
         tree = ast.parse("\n".join(line for line in cell.splitlines() if not line.startswith(":tags:")))
         last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None
         exec(compile(tree, path, "exec"), namespace)

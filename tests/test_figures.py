@@ -14,22 +14,11 @@ import pytest
 import torch
 from test_results import grid
 
-from papa.analysis.figures import (
-    TEXT_WIDTH,
-    VEGA_BUNDLE_NAME,
-    VEGALITE_MIMETYPE,
-    Figure,
-    enable_offline_renderer,
-    fig_constants,
-    fig_convergence,
-    fig_head_ranking,
-    fig_score_vs_dynamic_heads,
-    glue_figure,
-    offline_html,
-    write_vega_bundle,
-)
+from papa.analysis.figure_kit import TEXT_WIDTH, Figure, glue_figure
+from papa.analysis.figures import fig_convergence, fig_score_vs_dynamic_heads
+from papa.analysis.offline import VEGA_BUNDLE_NAME, VEGALITE_MIMETYPE, enable_offline_renderer, offline_html, write_vega_bundle
 from papa.analysis.results import epoch_table, floors_table, load_results, summarise
-from papa.analysis.run_figures import _downsample
+from papa.analysis.run_figures import _downsample, fig_constants, fig_head_ranking
 from papa.core.errors import PapaError
 
 
@@ -217,7 +206,7 @@ def test_paper_analogues_fit_and_say_their_verdict(tmp_path):
     from test_chapters_science import CONFIG, write_grid
 
     from papa.analysis import paper
-    from papa.analysis.figures import fig_better_models, fig_paper_scores, fig_relative_score
+    from papa.analysis.paper_figures import fig_better_models, fig_paper_scores, fig_relative_score
     from papa.book.data import book_data
     from papa.book.science import analogue_figures, chapter_science, placeholder_figure
 

@@ -20,7 +20,9 @@ import yaml
 
 from papa.core.errors import PapaError
 from papa.pipeline import runner
-from papa.pipeline.grid import ROOT, GridLock, Manifest, expand, load_config, run_grid, runs_dir, stale_runs
+from papa.pipeline.plan import ROOT, expand, load_config, runs_dir
+from papa.pipeline.runner import run_grid, stale_runs
+from papa.pipeline.stamps import GridLock, Manifest
 
 pytestmark = [pytest.mark.data, pytest.mark.slow]
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from papa.pipeline.grid import DEFAULT_SECONDS, HUB_TRAIN_SIZES, PROBE_SECONDS_PER_EXAMPLE, PROBE_STARTUP_SECONDS, Manifest, Run, estimate_seconds, run_seconds_guess
+from papa.pipeline.estimate import DEFAULT_SECONDS, HUB_TRAIN_SIZES, PROBE_SECONDS_PER_EXAMPLE, PROBE_STARTUP_SECONDS, estimate_seconds, run_seconds_guess
+from papa.pipeline.plan import Run
+from papa.pipeline.stamps import Manifest
 
 
 @pytest.fixture

@@ -210,7 +210,8 @@ def test_floors_table_informative_flags(tmp_path):
 
 
 def test_sensitivity_table_by_hand(tmp_path):
-    from papa.book import book_data_from, sensitivity_table, study_frame
+    from papa.book.data import book_data_from, study_frame
+    from papa.book.studies import sensitivity_table
 
     runs = {}
     for seed in (1, 2, 3):  # official: 0.80 → 0.72 (drop 10%); tuned: 0.90 → 0.88 (drop ≈2.2%)
@@ -219,7 +220,7 @@ def test_sensitivity_table_by_hand(tmp_path):
         for k, score in ((0, 0.90), (72, 0.88)):
             r = result(k=k, seed=seed, score=score + 0.001 * seed, epochs=4, lr=1e-3)
             r["config"]["selection"], r["selected_epoch"] = "heldout", 3
-            runs[f"probe__sst2__k{k}__tuned__s{seed}"] = r  # a study's runs carry its name (papa.pipeline.grid.expand)
+            runs[f"probe__sst2__k{k}__tuned__s{seed}"] = r  # a study's runs carry its name (papa.pipeline.plan.expand)
     tidy = load_results(write(tmp_path, runs))
     config = {
         "models": ["minilm-l6"],
@@ -240,7 +241,7 @@ def test_sensitivity_table_by_hand(tmp_path):
 
 
 def test_still_rising_by_hand():
-    from papa.book import still_rising
+    from papa.book.data import still_rising
 
     def run(run_id, scores):
         return [{"run_id": run_id, "model": "minilm-l6", "task": "sst2", "k": 0, "seed": 1, "probe_input": "all", "epoch": e + 1, "score": s} for e, s in enumerate(scores)]
@@ -252,7 +253,8 @@ def test_still_rising_by_hand():
 
 
 def test_sensitivity_table_names_the_whole_split_and_skips_what_is_not_its_own(tmp_path):
-    from papa.book import book_data_from, sensitivity_table, study_frame
+    from papa.book.data import book_data_from, study_frame
+    from papa.book.studies import sensitivity_table
 
     runs = {}
     for seed in (1, 2):
@@ -303,7 +305,7 @@ def test_epoch_table_and_tidy_frame_without_a_per_epoch_dev_curve(tmp_path):
 
 def test_book_data_keeps_the_records_and_reads_the_chosen_lr(tmp_path):
     """``lr: select``: the main grid takes every chosen lr; the records (with their dev predictions) stay loaded."""
-    from papa.book import book_data
+    from papa.book.data import book_data
 
     (tmp_path / "results").mkdir()
     write(tmp_path / "results", {"a": result(seed=1, lr=1e-3, epochs=20), "b": result(task="cola", seed=1, lr=2e-4, epochs=20, metric="matthews_correlation")})
@@ -316,7 +318,7 @@ def test_book_data_keeps_the_records_and_reads_the_chosen_lr(tmp_path):
 def test_study_frame_applies_per_model_settings(tmp_path):
     """probe.per_model: mpnet-base's runs (15-epoch cap, 1,000 examples) belong to the main grid beside the MiniLM's
     (20, 2,000); the largest size is kept per model and task, not per task."""
-    from papa.book import book_data
+    from papa.book.data import book_data
 
     (tmp_path / "results").mkdir()
     runs = {

@@ -12,20 +12,9 @@ from test_results import grid, result, write
 
 from papa.analysis.basis import build_basis, retained_gains
 from papa.analysis.results import floors_table, load_results, read_results, summarise
-from papa.book import floors_display
-from papa.book.tables import (
-    DASH,
-    NBSP,
-    auto_table,
-    enable_table_display,
-    escape_cell_pipes,
-    md_cell,
-    retained_gains_display,
-    score_interval,
-    score_spread,
-    scores_display,
-    table,
-)
+from papa.book.data import floors_display
+from papa.book.table_format import DASH, NBSP, auto_table, enable_table_display, escape_cell_pipes, md_cell, score_interval, score_spread, table
+from papa.book.tables import retained_gains_display, scores_display
 
 BAD = re.compile(r"\bNaN\b|\bnan\b|\bNone\b|rows × |\d+ rows")
 
@@ -144,7 +133,7 @@ def _main_rows() -> pd.DataFrame:
 
 
 def test_main_table_display_cells():
-    from papa.book.tables import main_table_display
+    from papa.book.interval_tables import main_table_display
 
     shown = main_table_display(_main_rows())
     cells = shown.to_frame()
@@ -170,7 +159,7 @@ def test_main_table_display_cells():
 
 def test_verdicts_and_paper_table_display():
     from papa.analysis.paper import paper_table
-    from papa.book.tables import paper_table_display, verdicts_display
+    from papa.book.interval_tables import paper_table_display, verdicts_display
 
     claims = pd.DataFrame([("1. Half", "≈0–2%", "1.3% [0.1%, 2.0%]", "reproduced", "Upper end 2.0%.", "rule")], columns=["claim", "paper", "ours", "verdict", "reason", "rule"])
     assert verdicts_display(claims).columns == ["claim", "verdict", "our runs (pooled 95% interval)", "why", "the paper", "rule and runs counted"]
@@ -224,7 +213,7 @@ def test_retained_gain_of_an_uninformative_task_is_not_shown():
 
 
 def test_a_relative_drop_from_a_k0_score_within_noise_of_zero_is_a_dash_with_a_note():
-    from papa.book.tables import main_table_display
+    from papa.book.interval_tables import main_table_display
 
     rows = _main_rows()
     rows.loc[2, ["relative_low", "relative_high"]] = math.nan  # a resample's k = 0 score was ≤ 0: no interval, no ratio

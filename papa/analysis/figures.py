@@ -17,8 +17,8 @@ so it fits the book's text column at any window width from 1,024 px up.
 * :func:`fig_paper_scores`, :func:`fig_relative_score`, :func:`fig_better_models` — the paper's analogues
   (a)–(c) with intervals, from :mod:`papa.analysis.paper` (in :mod:`papa.analysis.paper_figures`).
 
-Shared pieces (Figure, width budget, panels, caption words) live in :mod:`papa.analysis.figure_kit`,
-offline rendering in :mod:`papa.analysis.offline`; both are re-exported here.
+Shared pieces (Figure, width budget, panels, caption words, glue_figure) live in :mod:`papa.analysis.figure_kit`,
+offline rendering in :mod:`papa.analysis.offline`: import them from there.
 """
 
 from __future__ import annotations
@@ -27,37 +27,17 @@ import altair as alt
 import numpy as np
 import pandas as pd
 
-from papa.analysis.figure_kit import (  # noqa: F401  (TASK_NAMES, METRIC_NAMES, Figure ... are part of this module's interface)
-    AXIS_PX,
-    METRIC_NAMES,
-    TASK_NAMES,
-    TEXT_WIDTH,
+from papa.analysis.figure_kit import (
     Figure,
     clean,
     facet,
     finish,
-    glue_figure,
     legend,
-    metric_name,
-    panel_layout,
     panels,
     seeds_words,
-    task_name,
     words,
 )
-from papa.analysis.offline import (  # noqa: F401  (re-exported: the old import path)
-    RENDERER_NAME,
-    VEGA_BUNDLE_NAME,
-    VEGALITE_MIMETYPE,
-    chart_id,
-    enable_offline_renderer,
-    offline_html,
-    offline_renderer,
-    write_vega_bundle,
-)
-from papa.analysis.paper_figures import fig_better_models, fig_paper_scores, fig_relative_score  # noqa: F401  (the paper's analogues)
 from papa.analysis.results import spread_shared
-from papa.analysis.run_figures import fig_constants, fig_head_ranking  # noqa: F401  (re-exported: papa.figures.fig_constants)
 from papa.core.errors import PapaError
 
 K0_LABEL, KALL_LABEL = "k = 0 (all heads attend)", "k = all (all heads constant)"
@@ -167,22 +147,6 @@ def fig_convergence(epochs: pd.DataFrame, mode: str | None = None, label: str = 
 
 __all__ = [
     "FLOOR_STYLES",
-    "Figure",
-    "RENDERER_NAME",
-    "TEXT_WIDTH",
-    "VEGALITE_MIMETYPE",
-    "VEGA_BUNDLE_NAME",
-    "chart_id",
-    "enable_offline_renderer",
-    "fig_constants",
     "fig_convergence",
-    "fig_head_ranking",
     "fig_score_vs_dynamic_heads",
-    "glue_figure",
-    "metric_name",
-    "offline_html",
-    "offline_renderer",
-    "panel_layout",
-    "task_name",
-    "write_vega_bundle",
 ]

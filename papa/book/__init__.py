@@ -1,9 +1,4 @@
-"""The Jupyter Book: the chapters' data and tables (``papa.book.<name>`` reaches :mod:`papa.book.data`,
-:mod:`papa.book.probe_checks`, :mod:`papa.book.science` and :mod:`papa.book.studies`); the generated pages
-(:mod:`papa.book.pages`) and the build (:mod:`papa.book.build`) are imported from their own modules, so a chapter's
-run key never covers the site code."""
-
-from papa.book.data import *  # noqa: F403
-from papa.book.probe_checks import *  # noqa: F403
-from papa.book.science import *  # noqa: F403
-from papa.book.studies import *  # noqa: F403
+"""The Jupyter Book: the chapters' data (:mod:`papa.book.data`), their statistics read from the one basis
+(:mod:`papa.book.science`, :mod:`papa.book.studies`, :mod:`papa.book.probe_checks`), their tables
+(:mod:`papa.book.tables`, :mod:`papa.book.interval_tables`, :mod:`papa.book.table_format`), the generated pages
+(:mod:`papa.book.pages`) and the build (:mod:`papa.book.build`). Import each name from the module that defines it."""

@@ -93,7 +93,7 @@ def check_assets() -> None:
 
 def stage_assets(static: Path) -> None:
     """Stage every asset into ``static`` (the Vega bundle, itables' script, MathJax)."""
-    from papa.analysis.figures import write_vega_bundle
+    from papa.analysis.offline import write_vega_bundle
 
     static.mkdir(parents=True, exist_ok=True)
     write_vega_bundle(static)

@@ -2,7 +2,7 @@
 
 ``papa book build --config configs/default.yaml`` (what ``make book`` runs):
 
-1. brings the grid's runs up to date (:func:`papa.pipeline.grid.run_grid`; only missing or stale runs are
+1. brings the grid's runs up to date (:func:`papa.pipeline.runner.run_grid`; only missing or stale runs are
    executed) — or, with ``--as-is``, renders the committed runs as they are and marks stale ones;
 2. checks the assets (:func:`papa.book.assets.check_assets`), renders every generated page in memory, then writes
    them, each atomically: ``_toc.yml``, ``book/reproducibility.md`` (versions, commit, device and duration per run,

@@ -11,7 +11,7 @@ import pandas as pd
 from papa.analysis import results as R
 from papa.analysis.basis import Basis, build_basis
 from papa.analysis.figure_kit import metric_name, task_name
-from papa.book import tables as T
+from papa.book import table_format as T
 from papa.core.io import read_json_verified
 from papa.pipeline.plan import ROOT, load_config
 
@@ -82,7 +82,7 @@ def study_frame(tidy: pd.DataFrame, config: dict, study: dict | None = None) -> 
     """Rows of ``tidy`` that belong to a study (the main grid when ``study`` is None): per model (its
     ``probe.per_model`` settings applied) the same lr, epochs, epoch selection, modes and tasks, and per model
     and task the largest training size not above the study's. A named study keeps only its own runs (run ids
-    tagged ``__<name>__s<seed>`` by :func:`papa.pipeline.grid.expand`), so a study that has not run yet is empty,
+    tagged ``__<name>__s<seed>`` by :func:`papa.pipeline.plan.expand`), so a study that has not run yet is empty,
     never another study's runs. The main grid leaves out the runs of every study that trains the probe otherwise
     (:func:`probe_setting_studies`): with ``lr: select`` any lr passes its filter, and a study at a fixed lr
     would otherwise join the main grid's runs."""

@@ -22,7 +22,7 @@ from papa.analysis import verdicts as V
 from papa.analysis.basis import build_basis, claim_cells, k0_and_all
 from papa.analysis.figure_kit import AXIS_PX, TEXT_WIDTH, Figure, finish
 from papa.analysis.paper_figures import fig_better_models, fig_paper_scores, fig_relative_score
-from papa.book.data import BookData, headline_ranking
+from papa.book.data import BookData, headline_ranking, still_rising
 from papa.book.words import and_list, fraction_words, plural, task_name
 
 #: The paper's literal setting (the ``literal`` studies): lr, epochs, epoch selection.
@@ -49,6 +49,7 @@ class Science:
     model_drops: pd.DataFrame  # pooled.model_drops of the cells
     cells: pd.DataFrame  # pooled.drop_cells of the converged runs: the one source of every drop
     sensitivity: pd.DataFrame  # verdicts.sensitivity
+    paper: pd.DataFrame  # paper.paper_table of the basis's scores and cells
 
 
 def _flag(value: object) -> bool | None:
@@ -93,6 +94,7 @@ def chapter_science(data: BookData, ranking: str | None = None, resamples: int =
         model_drops=pooled.model_drops(cells),
         cells=cells,
         sensitivity=V.sensitivity(cells),
+        paper=P.paper_table(basis.summary, basis.floors, ranking, cells=cells) if len(basis.summary) else pd.DataFrame(),
     )
 
 
@@ -259,6 +261,14 @@ def literal_comparison(data: BookData, resamples: int = S.RESAMPLES) -> pd.DataF
     return pd.DataFrame(out, columns=columns)
 
 
+def epoch_curves(data: BookData) -> tuple[str, pd.DataFrame]:
+    """``(curve, climbing)``: the per-epoch curve the main grid's runs recorded ("score", the dev score, where runs
+    scored it every epoch, else "heldout", the held-out training score) and, per run, whether that curve still climbs
+    over its last epochs (:func:`papa.book.data.still_rising`)."""
+    curve = "score" if data.epochs["score"].notna().any() else "heldout"
+    return curve, still_rising(data.epochs, curve=curve)
+
+
 def convergence_summary(data: BookData) -> tuple[pd.DataFrame, pd.DataFrame]:
     """``(per model and task, still rising)``: how many of the main grid's runs converged, still rose at the cap
     (not converged) or have no held-out curve, with the mean epochs trained; and one row per run that still rose."""
@@ -291,6 +301,7 @@ __all__ = [
     "analogue_figures",
     "placeholder_figure",
     "convergence_summary",
+    "epoch_curves",
     "literal_comparison",
     "largest_drop",
     "literal_studies",

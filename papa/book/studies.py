@@ -38,6 +38,23 @@ def compare(a: pd.DataFrame, b: pd.DataFrame, label_a: str, label_b: str) -> pd.
     return pd.DataFrame(rows)
 
 
+def faithful_comparison(data: BookData) -> pd.DataFrame | None:
+    """:func:`compare` of the faithful study (``modes: [faithful]``) with its cached twin (``modes: [cached]`` at the
+    same epoch cap): None when the grid ran no such pair."""
+    studies = data.config.get("studies", [])
+    faithful = [s for s in studies if s.get("modes") == ["faithful"]]
+    twins = [s for s in studies if faithful and s.get("modes") == ["cached"] and s.get("epochs") == faithful[0].get("epochs")]
+    if not faithful or not twins or not len(data.studies.get(faithful[0]["name"], [])):
+        return None
+    return compare(data.studies[twins[0]["name"]], data.studies[faithful[0]["name"]], "cached", "faithful")
+
+
+def size_sensitivity(data: BookData) -> pd.DataFrame:
+    """The rows of :func:`sensitivity_table` whose study changes only the training size (:func:`size_studies`)."""
+    sizes = sensitivity_table(data)
+    return sizes[sizes["study"].isin(size_studies(data.config))] if len(sizes) else sizes
+
+
 def _describe(settings: dict, official: dict, whole_split: int | None = None) -> str:
     """The study's differences from the official setting in words (``whole_split``: the number of
     examples the whole training split turned out to hold, when the study used it)."""
@@ -209,4 +226,4 @@ def drop_checks_summary(checks: pd.DataFrame) -> str:
     return sentence
 
 
-__all__ = ["compare", "drop_checks", "drop_checks_summary", "sensitivity_table", "size_studies"]
+__all__ = ["compare", "drop_checks", "drop_checks_summary", "faithful_comparison", "sensitivity_table", "size_sensitivity", "size_studies"]

@@ -14,7 +14,7 @@ from typing import Any
 
 import pandas as pd
 
-from papa.book import tables as T
+from papa.book import table_format as T
 from papa.book.data import BookData, load_book_data
 from papa.book.science import Science, chapter_science
 from papa.book.words import and_list, plural, task_name

@@ -7,11 +7,11 @@ three decimals and their "± spread" or "[lo, hi]" in one cell that never wraps)
 missing value is an en dash with a footnote that says why. Key columns come first. Wider than the
 text column, the table scrolls inside its own box, never the page.
 
-* :func:`table` — any frame, with explicit column kinds, headers and footnotes;
+The table machinery (:class:`Table`, :func:`table`, formatters) lives in :mod:`papa.book.table_format`, the
+tables with intervals in :mod:`papa.book.interval_tables`; this module holds the other chapter tables:
+
 * :func:`scores_display`, :func:`retained_gains_display`, :func:`layer_display`,
   :func:`sensitivity_display`, :func:`compare_display`, :func:`rising_display` — the chapters' tables;
-* :func:`enable_table_display` — every other DataFrame a notebook shows goes through :func:`auto_table`;
-* :func:`md_cell`, :func:`escape_cell_pipes` — a literal ``|`` inside a Markdown table cell.
 """
 
 from __future__ import annotations
@@ -22,42 +22,19 @@ from typing import Any
 import pandas as pd
 
 from papa.analysis.results import spread_shared
-from papa.book.interval_tables import (  # noqa: F401,E402  (re-exported: the chapters' tables with intervals)
-    INTERVAL_NOTE,
-    convergence_display,
-    literal_display,
-    main_table_display,
-    paper_table_display,
-    random_display,
-    still_rising_display,
-    verdict_sensitivity_display,
-    verdicts_display,
-)
-from papa.book.table_format import (  # noqa: F401  (re-exported: papa.book.tables is the notebooks' one import)
-    DASH,
-    DEFAULT_MISSING,
-    KINDS,
+from papa.book.table_format import (
     NBSP,
     SEED_RANGE_NOTE,
     Table,
-    auto_table,
-    enable_table_display,
-    escape_cell_pipes,
-    fraction_text,
     has_several,
-    integer,
     is_missing,
     key_text,
-    md_cell,
     model_task_kinds,
     nominal_fraction,
-    percent,
     score,
-    score_interval,
     score_spread,
     table,
     text,
-    yes_no,
 )
 
 # -- the chapters' tables ----------------------------------------------------------------------------
@@ -234,30 +211,13 @@ def rising_display(rising: pd.DataFrame) -> Table:
 
 
 __all__ = [
-    "DASH",
-    "KINDS",
-    "NBSP",
-    "Table",
-    "auto_table",
-    "convergence_display",
-    "literal_display",
-    "main_table_display",
-    "paper_table_display",
-    "random_display",
-    "still_rising_display",
-    "verdicts_display",
+    "NOISY_DROP",
+    "NOISY_GAIN",
     "compare_display",
+    "drop_checks_display",
     "layer_display",
     "retained_gains_display",
     "rising_display",
     "scores_display",
     "sensitivity_display",
-    "enable_table_display",
-    "escape_cell_pipes",
-    "md_cell",
-    "percent",
-    "score",
-    "score_interval",
-    "score_spread",
-    "table",
 ]

@@ -1,4 +1,6 @@
-"""One YAML config per grid → a dependency-ordered list of notebook runs, executed with papermill.
+"""The grid, as a whole (an overview; the code lives in the modules it names).
+
+One YAML config per grid → a dependency-ordered list of notebook runs, executed with papermill.
 
 A config (``configs/*.yaml``) names models × tasks × head fractions × seeds × modes × sizes and the
 extra studies; :func:`load_config` validates it (unknown keys, models, tasks, methods and
@@ -30,14 +32,3 @@ depend on it, reports every failure at the end and exits non-zero. A runs folder
 the config dropped) is named by ``--dry-run`` as "not in the plan" and removed by ``--prune``; a run page
 executed before its kind's title changed has its text refreshed, not re-executed.
 """
-
-from papa.pipeline.estimate import *  # noqa: F403
-from papa.pipeline.estimate import (
-    _format,  # noqa: F401
-    _train_split_size,  # noqa: F401
-)
-from papa.pipeline.keys import *  # noqa: F403
-from papa.pipeline.keys import _data_fingerprint, _sha  # noqa: F401
-from papa.pipeline.plan import *  # noqa: F403
-from papa.pipeline.plan import _fraction, _heads_for  # noqa: F401
-from papa.pipeline.runner import *  # noqa: F403
