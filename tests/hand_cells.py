@@ -14,6 +14,7 @@ def cell(model: str, task: str, at: str, drop: float, samples: list[float] | np.
     """One cell: ``drop`` with its resampled drops ``samples`` (its interval is their 2.5/97.5 percentiles)."""
     samples = np.asarray(samples, dtype=float)
     low, high = (np.quantile(samples, [0.025, 0.975]) if np.isfinite(samples).all() else (math.nan, math.nan)) if len(samples) else (math.nan, math.nan)
+    clear = bool(len(samples)) and bool(np.isfinite(samples).all())  # as the basis: no drop where s̄₀ ≤ 0 on a resample
     return {
         "model": model,
         "task": task,
@@ -27,7 +28,7 @@ def cell(model: str, task: str, at: str, drop: float, samples: list[float] | np.
         "paired_score": score_0 * (1 - drop),
         "ranking": "all" if at == "all" else "gates",
         "fraction": 1.0 if at == "all" else 0.5,
-        "relative_drop": drop,
+        "relative_drop": drop if clear else math.nan,
         "relative_low": float(low),
         "relative_high": float(high),
         "real": bool(low > 0 or high < 0),
@@ -38,7 +39,7 @@ def cell(model: str, task: str, at: str, drop: float, samples: list[float] | np.
 
 
 def cells(rows: list[dict]) -> pd.DataFrame:
-    return pd.DataFrame(rows, columns=CELL_COLUMNS)
+    return pd.DataFrame(rows, columns=[*CELL_COLUMNS, "at"])  # at: as papa.analysis.basis.claim_cells labels them
 
 
 def spread(centre: float, width: float, n: int = 101) -> np.ndarray:

@@ -213,7 +213,7 @@ def test_paper_analogues_fit_and_say_their_verdict(tmp_path):
     write_grid(tmp_path)
     data = book_data(CONFIG, tmp_path)
     result = chapter_science(data, resamples=50)
-    points = paper.score_vs_dynamic_heads(result.summary, data.floors, result.differences_basis)
+    points = paper.score_vs_dynamic_heads(result.summary, data.floors, result.differences)
     a = fig_paper_scores(points, "gates")
     b = fig_relative_score(paper.relative_score_vs_constant_fraction(result.summary, data.floors))
     c = fig_better_models(*result.better)
@@ -221,7 +221,7 @@ def test_paper_analogues_fit_and_say_their_verdict(tmp_path):
         valid(figure)
         assert svg_size(figure)[0] <= TEXT_WIDTH, figure.label
     bars = [r for r in data_rows(a.chart.to_dict()) if r["layer"] == "score" and r["k"] == 8 and r["model"] == "ma"]
-    assert bars[0]["low"] == pytest.approx(0.85 + result.differences_basis.set_index(["model", "k"]).loc[("ma", 8), "low"], abs=1e-4)
+    assert bars[0]["low"] == pytest.approx(0.85 + result.differences.set_index(["model", "k"]).loc[("ma", 8), "low"], abs=1e-4)
     assert "one colour per model (ma, 8 heads and mb, 8 heads)" in a.caption
     assert "(n = 2)" in c.caption and "Verdict: not testable." in c.caption
     assert [f.label for f in analogue_figures(result, data)] == ["fig-paper-scores", "fig-relative-score", "fig-better-models"]

@@ -26,7 +26,7 @@ import yaml
 
 from papa.cli import main
 from papa.core.errors import PapaError
-from papa.pipeline import clusters, runner
+from papa.pipeline import runner
 from papa.pipeline.clusters import SchedulerSpec, parse_scheduler
 from papa.pipeline.estimate import _split_size
 from papa.pipeline.plan import ROOT
@@ -132,7 +132,7 @@ def test_a_scheduler_that_fails_to_start_leaves_no_new_runs_folder_but_keeps_an_
     path, folder = grid
     monkeypatch.setenv("PAPA_DATA_DIR", str(tmp_path))  # a data folder: the runs are runnable
     monkeypatch.setenv("PAPA_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setattr(clusters, "preflight", lambda spec: None)
+    monkeypatch.setattr(runner, "preflight", lambda spec: None)  # the name run_grid calls
 
     def no_workers(*args, **kwargs):
         raise PapaError("No worker joined local:2 within 300 s", "Start workers.")

@@ -216,7 +216,8 @@ def test_a_relative_drop_from_a_k0_score_within_noise_of_zero_is_a_dash_with_a_n
     from papa.book.interval_tables import main_table_display
 
     rows = _main_rows()
-    rows.loc[2, ["relative_low", "relative_high"]] = math.nan  # a resample's k = 0 score was ≤ 0: no interval, no ratio
+    # a resample's k = 0 score was ≤ 0: the basis gives no ratio (tests/test_basis.py), and the table says why
+    rows.loc[2, ["relative_drop", "relative_low", "relative_high"]] = math.nan
     shown = main_table_display(rows)
     column = shown.columns.index("relative drop [95% interval]")
     assert shown.rows[2][column] is None and shown.rows[1][column] == f"0.3%{NBSP}[0.0%,{NBSP}0.9%]"

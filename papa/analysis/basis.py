@@ -14,7 +14,7 @@ set of runs by :func:`build_basis`, in this order:
 4. **cells**: one row per model × task × ranking × k > 0 (:data:`CELL_COLUMNS`): the scores ``score_0`` and
    ``score`` (step 2), the paired seeds' means ``paired_score_0``/``paired_score`` that the drop is computed from
    (they differ from the scores only where a seed converged on one side), the drop with its 95% interval, and
-   ``at`` = "half" / "all" for the cells the claims average.
+   :func:`claim_cells` labels those the claims average ``at`` = "half" / "all".
 
 A relative drop ``(s̄₀ − s̄ₖ) / s̄₀`` is shown only where its denominator is clear of zero: on every bootstrap
 resample the k = 0 score is above 0 (else its interval is undefined, and so, here, is the drop).
@@ -32,6 +32,7 @@ import pandas as pd
 
 from papa.analysis import results as R
 from papa.analysis import stats as S
+from papa.core.errors import PapaError
 from papa.core.heads import count_for
 
 #: Columns of :attr:`Basis.cells` (``samples``: the relative drop on every resample, an ``[R]`` array per cell).
@@ -44,7 +45,6 @@ CELL_COLUMNS = [
     "k",
     "total_heads",
     "fraction",
-    "at",
     "score_0",
     "score",
     "paired_score_0",
@@ -133,13 +133,7 @@ class Basis:
         return rows.iloc[0] if len(rows) else None
 
 
-def _at(ranking: str, k: int, total: int, headline: str) -> str | None:
-    if k == total:
-        return "all"
-    return "half" if k == count_for(Fraction(1, 2), total) and ranking == headline else None
-
-
-def _cells(differences: pd.DataFrame, summary: pd.DataFrame, floors: pd.DataFrame, ranking: str) -> pd.DataFrame:
+def _cells(differences: pd.DataFrame, summary: pd.DataFrame, floors: pd.DataFrame) -> pd.DataFrame:
     rows = []
     full = summary[summary["probe_input"] == "all"] if len(summary) else summary
     means = full.set_index(["model", "task", "ranking", "k"])["mean"].to_dict() if len(full) else {}
@@ -159,9 +153,9 @@ def _cells(differences: pd.DataFrame, summary: pd.DataFrame, floors: pd.DataFram
                 "k": int(row.k),
                 "total_heads": total,
                 "fraction": row.k / total,
-                "at": _at(row.ranking, int(row.k), total, ranking),
                 "score_0": float(means.get((row.model, row.task, "none", 0), math.nan)),
-                "score": float(means.get((row.model, row.task, row.ranking if row.ranking != "random" else "", int(row.k)), math.nan)),
+                # the pooled random orderings have no seed mean of their own (their runs score under random-<n>)
+                "score": math.nan if row.ranking == "random" else float(means.get((row.model, row.task, row.ranking, int(row.k)), math.nan)),
                 "paired_score_0": float(row.base_score),
                 "paired_score": float(row.score),
                 "difference": float(row.difference),
@@ -181,10 +175,13 @@ def _cells(differences: pd.DataFrame, summary: pd.DataFrame, floors: pd.DataFram
     return frame.sort_values(["model", "task", "ranking", "k"], ignore_index=True)
 
 
-def build_basis(runs: pd.DataFrame, records: Mapping[str, dict], ranking: str = "gates", resamples: int = S.RESAMPLES) -> Basis:
-    """The basis of ``runs`` (a tidy frame of one probe setting: :func:`papa.analysis.results.load_results`
-    rows) with their ``records`` (run id → result record, with dev predictions); ``ranking`` names the ordering
-    whose half-heads cells the claims average."""
+def build_basis(runs: pd.DataFrame, records: Mapping[str, dict], resamples: int = S.RESAMPLES) -> Basis:
+    """The basis of ``runs`` (a tidy frame of one probe setting in one execution mode:
+    :func:`papa.analysis.results.load_results` rows) with their ``records`` (run id → result record, with dev
+    predictions)."""
+    modes = sorted(set(runs["mode"].dropna())) if len(runs) else []
+    if len(modes) > 1:
+        raise PapaError(f"One basis reads one execution mode, but these runs hold {', '.join(modes)}", "Build one basis per mode.")
     kept, gate = gate_runs(runs)
     gated = bool(kept)
     ids = kept if gated else set(runs["run_id"])
@@ -195,12 +192,17 @@ def build_basis(runs: pd.DataFrame, records: Mapping[str, dict], ranking: str = 
     differences = S.paired_differences(chosen_records, resamples=resamples)
     n = int(chosen["run_id"].nunique()) if len(chosen) else 0
     words = f"the {n} converged runs" if gated else f"all {n} runs (none passed the convergence gate)"
-    return Basis(words, gated, gate, chosen, summary, floors, differences, _cells(differences, summary, floors, ranking))
+    return Basis(words, gated, gate, chosen, summary, floors, differences, _cells(differences, summary, floors))
 
 
-def claim_cells(basis: Basis) -> pd.DataFrame:
-    """The cells the claims average: at half (the headline ranking) and with every head constant."""
-    return basis.cells[basis.cells["at"].notna()].sort_values(["model", "task", "at"], ignore_index=True)
+def claim_cells(basis: Basis, ranking: str) -> pd.DataFrame:
+    """The cells the claims average, with ``at``: "half" (½ of the heads constant in ``ranking``'s order) and "all"
+    (every head constant)."""
+    cells = basis.cells
+    half = [count_for(Fraction(1, 2), int(total)) for total in cells["total_heads"]]
+    at = ["all" if k == t else "half" if k == h and r == ranking else None for k, t, h, r in zip(cells["k"], cells["total_heads"], half, cells["ranking"])]
+    chosen = cells.assign(at=pd.Series(at, index=cells.index, dtype=object)).dropna(subset=["at"])
+    return chosen.sort_values(["model", "task", "at"], ignore_index=True)
 
 
 def retained_gains(basis: Basis) -> pd.DataFrame:
@@ -213,10 +215,9 @@ def retained_gains(basis: Basis) -> pd.DataFrame:
         if (cell.model, cell.task) not in floors.index:
             continue
         floor = floors.loc[(cell.model, cell.task)]
-        higher = max(x for x in (floor["majority"], floor["attention_free"], -math.inf) if not pd.isna(x))
+        higher = float(np.nanmax([floor["majority"], floor["attention_free"], -math.inf]))  # as floors_table's floor
         informative = bool(floor["informative"])
-        paired_0, paired = cell.paired_score_0, cell.paired_score
-        gain = (paired - higher) / (paired_0 - higher) if informative and paired_0 > higher else math.nan
+        gain = R.retained_gain(cell.paired_score, cell.paired_score_0, higher) if informative else math.nan
         rows.append(
             {
                 "model": cell.model,

@@ -59,18 +59,18 @@ def _k_of(fraction: Fraction, total: int) -> int:
     return count_for(fraction, total) if 0 < fraction < 1 else int(fraction * total)
 
 
-def main_table(summary: pd.DataFrame, differences: pd.DataFrame, ranking: str = "gates", fractions: Sequence[Fraction] = MAIN_FRACTIONS) -> pd.DataFrame:
+def main_table(summary: pd.DataFrame, cells: pd.DataFrame, ranking: str = "gates", fractions: Sequence[Fraction] = MAIN_FRACTIONS) -> pd.DataFrame:
     """Per model and task, one row per fraction of constant heads (k = 0 ``none``, ``ranking`` in between,
     k = all ``all``): columns :data:`MAIN_COLUMNS`.
 
     ``score``, ``std``, ``seed_min``/``seed_max``, ``n_seeds``: the seed mean and spread of :func:`summarise`.
     ``difference``, ``low``, ``high``, ``real``, ``relative_drop``, ``relative_low``/``relative_high``,
-    ``n_examples``: the row of ``differences`` (:func:`papa.analysis.stats.paired_differences`) with the same model,
-    task, ranking and k, copied as they are (NaN / None at k = 0 or where no run stored dev predictions).
+    ``n_examples``: the cell of ``cells`` (:attr:`papa.analysis.basis.Basis.cells`, the full probe's) with the same
+    model, task, ranking and k, copied as they are (NaN / None at k = 0 or where no seed pairs).
     Only runs of the full probe (``probe_input == "all"``) count.
     """
     rows = summary[summary["probe_input"] == "all"]
-    diffs = differences[differences["probe_input"] == "all"].set_index(_KEYS) if len(differences) else None
+    diffs = cells.set_index(_KEYS) if len(cells) else None
     out = []
     for (model, task), group in rows.groupby(["model", "task"], sort=True):
         total = int(group["total_heads"].iloc[0])

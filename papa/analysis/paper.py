@@ -128,7 +128,7 @@ def relative_score_vs_constant_fraction(
 
 
 def better_models_lose_more(cells: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
-    """(c) ``(points, verdict)`` from :func:`papa.analysis.pooled.drop_cells`: one point per model with ``drop``
+    """(c) ``(points, verdict)`` from :func:`papa.analysis.basis.claim_cells`: one point per model with ``drop``
     (the pooled average relative drop with all heads constant, with its interval ``low``/``high``) and ``score``
     (average k = 0 score), ``n_tasks``, both over the informative tasks that *every* model has
     (:func:`papa.analysis.pooled.claim3_points`; the verdict's ``tasks`` lists them); and the statistics of
@@ -148,7 +148,7 @@ def paper_table(summary: pd.DataFrame, floors: pd.DataFrame, ranking: str = "gat
     over its informative tasks, whose ``max_drop_all`` is the largest per-task drop. Every row carries the
     paper's ``paper_average_drop_all`` (8 %) and ``paper_max_drop_all`` (20 %).
 
-    With ``cells`` (:func:`papa.analysis.pooled.drop_cells`, the book's one basis) every drop is the cell's paired
+    With ``cells`` (:func:`papa.analysis.basis.claim_cells`, the book's one basis) every drop is the cell's paired
     drop, the average row's drops are :func:`papa.analysis.pooled.pooled_drop` with their intervals
     (``drop_half_low`` ...) and a second row per model, ``task = "common"``, holds claim 3's point (the average
     over the informative tasks every model has); without, drops come from the seed means of ``summary``."""

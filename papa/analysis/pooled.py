@@ -23,13 +23,13 @@ import pandas as pd
 
 
 def _usable(cells: pd.DataFrame) -> pd.Series:
-    """Which cells have a relative drop on the dev set and on every resample (boolean, on ``cells``' index)."""
-    flags = [bool(np.isfinite(d) and np.isfinite(s).all()) for d, s in zip(cells["relative_drop"], cells["samples"])]
-    return pd.Series(flags, index=cells.index, dtype=bool)
+    """Which cells have a relative drop (the basis leaves it NaN unless the k = 0 score is above 0 on the dev set
+    and on every resample): boolean, on ``cells``' index."""
+    return cells["relative_drop"].notna()
 
 
 def pooled_drop(cells: pd.DataFrame, level: float = 0.95) -> dict:
-    """The average relative drop over ``cells`` (rows of :func:`drop_cells`) with the percentile bootstrap interval
+    """The average relative drop over ``cells`` (rows of :func:`papa.analysis.basis.claim_cells`) with the percentile bootstrap interval
     of that average: ``value``, ``low``, ``high``, ``n`` (cells averaged), ``excluded`` (cells left out because
     their drop is undefined: a k = 0 score ≤ 0 on the whole dev set or on a resample), ``models``, ``tasks``
     (sorted, of the cells averaged). Without a cell: NaN and ``n`` = 0."""

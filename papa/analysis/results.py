@@ -249,7 +249,7 @@ def floors_table(df: pd.DataFrame, results: str | Path | Mapping[str, dict] | No
     over dev examples: ``baseline − floor`` exceeds ``margin = max(2 × baseline_std, 2 × attention_free_std, 0.01)``
     (a missing std, e.g. one seed, counts as 0), and, given ``intervals`` (``{(model, task, mode): (low, high)}``,
     the 95% bootstrap interval over dev examples of the k = 0 score,
-    :func:`papa.analysis.findings.baseline_intervals`; columns ``baseline_low``/``baseline_high``), the interval's
+    :func:`papa.analysis.basis.baseline_intervals`; columns ``baseline_low``/``baseline_high``), the interval's
     lower bound lies above the floor. Only then can replacing attention lose anything measurable.
     """
     main = df[df["is_main"]]

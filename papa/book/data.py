@@ -32,6 +32,13 @@ class BookData:
     records: dict[str, dict] = field(default_factory=dict)  # run id → result record (with its dev predictions)
     lr_choices: dict[str, dict] = field(default_factory=dict)  # "<model>__<task>" → lr choice (papa.probing.protocol)
     basis: Basis | None = None  # the main grid's runs on the book's one basis (papa.analysis.basis; book_data_from)
+    study_bases: dict[str, Basis] = field(default_factory=dict, repr=False)  # built once each, by study_basis
+
+    def study_basis(self, name: str) -> Basis:
+        """The basis of study ``name``'s runs (:func:`papa.analysis.basis.build_basis`), built on first use."""
+        if name not in self.study_bases:
+            self.study_bases[name] = build_basis(self.studies[name], self.records)
+        return self.study_bases[name]
 
     @property
     def models(self) -> list[str]:
@@ -166,7 +173,7 @@ def book_data_from(config: dict, records: dict[str, dict], rankings: dict[str, l
     tidy = R.load_results(records)
     main = study_frame(tidy, config)
     epochs = R.epoch_table(records)
-    basis = build_basis(main, records, headline_ranking(config))
+    basis = build_basis(main, records)
     return BookData(
         config,
         tidy,

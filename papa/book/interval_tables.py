@@ -48,7 +48,7 @@ def main_table_display(main: pd.DataFrame) -> Table:
         heads=[_heads_label(k, t) for k, t in zip(main["k"], main["total_heads"])],
         score_cell=[score_spread(m, s) for m, s in zip(main["score"], main["std"])],
         difference_cell=[_difference_cell(d, lo, hi) for d, lo, hi in zip(main["difference"], main["low"], main["high"])],
-        drop_cell=[None if is_missing(lo) else _percent_cell(d, lo, hi) for d, lo, hi in zip(main["relative_drop"], main["relative_low"], main["relative_high"])],
+        drop_cell=[_percent_cell(d, lo, hi) for d, lo, hi in zip(main["relative_drop"], main["relative_low"], main["relative_high"])],
         spread=[None if is_missing(a) or is_missing(b) else f"{float(b) - float(a):.3f}" for a, b in zip(main["seed_min"], main["seed_max"])],
     )
     kinds: dict[str, Any] = model_task_kinds(frame) | {

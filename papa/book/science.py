@@ -31,23 +31,21 @@ LITERAL = (2e-5, 15, "final")
 
 @dataclass
 class Science:
-    """What the results chapter shows; every table is a pandas frame. Every drop on every page is a row of
-    ``cells`` (:func:`papa.analysis.pooled.drop_cells`: converged runs, paired by probe seed) or a
-    :func:`papa.analysis.pooled.pooled_drop` of them."""
+    """What the results chapter shows; every table is a pandas frame, every score and drop read from the main grid's
+    :class:`~papa.analysis.basis.Basis` (converged runs; drops paired by probe seed): a cell of it, or a
+    :func:`papa.analysis.pooled.pooled_drop` of the claims' cells."""
 
     ranking: str
     differences: pd.DataFrame  # paired differences to k = 0 of the basis's runs (stats.paired_differences)
     table: pd.DataFrame  # findings.main_table of the basis's runs, with a ``converged`` count column
     gate: dict  # the convergence gate over the main runs (stats.convergence_gate's summary)
-    converged_table: pd.DataFrame  # findings.main_table of the converged runs only
     basis: str  # which runs the tables and analogues are drawn from, in words
     summary: pd.DataFrame  # the seed means of the basis's runs
-    differences_basis: pd.DataFrame
     random: pd.DataFrame  # findings.random_baseline
     better: tuple[pd.DataFrame, dict]  # paper.better_models_lose_more of the cells (claim 3's points and statistics)
     claims: pd.DataFrame  # verdicts.claims_table
     model_drops: pd.DataFrame  # pooled.model_drops of the cells
-    cells: pd.DataFrame  # pooled.drop_cells of the converged runs: the one source of every drop
+    cells: pd.DataFrame  # basis.claim_cells: the cells the claims average (at half and all heads)
     sensitivity: pd.DataFrame  # verdicts.sensitivity
     paper: pd.DataFrame  # paper.paper_table of the basis's scores and cells
 
@@ -72,11 +70,10 @@ def _converged_counts(table: pd.DataFrame, main: pd.DataFrame) -> pd.DataFrame:
 def chapter_science(data: BookData, ranking: str | None = None, resamples: int = S.RESAMPLES) -> Science:
     """Everything the results chapter shows, read from the main grid's one basis (``data.basis``: converged runs,
     each drop paired by probe seed); only when no run converged are the claims not testable."""
-    basis = data.basis if ranking in (None, headline_ranking(data.config)) and resamples == S.RESAMPLES else None
+    basis = data.basis if resamples == S.RESAMPLES else build_basis(data.main, data.records, resamples)
     ranking = ranking or headline_ranking(data.config)
-    basis = basis or build_basis(data.main, data.records, ranking, resamples)
-    table = F.main_table(basis.summary, basis.differences, ranking)
-    cells = claim_cells(basis)
+    table = F.main_table(basis.summary, basis.cells, ranking)
+    cells = claim_cells(basis, ranking)
     if not basis.gated:
         cells = cells.iloc[:0]
     return Science(
@@ -84,10 +81,8 @@ def chapter_science(data: BookData, ranking: str | None = None, resamples: int =
         differences=basis.differences,
         table=_converged_counts(table, data.main),
         gate=basis.gate,
-        converged_table=table if basis.gated else table.iloc[:0],
         basis=basis.words,
         summary=basis.summary,
-        differences_basis=basis.differences,
         random=F.random_baseline(_records(data, set(basis.runs["run_id"])), resamples=resamples),
         better=P.better_models_lose_more(cells),
         claims=V.claims_table(cells, basis.gate),
@@ -202,7 +197,7 @@ def placeholder_figure(label: str, why: str) -> Figure:
 def analogue_figures(result: Science, data: BookData) -> list[Figure]:
     """The paper's analogues (a)–(c) drawn from ``result.basis``'s runs (:mod:`papa.analysis.paper_figures`), each
     replaced by a :func:`placeholder_figure` when its data is empty (e.g. no informative task)."""
-    differences = result.differences_basis if len(result.differences_basis) else None  # no run stored dev predictions
+    differences = result.differences if len(result.differences) else None  # no run stored dev predictions
     points = P.score_vs_dynamic_heads(result.summary, data.floors, differences) if len(result.summary) else pd.DataFrame(columns=["ranking"])
     relative = P.relative_score_vs_constant_fraction(result.summary, data.floors, result.ranking, differences=differences) if len(result.summary) else pd.DataFrame()
     points_c, verdict = result.better  # the claims table's points and verdict (converged runs), never recomputed on others
@@ -241,24 +236,23 @@ def literal_comparison(data: BookData, resamples: int = S.RESAMPLES) -> pd.DataF
     book's basis, ``data.basis``), beside the paper's literal setting's (lr 2e-5, 15 epochs, final epoch: no
     held-out curve, so every literal run counts); ``lr`` is the main protocol's chosen lr. Empty without a
     literal run."""
-    frames = [data.studies[name] for name in literal_studies(data.config) if name in data.studies and len(data.studies[name])]
+    names = [name for name in literal_studies(data.config) if name in data.studies and len(data.studies[name])]
     sides = ("k0", "all", "drop", "low", "high", "real")
     columns = ["model", "task", "lr", *(f"main_{x}" for x in sides), *(f"literal_{x}" for x in sides), "literal_seeds"]
-    if not frames:
-        return pd.DataFrame(columns=columns)
-    literal = build_basis(pd.concat(frames, ignore_index=True), data.records, headline_ranking(data.config), resamples)
     out = []
-    for model, task in sorted(set(zip(literal.runs["model"], literal.runs["task"]))):
-        lit, main = k0_and_all(literal, model, task), k0_and_all(data.basis, model, task)
-        if lit is None:
-            continue
-        lrs = data.main.loc[(data.main["model"] == model) & (data.main["task"] == task) & (data.main["k"] == 0), "lr"].dropna().unique()
-        record = {"model": model, "task": task, "lr": float(lrs[0]) if len(lrs) == 1 else math.nan}
-        for prefix, side in (("main", main), ("literal", lit)):
-            record |= {f"{prefix}_{x}": (side[x] if side is not None else (None if x == "real" else math.nan)) for x in sides}
-        record["literal_seeds"] = len(lit["seeds"])
-        out.append(record)
-    return pd.DataFrame(out, columns=columns)
+    for name in names:
+        literal = data.study_basis(name) if resamples == S.RESAMPLES else build_basis(data.studies[name], data.records, resamples)
+        for model, task in sorted(set(zip(literal.runs["model"], literal.runs["task"]))):
+            lit, main = k0_and_all(literal, model, task), k0_and_all(data.basis, model, task)
+            if lit is None:
+                continue
+            lrs = data.main.loc[(data.main["model"] == model) & (data.main["task"] == task) & (data.main["k"] == 0), "lr"].dropna().unique()
+            record = {"model": model, "task": task, "lr": float(lrs[0]) if len(lrs) == 1 else math.nan}
+            for prefix, side in (("main", main), ("literal", lit)):
+                record |= {f"{prefix}_{x}": (side[x] if side is not None else (None if x == "real" else math.nan)) for x in sides}
+            record["literal_seeds"] = len(lit["seeds"])
+            out.append(record)
+    return pd.DataFrame(out, columns=columns).sort_values(["model", "task"], ignore_index=True)
 
 
 def epoch_curves(data: BookData) -> tuple[str, pd.DataFrame]:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pandas as pd
 
 from papa.analysis import results as R
-from papa.analysis.basis import Basis, build_basis, k0_and_all
-from papa.book.data import BookData, _study_settings, headline_ranking
+from papa.analysis.basis import Basis, k0_and_all
+from papa.book.data import BookData, _study_settings
 from papa.book.words import and_list, lr_text, plural
 
 
@@ -83,12 +83,13 @@ def _probe_change(config: dict, study: dict, model: str, whole_split: int | None
 
 
 def _study_bases(data: BookData) -> list[tuple[dict, Basis]]:
-    """Each study of the config that ran, with its runs on the book's basis (:func:`papa.analysis.basis.build_basis`)."""
+    """Each study that ran and trains some model's full probe otherwise than the main grid (:func:`_probe_change`),
+    with its runs on the book's basis (:meth:`papa.book.data.BookData.study_basis`, built once)."""
     out = []
     for study in data.config.get("studies", []):
         frame = data.studies.get(study["name"])
-        if frame is not None and not frame.empty:
-            out.append((study, build_basis(frame, data.records, headline_ranking(data.config))))
+        if frame is not None and not frame.empty and any(_probe_change(data.config, study, m) for m in set(frame["model"])):
+            out.append((study, data.study_basis(study["name"])))
     return out
 
 

@@ -256,9 +256,8 @@ def _wait_for_workers(client, count: int, timeout: float | None, where: str, clu
 
 
 def start_cluster(spec: SchedulerSpec, gpus_per_run: int = 0, threads_per_run: int | None = None):
-    """``(client, cluster or None)`` for a parsed ``--scheduler``; needs ``papa[dask]``
-    (``papa[slurm]`` for SLURM)."""
-    preflight(spec)
+    """``(client, cluster or None)`` for a parsed ``--scheduler`` that passed :func:`preflight` (the grid run calls it
+    before it writes anything); needs ``papa[dask]`` (``papa[slurm]`` for SLURM)."""
     from distributed import Client, Nanny, Scheduler, SpecCluster
 
     if spec.kind == "address":
