@@ -147,7 +147,7 @@ def test_non_converged_runs_are_left_out_and_counted(grid):
     assert result.gate == {"runs": 28, "converged": 26, "not_converged": 1, "unknown": 1, "left_out": 2, "left_out_runs": ["mb__sst2__k0__s44", "mb__sst2__k8__s43"]}
     mb = result.table[result.table["model"] == "mb"].set_index("k")
     assert mb.loc[0, "n_seeds"] == 2 and mb.loc[8, "n_seeds"] == 2 and mb.loc[4, "n_seeds"] == 3
-    assert all(r.endswith("26 of 28 runs converged; the gate left out 2.") for r in result.claims["rule"])
+    assert all(r.endswith("26 of 28 probe results converged; the gate left out 2.") for r in result.claims["rule"])
     per_task, rising = convergence_summary(data)
     assert per_task.set_index("model").loc["mb", ["runs", "converged", "still rising", "no held-out curve"]].tolist() == [14, 12, 1, 1]  # 12 gates runs and 2 random
     assert rising["run_id"].tolist() == ["mb__sst2__k0__s44"]

@@ -211,7 +211,7 @@ def claims_table(cells: pd.DataFrame, gate: Mapping) -> pd.DataFrame:
     gate's counts)."""
     judged = judge(cells)
     numbers = claim_numbers(judged)
-    gate_words = f" {gate['converged']} of {gate['runs']} runs converged; the gate left out {gate['left_out']}."
+    gate_words = f" {gate['converged']} of {gate['runs']} probe results converged; the gate left out {gate['left_out']}."
     ours = []
     for at, number in (("half", numbers[0]), ("all", numbers[1])):
         pooled = judged[at]

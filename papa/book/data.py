@@ -13,7 +13,7 @@ from papa.analysis.basis import Basis, build_basis
 from papa.analysis.figure_kit import metric_name, task_name
 from papa.book import table_format as T
 from papa.core.io import read_json_verified
-from papa.pipeline.plan import ROOT, load_config
+from papa.pipeline.plan import ROOT, count_probe_runs, load_config
 
 
 # -- data for the chapters ---------------------------------------------------------------------------
@@ -274,8 +274,10 @@ def headline_numbers(data: BookData, ranking: str | None = None) -> dict:
     label = (lambda m, t: f"{m}/{t}") if len(data.models) > 1 else (lambda m, t: t)  # noqa: E731
     return {
         "config_name": data.config["name"],
-        "n_runs": int(data.main["run_id"].nunique()),
-        "n_runs_all": int(data.tidy["run_id"].nunique()),
+        # a probe run is one executed probe notebook; it writes one probe result per seed (count_probe_runs)
+        "n_probe_runs": count_probe_runs(data.main["run_id"].unique()),
+        "n_probe_results": int(data.main["run_id"].nunique()),
+        "n_probe_runs_all": count_probe_runs(data.tidy["run_id"].unique()),
         "models": ", ".join(data.models),
         "n_tasks": len(data.tasks),
         "tasks": ", ".join(data.tasks),

@@ -17,7 +17,7 @@ from papa.book.templates import fill
 from papa.book.words import plural
 from papa.core.io import read_json_verified
 from papa.pipeline.executed import code_span, myst_text
-from papa.pipeline.plan import ROOT
+from papa.pipeline.plan import ROOT, count_probe_runs, probe_run_id
 
 _piece = partial(fill, "reproducibility")
 
@@ -32,7 +32,7 @@ def _reproducibility(config: dict, stale: list[str], root: Path = ROOT, run_ids:
     if run_ids is not None:
         book = set(run_ids)
         manifest = {run_id: entry for run_id, entry in manifest.items() if run_id in book}
-        results = {key: result for key, result in results.items() if RI.probe_run_id(key) in book}
+        results = {key: result for key, result in results.items() if probe_run_id(key) in book}
     lines = [
         "# Reproducibility",
         "",
@@ -69,7 +69,7 @@ def _reproducibility(config: dict, stale: list[str], root: Path = ROOT, run_ids:
             + (" (`-dirty`: the working tree had uncommitted changes; the run's key still covers the code the run executed)" if any(c.endswith("-dirty") for c in commits) else ""),
             f"- Python {myst_text(first['python'])}; {packages}",
             f"- {plural(len(devices), 'device')}: {', '.join(devices)}",
-            _piece("probe-runs", probe_runs=RI.count_probe_runs(results), probe_results=len(results), minutes=minutes),
+            _piece("probe-runs", probe_runs=count_probe_runs(results), probe_results=len(results), minutes=minutes),
             "",
             "What could still vary between machines: the device and its kernels (CPU vs GPU, thread count), "
             "and library versions; on one CPU with the same versions the same seed gives the same scores (a test "
@@ -157,7 +157,7 @@ def _budget(manifest: dict, results: dict, stale: list[str] = (), aim: float | N
         if rest:
             by_model.setdefault(rest[0], {}).setdefault(kind, 0.0)
             by_model[rest[0]][kind] += seconds
-    by_run = {RI.probe_run_id(name): r for name, r in results.items()}  # a run's seeds share its features: count once
+    by_run = {probe_run_id(name): r for name, r in results.items()}  # a run's seeds share its features: count once
     extractions = sum(1 for r in by_run.values() for hit in (r.get("feature_cache_hits") or {}).values() if not hit)
     reused = sum(1 for r in by_run.values() for hit in (r.get("feature_cache_hits") or {}).values() if hit)
     faithful = sum(1 for r in by_run.values() if r["config"]["mode"] == "faithful")
@@ -193,7 +193,7 @@ def _budget(manifest: dict, results: dict, stale: list[str] = (), aim: float | N
     faithful_words = _piece("faithful-one") if faithful == 1 else _piece("faithful", runs=faithful)
     inside = _piece(
         "inside-probe-runs",
-        probe_runs=RI.count_probe_runs(results),
+        probe_runs=count_probe_runs(results),
         probe_results=len(results),
         extractions=extractions,
         reused=reused,

@@ -9,7 +9,6 @@ are sections of the appendix, so the theme shows them collapsed under it instead
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
 from pathlib import Path
 
 from papa.book.words import lr_text
@@ -28,18 +27,6 @@ CHAPTER_PARTS = (
 )
 #: Where the group pages are written (repository-relative); the appendix links them.
 GROUPS_DIR = "book/appendix"
-
-
-def probe_run_id(result_key: str) -> str:
-    """The probe run (one executed probe notebook) a probe result belongs to: its key ``<run id>__s<seed>``
-    without the seed."""
-    return result_key.rsplit("__s", 1)[0]
-
-
-def count_probe_runs(result_keys: Iterable[str]) -> int:
-    """How many probe runs (executed probe notebooks, each with one probe result per seed) the probe results
-    keyed ``<run id>__s<seed>`` come from: the one count of probe runs the book's pages print."""
-    return len({probe_run_id(key) for key in result_keys})
 
 
 def _run_groups(run_ids: list[str]) -> dict[str, list[str]]:

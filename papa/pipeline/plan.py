@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -301,6 +302,18 @@ def expand(config: dict | GridConfig, path: str | None = None) -> Plan:
     for run in runs.values():
         run.grid = grid.name
     return Plan(runs.values(), unsized)
+
+
+def probe_run_id(result_key: str) -> str:
+    """The probe run (one executed probe notebook) a probe result belongs to: its key ``<run id>__s<seed>``
+    without the seed."""
+    return result_key.rsplit("__s", 1)[0]
+
+
+def count_probe_runs(result_keys: Iterable[str]) -> int:
+    """How many probe runs (executed probe notebooks, each with one probe result per seed) the probe results
+    keyed ``<run id>__s<seed>`` come from: the one count of probe runs every page prints."""
+    return len({probe_run_id(key) for key in result_keys})
 
 
 def runs_dir(config: dict) -> Path:
