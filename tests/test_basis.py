@@ -129,7 +129,7 @@ def test_the_committed_default_book_shows_one_value_per_quantity():
         official = basis.cell(row["model"], row["task"], "all", total)
         assert row["drop official"] == official["relative_drop"] or (math.isnan(row["drop official"]) and math.isnan(official["relative_drop"]))
         assert row["k=0 official"] == basis.score(row["model"], row["task"], "none", 0)
-    relative = P.relative_score_vs_constant_fraction(result.summary, data.floors, differences=result.differences).set_index(["model", "k"])
+    relative = P.relative_score_vs_constant_fraction(result.summary, data.floors, result.all_cells).set_index(["model", "k"])
     averages = result.paper[result.paper["task"] == "average"].set_index("model")
     for model, row in averages.iterrows():
         total = int(result.cells.loc[result.cells["model"] == model, "total_heads"].iloc[0])

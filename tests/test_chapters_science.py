@@ -176,7 +176,7 @@ def test_every_shared_number_has_one_value(grid):
     drop for the same quantity: one cell per model/task/k, one pooled average per model and over all models."""
     _, data, result = grid
     front = model_drops_display_frame(result).set_index("model")
-    paper = P.paper_table(result.summary, data.floors, cells=result.cells).set_index(["model", "task"])
+    paper = P.paper_table(result.summary, data.floors, result.cells).set_index(["model", "task"])
     points = result.better[0].set_index("model")
     main = result.table.set_index(["model", "task", "k"])
     for model in ("ma", "mb"):
@@ -190,7 +190,7 @@ def test_every_shared_number_has_one_value(grid):
             cell_row = result.cells[(result.cells["model"] == model) & (result.cells["at"] == at)].iloc[0]
             assert paper.loc[(model, "sst2"), f"drop_{at}"] == cell_row["relative_drop"] == main.loc[(model, "sst2", k), "relative_drop"]
             assert paper.loc[(model, "sst2"), "score_0"] == cell_row["score_0"] == main.loc[(model, "sst2", 0), "score"]
-    relative = P.relative_score_vs_constant_fraction(result.summary, data.floors, differences=result.differences).set_index(["model", "k"])
+    relative = P.relative_score_vs_constant_fraction(result.summary, data.floors, result.all_cells).set_index(["model", "k"])
     for model in ("ma", "mb"):  # figure (b) ends at 1 − the front page's drop
         assert relative.loc[(model, 8), "relative_score"] == pytest.approx(1 - paper.loc[(model, "average"), "drop_all"], abs=1e-12)
     overall = V.judge(result.cells)
@@ -271,10 +271,10 @@ def test_a_study_at_a_fixed_lr_stays_out_of_the_main_grid(tmp_path):
 
 def test_the_analogues_draw_from_the_converged_runs(grid):
     _, data, result = grid
-    points = P.score_vs_dynamic_heads(result.summary, data.floors, result.differences)
+    points = P.score_vs_dynamic_heads(result.summary, data.floors, result.all_cells)
     figures = [
         fig_paper_scores(points, "gates"),
-        fig_relative_score(P.relative_score_vs_constant_fraction(result.summary, data.floors)),
+        fig_relative_score(P.relative_score_vs_constant_fraction(result.summary, data.floors, result.all_cells)),
         fig_better_models(*result.better),
     ]
     for figure in figures:
@@ -282,7 +282,7 @@ def test_the_analogues_draw_from_the_converged_runs(grid):
         assert figure.caption and spec.get("width", 0) <= TEXT_WIDTH
     assert "(n = 2)" in figures[2].caption and "Verdict: not testable. 2 models to compare" in figures[2].caption
     assert "ma, 8 heads" in figures[0].caption
-    table = IT.paper_table_display(P.paper_table(result.summary, data.floors, cells=result.cells)).to_frame()
+    table = IT.paper_table_display(P.paper_table(result.summary, data.floors, result.cells)).to_frame()
     assert "average of its informative tasks" in set(table["task"])
 
 

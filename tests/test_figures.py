@@ -213,9 +213,9 @@ def test_paper_analogues_fit_and_say_their_verdict(tmp_path):
     write_grid(tmp_path)
     data = book_data(CONFIG, tmp_path)
     result = chapter_science(data, resamples=50)
-    points = paper.score_vs_dynamic_heads(result.summary, data.floors, result.differences)
+    points = paper.score_vs_dynamic_heads(result.summary, data.floors, result.all_cells)
     a = fig_paper_scores(points, "gates")
-    b = fig_relative_score(paper.relative_score_vs_constant_fraction(result.summary, data.floors))
+    b = fig_relative_score(paper.relative_score_vs_constant_fraction(result.summary, data.floors, result.all_cells))
     c = fig_better_models(*result.better)
     for figure in (a, b, c, placeholder_figure("fig-x", "Nothing to draw.")):
         valid(figure)

@@ -50,8 +50,19 @@ def test_figure2_rows_run_from_all_heads_dynamic_to_none_with_floors():
     assert math.isnan(line.iloc[0]["low"])
 
 
+def _all_cells(scores: dict) -> pd.DataFrame:
+    """Every k > 0 of ``scores`` as a basis cell's key and drop (the seed means' drop: every seed paired)."""
+    rows = [
+        {"model": m, "task": t, "ranking": r, "k": k, "relative_drop": (by_k[("none", 0)] - score) / by_k[("none", 0)]}
+        for (m, t), by_k in scores.items()
+        for (r, k), score in by_k.items()
+        if k > 0
+    ]
+    return pd.DataFrame(rows)
+
+
 def test_relative_score_averages_informative_tasks_only():
-    frame = paper.relative_score_vs_constant_fraction(_summary(SCORES), FLOORS)
+    frame = paper.relative_score_vs_constant_fraction(_summary(SCORES), FLOORS, _all_cells(SCORES))
     a = frame[frame["model"] == "a"].set_index("k")
     assert a["relative_score"].to_dict() == {0: 1.0, 4: 1.0, 7: pytest.approx(0.95), 8: pytest.approx(0.9)}
     assert a["n_tasks"].unique().tolist() == [1] and a["tasks"].unique().tolist() == ["t1"]
@@ -85,7 +96,7 @@ def test_better_models_lose_more_points_and_verdict():
 
 
 def test_paper_table_with_cells_shows_the_cells_drops_and_the_pooled_averages():
-    table = paper.paper_table(_summary(SCORES), FLOORS, cells=_cells(SCORES)).set_index(["model", "task"])
+    table = paper.paper_table(_summary(SCORES), FLOORS, _cells(SCORES)).set_index(["model", "task"])
     assert table.loc[("b", "t2"), "drop_all"] == pytest.approx(0.10)
     average = table.loc[("b", "average")]
     assert average["drop_all"] == pytest.approx((0.09 / 0.90 + 0.10) / 2) and average["drop_all_low"] == pytest.approx(average["drop_all"] - 0.0095)
@@ -94,7 +105,7 @@ def test_paper_table_with_cells_shows_the_cells_drops_and_the_pooled_averages():
 
 
 def test_paper_table_has_each_task_and_the_informative_average():
-    table = paper.paper_table(_summary(SCORES), FLOORS).set_index(["model", "task"])
+    table = paper.paper_table(_summary(SCORES), FLOORS, _cells(SCORES)).set_index(["model", "task"])
     assert table.loc[("b", "t2"), ["score_0", "score_half", "score_all"]].tolist() == [0.60, 0.57, 0.54]
     assert table.loc[("b", "t2"), "drop_all"] == pytest.approx(0.10) and table.loc[("b", "t2"), "drop_half"] == pytest.approx(0.05)
     average = table.loc[("a", "average")]

@@ -8,6 +8,8 @@ import re
 
 import pandas as pd
 import pytest
+from hand_cells import cell as hand_cell
+from hand_cells import cells as hand_cells
 from test_results import grid, result, write
 
 from papa.analysis.basis import build_basis, retained_gains
@@ -168,9 +170,13 @@ def test_verdicts_and_paper_table_display():
         columns=["model", "task", "ranking", "k", "fraction", "total_heads", "mode", "probe_input", "metric", "mean", "std", "min", "max", "n_seeds"],
     )
     floors = pd.DataFrame({"model": ["m"], "task": ["sst2"], "informative": [True], "majority": [0.5], "attention_free": [0.6]})
-    cells = paper_table_display(paper_table(summary, floors)).to_frame()
-    assert cells["task"].tolist() == ["SST-2", "average of its informative tasks"]
-    assert cells.iloc[1][["drop, half", "drop, all", "largest drop, all"]].tolist() == ["2.5%", "10.0%", "10.0%"]
+    drops = hand_cells([hand_cell("m", "sst2", "half", 0.025, [0.02, 0.03]), hand_cell("m", "sst2", "all", 0.10, [0.09, 0.11])])
+    shown = paper_table_display(paper_table(summary, floors, drops)).to_frame()
+    assert shown["task"].tolist() == ["SST-2", "average of its informative tasks"]
+    assert shown.iloc[0][["drop, half", "drop, all"]].tolist() == ["2.5%", "10.0%"]  # a task's drop: the cell's
+    # the average: the pooled drop with the 2.5th and 97.5th percentiles of its two resampled drops (numpy's linear
+    # interpolation: 2.025% and 2.975%, 9.05% and 10.95%, each printed to one decimal from its float)
+    assert shown.iloc[1][["drop, half", "drop, all", "largest drop, all"]].tolist() == [f"2.5%{NBSP}[2.0%,{NBSP}3.0%]", f"10.0%{NBSP}[9.0%,{NBSP}10.9%]", "10.0%"]
 
 
 def test_constant_heads_are_named_by_the_papers_fraction():

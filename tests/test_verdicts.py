@@ -197,7 +197,11 @@ def test_claims_table_reads_the_pooled_drops():
     assert claims.loc["1", "verdict"] == "reproduced" and claims.loc["3", "verdict"] == "points the paper's way, not significant"
     assert claims.loc["2a", "ours"].startswith("5.2% [") and claims.loc["2a", "ours"].endswith("average relative drop over 6 informative model/task pairs")
     assert claims.loc["2b", "ours"].startswith("largest single drop 14.0% [13.1%, 15.0%] (c, SST-2)") and claims.loc["2b", "verdict"] == "reproduced"
-    assert "a 2.0% [" in claims.loc["3", "ours"] and " at 0.700" in claims.loc["3", "ours"] and claims.loc["3", "rule"].endswith("9 of 10 probe results converged; the gate left out 1.")
+    assert (
+        "a 2.0% [" in claims.loc["3", "ours"]
+        and " at 0.700" in claims.loc["3", "ours"]
+        and claims.loc["3", "rule"].endswith("9 of 10 probe results converged; the gate left out 1.")
+    )
     assert set(claims["verdict"]) <= set(V.VERDICTS)
 
 

@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from papa.analysis.pooled import claim3, claim3_points, pooled_drop, select
-from papa.analysis.results import SHARED_RANKINGS, main_mode, relative_drop
+from papa.analysis.results import SHARED_RANKINGS, main_mode
 from papa.analysis.verdicts import MAX_DROP_ALL, PAPER_DROP_ALL
 from papa.core.heads import count_for
 
@@ -39,10 +39,10 @@ def _informative(floors: pd.DataFrame) -> set[tuple[str, str]]:
     return {(m, t) for m, t, ok in zip(floors["model"], floors["task"], floors["informative"]) if ok}
 
 
-def score_vs_dynamic_heads(summary: pd.DataFrame, floors: pd.DataFrame, differences: pd.DataFrame | None = None, mode: str | None = None) -> pd.DataFrame:
+def score_vs_dynamic_heads(summary: pd.DataFrame, floors: pd.DataFrame, cells: pd.DataFrame | None = None, mode: str | None = None) -> pd.DataFrame:
     """(a) One row per model × task × ranking × k: ``dynamic_heads`` = total − k, ``score`` (seed mean),
     ``seed_min``/``seed_max``, the floors ``majority``/``attention_free`` of that model and task, and with
-    ``differences`` the 95 % interval of the paired difference to k = 0 shifted onto the k = 0 score
+    ``cells`` (:attr:`papa.analysis.basis.Basis.cells`) the 95 % interval of the paired difference to k = 0 shifted onto the k = 0 score
     (``low``/``high``; k = 0 itself: NaN) and ``real``. The shared rows (k = 0, k = all) are repeated under every
     ranking, so each line runs from all heads input-dependent to none."""
     rows = _rows(summary, mode)
@@ -70,10 +70,8 @@ def score_vs_dynamic_heads(summary: pd.DataFrame, floors: pd.DataFrame, differen
                     "high": math.nan,
                     "real": None,
                 }
-                if differences is not None and row["k"] > 0 and len(base):
-                    match = differences[
-                        (differences["model"] == model) & (differences["task"] == task) & (differences["k"] == row["k"]) & (differences["ranking"] == row["ranking"])
-                    ]
+                if cells is not None and row["k"] > 0 and len(base):
+                    match = cells[(cells["model"] == model) & (cells["task"] == task) & (cells["k"] == row["k"]) & (cells["ranking"] == row["ranking"])]
                     if len(match):
                         d = match.iloc[0]
                         record.update(low=float(base.iloc[0]) + d["low"], high=float(base.iloc[0]) + d["high"], real=bool(d["real"]))
@@ -81,35 +79,26 @@ def score_vs_dynamic_heads(summary: pd.DataFrame, floors: pd.DataFrame, differen
     return pd.DataFrame(out)
 
 
-def relative_score_vs_constant_fraction(
-    summary: pd.DataFrame, floors: pd.DataFrame, ranking: str = "gates", mode: str | None = None, differences: pd.DataFrame | None = None
-) -> pd.DataFrame:
-    """(b) Per model and k: ``relative_score`` = score_k / score_0 averaged over the model's informative tasks,
-    against ``fraction`` = k / total (constant heads); ``n_tasks`` and ``tasks`` say what was averaged.
-
-    With ``differences`` (:func:`papa.analysis.stats.paired_differences` of the same runs) the ratio at k > 0 is
-    1 − the paired relative drop (the book's one basis, so the curve ends at 1 − the front page's drop), and a task
-    whose drop has no interval there (its k = 0 score within noise of zero) is left out at that k."""
+def relative_score_vs_constant_fraction(summary: pd.DataFrame, floors: pd.DataFrame, cells: pd.DataFrame, ranking: str = "gates", mode: str | None = None) -> pd.DataFrame:
+    """(b) Per model and k: ``relative_score`` = 1 − the cell's paired relative drop (1 at k = 0), averaged over the
+    model's informative tasks, against ``fraction`` = k / total (constant heads); ``n_tasks`` and ``tasks`` say what
+    was averaged. ``cells``: :attr:`papa.analysis.basis.Basis.cells` of the runs ``summary`` summarises (so the curve
+    ends at 1 − the front page's drop); a task without a drop at some k (no seed pairs, or its k = 0 score within noise
+    of zero) is left out at that k."""
     rows = _rows(summary, mode)
     keep = _informative(floors)
-    paired = (
-        {(d.model, d.task, d.ranking, int(d.k)): (d.relative_drop, d.relative_low) for d in differences[differences["probe_input"] == "all"].itertuples()}
-        if differences is not None and len(differences)
-        else None
-    )
+    drops = {(c.model, c.task, c.ranking, int(c.k)): c.relative_drop for c in cells.itertuples()}
     out = []
     for model, group in rows.groupby("model", sort=True):
         ratios: dict[int, list[tuple[str, float]]] = {}
         for task, by_task in group.groupby("task", sort=True):
-            base = by_task.loc[by_task["k"] == 0, "mean"]
-            if (model, task) not in keep or base.empty or base.iloc[0] == 0:
+            if (model, task) not in keep or not (by_task["k"] == 0).any():
                 continue
             for _, row in by_task[by_task["ranking"].isin([ranking, *SHARED_RANKINGS])].iterrows():
                 k = int(row["k"])
-                if paired is None or k == 0:
-                    ratios.setdefault(k, []).append((task, row["mean"] / base.iloc[0]))
-                elif (model, task, row["ranking"], k) in paired and not math.isnan(paired[model, task, row["ranking"], k][1]):
-                    ratios.setdefault(k, []).append((task, 1 - paired[model, task, row["ranking"], k][0]))
+                drop = 0.0 if k == 0 else drops.get((model, task, row["ranking"], k), math.nan)
+                if not math.isnan(drop):
+                    ratios.setdefault(k, []).append((task, 1 - drop))
         total = int(group["total_heads"].iloc[0])
         for k in sorted(ratios):
             values = ratios[k]
@@ -142,24 +131,19 @@ def _mean_at(by_task: pd.DataFrame, k: int, ranking: str) -> float:
     return float(values.iloc[0]) if len(values) else math.nan
 
 
-def paper_table(summary: pd.DataFrame, floors: pd.DataFrame, ranking: str = "gates", mode: str | None = None, cells: pd.DataFrame | None = None) -> pd.DataFrame:
+def paper_table(summary: pd.DataFrame, floors: pd.DataFrame, cells: pd.DataFrame, ranking: str = "gates", mode: str | None = None) -> pd.DataFrame:
     """(d) Per model and task: ``score_0``, ``score_half`` (½ of the heads constant, ``ranking``), ``score_all``,
     ``drop_half`` and ``drop_all`` (relative drops), ``informative``; then per model a row ``task = "average"``
     over its informative tasks, whose ``max_drop_all`` is the largest per-task drop. Every row carries the
     paper's ``paper_average_drop_all`` (8 %) and ``paper_max_drop_all`` (20 %).
 
-    With ``cells`` (:func:`papa.analysis.basis.claim_cells`, the book's one basis) every drop is the cell's paired
-    drop, the average row's drops are :func:`papa.analysis.pooled.pooled_drop` with their intervals
+    Scores are ``summary``'s seed means; every drop is a cell of ``cells`` (:func:`papa.analysis.basis.claim_cells`,
+    the book's one basis), the average row's drops are :func:`papa.analysis.pooled.pooled_drop` with their intervals
     (``drop_half_low`` ...) and a second row per model, ``task = "common"``, holds claim 3's point (the average
-    over the informative tasks every model has); without, drops come from the seed means of ``summary``."""
+    over the informative tasks every model has)."""
     rows = _rows(summary, mode)
     keep = _informative(floors)
-    # a drop whose k = 0 score is within noise of zero (a resample's is ≤ 0: no interval) is not a number to show
-    by_cell = (
-        {(m, t, a): math.nan if math.isnan(lo) else d for m, t, a, d, lo in zip(cells["model"], cells["task"], cells["at"], cells["relative_drop"], cells["relative_low"])}
-        if cells is not None
-        else None
-    )
+    by_cell = {(m, t, a): d for m, t, a, d in zip(cells["model"], cells["task"], cells["at"], cells["relative_drop"])}
     out = []
     for model, group in rows.groupby("model", sort=True):
         total = int(group["total_heads"].iloc[0])
@@ -167,11 +151,7 @@ def paper_table(summary: pd.DataFrame, floors: pd.DataFrame, ranking: str = "gat
         per_task = []
         for task, by_task in group.groupby("task", sort=True):
             score_0, score_half, score_all = (_mean_at(by_task, k, r) for k, r in ((0, "none"), (half, ranking), (total, "all")))
-            drops = (
-                (relative_drop(score_half, score_0), relative_drop(score_all, score_0))
-                if by_cell is None
-                else (by_cell.get((model, task, "half"), math.nan), by_cell.get((model, task, "all"), math.nan))
-            )
+            drops = (by_cell.get((model, task, "half"), math.nan), by_cell.get((model, task, "all"), math.nan))
             record = {
                 "model": model,
                 "task": task,
@@ -190,28 +170,27 @@ def paper_table(summary: pd.DataFrame, floors: pd.DataFrame, ranking: str = "gat
         average["max_drop_all"] = float(informative["drop_all"].max()) if len(informative) else math.nan
         average["n_tasks"] = int(len(informative))
         extra = []
-        if cells is not None:
-            mine = cells[cells["model"] == model]
-            for at in ("half", "all"):
-                pooled = pooled_drop(select(mine, at))
-                average |= {f"drop_{at}": pooled["value"], f"drop_{at}_low": pooled["low"], f"drop_{at}_high": pooled["high"]}
-            points, common = claim3_points(cells)
-            point = points[points["model"] == model]
-            if len(point) and len(points) > 1:
-                p = point.iloc[0]
-                extra.append(
-                    {
-                        "model": model,
-                        "task": "common",
-                        "informative": True,
-                        "score_0": p["score"],
-                        "drop_all": p["drop"],
-                        "drop_all_low": p["low"],
-                        "drop_all_high": p["high"],
-                        "n_tasks": int(p["n_tasks"]),
-                        "tasks": ", ".join(common),
-                    }
-                )
+        mine = cells[cells["model"] == model]
+        for at in ("half", "all"):
+            pooled = pooled_drop(select(mine, at))
+            average |= {f"drop_{at}": pooled["value"], f"drop_{at}_low": pooled["low"], f"drop_{at}_high": pooled["high"]}
+        points, common = claim3_points(cells)
+        point = points[points["model"] == model]
+        if len(point) and len(points) > 1:
+            p = point.iloc[0]
+            extra.append(
+                {
+                    "model": model,
+                    "task": "common",
+                    "informative": True,
+                    "score_0": p["score"],
+                    "drop_all": p["drop"],
+                    "drop_all_low": p["low"],
+                    "drop_all_high": p["high"],
+                    "n_tasks": int(p["n_tasks"]),
+                    "tasks": ", ".join(common),
+                }
+            )
         out.extend(per_task + [average] + extra)
     frame = pd.DataFrame(out)
     return frame.assign(paper_average_drop_all=PAPER_DROP_ALL, paper_max_drop_all=MAX_DROP_ALL)

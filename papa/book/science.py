@@ -46,6 +46,7 @@ class Science:
     claims: pd.DataFrame  # verdicts.claims_table
     model_drops: pd.DataFrame  # pooled.model_drops of the cells
     cells: pd.DataFrame  # basis.claim_cells: the cells the claims average (at half and all heads)
+    all_cells: pd.DataFrame  # basis.cells: every model, task, ranking and k > 0
     sensitivity: pd.DataFrame  # verdicts.sensitivity
     paper: pd.DataFrame  # paper.paper_table of the basis's scores and cells
 
@@ -88,8 +89,9 @@ def chapter_science(data: BookData, ranking: str | None = None, resamples: int =
         claims=V.claims_table(cells, basis.gate),
         model_drops=pooled.model_drops(cells),
         cells=cells,
+        all_cells=basis.cells,
         sensitivity=V.sensitivity(cells),
-        paper=P.paper_table(basis.summary, basis.floors, ranking, cells=cells) if len(basis.summary) else pd.DataFrame(),
+        paper=P.paper_table(basis.summary, basis.floors, cells, ranking) if len(basis.summary) else pd.DataFrame(),
     )
 
 
@@ -197,9 +199,9 @@ def placeholder_figure(label: str, why: str) -> Figure:
 def analogue_figures(result: Science, data: BookData) -> list[Figure]:
     """The paper's analogues (a)–(c) drawn from ``result.basis``'s runs (:mod:`papa.analysis.paper_figures`), each
     replaced by a :func:`placeholder_figure` when its data is empty (e.g. no informative task)."""
-    differences = result.differences if len(result.differences) else None  # no run stored dev predictions
-    points = P.score_vs_dynamic_heads(result.summary, data.floors, differences) if len(result.summary) else pd.DataFrame(columns=["ranking"])
-    relative = P.relative_score_vs_constant_fraction(result.summary, data.floors, result.ranking, differences=differences) if len(result.summary) else pd.DataFrame()
+    cells = result.all_cells
+    points = P.score_vs_dynamic_heads(result.summary, data.floors, cells) if len(result.summary) else pd.DataFrame(columns=["ranking"])
+    relative = P.relative_score_vs_constant_fraction(result.summary, data.floors, cells, result.ranking) if len(result.summary) else pd.DataFrame()
     points_c, verdict = result.better  # the claims table's points and verdict (converged runs), never recomputed on others
     out = []
     for label, ready, draw, why in (
