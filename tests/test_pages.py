@@ -17,7 +17,7 @@ from headless import dump_dom
 
 from papa.book.assets import stage_itables
 from papa.book.pages import _reproducibility, _setup, point_front_page
-from papa.book.run_index import _appendix, _group, _run_groups, _toc, appendix_rows, group_page, write_run_index
+from papa.book.run_index import GROUPS_DIR, _appendix, _group, _run_groups, _toc, appendix_rows, group_page, run_index_pages, write_pages
 from papa.book.setup_page import heads_words, lr_words
 from papa.book.words import and_list, count, duration, fraction_words
 from papa.cli import build_parser
@@ -206,7 +206,7 @@ def test_each_group_page_lists_its_runs_and_stale_group_pages_go(tmp_path):
     (tmp_path / "book" / "appendix").mkdir(parents=True)
     stale = tmp_path / "book" / "appendix" / "probes-gone-model.md"
     stale.write_text("# Probes — gone-model\n")
-    written = write_run_index({"name": "g"}, rows, [r.run_id for r in runs], tmp_path)
+    written = [p for p in write_pages(run_index_pages({"name": "g"}, rows, [r.run_id for r in runs], tmp_path), tmp_path) if p.parent == tmp_path / GROUPS_DIR]
     assert sorted(p.name for p in written) == ["constants.md", "probes-minilm-l6.md"] and not stale.exists()
     assert (tmp_path / "book" / "appendix" / "constants.md").read_text().startswith("# Constants\n\nThe 1 constant-matrix estimates of `configs/g.yaml`")
     toc = yaml.safe_load((tmp_path / "_toc.yml").read_text())

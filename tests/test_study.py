@@ -229,15 +229,15 @@ def test_unknown_tasks_are_refused():
 def test_the_your_models_part_is_listed_only_when_studies_exist(tmp_path):
     toc = "format: jb-book\nroot: book/index\nparts:\n  - caption: Findings\n    chapters:\n      - file: x\n  - caption: Appendix\n    chapters:\n      - file: book/appendix\n"
     (tmp_path / "_toc.yml").write_text(toc)
-    assert SS.add_studies_part(tmp_path) == [] and (tmp_path / "_toc.yml").read_text() == toc
+    assert SS.study_chapters(tmp_path) == [] and SS.studies_part(toc, tmp_path) == toc
     (tmp_path / "book" / "studies").mkdir(parents=True)
     for name in ("study-b", "study-a"):
         (tmp_path / "book" / "studies" / f"{name}.ipynb").write_text("{}")
-    assert SS.add_studies_part(tmp_path) == ["book/studies/study-a", "book/studies/study-b"]
+    assert SS.study_chapters(tmp_path) == ["book/studies/study-a", "book/studies/study-b"]
     part = "  - caption: Your models\n    chapters:\n      - file: book/studies/study-a\n      - file: book/studies/study-b\n"
-    assert (tmp_path / "_toc.yml").read_text() == toc.replace("  - caption: Appendix", part + "  - caption: Appendix")
-    SS.add_studies_part(tmp_path)  # once only
-    assert (tmp_path / "_toc.yml").read_text().count("Your models") == 1
+    once = SS.studies_part(toc, tmp_path)
+    assert once == toc.replace("  - caption: Appendix", part + "  - caption: Appendix")
+    assert SS.studies_part(once, tmp_path).count("Your models") == 1  # once only
 
 
 def test_the_documentation_shows_the_command_and_it_works_on_a_local_folder(tmp_path):

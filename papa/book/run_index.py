@@ -192,10 +192,3 @@ def write_pages(pages: dict[Path, str], root: Path = ROOT) -> list[Path]:
         if old not in pages:
             old.unlink()
     return list(pages)
-
-
-def write_run_index(config: dict, rows: list[dict], run_ids: list[str], root: Path = ROOT) -> list[Path]:
-    """Write ``_toc.yml``, the appendix and its group pages (removing group pages of groups the grid no longer
-    has); returns the group pages."""
-    written = write_pages(run_index_pages(config, rows, run_ids, root), root)
-    return [path for path in written if path.parent == root / GROUPS_DIR]

@@ -2,7 +2,7 @@
 
 The chapter of a study (``notebooks/07_study.md``, :mod:`papa.book.study_chapter`) is executed by papermill into
 ``book/studies/<grid>.ipynb``, outside the runs folder (so ``papa grid run --prune`` never sees it); the book lists
-every executed study chapter in a "Your models" part (:func:`add_studies_part`, called when the book's pages are
+every executed study chapter in a "Your models" part (:func:`studies_part`, applied when the book's pages are
 written), and ``--site`` builds it alone as a standalone site (:func:`build_site`).
 """
 
@@ -90,16 +90,6 @@ def studies_part(toc: str, root: Path = ROOT) -> str:
     part = f"  - caption: {PART_CAPTION}\n    chapters:\n" + "".join(f"      - file: {f}\n" for f in files)
     marker = "  - caption: Appendix\n"
     return toc.replace(marker, part + marker, 1) if marker in toc else toc + part
-
-
-def add_studies_part(root: Path = ROOT) -> list[str]:
-    """Add the "Your models" part (every executed study chapter) to ``_toc.yml``, before the appendix; no part
-    when there is no study. Returns the chapters listed."""
-    toc = root / "_toc.yml"
-    text = toc.read_text(encoding="utf-8")
-    if studies_part(text, root) != text:
-        atomic_write_text(toc, studies_part(text, root))
-    return study_chapters(root)
 
 
 def build_site(grid: str, root: Path = ROOT) -> Path:

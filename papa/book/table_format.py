@@ -18,10 +18,8 @@ from papa.analysis.figure_kit import metric_name, task_name
 
 NBSP = "\u00a0"
 DASH = "\u2013"  # en dash: a missing value
-#: The footnote of every "real?" column.
+#: The footnote of every "beyond seed range?" column ("real?" means only that a bootstrap interval excludes 0).
 SEED_RANGE_NOTE = "beyond seed range?: whether the difference exceeds the larger of the two seed ranges (max − min over seeds)."
-#: "real?" has one meaning in every table: the 95% bootstrap interval of the paired difference excludes 0.
-REAL_NOTE = "real?: whether the 95% bootstrap interval of the paired difference to k = 0 excludes 0."
 #: Why a value is missing when the caller gives no reason.
 DEFAULT_MISSING = "no run of this grid measured this value"
 _STYLE = (
