@@ -63,7 +63,7 @@ def test_toc_puts_the_findings_first_and_the_run_pages_in_collapsed_groups_under
     toc = yaml.safe_load(_toc({"name": "g"}, RUN_IDS))
     assert toc["root"] == "book/index"
     parts = {part["caption"]: [c["file"] for c in part["chapters"]] for part in toc["parts"]}
-    assert list(parts) == ["Findings", "The question", "Rerun and extend", "Appendix"]
+    assert list(parts) == ["The question", "Findings", "Rerun and extend", "Appendix"]  # the method's rules before the results
     assert parts["Findings"] == ["book/runs/g/results", "book/runs/g/controls"]
     assert parts["The question"] == ["book/introduction", "book/method", "book/setup"]
     assert parts["Rerun and extend"] == ["book/rerun", "book/scale-out", "book/reproducibility"]
@@ -126,11 +126,11 @@ def test_the_built_sidebar_shows_the_chapters_and_keeps_the_run_pages_collapsed_
 
     def sidebar(page: str) -> str:
         text = (html / page).read_text(encoding="utf-8")
-        start = text.index('class="caption-text">Findings')
+        start = text.index('class="caption-text">The question')
         return text[start : text.index("</nav>", start)]
 
     chapter = sidebar("book/introduction.html")
-    assert re.findall(r'class="caption-text">([^<]+)<', chapter) == ["Findings", "The question", "Rerun and extend", "Appendix"]
+    assert re.findall(r'class="caption-text">([^<]+)<', chapter) == ["The question", "Findings", "Rerun and extend", "Appendix"]
     assert chapter.count('class="toctree-l1') == 10  # the chapters, no run page
     appendix = chapter[chapter.index('href="appendix.html"') :]
     assert appendix.startswith('href="appendix.html">Page appendix</a><details><summary>')  # closed: no "open"

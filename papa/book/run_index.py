@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from papa.book.table_format import score as score_text
 from papa.book.words import lr_text
 from papa.core.io import atomic_write_text, read_json_verified
 from papa.pipeline.executed import code_span, model_markdown, myst_text
@@ -19,10 +20,11 @@ from papa.pipeline.plan import ROOT
 _KIND_CAPTIONS = {"estimate": "Constants", "rank": "Rankings", "select_lr": "Learning rates", "probe": "Probes"}
 _KIND_WORDS = {"estimate": "constant-matrix estimates", "rank": "head rankings", "select_lr": "learning-rate choices", "probe": "probes"}
 
-#: The chapters, part by part, before the appendix (``{name}``: the grid); the findings come first.
+#: The chapters, part by part, before the appendix (``{name}``: the grid); the question and the method, with its
+#: verdict rules, come before the findings that apply them.
 CHAPTER_PARTS = (
-    ("Findings", ("book/runs/{name}/results", "book/runs/{name}/controls")),
     ("The question", ("book/introduction", "book/method", "book/setup")),
+    ("Findings", ("book/runs/{name}/results", "book/runs/{name}/controls")),
     ("Rerun and extend", ("book/rerun", "book/scale-out", "book/reproducibility")),
 )
 #: Where the group pages are written (repository-relative); the appendix links them.
@@ -103,7 +105,7 @@ def appendix_rows(config: dict, runs: list, manifest: dict, root: Path = ROOT) -
                 "setting": (study_words("__".join(study)) if study else "attention-free floor" if floor else "main grid")
                 + (f", {p['mode']} mode" if p["mode"] != "cached" and p["mode"] not in "__".join(study) else ""),
                 "seeds": ", ".join(str(s) for s in p["seeds"]),
-                "score": f"{sum(scores) / len(scores):.3f}" if scores else "",
+                "score": score_text(sum(scores) / len(scores)) if scores else "",
             }
         row["page"] = f"book/runs/{config['name']}/{run.run_id}"
         rows.append(row)
@@ -113,7 +115,8 @@ def appendix_rows(config: dict, runs: list, manifest: dict, root: Path = ROOT) -
 _HEADERS = {"k": "k"}
 _COLUMNS = ["kind", "model", "task", "ordering", "k", "setting", "seeds", "score", "duration", "page"]
 _CAPTION = (
-    "*k*: the number of heads made constant, of the model's heads. *Score*: a probe's main metric, the mean over its seeds; "
+    "*k*: the number of heads made constant, of the model's heads. *Score*: a probe run's main metric, the mean over "
+    "all its seeds, converged or not (the chapters' scores average the converged seeds only, so they can differ); "
     "constants, rankings and learning-rate choices have no score (their pages show what they computed)."
 )
 
