@@ -54,6 +54,7 @@ def execute_chapter(grid: str, book_config: str = S.BOOK_CONFIG, root: Path = RO
     import papermill
 
     from papa.pipeline.executed import clean_executed
+    from papa.pipeline.kernels import papermill_options
     from papa.pipeline.notebook import read_source
 
     target = chapter_path(grid, root)
@@ -63,7 +64,7 @@ def execute_chapter(grid: str, book_config: str = S.BOOK_CONFIG, root: Path = RO
         source.write_text(nbformat.writes(read_source(root / NOTEBOOK)), encoding="utf-8")
         params = {"grid_config": f"configs/{grid}.yaml", "book_config": book_config}
         try:
-            papermill.execute_notebook(str(source), str(executed), parameters=params, kernel_name="python3", cwd=str(root), progress_bar=False, log_output=False)
+            papermill.execute_notebook(str(source), str(executed), parameters=params, cwd=str(root), **papermill_options())
         except Exception as err:
             reason = f"{getattr(err, 'ename', type(err).__name__)}: {getattr(err, 'evalue', str(err))}".strip()
             raise PapaError(f"The chapter of {grid} failed ({reason[:300]})", "Its runs are kept: fix the cause and run `papa study` again.") from None

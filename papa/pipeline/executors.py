@@ -115,6 +115,7 @@ def execute(run: Run, root: Path = ROOT) -> float:
     import papermill
 
     from papa.pipeline.executed import clean_executed
+    from papa.pipeline.kernels import papermill_options
     from papa.pipeline.notebook import read_source
 
     target = root / run_notebook_path(run)
@@ -132,8 +133,7 @@ def execute(run: Run, root: Path = ROOT) -> float:
             problem = f"Run {run.run_id} failed: its notebook {run.notebook} could not be prepared ({why})"
             raise PapaError(problem, "Fix the notebook, then run again.") from None
         try:
-            quiet = dict(kernel_name="python3", progress_bar=False, log_output=False, report_mode=False)
-            papermill.execute_notebook(str(source), str(temp), parameters=run.params, cwd=str(root), **quiet)
+            papermill.execute_notebook(str(source), str(temp), parameters=run.params, cwd=str(root), **papermill_options())
         except Exception as err:  # the failed notebook is kept for reading, when it can be
             reason = f"{getattr(err, 'ename', type(err).__name__)}: {getattr(err, 'evalue', str(err))}".strip()
             kept = False
