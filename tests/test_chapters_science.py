@@ -270,20 +270,26 @@ def test_a_study_at_a_fixed_lr_stays_out_of_the_main_grid(tmp_path):
 
 
 def test_the_analogues_draw_from_the_converged_runs(grid):
+    """mb's seed 44 did not converge at k = 0 and its seed 43 has no curve with every head constant: figure (b)'s
+    all-heads point is 1 − the drop of seed 42 alone (the only seed paired), and figure (c) draws the claims' points."""
+    from test_figures import data_rows, svg_size
+
     _, data, result = grid
+    cell = result.all_cells.set_index(["model", "ranking", "k"]).loc[("mb", "all", 8)]
+    assert cell["n_pairs"] == 1 and cell["relative_drop"] == pytest.approx((0.90 - 0.81) / 0.90)
+    relative = P.relative_score_vs_constant_fraction(result.summary, data.floors, result.all_cells)
     points = P.score_vs_dynamic_heads(result.summary, data.floors, result.all_cells)
-    figures = [
-        fig_paper_scores(points, "gates"),
-        fig_relative_score(P.relative_score_vs_constant_fraction(result.summary, data.floors, result.all_cells)),
-        fig_better_models(*result.better),
-    ]
+    figures = [fig_paper_scores(points, "gates"), fig_relative_score(relative), fig_better_models(*result.better)]
+    drawn = [r for r in data_rows(figures[1].chart.to_dict()) if r["model"] == "mb" and r["k"] == 8]
+    assert [r["relative_score"] for r in drawn] == [pytest.approx(1 - cell["relative_drop"], abs=5e-5)]
+    better = {r["model"]: r["drop"] for r in data_rows(figures[2].chart.to_dict()) if "drop" in r}
+    expected = zip(result.better[0]["model"], result.better[0]["drop"])
+    assert better == {m: pytest.approx(d, abs=5e-5) for m, d in expected}  # the chart's data: 4 decimals
     for figure in figures:
-        spec = figure.chart.to_dict(validate=True)
-        assert figure.caption and spec.get("width", 0) <= TEXT_WIDTH
+        figure.chart.to_dict(validate=True)
+        assert figure.caption and svg_size(figure)[0] <= TEXT_WIDTH, figure.label  # the drawn width, axes included
     assert "(n = 2)" in figures[2].caption and "Verdict: not testable. 2 models to compare" in figures[2].caption
     assert "ma, 8 heads" in figures[0].caption
-    table = IT.paper_table_display(P.paper_table(result.summary, data.floors, result.cells)).to_frame()
-    assert "average of its informative tasks" in set(table["task"])
 
 
 def test_front_page_frame_has_intervals(grid):
@@ -364,7 +370,9 @@ def test_chapters_execute_on_hand_made_runs(tmp_path, monkeypatch, smoke):
         assert results["analogue_basis"] == "all 24 runs (none passed the convergence gate)" and controls["literal_studies"] == "none in this grid"
     else:
         assert (results["n_left_out"], results["claim3_verdict"], controls["n_literal_pairs"], controls["n_not_converged"]) == (1, "not testable", 2, 1)
-        assert results["drop_all_interval"].startswith("[") and results["claim2_verdict"] in V.VERDICTS
+        # ma 0.85 → 0.70 (17.6%) and mb 0.90 → 0.81 (10%): an average whose interval lies above the paper's 8%
+        assert results["drop_all_interval"].startswith("[") and results["claim2_verdict"] == "reproduced with a larger effect"
+        assert results["claim2b_verdict"] == "reproduced"  # ma's 17.6% [15.1%, 20.0%] stays at or below 20%
 
 
 def test_random_summary_counts_the_rankings_comparisons():

@@ -1,4 +1,4 @@
-"""A run's kernel (papa.pipeline.kernels): no transport warning on the terminal, the same outputs, and a cell's error
+"""A run's kernel options (papa.pipeline.kernels): no transport warning on the terminal, the same outputs, and a cell's error
 still fails the run with its message. Each case runs papermill in a child process, whose stderr is the terminal's."""
 
 from __future__ import annotations

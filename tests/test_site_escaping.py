@@ -128,7 +128,8 @@ def test_no_element_or_script_comes_from_the_name_in_chromium(tmp_path):
         (book / f"{name}.md").write_text(re.sub(r"\{doc\}`[^`]*`", "a link", source))  # pages this book lacks
     (book / "index.md").write_text("# Index\n\nText.\n")
     (book / "_toc.yml").write_text("format: jb-book\nroot: index\nchapters:\n" + "".join(f"  - file: {n}\n" for n in names))
-    (book / "_config.yml").write_text('title: escaping\nexecute:\n  execute_notebooks: "off"\nparse:\n  myst_enable_extensions: [dollarmath, colon_fence, deflist]\n')
+    book_sphinx = "sphinx:\n  extra_extensions: [papa.book.sphinx_titles]\n"  # as the book's _config.yml
+    (book / "_config.yml").write_text('title: escaping\nexecute:\n  execute_notebooks: "off"\nparse:\n  myst_enable_extensions: [dollarmath, colon_fence, deflist]\n' + book_sphinx)
     command = [str(Path(sys.executable).parent / "jupyter-book"), "build", str(book), "-W", "-n", "--keep-going"]
     build = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]

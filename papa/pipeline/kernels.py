@@ -1,30 +1,22 @@
-"""The kernel every run's notebook executes in.
+"""How every run's notebook is executed: the options of ``papermill.execute_notebook``.
 
-papermill starts each kernel over TCP by default, and the kernel then logs "Kernel is running over TCP without
-encryption ..." to the terminal, once per run, between the runner's progress lines. :class:`IpcKernelManager` starts
-it on IPC sockets instead (files in Jupyter's runtime folder, removed when the kernel stops): the same kernel and
-the same outputs, without that line; an error a cell raises still fails the run with its message."""
+Each run starts a kernel, and the kernel logs "Kernel is running over TCP without encryption ..." at WARNING to the
+terminal, once per run, between the runner's progress lines. The kernel here logs from ERROR up
+(``--IPKernelApp.log_level=ERROR``): that line goes, the kernel's own errors still reach the terminal, and an error a
+cell raises still fails the run with its message (papermill reads it from the notebook, not from the log)."""
 
 from __future__ import annotations
 
-from jupyter_client.manager import AsyncKernelManager
-from traitlets import default
-
-
-class IpcKernelManager(AsyncKernelManager):
-    """papermill's kernel manager on the IPC transport (POSIX sockets)."""
-
-    @default("transport")
-    def _default_transport(self) -> str:
-        return "ipc"
+#: The kernel's own log threshold.
+KERNEL_LOG_LEVEL = "ERROR"
 
 
 def papermill_options() -> dict:
-    """The options of ``papermill.execute_notebook`` for one run: the ``python3`` kernel on IPC, no progress bar,
-    no echo of the cells' output (the runner prints one line per run)."""
+    """The options of ``papermill.execute_notebook`` for one run: the ``python3`` kernel logging from
+    :data:`KERNEL_LOG_LEVEL` up, no progress bar, no echo of the cells' output (the runner prints one line per run)."""
     return {
         "kernel_name": "python3",
-        "kernel_manager_class": f"{__name__}.IpcKernelManager",
+        "extra_arguments": [f"--IPKernelApp.log_level={KERNEL_LOG_LEVEL}"],
         "progress_bar": False,
         "log_output": False,
         "report_mode": False,
