@@ -287,3 +287,30 @@ def test_real_validation_splits(data_dir):
         assert ds.column_names == list(spec.columns), task
         labels = json.loads((data_dir / spec.local_folder / "labels.json").read_text(encoding="utf-8"))
         assert label_names(spec, ds) == labels[spec.label_column], task
+
+
+def test_a_key_given_twice_in_a_record_is_refused(tmp_path):
+    """``{"label": 1, "label": 0}`` once trained on the last value silently (issue 35)."""
+    _write(tmp_path, "sst2", {"label": SST_NAMES}, {"train": [SST_ROWS[0], '{"sentence": "the cat sat", "label": 1, "label": 0}']})
+    with pytest.raises(DataError, match=r"train\.jsonl line 2 .* gives the key 'label' twice"):
+        load_task_split("sst2", "train", tmp_path)
+
+
+def test_a_key_given_twice_in_labels_json_is_refused(tmp_path):
+    """Two ``label`` lists once turned SST-2 into a 3-class task (issue 35)."""
+    folder = _write(tmp_path, "sst2", None, {"train": SST_ROWS})
+    (folder / "labels.json").write_text('{"label": ["bad", "good"], "label": ["a", "b", "c"]}', encoding="utf-8")
+    with pytest.raises(DataError, match=r"labels\.json gives the key 'label' twice"):
+        load_task_split("sst2", "train", tmp_path)
+
+
+def test_a_record_longer_than_the_bound_is_refused_without_reading_it_whole(tmp_path, monkeypatch):
+    """A 100 MB record once took tokenisation past 12.5 GB (issue 35): a record is read up to the bound, then refused."""
+    monkeypatch.setattr(papa_data, "MAX_RECORD_CHARS", 50)
+    long = json.dumps({"sentence": "word " * 20, "label": 1})  # 125 characters
+    _write(tmp_path, "sst2", {"label": SST_NAMES}, {"train": [SST_ROWS[0], long]})
+    with pytest.raises(DataError, match=r"train\.jsonl line 2 .* is longer than 50 characters"):
+        load_task_split("sst2", "train", tmp_path)
+    fits = json.dumps({"sentence": "a b", "label": 1})  # 30 characters, then the newline
+    _write(tmp_path, "sst2", {"label": SST_NAMES}, {"train": [fits, fits]})
+    assert load_task_split("sst2", "train", tmp_path)["label"] == [1, 1]

@@ -185,13 +185,36 @@ def _load_local(spec: TaskSpec, split: str, root: Path) -> datasets.Dataset:
     return datasets.Dataset.from_dict(columns, features=features)
 
 
+#: The longest JSONL record read, in characters: a task example is a sentence or two (CoNLL's longest sentence is
+#: about 1,000 characters); a longer record is a broken file, and tokenising it would exhaust memory.
+MAX_RECORD_CHARS = 100_000
+
+
+def _refuse_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``json`` object hook: a key given twice is an error, not a silent last-wins (``{"label": 1, "label": 0}``)."""
+    obj: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in obj:
+            raise _DuplicateKey(key)
+        obj[key] = value
+    return obj
+
+
+class _DuplicateKey(ValueError):
+    def __init__(self, key: str):
+        super().__init__(key)
+        self.key = key
+
+
 def _read_label_names(spec: TaskSpec, path: Path) -> list[str]:
     if not path.is_file():
         raise DataError(f"The label file {path} does not exist", f"Add it: a JSON object mapping {spec.label_column!r} to the label names in id order. " + _LAYOUT_HINT)
     try:
-        obj = json.loads(path.read_text(encoding="utf-8"))
+        obj = json.loads(path.read_text(encoding="utf-8"), object_pairs_hook=_refuse_duplicate_keys)
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise DataError(f"The label file {path} is not valid JSON ({err})", "Fix or replace it.") from None
+    except _DuplicateKey as err:
+        raise DataError(f"The label file {path} gives the key {err.key!r} twice", "Keep one value per key.") from None
     names = obj.get(spec.label_column) if isinstance(obj, dict) else obj
     if not isinstance(names, list) or not names or not all(isinstance(x, str) for x in names):
         raise DataError(
@@ -210,7 +233,12 @@ def _read_jsonl(spec: TaskSpec, path: Path, num_labels: int) -> dict[str, list]:
         raise DataError(f"Cannot read {path}: {err.strerror}", "Check the file's permissions.") from None
     with handle:
         try:
-            for lineno, line in enumerate(handle, start=1):
+            for lineno, line in enumerate(iter(lambda: handle.readline(MAX_RECORD_CHARS + 1), ""), start=1):
+                if len(line) > MAX_RECORD_CHARS and not line.endswith("\n"):
+                    raise DataError(
+                        f"{path.name} line {lineno} ({path}) is longer than {MAX_RECORD_CHARS:,} characters",
+                        "Each line must be one example (a sentence or a sentence pair); fix or remove the line.",
+                    )
                 if not line.strip():
                     continue
                 _parse_line(spec, path, lineno, line, num_labels, columns)
@@ -224,9 +252,11 @@ def _read_jsonl(spec: TaskSpec, path: Path, num_labels: int) -> dict[str, list]:
 def _parse_line(spec: TaskSpec, path: Path, lineno: int, line: str, num_labels: int, columns: dict[str, list]) -> None:
     where = f"{path.name} line {lineno} ({path})"
     try:
-        obj = json.loads(line)
+        obj = json.loads(line, object_pairs_hook=_refuse_duplicate_keys)
     except json.JSONDecodeError as err:
         raise DataError(f"Malformed JSON in {where}: {err.msg} at column {err.colno}", "Fix the line: each line must be one JSON object.") from None
+    except _DuplicateKey as err:
+        raise DataError(f"{where} gives the key {err.key!r} twice", "Keep one value per key on each line.") from None
     if not isinstance(obj, dict):
         raise DataError(f"{where} is not a JSON object", "Each line must be one JSON object.")
     for column in spec.columns:
