@@ -138,6 +138,7 @@ def test_the_smoke_plan_exactly():
         constants=f"{art}/constants/minilm-l6__sst2.safetensors",
         ranking=f"{art}/rankings/minilm-l6__sst2__deviation.json",
         mode="cached",
+        replacement="papa",
         seeds=[42],
         epochs=2,
         lr=2e-5,

@@ -207,7 +207,12 @@ def test_studies_inherit_the_probe_section_and_null_means_the_whole_split(tmp_pa
 
 def test_every_run_carries_exactly_its_params_model():
     runs = expand(load_config(ROOT / "configs" / "default.yaml"))
-    assert len(runs) == 300 and {r.kind for r in runs} == set(RUN_PARAMS)
+    assert len(runs) == 354 and {r.kind for r in runs} == set(RUN_PARAMS)
+    # the replacement studies: 3 replacements × 6 tasks × (minilm-l6 at half and all heads, mpnet-base at all heads)
+    replaced = [r for r in runs if r.kind == "probe" and r.params["replacement"] != "papa"]
+    assert len(replaced) == 54 and {r.params["replacement"] for r in replaced} == {"uniform", "zero", "mean"}
+    assert {(r.params["model"], r.params["k"]) for r in replaced} == {("minilm-l6", 36), ("minilm-l6", 72), ("mpnet-base", 144)}
+    assert all(r.params["constants"] and r.params["lr_file"] for r in replaced)  # the main grid's protocol: lr chosen at k = 0
     lrnext = next(r for r in runs if r.run_id == "probe__mpnet-base__cola__all__k144__cached__lrnext").params  # the largest drop's lr check
     assert (lrnext["lr"], lrnext["lr_file"], lrnext["epochs"], lrnext["selection"]) == (2e-4, "", 20, "heldout")
     mpnet = next(r for r in runs if r.run_id == "probe__mpnet-base__sst2__none__k0__cached").params  # the MiniLMs' sizes (issue 25)

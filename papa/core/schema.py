@@ -24,12 +24,16 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 Task = Literal["cola", "sst2", "mrpc", "mnli", "ner", "pos"]
 BaseMethod = Literal["gates", "deviation", "random"]
 Mode = Literal["cached", "faithful"]
+#: What replaces a constant head's attention (papa.core.replacements): PAPA's task-average matrix, uniform
+#: attention over the real tokens, a zero output, or the head's mean output per position.
+Replacement = Literal["papa", "uniform", "zero", "mean"]
 Selection = Literal["final", "heldout"]
 ProbeInput = Literal["all", "embeddings"]
 Chapter = Literal["results", "controls"]
 TASKS: tuple[str, ...] = get_args(Task)
 METHODS: tuple[str, ...] = get_args(BaseMethod)
 MODES: tuple[str, ...] = get_args(Mode)
+REPLACEMENTS: tuple[str, ...] = get_args(Replacement)
 SELECTIONS: tuple[str, ...] = get_args(Selection)
 PROBE_INPUTS: tuple[str, ...] = get_args(ProbeInput)
 CHAPTERS: tuple[str, ...] = get_args(Chapter)
@@ -213,6 +217,7 @@ class ProbeParams(_Strict):
     constants: str = Field("", description="constants file (needed when k > 0)")
     ranking: str = Field("", description="ranking file (needed when 0 < k < all heads)")
     mode: Mode = Field("cached", description="cached (features once, eval mode) or faithful (live encoder, train mode)")
+    replacement: Replacement = Field("papa", description="what replaces the k heads: papa (the constant), uniform, zero or mean (needs the constants file)")
     seeds: Annotated[list[int], Field(min_length=1), AfterValidator(_unique)] = Field([DEFAULT_SEED], description="probe seeds, one result file each")
     epochs: Count = Field(PAPER_EPOCHS, description="training epochs (the paper: 15)")
     lr: Rate = Field(PAPER_LR, description="learning rate (the paper: 2e-5); unused when lr_file is set")
@@ -289,6 +294,7 @@ class _ProbeSettings(_Strict):
     seeds: _nonempty_unique(int) = Field([DEFAULT_SEED], description="probe seeds")
     single_seed_fractions: Annotated[list[HeadFraction], AfterValidator(_unique_fractions)] = Field([], description="fractions run with the first seed only")
     modes: _nonempty_unique(Mode) = Field(["cached"], description="cached and/or faithful")
+    replacements: _nonempty_unique(Replacement) = Field(["papa"], description="what replaces the constant heads: papa, uniform, zero, mean")
     epochs: Count = Field(PAPER_EPOCHS, description="probe training epochs (the paper: 15)")
     lr: Rate | Literal["select"] = Field(PAPER_LR, description="probe learning rate (the paper: 2e-5), or select: chosen per model and task by lr_selection")
     max_train_examples: Examples = Field(DEFAULT_TRAIN_EXAMPLES, description="training examples (null: the whole split); with a pool, what each seed draws")
@@ -446,6 +452,7 @@ class ResultConfig(BaseModel):
     ranking: str | None = None
     constants: str | None = None
     mode: Mode
+    replacement: Replacement = "papa"
     seed: int
     lr: float
     epochs: Count

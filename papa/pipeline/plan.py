@@ -12,6 +12,7 @@ See :mod:`papa.pipeline.grid` for the whole flow."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 from collections.abc import Iterable
@@ -249,53 +250,56 @@ def expand(config: dict | GridConfig, path: str | None = None) -> Plan:
                     k = count_for(parse_fraction(fraction), total)
                     methods = ["none"] if k == 0 else ["all"] if k == total else (s["methods"] or grid.rank.methods)
                     seeds = s["seeds"][:1] if parse_fraction(fraction) in single else s["seeds"]
-                    for method in methods:
-                        for mode in s["modes"]:
-                            extra = ([] if probe_input == "all" else [probe_input]) + ([] if name in ("main", "floor") else [name])
-                            rid = run_id("probe", model, task, method, f"k{k}", mode, *extra)
-                            if rid in runs:
-                                continue
-                            deps = [run_id("estimate", model, task)] if k else []
-                            chosen = s["lr"] == SELECT
-                            if chosen:
-                                deps.append(run_id("select_lr", model, task))
-                            evaluation = s["max_eval_examples"]
-                            if isinstance(evaluation, dict):
-                                evaluation = evaluation.get(task)
-                            if method not in ("none", "all"):
-                                deps.append(run_id("rank", model, task, method))
-                            out = f"{art}/results/{rid}__s{{seed}}.json"
-                            params = ProbeParams(
-                                model=model,
-                                task=task,
-                                k=k,
-                                constants=constants(model, task) if k else "",
-                                ranking=ranking(model, task, method) if method not in ("none", "all") else "",
-                                mode=mode,
-                                seeds=list(seeds),
-                                probe_input=probe_input,
-                                lr=ProbeParams.model_fields["lr"].default if chosen else s["lr"],
-                                lr_file=lr_file(model, task) if chosen else "",
-                                max_eval_examples=evaluation,
-                                **{
-                                    key: s[key]
-                                    for key in (
-                                        "epochs",
-                                        "selection",
-                                        "heldout_fraction",
-                                        "max_train_examples",
-                                        "patience",
-                                        "pool_examples",
-                                        "heldout_examples",
-                                        "dev_every_epoch",
-                                        "eval_chunk_examples",
-                                    )
-                                },
-                                data_seed=grid.data_seed,
-                                out=out,
-                                **common,
-                            )
-                            runs[rid] = Run(rid, "probe", params.model_dump(), deps=deps, outputs=[out.format(seed=seed) for seed in seeds])
+                    # k = 0 replaces nothing: one run serves every replacement
+                    replacements = [r for r in s["replacements"] if k or r == "papa"]
+                    for method, mode, replacement in itertools.product(methods, s["modes"], replacements):
+                        extra = ([] if probe_input == "all" else [probe_input]) + ([] if replacement == "papa" else [replacement])
+                        extra += [] if name in ("main", "floor") else [name]
+                        rid = run_id("probe", model, task, method, f"k{k}", mode, *extra)
+                        if rid in runs:
+                            continue
+                        deps = [run_id("estimate", model, task)] if k else []
+                        chosen = s["lr"] == SELECT
+                        if chosen:
+                            deps.append(run_id("select_lr", model, task))
+                        evaluation = s["max_eval_examples"]
+                        if isinstance(evaluation, dict):
+                            evaluation = evaluation.get(task)
+                        if method not in ("none", "all"):
+                            deps.append(run_id("rank", model, task, method))
+                        out = f"{art}/results/{rid}__s{{seed}}.json"
+                        params = ProbeParams(
+                            model=model,
+                            task=task,
+                            k=k,
+                            constants=constants(model, task) if k else "",
+                            ranking=ranking(model, task, method) if method not in ("none", "all") else "",
+                            mode=mode,
+                            replacement=replacement,
+                            seeds=list(seeds),
+                            probe_input=probe_input,
+                            lr=ProbeParams.model_fields["lr"].default if chosen else s["lr"],
+                            lr_file=lr_file(model, task) if chosen else "",
+                            max_eval_examples=evaluation,
+                            **{
+                                key: s[key]
+                                for key in (
+                                    "epochs",
+                                    "selection",
+                                    "heldout_fraction",
+                                    "max_train_examples",
+                                    "patience",
+                                    "pool_examples",
+                                    "heldout_examples",
+                                    "dev_every_epoch",
+                                    "eval_chunk_examples",
+                                )
+                            },
+                            data_seed=grid.data_seed,
+                            out=out,
+                            **common,
+                        )
+                        runs[rid] = Run(rid, "probe", params.model_dump(), deps=deps, outputs=[out.format(seed=seed) for seed in seeds])
     upstream = [r.run_id for r in runs.values() if r.kind in ("probe", "rank", "select_lr")]
     for chapter in ("results", "controls"):
         runs[chapter] = Run(chapter, chapter, ChapterParams(grid_config=path).model_dump(), deps=upstream)
