@@ -33,6 +33,7 @@ RUN_COLUMNS = [
     "ranking",
     "seed",
     "mode",
+    "replacement",
     "probe_input",
     "lr",
     "epochs",
@@ -138,6 +139,7 @@ def _run_fields(run_id: str, result: dict) -> dict:
         "ranking": ranking_method(config.get("ranking"), k, total),
         "seed": config.get("seed"),
         "mode": config.get("mode"),
+        "replacement": config.get("replacement", "papa"),  # what replaced the k heads (a result before the modes: papa)
         "probe_input": config.get("probe_input", "all"),
         "lr": config.get("lr"),
         "epochs": config.get("epochs"),

@@ -60,6 +60,7 @@ def _study_settings(config: dict, study: dict, model: str | None = None) -> dict
         "lr": lr if isinstance(lr, str) else float(lr),  # "select": chosen per model and task, any value
         "epochs": int(study.get("epochs", probe.get("epochs", 15))),
         "modes": study.get("modes", probe.get("modes", ["cached"])),
+        "replacements": study.get("replacements", probe.get("replacements", ["papa"])),
         "tasks": study.get("tasks", config["tasks"]),
         "train_examples": study.get("max_train_examples", probe.get("max_train_examples", 1000)),
         "selection": study.get("selection", probe.get("selection", "final")),
@@ -69,12 +70,12 @@ def _study_settings(config: dict, study: dict, model: str | None = None) -> dict
 
 
 #: The settings that say how a probe is trained: a study that changes one of them for some model is not the main grid.
-_PROBE_SETTINGS = ("lr", "epochs", "modes", "train_examples", "selection", "heldout_examples")
+_PROBE_SETTINGS = ("lr", "epochs", "modes", "replacements", "train_examples", "selection", "heldout_examples")
 
 
 def probe_setting_studies(config: dict) -> list[str]:
     """The studies that train the probe otherwise than the main grid for some of their models (another lr, epoch
-    cap, epoch selection, mode or size): their runs are never main-grid runs, even where a filter would pass them."""
+    cap, epoch selection, mode, replacement or size): their runs are never main-grid runs, even where a filter would pass them."""
     names = []
     for study in config.get("studies", []):
         for model in study.get("models", config["models"]):
@@ -109,6 +110,7 @@ def study_frame(tidy: pd.DataFrame, config: dict, study: dict | None = None) -> 
                 & (tidy["epochs"] == s["epochs"])
                 & (tidy["selection"] == s["selection"])
                 & tidy["mode"].isin(s["modes"])
+                & tidy["replacement"].isin(s["replacements"])
                 & tidy["task"].isin(s["tasks"])
                 & (tidy["train_examples"] <= (math.inf if s["train_examples"] is None else s["train_examples"]))
             ]

@@ -1,0 +1,163 @@
+"""Which replacement matters (issue 33): PAPA's constant against uniform attention, a zero output and the head's
+mean output, on the book's one basis.
+
+Each replacement's drops are the cells of its own :class:`~papa.analysis.basis.Basis`: the main grid's k = 0 runs
+with that replacement's runs at half and at all heads (``papa``: the main grid's basis itself). So every mode's drop
+is read exactly as the results chapter reads PAPA's: the same convergence gate, the same pairing by probe seed with
+the same k = 0 runs, the same bootstrap over dev examples.
+
+**Paired across modes.** Every dev set is resampled on one stream (:func:`papa.analysis.stats.resample_rows`), so
+on resample ``r`` the cells of two modes at the same model, task and k drop on the same dev examples. A mode's
+*extra drop* over PAPA, ``drop(mode) − drop(papa)`` in relative-drop points, thus has the percentile interval of its
+R resampled differences, and a pooled extra drop (the mean over a model's informative tasks, or over every model's)
+the percentile interval of the R resampled means, as :func:`papa.analysis.pooled.pooled_drop` pools drops.
+
+**The three questions**, each answered by one rule on the pooled extra drop's 95% interval ``[low, high]``, stated
+in the method chapter before any result (:data:`QUESTIONS`, :func:`answer`):
+
+* ``low > 0``: **yes** — the alternative loses more than PAPA's constant, so what PAPA keeps matters;
+* ``high < 0``: **the reverse** — the alternative loses less than PAPA's constant;
+* otherwise: **no difference shown** — the interval holds 0 (the alternative may do as well);
+* without a paired informative cell: **not testable**.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+import numpy as np
+import pandas as pd
+
+from papa.analysis.basis import Basis, claim_cells
+from papa.analysis.pooled import pooled_drop
+
+#: The alternatives to PAPA's constant, each with the question it answers (in the chapter's order).
+QUESTIONS: dict[str, str] = {
+    "uniform": "Does the task-average pattern beat uniform attention?",
+    "mean": "Does input-dependent V matter once attention is constant?",
+    "zero": "Is a constant better than removing the head?",
+}
+#: What each mode puts in place of a head's attention output, in words.
+MODE_WORDS: dict[str, str] = {
+    "papa": "PAPA's constant: the task-average attention matrix, V input-dependent",
+    "uniform": "uniform attention over the real tokens (the mean of V), no data needed",
+    "mean": "the head's mean output per position over the training examples (attention and V constant)",
+    "zero": "a zero output (the head removed)",
+}
+#: The answers, every question's from this set.
+ANSWERS = ("yes", "no difference shown", "the reverse", "not testable")
+#: Columns of :func:`extra_drops`.
+EXTRA_COLUMNS = ["model", "task", "family", "at", "k", "replacement", "drop_papa", "relative_drop", "extra", "low", "high", "informative", "samples"]
+
+
+def replacement_cells(bases: Mapping[str, Basis], ranking: str) -> pd.DataFrame:
+    """The claim cells (:func:`papa.analysis.basis.claim_cells`: at half heads in ``ranking``'s order and at all
+    heads) of every mode's basis, with a ``replacement`` column; ``bases`` maps a mode to its basis."""
+    frames = [claim_cells(basis, ranking).assign(replacement=mode) for mode, basis in bases.items()]
+    frames = [frame for frame in frames if len(frame)]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["replacement", "model", "task", "at"])
+
+
+def extra_drops(cells: pd.DataFrame) -> pd.DataFrame:
+    """Per model, task, ``at`` and alternative mode with a defined drop on both sides: the mode's drop, PAPA's, and
+    the extra drop ``drop − drop_papa`` with its paired 95% interval and its ``[R]`` resampled values
+    (:data:`EXTRA_COLUMNS`)."""
+    rows = []
+    papa = {(c.model, c.task, c.at): c for c in cells[cells["replacement"] == "papa"].itertuples(index=False)}
+    for c in cells[cells["replacement"] != "papa"].itertuples(index=False):
+        base = papa.get((c.model, c.task, c.at))
+        if base is None or not (math.isfinite(c.relative_drop) and math.isfinite(base.relative_drop)):
+            continue
+        samples = np.asarray(c.samples, dtype=float) - np.asarray(base.samples, dtype=float)
+        low, high = np.quantile(samples, [0.025, 0.975])
+        rows.append(
+            {
+                "model": c.model,
+                "task": c.task,
+                "family": c.family,
+                "at": c.at,
+                "k": int(c.k),
+                "replacement": c.replacement,
+                "drop_papa": float(base.relative_drop),
+                "relative_drop": float(c.relative_drop),
+                "extra": float(c.relative_drop - base.relative_drop),
+                "low": float(low),
+                "high": float(high),
+                "informative": bool(c.informative and base.informative),
+                "samples": samples,
+            }
+        )
+    frame = pd.DataFrame(rows, columns=EXTRA_COLUMNS)
+    order = {mode: i for i, mode in enumerate(QUESTIONS)}
+    return frame.sort_values(["model", "task", "at"], key=lambda s: s.map(order) if s.name == "replacement" else s, ignore_index=True)
+
+
+def pooled_extra(extra: pd.DataFrame, replacement: str, at: str, models: list[str] | None = None) -> dict:
+    """The mean extra drop of ``replacement`` over PAPA across the informative (model, task) pairs at ``at`` (of
+    ``models``; None: every model), with the percentile interval of its resampled means (``value``, ``low``,
+    ``high``, ``n``, ``models``, ``tasks``)."""
+    rows = extra[(extra["replacement"] == replacement) & (extra["at"] == at) & extra["informative"]]
+    if models is not None:
+        rows = rows[rows["model"].isin(models)]
+    return pooled_drop(rows.assign(relative_drop=rows["extra"]))
+
+
+def answer(pooled: Mapping[str, float]) -> str:
+    """The answer (one of :data:`ANSWERS`) to a question from its pooled extra drop (module docstring's rule)."""
+    if not pooled.get("n"):
+        return "not testable"
+    if pooled["low"] > 0:
+        return "yes"
+    if pooled["high"] < 0:
+        return "the reverse"
+    return "no difference shown"
+
+
+def answer_reason(replacement: str, pooled: Mapping[str, float], verdict: str) -> str:
+    """One sentence saying why ``verdict`` follows from ``pooled`` (rates as percentage points of relative drop)."""
+    if verdict == "not testable":
+        return f"No informative task has a paired drop for both PAPA's constant and {replacement}."
+    span = f"[{pooled['low'] * 100:+.1f}, {pooled['high'] * 100:+.1f}] points"
+    pairs = f"over {pooled['n']} model/task pairs"
+    if verdict == "yes":
+        return f"{replacement.capitalize()} loses more than PAPA's constant {pairs}: the extra drop's interval {span} lies above 0."
+    if verdict == "the reverse":
+        return f"{replacement.capitalize()} loses less than PAPA's constant {pairs}: the extra drop's interval {span} lies below 0."
+    return f"The extra drop's interval {span} {pairs} holds 0: {replacement} may do as well as PAPA's constant."
+
+
+def answers(extra: pd.DataFrame, at: str = "all") -> pd.DataFrame:
+    """One row per question (:data:`QUESTIONS`) at ``at``, pooled over every model's informative tasks: the pooled
+    extra drop with its interval, the pairs it averages, the answer and its reason."""
+    rows = []
+    for mode, question in QUESTIONS.items():
+        pooled = pooled_extra(extra, mode, at)
+        verdict = answer(pooled)
+        rows.append(
+            {
+                "question": question,
+                "replacement": mode,
+                "at": at,
+                "extra": pooled["value"],
+                "low": pooled["low"],
+                "high": pooled["high"],
+                "n": pooled["n"],
+                "models": ", ".join(pooled["models"]),
+                "answer": verdict,
+                "reason": answer_reason(mode, pooled, verdict),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def pooled_by_model(cells: pd.DataFrame) -> pd.DataFrame:
+    """Per model, mode and ``at``: the mean relative drop over the model's informative tasks with its pooled 95%
+    interval (:func:`papa.analysis.pooled.pooled_drop`), and the tasks averaged."""
+    rows = []
+    for (model, mode, at), group in cells.groupby(["model", "replacement", "at"], sort=True):
+        pooled = pooled_drop(group[group["informative"]])
+        rows.append({"model": model, "replacement": mode, "at": at, **{k: pooled[k] for k in ("value", "low", "high", "n")}, "tasks": ", ".join(pooled["tasks"])})
+    frame = pd.DataFrame(rows, columns=["model", "replacement", "at", "value", "low", "high", "n", "tasks"])
+    order = {mode: i for i, mode in enumerate(MODE_WORDS)}
+    return frame.sort_values(["model", "at", "replacement"], key=lambda s: s.map(order) if s.name == "replacement" else s, ignore_index=True)

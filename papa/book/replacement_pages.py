@@ -1,0 +1,152 @@
+"""The "Which replacement?" chapter's numbers, tables and figure (issue 33), on the book's one basis.
+
+Every mode's drops come from a :class:`~papa.analysis.basis.Basis` of its own runs with the main grid's k = 0 runs
+(:func:`replacement_bases`), read by :mod:`papa.analysis.replacements`; the chapter notebook
+(``notebooks/08_replacements.md``) only calls this module and glues what it returns.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import altair as alt
+import pandas as pd
+
+from papa.analysis import replacements as RP
+from papa.analysis.basis import Basis, build_basis
+from papa.analysis.figure_kit import AXIS_PX, TEXT_WIDTH, Figure, clean, finish, legend, words
+from papa.book.data import BookData, headline_ranking
+from papa.book.table_format import Table, key_text, model_task_kinds, percent, table, text
+
+#: The chapter a study names to be reported here.
+CHAPTER = "replacements"
+AT_WORDS = {"half": "half of the heads", "all": "every head"}
+
+
+def replacement_studies(config: dict) -> list[dict]:
+    """The grid's studies reported in this chapter (``chapter: replacements``)."""
+    return [s for s in config.get("studies", []) if s.get("chapter") == CHAPTER]
+
+
+def replacement_bases(data: BookData) -> dict[str, Basis]:
+    """Per mode, its basis: ``papa`` is the main grid's; every other mode's joins its runs (from the studies of
+    this chapter) to the main grid's k = 0 runs, so its drops pair with the same k = 0 seeds as PAPA's."""
+    frames = [data.studies[s["name"]] for s in replacement_studies(data.config) if s["name"] in data.studies]
+    runs = pd.concat(frames) if frames else data.main.iloc[:0]
+    base = data.main[data.main["k"] == 0]
+    bases = {"papa": data.basis}
+    for mode in RP.QUESTIONS:
+        mine = runs[runs["replacement"] == mode] if len(runs) else runs
+        if len(mine):
+            bases[mode] = build_basis(pd.concat([base, mine]), data.records)
+    return bases
+
+
+@dataclass(frozen=True)
+class ReplacementScience:
+    """The chapter's numbers: every mode's claim cells, the extra drops over PAPA, the pooled drops per model and
+    the three answers (at all heads, and at half where any mode ran there)."""
+
+    ranking: str
+    cells: pd.DataFrame  # papa.analysis.replacements.replacement_cells
+    extra: pd.DataFrame  # papa.analysis.replacements.extra_drops
+    by_model: pd.DataFrame  # papa.analysis.replacements.pooled_by_model
+    answers: pd.DataFrame  # papa.analysis.replacements.answers at all heads
+    answers_half: pd.DataFrame  # the same at half of the heads
+    words: str  # which runs, in words
+
+
+def replacement_science(data: BookData) -> ReplacementScience:
+    ranking = headline_ranking(data.config)
+    bases = replacement_bases(data)
+    cells = RP.replacement_cells(bases, ranking)
+    extra = RP.extra_drops(cells)
+    modes = [m for m in bases if m != "papa"]
+    n_runs = sum(int(b.runs.loc[b.runs["replacement"] == m, "run_id"].nunique()) for m, b in bases.items() if m != "papa")
+    runs_words = f"{n_runs} converged probe results of {words(modes)}" if modes else "no run of another mode yet"
+    return ReplacementScience(ranking, cells, extra, RP.pooled_by_model(cells), RP.answers(extra, "all"), RP.answers(extra, "half"), runs_words)
+
+
+def _interval(value: float, low: float, high: float, scale: float = 100.0, unit: str = "%") -> str:
+    if value is None or math.isnan(value):
+        return "–"
+    span = "" if math.isnan(low) or math.isnan(high) else f" [{low * scale:+.1f}, {high * scale:+.1f}]"
+    return f"{value * scale:+.1f}{unit}{span}" if unit != "%" else f"{value * scale:.1f}%{span.replace('+', '')}"
+
+
+def replacement_numbers(science: ReplacementScience) -> dict[str, str]:
+    """The chapter's glue: per question (``q_<mode>``) its answer, its pooled extra drop with interval in points,
+    its reason, and the pairs it averages; ``replacement_runs`` says which runs."""
+    numbers = {"replacement_runs": science.words}
+    for row in science.answers.itertuples(index=False):
+        key = f"q_{row.replacement}"
+        numbers[f"{key}_answer"] = row.answer
+        numbers[f"{key}_number"] = _interval(row.extra, row.low, row.high, unit=" points")
+        numbers[f"{key}_reason"] = row.reason
+    return numbers
+
+
+def mode_drops_display(science: ReplacementScience) -> Table:
+    """Per model, task and ``at``: each mode's relative drop with its 95% interval, paired with the same k = 0
+    runs (one column per mode)."""
+    cells = science.cells
+    if cells.empty:
+        return table(pd.DataFrame(), {"task": "text"})
+    cell_text = [
+        None if math.isnan(d) else f"{percent(d)} [{percent(lo)}, {percent(hi)}]"
+        for d, lo, hi in zip(cells["relative_drop"], cells["relative_low"], cells["relative_high"])
+    ]
+    wide = cells.assign(cell=cell_text).pivot_table(index=["model", "task", "at"], columns="replacement", values="cell", aggfunc="first").reset_index()
+    modes = [m for m in RP.MODE_WORDS if m in wide.columns]
+    wide = key_text(wide).assign(heads=[AT_WORDS[a] for a in wide["at"]])
+    kinds = model_task_kinds(wide) | {"heads": "text"} | {m: text for m in modes}
+    missing = {m: "no converged pair of runs, or a k = 0 score not clear of 0" for m in modes}
+    return table(wide.where(wide.notna(), None), kinds, headers={"heads": "constant"}, missing=missing)
+
+
+def by_model_display(science: ReplacementScience) -> Table:
+    """Per model, ``at`` and mode: the mean relative drop over the model's informative tasks with its pooled
+    interval, and the tasks it averages."""
+    frame = science.by_model.assign(
+        heads=[AT_WORDS[a] for a in science.by_model["at"]],
+        drop=[_interval(v, lo, hi) for v, lo, hi in zip(science.by_model["value"], science.by_model["low"], science.by_model["high"])],
+    )
+    kinds = {"model": "text", "heads": "text", "replacement": "text", "drop": "text", "n": "int", "tasks": "text"}
+    return table(frame, kinds, headers={"heads": "constant", "drop": "mean relative drop [95% interval]", "n": "tasks averaged"})
+
+
+def answers_display(science: ReplacementScience) -> Table:
+    """The three questions at every head constant: answer, pooled extra drop over PAPA (points) and reason."""
+    frame = science.answers.assign(number=[_interval(v, lo, hi, unit=" points") for v, lo, hi in zip(science.answers["extra"], science.answers["low"], science.answers["high"])])
+    kinds = {"question": "text", "answer": "text", "number": "text", "n": "int", "reason": "text"}
+    return table(frame, kinds, headers={"number": "extra drop over PAPA [95% interval]", "n": "pairs"})
+
+
+def fig_replacements(science: ReplacementScience, label: str = "fig-replacements") -> Figure:
+    """Per model: each mode's mean relative drop over its informative tasks with its pooled 95% interval, one
+    colour per share of heads constant."""
+    frame = science.by_model.dropna(subset=["value"])
+    if frame.empty:
+        raise ValueError("No mode has a pooled drop to draw")
+    data = clean(frame.assign(constant=[AT_WORDS[a] for a in frame["at"]]))
+    order = [m for m in RP.MODE_WORDS if m in set(data["replacement"])]
+    base = alt.Chart(data).encode(
+        x=alt.X("replacement:N", sort=order, title="what replaces the heads"),
+        color=alt.Color("constant:N", legend=legend("heads constant")),
+        xOffset="constant:N",
+    )
+    points = base.mark_point(filled=True, size=60).encode(
+        y=alt.Y("value:Q", axis=alt.Axis(format="%"), title="mean relative drop"),
+        tooltip=["model:N", "replacement:N", "constant:N", alt.Tooltip("value:Q", format=".1%"), alt.Tooltip("low:Q", format=".1%"), alt.Tooltip("high:Q", format=".1%"), "n:Q", "tasks:N"],
+    )
+    bars = base.mark_rule().encode(y="low:Q", y2="high:Q")
+    models = sorted(set(data["model"]))
+    width = (TEXT_WIDTH - len(models) * AXIS_PX) // max(len(models), 1)
+    chart = (bars + points).properties(width=width, height=220).facet(column=alt.Column("model:N", title=None))
+    caption = (
+        "Per model, the mean relative drop over its informative tasks when the heads are replaced by PAPA's constant, "
+        "uniform attention, the head's mean output or zero, with the pooled 95% bootstrap interval, at half of the heads "
+        f"({science.ranking} order) and with every head replaced."
+    )
+    return finish(chart, caption, label)
