@@ -43,7 +43,7 @@ from papa.core.errors import PapaError
 from papa.core.io import atomic_write_json, read_json_verified, sha256_file
 from papa.pipeline.keys import environment, key_of, what_changed
 from papa.pipeline.output_diff import Difference, diff_files
-from papa.pipeline.plan import ROOT, Run, expand, load_config, run_notebook_path
+from papa.pipeline.plan import ROOT, Run, load_config, run_notebook_path
 from papa.pipeline.sources import PACKAGE, notebook_code_tree, papa_modules
 from papa.pipeline.stamps import GridLock, read_stamp, stamp_path, verification_path
 
@@ -87,15 +87,16 @@ def run_commits(run: Run, root: Path = ROOT) -> list[str]:
 
 
 def stamped_runs(folder: Path) -> list[Run]:
-    """The runs of a runs folder as their stamps recorded them (kind, parameters, artefacts), without planning: what
-    the book publishes, whatever the config now says."""
+    """The runs of a runs folder as their stamps recorded them (kind, parameters, upstream runs, artefacts), without
+    planning: what the book publishes, whatever the config now says."""
     runs = []
     for path in sorted((folder / "stamps").glob("*.json")):
         stamp = read_stamp(path)
         if stamp and isinstance(stamp.get("run_id"), str):
             params = (stamp.get("components") or {}).get("params") or {}
             outputs = [rel for rel in stamp["outputs"] if not rel.endswith(".ipynb")]
-            runs.append(Run(stamp["run_id"], stamp["run_id"].split("__")[0], params, outputs=outputs, grid=folder.name))
+            deps = list(stamp.get("inputs") or {})
+            runs.append(Run(stamp["run_id"], stamp["run_id"].split("__")[0], params, deps=deps, outputs=outputs, grid=folder.name))
     return runs
 
 
@@ -108,9 +109,9 @@ def dirty_runs(runs: list[Run], root: Path = ROOT) -> dict[str, list[str]]:
 # -- which runs -----------------------------------------------------------------------------------------------------
 def select_runs(runs: list[Run], stamps: dict[str, dict], pattern: str | None = None, sample: int | None = None, root: Path = ROOT) -> list[Run]:
     """The runs to verify: verifiable runs with a stamp and an executed notebook; with ``pattern`` those whose id
-    matches it (globs or texts the id contains, separated by commas); with ``sample`` that many, spread over kinds and models (each
-    round takes one run of every kind, the model turning), runs of an uncommitted tree first, then the cheapest by
-    their recorded seconds. ``sample`` larger than the runs there are takes them all."""
+    matches it (globs, or texts the id contains, separated by commas); with ``sample`` that many, spread over kinds
+    and models (each round takes one run of every kind, the model turning), runs of an uncommitted tree first, then
+    the cheapest by their recorded seconds. ``sample`` larger than the runs there are takes them all."""
     ready = [r for r in runs if r.kind in VERIFIABLE and stamps.get(r.run_id) and (root / run_notebook_path(r)).is_file()]
     if pattern:
         globs = [part if any(c in part for c in "*?[") else f"*{part}*" for part in pattern.split(",") if part.strip()]
@@ -195,9 +196,12 @@ def _changed_since(run: Run, stamp: dict, root: Path) -> list[str]:
     import nbformat
 
     old = stamp.get("components") or {}
+    if not old:
+        return []
+    old = {"params": old.get("params"), "notebook": old.get("notebook"), "deps": old.get("deps") or {}, "papa": old.get("papa") or {}, "environment": old.get("environment") or {}}
     nb = nbformat.read(root / run_notebook_path(run), as_version=4)
     now = dict(old, papa=papa_modules(notebook_code_tree(nb)), environment=environment())
-    if key_of(now) == key_of(old) or not old:
+    if key_of(now) == key_of(old):
         return []
     return [reason for reason in what_changed(old, now) if reason != "key changed"]
 
@@ -297,11 +301,13 @@ def verify_grid(
         raise PapaError(f"--tolerance must be 0 or more, got {tolerance}", "Pass an absolute tolerance such as 1e-5 (0: the values must be equal).")
     config = load_config(config_path)
     folder = root / "book" / "runs" / config["name"]
-    plan = expand(config)
-    by_id = {r.run_id: r for r in plan}
+    if not folder.is_dir():
+        raise PapaError(f"Grid {config['name']!r} has no runs folder (book/runs/{config['name']})", f"Run it first: papa grid run {config_path}.")
     with GridLock(folder):  # no runner rewrites the committed runs while they are compared
-        stamps = {r.run_id: read_stamp(stamp_path(folder, r.run_id)) for r in plan}
-        chosen = select_runs(plan, stamps, pattern, sample, root)
+        committed = stamped_runs(folder)
+        by_id = {r.run_id: r for r in committed}
+        stamps = {r.run_id: read_stamp(stamp_path(folder, r.run_id)) for r in committed}
+        chosen = select_runs(committed, stamps, pattern, sample, root)
         if not chosen:
             what = f" matching {pattern!r}" if pattern else ""
             raise PapaError(
