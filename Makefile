@@ -7,7 +7,7 @@ STAMP := $(VENV)/.papa-installed
 OFFLINE := HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 HF_EVALUATE_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 CONFIG ?= default
 
-.PHONY: install lint test book book-as-is bench bench-run smoke-runs lab browser
+.PHONY: install lint test verify book book-as-is bench bench-run smoke-runs lab browser
 
 install: $(STAMP)
 
@@ -47,6 +47,12 @@ lint: $(STAMP)
 
 test: lint smoke-runs browser
 	$(OFFLINE) $(PY) -m pytest -q tests -p no:cacheprovider
+
+# Re-execute a sample of the committed runs (VERIFY_SAMPLE, spread over kinds and models) in a scratch folder and
+# compare them with what is committed: nbval on the result cells, every results field exactly (needs PAPA_DATA_DIR).
+VERIFY_SAMPLE ?= 8
+verify: $(STAMP)
+	$(OFFLINE) $(PY) -m papa.cli grid verify configs/$(CONFIG).yaml --sample $(VERIFY_SAMPLE)
 
 book: $(STAMP)
 	$(OFFLINE) $(PY) -m papa.cli book build --config configs/$(CONFIG).yaml

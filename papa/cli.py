@@ -1,4 +1,4 @@
-"""The ``papa`` command line: ``estimate``, ``rank``, ``probe``, ``grid`` and ``book``.
+"""The ``papa`` command line: ``estimate``, ``rank``, ``probe``, ``grid`` (``run``, ``verify``, ``schema``) and ``book``.
 
 Every mistake ends in one line ``papa: error: <problem>. <what to do>`` and exit status 2; no
 traceback is printed for user errors. Outputs are written atomically, so a failed or killed
@@ -263,6 +263,22 @@ def cmd_grid(args) -> int:
     return run_grid(args.config, only=args.only, dry_run=args.dry_run, **options)
 
 
+def cmd_grid_verify(args) -> int:
+    from papa.pipeline.verify import verify_grid
+
+    return verify_grid(args.config, pattern=args.runs, sample=args.sample, device=args.device, tolerance=args.tolerance)
+
+
+def _tolerance(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
+    return value
+
+
 def cmd_grid_schema(args) -> int:
     import json
 
@@ -319,7 +335,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=_converter(int, False), default=ProbeParams.model_fields["seeds"].default[0], help="probe seed")
     p.set_defaults(func=cmd_probe)
 
-    p = sub.add_parser("grid", help="run a grid config with papermill, or write its JSON Schema")
+    p = sub.add_parser("grid", help="run a grid config with papermill, verify its committed runs, or write its JSON Schema")
     grid = p.add_subparsers(dest="action", required=True)
     g = grid.add_parser("run", help="bring a grid's runs up to date")
     g.add_argument("config")
@@ -331,6 +347,14 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--threads-per-run", type=_count(1), default=None, help="torch threads per run")
     g.add_argument("--prune", action="store_true", help="remove the executed notebooks, artefacts and stamps of runs the config no longer has (--dry-run lists them)")
     g.set_defaults(func=cmd_grid)
+    g = grid.add_parser("verify", help="re-execute committed runs in a scratch folder and compare their outputs (nbval and field by field)")
+    g.add_argument("config")
+    chosen = g.add_mutually_exclusive_group()
+    chosen.add_argument("--runs", default=None, metavar="PATTERN", help="the runs whose id matches one of these comma-separated globs (or contains the text; default: all)")
+    chosen.add_argument("--sample", type=_count(1), default=None, metavar="N", help="N runs spread over kinds and models, the cheapest first")
+    g.add_argument("--device", type=_device, default=None, help="re-execute on this device (default: the one each run recorded)")
+    g.add_argument("--tolerance", type=_tolerance, default=0.0, help="absolute tolerance for numbers, across devices (default: 0, equal)")
+    g.set_defaults(func=cmd_grid_verify)
     g = grid.add_parser("schema", help="write the JSON Schema of grid configs (for editors)")
     g.add_argument("--out", default=None, help="output file (default: standard output)")
     g.set_defaults(func=cmd_grid_schema)

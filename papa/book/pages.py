@@ -13,7 +13,7 @@ from papa.book import run_index as RI
 from papa.book.assets import check_assets, stage_assets
 from papa.book.setup_page import setup_page
 from papa.book.study_site import studies_part
-from papa.book.templates import fill
+from papa.book.templates import Markdown, fill
 from papa.book.words import plural
 from papa.core.io import read_json_verified
 from papa.pipeline.executed import code_span, myst_text
@@ -78,6 +78,7 @@ def _reproducibility(config: dict, stale: list[str], root: Path = ROOT, run_ids:
         ]
     if manifest:
         lines += _budget(manifest, results, stale, TIME_AIMS.get(config["name"]))
+    lines += _verified_section(config, runs_dir, run_ids, root)
     lines += ["## Runs", "", "| run | status | seconds |", "|---|---|---:|"]
     for run_id, entry in sorted(manifest.items()):
         status = "stale" if run_id in stale else entry.get("status", "?")
@@ -107,6 +108,72 @@ def _reproducibility(config: dict, stale: list[str], root: Path = ROOT, run_ids:
     else:
         lines += ["No benchmark table yet: run `make bench`.", ""]
     return "\n".join(lines) + "\n"
+
+
+def _verified_section(config: dict, runs_dir: Path, run_ids: list[str] | None, root: Path = ROOT) -> list[str]:
+    """ "Verified": what ``papa grid verify`` re-executed and compared (its records of the runs' current executions:
+    a record whose key is not the run's stamp's is older and not counted), on which machines, every mismatch with
+    its size and cause; then the runs whose outputs record a commit marked ``-dirty``."""
+    from papa.pipeline.stamps import read_stamp, stamp_path
+    from papa.pipeline.verify import VERIFIABLE, dirty_runs, read_records, stamped_runs
+
+    runs = [r for r in stamped_runs(runs_dir) if r.kind in VERIFIABLE and (run_ids is None or r.run_id in run_ids)]
+    keys = {r.run_id: (read_stamp(stamp_path(runs_dir, r.run_id)) or {}).get("key") for r in runs}
+    every = {run_id: record for run_id, record in read_records(runs_dir).items() if run_id in keys}
+    records = {run_id: record for run_id, record in every.items() if record.get("key") == keys[run_id]}
+    lines = ["## Verified", ""]
+    if not records:
+        lines += [_piece("verified-none"), ""]
+    else:
+        differed = sorted(run_id for run_id, record in records.items() if not record["matched"])
+        tolerances = sorted({record["tolerance"] for record in records.values()})
+        exactness = "exactly" if tolerances == [0.0] else "within " + " or ".join(f"{t:g}" for t in tolerances)
+        where = code_span(f"book/runs/{config['name']}/verified/")
+        intro = _piece(
+            "verified-intro",
+            verified=len(records),
+            verifiable=len(runs),
+            exactness=exactness,
+            matched=len(records) - len(differed),
+            differed=len(differed),
+            records=Markdown(where),
+        )
+        lines += [intro, ""]
+        groups: dict[tuple, list[str]] = {}
+        for record in records.values():
+            versions = ", ".join(f"{k} {v}" for k, v in sorted(record["packages"].items()) if k in ("torch", "transformers", "numpy"))
+            groups.setdefault((record["machine"], record["device"], f"Python {record['python']}, {versions}", record["papa"]["commit"]), []).append(record["verified_at"][:10])
+        for (machine, device, versions, commit), dates in sorted(groups.items()):
+            when = min(dates) if min(dates) == max(dates) else f"{min(dates)} to {max(dates)}"
+            lines.append(
+                _piece(
+                    "verified-machine",
+                    runs=f"{len(dates)} {plural(len(dates), 'run')}",
+                    machine=machine,
+                    device=device,
+                    versions=versions,
+                    commit=Markdown(code_span(commit)),
+                    when=when,
+                )
+            )
+        if len(every) > len(records):
+            lines += ["", _piece("verified-outdated", count=len(every) - len(records))]
+        if differed:
+            lines += ["", _piece("mismatches"), "", "| run | fields that differed | largest \\|Δ\\| | cause |", "|---|---|---:|---|"]
+            for run_id in differed:
+                record = records[run_id]
+                fields = record["fields"][:4] + ([f"and {len(record['fields']) - 4} more"] if len(record["fields"]) > 4 else [])
+                fields += [f"nbval {cell}" for cell in record["nbval"]["failed_cells"][:2]]
+                cells = [myst_text(", ".join(fields)), myst_text("; ".join(record["causes"]) or "unexplained")]
+                fields_cell, cause_cell = (cell.replace("|", "\\|") for cell in cells)
+                lines.append(f"| {code_span(run_id, table=True)} | {fields_cell} | {record['largest_difference']:.3g} | {cause_cell} |")
+        lines.append("")
+    dirty = dirty_runs(runs, root)
+    if dirty:
+        lines += [_piece("dirty", count=len(dirty)), ""] + [f"- {code_span(run_id)}: {', '.join(map(code_span, commits))}" for run_id, commits in sorted(dirty.items())]
+    else:
+        lines.append(_piece("dirty-none"))
+    return lines + [""]
 
 
 def _benchmark_command(table: str) -> str:
@@ -252,4 +319,20 @@ def write_pages(config: dict, stale: list[str], run_ids: list[str], root: Path =
     pages = generated_pages(config, stale, run_ids, root)
     RI.write_pages(pages, root)
     stage_assets(root / "book" / "_static")
+    report_dirty_runs(config, run_ids, root)
     return list(pages)
+
+
+def report_dirty_runs(config: dict, run_ids: list[str], root: Path = ROOT, out=None) -> list[str]:
+    """Name (on ``out``, default standard output) every run of the book whose outputs record a commit marked
+    ``-dirty`` (computed in a working tree with uncommitted changes; the reproducibility page lists them); returns them."""
+    import sys
+
+    from papa.pipeline.verify import dirty_runs, stamped_runs
+
+    present = set(run_ids)
+    dirty = sorted(dirty_runs([r for r in stamped_runs(root / "book" / "runs" / config["name"]) if r.run_id in present], root))
+    if dirty:
+        shown = ", ".join(dirty[:10]) + (f" and {len(dirty) - 10} more" if len(dirty) > 10 else "")
+        print(f"warning: {len(dirty)} runs were computed in a working tree with uncommitted changes (-dirty): {shown}", file=out or sys.stdout)
+    return dirty

@@ -36,6 +36,11 @@ def stamp_path(folder: Path, run_id: str) -> Path:
     return folder / "stamps" / f"{run_id}.json"
 
 
+def verification_path(folder: Path, run_id: str) -> Path:
+    """A run's verification record (``papa grid verify``, :mod:`papa.pipeline.verify`)."""
+    return folder / "verified" / f"{run_id}.json"
+
+
 def run_files(run: Run) -> list[str]:
     """Every file a run must leave behind: its artefacts and its executed notebook (repo-relative)."""
     return [*run.outputs, run_notebook_path(run)]
@@ -319,8 +324,8 @@ RUNNER_FILES = frozenset({"manifest.json", OWNER_FILE, ".lock", ".lock.owner"})
 
 def planned_files(runs: list[Run], folder: Path, root: Path = ROOT) -> set[Path]:
     """Every file the runs of a plan may leave in their runs folder: artefacts, executed notebooks, the
-    notebooks of failed attempts (``<run_id>.failed.ipynb``, kept for reading) and stamps."""
-    files = {stamp_path(folder, run.run_id) for run in runs}
+    notebooks of failed attempts (``<run_id>.failed.ipynb``, kept for reading), stamps and verification records."""
+    files = {stamp_path(folder, run.run_id) for run in runs} | {verification_path(folder, run.run_id) for run in runs}
     for run in runs:
         files |= {root / rel for rel in run_files(run)}
         files.add((root / run_notebook_path(run)).with_suffix(".failed.ipynb"))
