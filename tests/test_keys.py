@@ -60,9 +60,16 @@ def test_comments_docstrings_and_layout_change_no_key(monkeypatch):
 def test_a_code_line_stales_exactly_the_runs_that_execute_it(monkeypatch):
     before = _keys(monkeypatch, {})
     # the chapters alone draw the result figures and compute the statistics: a probe never re-runs for them
-    for module in ("analysis/figures.py", "analysis/stats.py", "analysis/findings.py", "pipeline/plan.py", "pipeline/executed.py"):
+    for module in ("analysis/figures.py", "pipeline/executed.py"):
         after = _keys(monkeypatch, {module: "\n_EXTRA = 1\n"})
         assert {rid for rid in before if before[rid] != after[rid]} == {"results-run", "controls-run"}, module
+    # the statistics, the data of the book and the plan: the replacements chapter reads them too
+    for module in ("analysis/stats.py", "analysis/findings.py", "pipeline/plan.py", "book/data.py"):
+        after = _keys(monkeypatch, {module: "\n_EXTRA = 1\n"})
+        assert {rid for rid in before if before[rid] != after[rid]} == {"results-run", "controls-run", "replacements-run"}, module
+    # the replacements chapter's own module restales that chapter alone
+    after = _keys(monkeypatch, {"book/replacement_pages.py": "\n_EXTRA = 1\n"})
+    assert {rid for rid in before if before[rid] != after[rid]} == {"replacements-run"}
     # the single-run figures: the estimate and rank notebooks draw them, and the results chapter (not the controls)
     after = _keys(monkeypatch, {"analysis/run_figures.py": "\n_EXTRA = 1\n"})
     assert {rid for rid in before if before[rid] != after[rid]} == {"estimate-run", "rank-run", "results-run"}
@@ -79,9 +86,6 @@ def test_a_code_line_stales_exactly_the_runs_that_execute_it(monkeypatch):
     # what every run's kernel executes
     after = _keys(monkeypatch, {"pipeline/notebook.py": "\n_EXTRA = 1\n"})
     assert {rid for rid in before if before[rid] != after[rid]} == {r.run_id for r in RUNS}
-    # the chapters alone read papa.book.data
-    after = _keys(monkeypatch, {"book/data.py": "\n_EXTRA = 1\n"})
-    assert {rid for rid in before if before[rid] != after[rid]} == {"results-run", "controls-run"}
     # papa.compute_ranking (a lazy name of papa/__init__) reaches papa.probing.ranking; no other notebook executes it
     after = _keys(monkeypatch, {"probing/ranking.py": "\n_EXTRA = 1\n"})
     assert {rid for rid in before if before[rid] != after[rid]} == {"rank-run"}

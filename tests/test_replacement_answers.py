@@ -63,9 +63,7 @@ def test_pooled_extra_averages_informative_pairs_and_every_answer_follows_the_ru
     table = RP.answers(extra, "all").set_index("replacement")
     assert table.loc["mean", "answer"] == "yes" and table.loc["zero", "answer"] == "yes"
     assert table.loc["uniform", "answer"] == "no difference shown"
-    assert table.loc["uniform", "reason"] == (
-        "The extra drop's interval [-3.3, +4.3] points over 2 model/task pairs holds 0: uniform may do as well as PAPA's constant."
-    )
+    assert table.loc["uniform", "reason"] == ("The extra drop's interval [-3.3, +4.3] points over 2 model/task pairs holds 0: uniform may do as well as PAPA's constant.")
     assert list(table["question"]) == list(RP.QUESTIONS.values())
 
 

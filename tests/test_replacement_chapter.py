@@ -72,7 +72,7 @@ def test_extra_drops_and_answers(science):
     assert answers.loc["zero", "answer"] == "yes" and answers.loc["mean", "answer"] == "yes"  # 25 and 15 points more, on 400 examples
     # uniform keeps 4 examples more than PAPA's constant on every seed: a small, consistent gain over the same examples
     assert answers.loc["uniform", "answer"] == "the reverse" and answers.loc["uniform", "high"] < 0
-    numbers = RPG.replacement_numbers(result)
+    numbers = RPG.replacement_numbers(result, CONFIG)
     assert numbers["q_zero_answer"] == "yes"
     low, high = answers.loc["zero", "low"], answers.loc["zero", "high"]
     assert numbers["q_zero_number"] == f"+27.8 points [{low * 100:+.1f}, {high * 100:+.1f}]"

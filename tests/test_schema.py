@@ -207,7 +207,7 @@ def test_studies_inherit_the_probe_section_and_null_means_the_whole_split(tmp_pa
 
 def test_every_run_carries_exactly_its_params_model():
     runs = expand(load_config(ROOT / "configs" / "default.yaml"))
-    assert len(runs) == 354 and {r.kind for r in runs} == set(RUN_PARAMS)
+    assert len(runs) == 355 and {r.kind for r in runs} == set(RUN_PARAMS)  # 300 + 54 replacement probes + their chapter
     # the replacement studies: 3 replacements × 6 tasks × (minilm-l6 at half and all heads, mpnet-base at all heads)
     replaced = [r for r in runs if r.kind == "probe" and r.params["replacement"] != "papa"]
     assert len(replaced) == 54 and {r.params["replacement"] for r in replaced} == {"uniform", "zero", "mean"}

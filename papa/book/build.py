@@ -20,7 +20,7 @@ from pathlib import Path
 from papa.book.assets import check_assets
 from papa.book.pages import write_pages
 from papa.core.errors import PapaError
-from papa.pipeline.plan import ROOT, load_config
+from papa.pipeline.plan import ROOT, grid_chapters, load_config
 from papa.pipeline.runner import run_grid, stale_runs
 
 BUILD_DIR = ROOT / "_build" / "html"
@@ -44,7 +44,7 @@ def build_book(config_path: str = "configs/default.yaml", as_is: bool = False, s
     runs, stale, _, _ = stale_runs(config)
     present = [r.run_id for r in runs if (ROOT / "book" / "runs" / config["name"] / f"{r.run_id}.ipynb").is_file()]
     missing = [r.run_id for r in runs if r.run_id not in present]
-    if {"results", "controls"} - set(present):
+    if set(grid_chapters(config)) - set(present):
         raise PapaError(f"The chapters of grid {config['name']!r} have not been run", "Run `make book` with the task data (PAPA_DATA_DIR).")
     write_pages(config, [r.run_id for r in stale if r.run_id in present], present)
     command = [str(jupyter_book), "build", str(ROOT), "--path-output", str(ROOT)]

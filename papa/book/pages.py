@@ -280,7 +280,7 @@ def point_front_page(text: str, name: str) -> str:
     at grid ``name``, the grid the book is built from."""
     import re
 
-    return re.sub(r"runs/[\w-]+/(results|controls)\b", rf"runs/{name}/\1", text)
+    return re.sub(r"runs/[\w-]+/(results|controls|replacements)\b", rf"runs/{name}/\1", text)
 
 
 def generated_pages(config: dict, stale: list[str], run_ids: list[str], root: Path = ROOT) -> dict[Path, str]:

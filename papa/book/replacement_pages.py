@@ -15,7 +15,7 @@ import pandas as pd
 
 from papa.analysis import replacements as RP
 from papa.analysis.basis import Basis, build_basis
-from papa.analysis.figure_kit import AXIS_PX, TEXT_WIDTH, Figure, clean, finish, legend, words
+from papa.analysis.figure_kit import AXIS_PX, TEXT_WIDTH, Figure, clean, finish, glue_figure, legend, words
 from papa.book.data import BookData, headline_ranking
 from papa.book.table_format import Table, key_text, model_task_kinds, percent, table, text
 
@@ -75,12 +75,14 @@ def _interval(value: float, low: float, high: float, scale: float = 100.0, unit:
     return f"{value * scale:+.1f}{unit}{span}" if unit != "%" else f"{value * scale:.1f}%{span.replace('+', '')}"
 
 
-def replacement_numbers(science: ReplacementScience) -> dict[str, str]:
-    """The chapter's glue: per question (``q_<mode>``) its answer, its pooled extra drop with interval in points,
-    its reason, and the pairs it averages; ``replacement_runs`` says which runs."""
-    numbers = {"replacement_runs": science.words}
+def replacement_numbers(science: ReplacementScience, config: dict) -> dict[str, str]:
+    """The chapter's glue: per question (``q_<mode>``) the question, its answer, its pooled extra drop with interval
+    in points and its reason; ``replacement_runs`` says which runs, ``estimate_examples`` how many training
+    examples the constants and means average."""
+    numbers = {"replacement_runs": science.words, "estimate_examples": f"{int((config.get('estimate') or {}).get('max_examples', 2000)):,}"}
     for row in science.answers.itertuples(index=False):
         key = f"q_{row.replacement}"
+        numbers[f"{key}_question"] = row.question
         numbers[f"{key}_answer"] = row.answer
         numbers[f"{key}_number"] = _interval(row.extra, row.low, row.high, unit=" points")
         numbers[f"{key}_reason"] = row.reason
@@ -94,8 +96,7 @@ def mode_drops_display(science: ReplacementScience) -> Table:
     if cells.empty:
         return table(pd.DataFrame(), {"task": "text"})
     cell_text = [
-        None if math.isnan(d) else f"{percent(d)} [{percent(lo)}, {percent(hi)}]"
-        for d, lo, hi in zip(cells["relative_drop"], cells["relative_low"], cells["relative_high"])
+        None if math.isnan(d) else f"{percent(d)} [{percent(lo)}, {percent(hi)}]" for d, lo, hi in zip(cells["relative_drop"], cells["relative_low"], cells["relative_high"])
     ]
     wide = cells.assign(cell=cell_text).pivot_table(index=["model", "task", "at"], columns="replacement", values="cell", aggfunc="first").reset_index()
     modes = [m for m in RP.MODE_WORDS if m in wide.columns]
@@ -123,6 +124,17 @@ def answers_display(science: ReplacementScience) -> Table:
     return table(frame, kinds, headers={"number": "extra drop over PAPA [95% interval]", "n": "pairs"})
 
 
+def glue_replacement_figure(science: ReplacementScience) -> None:
+    """Glue :func:`fig_replacements`, or, while no mode has a pooled drop, a sentence saying so in its place."""
+    from myst_nb import glue
+
+    if len(science.by_model.dropna(subset=["value"])):
+        glue_figure(fig_replacements(science))
+    else:
+        glue("fig-replacements", "No mode has a pooled drop yet: no informative task has converged runs of a mode.", display=False)
+        glue("fig-replacements-caption", "The modes side by side (none yet).", display=False)
+
+
 def fig_replacements(science: ReplacementScience, label: str = "fig-replacements") -> Figure:
     """Per model: each mode's mean relative drop over its informative tasks with its pooled 95% interval, one
     colour per share of heads constant."""
@@ -138,7 +150,7 @@ def fig_replacements(science: ReplacementScience, label: str = "fig-replacements
     )
     points = base.mark_point(filled=True, size=60).encode(
         y=alt.Y("value:Q", axis=alt.Axis(format="%"), title="mean relative drop"),
-        tooltip=["model:N", "replacement:N", "constant:N", alt.Tooltip("value:Q", format=".1%"), alt.Tooltip("low:Q", format=".1%"), alt.Tooltip("high:Q", format=".1%"), "n:Q", "tasks:N"],
+        tooltip=["model:N", "replacement:N", "constant:N", *(alt.Tooltip(f"{c}:Q", format=".1%") for c in ("value", "low", "high")), "n:Q", "tasks:N"],
     )
     bars = base.mark_rule().encode(y="low:Q", y2="high:Q")
     models = sorted(set(data["model"]))

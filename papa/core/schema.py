@@ -24,12 +24,12 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 Task = Literal["cola", "sst2", "mrpc", "mnli", "ner", "pos"]
 BaseMethod = Literal["gates", "deviation", "random"]
 Mode = Literal["cached", "faithful"]
-#: What replaces a constant head's attention (papa.core.replacements): PAPA's task-average matrix, uniform
+#: What replaces a constant head's attention (the patching table of papa.core): PAPA's task-average matrix, uniform
 #: attention over the real tokens, a zero output, or the head's mean output per position.
 Replacement = Literal["papa", "uniform", "zero", "mean"]
 Selection = Literal["final", "heldout"]
 ProbeInput = Literal["all", "embeddings"]
-Chapter = Literal["results", "controls"]
+Chapter = Literal["results", "controls", "replacements"]
 TASKS: tuple[str, ...] = get_args(Task)
 METHODS: tuple[str, ...] = get_args(BaseMethod)
 MODES: tuple[str, ...] = get_args(Mode)
@@ -259,7 +259,7 @@ class SelectLrParams(_Strict):
 
 
 class ChapterParams(_Strict):
-    """``notebooks/04_results.md`` and ``notebooks/05_controls.md``."""
+    """The chapters: ``notebooks/04_results.md``, ``notebooks/05_controls.md`` and ``notebooks/08_replacements.md``."""
 
     grid_config: str = Field("configs/default.yaml", description="the grid config whose runs this chapter aggregates")
 
@@ -271,6 +271,7 @@ RUN_PARAMS: dict[str, type[_Strict]] = {
     "probe": ProbeParams,
     "results": ChapterParams,
     "controls": ChapterParams,
+    "replacements": ChapterParams,
 }
 
 

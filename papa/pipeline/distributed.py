@@ -38,6 +38,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from papa.core.errors import PapaError
+from papa.core.schema import CHAPTERS
 from papa.pipeline import clusters
 from papa.pipeline.clusters import SchedulerSpec, default_threads, start_cluster, thread_environment
 from papa.pipeline.executors import Executor, Outcome, SequentialExecutor
@@ -47,7 +48,7 @@ from papa.pipeline.plan import ROOT, Run
 MAX_ATTEMPTS = 3
 #: Kinds of run that need no GPU under ``--gpus-per-run`` (chapters only read JSON); every other kind
 #: (estimate, rank, probe, select_lr, ...) asks for the resource ``GPU``.
-CHAPTER_KINDS = ("results", "controls")
+CHAPTER_KINDS = CHAPTERS
 #: Packages whose versions must agree between the driver and every worker.
 FINGERPRINT_PACKAGES = ("torch", "transformers", "tokenizers", "datasets", "papermill")
 #: What a kernel that never started says (jupyter_client, pyzmq); the run is tried once more.

@@ -5,12 +5,13 @@ from __future__ import annotations
 import shutil
 from typing import TYPE_CHECKING
 
+from papa.core.schema import CHAPTERS
 from papa.pipeline.plan import Run
 
 if TYPE_CHECKING:
     from papa.pipeline.stamps import Manifest
 
-DEFAULT_SECONDS = {"estimate": 60, "rank": 120, "select_lr": 120, "probe": 60, "results": 40, "controls": 40}
+DEFAULT_SECONDS = {"estimate": 60, "rank": 120, "select_lr": 120, "probe": 60, "results": 40, "controls": 40, "replacements": 40}
 
 
 #: MiniLM-L6 on two CPU cores, seconds per example: ``extract``, a compact encoder pass that caches features (tokenising
@@ -123,7 +124,7 @@ def run_size(run: Run) -> tuple[int, int | None]:
     """``(examples the run encodes, bytes of cached features or None when unknown)``: the features are
     ``[examples, layers + 1, L, hidden]`` float16 (an upper bound: pad-only positions are dropped)."""
     p = run.params
-    if run.kind in ("results", "controls"):
+    if run.kind in CHAPTERS:
         return 0, 0
     if run.kind == "estimate":
         return _examples(p["max_examples"], p["task"], "train"), 0
@@ -188,7 +189,7 @@ def run_cost(run: Run) -> tuple[float, dict[tuple, float]]:
       passes per example and epoch); the chapters take :data:`DEFAULT_SECONDS`.
     """
     p = run.params
-    if run.kind in ("results", "controls"):
+    if run.kind in CHAPTERS:
         return DEFAULT_SECONDS[run.kind], {}
     encoder, stepping = model_cost(p["model"])
     share = COMPACT_SLOT_SHARE.get(p["task"], 1.0)

@@ -24,7 +24,7 @@ from typing import Any
 from papa.core.config_files import read_yaml, validate
 from papa.core.errors import PapaError
 from papa.core.names import run_id, slug
-from papa.core.schema import SELECT, ChapterParams, EstimateParams, GridConfig, ProbeParams, RankParams, SelectLrParams, parse_fraction, study_settings
+from papa.core.schema import CHAPTERS, SELECT, ChapterParams, EstimateParams, GridConfig, ProbeParams, RankParams, SelectLrParams, parse_fraction, study_settings
 
 
 def project_root(start: Path | None = None) -> Path:
@@ -49,6 +49,7 @@ NOTEBOOKS = {
     "select_lr": "notebooks/06_select_lr.md",
     "results": "notebooks/04_results.md",
     "controls": "notebooks/05_controls.md",
+    "replacements": "notebooks/08_replacements.md",
 }
 
 
@@ -301,11 +302,18 @@ def expand(config: dict | GridConfig, path: str | None = None) -> Plan:
                         )
                         runs[rid] = Run(rid, "probe", params.model_dump(), deps=deps, outputs=[out.format(seed=seed) for seed in seeds])
     upstream = [r.run_id for r in runs.values() if r.kind in ("probe", "rank", "select_lr")]
-    for chapter in ("results", "controls"):
+    for chapter in grid_chapters(config):
         runs[chapter] = Run(chapter, chapter, ChapterParams(grid_config=path).model_dump(), deps=upstream)
     for run in runs.values():
         run.grid = grid.name
     return Plan(runs.values(), unsized)
+
+
+def grid_chapters(config: dict) -> list[str]:
+    """The chapter runs of a grid: results and controls always, and every other chapter of
+    :data:`papa.core.schema.CHAPTERS` that one of its studies names (``chapter: replacements``)."""
+    named = {study.get("chapter") for study in config.get("studies", [])}
+    return [chapter for chapter in CHAPTERS if chapter in ("results", "controls") or chapter in named]
 
 
 def probe_run_id(result_key: str) -> str:
