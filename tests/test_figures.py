@@ -154,6 +154,7 @@ def test_a_figure_answers_as_its_chart():
     chart = alt.Chart(alt.Data(values=[{"a": 1}])).mark_point().encode(x="a:Q")
     figure = Figure(chart, "A caption.", "fig-x")
     spec = figure.to_dict()
+    assert sorted(spec) == ["$schema", "config", "data", "encoding", "mark"]  # the chart's own, nothing added
     assert (spec["mark"], spec["encoding"], spec["data"]) == ({"type": "point"}, {"x": {"field": "a", "type": "quantitative"}}, {"values": [{"a": 1}]})
     assert figure.properties(width=123).to_dict()["width"] == 123
     assert (figure.caption, figure.label) == ("A caption.", "fig-x")
