@@ -329,6 +329,13 @@ def test_a_folder_without_safetensors_has_no_fingerprint(tmp_path):
     with pytest.raises(PapaError) as err:
         weights_fingerprint(str(tmp_path))
     assert err.value.problem == f"The model {tmp_path} has no weights (no *.safetensors file)"
+    from safetensors.torch import save_file
+
+    for part in ("a", "b"):  # one tensor name in two files: which one the model loads is undefined
+        save_file({"encoder.weight": torch.zeros(2, 2)}, str(tmp_path / f"{part}.safetensors"))
+    with pytest.raises(PapaError) as err:
+        weights_fingerprint(str(tmp_path))
+    assert err.value.problem == f"The model {tmp_path} stores the tensor encoder.weight twice (in two *.safetensors files)"
 
 
 def test_constants_of_one_model_are_refused_for_another(tmp_path):
