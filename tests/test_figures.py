@@ -35,7 +35,6 @@ def tables(tmp_path_factory):
 def valid(figure) -> dict:
     assert isinstance(figure, Figure) and figure.caption and figure.label.startswith("fig-")
     spec = figure.chart.to_dict(validate=True)
-    assert figure.to_dict() == figure.chart.to_dict()  # a Figure still answers as its chart (old callers)
     assert spec["config"]["legend"]["orient"] == "bottom"  # legends below the plot: never off-screen to the right
     assert spec["$schema"].startswith("https://vega.github.io/schema/vega-lite/")
     return spec
@@ -150,6 +149,19 @@ def test_downsample_is_block_mean():
     assert same is matrix
 
 
+def test_a_figure_answers_as_its_chart():
+    """Attributes a Figure lacks come from its chart (callers that treat it as an Altair chart); dunders do not."""
+    chart = alt.Chart(alt.Data(values=[{"a": 1}])).mark_point().encode(x="a:Q")
+    figure = Figure(chart, "A caption.", "fig-x")
+    spec = figure.to_dict()
+    assert sorted(spec) == ["$schema", "config", "data", "encoding", "mark"]  # the chart's own, nothing added
+    assert (spec["mark"], spec["encoding"], spec["data"]) == ({"type": "point"}, {"x": {"field": "a", "type": "quantitative"}}, {"values": [{"a": 1}]})
+    assert figure.properties(width=123).to_dict()["width"] == 123
+    assert (figure.caption, figure.label) == ("A caption.", "fig-x")
+    with pytest.raises(AttributeError):
+        figure.__no_such_dunder__  # noqa: B018 - a dunder is never looked up on the chart
+
+
 def test_offline_renderer_html_has_no_url_and_calls_vega_embed():
     previous = alt.renderers.active
     try:
@@ -169,7 +181,13 @@ def test_offline_renderer_html_has_no_url_and_calls_vega_embed():
     element = re.search(r'<div id="([\w-]+)"></div>', html).group(1)
     assert f'vegaEmbed("#{element}", spec, {{"actions": false' in html
     assert html.count("</script>") == 1  # the data's "</script>" is escaped
-    assert offline_html(chart.to_dict(), "fixed") == offline_html(chart.to_dict(), "fixed")
+    fixed = offline_html(chart.to_dict(), "fixed")
+    assert fixed.startswith('<div id="fixed"></div>\n') and 'vegaEmbed("#fixed", spec, {"actions": false, "mode": "vega-lite"})' in fixed
+    shown = json.loads(re.search(r"var spec = (.*);\n", fixed).group(1).replace("<\\/", "</"))
+    assert "$schema" not in shown  # the mode is given explicitly instead
+    encoding = {"x": {"field": "a", "type": "quantitative"}, "tooltip": {"field": "b", "type": "nominal"}}
+    expected = {"data": {"values": [{"a": 1, "b": "</script>"}]}, "mark": {"type": "point"}, "encoding": encoding}
+    assert {key: shown[key] for key in expected} == expected
 
 
 def test_chart_ids_are_deterministic():
@@ -185,7 +203,12 @@ def test_write_vega_bundle(tmp_path):
     path = write_vega_bundle(tmp_path / "_static")
     assert path.name == VEGA_BUNDLE_NAME and path.parent == tmp_path / "_static"
     code = path.read_text()
-    assert "window.vegaEmbed" in code and "vegaEmbed" in code
+    import vl_convert
+
+    header = f"/* papa offline Vega bundle: vega {vl_convert.get_vega_version()}, vega-lite {alt.SCHEMA_VERSION[1:].rsplit('.', 1)[0]}, "
+    assert code.startswith(header)  # the installed Altair's Vega-Lite (major.minor)
+    assert code.splitlines()[1] == "(function () {"  # its names stay inside one function
+    assert re.search(r"window\.vegaEmbed=[\w$]+;window\.vega=[\w$]+;\n\}\)\(\);\n$", code)  # sets the globals the pages call, last
     assert path.stat().st_size > 100_000  # vega + vega-lite + vega-embed, not a loader stub
     assert not re.search(r"<script[^>]+src=|import\s*\(\s*['\"]https?:", code)  # nothing fetched at load
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from safetensors import safe_open
 
 from papa.core.names import slug
 from papa.pipeline.plan import ROOT, expand, load_config
@@ -45,7 +46,7 @@ SCIENCE = ("score", "metric", "metrics", "dev", "selected_epoch", "floors")
 def test_a_grid_on_a_local_model_folder_runs_and_scores_as_the_embedded_model(tmp_path, monkeypatch):
     import papa
     from papa.core.io import read_json_verified
-    from papa.core.models import weights_fingerprint
+    from papa.core.models import resolve_model_path, weights_fingerprint
 
     monkeypatch.setenv("PAPA_CACHE_DIR", str(tmp_path / "cache"))  # each grid extracts its own features
     folder = tmp_path / "models" / "my encoder"  # a path with a separator and a space
@@ -76,9 +77,13 @@ def test_a_grid_on_a_local_model_folder_runs_and_scores_as_the_embedded_model(tm
 
         grids = (local, embedded)
         ours, theirs = (papa.load_constants(artifact(g, "constants", "MODEL__sst2.safetensors")) for g in grids)
-        # (the fingerprints hash the weight files' bytes: save_pretrained writes another file than the package's)
+        # The fingerprints hash the files' tensors; the package's file also holds the buffer position_ids, which
+        # save_pretrained no longer writes, so the copy has another fingerprint (and its own constants).
         fingerprints = (ours.meta["fingerprint"], theirs.meta["fingerprint"])
-        assert fingerprints == (weights_fingerprint(str(folder)), lm.fingerprint)
+        assert fingerprints == (weights_fingerprint(str(folder)), lm.fingerprint) and fingerprints[0] != fingerprints[1]
+        package_file = Path(resolve_model_path("minilm-l6")[0]) / "model.safetensors"
+        with safe_open(str(package_file), "pt") as package, safe_open(str(folder / "model.safetensors"), "pt") as copy:
+            assert set(package.keys()) - set(copy.keys()) == {"embeddings.position_ids"} and set(copy.keys()) < set(package.keys())
         assert torch.equal(ours.constants, theirs.constants) and torch.equal(ours.deviation, theirs.deviation)
         rankings = [read_json_verified(artifact(g, "rankings", "MODEL__sst2__deviation.json")) for g in grids]
         assert rankings[0]["ranking"] == rankings[1]["ranking"]

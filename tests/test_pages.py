@@ -293,6 +293,42 @@ def test_setup_page_reads_as_prose(config):
             assert f"(study `{name}`" in page  # named only beside its words
 
 
+#: What the smoke and paper pages must say, written by hand from each config file (read here with yaml alone).
+SETUP_WORDS = {
+    "configs/smoke.yaml": [
+        "The book runs one encoder, installed from PyPI",
+        "draws its own 32 training and 16 held-out examples from a pool of 48 training examples",
+        "until its held-out score has not improved for one epoch, at most two epochs",
+        "with one seed (42) at every head count; it is scored on at most 32 validation examples",
+        "It runs with none, half and all of the heads constant, in cached mode",
+        "among 2e-5 and 1e-3: the best mean held-out score of one seed (42) wins",
+    ],
+    "configs/paper.yaml": [
+        "The book runs six encoders; the hub models among them need the Hugging Face hub",
+        "Heads are ranked by gates. The gates are trained for 15 epochs at a learning rate of 2e-5 on 1,000,000 training examples.",
+        "trains for 15 epochs, at a learning rate of 2e-5, with three seeds (42, 43 and 44) at every head count",
+        "It runs with none, half, 7/8, 15/16 and all of the heads constant, in cached mode; the reported score is the final epoch's",
+    ],
+}
+TASK_ROWS = {"sst2": "| SST-2 |", "cola": "| CoLA |", "mrpc": "| MRPC |", "mnli": "| MNLI |", "ner": "| CoNLL-2003 NER |", "pos": "| CoNLL-2003 POS |"}
+
+
+@pytest.mark.parametrize("config", ["configs/smoke.yaml", "configs/paper.yaml"])
+def test_setup_page_shows_its_configs_numbers(config):
+    """Every size, seed and head count on the page is its config's: the words by hand, the numbers from the file."""
+    raw = yaml.safe_load((ROOT / config).read_text(encoding="utf-8"))
+    page = _setup(load_config(ROOT / config))
+    for words in SETUP_WORDS[config]:
+        assert words in page
+    assert f"$L$ = {raw['max_length']} tokens" in page
+    assert f"averages its attention over the first {raw['estimate']['max_examples']:,} training examples of each task" in page
+    assert f"Heads are ranked by {' and '.join(raw['rank']['methods'])}." in page
+    models = page.split("## Models", 1)[1].split("##", 1)[0]
+    assert re.findall(r"^- `([^`]+)`", models, re.M) == raw["models"]  # one bullet per model, in the config's order
+    table = page.split("## Tasks and metrics", 1)[1].split("\n\n", 2)[1]
+    assert [line.split(" | ")[0] + " |" for line in table.splitlines()[2:]] == [TASK_ROWS[task] for task in raw["tasks"]]
+
+
 def test_setup_page_words_for_the_default_grid():
     page = _setup(load_config(ROOT / "configs/default.yaml"))
     assert "The book runs three encoders, all installed from PyPI" in page

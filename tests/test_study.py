@@ -255,6 +255,19 @@ def test_the_documentation_shows_the_command_and_it_works_on_a_local_folder(tmp_
 
 
 # -- end to end ---------------------------------------------------------------------------------------------
+def _probe_records(runs: Path) -> dict[int, dict]:
+    """The probe records of one grid's runs folder (one seed, one ranking), by their number of constant heads."""
+    records = [json.loads(path.read_text()) for path in sorted((runs / "artifacts" / "results").glob("probe__*.json"))]
+    return {len(record["heads"]): record for record in records}
+
+
+def _output_text(notebook: dict, source: str) -> str:
+    """The outputs of the code cell whose source holds ``source``, as text (tags dropped, spaces collapsed)."""
+    cell = next(c for c in notebook["cells"] if c["cell_type"] == "code" and source in "".join(c["source"]))
+    shown = ["".join(o.get("data", {}).get("text/html") or o.get("data", {}).get("text/plain") or o.get("text", "")) for o in cell["outputs"]]
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", " ".join(shown)).replace("&nbsp;", " "))
+
+
 @pytest.mark.data
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["bert", "mpnet"])
@@ -273,11 +286,27 @@ def test_a_tiny_study_runs_and_writes_its_chapter(tmp_path, kind):
         assert yaml.safe_load(S.config_path(name).read_text())["probe"] == yaml.safe_load((ROOT / "configs" / "smoke.yaml").read_text())["probe"]
         assert (ROOT / "book" / "runs" / f"study-{name}" / "results.ipynb").is_file()
         chapter = SS.chapter_path(f"study-{name}").read_text(encoding="utf-8")
-        assert "Your model" in chapter and "Its main table" in chapter and "Beside the book" in chapter and "Traceback" not in chapter
-        if kind == "bert":
-            assert "Beside it stand the book" in chapter and "this study" in chapter and "the book" in chapter
+        assert "Traceback" not in chapter
+        notebook = json.loads(chapter)
+        # The numbers the chapter shows, computed here from the run records: each converged probe's score (one seed)
+        # and its paired difference to k = 0 (for accuracy on the same dev examples, the difference of the scores).
+        records = _probe_records(ROOT / "book" / "runs" / f"study-{name}")
+        assert sorted(records) == [0, 4, 8]  # the smoke grid's none, half and all of the tiny models' 2 x 4 heads
+        main_table = _output_text(notebook, "IT.main_table_display")
+        for k, record in records.items():
+            if record["convergence"]["converged"]:
+                assert f"{record['score']:.3f}" in main_table, (k, main_table)
+            if k and record["convergence"]["converged"] and records[0]["convergence"]["converged"]:
+                difference = f"{record['score'] - records[0]['score']:+.3f}".replace("+0.000", "0.000").replace("-0.000", "0.000")
+                assert difference in main_table, (k, difference, main_table)
+        beside = _output_text(notebook, "SC.comparison_display")
+        if kind == "bert":  # the smoke book's minilm-l6 stands beside it, with its own k = 0 score
+            assert "Beside it stand the book's minilm-l6, whose protocol is this study's." in chapter
+            book_k0 = _probe_records(ROOT / "book" / "runs" / "smoke")[0]
+            assert "minilm-l6" in beside and f"{book_k0['score']:.3f}" in beside, beside
         else:
             assert "max_length 24 here, 32 in the book" in chapter and "No model of the book ran under this study" in chapter
+            assert "minilm-l6" not in beside
         again = io.StringIO()  # resumable: the same command runs nothing again
         assert SS.run_study(str(folder), ["sst2"], None, name, "cpu", out=again, book_config="configs/smoke.yaml", protocol=protocol) == 0
         assert not re.search(r"^  runs (estimate|rank|select_lr|probe)__", again.getvalue(), re.M), again.getvalue()  # only the chapters, if papa's code moved

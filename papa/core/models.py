@@ -24,6 +24,7 @@ transformers reads anything, a folder whose config needs custom code (an ``auto_
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -32,6 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse
 
 import torch
@@ -44,7 +46,6 @@ from transformers import (
 )
 
 from papa.core.errors import PapaError
-from papa.core.io import sha256_file
 
 DEFAULT_MODEL = "minilm-l6"
 
@@ -84,7 +85,7 @@ class LoadedModel:
     model: PreTrainedModel
     tokenizer: PreTrainedTokenizerBase
     source: str  # "embedded", "local" or "hub"
-    fingerprint: str  # sha256 of the weights file(s), or of the state dict
+    fingerprint: str  # of the weights' tensors (:func:`weights_fingerprint`)
 
     @property
     def num_layers(self) -> int:
@@ -215,29 +216,46 @@ def _ensure_hub_reachable(repo_id: str, timeout_s: float = 3.0) -> None:
         raise PapaError(f"Model {repo_id!r} is not cached and the Hugging Face hub ({host}) cannot be reached", hint) from None
 
 
+def _hash_tensor(digest: hashlib._Hash, name: str, tensor: torch.Tensor) -> None:
+    """Add one tensor to ``digest``: its name, dtype, shape and byte count as a header, then its bytes
+    (C order, the machine's little-endian layout, as safetensors stores them)."""
+    data = tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy()
+    header = f"{name}\0{str(tensor.dtype).removeprefix('torch.')}\0{list(tensor.shape)}\0{data.nbytes}\0"
+    digest.update(header.encode())
+    digest.update(memoryview(data))
+
+
 @lru_cache(maxsize=16)
 def weights_fingerprint(path_or_id: str) -> str:
-    """sha256 over the model's weight files (``*.safetensors``; ``*.bin`` for a folder papa would not
-    load), first 16 hex digits. A hub id downloads only the safetensors papa loads."""
+    """sha256 over the tensors of the model's ``*.safetensors`` files, first 16 hex digits.
+
+    Each tensor, in sorted name order over all the files, adds its name, dtype, shape and bytes: the same
+    tensors give the same fingerprint in any folder, file split or file metadata, and any other tensor values
+    give another. The files are memory-mapped and read one tensor at a time. A hub id downloads only the
+    safetensors papa loads. Raises :class:`PapaError` when there is no safetensors file or a tensor name
+    appears in two files.
+    """
+    from safetensors import safe_open
+
     folder = Path(path_or_id)
     if not folder.is_dir():
         from huggingface_hub import snapshot_download
 
         folder = Path(snapshot_download(path_or_id, allow_patterns=["*.safetensors", "config.json"]))
-    files = sorted(folder.glob("*.safetensors")) or sorted(folder.glob("*.bin"))
+    files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        raise PapaError(f"The model {path_or_id} has no weights (no *.safetensors file)", "Point --model at a folder written by save_pretrained.")
     digest = hashlib.sha256()
-    for file in files:
-        digest.update(file.name.encode())
-        digest.update(sha256_file(file).encode())
-    return digest.hexdigest()[:16]
-
-
-def state_dict_fingerprint(model: torch.nn.Module) -> str:
-    """sha256 of a model's parameters and buffers (for models built in memory), first 16 hex digits."""
-    digest = hashlib.sha256()
-    for key, tensor in sorted(model.state_dict().items()):
-        digest.update(key.encode())
-        digest.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+    with contextlib.ExitStack() as stack:
+        holder: dict[str, Any] = {}  # tensor name -> the open file that holds it
+        for file in files:
+            handle = stack.enter_context(safe_open(str(file), framework="pt"))
+            for name in handle.keys():
+                if name in holder:
+                    raise PapaError(f"The model {path_or_id} stores the tensor {name} twice (in two *.safetensors files)", "Save the model again with save_pretrained.")
+                holder[name] = handle
+        for name in sorted(holder):
+            _hash_tensor(digest, name, holder[name].get_tensor(name))
     return digest.hexdigest()[:16]
 
 
