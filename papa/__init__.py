@@ -20,6 +20,7 @@ from papa.core.constants import (
     save_constants,
 )
 from papa.core.errors import PapaError
+from papa.core.head_patch import REPLACEMENTS, masked_rownorm
 from papa.core.heads import (
     all_heads,
     count_for,
@@ -36,7 +37,6 @@ from papa.core.patching import (
     gate_lambdas,
     is_patched,
     load_patched,
-    masked_rownorm,
     patch_constant_heads,
     patch_gates,
     prune_qk,
@@ -49,6 +49,7 @@ __all__ = [
     "DEFAULT_MODEL",
     "LoadedModel",
     "PapaError",
+    "REPLACEMENTS",
     "__version__",
     "all_heads",
     "constant_heads_of",

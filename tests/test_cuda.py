@@ -14,8 +14,9 @@ from tiny import tiny_constants as _constants
 from transformers import AutoModel, BertConfig
 
 from papa.core.constants import estimate_constants
+from papa.core.head_patch import HeadPatch
 from papa.core.heads import all_heads
-from papa.core.patching import HeadPatch, patch_constant_heads, prune_qk, unpatch
+from papa.core.patching import patch_constant_heads, prune_qk, unpatch
 from papa.probing.extraction import extract_features
 
 pytestmark = pytest.mark.cuda  # deselected on a machine without a CUDA device (tests/conftest.py)

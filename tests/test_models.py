@@ -24,7 +24,7 @@ from transformers import (
     T5EncoderModel,
 )
 
-from papa.core.architectures import ADAPTERS, attn_implementation_for, get_adapter, supported_model_types
+from papa.core.architectures import ADAPTERS, attn_implementation_for, get_adapter, self_attention_modules, supported_model_types
 from papa.core.constants import estimate_constants
 from papa.core.errors import PapaError, UnsupportedArchitectureError
 from papa.core.heads import all_heads
@@ -34,7 +34,6 @@ from papa.core.patching import (
     load_patched,
     patch_constant_heads,
     prune_qk,
-    self_attention_modules,
     unpatch,
 )
 

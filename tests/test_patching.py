@@ -12,19 +12,18 @@ from tiny import tiny_batch as _batch
 from tiny import tiny_constants as _constants
 from transformers import AutoModel, BertConfig, BertForSequenceClassification
 
+from papa.core.architectures import self_attention_modules
 from papa.core.errors import ConstantsMismatchError, CorruptFileError, PapaError
+from papa.core.head_patch import HeadPatch, masked_rownorm
 from papa.core.heads import all_heads
 from papa.core.patching import (
-    HeadPatch,
     constant_heads_of,
     gate_lambdas,
     is_patched,
     load_patched,
-    masked_rownorm,
     patch_constant_heads,
     patch_gates,
     prune_qk,
-    self_attention_modules,
     unpatch,
 )
 

@@ -4,11 +4,12 @@ Two mechanisms, one per row of :data:`ADAPTERS`:
 
 * ``interface`` — the architecture calls ``ALL_ATTENTION_FUNCTIONS[config._attn_implementation]``
   (BERT, RoBERTa, XLM-R, ELECTRA, DistilBERT). papa registers an attention function named
-  ``"papa"`` (and the matching mask function, see :mod:`papa.core.patching`) and switches the model to it.
+  ``"papa"`` (and the matching mask function, see :mod:`papa.core.head_patch`) and switches the model to it.
 * ``inline`` — the architecture computes ``softmax`` inside its own forward and ignores the
   attention interface (DeBERTa v1/v2, MPNet). There the attention-probability dropout that directly
   follows the softmax is wrapped, so papa sees (and may replace) the probabilities ``[B, H, L, L]``
-  before they multiply V.
+  before they multiply V; where a head's output itself is read or replaced, a forward pre-hook on the
+  output projection (``context_projection``) sees the heads' concatenated outputs ``[B, L, H·d]``.
 
 Nothing is copied from the modeling files: a row only names attributes.
 """
@@ -39,6 +40,9 @@ class ArchitectureAdapter:
             the count of real tokens so far); ``None``: the architecture always runs padded.
         relative_positions: how a compact pass tells the encoder the slots' relative positions
             (``"mpnet"``, ``"deberta-v2"``), or ``None`` for absolute positions only.
+        context_projection: for ``inline``, the dotted path from one layer to the linear layer whose input is
+            the heads' concatenated outputs ``[B, L, H·d]`` (the output projection): where a head's output is
+            read (constant estimation) or replaced (the ``mean`` replacement, :mod:`papa.core.head_patch`).
     """
 
     mechanism: Literal["interface", "inline"]
@@ -49,6 +53,7 @@ class ArchitectureAdapter:
     probs_dropout: str | None = None
     position_ids: Literal["slot", "after_padding"] | None = None
     relative_positions: Literal["mpnet", "deberta-v2"] | None = None
+    context_projection: str | None = None
 
 
 _BERT_LIKE = ArchitectureAdapter("interface", "encoder.layer", "attention.self", query="query", key="key", position_ids="slot")
@@ -62,9 +67,19 @@ ADAPTERS: dict[str, ArchitectureAdapter] = {
     "electra": _BERT_LIKE,
     "distilbert": ArchitectureAdapter("interface", "transformer.layer", "attention", query="q_lin", key="k_lin", position_ids="slot"),
     # DeBERTa v1 sizes its relative-attention span by the input's length: a compact pass would change it (runs padded)
-    "deberta": ArchitectureAdapter("inline", "encoder.layer", "attention.self", probs_dropout="dropout"),
-    "deberta-v2": ArchitectureAdapter("inline", "encoder.layer", "attention.self", probs_dropout="dropout", position_ids="slot", relative_positions="deberta-v2"),
-    "mpnet": ArchitectureAdapter("inline", "encoder.layer", "attention.attn", probs_dropout="dropout", position_ids="after_padding", relative_positions="mpnet"),
+    "deberta": ArchitectureAdapter("inline", "encoder.layer", "attention.self", probs_dropout="dropout", context_projection="attention.output.dense"),
+    "deberta-v2": ArchitectureAdapter(
+        "inline",
+        "encoder.layer",
+        "attention.self",
+        probs_dropout="dropout",
+        position_ids="slot",
+        relative_positions="deberta-v2",
+        context_projection="attention.output.dense",
+    ),
+    "mpnet": ArchitectureAdapter(
+        "inline", "encoder.layer", "attention.attn", probs_dropout="dropout", position_ids="after_padding", relative_positions="mpnet", context_projection="attention.attn.o"
+    ),
 }
 
 
@@ -105,3 +120,12 @@ def self_attention_modules(model: nn.Module) -> list[nn.Module]:
     adapter = get_adapter(model)
     base = getattr(model, "base_model", model)
     return [_get_path(layer, adapter.self_attention) for layer in _get_path(base, adapter.layers)]
+
+
+def context_projections(model: nn.Module) -> list[nn.Module]:
+    """The output projection of every layer (the adapter's ``context_projection``), in layer order."""
+    adapter = get_adapter(model)
+    if adapter.context_projection is None:
+        raise UnsupportedArchitectureError(f"The adapter of {model.config.model_type!r} names no context_projection", "Add it to the row in papa.core.architectures.ADAPTERS.")
+    base = getattr(model, "base_model", model)
+    return [_get_path(layer, adapter.context_projection) for layer in _get_path(base, adapter.layers)]

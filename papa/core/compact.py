@@ -10,7 +10,7 @@ With the PAPA layout (:mod:`papa.core.layout`) every input has ``L`` slots, and 
   and MPNet);
 * the relative positions of the slots (``relative_positions``: ``"mpnet"`` — the encoder's position bias
   computed from the slots; ``"deberta-v2"`` — the bucketed ``relative_pos`` passed to the encoder);
-* the slots themselves to the head patches (:class:`papa.core.patching.PatchContext.slots`): a constant
+* the slots themselves to the head patches (:class:`papa.core.head_patch.PatchContext.slots`): a constant
   head applies ``rownorm(C[slots][:, slots] ⊙ m mᵀ)``, and recording accumulates into ``[L, L]`` at the slots.
 
 Why this is exact: a dynamic head gives a pad key the weight ``exp(−inf) = 0``, and a constant head

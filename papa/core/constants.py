@@ -7,15 +7,20 @@ fixed length ``L``, for every layer ``l``, head ``h`` and positions ``i, j``::
 
 the mean softmax attention over the examples in which both ``i`` and ``j`` are real tokens; a cell
 never observed is 0; ``C`` is NOT row-normalised (rows are renormalised when applied, see
-:func:`papa.core.patching.masked_rownorm`). One streaming pass, eval mode, no gradients: memory does not
+:func:`papa.core.head_patch.masked_rownorm`). One streaming pass, eval mode, no gradients: memory does not
 depend on the number of examples (``O(layers · heads · L²)`` accumulators, float64).
 
 The same pass also gives each head's mean squared deviation from its constant,
-``deviation[l, h] = Σ_ij Σ_x m_i m_j (A − C)² / Σ_ij Σ_x m_i m_j`` — a training-free head ranking.
+``deviation[l, h] = Σ_ij Σ_x m_i m_j (A − C)² / Σ_ij Σ_x m_i m_j`` — a training-free head ranking —
+and each head's mean output per position (the ``mean`` replacement, :mod:`papa.core.head_patch`),
+``μ[l, h, i] = Σ_x m_i(x) (A V)[l, h, i](x) / Σ_x m_i(x)`` (``[head_dim]``; a position never real in any
+example gets 0).
 
 Files are safetensors with keys ``constants`` ``[layers, heads, L, L]`` float32, ``counts``
-``[L, L]`` float64 and ``deviation`` ``[layers, heads]`` float32, and string metadata (model,
-weights fingerprint, task, split, L, examples, relayout, papa version) plus a sha256 of the tensors.
+``[L, L]`` float64, ``deviation`` ``[layers, heads]`` float32 and ``output_means`` ``[layers, heads, L, d]``
+float32 (absent from files written before it existed: they serve every replacement but ``mean``), and
+string metadata (model, weights fingerprint, task, split, L, examples, relayout, papa version) plus a
+sha256 of the tensors.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from safetensors.torch import save as safetensors_save
 
 from papa.core.compact import compact_forward, plan_batches, supports_compact
 from papa.core.errors import ConstantsMismatchError, CorruptFileError, PapaError
+from papa.core.head_patch import get_replacement
 from papa.core.io import atomic_write_bytes
 from papa.core.patching import patch_record, unpatch
 
@@ -50,12 +56,16 @@ class ConstantSet:
         deviation: ``[layers, heads]`` mean squared deviation of the attention from ``constants``.
         meta: provenance (``model``, ``fingerprint``, ``task``, ``split``, ``max_length``,
             ``num_examples``, ``relayout``, ``papa_version``, ``seconds``).
+        output_means: ``[layers, heads, L, d]`` float32, each head's output (``A V``, before the output
+            projection) averaged per position over the examples where it is real, 0 where never real;
+            ``None`` for a file written before they were stored.
     """
 
     constants: torch.Tensor
     counts: torch.Tensor
     deviation: torch.Tensor
     meta: dict = field(default_factory=dict)
+    output_means: torch.Tensor | None = None
 
     @property
     def max_length(self) -> int:
@@ -68,8 +78,12 @@ class ConstantSet:
         num_heads: int | None = None,
         max_length: int | None = None,
         relayout: bool | None = None,
+        replacement: str | None = None,
     ) -> ConstantSet:
-        """Raise :class:`ConstantsMismatchError` if these constants do not fit the given setting."""
+        """Raise :class:`ConstantsMismatchError` if these constants do not fit the given setting, and a
+        :class:`PapaError` if ``replacement`` is no replacement's name or is ``mean`` while they hold no means."""
+        if replacement is not None:
+            get_replacement(replacement, self.output_means is not None)
         source = self.meta.get("path", "the constants")
         checks = [
             ("model weights", fingerprint, self.meta.get("fingerprint"), "another model"),
@@ -148,6 +162,7 @@ def estimate_constants(
                 counts[slots[:, None], slots[None, :]] += m.T @ m
         sums = torch.stack([p.attention_sums for p in patches])  # [layers, heads, L, L]
         squares = torch.stack([p.squared_sums for p in patches])
+        output_sums = torch.stack([p.output_sums for p in patches])  # [layers, heads, L, d]
     finally:
         unpatch(model)
         model.train(was_training)
@@ -155,9 +170,10 @@ def estimate_constants(
     observed = counts > 0
     residual = torch.where(observed, squares - sums.pow(2) / counts.clamp_min(1), torch.zeros_like(squares))
     deviation = (residual.clamp_min(0).sum((-1, -2)) / counts.sum()).float()
+    output_means = torch.nan_to_num(output_sums / counts.diagonal()[:, None]).float()  # counts[i, i]: examples where i is real
     info = dict(meta or {})
     info.update(max_length=length, num_examples=num_examples, seconds=round(time.perf_counter() - started, 3))
-    return ConstantSet(constants.cpu(), counts.cpu(), deviation.cpu(), info)
+    return ConstantSet(constants.cpu(), counts.cpu(), deviation.cpu(), info, output_means.cpu())
 
 
 def _tensor_digest(tensors: dict[str, torch.Tensor]) -> str:
@@ -175,6 +191,8 @@ def save_constants(path: str | Path, constant_set: ConstantSet) -> Path:
         "counts": constant_set.counts.double().contiguous(),
         "deviation": constant_set.deviation.float().contiguous(),
     }
+    if constant_set.output_means is not None:
+        tensors["output_means"] = constant_set.output_means.float().contiguous()
     meta = {k: v for k, v in constant_set.meta.items() if k != "path"}
     metadata = {
         "format": f"papa-constants/{FORMAT_VERSION}",
@@ -206,7 +224,9 @@ def load_constants(path: str | Path) -> ConstantSet:
             raise CorruptFileError(f"Constants file {path} has a missing or malformed {key!r} tensor", redo)
     constants = tensors["constants"]
     layers, heads, length, length2 = constants.shape
-    if length != length2 or tuple(tensors["counts"].shape) != (length, length) or tuple(tensors["deviation"].shape) != (layers, heads):
+    output_means = tensors.get("output_means")  # absent from files written before the means were stored
+    means_fit = output_means is None or (output_means.dtype == torch.float32 and output_means.dim() == 4 and tuple(output_means.shape[:3]) == (layers, heads, length))
+    if length != length2 or tuple(tensors["counts"].shape) != (length, length) or tuple(tensors["deviation"].shape) != (layers, heads) or not means_fit:
         raise CorruptFileError(f"Constants file {path} has inconsistent shapes", redo)
     if metadata.get("sha256") != _tensor_digest(tensors):
         raise CorruptFileError(f"Constants file {path} fails its checksum (a changed or corrupted byte)", redo)
@@ -216,4 +236,4 @@ def load_constants(path: str | Path) -> ConstantSet:
         raise CorruptFileError(f"Constants file {path} has unreadable metadata", redo) from None
     meta["path"] = str(path)
     meta["sha256"] = metadata["sha256"]
-    return ConstantSet(constants, tensors["counts"], tensors["deviation"], meta)
+    return ConstantSet(constants, tensors["counts"], tensors["deviation"], meta, output_means)

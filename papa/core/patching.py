@@ -1,278 +1,28 @@
-"""Head patching on unmodified transformers: constant heads, gated heads and attention recording.
+"""Installing head patches on unmodified transformers, removing them, and reloading a saved patched model.
 
-One generic mechanism, thin specialisations. Every self-attention module of a patched model gets a
-:class:`HeadPatch` child (``module.papa_patch``) that knows its layer, its constant heads and its
-mode; a forward pre-hook on the base model stores the current padding mask ``m`` (``[B, L]``,
-True for real tokens) in a :class:`PatchContext` shared by all layers. The patch acts on the
-attention probabilities ``A = softmax(QKᵀ/√d + mask)`` of shape ``[B, H, L, L]``:
-
-* ``constant`` — for each constant head ``h``: ``A_h = rownorm(C_h ⊙ m mᵀ)`` (the official
-  ``mask_and_normalize``: L1-normalised rows, eps 1e-12, so pad rows are 0), then ``A_h V_h`` with
-  the input's own ``V``. Other heads are untouched.
-* ``gates`` — every head mixes ``σ(λ_h) A_h + (1 − σ(λ_h)) rownorm(C_h ⊙ m mᵀ)`` with a trainable
-  ``λ`` initialised to 0 (the paper's head-ranking method).
-* ``record`` — ``A`` is unchanged; sums of ``A ⊙ m mᵀ`` and of its square are accumulated per head
-  (constant estimation, :mod:`papa.core.constants`).
-
-For ``interface`` architectures the function registered as ``"papa"`` in transformers'
-``AttentionInterface`` (with the SDPA boolean mask registered under the same name in
-``AttentionMaskInterface`` — without it the padding mask silently becomes ``None``) calls the patch.
-Its ``constant`` fast path runs SDPA on the dynamic heads only and a batched matmul for the
-constant heads; :func:`prune_qk` additionally drops the Q/K rows of constant heads. For ``inline``
-architectures the probability dropout is wrapped by :class:`ProbsHook`.
+The patch itself (what a constant, replaced, gated or recording head computes) is :mod:`papa.core.head_patch`.
+Here: :func:`patch_constant_heads` (a head set replaced by one of :data:`~papa.core.head_patch.REPLACEMENTS`),
+:func:`patch_gates`, :func:`patch_record`, :func:`unpatch`, :func:`prune_qk` (drops the Q/K rows of replaced
+heads) and :func:`load_patched`. Installing stores the padding mask of every forward pass in the model's
+:class:`~papa.core.head_patch.PatchContext` (a forward pre-hook on the base model), switches ``interface``
+architectures to the ``"papa"`` attention function, and gives each self-attention module its
+:class:`~papa.core.head_patch.HeadPatch` (``inline`` ones: wrapped probability dropout, and a pre-hook on the
+output projection where heads' outputs are read or written).
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from safetensors import SafetensorError, safe_open
 from torch import nn
-from transformers import AttentionInterface
-from transformers.integrations.sdpa_attention import sdpa_attention_forward
-from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
-from papa.core.architectures import get_adapter, self_attention_modules
+from papa.core.architectures import context_projections, get_adapter, self_attention_modules
 from papa.core.errors import ConstantsMismatchError, CorruptFileError, PapaError
-
-ATTN_IMPLEMENTATION = "papa"
-MODES = ("constant", "gates", "record")
-
-
-def masked_rownorm(matrices: torch.Tensor, key_mask: torch.Tensor, eps: float = 1e-12) -> torch.Tensor:
-    """``rownorm(M ⊙ m mᵀ)``: mask rows and columns to real tokens, L1-normalise each row.
-
-    Args:
-        matrices: ``[n, L, L]`` (shared by the batch) or ``[B, n, L, L]``; non-negative.
-        key_mask: ``[B, L]`` bool, True for real tokens.
-    Returns:
-        ``[B, n, L, L]``; real rows sum to 1 (or 0 if never observed), pad rows are 0.
-    """
-    m = key_mask.to(matrices.dtype)
-    pattern = (m[:, :, None] * m[:, None, :])[:, None]  # [B, 1, L, L]
-    masked = matrices * pattern
-    return masked / masked.sum(-1, keepdim=True).clamp_min(eps)
-
-
-@dataclass
-class PatchContext:
-    """State shared by all layers of one patched model during a forward pass."""
-
-    key_mask: torch.Tensor | None = None  # [B, L] bool (B, P in a compact pass)
-    max_length: int | None = None
-    slots: torch.Tensor | None = None  # [P]: the padded slots a compact pass keeps (papa.core.compact); None: 0 .. L−1
-    record_length: int | None = None  # record mode: L of the [L, L] accumulators (needed by compact passes)
-    hook_handle: object | None = None
-    previous_attn_implementation: str | None = None
-    pruned: bool = False
-    meta: dict = field(default_factory=dict)
-
-
-class HeadPatch(nn.Module):
-    """The patch of one layer's self-attention.
-
-    Buffers/parameters (saved with ``state_dict``):
-        constants: ``[n_const, L, L]`` in ``constant`` mode (the constant heads' C, in head order of
-            :attr:`constant_heads`), ``[H, L, L]`` in ``gates`` mode.
-        lambdas: ``[H]`` in ``gates`` mode.
-    """
-
-    def __init__(
-        self,
-        layer: int,
-        num_heads: int,
-        mode: str,
-        context: PatchContext,
-        constants: torch.Tensor | None = None,
-        constant_heads: Sequence[int] = (),
-        trainable: bool = False,
-    ):
-        super().__init__()
-        if mode not in MODES:
-            raise PapaError(f"Unknown patch mode {mode!r}", f"Use one of {', '.join(MODES)}.")
-        self.layer, self.num_heads, self.mode = layer, num_heads, mode
-        object.__setattr__(self, "context", context)  # not a submodule
-        self.constant_heads = sorted(int(h) for h in constant_heads)
-        self.dynamic_heads = [h for h in range(num_heads) if h not in set(self.constant_heads)]
-        self.qk_pruned = False
-        self._originals: dict[str, nn.Module] = {}
-        if constants is not None:
-            constants = constants.detach().clone().float()
-            if trainable:
-                self.constants = nn.Parameter(constants)
-            else:
-                self.register_buffer("constants", constants)
-        if mode == "gates":
-            self.lambdas = nn.Parameter(torch.zeros(num_heads))
-        self.reset_record()
-        self.register_buffer("_const_idx", torch.tensor(self.constant_heads, dtype=torch.long), persistent=False)
-        self.register_buffer("_dyn_idx", torch.tensor(self.dynamic_heads, dtype=torch.long), persistent=False)
-        self._full_mask_cache: tuple[tuple, torch.Tensor] | None = None
-
-    def reset_record(self) -> None:
-        """Zero the ``record`` accumulators: ``attention_sums`` / ``squared_sums`` ``[H, L, L]`` float64."""
-        self.attention_sums: torch.Tensor | None = None
-        self.squared_sums: torch.Tensor | None = None
-
-    def constant_matrices(self, length: int) -> torch.Tensor:
-        """This patch's constants at the current pass's positions: ``[n, length, length]`` — the first ``length``
-        slots, or in a compact pass the kept slots ``C[:, slots][:, :, slots]``."""
-        slots = self.context.slots
-        if slots is None:
-            return self.constants[:, :length, :length]
-        return self.constants[:, slots][:, :, slots]
-
-    def _accumulate(self, sums: torch.Tensor, squares: torch.Tensor) -> None:
-        """Add ``[H, P, P]`` recorded sums at the current pass's slots into the ``[H, L, L]`` accumulators."""
-        slots = self.context.slots
-        if slots is None:
-            if self.attention_sums is None:
-                self.attention_sums, self.squared_sums = sums, squares
-            else:
-                self.attention_sums += sums
-                self.squared_sums += squares
-            return
-        if self.attention_sums is None:
-            length = self.context.record_length
-            if length is None:
-                raise PapaError("A compact pass records attention only with a known L", "Call patch_record(model, max_length=L).")
-            self.attention_sums = sums.new_zeros(sums.shape[0], length, length)
-            self.squared_sums = sums.new_zeros(sums.shape[0], length, length)
-        where = (slots[:, None], slots[None, :])
-        self.attention_sums[(slice(None), *where)] += sums
-        self.squared_sums[(slice(None), *where)] += squares
-
-    # -- the generic path: act on the full probability tensor ------------------------------------
-    def _key_mask(self, batch: int, length: int, device: torch.device) -> torch.Tensor:
-        mask = self.context.key_mask
-        if mask is None or mask.shape != (batch, length):
-            return torch.ones(batch, length, dtype=torch.bool, device=device)
-        return mask
-
-    def transform_probs(self, probs: torch.Tensor) -> torch.Tensor:
-        """Apply the patch to attention probabilities ``[B, H, L, L]``; returns ``[B, H, L, L]``."""
-        batch, _, length, _ = probs.shape
-        key_mask = self._key_mask(batch, length, probs.device)
-        if self.mode == "record":
-            with torch.no_grad():
-                m = key_mask.to(probs.dtype)
-                weighted = probs * (m[:, :, None] * m[:, None, :])[:, None]
-                self._accumulate(weighted.sum(0).double(), (weighted * probs).sum(0).double())
-            return probs
-        constants = self.constant_matrices(length).to(probs.dtype)
-        if self.mode == "gates":
-            gate = torch.sigmoid(self.lambdas).to(probs.dtype)[None, :, None, None]
-            return gate * probs + (1 - gate) * masked_rownorm(constants, key_mask)
-        if not self.constant_heads:
-            return probs
-        out = probs.clone()
-        out[:, self._const_idx] = masked_rownorm(constants, key_mask)
-        return out
-
-    # -- the interface path ------------------------------------------------------------------------
-    def attend(self, module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
-        """Attention for ``interface`` architectures. q/k/v: ``[B, H, L, d]`` → ``([B, L, H, d], None)``."""
-        if self.mode == "constant":
-            return self._attend_constant(query, key, value, attention_mask, dropout, scaling)
-        scaling = query.size(-1) ** -0.5 if scaling is None else scaling
-        scores = torch.matmul(query, key.transpose(2, 3)) * scaling
-        if attention_mask is not None:
-            if attention_mask.dtype == torch.bool:
-                scores = scores.masked_fill(~attention_mask, torch.finfo(scores.dtype).min)
-            else:
-                scores = scores + attention_mask
-        probs = self.transform_probs(F.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype))
-        probs = F.dropout(probs, p=dropout, training=module.training)
-        return torch.matmul(probs, value).transpose(1, 2).contiguous(), None
-
-    def _constant_probs(self, key_mask: torch.Tensor, length: int, dtype: torch.dtype) -> torch.Tensor:
-        """``rownorm(C ⊙ m mᵀ)`` for the constant heads: ``[1, n_const, L, L]`` when every row of the
-        batch has the same mask (computed once and cached for the all-real mask), else ``[B, n_const, L, L]``."""
-        constants = self.constant_matrices(length)
-        if bool((key_mask == key_mask[:1]).all()):
-            full = bool(key_mask[0].all())
-            where = (length, None if self.context.slots is None else tuple(self.context.slots.tolist()))
-            if full and not self.constants.requires_grad and self._full_mask_cache is not None:
-                cached_where, cached = self._full_mask_cache
-                if cached_where == where and cached.dtype == dtype and cached.device == key_mask.device:
-                    return cached
-            probs = masked_rownorm(constants, key_mask[:1]).to(dtype)
-            if full and not self.constants.requires_grad:
-                self._full_mask_cache = (where, probs)
-            return probs
-        return masked_rownorm(constants, key_mask).to(dtype)
-
-    def _constant_output(self, value: torch.Tensor, key_mask: torch.Tensor, eps: float = 1e-12) -> torch.Tensor:
-        """``rownorm(C ⊙ m mᵀ) @ V`` without forming the ``[B, n, L, L]`` probabilities and without a
-        host synchronisation: ``m_i · (C @ (m ⊙ V))_i / (C @ m)_i``.
-
-        Args:
-            value: ``[B, n_const, L, d]``, the constant heads' values.
-            key_mask: ``[B, L]`` bool, True for real tokens.
-        Returns:
-            ``[B, n_const, L, d]``; pad query rows are 0, as with :func:`masked_rownorm`.
-        """
-        length = value.shape[2]
-        constants = self.constant_matrices(length)  # [n, L, L]
-        m = key_mask.to(torch.float32)[:, None, :, None]  # [B, 1, L, 1]
-        denominator = torch.matmul(constants.float(), m)  # [B, n, L, 1] in float32 (no underflow in half precision)
-        scale = (m / denominator.clamp_min(eps)).to(value.dtype)
-        numerator = torch.matmul(constants.to(value.dtype), value * m.to(value.dtype))  # [B, n, L, d]
-        return numerator * scale
-
-    def _attend_constant(self, query, key, value, attention_mask, dropout, scaling):
-        batch, num_heads, length, head_dim = value.shape
-        key_mask = self._key_mask(batch, length, value.device)
-        if self.constant_heads and not self.dynamic_heads and not (dropout and self.training):
-            return self._constant_output(value, key_mask).transpose(1, 2).contiguous(), None  # all constant: no scatter
-        output = value.new_empty(batch, num_heads, length, head_dim)
-        if self.dynamic_heads:
-            if not self.qk_pruned:
-                query, key = query[:, self._dyn_idx], key[:, self._dyn_idx]
-            output[:, self._dyn_idx] = F.scaled_dot_product_attention(
-                query,
-                key,
-                value[:, self._dyn_idx],
-                attn_mask=attention_mask,
-                dropout_p=dropout if self.training else 0.0,
-                scale=scaling,
-            )
-        if self.constant_heads:
-            if dropout and self.training:  # dropout acts on the probabilities: form them
-                probs = F.dropout(self._constant_probs(key_mask, length, value.dtype).expand(batch, -1, -1, -1), p=dropout)
-                output[:, self._const_idx] = torch.matmul(probs, value[:, self._const_idx])
-            else:
-                output[:, self._const_idx] = self._constant_output(value[:, self._const_idx], key_mask)
-        return output.transpose(1, 2).contiguous(), None
-
-
-class ProbsHook(nn.Module):
-    """Wraps the dropout that follows the softmax in ``inline`` architectures: ``dropout(patch(A))``."""
-
-    def __init__(self, dropout: nn.Module, patch: HeadPatch):
-        super().__init__()
-        self.dropout = dropout
-        object.__setattr__(self, "patch", patch)
-
-    def forward(self, probs: torch.Tensor) -> torch.Tensor:
-        return self.dropout(self.patch.transform_probs(probs))
-
-
-def papa_attention_forward(module, query, key, value, attention_mask, **kwargs):
-    """The ``"papa"`` attention function: the module's :class:`HeadPatch`, or plain SDPA."""
-    patch = getattr(module, "papa_patch", None)
-    if patch is None:
-        return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
-    return patch.attend(module, query, key, value, attention_mask, **kwargs)
-
-
-AttentionInterface.register(ATTN_IMPLEMENTATION, papa_attention_forward)
-AttentionMaskInterface.register(ATTN_IMPLEMENTATION, sdpa_mask)
+from papa.core.head_patch import ATTN_IMPLEMENTATION, HeadPatch, PatchContext, ProbsHook, get_replacement
 
 
 # -- installing and removing patches ----------------------------------------------------------------
@@ -331,6 +81,8 @@ def _attach(model: nn.Module, patches: Iterable[HeadPatch]) -> None:
         module.papa_patch = patch
         if adapter.mechanism == "inline":
             setattr(module, adapter.probs_dropout, ProbsHook(getattr(module, adapter.probs_dropout), patch))
+            if patch.mode == "record" or patch.output_means is not None:  # heads' outputs are read or written
+                patch.hook_handles.append(context_projections(model)[patch.layer].register_forward_pre_hook(patch.context_pre_hook))
 
 
 def _check_constants(model: nn.Module, constants: torch.Tensor) -> None:
@@ -346,21 +98,50 @@ def _check_constants(model: nn.Module, constants: torch.Tensor) -> None:
         raise ConstantsMismatchError(f"Constants of length {constants.shape[2]} exceed the model's {limit} positions", "Use a smaller L.")
 
 
+def _head_dim(config) -> int:
+    """The size ``d`` of one head's output."""
+    return getattr(config, "attention_head_size", None) or config.hidden_size // config.num_attention_heads
+
+
+def _check_output_means(model: nn.Module, output_means: torch.Tensor, constants: torch.Tensor) -> None:
+    """``output_means`` must be ``[layers, heads, L, d]`` for ``constants [layers, heads, L, L]`` and the model's head size."""
+    expected = (*constants.shape[:3], _head_dim(model.config))
+    if tuple(output_means.shape) != expected:
+        raise ConstantsMismatchError(
+            f"Mean outputs of shape {tuple(output_means.shape)} do not fit these constants and model (expected [layers, heads, L, d] = {list(expected)})",
+            "Re-run `papa estimate` for this model and task.",
+        )
+
+
 def patch_constant_heads(
     model: nn.Module,
     constants: torch.Tensor,
     heads: Iterable[tuple[int, int]],
     trainable: bool = False,
+    replacement: str = "papa",
+    output_means: torch.Tensor | None = None,
 ) -> nn.Module:
-    """Make ``heads`` (``(layer, head)`` pairs) constant, in place; returns ``model``.
+    """Replace ``heads`` (``(layer, head)`` pairs), in place; returns ``model``.
+
+    Each replaced head outputs ``rownorm(M ⊙ m mᵀ) V + m ⊙ μ`` with ``M`` and ``μ`` from the replacement's row of
+    :data:`papa.core.head_patch.REPLACEMENT_TABLE`: ``papa`` (default) — ``M`` = its constant, ``μ = 0``;
+    ``uniform`` — ``M`` = all ones; ``zero`` — no output; ``mean`` — ``μ`` = its mean output.
 
     Args:
-        constants: ``[layers, heads, L, L]`` (e.g. ``papa.core.constants.load_constants(...).constants``).
-        trainable: make the constants ``nn.Parameter`` s instead of frozen buffers.
+        constants: ``[layers, heads, L, L]`` (e.g. ``papa.core.constants.load_constants(...).constants``); for
+            ``uniform``, ``zero`` and ``mean`` only its shape (``L``) is used.
+        trainable: make the constants ``nn.Parameter`` s instead of frozen buffers (``papa`` only).
+        replacement: one of :data:`papa.core.head_patch.REPLACEMENTS`.
+        output_means: ``[layers, heads, L, d]`` (``ConstantSet.output_means``), needed by ``mean``.
     """
     from papa.core.heads import validate_head_set
 
+    chosen = get_replacement(replacement, output_means is not None)
+    if trainable and chosen.matrix != "constants":
+        raise PapaError(f"Only the 'papa' replacement has trainable constants, not {replacement!r}", "Use trainable=False.")
     _check_constants(model, constants)
+    if chosen.stored_output:
+        _check_output_means(model, output_means, constants)
     num_layers, num_heads = constants.shape[:2]
     head_set = validate_head_set(heads, num_layers, num_heads)
     context = _install(model, constants.shape[-1])
@@ -370,9 +151,10 @@ def patch_constant_heads(
     patches = []
     for layer, layer_heads in sorted(by_layer.items()):
         layer_heads = sorted(layer_heads)
-        patches.append(HeadPatch(layer, num_heads, "constant", context, constants[layer, layer_heads], layer_heads, trainable))
+        means = output_means[layer, layer_heads] if chosen.stored_output else None
+        patches.append(HeadPatch(layer, num_heads, "constant", context, chosen.matrices(constants[layer, layer_heads]), layer_heads, trainable, means))
     _attach(model, patches)
-    context.meta = {"mode": "constant", "constant_heads": [list(h) for h in head_set], "max_length": int(constants.shape[-1])}
+    context.meta = {"mode": "constant", "constant_heads": [list(h) for h in head_set], "max_length": int(constants.shape[-1]), "replacement": chosen.name}
     model.config.papa = dict(context.meta, trainable=trainable)
     return model
 
@@ -459,6 +241,8 @@ def unpatch(model: nn.Module) -> nn.Module:
             continue
         for name, original in patch._originals.items():
             setattr(module, name, original)
+        for handle in patch.hook_handles:
+            handle.remove()
         if adapter.mechanism == "inline":
             setattr(module, adapter.probs_dropout, getattr(module, adapter.probs_dropout).dropout)
         del module.papa_patch
@@ -483,6 +267,7 @@ def constant_heads_of(model: nn.Module) -> list[tuple[int, int]]:
 
 # -- reloading a saved patched model ----------------------------------------------------------------
 _PATCH_SUFFIX = ".papa_patch.constants"
+_MEANS_SUFFIX = ".papa_patch.output_means"
 
 
 def _saved_tensors(folder: Path, wanted) -> dict[str, torch.Tensor]:
@@ -513,10 +298,10 @@ def _saved_key(tensors: dict[str, torch.Tensor], name: str) -> str | None:
 def load_patched(folder: str | Path, device: str | torch.device | None = None) -> nn.Module:
     """Reload a model written by ``save_pretrained`` after :func:`patch_constant_heads`.
 
-    Reads ``config.papa`` (``mode``, ``constant_heads``, ``max_length``, ``trainable``) from the
-    folder's ``config.json``, loads the base encoder with ``AutoModel`` (SDPA; eager for inline
-    architectures) and re-attaches the saved constants (``<self-attention>.papa_patch.constants``
-    in the safetensors weights) to the same heads. A folder saved from a task model (e.g.
+    Reads ``config.papa`` (``mode``, ``constant_heads``, ``max_length``, ``trainable``, ``replacement`` —
+    ``papa`` when absent) from the folder's ``config.json``, loads the base encoder with ``AutoModel`` (SDPA;
+    eager for inline architectures) and re-attaches the saved matrices (``<self-attention>.papa_patch.constants``
+    in the safetensors weights; ``mean``: also ``.papa_patch.output_means``) to the same heads. A folder saved from a task model (e.g.
     ``BertForSequenceClassification``) comes back as its base encoder; one saved after
     :func:`prune_qk` (``config.papa["qk_pruned"]``) comes back pruned with its saved Q/K rows.
     Returned in eval mode (``requires_grad`` as ``from_pretrained`` leaves it).
@@ -546,11 +331,12 @@ def load_patched(folder: str | Path, device: str | torch.device | None = None) -
     length = meta.get("max_length")
     if not isinstance(length, int) or length < 1:
         raise CorruptFileError(f"{folder}: config.papa.max_length is {length!r}, not a positive integer", redo)
+    replacement = get_replacement(meta.get("replacement", "papa"), has_output_means=True)  # saved before replacements: papa
     qk_pruned = bool(meta.get("qk_pruned", False)) and adapter.query is not None
     projections = (adapter.query, adapter.key) if qk_pruned else ()
-    saved = _saved_tensors(folder, lambda key: key.endswith(_PATCH_SUFFIX) or any(f".{name}." in key for name in projections))
+    saved = _saved_tensors(folder, lambda key: key.endswith((_PATCH_SUFFIX, _MEANS_SUFFIX)) or any(f".{name}." in key for name in projections))
     previous = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()  # silence the expected load report (UNEXPECTED papa_patch.constants)
+    hf_logging.set_verbosity_error()  # silence the expected load report (UNEXPECTED papa_patch.constants, .output_means)
     try:
         # Pruned Q/K do not fit the full projections: they are re-initialised here, replaced below.
         model = AutoModel.from_pretrained(folder, attn_implementation=attn_implementation_for(config), ignore_mismatched_sizes=qk_pruned, **NO_CUSTOM_CODE)
@@ -562,18 +348,23 @@ def load_patched(folder: str | Path, device: str | torch.device | None = None) -
     for layer, head in heads:
         by_layer.setdefault(layer, []).append(head)
     constants = torch.zeros(num_layers, num_heads, length, length)
-    for layer, layer_heads in by_layer.items():
-        name = names[modules[layer]] + _PATCH_SUFFIX
+    output_means = torch.zeros(num_layers, num_heads, length, _head_dim(config)) if replacement.stored_output else None
+
+    def layer_tensor(layer: int, suffix: str, what: str, shape: tuple[int, ...]) -> torch.Tensor:
+        name = names[modules[layer]] + suffix
         key = _saved_key(saved, name)
         if key is None:
-            raise CorruptFileError(f"{folder} lacks the constants of layer {layer} ({name})", redo)
-        if tuple(saved[key].shape) != (len(layer_heads), length, length):
-            raise CorruptFileError(
-                f"{folder}: the constants of layer {layer} have shape {tuple(saved[key].shape)}, config.papa needs {(len(layer_heads), length, length)}",
-                redo,
-            )
-        constants[layer, sorted(layer_heads)] = saved[key].float()
-    patch_constant_heads(model, constants, heads, trainable=bool(meta.get("trainable", False)))
+            raise CorruptFileError(f"{folder} lacks the {what} of layer {layer} ({name})", redo)
+        if tuple(saved[key].shape) != shape:
+            raise CorruptFileError(f"{folder}: the {what} of layer {layer} have shape {tuple(saved[key].shape)}, config.papa needs {shape}", redo)
+        return saved[key].float()
+
+    for layer, layer_heads in by_layer.items():
+        layer_heads = sorted(layer_heads)
+        constants[layer, layer_heads] = layer_tensor(layer, _PATCH_SUFFIX, "constants", (len(layer_heads), length, length))
+        if output_means is not None:
+            output_means[layer, layer_heads] = layer_tensor(layer, _MEANS_SUFFIX, "mean outputs", (len(layer_heads), *output_means.shape[2:]))
+    patch_constant_heads(model, constants, heads, bool(meta.get("trainable", False)), replacement.name, output_means)
     if qk_pruned:
         prune_qk(model)
         with torch.no_grad():

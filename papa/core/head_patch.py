@@ -1,0 +1,380 @@
+"""The patch of one layer's self-attention: constant (replaced) heads, gated heads and attention recording.
+
+Every self-attention module of a patched model gets a :class:`HeadPatch` child (``module.papa_patch``)
+that knows its layer, its replaced heads and its mode; a :class:`PatchContext` shared by all layers holds
+the current padding mask ``m`` (``[B, L]``, True for real tokens). The patch acts on the attention
+probabilities ``A = softmax(QKᵀ/√d + mask)`` ``[B, H, L, L]`` and on the heads' outputs ``A V`` ``[B, H, L, d]``:
+
+* ``constant`` — each replaced head ``h`` outputs ``o_h = rownorm(M_h ⊙ m mᵀ) V_h + m ⊙ μ_h`` (rownorm: the
+  official ``mask_and_normalize``, L1-normalised rows, eps 1e-12, so pad rows are 0) with the input's own
+  ``V``; the :data:`REPLACEMENT_TABLE` says what ``M`` and ``μ`` are (PAPA: ``M = C``, the estimated
+  constant, ``μ = 0``). Other heads are untouched.
+* ``gates`` — every head mixes ``σ(λ_h) A_h + (1 − σ(λ_h)) rownorm(C_h ⊙ m mᵀ)`` with a trainable
+  ``λ`` initialised to 0 (the paper's head-ranking method).
+* ``record`` — ``A`` is unchanged; sums of ``A ⊙ m mᵀ``, of its square and of each head's output at real
+  positions are accumulated (constant and mean estimation, :mod:`papa.core.constants`).
+
+For ``interface`` architectures the function registered as ``"papa"`` in transformers'
+``AttentionInterface`` (with the SDPA boolean mask registered under the same name in
+``AttentionMaskInterface`` — without it the padding mask silently becomes ``None``) calls
+:meth:`HeadPatch.attend`, which sees ``Q, K, V`` and returns the outputs. Its ``constant`` fast path runs
+SDPA on the dynamic heads only and a batched matmul for the replaced heads. For ``inline`` architectures
+the probability dropout is wrapped by :class:`ProbsHook`, and where outputs are read or written
+(``record``, ``μ ≠ 0``) a forward pre-hook on the output projection (:meth:`HeadPatch.context_pre_hook`)
+sees them. Installing and removing patches: :mod:`papa.core.patching`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import AttentionInterface
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+from papa.core.errors import PapaError
+
+ATTN_IMPLEMENTATION = "papa"
+MODES = ("constant", "gates", "record")
+
+
+@dataclass(frozen=True)
+class Replacement:
+    """What a replaced head outputs: ``o_h = rownorm(M_h ⊙ m mᵀ) V_h + m ⊙ μ_h`` (``[B, L, d]``).
+
+    Attributes:
+        name: the name users pass (``patch_constant_heads(..., replacement=name)``).
+        matrix: ``M_h [L, L]`` — ``"constants"``: the estimated constant ``C_h`` (PAPA); ``"ones"``: every
+            real token attends equally to every real token (the mean of ``V`` over the real tokens);
+            ``"zeros"``: no attention, the ``V`` term is 0.
+        stored_output: add ``μ_h [L, d]``, the head's output at each position averaged over the task's
+            training examples in which that position is real (``ConstantSet.output_means``); else ``μ = 0``.
+    """
+
+    name: str
+    matrix: Literal["constants", "ones", "zeros"]
+    stored_output: bool = False
+
+    def matrices(self, constants: torch.Tensor) -> torch.Tensor:
+        """``M`` for the replaced heads of one layer, from their estimated constants ``[n, L, L]`` → ``[n, L, L]``."""
+        if self.matrix == "constants":
+            return constants
+        return torch.ones_like(constants) if self.matrix == "ones" else torch.zeros_like(constants)
+
+
+#: name → replacement; ``papa`` is the paper's constant, the others are the controls of issue 33.
+REPLACEMENT_TABLE: dict[str, Replacement] = {
+    entry.name: entry
+    for entry in (
+        Replacement("papa", "constants"),
+        Replacement("uniform", "ones"),
+        Replacement("zero", "zeros"),
+        Replacement("mean", "zeros", stored_output=True),
+    )
+}
+REPLACEMENTS: tuple[str, ...] = tuple(REPLACEMENT_TABLE)
+
+
+def get_replacement(name: str, has_output_means: bool) -> Replacement:
+    """The table's entry for ``name``; a :class:`PapaError` for an unknown name, or for ``mean`` when the
+    constants hold no mean outputs (``has_output_means`` False: a file from before they were stored)."""
+    replacement = REPLACEMENT_TABLE.get(name) if isinstance(name, str) else None
+    if replacement is None:
+        raise PapaError(f"Unknown replacement {name!r}", f"Use one of {', '.join(REPLACEMENTS)}.")
+    if replacement.stored_output and not has_output_means:
+        raise PapaError(
+            f"The replacement {name!r} needs the heads' mean outputs, and these constants hold none (estimated before they were stored)",
+            "Re-run `papa estimate` for this model and task to write them.",
+        )
+    return replacement
+
+
+def masked_rownorm(matrices: torch.Tensor, key_mask: torch.Tensor, eps: float = 1e-12) -> torch.Tensor:
+    """``rownorm(M ⊙ m mᵀ)``: mask rows and columns to real tokens, L1-normalise each row.
+
+    Args:
+        matrices: ``[n, L, L]`` (shared by the batch) or ``[B, n, L, L]``; non-negative.
+        key_mask: ``[B, L]`` bool, True for real tokens.
+    Returns:
+        ``[B, n, L, L]``; real rows sum to 1 (or 0 if never observed), pad rows are 0.
+    """
+    m = key_mask.to(matrices.dtype)
+    pattern = (m[:, :, None] * m[:, None, :])[:, None]  # [B, 1, L, L]
+    masked = matrices * pattern
+    return masked / masked.sum(-1, keepdim=True).clamp_min(eps)
+
+
+@dataclass
+class PatchContext:
+    """State shared by all layers of one patched model during a forward pass."""
+
+    key_mask: torch.Tensor | None = None  # [B, L] bool (B, P in a compact pass)
+    max_length: int | None = None
+    slots: torch.Tensor | None = None  # [P]: the padded slots a compact pass keeps (papa.core.compact); None: 0 .. L−1
+    record_length: int | None = None  # record mode: L of the [L, L] accumulators (needed by compact passes)
+    hook_handle: object | None = None
+    previous_attn_implementation: str | None = None
+    pruned: bool = False
+    meta: dict = field(default_factory=dict)
+
+
+class HeadPatch(nn.Module):
+    """The patch of one layer's self-attention.
+
+    Buffers/parameters (saved with ``state_dict``):
+        constants: ``[n_const, L, L]`` in ``constant`` mode (the replaced heads' ``M``, in head order of
+            :attr:`constant_heads`), ``[H, L, L]`` in ``gates`` mode.
+        output_means: ``[n_const, L, d]`` in ``constant`` mode when the replacement adds ``μ`` (``mean``); else None.
+        lambdas: ``[H]`` in ``gates`` mode.
+    """
+
+    def __init__(
+        self,
+        layer: int,
+        num_heads: int,
+        mode: str,
+        context: PatchContext,
+        constants: torch.Tensor | None = None,
+        constant_heads: Sequence[int] = (),
+        trainable: bool = False,
+        output_means: torch.Tensor | None = None,
+    ):
+        super().__init__()
+        if mode not in MODES:
+            raise PapaError(f"Unknown patch mode {mode!r}", f"Use one of {', '.join(MODES)}.")
+        self.layer, self.num_heads, self.mode = layer, num_heads, mode
+        object.__setattr__(self, "context", context)  # not a submodule
+        self.constant_heads = sorted(int(h) for h in constant_heads)
+        self.dynamic_heads = [h for h in range(num_heads) if h not in set(self.constant_heads)]
+        self.qk_pruned = False
+        self._originals: dict[str, nn.Module] = {}
+        self.hook_handles: list = []  # forward pre-hooks on the output projection (inline architectures)
+        if constants is not None:
+            constants = constants.detach().clone().float()
+            if trainable:
+                self.constants = nn.Parameter(constants)
+            else:
+                self.register_buffer("constants", constants)
+        self.register_buffer("output_means", None if output_means is None else output_means.detach().clone().float())
+        if mode == "gates":
+            self.lambdas = nn.Parameter(torch.zeros(num_heads))
+        self.reset_record()
+        self.register_buffer("_const_idx", torch.tensor(self.constant_heads, dtype=torch.long), persistent=False)
+        self.register_buffer("_dyn_idx", torch.tensor(self.dynamic_heads, dtype=torch.long), persistent=False)
+        self._full_mask_cache: tuple[tuple, torch.Tensor] | None = None
+
+    def reset_record(self) -> None:
+        """Zero the ``record`` accumulators, float64: ``attention_sums`` / ``squared_sums`` ``[H, L, L]`` and
+        ``output_sums`` ``[H, L, d]`` (each head's output summed over the examples where a position is real)."""
+        self.attention_sums: torch.Tensor | None = None
+        self.squared_sums: torch.Tensor | None = None
+        self.output_sums: torch.Tensor | None = None
+
+    def constant_matrices(self, length: int) -> torch.Tensor:
+        """This patch's constants at the current pass's positions: ``[n, length, length]`` — the first ``length``
+        slots, or in a compact pass the kept slots ``C[:, slots][:, :, slots]``."""
+        slots = self.context.slots
+        if slots is None:
+            return self.constants[:, :length, :length]
+        return self.constants[:, slots][:, :, slots]
+
+    def stored_outputs(self, key_mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """``m ⊙ μ`` for the replaced heads at the current pass's positions (the first ``P`` slots, or a compact
+        pass's kept slots). ``key_mask [B, P]`` → ``[B, n_const, P, d]``; pad positions are 0."""
+        slots = self.context.slots
+        means = self.output_means[:, : key_mask.shape[1]] if slots is None else self.output_means[:, slots]
+        return (means[None] * key_mask[:, None, :, None].to(means.dtype)).to(dtype)
+
+    def _add_stored_outputs(self, outputs: torch.Tensor, key_mask: torch.Tensor) -> torch.Tensor:
+        """The replaced heads' ``V`` term ``[B, n_const, P, d]`` plus ``m ⊙ μ`` (itself when ``μ = 0``)."""
+        return outputs if self.output_means is None else outputs + self.stored_outputs(key_mask, outputs.dtype)
+
+    def _record_length(self) -> int:
+        if self.context.record_length is None:
+            raise PapaError("A compact pass records attention only with a known L", "Call patch_record(model, max_length=L).")
+        return self.context.record_length
+
+    def _accumulate(self, sums: torch.Tensor, squares: torch.Tensor) -> None:
+        """Add ``[H, P, P]`` recorded sums at the current pass's slots into the ``[H, L, L]`` accumulators."""
+        slots = self.context.slots
+        if slots is None:
+            if self.attention_sums is None:
+                self.attention_sums, self.squared_sums = sums, squares
+            else:
+                self.attention_sums += sums
+                self.squared_sums += squares
+            return
+        if self.attention_sums is None:
+            length = self._record_length()
+            self.attention_sums = sums.new_zeros(sums.shape[0], length, length)
+            self.squared_sums = sums.new_zeros(sums.shape[0], length, length)
+        where = (slots[:, None], slots[None, :])
+        self.attention_sums[(slice(None), *where)] += sums
+        self.squared_sums[(slice(None), *where)] += squares
+
+    @torch.no_grad()
+    def _accumulate_outputs(self, outputs: torch.Tensor, key_mask: torch.Tensor) -> None:
+        """Add every head's outputs ``[B, H, P, d]`` at real positions (``key_mask [B, P]``) into ``output_sums``."""
+        sums = (outputs * key_mask[:, None, :, None].to(outputs.dtype)).sum(0).double()  # [H, P, d]
+        slots = self.context.slots
+        if slots is None:
+            if self.output_sums is None:
+                self.output_sums = sums
+            else:
+                self.output_sums += sums
+            return
+        if self.output_sums is None:
+            self.output_sums = sums.new_zeros(sums.shape[0], self._record_length(), sums.shape[2])
+        self.output_sums.index_add_(1, slots, sums)
+
+    # -- the generic path: act on the full probability tensor ------------------------------------
+    def _key_mask(self, batch: int, length: int, device: torch.device) -> torch.Tensor:
+        mask = self.context.key_mask
+        if mask is None or mask.shape != (batch, length):
+            return torch.ones(batch, length, dtype=torch.bool, device=device)
+        return mask
+
+    def transform_probs(self, probs: torch.Tensor) -> torch.Tensor:
+        """Apply the patch to attention probabilities ``[B, H, L, L]``; returns ``[B, H, L, L]``."""
+        batch, _, length, _ = probs.shape
+        key_mask = self._key_mask(batch, length, probs.device)
+        if self.mode == "record":
+            with torch.no_grad():
+                m = key_mask.to(probs.dtype)
+                weighted = probs * (m[:, :, None] * m[:, None, :])[:, None]
+                self._accumulate(weighted.sum(0).double(), (weighted * probs).sum(0).double())
+            return probs
+        constants = self.constant_matrices(length).to(probs.dtype)
+        if self.mode == "gates":
+            gate = torch.sigmoid(self.lambdas).to(probs.dtype)[None, :, None, None]
+            return gate * probs + (1 - gate) * masked_rownorm(constants, key_mask)
+        if not self.constant_heads:
+            return probs
+        out = probs.clone()
+        out[:, self._const_idx] = masked_rownorm(constants, key_mask)
+        return out
+
+    def context_pre_hook(self, projection: nn.Module, args: tuple) -> tuple | None:
+        """Forward pre-hook on an ``inline`` layer's output projection, whose input ``[B, P, H·d]`` is the heads'
+        outputs: ``record`` accumulates them; ``constant`` adds ``m ⊙ μ`` to the replaced heads' (whose
+        :meth:`transform_probs` gave ``rownorm(M ⊙ m mᵀ) V``)."""
+        outputs = args[0]
+        batch, length, width = outputs.shape
+        heads = outputs.reshape(batch, length, self.num_heads, width // self.num_heads)  # [B, P, H, d]
+        key_mask = self._key_mask(batch, length, outputs.device)
+        if self.mode == "record":
+            self._accumulate_outputs(heads.transpose(1, 2), key_mask)
+            return None
+        if self.output_means is None or not self.constant_heads:
+            return None
+        stored = self.stored_outputs(key_mask, outputs.dtype).transpose(1, 2)  # [B, P, n_const, d]
+        return (heads.index_add(2, self._const_idx, stored).reshape(batch, length, width), *args[1:])
+
+    # -- the interface path ------------------------------------------------------------------------
+    def attend(self, module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
+        """Attention for ``interface`` architectures. q/k/v: ``[B, H, L, d]`` → ``([B, L, H, d], None)``."""
+        if self.mode == "constant":
+            return self._attend_constant(query, key, value, attention_mask, dropout, scaling)
+        scaling = query.size(-1) ** -0.5 if scaling is None else scaling
+        scores = torch.matmul(query, key.transpose(2, 3)) * scaling
+        if attention_mask is not None:
+            if attention_mask.dtype == torch.bool:
+                scores = scores.masked_fill(~attention_mask, torch.finfo(scores.dtype).min)
+            else:
+                scores = scores + attention_mask
+        probs = self.transform_probs(F.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype))
+        probs = F.dropout(probs, p=dropout, training=module.training)
+        outputs = torch.matmul(probs, value)  # [B, H, L, d]
+        if self.mode == "record":
+            self._accumulate_outputs(outputs, self._key_mask(outputs.shape[0], outputs.shape[2], outputs.device))
+        return outputs.transpose(1, 2).contiguous(), None
+
+    def _constant_probs(self, key_mask: torch.Tensor, length: int, dtype: torch.dtype) -> torch.Tensor:
+        """``rownorm(C ⊙ m mᵀ)`` for the constant heads: ``[1, n_const, L, L]`` when every row of the
+        batch has the same mask (computed once and cached for the all-real mask), else ``[B, n_const, L, L]``."""
+        constants = self.constant_matrices(length)
+        if bool((key_mask == key_mask[:1]).all()):
+            full = bool(key_mask[0].all())
+            where = (length, None if self.context.slots is None else tuple(self.context.slots.tolist()))
+            if full and not self.constants.requires_grad and self._full_mask_cache is not None:
+                cached_where, cached = self._full_mask_cache
+                if cached_where == where and cached.dtype == dtype and cached.device == key_mask.device:
+                    return cached
+            probs = masked_rownorm(constants, key_mask[:1]).to(dtype)
+            if full and not self.constants.requires_grad:
+                self._full_mask_cache = (where, probs)
+            return probs
+        return masked_rownorm(constants, key_mask).to(dtype)
+
+    def _constant_output(self, value: torch.Tensor, key_mask: torch.Tensor, eps: float = 1e-12) -> torch.Tensor:
+        """``rownorm(C ⊙ m mᵀ) @ V`` without forming the ``[B, n, L, L]`` probabilities and without a
+        host synchronisation: ``m_i · (C @ (m ⊙ V))_i / (C @ m)_i``.
+
+        Args:
+            value: ``[B, n_const, L, d]``, the constant heads' values.
+            key_mask: ``[B, L]`` bool, True for real tokens.
+        Returns:
+            ``[B, n_const, L, d]``; pad query rows are 0, as with :func:`masked_rownorm`.
+        """
+        length = value.shape[2]
+        constants = self.constant_matrices(length)  # [n, L, L]
+        m = key_mask.to(torch.float32)[:, None, :, None]  # [B, 1, L, 1]
+        denominator = torch.matmul(constants.float(), m)  # [B, n, L, 1] in float32 (no underflow in half precision)
+        scale = (m / denominator.clamp_min(eps)).to(value.dtype)
+        numerator = torch.matmul(constants.to(value.dtype), value * m.to(value.dtype))  # [B, n, L, d]
+        return numerator * scale
+
+    def _attend_constant(self, query, key, value, attention_mask, dropout, scaling):
+        batch, num_heads, length, head_dim = value.shape
+        key_mask = self._key_mask(batch, length, value.device)
+        if self.constant_heads and not self.dynamic_heads and not (dropout and self.training):  # all constant: no scatter
+            return self._add_stored_outputs(self._constant_output(value, key_mask), key_mask).transpose(1, 2).contiguous(), None
+        output = value.new_empty(batch, num_heads, length, head_dim)
+        if self.dynamic_heads:
+            if not self.qk_pruned:
+                query, key = query[:, self._dyn_idx], key[:, self._dyn_idx]
+            output[:, self._dyn_idx] = F.scaled_dot_product_attention(
+                query,
+                key,
+                value[:, self._dyn_idx],
+                attn_mask=attention_mask,
+                dropout_p=dropout if self.training else 0.0,
+                scale=scaling,
+            )
+        if self.constant_heads:
+            if dropout and self.training:  # dropout acts on the probabilities: form them
+                probs = F.dropout(self._constant_probs(key_mask, length, value.dtype).expand(batch, -1, -1, -1), p=dropout)
+                replaced = torch.matmul(probs, value[:, self._const_idx])
+            else:
+                replaced = self._constant_output(value[:, self._const_idx], key_mask)
+            output[:, self._const_idx] = self._add_stored_outputs(replaced, key_mask)
+        return output.transpose(1, 2).contiguous(), None
+
+
+class ProbsHook(nn.Module):
+    """Wraps the dropout that follows the softmax in ``inline`` architectures: ``dropout(patch(A))``."""
+
+    def __init__(self, dropout: nn.Module, patch: HeadPatch):
+        super().__init__()
+        self.dropout = dropout
+        object.__setattr__(self, "patch", patch)
+
+    def forward(self, probs: torch.Tensor) -> torch.Tensor:
+        return self.dropout(self.patch.transform_probs(probs))
+
+
+def papa_attention_forward(module, query, key, value, attention_mask, **kwargs):
+    """The ``"papa"`` attention function: the module's :class:`HeadPatch`, or plain SDPA."""
+    patch = getattr(module, "papa_patch", None)
+    if patch is None:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+    return patch.attend(module, query, key, value, attention_mask, **kwargs)
+
+
+AttentionInterface.register(ATTN_IMPLEMENTATION, papa_attention_forward)
+AttentionMaskInterface.register(ATTN_IMPLEMENTATION, sdpa_mask)
