@@ -114,8 +114,9 @@ def floor_child() -> None:
     """(In a fresh process.) The run up to its features, timed by phase; prints JSON."""
     from papa.core.constants import load_constants
     from papa.core.models import load_model, pick_device
-    from papa.probing.experiment import prepare_inputs, resolve_heads
+    from papa.probing.experiment import resolve_heads
     from papa.probing.extraction import get_features
+    from papa.probing.task_inputs import prepare_inputs
 
     t0 = time.perf_counter()  # the imports above count as start-up: the wall time less the phases below
     phases = {}

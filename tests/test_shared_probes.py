@@ -13,9 +13,10 @@ from transformers import BertConfig, BertModel
 
 from papa.core.models import LoadedModel, load_model
 from papa.probing.data import get_task
-from papa.probing.experiment import TaskInputs, run_probe, run_probes
+from papa.probing.experiment import run_probe, run_probes
 from papa.probing.extraction import extract_features
 from papa.probing.probe import CachedSource, ProbeConfig, SequenceProbe, TokenProbe, make_optimizer, predict
+from papa.probing.task_inputs import TaskInputs
 
 VOLATILE = ("timings", "provenance", "feature_cache_hits")  # hits: the later runs read what the first one cached
 
