@@ -40,6 +40,10 @@ def _stable(result: dict) -> dict:
     return {key: value for key, value in result.items() if key not in VOLATILE}
 
 
+def _without_losses(result: dict) -> dict:
+    return {**_stable(result), "epochs": [{k: v for k, v in record.items() if k != "train_loss"} for record in result["epochs"]]}
+
+
 @pytest.mark.parametrize("chunk", [None, 5], ids=["whole-dev", "dev-in-chunks"])
 def test_shared_seeds_give_each_seed_its_own_result(chunk, tmp_path, monkeypatch):
     monkeypatch.setenv("PAPA_CACHE_DIR", str(tmp_path))
@@ -207,4 +211,6 @@ def test_shared_seeds_on_real_data_equal_seed_by_seed_runs(data_dir, tmp_path, m
         common = dict(epochs=4, lr=1e-3, max_train_examples=40, max_eval_examples=30, max_length=32, selection="heldout", patience=2, pool_examples=64, heldout_examples=16)
         together = run_probes(lm, task, seeds=[1, 2], dev_every_epoch=False, eval_chunk_examples=11, **common)
         alone = [run_probe(lm, task, seed=seed, dev_every_epoch=False, eval_chunk_examples=11, **common) for seed in (1, 2)]
-        assert [_stable(r) for r in together] == [_stable(r) for r in alone]
+        for a, b in zip(together, alone):  # token tasks pad each probe's token rows to the stack's widest: the losses sum in
+            assert _without_losses(a) == _without_losses(b)  # another order, so they agree to float rounding only
+            assert all(abs(x["train_loss"] - y["train_loss"]) <= 1e-6 * y["train_loss"] for x, y in zip(a["epochs"], b["epochs"]))

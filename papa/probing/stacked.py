@@ -31,10 +31,12 @@ from papa.probing.extraction import get_features
 from papa.probing.probe import CachedSource, SequenceProbe, TokenProbe, select_states
 from papa.probing.task_inputs import TaskInputs
 
-#: Rows gathered and scored per forward pass (per probe when each scores its own examples). Measured on the
-#: benchmark's SST-2 run (minilm-l6, float32, 2 CPU cores): one pass of 3 stacked probes over the dev split
-#: took 0.62 s at 32, 0.58 s at 64, 0.60 s at 128 and 0.66 s at 256 rows (see the report of issue 37).
-EVAL_BATCH = 64
+#: Rows gathered and scored per forward pass (per probe when each scores its own examples). Measured (issue 37) on
+#: SST-2's dev split (872 examples, minilm-l6 features [872, 7, 33, 384], float16 → float32 in the reused buffer),
+#: 3 stacked probes, best of 3 passes, on 2 CPU cores under a load average of 10-14 (so noisy): 16 rows 4.0-17.4 s,
+#: 32 rows 4.1-11.3, 64 rows 3.1-6.8, 128 rows 2.5-2.8, 256 rows 1.6-3.5; the three probes scored one by one by
+#: ``predict`` at 256: 5.7-7.1 s. 128 was the steadiest of the fast sizes.
+EVAL_BATCH = 128
 
 
 class ProbeStack(nn.Module):
@@ -112,21 +114,25 @@ class ProbeStack(nn.Module):
 
 
 class StateGatherer:
-    """Gathers rows of a :class:`CachedSource`'s states (the ones its probes read) into one reused float32 buffer
-    of ``capacity`` rows; the returned view ``[M, ...]`` is overwritten by the next call."""
+    """Gathers rows of a :class:`CachedSource`'s states (the ones its probes read) into one reused float32 buffer of
+    at least ``capacity`` rows (grown when a batch needs more: a token task's batch of examples has a varying number
+    of token rows); the returned view ``[M, ...]`` is overwritten by the next call."""
 
     def __init__(self, source: CachedSource, capacity: int):
         f = source.features
         self.states = f.states if source.selected else select_states(f.states, source.probe_input)
-        shape = (capacity, *self.states.shape[1:])
-        self.buffer = torch.empty(shape, dtype=torch.float32, device=self.states.device)
-        self.staging = None if self.states.dtype == torch.float32 else torch.empty(shape, dtype=self.states.dtype, device=self.states.device)
+        self._allocate(capacity)
+
+    def _allocate(self, capacity: int) -> None:
+        shape, device = (capacity, *self.states.shape[1:]), self.states.device
+        self.buffer = torch.empty(shape, dtype=torch.float32, device=device)
+        self.staging = None if self.states.dtype == torch.float32 else torch.empty(shape, dtype=self.states.dtype, device=device)
 
     def __call__(self, rows: torch.Tensor) -> torch.Tensor:
         rows = rows.to(self.states.device)
         count = len(rows)
         if count > len(self.buffer):
-            raise PapaError(f"{count} rows exceed the gather buffer's {len(self.buffer)}", "This is a bug in papa: report it.")
+            self._allocate(max(count, 2 * len(self.buffer)))
         if self.staging is None:
             return torch.index_select(self.states, 0, rows, out=self.buffer[:count])
         torch.index_select(self.states, 0, rows, out=self.staging[:count])
