@@ -239,7 +239,8 @@ def to_markdown(info: dict, a: dict, b: dict, floor: dict) -> str:
         "",
         f"**Speed-up A/B = {speedup:.2f}×** (target ≥ 3×: {'met' if speedup >= 3 else 'NOT met'}); |score A − score B| = {abs(a['score'] - b['score']):.4f} (target ≤ 0.01).",
         "",
-        f"**B / floor = {b['parts']['wall'] / floor['wall']:.2f}×** (issue 37's target ≤ {FLOOR_TARGET}×: {'met' if b['parts']['wall'] <= FLOOR_TARGET * floor['wall'] else 'NOT met'}).",
+        f"**B / floor = {b['parts']['wall'] / floor['wall']:.2f}×** "
+        f"(issue 37's target ≤ {FLOOR_TARGET}×: {'met' if b['parts']['wall'] <= FLOOR_TARGET * floor['wall'] else 'NOT met'}).",
         "",
         f"**Floor of B** (imports, model, inputs and the encoder passes only; no float32 copy, cache write or probe): "
         f"{floor['wall']:.1f} s = imports and start-up {floor['start-up']:.1f} + model {floor['model']:.1f} + inputs {floor['inputs']:.1f} "
