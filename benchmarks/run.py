@@ -37,7 +37,8 @@ from papa.core.heads import all_heads
 from papa.core.models import LoadedModel, load_model
 from papa.core.patching import patch_constant_heads, prune_qk
 from papa.probing.data import get_task
-from papa.probing.experiment import TaskInputs, prepare_inputs, run_probe
+from papa.probing.experiment import run_probe
+from papa.probing.task_inputs import TaskInputs, prepare_inputs
 
 L = 64
 # probe_*: probing examples; est_n: estimation examples (est_repeats timed pairs); mem_n: N of the memory check

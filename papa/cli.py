@@ -131,7 +131,7 @@ def _data_dir(parser: argparse.ArgumentParser) -> None:
 def cmd_estimate(args) -> int:
     _checked(EstimateParams, args)
     from papa.core.constants import save_constants
-    from papa.probing.experiment import estimate_task_constants
+    from papa.probing.encoding import estimate_task_constants
 
     constant_set = estimate_task_constants(
         args.model,

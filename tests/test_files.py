@@ -22,8 +22,9 @@ from papa.core.io import atomic_write_json, atomic_write_with, remove_stale_temp
 from papa.core.models import LoadedModel
 from papa.probing import features as feature_cache
 from papa.probing.data import get_task
-from papa.probing.experiment import TaskInputs, get_features
+from papa.probing.extraction import get_features
 from papa.probing.features import FeatureCacheWarning, Features
+from papa.probing.task_inputs import TaskInputs
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from papa.core.errors import PapaError
 from papa.core.heads import all_heads
 from papa.core.models import load_model
 from papa.core.patching import patch_gates, unpatch
-from papa.probing.experiment import prepare_inputs, run_probe
+from papa.probing.experiment import run_probe
 from papa.probing.extraction import extract_features
 from papa.probing.probe import (
     CachedSource,
@@ -34,6 +34,7 @@ from papa.probing.probe import (
     train_probe,
 )
 from papa.probing.ranking import rank_gates
+from papa.probing.task_inputs import prepare_inputs
 
 
 class ArraySource:

@@ -13,9 +13,10 @@ from transformers import BertConfig, BertModel
 
 from papa.core.models import LoadedModel, load_model
 from papa.probing.data import get_task
-from papa.probing.experiment import TaskInputs, run_probe, run_probes
+from papa.probing.experiment import run_probe, run_probes
 from papa.probing.extraction import extract_features
 from papa.probing.probe import CachedSource, ProbeConfig, SequenceProbe, TokenProbe, make_optimizer, predict
+from papa.probing.task_inputs import TaskInputs
 
 VOLATILE = ("timings", "provenance", "feature_cache_hits")  # hits: the later runs read what the first one cached
 
@@ -37,6 +38,10 @@ def _tiny_inputs(pool: int = 40) -> tuple[LoadedModel, TaskInputs]:
 
 def _stable(result: dict) -> dict:
     return {key: value for key, value in result.items() if key not in VOLATILE}
+
+
+def _without_losses(result: dict) -> dict:
+    return {**_stable(result), "epochs": [{k: v for k, v in record.items() if k != "train_loss"} for record in result["epochs"]]}
 
 
 @pytest.mark.parametrize("chunk", [None, 5], ids=["whole-dev", "dev-in-chunks"])
@@ -206,4 +211,6 @@ def test_shared_seeds_on_real_data_equal_seed_by_seed_runs(data_dir, tmp_path, m
         common = dict(epochs=4, lr=1e-3, max_train_examples=40, max_eval_examples=30, max_length=32, selection="heldout", patience=2, pool_examples=64, heldout_examples=16)
         together = run_probes(lm, task, seeds=[1, 2], dev_every_epoch=False, eval_chunk_examples=11, **common)
         alone = [run_probe(lm, task, seed=seed, dev_every_epoch=False, eval_chunk_examples=11, **common) for seed in (1, 2)]
-        assert [_stable(r) for r in together] == [_stable(r) for r in alone]
+        for a, b in zip(together, alone):  # token tasks pad each probe's token rows to the stack's widest: the losses sum in
+            assert _without_losses(a) == _without_losses(b)  # another order, so they agree to float rounding only
+            assert all(abs(x["train_loss"] - y["train_loss"]) <= 1e-6 * y["train_loss"] for x, y in zip(a["epochs"], b["epochs"]))

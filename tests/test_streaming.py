@@ -165,7 +165,7 @@ def test_disk_full_while_streaming_names_papa_cache_dir(cache, monkeypatch):
 def _tiny_run():
     from papa.core.models import LoadedModel
     from papa.probing.data import get_task
-    from papa.probing.experiment import TaskInputs
+    from papa.probing.task_inputs import TaskInputs
 
     lm = LoadedModel("tiny", _model(), tokenizer=None, source="local", fingerprint="0123456789abcdef")
     train = _sequence_inputs()
@@ -175,7 +175,8 @@ def _tiny_run():
 
 
 def test_a_run_above_the_memory_budget_streams_and_scores_as_in_ram(cache, monkeypatch):
-    from papa.probing.experiment import get_features, run_probe
+    from papa.probing.experiment import run_probe
+    from papa.probing.extraction import get_features
 
     lm, inputs = _tiny_run()
     settings = dict(model=lm, inputs=inputs, epochs=3, lr=1e-3, batch_size=4, seed=5, device="cpu")
@@ -208,7 +209,7 @@ def test_a_failed_stream_leaves_gradients_enabled(cache, monkeypatch):
 
 def test_the_cache_key_follows_the_encoded_inputs_not_only_their_indices(cache):
     """Another data folder or tokenizer gives other input ids under the same indices: a miss, never stale features."""
-    from papa.probing.experiment import get_features
+    from papa.probing.extraction import get_features
 
     lm, inputs = _tiny_run()
     keys: list[str] = []

@@ -34,14 +34,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
+
 from papa.core.constants import ConstantSet, load_constants
 from papa.core.errors import PapaError
 from papa.core.heads import all_heads, count_for, first_k, load_ranking
 from papa.core.models import LoadedModel, load_model, pick_device
 from papa.core.patching import patch_constant_heads, unpatch
 from papa.core.provenance import provenance
-from papa.probing.encoding import encode_split, estimate_task_constants  # noqa: F401  (re-exported: the interface before the split)
-from papa.probing.extraction import get_features, predict_eval_in_chunks  # noqa: F401  (get_features: re-exported)
+from papa.probing.extraction import get_features
 from papa.probing.probe import (
     SELECTIONS,
     CachedSource,
@@ -57,13 +58,9 @@ from papa.probing.probe import (
     split_heldout,
     train_probe,
 )
-from papa.probing.task_inputs import (  # noqa: F401  (re-exported: this module's interface before the split)
-    TaskInputs,
-    floors,
-    make_evaluator,
-    prepare_inputs,
-    score_predictions,
-)
+from papa.probing.stacked import ProbeStack, predict_eval_in_chunks, predict_stacked
+from papa.probing.stacked_training import StackedMember, device_rng_state, train_stacked
+from papa.probing.task_inputs import TaskInputs, floors, make_evaluator, prepare_inputs, score_predictions
 
 #: The patience that defines ``converged`` for held-out runs trained without early stopping.
 CONVERGENCE_PATIENCE = 3
@@ -231,7 +228,10 @@ def run_probes(
             train_pool = LiveSource(lm.model, inputs.train, inputs.spec.is_token_task, torch_device, True, probe_input)
             eval_source = LiveSource(lm.model, inputs.eval, inputs.spec.is_token_task, torch_device, False, probe_input)
         shared["features"] = time.perf_counter() - t0
-        runs = [_train_one(lm, inputs, config, protocol, train_pool, eval_source, torch_device) for config in configs]
+        if mode == "cached":
+            runs = _train_together(lm, inputs, configs, protocol, train_pool, eval_source, torch_device)
+        else:
+            runs = [_train_one(lm, inputs, config, protocol, train_pool, eval_source, torch_device) for config in configs]
         t0 = time.perf_counter()
         if score_dev and protocol.chunked:
             probes = [run["probe"] for run in runs]
@@ -255,32 +255,80 @@ def run_probes(
     return results
 
 
-def _train_one(lm: LoadedModel, inputs: TaskInputs, config: ProbeConfig, protocol: _Protocol, train_pool, eval_source, torch_device) -> dict:
-    """Draw, train and (unless the dev split is scored in chunks afterwards) score one probe."""
-    started = time.perf_counter()
-    seed_everything(config.seed)
-    train_source, heldout, drawn = train_pool, None, {}
+def _draw(inputs: TaskInputs, config: ProbeConfig, protocol: _Protocol, num_examples: int) -> tuple[torch.Tensor | None, torch.Tensor | None, dict]:
+    """A probe's training examples ``fit`` (None: all of the training source) and held-out examples ``held`` (None:
+    none scored), indices into the training source, and the record of its draw from the pool."""
     if protocol.pooled:  # the seed's own examples; with selection "final" (the literal setting) the held-out ones go unused
-        fit, held = draw_from_pool(train_pool.num_examples, protocol.max_train_examples, protocol.heldout_examples, config.seed)
+        fit, held = draw_from_pool(num_examples, protocol.max_train_examples, protocol.heldout_examples, config.seed)
         digest = lambda xs: hashlib.sha256(",".join(str(inputs.train_indices[i]) for i in xs.tolist()).encode()).hexdigest()[:16]  # noqa: E731
         drawn = {
-            "pool_examples": train_pool.num_examples,
+            "pool_examples": num_examples,
             "train_examples": len(fit),
             "heldout_examples": len(held),
             "fit_indices_sha": digest(fit),
             "heldout_indices_sha": digest(held),
         }
     elif protocol.selection == "heldout":
-        fit, held = split_heldout(train_pool.num_examples, protocol.heldout_fraction, protocol.data_seed)
-    if protocol.selection == "heldout":
-        scoring_source = train_pool if protocol.mode == "cached" else LiveSource(lm.model, inputs.train, inputs.spec.is_token_task, torch_device, False, config.probe_input)
-        heldout = make_evaluator(inputs, SubsetSource(scoring_source, held), {k_: v[held] for k_, v in inputs.train.items()})
-    if protocol.pooled or protocol.selection == "heldout":
-        train_source = SubsetSource(train_pool, fit)
-    model_config = lm.model.config
+        (fit, held), drawn = split_heldout(num_examples, protocol.heldout_fraction, protocol.data_seed), {}
+    else:
+        fit, held, drawn = None, None, {}
+    return fit, (held if protocol.selection == "heldout" else None), drawn
+
+
+def _build(lm: LoadedModel, inputs: TaskInputs, config: ProbeConfig, torch_device) -> torch.nn.Module:
+    """The probe of ``config``, initialised from its seed (as every route builds it), on ``torch_device``."""
     seed_everything(config.seed)
+    model_config = lm.model.config
     probe = build_probe(inputs.spec.is_token_task, model_config.num_hidden_layers + 1, inputs.max_length, model_config.hidden_size, len(inputs.label_names), config)
-    probe = probe.to(torch_device)
+    return probe.to(torch_device)
+
+
+def _train_together(lm: LoadedModel, inputs: TaskInputs, configs: list[ProbeConfig], protocol: _Protocol, train_pool: CachedSource, eval_source, torch_device) -> list[dict]:
+    """Draw, train as one stacked model (:func:`~papa.probing.stacked_training.train_stacked`) and (unless the dev split
+    is scored in chunks afterwards) score in one pass every probe of a cached run. Each run's ``seconds`` and
+    ``seconds_dev`` are equal shares of the shared time."""
+    started = time.perf_counter()
+    members, records = [], []
+    for config in configs:
+        fit, held, drawn = _draw(inputs, config, protocol, train_pool.num_examples)
+        probe = _build(lm, inputs, config, torch_device)
+        metrics = None if held is None else _metrics(inputs, {k: v[held] for k, v in inputs.train.items()})
+        fit = torch.arange(train_pool.num_examples) if fit is None else fit
+        members.append(StackedMember(probe, config, fit, device_rng_state(torch_device), held, metrics))
+        records.append(drawn)
+    histories = train_stacked(members, train_pool, (eval_source, _metrics(inputs, None)) if protocol.dev_every_epoch else None)
+    probes = [member.probe for member in members]
+    if protocol.selection == "heldout":
+        for probe, history in zip(probes, histories):
+            probe.load_state_dict(history.best_state)  # the reported probe: the best held-out epoch's
+    t0 = time.perf_counter()
+    scored = [({}, None)] * len(probes)
+    if protocol.score_dev and not protocol.chunked:
+        scored = [score_predictions(inputs, preds, labels) for preds, labels in zip(*predict_stacked(ProbeStack(probes), eval_source))]
+    seconds_dev = (time.perf_counter() - t0) / len(probes)
+    seconds = (time.perf_counter() - started) / len(probes)
+    return [
+        {"probe": probe, "history": history, "chosen": select_epoch(history.epochs, protocol.selection), "drawn": drawn, "metrics": metrics, "dev": dev}
+        | {"seconds_dev": seconds_dev, "seconds": seconds}
+        for probe, history, drawn, (metrics, dev) in zip(probes, histories, records, scored)
+    ]
+
+
+def _metrics(inputs: TaskInputs, encoded: dict[str, torch.Tensor] | None):
+    """``(predictions, labels) → metrics`` on the examples ``encoded`` (None: the dev split)."""
+    return lambda preds, labels: score_predictions(inputs, preds, labels, encoded)[0]
+
+
+def _train_one(lm: LoadedModel, inputs: TaskInputs, config: ProbeConfig, protocol: _Protocol, train_pool, eval_source, torch_device) -> dict:
+    """Draw, train (:func:`~papa.probing.probe.train_probe`) and score one probe (faithful mode: the live encoder)."""
+    started = time.perf_counter()
+    fit, held, drawn = _draw(inputs, config, protocol, train_pool.num_examples)
+    heldout = None
+    if held is not None:
+        scoring_source = LiveSource(lm.model, inputs.train, inputs.spec.is_token_task, torch_device, False, config.probe_input)
+        heldout = make_evaluator(inputs, SubsetSource(scoring_source, held), {k_: v[held] for k_, v in inputs.train.items()})
+    train_source = train_pool if fit is None else SubsetSource(train_pool, fit)
+    probe = _build(lm, inputs, config, torch_device)
     history = train_probe(probe, train_source, make_evaluator(inputs, eval_source) if protocol.dev_every_epoch else None, config, heldout=heldout)
     chosen = select_epoch(history.epochs, protocol.selection)
     if protocol.selection == "heldout":

@@ -11,13 +11,12 @@ Shapes (``S = layers + 1`` states, ``H`` hidden size, ``P`` kept positions): seq
 at the positions real in some example (a position a row's batch did not compute holds 0: it is pad for that row,
 and the probe masks it); token tasks ``states [T, S, H]`` of the labelled tokens in (example, position) order.
 
-:func:`get_features` gives a task split's features for a head set from the on-disk cache or by extraction, and
-:func:`predict_eval_in_chunks` scores probes on a large dev split chunk by chunk.
+:func:`get_features` gives a task split's features for a head set from the on-disk cache or by extraction
+(:func:`papa.probing.stacked.predict_eval_in_chunks` scores probes on a large dev split chunk by chunk).
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterator
 
 import torch
@@ -38,7 +37,6 @@ from papa.probing.features import (
     store_cached,
     stream_features,
 )
-from papa.probing.probe import CachedSource, predict
 from papa.probing.task_inputs import TaskInputs
 
 
@@ -218,29 +216,3 @@ def get_features(
     if use_cache:
         store_cached(key, features)
     return features, False
-
-
-def predict_eval_in_chunks(
-    lm: LoadedModel, inputs: TaskInputs, heads, constants: ConstantSet | None, probes, probe_input: str, device, chunk: int, use_cache: bool = True, keys: list[str] | None = None
-) -> tuple[torch.Tensor | list[torch.Tensor], torch.Tensor, dict]:
-    """The probes' flat predictions and labels on the whole eval split, ``chunk`` examples at a time: each chunk's
-    features are extracted (or read from the cache, keyed by that chunk's indices) once, scored by every probe and
-    dropped before the next, so a large dev split (MNLI's 9,815 pairs on a 768-wide, 13-state encoder: 12.5 GB)
-    never sits in memory at once. ``probes``: one probe (predictions ``[N]``) or a list (a list of them).
-    Returns ``(predictions, labels, cache hits per chunk)``."""
-    several = isinstance(probes, (list, tuple))
-    probes = list(probes) if several else [probes]
-    preds, labels, hits = [[] for _ in probes], [], {}
-    total = len(inputs.eval_indices)
-    for start in range(0, total, chunk):
-        rows = slice(start, min(start + chunk, total))
-        part = dataclasses.replace(inputs, eval={k: v[rows] for k, v in inputs.eval.items()}, eval_indices=inputs.eval_indices[rows])
-        features, hits[f"eval_{start}"] = get_features(lm, part, "eval", heads, constants, device, use_cache=use_cache, keys=keys)
-        source = CachedSource(features, probe_input, device)
-        for probe, out in zip(probes, preds):
-            p, y = predict(probe, source)
-            out.append(p)
-        labels.append(y)
-        del features, source
-    predictions = [torch.cat(p) for p in preds]
-    return (predictions if several else predictions[0]), torch.cat(labels), hits

@@ -107,7 +107,8 @@ class FeatureSource(Protocol):
     def batch(self, indices: torch.Tensor) -> tuple[tuple, torch.Tensor]: ...
 
 
-def _select_states(states: torch.Tensor, probe_input: str) -> torch.Tensor:
+def select_states(states: torch.Tensor, probe_input: str) -> torch.Tensor:
+    """The states ``[N, S, ...]`` the probe reads: all ``S``, or only the embeddings' (``[N, 1, ...]``)."""
     return states[:, :1] if probe_input == "embeddings" else states
 
 
@@ -130,7 +131,7 @@ def _in_probe_dtype(features: Features, probe_input: str) -> Features | None:
     """The states the probe reads (all, or the embeddings only) converted once to float32 — the same values, so
     the same scores, without a conversion per batch and epoch — when the copy fits ``PAPA_MEMORY_BUDGET_GB``
     beside the float16 features; ``None`` when it does not or the features stream from disk."""
-    states = _select_states(features.states, probe_input)
+    states = select_states(features.states, probe_input)
     needed = states.numel() * 4 + features.states.numel() * features.states.element_size()
     if features.streamed or states.dtype == torch.float32 or needed > memory_budget_bytes():
         return None
@@ -154,16 +155,26 @@ class CachedSource:
             counts = torch.bincount(example, minlength=self.num_examples)
             self._starts = torch.cat([torch.zeros(1, dtype=torch.long), counts.cumsum(0)])
 
+    def rows(self, examples: torch.Tensor) -> torch.Tensor:
+        """The feature rows ``[M]`` of ``examples``: the examples themselves (sequence tasks) or their labelled
+        tokens in example order (token tasks)."""
+        if not self.features.is_token:
+            return examples
+        examples = examples.cpu()
+        counts = self._starts[examples + 1] - self._starts[examples]
+        offsets = torch.arange(int(counts.sum())) - torch.repeat_interleave(counts.cumsum(0) - counts, counts)
+        return self._order[torch.repeat_interleave(self._starts[examples], counts) + offsets]
+
     def _states(self, rows: torch.Tensor) -> torch.Tensor:
         states = self.features.states[rows].float()
-        return states if self.selected else _select_states(states, self.probe_input)
+        return states if self.selected else select_states(states, self.probe_input)
 
     def batch(self, indices: torch.Tensor):
         f = self.features
         if not f.is_token:
             indices = indices.to(f.states.device)
             return (self._states(indices), f.mask[indices], f.positions), f.labels[indices]
-        rows = torch.cat([self._order[self._starts[i] : self._starts[i + 1]] for i in indices.tolist()]).to(f.states.device)
+        rows = self.rows(indices).to(f.states.device)
         return (self._states(rows),), f.labels[rows]
 
 
@@ -182,9 +193,9 @@ class LiveSource:
             states = torch.stack(self.model(**inputs, output_hidden_states=True).hidden_states, dim=1)
         labels = self.encoded["labels"][indices].to(self.device)
         if not self.token_task:
-            return (_select_states(states, self.probe_input), inputs["attention_mask"]), labels
+            return (select_states(states, self.probe_input), inputs["attention_mask"]), labels
         keep = labels != IGNORE_INDEX
-        return (_select_states(states.permute(0, 2, 1, 3)[keep], self.probe_input),), labels[keep]
+        return (select_states(states.permute(0, 2, 1, 3)[keep], self.probe_input),), labels[keep]
 
 
 def build_probe(token_task: bool, num_states: int, length: int, hidden: int, num_labels: int, config: ProbeConfig) -> nn.Module:

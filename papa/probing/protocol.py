@@ -22,8 +22,9 @@ from pathlib import Path
 from papa.core.errors import PapaError
 from papa.core.io import atomic_write_json, read_json_verified
 from papa.core.models import LoadedModel, load_model, pick_device
-from papa.probing.experiment import prepare_inputs, run_probes
+from papa.probing.experiment import run_probes
 from papa.probing.features import forget_cached
+from papa.probing.task_inputs import prepare_inputs
 
 #: The learning rates tried: the paper's 2e-5 and three larger ones (a frozen encoder's probe on ~2,000
 #: examples barely moves at 2e-5 within a few dozen epochs).

@@ -1,0 +1,199 @@
+"""The probes of one run trained as one batched model (cached features): :func:`train_stacked`.
+
+Each probe (a seed, or during the lr choice an (lr, seed) pair) is a :class:`StackedMember`: its probe, built and
+initialised as it would be alone, its config (its own lr), its own training examples and held-out examples, and the
+device's random state right after its initialisation. Per step one forward, one backward and one optimizer pass
+serve every probe still training, each on its own batch (:class:`~papa.probing.stacked.ProbeStack`):
+
+* data order: each probe's own ``torch.Generator`` seeded with its seed, one ``randperm`` per epoch, as alone;
+* dropout: each probe's masks are drawn from its own random stream (the device's random state it would have alone,
+  swapped in for its draw: :class:`DropoutStreams`), so the masks are those it gets alone;
+* the update: each probe keeps its own AdamW (:func:`~papa.probing.probe.make_optimizer`, its own lr, moments and
+  step count) over its own parameters, which are views of the stacked ones; after the shared backward a probe
+  receives its slice of the gradients and its optimizer steps. A probe that has stopped is left out of the stack
+  (:meth:`ProbeStack.restack`): its parameters, moments and step count never change again; a probe with no batch
+  at a step (fewer training examples than another) gets no step, so its Adam step count stays its own;
+* per epoch, the held-out examples (each probe its own) and the dev split (the same for all) are scored in one pass
+  each (:func:`~papa.probing.stacked.predict_stacked`), and each probe applies the early stopping of
+  :func:`~papa.probing.probe.train_probe` to its own held-out curve.
+
+So each probe's history is the one :func:`~papa.probing.probe.train_probe` gives it alone: the same epochs, best
+epoch and scores, to float rounding (the batched matrix products sum in another order; tested). A probe's
+``seconds_train`` / ``seconds_eval`` are its share of the shared time: each epoch's training and scoring time split
+equally among the probes that took part in it, so that the shares add up to the time spent.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from papa.core.errors import PapaError
+from papa.probing.probe import CachedSource, ProbeConfig, TrainHistory, make_optimizer
+from papa.probing.stacked import EVAL_BATCH, ProbeStack, StateGatherer, padded_rows, predict_stacked, stacked_inputs
+
+Metrics = Callable[[torch.Tensor, torch.Tensor], dict]  # (flat predictions, labels) → metrics with "main"
+
+
+def device_rng_state(device: torch.device | str) -> torch.Tensor:
+    """The random state that draws on ``device`` (what a probe's dropout consumes there)."""
+    device = torch.device(device)
+    return torch.cuda.get_rng_state(device) if device.type == "cuda" else torch.get_rng_state()
+
+
+def _set_device_rng_state(state: torch.Tensor, device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.set_rng_state(state, device)
+    else:
+        torch.set_rng_state(state)
+
+
+@dataclass
+class StackedMember:
+    """One probe of a stacked training (see the module docstring).
+
+    ``fit [N]`` / ``heldout [M]``: indices into the training source; ``heldout_metrics`` scores its held-out
+    predictions (None: no held-out scoring, hence no early stopping); ``rng_state``: :func:`device_rng_state`
+    right after its probe was initialised."""
+
+    probe: nn.Module
+    config: ProbeConfig
+    fit: torch.Tensor
+    rng_state: torch.Tensor
+    heldout: torch.Tensor | None = None
+    heldout_metrics: Metrics | None = None
+
+
+class DropoutStreams:
+    """Each member's dropout masks from its own random stream: its saved state swapped in for its draw."""
+
+    def __init__(self, states: Sequence[torch.Tensor], device: torch.device, p: float):
+        self.states, self.device, self.p = list(states), device, p
+
+    def masks(self, members: Sequence[int], rows: Sequence[int], width: int, hidden: int) -> torch.Tensor:
+        """Multipliers ``[len(members), width, hidden]``: member ``members[i]``'s own ``[rows[i], hidden]`` dropout
+        mask (what ``nn.Dropout`` draws alone, scaled by ``1 / (1 - p)``), padded with ones."""
+        saved = device_rng_state(self.device)
+        out = torch.ones(len(members), width, hidden, device=self.device)
+        try:
+            for i, (member, count) in enumerate(zip(members, rows)):
+                if count:
+                    _set_device_rng_state(self.states[member], self.device)
+                    out[i, :count] = F.dropout(torch.ones(count, hidden, device=self.device), self.p, training=True)
+                    self.states[member] = device_rng_state(self.device)
+        finally:
+            _set_device_rng_state(saved, self.device)
+        return out
+
+
+def _check_members(members: Sequence[StackedMember]) -> ProbeConfig:
+    if not members:
+        raise PapaError("A stacked training needs at least one probe", "Pass e.g. seeds=[42].")
+    first = members[0].config
+    shared = ("epochs", "batch_size", "patience", "probe_input", "dropout")
+    for member in members:
+        if any(getattr(member.config, name) != getattr(first, name) for name in shared):
+            raise PapaError(f"The probes trained together must share {', '.join(shared)}", "Train probes with other settings in separate runs.")
+        if member.config.patience is not None and member.heldout is None:
+            raise PapaError("Early stopping (patience) needs held-out training examples", "Train with selection: heldout.")
+        if (member.heldout is None) != (members[0].heldout is None) or (member.heldout is not None and member.heldout_metrics is None):
+            raise PapaError("The probes trained together must all have held-out examples and their metrics, or none", "Draw held-out examples for every seed.")
+        if len(member.fit) < 1:
+            raise PapaError("A probe needs at least one training example", "Raise max_train_examples.")
+    return first
+
+
+def train_stacked(members: Sequence[StackedMember], source: CachedSource, dev: tuple[CachedSource, Metrics] | None = None) -> list[TrainHistory]:
+    """Train every member's probe on ``source`` together (see the module docstring); one history per member, each
+    as :func:`~papa.probing.probe.train_probe` records it (``best_state`` at the best held-out epoch). ``dev``:
+    the dev split and its metrics, scored after every epoch (None: not scored). The probes end with their final
+    parameters, each in its own tensors again."""
+    config = _check_members(members)
+    device = next(members[0].probe.parameters()).device
+    stack = ProbeStack([m.probe for m in members], bind=True)
+    optimizers = [make_optimizer(list(m.probe.parameters()), m.config) for m in members]
+    generators = [torch.Generator().manual_seed(m.config.seed) for m in members]
+    streams = DropoutStreams([m.rng_state for m in members], device, stack.dropout)
+    hidden = stack.stacked["dense.bias"].shape[-1]
+    histories = [TrainHistory() for _ in members]
+    gather = StateGatherer(source, len(members) * max(config.batch_size, EVAL_BATCH))
+    dev_gather = StateGatherer(dev[0], EVAL_BATCH) if dev is not None else None
+    active = list(range(len(members)))
+    try:
+        for epoch in range(1, config.epochs + 1):
+            if not active:
+                break
+            if active != stack.members:
+                stack.restack(active)
+            started = time.perf_counter()
+            orders = [torch.randperm(len(members[r].fit), generator=generators[r]) for r in active]
+            losses = _train_epoch(stack, members, optimizers, streams, source, gather, orders, config.batch_size, hidden)
+            for r in active:
+                histories[r].seconds_train += (time.perf_counter() - started) / len(active)
+            started = time.perf_counter()
+            records = {r: {"epoch": epoch, "train_loss": losses[i]} for i, r in enumerate(active)}
+            if dev is not None:
+                predictions, labels = predict_stacked(stack, dev[0], gather=dev_gather)
+                for i, r in enumerate(active):
+                    records[r].update(dev[1](predictions[i], labels[i]))
+            if members[0].heldout is not None:
+                predictions, labels = predict_stacked(stack, source, [members[r].heldout for r in active], gather=gather)
+                for i, r in enumerate(active):
+                    records[r].update({f"heldout_{name}": value for name, value in members[r].heldout_metrics(predictions[i], labels[i]).items()})
+            for r in active:
+                histories[r].seconds_eval += (time.perf_counter() - started) / len(active)
+            active = [r for r in active if not _record(histories[r], records[r], members[r], config, epoch)]
+    finally:
+        stack.release()
+    return histories
+
+
+def _train_epoch(stack: ProbeStack, members, optimizers, streams: DropoutStreams, source: CachedSource, gather, orders, batch_size: int, hidden: int) -> list[float]:
+    """One epoch of every stacked probe; returns each one's mean training loss (its batches' mean losses averaged)."""
+    totals, counts = [0.0] * len(orders), [0] * len(orders)
+    device = stack.stacked["dense.bias"].device
+    for start in range(0, max(len(order) for order in orders), batch_size):
+        examples = [members[r].fit[order[start : start + batch_size]] for r, order in zip(stack.members, orders)]
+        index, real = padded_rows([source.rows(e) for e in examples])
+        inputs, labels = stacked_inputs(source, gather, index)
+        sizes = real.sum(1).tolist()
+        dropout = streams.masks(stack.members, sizes, index.shape[1], hidden) if stack.dropout > 0 else None
+        inputs = [x.to(device) for x in inputs]
+        logits = stack(*inputs, dropout=dropout)  # [R, M, labels]
+        per_row = F.cross_entropy(logits.flatten(0, 1), labels.flatten().to(device), reduction="none").view(real.shape)
+        real = real.to(device)
+        loss = (per_row * real).sum(1) / real.sum(1).clamp(min=1)  # [R]: each probe's mean over its own rows
+        stack.zero_grad()
+        loss.sum().backward()
+        values = loss.detach().tolist()
+        for i, r in enumerate(stack.members):
+            if sizes[i]:
+                stack.hand_gradients(i)
+                optimizers[r].step()
+                optimizers[r].zero_grad(set_to_none=True)
+                totals[i] += values[i]
+                counts[i] += 1
+    return [total / max(count, 1) for total, count in zip(totals, counts)]
+
+
+def _record(history: TrainHistory, record: dict, member: StackedMember, config: ProbeConfig, epoch: int) -> bool:
+    """Append an epoch's record to a probe's history, as :func:`~papa.probing.probe.train_probe` does; whether it stops."""
+    if not math.isfinite(record["train_loss"]):
+        raise PapaError(f"The probe's training loss became {record['train_loss']} at epoch {epoch}", "Lower the learning rate.")
+    history.epochs.append(record)
+    if member.heldout is None:
+        return False
+    best = None if history.best_epoch is None else history.epochs[history.best_epoch - 1]["heldout_main"]
+    if best is None or record["heldout_main"] > best:
+        history.best_epoch = epoch
+        history.best_state = {name: value.detach().to("cpu", copy=True) for name, value in member.probe.state_dict().items()}
+    elif config.patience is not None and epoch - history.best_epoch >= config.patience and epoch < config.epochs:
+        history.stopped_early = True
+        return True
+    return False
