@@ -194,6 +194,7 @@ def cmd_probe(args) -> int:
         args.ranking or None,
         args.constant_heads,
         mode=args.mode,
+        replacement=args.replacement,
         seed=args.seed,
         epochs=args.epochs,
         lr=args.lr,

@@ -38,6 +38,7 @@ import torch
 
 from papa.core.constants import ConstantSet, load_constants
 from papa.core.errors import PapaError
+from papa.core.head_patch import get_replacement
 from papa.core.heads import all_heads, count_for, first_k, load_ranking
 from papa.core.models import LoadedModel, load_model, pick_device
 from papa.core.patching import patch_constant_heads, unpatch
@@ -116,6 +117,7 @@ class _Protocol:
     """How every probe of a :func:`run_probes` call is trained and scored (its settings beside the probe's own)."""
 
     mode: str
+    replacement: str
     selection: str
     heldout_fraction: float
     data_seed: int
@@ -140,6 +142,7 @@ class _Protocol:
     def check(self) -> None:
         if self.mode not in MODES:
             raise PapaError(f"Unknown mode {self.mode!r}", f"Use one of {', '.join(MODES)}.")
+        get_replacement(self.replacement, has_output_means=True)  # the name alone; the means are checked with the constants
         if self.selection not in SELECTIONS:
             raise PapaError(f"Unknown epoch selection {self.selection!r}", f"Use one of {', '.join(SELECTIONS)}.")
         chunk = self.eval_chunk_examples
@@ -184,15 +187,18 @@ def run_probes(
     dev_every_epoch: bool = True,
     score_dev: bool = True,
     eval_chunk_examples: int | None = None,
+    replacement: str = "papa",
 ) -> list[dict]:
     """One result per probe, ``lrs × seeds`` in that order (``lrs`` None: ``[lr]``), the probes sharing the encoder's
     work: the training features are extracted (or read from the cache) once and held in the probe's dtype
     (float32, :class:`~papa.probing.probe.CachedSource`), and the dev split is extracted once and scored by every
     probe. Each result is the one :func:`run_probe` gives for its (lr, seed) alone: the same draw, initialisation,
-    order and scores (tested); its ``timings`` hold its share of the shared work, so that they add up."""
+    order and scores (tested); its ``timings`` hold its share of the shared work, so that they add up.
+    ``replacement`` says what replaces the ``k`` heads (:data:`papa.core.head_patch.REPLACEMENTS`; ``mean`` needs
+    constants estimated with their mean outputs)."""
     started = time.perf_counter()
     protocol = _Protocol(
-        mode, selection, heldout_fraction, data_seed, pool_examples, max_train_examples, heldout_examples,
+        mode, replacement, selection, heldout_fraction, data_seed, pool_examples, max_train_examples, heldout_examples,
         dev_every_epoch, score_dev, eval_chunk_examples, epochs, patience, use_cache,
     )  # fmt: skip
     protocol.check()
@@ -209,22 +215,26 @@ def run_probes(
     if inputs is None:
         inputs = prepare_inputs(lm, task, max_length, relayout, pool_examples if protocol.pooled else max_train_examples, max_eval_examples, data_seed, data_dir)
     if constant_set is not None:
-        constant_set.check_compatible(lm.fingerprint, lm.num_layers, lm.num_heads, inputs.max_length, inputs.relayout)
+        constant_set.check_compatible(lm.fingerprint, lm.num_layers, lm.num_heads, inputs.max_length, inputs.relayout, replacement)
     k, heads = resolve_heads(lm, ranking, constant_heads, constant_set)
     shared, cache = {}, {"hits": {}, "keys": []}
     t0 = time.perf_counter()
     eval_source, runs = None, []
     try:  # faithful mode patches the live encoder: unpatched whatever fails below
         if mode == "cached":
-            features, cache["hits"]["train"] = get_features(lm, inputs, "train", heads, constant_set, torch_device, use_cache=use_cache, keys=cache["keys"])
+            features, cache["hits"]["train"] = get_features(
+                lm, inputs, "train", heads, constant_set, torch_device, use_cache=use_cache, keys=cache["keys"], replacement=replacement
+            )
             train_pool = CachedSource(features, probe_input, torch_device, float32=True)
             del features
             if (score_dev and not protocol.chunked) or dev_every_epoch:
-                features, cache["hits"]["eval"] = get_features(lm, inputs, "eval", heads, constant_set, torch_device, use_cache=use_cache, keys=cache["keys"])
+                features, cache["hits"]["eval"] = get_features(
+                    lm, inputs, "eval", heads, constant_set, torch_device, use_cache=use_cache, keys=cache["keys"], replacement=replacement
+                )
                 eval_source = CachedSource(features, probe_input, torch_device)
         else:  # faithful: the live encoder, patched until the ``finally`` below
             if heads:
-                patch_constant_heads(lm.model, constant_set.constants, heads)
+                patch_constant_heads(lm.model, constant_set.constants, heads, replacement=replacement, output_means=constant_set.output_means)
             train_pool = LiveSource(lm.model, inputs.train, inputs.spec.is_token_task, torch_device, True, probe_input)
             eval_source = LiveSource(lm.model, inputs.eval, inputs.spec.is_token_task, torch_device, False, probe_input)
         shared["features"] = time.perf_counter() - t0
@@ -236,7 +246,7 @@ def run_probes(
         if score_dev and protocol.chunked:
             probes = [run["probe"] for run in runs]
             predictions, labels, chunk_hits = predict_eval_in_chunks(
-                lm, inputs, heads, constant_set, probes, probe_input, torch_device, eval_chunk_examples, use_cache, cache["keys"]
+                lm, inputs, heads, constant_set, probes, probe_input, torch_device, eval_chunk_examples, use_cache, cache["keys"], replacement
             )
             cache["hits"]["eval"] = all(chunk_hits.values())
             for run, preds in zip(runs, predictions):
@@ -352,6 +362,7 @@ def _result(lm: LoadedModel, inputs: TaskInputs, config: ProbeConfig, protocol: 
         "ranking": Path(ranking).name if ranking else None,
         "constants": Path(constants).name if constants else None,
         "mode": protocol.mode,
+        "replacement": protocol.replacement,
         "seed": config.seed,
         **{key: value for key, value in vars(config).items() if key != "seed"},
         "max_length": inputs.max_length,

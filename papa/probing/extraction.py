@@ -181,9 +181,11 @@ def get_features(
     batch_size: int = 64,
     use_cache: bool = True,
     keys: list[str] | None = None,
+    replacement: str = "papa",
 ) -> tuple[Features, bool]:
-    """Features of ``split`` ("train"/"eval") with ``heads`` constant; returns (features, from_cache). The cache
-    key is appended to ``keys`` when given (a run records the entries it used)."""
+    """Features of ``split`` ("train"/"eval") with ``heads`` replaced by ``replacement`` (PAPA's constant by default;
+    :data:`papa.core.head_patch.REPLACEMENTS`); returns (features, from_cache). The cache key is appended to ``keys``
+    when given (a run records the entries it used)."""
     encoded = inputs.train if split == "train" else inputs.eval
     record = inputs.data_record()
     token = inputs.spec.is_token_task
@@ -196,6 +198,7 @@ def get_features(
         relayout=inputs.relayout,
         heads=sorted(map(list, heads)),
         constants=constants.meta.get("sha256") if (heads and constants) else None,
+        replacement=replacement if heads else None,
         encoded=encoded_sha256(encoded, with_labels=not token),
     )
     if keys is not None:
@@ -207,7 +210,7 @@ def get_features(
         if labels.shape == hit.labels.shape:
             return Features(hit.states, labels.clone(), hit.mask, hit.example, hit.positions), True
     if heads:
-        patch_constant_heads(lm.model, constants.constants, heads)
+        patch_constant_heads(lm.model, constants.constants, heads, replacement=replacement, output_means=constants.output_means)
         prune_qk(lm.model)
     try:
         features = extract_features(lm.model, encoded, inputs.spec.is_token_task, batch_size, device)

@@ -164,4 +164,6 @@ def protocol_text(result: dict) -> str:
         parts.append(f"each seed draws {data['train_examples']:,} training + {data['heldout_examples']:,} held-out examples from a pool of {data['pool_examples']:,}")
     parts.append("the dev split scored after every epoch" if config.get("dev_every_epoch") else "the dev split scored once, by the reported probe")
     inputs = "the embedding layer only (the attention-free floor)" if config.get("probe_input") == "embeddings" else "every hidden state"
-    return f"**Protocol run:** {config['mode']} features of {inputs}, {config['constant_heads']} of {config['total_heads']} heads constant; " + "; ".join(parts) + "."
+    replaced = {"papa": "constant", "uniform": "replaced by uniform attention", "zero": "replaced by zero", "mean": "replaced by their mean outputs"}
+    heads = f"{config['constant_heads']} of {config['total_heads']} heads {replaced.get(config.get('replacement', 'papa'), 'replaced')}"
+    return f"**Protocol run:** {config['mode']} features of {inputs}, {heads}; " + "; ".join(parts) + "."

@@ -206,6 +206,7 @@ def predict_eval_in_chunks(
     chunk: int,
     use_cache: bool = True,
     keys: list[str] | None = None,
+    replacement: str = "papa",
 ) -> tuple[list[torch.Tensor], torch.Tensor, dict]:
     """The probes' flat predictions and labels on the whole eval split, ``chunk`` examples at a time: each chunk's
     features are extracted (or read from the cache, keyed by that chunk's indices) once, scored by every probe in one
@@ -217,7 +218,7 @@ def predict_eval_in_chunks(
     for start in range(0, total, chunk):
         rows = slice(start, min(start + chunk, total))
         part = dataclasses.replace(inputs, eval={k: v[rows] for k, v in inputs.eval.items()}, eval_indices=inputs.eval_indices[rows])
-        features, hits[f"eval_{start}"] = get_features(lm, part, "eval", heads, constants, device, use_cache=use_cache, keys=keys)
+        features, hits[f"eval_{start}"] = get_features(lm, part, "eval", heads, constants, device, use_cache=use_cache, keys=keys, replacement=replacement)
         predictions, truth = predict_stacked(stack, CachedSource(features, probe_input, device))
         for out, p in zip(preds, predictions):
             out.append(p)
