@@ -92,9 +92,12 @@ def test_the_smoke_plan_exactly():
     art = "book/runs/smoke/artifacts"
     estimate, rank, choose = "estimate__minilm-l6__sst2", "rank__minilm-l6__sst2__deviation", "select_lr__minilm-l6__sst2"
     probes = ["probe__minilm-l6__sst2__none__k0__cached", "probe__minilm-l6__sst2__deviation__k36__cached", "probe__minilm-l6__sst2__all__k72__cached"]
-    assert list(runs) == [estimate, rank, choose, *probes, "results", "controls"]
+    replaced = [f"probe__minilm-l6__sst2__all__k72__cached__{mode}__replace" for mode in ("uniform", "zero", "mean")]
+    assert list(runs) == [estimate, rank, choose, *probes, *replaced, "results", "controls", "replacements"]
     assert [runs[p].deps for p in probes] == [[choose], [estimate, choose, rank], [estimate, choose]]
-    assert runs["results"].deps == [rank, choose, *probes] and runs["results"].params == {"grid_config": "configs/smoke.yaml"}
+    assert [(runs[p].deps, runs[p].params["replacement"]) for p in replaced] == [([estimate, choose], m) for m in ("uniform", "zero", "mean")]
+    assert runs["results"].deps == [rank, choose, *probes, *replaced] and runs["results"].params == {"grid_config": "configs/smoke.yaml"}
+    assert runs["replacements"].deps == runs["results"].deps
     lr_file = f"{art}/lr/minilm-l6__sst2.json"
     assert runs[choose].outputs == [lr_file]
     assert runs[choose].params == dict(
