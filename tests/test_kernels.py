@@ -41,3 +41,10 @@ def test_a_cell_error_still_fails_the_run_with_its_message(tmp_path):
     done = _execute(tmp_path, "raise ValueError('the probe broke')", "papermill_options()")
     assert done.returncode != 0
     assert "PapermillExecutionError" in done.stderr and "the probe broke" in done.stderr
+
+
+def test_a_kernel_that_dies_still_fails_the_run_visibly(tmp_path):
+    """The kernel logs CRITICAL only (no transport warning, no shutdown interrupt): a dead kernel is papermill's error."""
+    done = _execute(tmp_path, "import os; os._exit(3)", "papermill_options()")
+    assert done.returncode != 0
+    assert "DeadKernelError" in done.stderr or "Kernel died" in done.stderr, done.stderr[-2000:]

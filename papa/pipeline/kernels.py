@@ -1,14 +1,16 @@
 """How every run's notebook is executed: the options of ``papermill.execute_notebook``.
 
 Each run starts a kernel, and the kernel logs "Kernel is running over TCP without encryption ..." at WARNING to the
-terminal, once per run, between the runner's progress lines. The kernel here logs from ERROR up
-(``--IPKernelApp.log_level=ERROR``): that line goes, the kernel's own errors still reach the terminal, and an error a
-cell raises still fails the run with its message (papermill reads it from the notebook, not from the log)."""
+terminal, once per run, between the runner's progress lines, and at shutdown an idle kernel that jupyter_client
+interrupts logs "KeyboardInterrupt caught in kernel" at ERROR. The kernel here logs CRITICAL only
+(``--IPKernelApp.log_level=CRITICAL``): both lines go, and no failure is hidden, because an error a cell raises fails
+the run with its message (papermill reads it from the notebook, not from the log) and a kernel that dies fails it as
+papermill's ``DeadKernelError``."""
 
 from __future__ import annotations
 
 #: The kernel's own log threshold.
-KERNEL_LOG_LEVEL = "ERROR"
+KERNEL_LOG_LEVEL = "CRITICAL"
 
 
 def papermill_options() -> dict:
