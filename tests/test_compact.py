@@ -88,15 +88,20 @@ def test_compact_passes_with_pruned_qk_equal_the_padded_ones(arch):
     patch_constant_heads(model, torch.rand(LAYERS, HEADS, L, L) + 0.01, HEAD_SETS["some"])
     prune_qk(model)
     try:
-        with torch.no_grad():
-            padded = model(**batch).last_hidden_state
-            for part in plan_batches(batch["attention_mask"], 5):
-                rows = {k: v[part.rows] for k, v in batch.items()}
-                out = compact_forward(model, rows, part.slots).last_hidden_state
-                real = rows["attention_mask"][:, part.slots].bool()
-                assert (out - padded[part.rows][:, part.slots])[real].abs().max() <= 1e-5
+        assert_compact_equals_padded(model, batch, 5)
     finally:
         unpatch(model)
+
+
+def assert_compact_equals_padded(model, batch: dict, batch_size: int, tolerance: float = 1e-5) -> None:
+    """Every compact batch of ``batch`` gives the padded pass's last hidden states at its real positions."""
+    with torch.no_grad():
+        padded = model(**batch).last_hidden_state
+        for part in plan_batches(batch["attention_mask"], batch_size):
+            rows = {k: v[part.rows] for k, v in batch.items()}
+            out = compact_forward(model, rows, part.slots).last_hidden_state
+            real = rows["attention_mask"][:, part.slots].bool()
+            assert (out - padded[part.rows][:, part.slots])[real].abs().max() <= tolerance
 
 
 @pytest.mark.parametrize("kind", ["single", "pair"])

@@ -13,11 +13,10 @@ from contextlib import contextmanager
 
 import pytest
 import torch
-from test_compact import COMPACT_ARCHS, papa_layout_batch
+from test_compact import COMPACT_ARCHS, assert_compact_equals_padded, papa_layout_batch
 from test_models import CONFIGS, _batch, _build
 from tiny import HEADS, LAYERS, L
 
-from papa.core.compact import compact_forward, plan_batches
 from papa.core.constants import ConstantSet, estimate_constants, load_constants, save_constants
 from papa.core.errors import ConstantsMismatchError, CorruptFileError, PapaError
 from papa.core.head_patch import REPLACEMENTS
@@ -185,13 +184,7 @@ def _compact_equals_padded(model, batch, heads, mode, means):
     constants = torch.rand(model.config.num_hidden_layers, model.config.num_attention_heads, length, length) + 0.01
     patch_constant_heads(model, constants, heads, replacement=mode, output_means=means)
     try:
-        with torch.no_grad():
-            padded = model(**batch).last_hidden_state
-            for part in plan_batches(batch["attention_mask"], 3):
-                rows = {k: v[part.rows] for k, v in batch.items()}
-                out = compact_forward(model, rows, part.slots).last_hidden_state
-                real = rows["attention_mask"][:, part.slots].bool()
-                assert (out - padded[part.rows][:, part.slots])[real].abs().max() <= 1e-5
+        assert_compact_equals_padded(model, batch, 3)
     finally:
         unpatch(model)
 
