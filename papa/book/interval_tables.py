@@ -82,7 +82,7 @@ def main_table_display(main: pd.DataFrame) -> Table:
         "spread": "not run",
     }
     notes = [INTERVAL_NOTE, "seed range: max − min of the per-seed scores; ± is their standard deviation (a score without ± comes from one seed)."]
-    return table(frame, kinds, headers, missing, notes)
+    return table(frame, kinds, headers, missing, notes, details=["difference_cell", "spread", "n_seeds"])  # the drop and real? stay in view
 
 
 def random_display(baseline: pd.DataFrame) -> Table:
@@ -110,7 +110,7 @@ def random_display(baseline: pd.DataFrame) -> Table:
         "runs": "runs (ranking / random)",
     }
     note = "Both sides score the same dev examples; the interval is a paired bootstrap over them (each side's runs pooled). beats random: the interval lies above 0."
-    out = table(frame, kinds, headers, notes=[note])
+    out = table(frame, kinds, headers, notes=[note], details=["k", "score", "random_score", "runs"])
     out.empty = "No seeded random ordering ran in this grid, so no ranking can be compared with random here."
     return out
 
@@ -150,7 +150,7 @@ def verdict_sensitivity_display(frame: pd.DataFrame) -> Table:
     notes = [
         "Drops: the average relative drop over the basis's model/task pairs with its pooled 95% bootstrap interval; pairs whose drop is undefined (a k = 0 score ≤ 0) are left out."
     ]
-    return table(frame, kinds, headers, notes=notes)
+    return table(frame, kinds, headers, notes=notes, details=["n_all", "claim3", "paper"])
 
 
 def paper_table_display(frame: pd.DataFrame) -> Table:
@@ -189,7 +189,7 @@ def paper_table_display(frame: pd.DataFrame) -> Table:
         "drop_half": "not run, or no paired interval",
         "score_all": "not shown on claim 3's row",
     }
-    return table(shown, kinds, headers, missing, [basis] + ([paper] if paper else []))
+    return table(shown, kinds, headers, missing, [basis] + ([paper] if paper else []), details=["score_half", "score_all"])
 
 
 def literal_display(comparison: pd.DataFrame) -> Table:

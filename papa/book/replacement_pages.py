@@ -17,7 +17,7 @@ from papa.analysis import replacements as RP
 from papa.analysis.basis import Basis, build_basis
 from papa.analysis.figure_kit import AXIS_PX, TEXT_WIDTH, Figure, clean, finish, glue_figure, legend, words
 from papa.book.data import BookData, headline_ranking
-from papa.book.table_format import Table, key_text, model_task_kinds, percent, table, text
+from papa.book.table_format import Table, key_text, model_task_kinds, percent, table
 
 #: The chapter a study names to be reported here.
 CHAPTER = "replacements"
@@ -101,7 +101,7 @@ def mode_drops_display(science: ReplacementScience) -> Table:
     wide = cells.assign(cell=cell_text).pivot_table(index=["model", "task", "at"], columns="replacement", values="cell", aggfunc="first").reset_index()
     modes = [m for m in RP.MODE_WORDS if m in wide.columns]
     wide = key_text(wide).assign(heads=[AT_WORDS[a] for a in wide["at"]])
-    kinds = model_task_kinds(wide) | {"heads": "text"} | {m: text for m in modes}
+    kinds = model_task_kinds(wide) | {"heads": "text"} | {m: "text" for m in modes}  # text: a drop and its interval may wrap
     missing = {m: "no converged pair of runs, or a k = 0 score not clear of 0" for m in modes}
     return table(wide.where(wide.notna(), None), kinds, headers={"heads": "constant"}, missing=missing)
 

@@ -24,11 +24,12 @@ SEED_RANGE_NOTE = "beyond seed range?: whether the difference exceeds the larger
 DEFAULT_MISSING = "no run of this grid measured this value"
 _STYLE = (
     "<style>.papa-table-wrap{overflow-x:auto;max-width:100%;margin-bottom:1em}"
-    ".papa-table{border-collapse:collapse;font-size:0.9em}"
-    ".papa-table th,.papa-table td{padding:0.25em 0.6em;white-space:nowrap;text-align:right;border-bottom:1px solid #ddd}"
+    ".papa-table{border-collapse:collapse;font-size:0.85em}"
+    ".papa-table th,.papa-table td{padding:0.25em 0.4em;white-space:nowrap;text-align:right;border-bottom:1px solid #ddd}"
     ".papa-table th{white-space:normal;vertical-align:bottom;min-width:4em}"
     ".papa-table td.text,.papa-table th.text{text-align:left}.papa-table td.text{white-space:normal;min-width:6em}"
-    ".papa-table-notes{font-size:0.85em;margin-top:0.3em}</style>"
+    ".papa-table-notes{font-size:0.85em;margin-top:0.3em}"
+    ".papa-table-more{margin:-0.6em 0 1em}.papa-table-more>summary{font-size:0.85em;cursor:pointer}</style>"
 )
 
 
@@ -119,6 +120,8 @@ class Table:
     text_columns: set[str] = field(default_factory=set)  # left-aligned
     notes: list[str] = field(default_factory=list)  # footnotes printed under the table
     empty: str = "Nothing to show: no run of this grid belongs in this table."  # shown instead of a table without rows
+    details: list[str] = field(default_factory=list)  # secondary columns, shown beside the keys under "More columns"
+    keys: int = 0  # leading key columns, repeated in the "More columns" view
 
     def _marks(self) -> dict[str, str]:
         """Footnote letter per reason, for the columns that have a missing cell."""
@@ -129,25 +132,36 @@ class Table:
                 reasons.setdefault(reason, "abcdefghijklmnopqrstuvwxyz"[len(reasons) % 26])
         return reasons
 
-    def _repr_html_(self) -> str:
-        if not self.rows:
-            return f'<p class="papa-table-empty"><em>{html.escape(self.empty)}</em></p>'
-        marks = self._marks()
+    def _html_table(self, columns: list[str], marks: dict[str, str]) -> str:
         align = lambda c: ' class="text"' if c in self.text_columns else ""  # noqa: E731
-        head = "".join(f"<th{align(c)}>{html.escape(c)}</th>" for c in self.columns)
+        index = [self.columns.index(c) for c in columns]
+        head = "".join(f"<th{align(c)}>{html.escape(c)}</th>" for c in columns)
         body = []
         for row in self.rows:
             cells = []
-            for column, value in zip(self.columns, row):
+            for column, value in ((self.columns[j], row[j]) for j in index):
                 if value is None:
                     mark = marks[self.missing_notes.get(column, DEFAULT_MISSING)]
                     cells.append(f"<td{align(column)}>{DASH}<sup>{mark}</sup></td>")
                 else:
                     cells.append(f"<td{align(column)}>{html.escape(value)}</td>")
             body.append("<tr>" + "".join(cells) + "</tr>")
+        return f'<div class="papa-table-wrap"><table class="papa-table"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
+
+    def _repr_html_(self) -> str:
+        """The table; its :attr:`details` columns (with the :attr:`keys`) in a folded "More columns" table below it,
+        so that a table fits the text column with its deciding columns in view."""
+        if not self.rows:
+            return f'<p class="papa-table-empty"><em>{html.escape(self.empty)}</em></p>'
+        marks = self._marks()
+        main = [c for c in self.columns if c not in self.details]
         notes = [f"<sup>{mark}</sup>{NBSP}{DASH}: {html.escape(reason)}" for reason, mark in marks.items()] + [html.escape(n) for n in self.notes]
         foot = f'<p class="papa-table-notes">{"<br>".join(notes)}</p>' if notes else ""
-        return f'{_STYLE}<div class="papa-table-wrap"><table class="papa-table"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>{foot}</div>'
+        more = ""
+        if self.details:
+            folded = self.columns[: self.keys] + [c for c in self.columns if c in self.details]
+            more = f'<details class="papa-table-more"><summary>More columns: {html.escape(", ".join(self.details))}</summary>{self._html_table(folded, marks)}</div></details>'
+        return f"{_STYLE}{self._html_table(main, marks)}{foot}</div>{more}"
 
     def __repr__(self) -> str:
         if not self.rows:
@@ -178,10 +192,12 @@ def table(
     headers: Mapping[str, str] | None = None,
     missing: Mapping[str, str] | None = None,
     notes: Sequence[str] = (),
+    details: Sequence[str] = (),
 ) -> Table:
     """A :class:`Table` of ``frame``'s columns named in ``kinds`` (in that order: put the key columns
     first), each formatted by its kind (a name in :data:`KINDS` or a function of the cell).
-    ``headers`` renames columns; ``missing`` says, per column (original name), why a cell is missing."""
+    ``headers`` renames columns; ``missing`` says, per column (original name), why a cell is missing; ``details``
+    (original names) are secondary columns, shown under "More columns" beside the leading text columns (the keys)."""
     headers, missing = dict(headers or {}), dict(missing or {})
     columns = list(kinds)
     formatters = {c: KINDS[k] if isinstance(k, str) else k for c, k in kinds.items()}
@@ -190,7 +206,9 @@ def table(
     rows = [[formatters[c](value) for c, value in zip(columns, values)] for values in frame[columns].itertuples(index=False, name=None)]
     named = [headers.get(c, c) for c in columns]
     text_columns = {headers.get(c, c) for c, k in kinds.items() if k == "text"}
-    return Table(named, rows, {headers.get(c, c): why for c, why in missing.items()}, text_columns, list(notes))
+    keys = next((i for i, c in enumerate(columns) if kinds[c] != "text"), len(columns))
+    folded = [headers.get(c, c) for c in columns if c in set(details)]
+    return Table(named, rows, {headers.get(c, c): why for c, why in missing.items()}, text_columns, list(notes), details=folded, keys=keys)
 
 
 def key_text(frame: pd.DataFrame) -> pd.DataFrame:
