@@ -6,7 +6,6 @@ sequential runner."""
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import os
@@ -89,7 +88,10 @@ def test_sequential_never_imports_dask():
 
 def test_keys_are_hashed_and_leftovers_are_this_runs_only(tmp_path):
     run = Run("probe__a__sst2__all__k6__cached", "probe", {}, grid="g")
-    assert distributed.dask_key(run.run_id, 2) == "papa-run-" + hashlib.sha256(run.run_id.encode()).hexdigest()[:16] + "-2"
+    # sha256("probe__a__sst2__all__k6__cached") begins e5d4e84d6e32c6df (computed once, by hand, with sha256sum)
+    assert distributed.dask_key(run.run_id, 2) == "papa-run-e5d4e84d6e32c6df-2"
+    assert distributed.dask_key(run.run_id, 3) == "papa-run-e5d4e84d6e32c6df-3"  # one key per attempt, never the run id
+    assert distributed.dask_key("probe__a__sst2__all__k6__cachee", 2) != distributed.dask_key(run.run_id, 2)
     scratch = tmp_path / "book" / "runs" / "g" / ".executing"
     assert distributed.attempt_leftovers(run, tmp_path) == []
     for name in (f"{run.run_id}.1", f"{run.run_id}.12", f"{run.run_id}.ipynb", f"{run.run_id}.source.ipynb", f"{run.run_id}__x.1", f"{run.run_id}.1x", "other.1"):
