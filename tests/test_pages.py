@@ -464,3 +464,14 @@ def test_itables_script_makes_the_index_sortable_and_searchable_offline_in_chrom
     assert 'aria-controls="runs-index"' in dom  # the search box
     assert "Showing 1 to 3 of 3 entries" in dom
     assert dom.count("dt-orderable-asc") >= 2  # both columns sort
+
+
+def test_what_differs_from_the_paper_lists_only_what_differs_for_that_config():
+    """The paper's own grid (full sets, 15 gate epochs at 2e-5 over all examples, the paper's encoders) differs only in
+    execution, seeds and token types; the default grid in every respect, its gate settings read from its file."""
+    section = lambda name: _setup(load_config(ROOT / "configs" / f"{name}.yaml")).split("## What differs from the paper", 1)[1]  # noqa: E731
+    paper, default = section("paper"), section("default")
+    assert re.findall(r"^- \*\*([^*]+)\*\*", paper, re.MULTILINE) == ["Execution", "Seeds", "Token types"]
+    assert re.findall(r"^- \*\*([^*]+)\*\*", default, re.MULTILINE) == ["Models", "Sizes", "Gates", "Execution", "Seeds", "Token types"]
+    assert "Gates**: trained for two epochs at lr 0.01 on 300 training examples" in default  # rank: epochs 2, lr 1e-2, 300
+    assert "three sentence-embedding models" in default and "on three models here" in default

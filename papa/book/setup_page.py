@@ -154,7 +154,6 @@ def _per_model(config: dict) -> Markdown:
 def setup_page(config: dict) -> str:
     """``book/setup.md`` for a grid config."""
     probe, rank, est = config["probe"], config["rank"], config["estimate"]
-    n_models = len(config["models"])
     seeds, single = probe.get("seeds", [42]), probe.get("single_seed_fractions") or []
     if single:
         seed_text = _piece("seeds-single", seeds=_seeds(seeds), fractions=and_list(fraction_words(f) for f in single))
@@ -190,6 +189,31 @@ def setup_page(config: dict) -> str:
         lr_select=lr_select,
         per_model=_per_model(config),
         studies=studies or _piece("no-studies"),
-        n_encoders=count(n_models, "sentence-embedding model"),
-        n_models=count(n_models, "model"),
+        differences=_differences(config),
     )
+
+
+#: A size at or above this many examples is "the full set" (configs/paper.yaml writes 1,000,000).
+FULL_SET = 100_000
+
+
+def _differences(config: dict) -> Markdown:
+    """What this grid does otherwise than the paper, one bullet each, only those that hold for this config."""
+    probe, rank, models = config.get("probe", {}), config.get("rank", {}), config["models"]
+    bullets = []
+    if all(m in EMBEDDED for m in models):
+        bullets.append(_piece("differ-models", n_encoders=count(len(models), "sentence-embedding model"), n_models=count(len(models), "model")))
+    size = probe.get("max_train_examples", 1000)
+    if size is not None and int(size) < FULL_SET:
+        bullets.append(_piece("differ-sizes"))
+    gate_size = rank.get("max_train_examples", 1000)
+    short = int(rank.get("epochs", 15)) < 15 or float(rank.get("lr", 2e-5)) != 2e-5 or (gate_size is not None and int(gate_size) < FULL_SET)
+    if "gates" in rank.get("methods", ["gates"]) and short:
+        examples = "all" if gate_size is None else f"{int(gate_size):,}"
+        bullets.append(_piece("differ-gates", epochs=count(int(rank.get("epochs", 15)), "epoch"), lr=lr_words(rank.get("lr", 2e-5)), examples=examples))
+    if "cached" in probe.get("modes", ["cached"]):
+        bullets.append(_piece("differ-execution"))
+    if len(probe.get("seeds", [42])) > 1:
+        bullets.append(_piece("differ-seeds"))
+    bullets.append(_piece("differ-token-types"))
+    return join(bullets, "\n")
