@@ -22,6 +22,7 @@ from papa.book.setup_page import heads_words, lr_words
 from papa.book.words import and_list, count, duration, fraction_words
 from papa.cli import build_parser
 from papa.core.io import atomic_write_json
+from papa.core.schema import CHAPTERS
 from papa.pipeline.plan import ROOT, Run, load_config
 
 RERUN = ROOT / "book" / "rerun.md"
@@ -97,7 +98,7 @@ def test_the_default_grids_sidebar_has_about_twenty_entries_at_its_top_level():
     appendix = toc["parts"][-1]["chapters"][-1]
     assert appendix["file"] == "book/appendix"
     under = {e["file"] for e in _entries(appendix["sections"]) if e["file"].startswith("book/runs/")}
-    assert under == {f"book/runs/default/{r}" for r in run_ids if r not in ("results", "controls")}
+    assert under == {f"book/runs/default/{r}" for r in run_ids if r not in CHAPTERS}
     assert all(len(group["sections"]) <= 200 for group in appendix["sections"])
     committed = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))  # what `papa book build` last wrote
     assert len(committed["parts"]) + sum(len(part["chapters"]) for part in committed["parts"]) <= 20
@@ -131,11 +132,11 @@ def test_the_built_sidebar_shows_the_chapters_and_keeps_the_run_pages_collapsed_
 
     chapter = sidebar("book/introduction.html")
     assert re.findall(r'class="caption-text">([^<]+)<', chapter) == ["The question", "Findings", "Rerun and extend", "Appendix"]
-    assert chapter.count('class="toctree-l1') == 10  # the chapters, no run page
+    assert chapter.count('class="toctree-l1') == 11  # the chapters (replacements among them), no run page
     appendix = chapter[chapter.index('href="appendix.html"') :]
     assert appendix.startswith('href="appendix.html">Page appendix</a><details><summary>')  # closed: no "open"
     assert chapter.count('class="toctree-l2 has-children"') == 4 and "<details open" not in chapter
-    assert chapter.count('class="toctree-l3') == len(run_ids) - 2  # every run page, under its group
+    assert chapter.count('class="toctree-l3') == len(run_ids) - 3  # every run page, under its group (the three chapters are none)
     run_page = sidebar("book/runs/smoke/probe__minilm-l6__sst2__none__k0__cached.html")
     assert run_page.count("<details open") == 2  # the appendix and this run's group, nothing else
 
