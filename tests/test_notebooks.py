@@ -17,11 +17,12 @@ from papa.pipeline.notebook import read_source
 from papa.pipeline.plan import NOTEBOOKS, ROOT
 
 SOURCES = sorted((ROOT / "notebooks").iterdir())
-CHAPTERS = ["notebooks/04_results.md", "notebooks/05_controls.md"]
+CHAPTERS = ["notebooks/04_results.md", "notebooks/05_controls.md", "notebooks/08_replacements.md"]
 
 
 def test_notebooks_folder_holds_only_text_notebooks():
-    assert [p.name for p in SOURCES] == ["01_estimate_constants.md", "02_rank_heads.md", "03_probe.md", "04_results.md", "05_controls.md", "06_select_lr.md", "07_study.md"]
+    names = ["01_estimate_constants.md", "02_rank_heads.md", "03_probe.md", "04_results.md", "05_controls.md", "06_select_lr.md", "07_study.md"]
+    assert [p.name for p in SOURCES] == [*names, "08_replacements.md"]
     assert sorted(NOTEBOOKS.values()) == [f"notebooks/{p.name}" for p in SOURCES if p.name != "07_study.md"]  # 07: `papa study`'s chapter, not a grid run
     assert not (ROOT / "tools" / "make_notebooks.py").exists()
 
@@ -67,9 +68,10 @@ def test_chapters_hide_their_code_and_run_notebooks_show_theirs():
             if cell.cell_type == "code":
                 tags = cell.metadata.get("tags", [])
                 assert "remove-cell" in tags or "remove-input" in tags, f"{path}: a code cell shown in the chapter:\n{cell.source[:200]}"
-    for path in ("notebooks/01_estimate_constants.md", "notebooks/02_rank_heads.md", "notebooks/03_probe.md"):
+    for path in ("notebooks/01_estimate_constants.md", "notebooks/02_rank_heads.md", "notebooks/03_probe.md", "notebooks/06_select_lr.md"):
         tags = [t for c in jupytext.read(ROOT / path).cells for t in c.metadata.get("tags", [])]
-        assert tags == ["parameters"], path
+        # the parameters cell, and the cells whose outputs `papa grid verify` compares (nbval); nothing is hidden
+        assert tags[0] == "parameters" and set(tags[1:]) == {"nbval-check-output"}, (path, tags)
 
 
 def _glue_roles(text: str) -> set[str]:
@@ -190,7 +192,7 @@ def _glued_names(notebook: Path) -> set[str]:
 
 
 @pytest.mark.data
-@pytest.mark.parametrize("chapter", ["results", "controls"])
+@pytest.mark.parametrize("chapter", ["results", "controls", "replacements"])
 def test_every_glued_number_of_the_prose_is_glued_by_the_executed_chapter(chapter):
     executed = ROOT / "book" / "runs" / "smoke" / f"{chapter}.ipynb"
     if not executed.is_file():
@@ -200,7 +202,8 @@ def test_every_glued_number_of_the_prose_is_glued_by_the_executed_chapter(chapte
     wanted = _glue_roles(prose) | set(re.findall(r"\{glue:figure\} (\S+)", prose))
     missing = wanted - _glued_names(executed)
     assert not missing, f"{chapter}: glued in the prose but not by the code: {sorted(missing)}"
-    if chapter == "results":
+    if chapter in ("results", "replacements"):  # the front page glues from both, each key from its own chapter
         front = (ROOT / "book" / "index.md").read_text(encoding="utf-8")
-        wanted = _glue_roles(front) | set(re.findall(r"```\{glue\} (\S+)", front))
-        assert not wanted - _glued_names(executed), f"the front page needs {sorted(wanted - _glued_names(executed))}"
+        roles = re.findall(rf"\{{glue:text\}}`runs/default/{chapter}\.ipynb::([^`:]+)", front)
+        wanted = set(roles) | (set(re.findall(r"```\{glue\} (\S+)", front)) if chapter == "results" else set())
+        assert roles and not wanted - _glued_names(executed), f"the front page needs {sorted(wanted - _glued_names(executed))}"

@@ -149,6 +149,7 @@ def test_every_run_kind_of_the_smoke_plan_gets_its_own_title():
         "probe": "probe",
         "results": None,
         "controls": None,
+        "replacements": None,
     }
     words = {"estimate": "Constants — ", "rank": "Ranking — ", "select_lr": "Learning rate — ", "probe": "Probe — "}
     for kind, start in words.items():

@@ -248,7 +248,8 @@ def test_a_faithful_run_that_fails_after_patching_leaves_the_encoder_unpatched(m
     lm, inputs = _tiny_run()
     heads = [[0, 0], [1, 1]]
     monkeypatch.setattr(experiment, "resolve_heads", lambda *args: (len(heads), heads))
-    monkeypatch.setattr(experiment, "load_constants", lambda path: type("C", (), {"constants": torch.full((LAYERS, HEADS, L, L), 1 / L), "check_compatible": lambda *a: None})())
+    fake = {"constants": torch.full((LAYERS, HEADS, L, L), 1 / L), "output_means": None, "check_compatible": lambda *a: None}
+    monkeypatch.setattr(experiment, "load_constants", lambda path: type("C", (), fake)())
     with pytest.raises(PapaError, match=r"The pool holds 12 training examples, fewer than the 12 \+ 4"):
         experiment.run_probe(
             model=lm, inputs=inputs, constants="c.safetensors", constant_heads=2, mode="faithful", selection="heldout",

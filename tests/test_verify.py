@@ -151,9 +151,9 @@ def test_a_sample_takes_one_run_of_each_kind_first_and_a_dirty_run_before_the_ch
         "rank__minilm-l6__sst2__deviation",
         "select_lr__minilm-l6__sst2",
         "probe__minilm-l6__sst2__all__k72__cached",  # dirty first, though the dearest probe
-        "probe__minilm-l6__sst2__deviation__k36__cached",  # then the cheapest (the fewest recorded seconds)
+        "probe__minilm-l6__sst2__all__k72__cached__mean__replace",  # then the cheapest (the fewest recorded seconds)
     ]
-    assert len(select_runs(plan, stamps, sample=50, root=tmp_path)) == 6  # the chapters are never verified
+    assert len(select_runs(plan, stamps, sample=50, root=tmp_path)) == 9  # the chapters are never verified
     assert [r.run_id for r in select_runs(plan, stamps, pattern="rank,*k0*", root=tmp_path)] == ["rank__minilm-l6__sst2__deviation", "probe__minilm-l6__sst2__none__k0__cached"]
     assert dirty_runs(plan, tmp_path) == {"probe__minilm-l6__sst2__all__k72__cached": ["324e87c3a5d5-dirty"]}
 
@@ -213,7 +213,7 @@ def test_the_verified_section_counts_current_records_and_lists_every_mismatch_wi
         atomic_write_json(verification_path(folder, record["run_id"]), record)
     assert sorted(read_records(folder)) == sorted(r["run_id"] for r in records)
     text = "\n".join(_verified_section(load_config(ROOT / "configs" / "smoke.yaml"), folder, [r.run_id for r in plan], tmp_path))
-    assert "re-executed 3 of the book's 6 estimate, rank, lr-choice and probe runs" in text
+    assert "re-executed 3 of the book's 9 estimate, rank, lr-choice and probe runs" in text
     assert "(numbers exactly). 2 matched, 1 differed." in text
     assert "- 3 runs on AMD EPYC, 2 cores, device cpu:x86_64x2, Python 3.11.7, numpy 2.4.6, torch 2.13.0+cpu, transformers 5.24.0 (papa at `7a8912112a76`), 2026-12-04" in text
     assert "1 older records are not counted" in text
