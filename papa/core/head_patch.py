@@ -91,14 +91,9 @@ def get_replacement(name: str, has_output_means: bool) -> Replacement:
 
 
 def masked_rownorm(matrices: torch.Tensor, key_mask: torch.Tensor, eps: float = 1e-12) -> torch.Tensor:
-    """``rownorm(M ⊙ m mᵀ)``: mask rows and columns to real tokens, L1-normalise each row.
-
-    Args:
-        matrices: ``[n, L, L]`` (shared by the batch) or ``[B, n, L, L]``; non-negative.
-        key_mask: ``[B, L]`` bool, True for real tokens.
-    Returns:
-        ``[B, n, L, L]``; real rows sum to 1 (or 0 if never observed), pad rows are 0.
-    """
+    """``rownorm(M ⊙ m mᵀ)``: non-negative ``matrices`` ``[n, L, L]`` (shared by the batch) or ``[B, n, L, L]``
+    masked to the real tokens of ``key_mask [B, L]`` (bool), each row L1-normalised → ``[B, n, L, L]``; real rows
+    sum to 1 (or 0 if never observed), pad rows are 0."""
     m = key_mask.to(matrices.dtype)
     pattern = (m[:, :, None] * m[:, None, :])[:, None]  # [B, 1, L, L]
     masked = matrices * pattern
@@ -308,14 +303,9 @@ class HeadPatch(nn.Module):
         return masked_rownorm(constants, key_mask).to(dtype)
 
     def _constant_output(self, value: torch.Tensor, key_mask: torch.Tensor, eps: float = 1e-12) -> torch.Tensor:
-        """``rownorm(C ⊙ m mᵀ) @ V`` as ``m_i · (C @ (m ⊙ V))_i / (C @ m)_i``: no ``[B, n, L, L]``, no host sync.
-
-        Args:
-            value: ``[B, n_const, L, d]``, the constant heads' values.
-            key_mask: ``[B, L]`` bool, True for real tokens.
-        Returns:
-            ``[B, n_const, L, d]``; pad query rows are 0, as with :func:`masked_rownorm`.
-        """
+        """``rownorm(C ⊙ m mᵀ) @ V`` as ``m_i · (C @ (m ⊙ V))_i / (C @ m)_i`` (no ``[B, n, L, L]`` or host sync):
+        the constant heads' ``value [B, n_const, L, d]`` and ``key_mask [B, L]`` (bool) → ``[B, n_const, L, d]``,
+        pad query rows 0 (as :func:`masked_rownorm`)."""
         length = value.shape[2]
         constants = self.constant_matrices(length)  # [n, L, L]
         m = key_mask.to(torch.float32)[:, None, :, None]  # [B, 1, L, 1]

@@ -8,12 +8,10 @@
 * ``random`` — a seeded permutation, the baseline to beat; ``random-<n>`` is seed ``n``'s ordering (plain
   ``random`` uses the ``seed`` argument).
 
-Every ranking lists all ``(layer, head)`` pairs once (JSON: :func:`papa.core.heads.save_ranking`).
-
-The gates' encoder passes run on compact batches where :func:`papa.core.compact.supports_compact` (else the padded
+Every ranking lists all ``(layer, head)`` pairs once (JSON: :func:`papa.core.heads.save_ranking`). The gates'
+encoder passes run on compact batches where :func:`papa.core.compact.supports_compact` (else the padded
 :class:`papa.probing.probe.LiveSource`): :class:`CompactLiveSource` runs each drawn batch on its *real slots only*
-(real in one of its rows, ``P ≤ L``), so the cost follows the real tokens, and gives the probe what the padded pass
-gives:
+(real in one of its rows, ``P ≤ L``), so the cost follows the real tokens, giving the probe what the padded pass does:
 
 * sequence tasks: ``(states [B, S, L, H], attention_mask [B, L])`` — compact states scattered back to the padded
   layout, 0 at pad positions (the probe masks them);
