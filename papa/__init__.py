@@ -13,23 +13,10 @@ Five-line use::
 from __future__ import annotations
 
 from papa.core.architectures import get_adapter, supported_model_types
-from papa.core.constants import (
-    ConstantSet,
-    estimate_constants,
-    load_constants,
-    save_constants,
-)
+from papa.core.constants import ConstantSet, estimate_constants, load_constants, save_constants
 from papa.core.errors import PapaError
 from papa.core.head_patch import REPLACEMENTS, masked_rownorm
-from papa.core.heads import (
-    all_heads,
-    count_for,
-    first_k,
-    load_ranking,
-    paper_counts,
-    random_ranking,
-    save_ranking,
-)
+from papa.core.heads import all_heads, count_for, first_k, load_ranking, paper_counts, random_ranking, save_ranking
 from papa.core.layout import encode_sequences, encode_words
 from papa.core.models import DEFAULT_MODEL, LoadedModel, load_model, pick_device
 from papa.core.patching import (
@@ -112,8 +99,7 @@ _LAZY_NAMES = {
 
 
 def __getattr__(name: str):
-    """Lazy access to the probing functions (:data:`_LAZY_NAMES`) and to the heavier modules (figures, results,
-    book, grid)."""
+    """Lazy access to the probing functions (:data:`_LAZY_NAMES`) and the heavier modules (:data:`_LAZY_MODULES`)."""
     import importlib
 
     if name in _LAZY_NAMES:

@@ -10,14 +10,26 @@ from typing import Any
 import altair as alt
 import pandas as pd
 
-#: The widest a figure may be, in CSS pixels. The book's text column is narrowest (624 px) at a 1,200 px
-#: window, where the page's contents bar appears on the right (measured in Chromium, tests/test_browser.py).
+#: The widest a figure may be, in CSS pixels: the text column is narrowest (624 px) at a 1,200 px window, where the
+#: contents bar appears on the right (measured in Chromium, tests/test_browser.py).
 TEXT_WIDTH = 600
 #: Room one panel's y axis takes (tick labels and title), and Vega-Lite's gap between panels.
 AXIS_PX, PANEL_SPACING = 60, 20
 PANEL_HEIGHT, MAX_PANEL_WIDTH = 130, 420
-TASK_NAMES = {"cola": "CoLA", "sst2": "SST-2", "mrpc": "MRPC", "mnli": "MNLI", "ner": "NER (CoNLL-2003)", "pos": "POS (CoNLL-2003)"}
-METRIC_NAMES = {"accuracy": "accuracy", "matthews_correlation": "Matthews correlation", "combined": "mean of accuracy and F1", "f1": "F1"}
+TASK_NAMES = {
+    "cola": "CoLA",
+    "sst2": "SST-2",
+    "mrpc": "MRPC",
+    "mnli": "MNLI",
+    "ner": "NER (CoNLL-2003)",
+    "pos": "POS (CoNLL-2003)",
+}
+METRIC_NAMES = {
+    "accuracy": "accuracy",
+    "matthews_correlation": "Matthews correlation",
+    "combined": "mean of accuracy and F1",
+    "f1": "F1",
+}
 
 
 def task_name(task: str) -> str:
@@ -48,7 +60,7 @@ class Figure:
 
 
 def glue_figure(figure: Figure) -> None:
-    """Glue the chart under ``figure.label`` and the caption under ``<label>-caption`` (not displayed):
+    """Glue the chart as ``figure.label`` and the caption as ``<label>-caption`` (not displayed), for
     ``{glue:figure} <label>`` with ``:name: <label>`` and ``{glue:text}`<label>-caption``` as its caption."""
     from myst_nb import glue
 
@@ -57,8 +69,8 @@ def glue_figure(figure: Figure) -> None:
 
 
 def panel_layout(panels: int, max_columns: int = 3, min_width: int = 150) -> tuple[int, int]:
-    """``(columns, panel width)``: as many columns (≤ ``max_columns``) as fit :data:`TEXT_WIDTH`
-    with each panel's y axis, panels at least ``min_width`` wide (at most :data:`MAX_PANEL_WIDTH`)."""
+    """``(columns, panel width)``: as many columns (≤ ``max_columns``) as fit :data:`TEXT_WIDTH` with each panel's y
+    axis, panels at least ``min_width`` wide (at most :data:`MAX_PANEL_WIDTH`)."""
     columns = max(1, min(panels, max_columns))
     while True:
         width = (TEXT_WIDTH - columns * AXIS_PX - (columns - 1) * PANEL_SPACING) // columns
@@ -76,18 +88,22 @@ def finish(chart: Any, caption: str, label: str) -> Figure:
 
 
 def panels(frame: pd.DataFrame) -> tuple[pd.DataFrame, str, str]:
-    """Add a ``panel`` column (task, or "model · task" with several models; the metric in brackets
-    when tasks differ in metric). Returns (frame, the y title's metric words, what one panel shows)."""
+    """(frame with a ``panel`` column, the y title's metric words, what a panel shows); the metric in brackets when
+    tasks differ in it."""
     metrics = sorted(frame["metric"].dropna().unique()) if "metric" in frame else []
     several_models = frame["model"].nunique() > 1
-    names = [f"{m} · {task_name(t)}" if several_models else task_name(t) for m, t in zip(frame["model"], frame["task"])]
+    names = [  # the task, or "model · task" with several models
+        f"{m} · {task_name(t)}" if several_models else task_name(t) for m, t in zip(frame["model"], frame["task"])
+    ]
     if len(metrics) > 1:
         names = [f"{n} ({metric_name(x)})" for n, x in zip(names, frame["metric"])]
     unit = metric_name(metrics[0]) if len(metrics) == 1 else "each panel's metric"
     return frame.assign(panel=names), unit, "model and task" if several_models else "task"
 
 
-def facet(chart: alt.LayerChart, frame: pd.DataFrame, width: int | None = None, x_independent: bool = False) -> alt.FacetChart:
+def facet(
+    chart: alt.LayerChart, frame: pd.DataFrame, width: int | None = None, x_independent: bool = False
+) -> alt.FacetChart:
     """Wrap the panels of ``frame`` (column ``panel``) in rows of at most three; independent y."""
     columns, fitted = panel_layout(frame["panel"].nunique())
     faceted = chart.properties(width=min(width or fitted, fitted), height=PANEL_HEIGHT).facet(

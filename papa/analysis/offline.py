@@ -1,11 +1,10 @@
 """Offline rendering of Altair charts: no CDN, no URL.
 
-Altair's default HTML output loads vega from a CDN, which shows nothing offline.
-:func:`write_vega_bundle` writes one self-contained JavaScript file (vega, vega-lite and
-vega-embed, from ``vl_convert.javascript_bundle``) that defines the global ``vegaEmbed``; the book
-ships it in ``_static/`` and loads it on every page (``html_js_files``). :func:`enable_offline_renderer`
-makes every chart display as a mimebundle with the Vega-Lite JSON (rendered natively by JupyterLab)
-and a ``text/html`` div + script that calls that global ``vegaEmbed``.
+Altair's default HTML loads vega from a CDN, which shows nothing offline. :func:`write_vega_bundle` writes one
+self-contained JavaScript file (vega, vega-lite, vega-embed from ``vl_convert.javascript_bundle``) defining the global
+``vegaEmbed``, which the book ships in ``_static/`` and loads on every page (``html_js_files``).
+:func:`enable_offline_renderer` displays every chart as the Vega-Lite JSON (JupyterLab renders it) plus a
+``text/html`` div + script calling that global ``vegaEmbed``.
 """
 
 from __future__ import annotations
@@ -27,13 +26,10 @@ RENDERER_NAME = "papa"
 
 
 def write_vega_bundle(static_dir: str | Path, vl_version: str | None = None) -> Path:
-    """Write :data:`VEGA_BUNDLE_NAME` (vega + vega-lite + vega-embed, no network) into ``static_dir``.
-
-    The code comes from ``vl_convert.javascript_bundle`` with a snippet that sets the globals
-    ``window.vegaEmbed`` and ``window.vega``; it is wrapped in a function so its minified top-level
-    names do not leak into the page (a plain ``<script src>`` can load it). ``vl_version``
-    defaults to the installed Altair's Vega-Lite version (major.minor) when vl_convert ships it.
-    """
+    """Write :data:`VEGA_BUNDLE_NAME` (vega + vega-lite + vega-embed, no network) into ``static_dir``:
+    ``vl_convert.javascript_bundle`` setting ``window.vegaEmbed`` and ``window.vega``, wrapped in a function so its
+    minified names do not leak (a plain ``<script src>`` loads it). ``vl_version``: default, the installed Altair's
+    Vega-Lite (major.minor) when vl_convert ships it."""
     import vl_convert
 
     if vl_version is None:
@@ -59,11 +55,8 @@ def chart_id(spec: dict) -> str:
 
 
 def offline_html(spec: dict, element_id: str | None = None) -> str:
-    """A ``<div>`` plus a ``<script>`` that renders ``spec`` with the global ``vegaEmbed`` (no URLs).
-
-    The spec's ``$schema`` URL is dropped (the mode is given explicitly). When the bundle has not
-    loaded yet the script waits for the page's ``load`` event; if it never loads, the div says so.
-    """
+    """A ``<div>`` plus a ``<script>`` rendering ``spec`` (``$schema`` dropped) with the global ``vegaEmbed``, no URLs;
+    it waits for the page's ``load`` event if the bundle is not loaded yet (if never, the div says so)."""
     element_id = element_id or chart_id(spec)
     body = {key: value for key, value in spec.items() if key != "$schema"}
     spec_json = json.dumps(body, sort_keys=True).replace("</", "<\\/")
@@ -94,12 +87,18 @@ def offline_renderer(spec: dict, **metadata: Any) -> dict[str, Any]:
 
 
 def enable_offline_renderer() -> None:
-    """Register and enable the Altair renderer ``"papa"`` (:func:`offline_renderer`).
-
-    Returns nothing, so that a notebook cell ending with it shows no output.
-    """
+    """Register and enable the Altair renderer ``"papa"`` (:func:`offline_renderer`); returns nothing (no output)."""
     alt.renderers.register(RENDERER_NAME, offline_renderer)
     alt.renderers.enable(RENDERER_NAME)
 
 
-__all__ = ["RENDERER_NAME", "VEGALITE_MIMETYPE", "VEGA_BUNDLE_NAME", "chart_id", "enable_offline_renderer", "offline_html", "offline_renderer", "write_vega_bundle"]
+__all__ = [
+    "RENDERER_NAME",
+    "VEGALITE_MIMETYPE",
+    "VEGA_BUNDLE_NAME",
+    "chart_id",
+    "enable_offline_renderer",
+    "offline_html",
+    "offline_renderer",
+    "write_vega_bundle",
+]

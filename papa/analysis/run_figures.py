@@ -1,12 +1,10 @@
 """Figures of a single run: the constant matrices an estimate run wrote, and the head order a ranking run wrote.
 
-Kept apart from :mod:`papa.analysis.figures` (the book's result figures) so that the run notebooks
-(``notebooks/01_estimate_constants.md``, ``notebooks/02_rank_heads.md``) import only what they draw: an edit to
-the statistics or the chapter figures then never makes a finished estimate or ranking stale
-(:mod:`papa.pipeline.sources` keys a run on the papa modules its notebook imports).
-
-* :func:`fig_head_ranking` — which heads become constant first (layer × head heatmap);
-* :func:`fig_constants` — a few constant attention matrices ``[layers, heads, L, L]``.
+Apart from :mod:`papa.analysis.figures` (the book's figures) so that the run notebooks (``01_estimate_constants``,
+``02_rank_heads``) import only what they draw: a statistics or chapter-figure edit never stales a finished estimate or
+ranking (:mod:`papa.pipeline.sources` keys a run on the papa modules its notebook imports).
+:func:`fig_head_ranking`: which heads become constant first (layer × head heatmap); :func:`fig_constants`: a few
+constant attention matrices ``[layers, heads, L, L]``.
 """
 
 from __future__ import annotations
@@ -33,14 +31,16 @@ def _ranking_words(source: str | None) -> str:
 
 
 def fig_head_ranking(
-    ranking: Sequence[Sequence[int]] | str | Path, num_layers: int, num_heads: int, k_values: Sequence[int] | None = None, source: str | None = None, label: str = "fig-ranking"
+    ranking: Sequence[Sequence[int]] | str | Path,
+    num_layers: int,
+    num_heads: int,
+    k_values: Sequence[int] | None = None,
+    source: str | None = None,
+    label: str = "fig-ranking",
 ) -> Figure:
-    """Layer × head heatmap of each head's rank (1 = made constant first).
-
-    ``ranking`` is a list of ``(layer, head)`` pairs or a ranking file; the tooltip gives the first
-    of ``k_values`` at which the head is constant. ``source`` names the ranking in the caption: a
-    ranking key ``"<model>__<task>__<method>"`` (as in ``BookData.rankings``) or words.
-    """
+    """Layer × head heatmap of each head's rank (1 = made constant first) in ``ranking`` (``(layer, head)`` pairs or
+    a ranking file); the tooltip gives the first of ``k_values`` where it is constant. ``source`` names the ranking in
+    the caption: a key ``"<model>__<task>__<method>"`` (as in ``BookData.rankings``) or words."""
     if isinstance(ranking, (str, Path)):
         from papa.core.heads import load_ranking
 
@@ -49,19 +49,31 @@ def fig_head_ranking(
     rows = []
     for position, (layer, head) in enumerate(ranking, start=1):
         first = next((k for k in steps if k >= position), None)
-        rows.append({"layer": int(layer), "head": int(head), "rank": position, "constant_from": f"k = {first}" if first is not None else "never (in these k)"})
+        rows.append(
+            {
+                "layer": int(layer),
+                "head": int(head),
+                "rank": position,
+                "constant_from": f"k = {first}" if first is not None else "never (in these k)",
+            }
+        )
     data = pd.DataFrame(rows)
     size = max(12, min(28, (TEXT_WIDTH - AXIS_PX) // max(num_heads, 1)))
-    base = alt.Chart(data).encode(x=alt.X("head:O", title="head (index within its layer)"), y=alt.Y("layer:O", title="layer"))
+    base = alt.Chart(data).encode(
+        x=alt.X("head:O", title="head (index within its layer)"), y=alt.Y("layer:O", title="layer")
+    )
     rank_legend = legend("rank (1 = made constant first)", gradientLength=min(300, size * num_heads))
     cells = base.mark_rect().encode(
         color=alt.Color("rank:Q", scale=alt.Scale(scheme="viridis"), legend=rank_legend),
         tooltip=["layer:O", "head:O", "rank:Q", alt.Tooltip("constant_from:N", title="constant from")],
     )
-    text = base.mark_text(fontSize=8).encode(text="rank:Q", color=alt.condition(alt.datum.rank > len(data) / 2, alt.value("black"), alt.value("white")))
+    text = base.mark_text(fontSize=8).encode(
+        text="rank:Q", color=alt.condition(alt.datum.rank > len(data) / 2, alt.value("black"), alt.value("white"))
+    )
     chart = alt.layer(cells, text).properties(width=size * num_heads, height=size * num_layers)
     caption = (
-        f"Rank of every head ({num_layers} layers × {num_heads} heads) in {_ranking_words(source)}: 1 is made constant first. "
+        f"Rank of every head ({num_layers} layers × {num_heads} heads) in {_ranking_words(source)}: "
+        "1 is made constant first. "
         "Darker cells become constant earlier; the number in each cell is its rank."
     )
     return finish(chart, caption, label)
@@ -78,18 +90,24 @@ def _downsample(matrix: np.ndarray, cells: int) -> tuple[np.ndarray, np.ndarray]
     return summed / np.outer(sizes, sizes), starts
 
 
-def fig_constants(constants: Any, picks: Sequence[tuple[int, int]], max_cells: int = 32, columns: int = 2, source: str | None = None, label: str = "fig-constants") -> Figure:
-    """Heatmaps of the constant matrices ``constants[layer, head]`` (query row × key column).
-
-    ``constants`` is ``[layers, heads, L, L]`` (torch or numpy). Each matrix is block-averaged to at
-    most ``max_cells × max_cells`` (≤ 64) cells and rounded, to keep the spec small; panels wrap after
-    ``columns``. ``source`` says what they were estimated on (e.g. "SST-2, 1,000 sentences"), for the caption.
-    """
+def fig_constants(
+    constants: Any,
+    picks: Sequence[tuple[int, int]],
+    max_cells: int = 32,
+    columns: int = 2,
+    source: str | None = None,
+    label: str = "fig-constants",
+) -> Figure:
+    """Heatmaps (query row × key column) of ``constants[layer, head]`` (``[layers, heads, L, L]``, torch or numpy)
+    for ``picks``, block-averaged to at most ``max_cells × max_cells`` (≤ 64) and rounded (a small spec); panels wrap
+    after ``columns``. ``source``: what they were estimated on (e.g. "SST-2, 1,000 sentences")."""
     if not 1 <= max_cells <= 64:
         raise PapaError(f"max_cells={max_cells} is outside [1, 64]", "Use e.g. 32.")
     array = constants.detach().cpu().float().numpy() if hasattr(constants, "detach") else np.asarray(constants, float)
     if array.ndim != 4 or array.shape[-1] != array.shape[-2]:
-        raise PapaError(f"Constants of shape {list(array.shape)} are not [layers, heads, L, L]", "Pass ConstantSet.constants.")
+        raise PapaError(
+            f"Constants of shape {list(array.shape)} are not [layers, heads, L, L]", "Pass ConstantSet.constants."
+        )
     if not picks:
         raise PapaError("No heads picked", "Pass picks=[(layer, head), ...].")
     columns, width = panel_layout(len(picks), max_columns=columns, min_width=120)
@@ -97,7 +115,10 @@ def fig_constants(constants: Any, picks: Sequence[tuple[int, int]], max_cells: i
     charts = []
     for layer, head in picks:
         if not (0 <= layer < array.shape[0] and 0 <= head < array.shape[1]):
-            raise PapaError(f"Head ({layer}, {head}) is out of range for {array.shape[0]}×{array.shape[1]} heads", "Layers and heads count from 0.")
+            raise PapaError(
+                f"Head ({layer}, {head}) is out of range for {array.shape[0]}×{array.shape[1]} heads",
+                "Layers and heads count from 0.",
+            )
         matrix, starts = _downsample(array[layer, head].astype(np.float64), max_cells)
         ii, jj = np.meshgrid(starts, starts, indexing="ij")
         data = pd.DataFrame({"i": ii.ravel(), "j": jj.ravel(), "v": np.round(matrix.ravel(), 4)})
@@ -107,8 +128,14 @@ def fig_constants(constants: Any, picks: Sequence[tuple[int, int]], max_cells: i
             .encode(
                 x=alt.X("j:O", title="key position", axis=alt.Axis(labelOverlap=True)),
                 y=alt.Y("i:O", title="query position", axis=alt.Axis(labelOverlap=True)),
-                color=alt.Color("v:Q", scale=alt.Scale(scheme="blues"), legend=legend("attention weight", gradientLength=width - 20)),
-                tooltip=[alt.Tooltip("i:O", title="query"), alt.Tooltip("j:O", title="key"), alt.Tooltip("v:Q", title="weight", format=".4f")],
+                color=alt.Color(
+                    "v:Q", scale=alt.Scale(scheme="blues"), legend=legend("attention weight", gradientLength=width - 20)
+                ),
+                tooltip=[
+                    alt.Tooltip("i:O", title="query"),
+                    alt.Tooltip("j:O", title="key"),
+                    alt.Tooltip("v:Q", title="weight", format=".4f"),
+                ],
             )
             .properties(width=width, height=width)
         )
@@ -117,7 +144,8 @@ def fig_constants(constants: Any, picks: Sequence[tuple[int, int]], max_cells: i
     caption = (
         f"Constant attention matrices of {heads} (layers and heads count from 0)"
         + (f", estimated on {source}" if source else "")
-        + f": the weight each query position (row) gives each key position (column), averaged over blocks of positions to at most "
+        + f": the weight each query position (row) gives each key position (column), "
+        f"averaged over blocks of positions to at most "
         f"{max_cells} × {max_cells} cells. Each panel has its own colour scale."
     )
     return finish(chart, caption, label)

@@ -1,17 +1,14 @@
 """The per-architecture adapter table: where the self-attention modules are and how to hook them.
 
-Two mechanisms, one per row of :data:`ADAPTERS`:
+Two mechanisms, one per row of :data:`ADAPTERS` (a row only names attributes: nothing is copied from modeling files):
 
-* ``interface`` — the architecture calls ``ALL_ATTENTION_FUNCTIONS[config._attn_implementation]``
-  (BERT, RoBERTa, XLM-R, ELECTRA, DistilBERT). papa registers an attention function named
-  ``"papa"`` (and the matching mask function, see :mod:`papa.core.head_patch`) and switches the model to it.
-* ``inline`` — the architecture computes ``softmax`` inside its own forward and ignores the
-  attention interface (DeBERTa v1/v2, MPNet). There the attention-probability dropout that directly
-  follows the softmax is wrapped, so papa sees (and may replace) the probabilities ``[B, H, L, L]``
-  before they multiply V; where a head's output itself is read or replaced, a forward pre-hook on the
-  output projection (``context_projection``) sees the heads' concatenated outputs ``[B, L, H·d]``.
-
-Nothing is copied from the modeling files: a row only names attributes.
+* ``interface`` — the architecture calls ``ALL_ATTENTION_FUNCTIONS[config._attn_implementation]`` (BERT, RoBERTa,
+  XLM-R, ELECTRA, DistilBERT); papa registers a ``"papa"`` attention function (and mask function,
+  :mod:`papa.core.head_patch`) and switches the model to it.
+* ``inline`` — the softmax is computed inside the architecture's own forward (DeBERTa v1/v2, MPNet): papa wraps the
+  dropout right after it, so it sees (and may replace) the probabilities ``[B, H, L, L]`` before they multiply V;
+  where a head's output is read or replaced, a pre-hook on the output projection (``context_projection``) sees the
+  heads' concatenated outputs ``[B, L, H·d]``.
 """
 
 from __future__ import annotations
@@ -29,20 +26,19 @@ class ArchitectureAdapter:
     """How to reach and hook the self-attention of one family of architectures.
 
     Attributes:
-        mechanism: ``"interface"`` or ``"inline"`` (see the module docstring).
+        mechanism: ``"interface"`` or ``"inline"`` (module docstring).
         layers: dotted path from the base model to the ``nn.ModuleList`` of layers.
         self_attention: dotted path from one layer to its self-attention module.
-        query, key: names of the Q and K projections (``nn.Linear``, one block of rows per head)
-            inside the self-attention module, when they can be pruned per head; else ``None``.
+        query, key: the self-attention's Q and K projections (``nn.Linear``, a block of rows per head) when they
+            can be pruned per head; else ``None``.
         probs_dropout: for ``inline``, the name of the dropout applied right after the softmax.
-        position_ids: the absolute position ids the embeddings give a padded input, for compact passes
-            (:mod:`papa.core.compact`): ``"slot"`` (the slot index) or ``"after_padding"`` (``padding_idx`` +
-            the count of real tokens so far); ``None``: the architecture always runs padded.
-        relative_positions: how a compact pass tells the encoder the slots' relative positions
-            (``"mpnet"``, ``"deberta-v2"``), or ``None`` for absolute positions only.
-        context_projection: for ``inline``, the dotted path from one layer to the linear layer whose input is
-            the heads' concatenated outputs ``[B, L, H·d]`` (the output projection): where a head's output is
-            read (constant estimation) or replaced (the ``mean`` replacement, :mod:`papa.core.head_patch`).
+        position_ids: the absolute position ids of a padded input, for compact passes (:mod:`papa.core.compact`):
+            ``"slot"`` (the slot index) or ``"after_padding"`` (``padding_idx`` + real tokens so far); ``None``:
+            always run padded.
+        relative_positions: how a compact pass gives the slots' relative positions (``"mpnet"``,
+            ``"deberta-v2"``); ``None``: absolute positions only.
+        context_projection: for ``inline``, the dotted path from a layer to its output projection, whose input
+            is the heads' outputs ``[B, L, H·d]``: where they are read (estimation) or replaced (``mean``).
     """
 
     mechanism: Literal["interface", "inline"]
@@ -56,8 +52,12 @@ class ArchitectureAdapter:
     context_projection: str | None = None
 
 
-_BERT_LIKE = ArchitectureAdapter("interface", "encoder.layer", "attention.self", query="query", key="key", position_ids="slot")
-_ROBERTA_LIKE = ArchitectureAdapter("interface", "encoder.layer", "attention.self", query="query", key="key", position_ids="after_padding")
+_BERT_LIKE = ArchitectureAdapter(
+    "interface", "encoder.layer", "attention.self", query="query", key="key", position_ids="slot"
+)
+_ROBERTA_LIKE = ArchitectureAdapter(
+    "interface", "encoder.layer", "attention.self", query="query", key="key", position_ids="after_padding"
+)
 
 #: ``config.model_type`` → adapter.
 ADAPTERS: dict[str, ArchitectureAdapter] = {
@@ -65,9 +65,17 @@ ADAPTERS: dict[str, ArchitectureAdapter] = {
     "roberta": _ROBERTA_LIKE,
     "xlm-roberta": _ROBERTA_LIKE,
     "electra": _BERT_LIKE,
-    "distilbert": ArchitectureAdapter("interface", "transformer.layer", "attention", query="q_lin", key="k_lin", position_ids="slot"),
+    "distilbert": ArchitectureAdapter(
+        "interface", "transformer.layer", "attention", query="q_lin", key="k_lin", position_ids="slot"
+    ),
     # DeBERTa v1 sizes its relative-attention span by the input's length: a compact pass would change it (runs padded)
-    "deberta": ArchitectureAdapter("inline", "encoder.layer", "attention.self", probs_dropout="dropout", context_projection="attention.output.dense"),
+    "deberta": ArchitectureAdapter(
+        "inline",
+        "encoder.layer",
+        "attention.self",
+        probs_dropout="dropout",
+        context_projection="attention.output.dense",
+    ),
     "deberta-v2": ArchitectureAdapter(
         "inline",
         "encoder.layer",
@@ -78,7 +86,13 @@ ADAPTERS: dict[str, ArchitectureAdapter] = {
         context_projection="attention.output.dense",
     ),
     "mpnet": ArchitectureAdapter(
-        "inline", "encoder.layer", "attention.attn", probs_dropout="dropout", position_ids="after_padding", relative_positions="mpnet", context_projection="attention.attn.o"
+        "inline",
+        "encoder.layer",
+        "attention.attn",
+        probs_dropout="dropout",
+        position_ids="after_padding",
+        relative_positions="mpnet",
+        context_projection="attention.attn.o",
     ),
 }
 
@@ -93,18 +107,15 @@ def get_adapter(model: nn.Module) -> ArchitectureAdapter:
     if model_type not in ADAPTERS:
         raise UnsupportedArchitectureError(
             f"Architecture {model_type!r} is not supported by papa",
-            f"Supported model types: {', '.join(supported_model_types())}. Add a row to papa.core.architectures.ADAPTERS to support another.",
+            f"Supported model types: {', '.join(supported_model_types())}. "
+            "Add a row to papa.core.architectures.ADAPTERS to support another.",
         )
     return ADAPTERS[model_type]
 
 
 def attn_implementation_for(model: nn.Module) -> str:
-    """The attention implementation to load ``model`` (a model or its config) with.
-
-    ``"sdpa"`` for ``interface`` architectures; ``"eager"`` for ``inline`` ones, which have no SDPA
-    path in transformers (``attn_implementation="sdpa"`` raises ``ValueError`` for DeBERTa and MPNet)
-    and whose softmax papa hooks anyway. Raises :class:`UnsupportedArchitectureError` for others.
-    """
+    """The attention implementation to load ``model`` (or its config) with: ``"sdpa"`` for ``interface``
+    architectures, ``"eager"`` for ``inline`` ones (no SDPA path in transformers; papa hooks their softmax)."""
     return "sdpa" if get_adapter(model).mechanism == "interface" else "eager"
 
 
@@ -126,6 +137,9 @@ def context_projections(model: nn.Module) -> list[nn.Module]:
     """The output projection of every layer (the adapter's ``context_projection``), in layer order."""
     adapter = get_adapter(model)
     if adapter.context_projection is None:
-        raise UnsupportedArchitectureError(f"The adapter of {model.config.model_type!r} names no context_projection", "Add it to the row in papa.core.architectures.ADAPTERS.")
+        raise UnsupportedArchitectureError(
+            f"The adapter of {model.config.model_type!r} names no context_projection",
+            "Add it to the row in papa.core.architectures.ADAPTERS.",
+        )
     base = getattr(model, "base_model", model)
     return [_get_path(layer, adapter.context_projection) for layer in _get_path(base, adapter.layers)]

@@ -1,28 +1,22 @@
 """Encoder passes over the real positions only: cost proportional to real tokens, same hidden states.
 
-With the PAPA layout (:mod:`papa.core.layout`) every input has ``L`` slots, and a single sentence fills
-``0 .. n−1`` and ``L − 1``: trimming a batch at its last real slot would keep all ``L`` of them. A
-*compact* pass instead gathers, per batch, the slots that are real in at least one of its rows
-(``slots [P]``, sorted) and runs the encoder on ``[B, P]`` inputs, telling it where each kept slot was:
+With the PAPA layout (:mod:`papa.core.layout`) every input has ``L`` slots, and a single sentence fills ``0 .. n−1``
+and ``L − 1``: trimming a batch at its last real slot would keep all ``L``. A *compact* pass gathers, per batch, the
+slots real in at least one of its rows (``slots [P]``, sorted) and runs the encoder on ``[B, P]`` inputs, telling it:
 
-* the absolute position ids the padded input would have had (``position_ids`` of the adapter table:
-  ``"slot"`` — the slot itself, BERT-like; ``"after_padding"`` — ``padding_idx + cumsum(real)``, RoBERTa-like
-  and MPNet);
-* the relative positions of the slots (``relative_positions``: ``"mpnet"`` — the encoder's position bias
-  computed from the slots; ``"deberta-v2"`` — the bucketed ``relative_pos`` passed to the encoder);
-* the slots themselves to the head patches (:class:`papa.core.head_patch.PatchContext.slots`): a constant
-  head applies ``rownorm(C[slots][:, slots] ⊙ m mᵀ)``, and recording accumulates into ``[L, L]`` at the slots.
+* the absolute position ids of the padded input (the adapter's ``position_ids``: ``"slot"`` — the slot itself,
+  BERT-like; ``"after_padding"`` — ``padding_idx + cumsum(real)``, RoBERTa-like and MPNet);
+* the slots' relative positions (``relative_positions``: ``"mpnet"`` — the position bias computed from the slots;
+  ``"deberta-v2"`` — the bucketed ``relative_pos`` passed to the encoder);
+* the slots to the head patches (:class:`papa.core.head_patch.PatchContext.slots`): a constant head applies
+  ``rownorm(C[slots][:, slots] ⊙ m mᵀ)``, recording accumulates into ``[L, L]`` at the slots.
 
-Why this is exact: a dynamic head gives a pad key the weight ``exp(−inf) = 0``, and a constant head
-re-masks and renormalises over the real keys; every real key of a row is among the kept slots, so the
-hidden states at real positions are those of the padded pass (to float rounding: ≤ 1e-5, tested for
-every architecture in the adapter table). Hidden states at pad slots are not computed.
-
-Rows are sorted by their number of real tokens (stable) within windows of rows, so that a batch holds
-rows of similar length; :func:`plan_batches` gives the batches, and callers put results back in row order.
-An architecture whose adapter names no position rule runs padded: DeBERTa v1 (its relative-attention span is
-``min(input length, max_relative_positions)``, so a shorter input changes it) and a DeBERTa-v2 with a
-convolution over positions (``conv_kernel_size``).
+Exact: a dynamic head gives a pad key weight ``exp(−inf) = 0``, a constant head re-masks and renormalises over the
+real keys, and every real key of a row is kept, so hidden states at real positions are the padded pass's (≤ 1e-5,
+tested for every adapter); pad slots are not computed. :func:`plan_batches` sorts rows by real-token count (stable)
+within windows, so a batch holds similar lengths; callers restore row order. Without a position rule an architecture
+runs padded: DeBERTa v1 (its relative-attention span ``min(input length, max_relative_positions)`` would change) and
+a DeBERTa-v2 with a convolution over positions (``conv_kernel_size``).
 """
 
 from __future__ import annotations
@@ -40,8 +34,7 @@ from papa.core.architectures import get_adapter
 
 @dataclass(frozen=True)
 class CompactBatch:
-    """One batch of a compact pass: ``rows [B]`` (indices into the encoded set) and ``slots [P]`` (the
-    sorted slots real in at least one of those rows)."""
+    """One batch of a compact pass: ``rows [B]`` (into the encoded set) and ``slots [P]`` (sorted, real in a row)."""
 
     rows: torch.Tensor
     slots: torch.Tensor
@@ -55,9 +48,8 @@ def supports_compact(model: nn.Module) -> bool:
 
 
 def plan_batches(attention_mask: torch.Tensor, batch_size: int, window: int | None = None) -> list[CompactBatch]:
-    """Batches of rows sorted by real-token count (stable) within consecutive windows of ``window`` rows
-    (``None``: one window); ``attention_mask [N, L]``. Windows come in row order, so a consumer that needs
-    rows in order can reassemble one window at a time."""
+    """Batches of rows sorted by real-token count (stable) within consecutive windows of ``window`` rows (``None``:
+    one) of ``attention_mask [N, L]``; windows come in row order, so a consumer can reassemble one at a time."""
     mask = attention_mask.bool()
     total = mask.shape[0]
     window = total if window is None else window
@@ -85,18 +77,20 @@ def natural_position_ids(model: nn.Module, input_ids: torch.Tensor) -> torch.Ten
 
 
 def compact_inputs(model: nn.Module, inputs: dict[str, torch.Tensor], slots: torch.Tensor) -> dict[str, torch.Tensor]:
-    """The padded ``inputs`` (``[B, L]`` tensors, ``labels`` left out) gathered at ``slots [P]`` → ``[B, P]``,
-    with the ``position_ids`` the padded pass would have used."""
+    """The padded ``inputs`` ``[B, L]`` (no ``labels``) gathered at ``slots [P]`` → ``[B, P]``, with the padded
+    pass's ``position_ids``."""
     out = {name: tensor[:, slots] for name, tensor in inputs.items() if name != "labels"}
     out["position_ids"] = natural_position_ids(model, inputs["input_ids"])[:, slots]
     return out
 
 
-def _mpnet_position_bias(encoder: nn.Module, slots: torch.Tensor, hidden_states: torch.Tensor, position_ids=None, num_buckets: int = 32) -> torch.Tensor:
+def _mpnet_position_bias(
+    encoder: nn.Module, slots: torch.Tensor, hidden_states: torch.Tensor, position_ids=None, num_buckets: int = 32
+) -> torch.Tensor:
     """MPNet's relative position bias ``[B, H, P, P]`` between the kept slots (the encoder's own buckets and
     embedding; its ``position_ids`` branch cannot take them: it assumes ``[P]`` → ``[P, P, H]``)."""
-    relative = slots[None, :] - slots[:, None]  # [P, P], key − query
-    values = encoder.relative_attention_bias(encoder.relative_position_bucket(relative, num_buckets=num_buckets))  # [P, P, H]
+    relative = slots[None, :] - slots[:, None]  # [P, P], key − query; values: [P, P, H]
+    values = encoder.relative_attention_bias(encoder.relative_position_bucket(relative, num_buckets=num_buckets))
     return values.permute(2, 0, 1)[None].expand(hidden_states.size(0), -1, -1, -1).contiguous()
 
 
@@ -113,8 +107,8 @@ def _deberta_v2_relative_pos(encoder: nn.Module, slots: torch.Tensor) -> torch.T
 
 @contextmanager
 def slot_positions(model: nn.Module, slots: torch.Tensor) -> Iterator[None]:
-    """While inside, ``model``'s forward passes see ``[B, P]`` inputs as the slots ``slots [P]`` of the padded
-    layout: relative positions and head patches use the slots (absolute ids come in ``position_ids``)."""
+    """While inside, ``model`` sees ``[B, P]`` inputs as the padded layout's ``slots [P]``: relative positions and
+    head patches use them (absolute ids come in ``position_ids``)."""
     adapter = get_adapter(model)
     base = getattr(model, "base_model", model)
     context = getattr(model, "_papa_context", None)
@@ -143,7 +137,6 @@ def slot_positions(model: nn.Module, slots: torch.Tensor) -> Iterator[None]:
 
 
 def compact_forward(model: nn.Module, inputs: dict[str, torch.Tensor], slots: torch.Tensor, **kwargs):
-    """``model`` on the padded ``inputs [B, L]`` gathered at ``slots [P]``: hidden states ``[B, P, H]`` equal to
-    the padded pass's at those slots (real rows)."""
+    """``model`` on ``inputs [B, L]`` at ``slots [P]``: hidden states ``[B, P, H]``, the padded pass's there."""
     with slot_positions(model, slots):
         return model(**compact_inputs(model, inputs, slots), **kwargs)

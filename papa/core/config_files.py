@@ -1,10 +1,8 @@
 """Reading grid YAML strictly and wording schema errors as one :class:`PapaError`.
 
-* :func:`read_yaml`: a repeated key is an error (plain YAML keeps the last value silently), with
-  both line numbers.
-* :func:`validate` checks data against a model of :mod:`papa.core.schema` and turns the first
-  pydantic error into ``<where>: <path> <problem>. <hint>``, the path written as in the YAML
-  (``studies[2].lr``) or as the flag (``--max-length``).
+* :func:`read_yaml`: a repeated key is an error (plain YAML keeps the last silently), with both line numbers.
+* :func:`validate` checks data against a model of :mod:`papa.core.schema` and turns the first pydantic error into
+  ``<where>: <path> <problem>. <hint>``, the path as in the YAML (``studies[2].lr``) or the flag (``--max-length``).
 """
 
 from __future__ import annotations
@@ -43,7 +41,14 @@ FIELD_HINTS = {
     "device": "Use auto, cpu, cuda, cuda:N or mps.",
     "name": "Use a-z, 0-9, - and _ (it names folders and run ids).",
 }
-_LABELS = {"tasks": "task", "task": "task", "methods": "ranking method", "method": "ranking method", "modes": "mode", "mode": "mode"}
+_LABELS = {
+    "tasks": "task",
+    "task": "task",
+    "methods": "ranking method",
+    "method": "ranking method",
+    "modes": "mode",
+    "mode": "mode",
+}
 _LABELS |= {"selection": "epoch selection", "probe_input": "probe_input", "chapter": "chapter"}
 _KINDS = {
     "int_type": "must be a whole number",
@@ -98,17 +103,21 @@ def read_yaml(path: str | Path) -> Any:
         return yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
     except _DuplicateKey as dup:
         raise PapaError(
-            f"Config {path.name}: the key {dup.key!r} appears twice in one mapping (lines {dup.first} and {dup.second})", "Keep one of them: YAML would silently use the last."
+            f"Config {path.name}: the key {dup.key!r} appears twice in one mapping "
+            f"(lines {dup.first} and {dup.second})",
+            "Keep one of them: YAML would silently use the last.",
         ) from None
     except yaml.YAMLError as err:
-        raise PapaError(f"Config {path.name}: not valid YAML ({str(err).splitlines()[0]})", "Fix the YAML syntax.") from None
+        raise PapaError(
+            f"Config {path.name}: not valid YAML ({str(err).splitlines()[0]})", "Fix the YAML syntax."
+        ) from None
     except UnicodeDecodeError:
         raise PapaError(f"Config {path.name}: not UTF-8 text", "Save it as UTF-8.") from None
 
 
 def _path(loc: tuple, data: Any, style: str) -> tuple[str, list[str | int]]:
-    """``loc`` as written in the YAML (``studies[2].lr``) or as a flag (``--max-length``); pydantic's own
-    tags (``int``, ``function-after[...]``) are dropped by walking ``data`` alongside."""
+    """``loc`` as in the YAML (``studies[2].lr``) or a flag (``--max-length``); pydantic's own tags (``int``,
+    ``function-after[...]``) are dropped by walking ``data`` alongside."""
     keys: list[str | int] = []
     node = data
     for part in loc:
@@ -154,7 +163,9 @@ def _find_model(annotation: Any) -> type[BaseModel] | None:
     return None
 
 
-def as_papa_error(err: ValidationError, data: Any, model: type[BaseModel], where: str, style: str = "yaml") -> PapaError:
+def as_papa_error(
+    err: ValidationError, data: Any, model: type[BaseModel], where: str, style: str = "yaml"
+) -> PapaError:
     """The first error of ``err`` as one :class:`PapaError`: ``<where>: <path> <problem>. <hint>``."""
     errors = err.errors()
     first = errors[0]
@@ -168,7 +179,10 @@ def as_papa_error(err: ValidationError, data: Any, model: type[BaseModel], where
     prefix = f"{where}: " if where else ""
     if kind == "extra_forbidden":
         parent = keys[:-1]
-        problem, hint = f"Unknown config key {path}", f"Allowed {'here' if parent else 'at the top level'}: {', '.join(_allowed(model, parent))}."
+        problem, hint = (
+            f"Unknown config key {path}",
+            f"Allowed {'here' if parent else 'at the top level'}: {', '.join(_allowed(model, parent))}.",
+        )
     elif kind == "missing":
         problem, hint = f"the key {path} is missing", "Add it. " + SCHEMA_HINT
     elif kind == "literal_error":
@@ -208,7 +222,12 @@ def _literal_choices(model: type[BaseModel], keys: list[str | int]) -> tuple:
 
 def _literals(annotation: Any) -> tuple:
     args = get_args(annotation)
-    if args and all(isinstance(a, str) for a in args) and getattr(annotation, "__origin__", None) is not None and "Literal" in repr(annotation):
+    if (
+        args
+        and all(isinstance(a, str) for a in args)
+        and getattr(annotation, "__origin__", None) is not None
+        and "Literal" in repr(annotation)
+    ):
         return args
     for arg in args:
         found = _literals(arg)
@@ -220,7 +239,10 @@ def _literals(annotation: Any) -> tuple:
 def validate(model: type[M], data: Any, where: str, style: str = "yaml") -> M:
     """``data`` validated as ``model``, or one :class:`PapaError` (see :func:`as_papa_error`)."""
     if style == "yaml" and not isinstance(data, dict):
-        raise PapaError(f"{where}: the file must be a mapping of keys to values, got {type(data).__name__}", "See configs/default.yaml for the layout.")
+        raise PapaError(
+            f"{where}: the file must be a mapping of keys to values, got {type(data).__name__}",
+            "See configs/default.yaml for the layout.",
+        )
     try:
         return model.model_validate(data)
     except ValidationError as err:

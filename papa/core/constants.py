@@ -1,26 +1,21 @@
 """Constant attention matrices: estimation, saving and loading.
 
-With the official semantics (``run_papa_glue_avgs_creator.py``), over a task's training split at a
-fixed length ``L``, for every layer ``l``, head ``h`` and positions ``i, j``::
+With the official semantics (``run_papa_glue_avgs_creator.py``), over a task's training split at a fixed length
+``L``, for every layer ``l``, head ``h`` and positions ``i, j``::
 
     C[l, h, i, j] = Σ_x m_i(x) m_j(x) A[l, h, i, j](x)  /  Σ_x m_i(x) m_j(x)
 
-the mean softmax attention over the examples in which both ``i`` and ``j`` are real tokens; a cell
-never observed is 0; ``C`` is NOT row-normalised (rows are renormalised when applied, see
-:func:`papa.core.head_patch.masked_rownorm`). One streaming pass, eval mode, no gradients: memory does not
-depend on the number of examples (``O(layers · heads · L²)`` accumulators, float64).
+the mean softmax attention over the examples where ``i`` and ``j`` are both real (0 if never); ``C`` is NOT
+row-normalised (:func:`papa.core.head_patch.masked_rownorm` does it when applied). One streaming pass, eval mode,
+no gradients, memory independent of the examples (``O(layers · heads · L²)`` float64 accumulators). It also gives
+each head's mean squared deviation from its constant (a training-free ranking),
+``deviation[l, h] = Σ_ij Σ_x m_i m_j (A − C)² / Σ_ij Σ_x m_i m_j``, and its mean output per position (the
+``mean`` replacement), ``μ[l, h, i] = Σ_x m_i(x) (A V)[l, h, i](x) / Σ_x m_i(x)`` (``[head_dim]``; 0 if never real).
 
-The same pass also gives each head's mean squared deviation from its constant,
-``deviation[l, h] = Σ_ij Σ_x m_i m_j (A − C)² / Σ_ij Σ_x m_i m_j`` — a training-free head ranking —
-and each head's mean output per position (the ``mean`` replacement, :mod:`papa.core.head_patch`),
-``μ[l, h, i] = Σ_x m_i(x) (A V)[l, h, i](x) / Σ_x m_i(x)`` (``[head_dim]``; a position never real in any
-example gets 0).
-
-Files are safetensors with keys ``constants`` ``[layers, heads, L, L]`` float32, ``counts``
-``[L, L]`` float64, ``deviation`` ``[layers, heads]`` float32 and ``output_means`` ``[layers, heads, L, d]``
-float32 (absent from files written before it existed: they serve every replacement but ``mean``), and
-string metadata (model, weights fingerprint, task, split, L, examples, relayout, papa version) plus a
-sha256 of the tensors.
+Files are safetensors: ``constants`` ``[layers, heads, L, L]`` float32, ``counts`` ``[L, L]`` float64,
+``deviation`` ``[layers, heads]`` float32, ``output_means`` ``[layers, heads, L, d]`` float32 (absent from older
+files: they serve every replacement but ``mean``), string metadata (model, weights fingerprint, task, split, L,
+examples, relayout, papa version) and a sha256 of the tensors.
 """
 
 from __future__ import annotations
@@ -54,11 +49,10 @@ class ConstantSet:
         constants: ``[layers, heads, L, L]`` float32.
         counts: ``[L, L]`` number of examples in which both positions are real.
         deviation: ``[layers, heads]`` mean squared deviation of the attention from ``constants``.
-        meta: provenance (``model``, ``fingerprint``, ``task``, ``split``, ``max_length``,
-            ``num_examples``, ``relayout``, ``papa_version``, ``seconds``).
-        output_means: ``[layers, heads, L, d]`` float32, each head's output (``A V``, before the output
-            projection) averaged per position over the examples where it is real, 0 where never real;
-            ``None`` for a file written before they were stored.
+        meta: provenance (``model``, ``fingerprint``, ``task``, ``split``, ``max_length``, ``num_examples``,
+            ``relayout``, ``papa_version``, ``seconds``).
+        output_means: ``[layers, heads, L, d]`` float32, each head's output (``A V``) averaged per position where
+            real (0 where never); ``None`` for an older file.
     """
 
     constants: torch.Tensor
@@ -80,8 +74,8 @@ class ConstantSet:
         relayout: bool | None = None,
         replacement: str | None = None,
     ) -> ConstantSet:
-        """Raise :class:`ConstantsMismatchError` if these constants do not fit the given setting, and a
-        :class:`PapaError` if ``replacement`` is no replacement's name or is ``mean`` while they hold no means."""
+        """A :class:`ConstantsMismatchError` if these constants do not fit the given setting; a :class:`PapaError`
+        for an unknown ``replacement``, or ``mean`` while they hold no means."""
         if replacement is not None:
             get_replacement(replacement, self.output_means is not None)
         source = self.meta.get("path", "the constants")
@@ -101,9 +95,10 @@ class ConstantSet:
         return self
 
 
-def _batches(model: torch.nn.Module, encoded: dict[str, torch.Tensor], batch_size: int, compact: bool) -> Iterator[tuple[dict[str, torch.Tensor], torch.Tensor | None]]:
-    """``(inputs [B, L], slots [P] or None)`` batch by batch: compact batches (sorted by length, real slots
-    only) when ``compact``, else consecutive padded ones."""
+def _batches(
+    model: torch.nn.Module, encoded: dict[str, torch.Tensor], batch_size: int, compact: bool
+) -> Iterator[tuple[dict[str, torch.Tensor], torch.Tensor | None]]:
+    """``(inputs [B, L], slots [P] or None)`` per batch: compact ones (by length, real slots) or consecutive padded."""
     inputs = {k: v for k, v in encoded.items() if k != "labels"}
     if compact:
         for batch in plan_batches(inputs["attention_mask"], batch_size):
@@ -124,12 +119,9 @@ def estimate_constants(
     meta: dict | None = None,
     compact: bool = True,
 ) -> ConstantSet:
-    """One streaming pass of ``model`` over ``encoded`` (``[N, L]`` tensors from :mod:`papa.core.layout`).
-
-    The model is moved to ``device`` (default: where it is) and put in eval mode for the pass; its
-    mode is restored afterwards. ``compact`` (where the architecture supports it) runs each batch on its
-    real slots only (:mod:`papa.core.compact`): the same constants (≤ 1e-6, tested) at the cost of the real tokens.
-    """
+    """One streaming pass of ``model`` over ``encoded`` (``[N, L]`` tensors from :mod:`papa.core.layout`), moved to
+    ``device`` (default: where it is), in eval mode (restored after). ``compact`` (where supported) runs each batch
+    on its real slots (:mod:`papa.core.compact`): the same constants (≤ 1e-6, tested) at the real tokens' cost."""
     if batch_size < 1:
         raise PapaError(f"batch_size must be positive, got {batch_size}", "Use e.g. 64.")
     num_examples, length = encoded["input_ids"].shape
@@ -138,7 +130,7 @@ def estimate_constants(
     device = torch.device(device) if device is not None else next(model.parameters()).device
     model.to(device)  # in place: the model runs where the batches go
     was_training = model.training
-    patches = patch_record(model, length)  # before eval(): a model it refuses (unsupported, already patched) keeps its mode
+    patches = patch_record(model, length)  # before eval(): a refused model (unsupported or patched) keeps its mode
     compact = compact and supports_compact(model)
     model.eval()
     counts = torch.zeros(length, length, dtype=torch.float64, device=device)
@@ -170,7 +162,7 @@ def estimate_constants(
     observed = counts > 0
     residual = torch.where(observed, squares - sums.pow(2) / counts.clamp_min(1), torch.zeros_like(squares))
     deviation = (residual.clamp_min(0).sum((-1, -2)) / counts.sum()).float()
-    output_means = torch.nan_to_num(output_sums / counts.diagonal()[:, None]).float()  # counts[i, i]: examples where i is real
+    output_means = torch.nan_to_num(output_sums / counts.diagonal()[:, None]).float()  # counts[i, i]: i real
     info = dict(meta or {})
     info.update(max_length=length, num_examples=num_examples, seconds=round(time.perf_counter() - started, 3))
     return ConstantSet(constants.cpu(), counts.cpu(), deviation.cpu(), info, output_means.cpu())
@@ -185,7 +177,7 @@ def _tensor_digest(tensors: dict[str, torch.Tensor]) -> str:
 
 
 def save_constants(path: str | Path, constant_set: ConstantSet) -> Path:
-    """Write ``constant_set`` atomically as safetensors (see the module docstring)."""
+    """Write ``constant_set`` atomically as safetensors (module docstring)."""
     tensors = {
         "constants": constant_set.constants.float().contiguous(),
         "counts": constant_set.counts.double().contiguous(),
@@ -214,7 +206,9 @@ def load_constants(path: str | Path) -> ConstantSet:
         header_len = int.from_bytes(data[:8], "little")
         metadata = json.loads(data[8 : 8 + header_len]).get("__metadata__") or {}
     except (SafetensorError, ValueError, UnicodeDecodeError, json.JSONDecodeError, OverflowError):
-        raise CorruptFileError(f"Constants file {path} is not a readable safetensors file (truncated or corrupt)", redo) from None
+        raise CorruptFileError(
+            f"Constants file {path} is not a readable safetensors file (truncated or corrupt)", redo
+        ) from None
     if not str(metadata.get("format", "")).startswith("papa-constants/"):
         raise CorruptFileError(f"{path} is not a papa constants file (no papa-constants format tag)", redo)
     expected = {"constants": (torch.float32, 4), "counts": (torch.float64, 2), "deviation": (torch.float32, 2)}
@@ -225,8 +219,17 @@ def load_constants(path: str | Path) -> ConstantSet:
     constants = tensors["constants"]
     layers, heads, length, length2 = constants.shape
     output_means = tensors.get("output_means")  # absent from files written before the means were stored
-    means_fit = output_means is None or (output_means.dtype == torch.float32 and output_means.dim() == 4 and tuple(output_means.shape[:3]) == (layers, heads, length))
-    if length != length2 or tuple(tensors["counts"].shape) != (length, length) or tuple(tensors["deviation"].shape) != (layers, heads) or not means_fit:
+    means_fit = output_means is None or (
+        output_means.dtype == torch.float32
+        and output_means.dim() == 4
+        and tuple(output_means.shape[:3]) == (layers, heads, length)
+    )
+    if (
+        length != length2
+        or tuple(tensors["counts"].shape) != (length, length)
+        or tuple(tensors["deviation"].shape) != (layers, heads)
+        or not means_fit
+    ):
         raise CorruptFileError(f"Constants file {path} has inconsistent shapes", redo)
     if metadata.get("sha256") != _tensor_digest(tensors):
         raise CorruptFileError(f"Constants file {path} fails its checksum (a changed or corrupted byte)", redo)

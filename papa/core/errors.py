@@ -1,17 +1,11 @@
-"""One exception type for every mistake a user can make.
-
-Every error raised for bad input is a :class:`PapaError`: its message says what is wrong and
-what to do. The CLI prints it on one line (no traceback) and exits with status 2.
-"""
+"""One exception type for every mistake a user can make: a :class:`PapaError` says what is wrong and what to do; the
+CLI prints it on one line (no traceback) and exits with status 2."""
 
 from __future__ import annotations
 
 
 class PapaError(ValueError):
-    """A user-facing error: bad input, missing files, mismatched artefacts.
-
-    ``str(err)`` is ``"<problem>. <what to do>"``.
-    """
+    """A user-facing error (bad input, missing files, mismatched artefacts): ``str(err)`` is ``"<problem>. <hint>"``."""
 
     def __init__(self, problem: str, hint: str | None = None):
         self.problem = problem.rstrip(".")

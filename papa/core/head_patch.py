@@ -1,27 +1,24 @@
 """The patch of one layer's self-attention: constant (replaced) heads, gated heads and attention recording.
 
-Every self-attention module of a patched model gets a :class:`HeadPatch` child (``module.papa_patch``)
-that knows its layer, its replaced heads and its mode; a :class:`PatchContext` shared by all layers holds
-the current padding mask ``m`` (``[B, L]``, True for real tokens). The patch acts on the attention
-probabilities ``A = softmax(QKᵀ/√d + mask)`` ``[B, H, L, L]`` and on the heads' outputs ``A V`` ``[B, H, L, d]``:
+Each self-attention module of a patched model gets a :class:`HeadPatch` child (``module.papa_patch``: its layer,
+replaced heads and mode); a :class:`PatchContext` shared by all layers holds the padding mask ``m`` (``[B, L]``,
+True for real tokens). The patch acts on the probabilities ``A = softmax(QKᵀ/√d + mask)`` ``[B, H, L, L]`` and on
+the heads' outputs ``A V`` ``[B, H, L, d]``:
 
 * ``constant`` — each replaced head ``h`` outputs ``o_h = rownorm(M_h ⊙ m mᵀ) V_h + m ⊙ μ_h`` (rownorm: the
-  official ``mask_and_normalize``, L1-normalised rows, eps 1e-12, so pad rows are 0) with the input's own
-  ``V``; the :data:`REPLACEMENT_TABLE` says what ``M`` and ``μ`` are (PAPA: ``M = C``, the estimated
-  constant, ``μ = 0``). Other heads are untouched.
-* ``gates`` — every head mixes ``σ(λ_h) A_h + (1 − σ(λ_h)) rownorm(C_h ⊙ m mᵀ)`` with a trainable
-  ``λ`` initialised to 0 (the paper's head-ranking method).
-* ``record`` — ``A`` is unchanged; sums of ``A ⊙ m mᵀ``, of its square and of each head's output at real
-  positions are accumulated (constant and mean estimation, :mod:`papa.core.constants`).
+  official ``mask_and_normalize``, L1-normalised rows, eps 1e-12, pad rows 0) with the input's own ``V``;
+  :data:`REPLACEMENT_TABLE` gives ``M`` and ``μ`` (PAPA: ``M = C``, the estimated constant, ``μ = 0``).
+* ``gates`` — every head mixes ``σ(λ_h) A_h + (1 − σ(λ_h)) rownorm(C_h ⊙ m mᵀ)``, trainable ``λ`` from 0
+  (the paper's head ranking).
+* ``record`` — ``A`` unchanged; sums of ``A ⊙ m mᵀ``, of its square and of each head's output at real positions
+  are accumulated (constant and mean estimation, :mod:`papa.core.constants`).
 
-For ``interface`` architectures the function registered as ``"papa"`` in transformers'
-``AttentionInterface`` (with the SDPA boolean mask registered under the same name in
-``AttentionMaskInterface`` — without it the padding mask silently becomes ``None``) calls
-:meth:`HeadPatch.attend`, which sees ``Q, K, V`` and returns the outputs. Its ``constant`` fast path runs
-SDPA on the dynamic heads only and a batched matmul for the replaced heads. For ``inline`` architectures
-the probability dropout is wrapped by :class:`ProbsHook`, and where outputs are read or written
-(``record``, ``μ ≠ 0``) a forward pre-hook on the output projection (:meth:`HeadPatch.context_pre_hook`)
-sees them. Installing and removing patches: :mod:`papa.core.patching`.
+``interface`` architectures call the ``"papa"`` function of transformers' ``AttentionInterface`` (with SDPA's
+boolean mask under that name in ``AttentionMaskInterface``: without it the padding mask silently becomes ``None``),
+i.e. :meth:`HeadPatch.attend` (``constant`` fast path: SDPA on the dynamic heads, a batched matmul for the replaced
+ones). ``inline`` ones get their probability dropout wrapped by :class:`ProbsHook` and, where outputs are read or
+written (``record``, ``μ ≠ 0``), an output-projection pre-hook (:meth:`HeadPatch.context_pre_hook`).
+Installing and removing patches: :mod:`papa.core.patching`.
 """
 
 from __future__ import annotations
@@ -49,11 +46,10 @@ class Replacement:
 
     Attributes:
         name: the name users pass (``patch_constant_heads(..., replacement=name)``).
-        matrix: ``M_h [L, L]`` — ``"constants"``: the estimated constant ``C_h`` (PAPA); ``"ones"``: every
-            real token attends equally to every real token (the mean of ``V`` over the real tokens);
-            ``"zeros"``: no attention, the ``V`` term is 0.
-        stored_output: add ``μ_h [L, d]``, the head's output at each position averaged over the task's
-            training examples in which that position is real (``ConstantSet.output_means``); else ``μ = 0``.
+        matrix: ``M_h [L, L]`` — ``"constants"``: the estimated constant ``C_h`` (PAPA); ``"ones"``: uniform
+            over the real tokens (the mean of their ``V``); ``"zeros"``: no attention, the ``V`` term is 0.
+        stored_output: add ``μ_h [L, d]``, the head's output per position averaged over the training examples
+            where it is real (``ConstantSet.output_means``); else ``μ = 0``.
     """
 
     name: str
@@ -61,7 +57,7 @@ class Replacement:
     stored_output: bool = False
 
     def matrices(self, constants: torch.Tensor) -> torch.Tensor:
-        """``M`` for the replaced heads of one layer, from their estimated constants ``[n, L, L]`` → ``[n, L, L]``."""
+        """``M`` for one layer's replaced heads, from their estimated constants ``[n, L, L]`` → ``[n, L, L]``."""
         if self.matrix == "constants":
             return constants
         return torch.ones_like(constants) if self.matrix == "ones" else torch.zeros_like(constants)
@@ -81,28 +77,23 @@ REPLACEMENTS: tuple[str, ...] = tuple(REPLACEMENT_TABLE)
 
 
 def get_replacement(name: str, has_output_means: bool) -> Replacement:
-    """The table's entry for ``name``; a :class:`PapaError` for an unknown name, or for ``mean`` when the
-    constants hold no mean outputs (``has_output_means`` False: a file from before they were stored)."""
+    """The table's entry for ``name``; a :class:`PapaError` for an unknown name, or ``mean`` without stored means."""
     replacement = REPLACEMENT_TABLE.get(name) if isinstance(name, str) else None
     if replacement is None:
         raise PapaError(f"Unknown replacement {name!r}", f"Use one of {', '.join(REPLACEMENTS)}.")
     if replacement.stored_output and not has_output_means:
         raise PapaError(
-            f"The replacement {name!r} needs the heads' mean outputs, and these constants hold none (estimated before they were stored)",
+            f"The replacement {name!r} needs the heads' mean outputs, "
+            "and these constants hold none (estimated before they were stored)",
             "Re-run `papa estimate` for this model and task to write them.",
         )
     return replacement
 
 
 def masked_rownorm(matrices: torch.Tensor, key_mask: torch.Tensor, eps: float = 1e-12) -> torch.Tensor:
-    """``rownorm(M ⊙ m mᵀ)``: mask rows and columns to real tokens, L1-normalise each row.
-
-    Args:
-        matrices: ``[n, L, L]`` (shared by the batch) or ``[B, n, L, L]``; non-negative.
-        key_mask: ``[B, L]`` bool, True for real tokens.
-    Returns:
-        ``[B, n, L, L]``; real rows sum to 1 (or 0 if never observed), pad rows are 0.
-    """
+    """``rownorm(M ⊙ m mᵀ)``: non-negative ``matrices`` ``[n, L, L]`` (shared by the batch) or ``[B, n, L, L]``
+    masked to the real tokens of ``key_mask [B, L]`` (bool), each row L1-normalised → ``[B, n, L, L]``; real rows
+    sum to 1 (or 0 if never observed), pad rows are 0."""
     m = key_mask.to(matrices.dtype)
     pattern = (m[:, :, None] * m[:, None, :])[:, None]  # [B, 1, L, L]
     masked = matrices * pattern
@@ -115,7 +106,7 @@ class PatchContext:
 
     key_mask: torch.Tensor | None = None  # [B, L] bool (B, P in a compact pass)
     max_length: int | None = None
-    slots: torch.Tensor | None = None  # [P]: the padded slots a compact pass keeps (papa.core.compact); None: 0 .. L−1
+    slots: torch.Tensor | None = None  # [P]: the slots a compact pass keeps (papa.core.compact); None: 0 .. L−1
     record_length: int | None = None  # record mode: L of the [L, L] accumulators (needed by compact passes)
     hook_handle: object | None = None
     previous_attn_implementation: str | None = None
@@ -127,9 +118,9 @@ class HeadPatch(nn.Module):
     """The patch of one layer's self-attention.
 
     Buffers/parameters (saved with ``state_dict``):
-        constants: ``[n_const, L, L]`` in ``constant`` mode (the replaced heads' ``M``, in head order of
+        constants: ``[n_const, L, L]`` in ``constant`` mode (the replaced heads' ``M``, in the order of
             :attr:`constant_heads`), ``[H, L, L]`` in ``gates`` mode.
-        output_means: ``[n_const, L, d]`` in ``constant`` mode when the replacement adds ``μ`` (``mean``); else None.
+        output_means: ``[n_const, L, d]`` in ``constant`` mode when the replacement adds ``μ``; else None.
         lambdas: ``[H]`` in ``gates`` mode.
     """
 
@@ -169,23 +160,22 @@ class HeadPatch(nn.Module):
         self._full_mask_cache: tuple[tuple, torch.Tensor] | None = None
 
     def reset_record(self) -> None:
-        """Zero the ``record`` accumulators, float64: ``attention_sums`` / ``squared_sums`` ``[H, L, L]`` and
-        ``output_sums`` ``[H, L, d]`` (each head's output summed over the examples where a position is real)."""
+        """Reset the float64 ``record`` sums: ``attention_sums``, ``squared_sums`` ``[H, L, L]``, ``output_sums``
+        ``[H, L, d]`` (each head's output summed where a position is real)."""
         self.attention_sums: torch.Tensor | None = None
         self.squared_sums: torch.Tensor | None = None
         self.output_sums: torch.Tensor | None = None
 
     def constant_matrices(self, length: int) -> torch.Tensor:
-        """This patch's constants at the current pass's positions: ``[n, length, length]`` — the first ``length``
-        slots, or in a compact pass the kept slots ``C[:, slots][:, :, slots]``."""
+        """The constants ``[n, length, length]`` at this pass's positions: the first ``length`` slots, or a compact
+        pass's kept ones ``C[:, slots][:, :, slots]``."""
         slots = self.context.slots
         if slots is None:
             return self.constants[:, :length, :length]
         return self.constants[:, slots][:, :, slots]
 
     def stored_outputs(self, key_mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-        """``m ⊙ μ`` for the replaced heads at the current pass's positions (the first ``P`` slots, or a compact
-        pass's kept slots). ``key_mask [B, P]`` → ``[B, n_const, P, d]``; pad positions are 0."""
+        """``m ⊙ μ`` of the replaced heads at this pass's slots: ``key_mask [B, P]`` → ``[B, n_const, P, d]``."""
         slots = self.context.slots
         means = self.output_means[:, : key_mask.shape[1]] if slots is None else self.output_means[:, slots]
         return (means[None] * key_mask[:, None, :, None].to(means.dtype)).to(dtype)
@@ -196,7 +186,9 @@ class HeadPatch(nn.Module):
 
     def _record_length(self) -> int:
         if self.context.record_length is None:
-            raise PapaError("A compact pass records attention only with a known L", "Call patch_record(model, max_length=L).")
+            raise PapaError(
+                "A compact pass records attention only with a known L", "Call patch_record(model, max_length=L)."
+            )
         return self.context.record_length
 
     def _accumulate(self, sums: torch.Tensor, squares: torch.Tensor) -> None:
@@ -260,9 +252,8 @@ class HeadPatch(nn.Module):
         return out
 
     def context_pre_hook(self, projection: nn.Module, args: tuple) -> tuple | None:
-        """Forward pre-hook on an ``inline`` layer's output projection, whose input ``[B, P, H·d]`` is the heads'
-        outputs: ``record`` accumulates them; ``constant`` adds ``m ⊙ μ`` to the replaced heads' (whose
-        :meth:`transform_probs` gave ``rownorm(M ⊙ m mᵀ) V``)."""
+        """Pre-hook on an ``inline`` output projection, input ``[B, P, H·d]`` (the heads' outputs): ``record``
+        accumulates them; ``constant`` adds ``m ⊙ μ`` to the replaced heads' ``rownorm(M ⊙ m mᵀ) V``."""
         outputs = args[0]
         batch, length, width = outputs.shape
         heads = outputs.reshape(batch, length, self.num_heads, width // self.num_heads)  # [B, P, H, d]
@@ -295,8 +286,8 @@ class HeadPatch(nn.Module):
         return outputs.transpose(1, 2).contiguous(), None
 
     def _constant_probs(self, key_mask: torch.Tensor, length: int, dtype: torch.dtype) -> torch.Tensor:
-        """``rownorm(C ⊙ m mᵀ)`` for the constant heads: ``[1, n_const, L, L]`` when every row of the
-        batch has the same mask (computed once and cached for the all-real mask), else ``[B, n_const, L, L]``."""
+        """``rownorm(C ⊙ m mᵀ)``: ``[1, n_const, L, L]`` when all rows share a mask (cached for the all-real one),
+        else ``[B, n_const, L, L]``."""
         constants = self.constant_matrices(length)
         if bool((key_mask == key_mask[:1]).all()):
             full = bool(key_mask[0].all())
@@ -312,15 +303,9 @@ class HeadPatch(nn.Module):
         return masked_rownorm(constants, key_mask).to(dtype)
 
     def _constant_output(self, value: torch.Tensor, key_mask: torch.Tensor, eps: float = 1e-12) -> torch.Tensor:
-        """``rownorm(C ⊙ m mᵀ) @ V`` without forming the ``[B, n, L, L]`` probabilities and without a
-        host synchronisation: ``m_i · (C @ (m ⊙ V))_i / (C @ m)_i``.
-
-        Args:
-            value: ``[B, n_const, L, d]``, the constant heads' values.
-            key_mask: ``[B, L]`` bool, True for real tokens.
-        Returns:
-            ``[B, n_const, L, d]``; pad query rows are 0, as with :func:`masked_rownorm`.
-        """
+        """``rownorm(C ⊙ m mᵀ) @ V`` as ``m_i · (C @ (m ⊙ V))_i / (C @ m)_i`` (no ``[B, n, L, L]`` or host sync):
+        the constant heads' ``value [B, n_const, L, d]`` and ``key_mask [B, L]`` (bool) → ``[B, n_const, L, d]``,
+        pad query rows 0 (as :func:`masked_rownorm`)."""
         length = value.shape[2]
         constants = self.constant_matrices(length)  # [n, L, L]
         m = key_mask.to(torch.float32)[:, None, :, None]  # [B, 1, L, 1]
@@ -332,8 +317,10 @@ class HeadPatch(nn.Module):
     def _attend_constant(self, query, key, value, attention_mask, dropout, scaling):
         batch, num_heads, length, head_dim = value.shape
         key_mask = self._key_mask(batch, length, value.device)
-        if self.constant_heads and not self.dynamic_heads and not (dropout and self.training):  # all constant: no scatter
-            return self._add_stored_outputs(self._constant_output(value, key_mask), key_mask).transpose(1, 2).contiguous(), None
+        if self.constant_heads and not self.dynamic_heads and not (dropout and self.training):  # all constant
+            return self._add_stored_outputs(self._constant_output(value, key_mask), key_mask).transpose(
+                1, 2
+            ).contiguous(), None
         output = value.new_empty(batch, num_heads, length, head_dim)
         if self.dynamic_heads:
             if not self.qk_pruned:
@@ -348,7 +335,9 @@ class HeadPatch(nn.Module):
             )
         if self.constant_heads:
             if dropout and self.training:  # dropout acts on the probabilities: form them
-                probs = F.dropout(self._constant_probs(key_mask, length, value.dtype).expand(batch, -1, -1, -1), p=dropout)
+                probs = F.dropout(
+                    self._constant_probs(key_mask, length, value.dtype).expand(batch, -1, -1, -1), p=dropout
+                )
                 replaced = torch.matmul(probs, value[:, self._const_idx])
             else:
                 replaced = self._constant_output(value[:, self._const_idx], key_mask)

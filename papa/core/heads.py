@@ -1,11 +1,9 @@
 """Head sets and head rankings.
 
-A *ranking* is an ordered list of every ``(layer, head)`` pair exactly once: the first heads are
-made constant first. A *head set* is the first ``k`` of a ranking, or an explicit list.
-
-Counts and fractions: the paper's counts for 144 heads are 0, 72, 126, 135, 144, i.e. the fractions
-0, 1/2, 7/8, 15/16 and 1. :func:`count_for` maps a fraction ``f`` of ``N`` heads to
-``round(f * N)`` with halves rounded up (``floor(f * N + 0.5)``): 72 heads → 0, 36, 63, 68, 72.
+A *ranking* lists every ``(layer, head)`` pair exactly once, the first made constant first; a *head set* is the first
+``k`` of a ranking, or an explicit list. The paper's counts for 144 heads, 0, 72, 126, 135, 144, are the fractions 0,
+1/2, 7/8, 15/16 and 1; :func:`count_for` maps a fraction ``f`` of ``N`` heads to ``floor(f * N + 0.5)`` (halves
+rounded up): 72 heads → 0, 36, 63, 68, 72.
 """
 
 from __future__ import annotations
@@ -43,7 +41,10 @@ def _as_pair(item) -> Head:
             raise TypeError
         return operator.index(values[0]), operator.index(values[1])
     except TypeError:
-        raise PapaError(f"Head {values!r} is not a [layer, head] pair of integers", "Write heads as [layer, head] with integer layer and head.") from None
+        raise PapaError(
+            f"Head {values!r} is not a [layer, head] pair of integers",
+            "Write heads as [layer, head] with integer layer and head.",
+        ) from None
 
 
 def validate_head_set(heads: Iterable[Sequence[int]], num_layers: int, num_heads: int) -> list[Head]:
@@ -64,12 +65,8 @@ def validate_head_set(heads: Iterable[Sequence[int]], num_layers: int, num_heads
 
 
 def count_for(amount: int | float | str | Fraction, total: int) -> int:
-    """Number of constant heads for ``amount``: an int count, or a fraction in ``[0, 1]``.
-
-    Ints (and strings of ints) are counts; floats, :class:`Fraction` s and strings such as
-    ``"7/8"`` or ``"0.5"`` are fractions. ``1`` is a count of one head; write ``1.0`` or ``"all"``
-    for all heads.
-    """
+    """Number of constant heads for ``amount``: ints (and their strings) are counts; floats, :class:`Fraction` s and
+    strings such as ``"7/8"`` or ``"0.5"`` are fractions in ``[0, 1]``. ``1`` is one head; all: ``1.0`` or ``"all"``."""
     if isinstance(amount, str):
         text = amount.strip().lower()
         if text == "all":
@@ -77,7 +74,9 @@ def count_for(amount: int | float | str | Fraction, total: int) -> int:
         try:
             amount = int(text) if text.lstrip("-").isdigit() else Fraction(text)
         except (ValueError, ZeroDivisionError):
-            raise PapaError(f"Cannot read {amount!r} as a head count or fraction", "Use e.g. 36, 0.5, 7/8 or all.") from None
+            raise PapaError(
+                f"Cannot read {amount!r} as a head count or fraction", "Use e.g. 36, 0.5, 7/8 or all."
+            ) from None
     if isinstance(amount, bool):
         raise PapaError(f"{amount!r} is not a head count", "Use an integer count or a fraction.")
     if isinstance(amount, int):
@@ -86,7 +85,9 @@ def count_for(amount: int | float | str | Fraction, total: int) -> int:
         return amount
     fraction = Fraction(amount).limit_denominator(10_000)
     if not 0 <= fraction <= 1:
-        raise PapaError(f"Head fraction {float(fraction):g} is outside [0, 1]", "Fractions run from 0 (none) to 1 (all).")
+        raise PapaError(
+            f"Head fraction {float(fraction):g} is outside [0, 1]", "Fractions run from 0 (none) to 1 (all)."
+        )
     return int(math.floor(fraction * total + Fraction(1, 2)))
 
 
@@ -104,7 +105,9 @@ def first_k(ranking: Sequence[Head], k: int) -> list[Head]:
 def validate_ranking(ranking: Sequence[Sequence[int]], num_layers: int, num_heads: int) -> list[Head]:
     """A ranking must list every head of the model exactly once."""
     if isinstance(ranking, (str, bytes)) or not isinstance(ranking, Sequence):
-        raise PapaError(f"A ranking is a list of [layer, head] pairs, got {type(ranking).__name__}", "Compute it with `papa rank`.")
+        raise PapaError(
+            f"A ranking is a list of [layer, head] pairs, got {type(ranking).__name__}", "Compute it with `papa rank`."
+        )
     heads = [_as_pair(h) for h in ranking]
     validate_head_set(heads, num_layers, num_heads)  # range and duplicates
     missing = sorted(set(all_heads(num_layers, num_heads)) - set(heads))
@@ -138,17 +141,24 @@ def save_ranking(path: str | Path, ranking: Sequence[Head], meta: dict) -> Path:
     return atomic_write_json(path, {"ranking": [list(h) for h in ranking], "meta": meta})
 
 
-def load_ranking(path: str | Path, num_layers: int | None = None, num_heads: int | None = None) -> tuple[list[Head], dict]:
+def load_ranking(
+    path: str | Path, num_layers: int | None = None, num_heads: int | None = None
+) -> tuple[list[Head], dict]:
     """Read a ranking file (or a plain JSON list, as the official ``sorted_heads.json``) and validate it."""
     import json
 
     path = Path(path)
     remedy = "recompute it with `papa rank`"
-    foreign = f"Check the path: pass a ranking written by papa ({remedy}). Do not delete this file: nothing shows papa wrote it."
+    foreign = (
+        f"Check the path: pass a ranking written by papa ({remedy}). "
+        "Do not delete this file: nothing shows papa wrote it."
+    )
     try:
         text = path.read_text(encoding="utf-8", errors="replace") if path.is_file() else ""
     except OSError as err:
-        raise PapaError(f"Cannot read the ranking {path}: {err.strerror}", "Check the path and the file's permissions.") from None
+        raise PapaError(
+            f"Cannot read the ranking {path}: {err.strerror}", "Check the path and the file's permissions."
+        ) from None
     if text.lstrip().startswith("["):
         try:
             obj = {"ranking": json.loads(path.read_bytes().decode("utf-8")), "meta": {}}

@@ -1,14 +1,12 @@
 """Atomic, verified file writing and reading.
 
 Every artefact papa writes (constants, rankings, results, manifests, notebooks) goes through
-:func:`atomic_write_bytes` / :func:`atomic_write_text` / :func:`atomic_write_json`: the content is
-written to a temporary file in the same folder, flushed and fsynced, then renamed over the target,
-so a reader never sees a half-written file and a killed writer leaves the old file intact.
-JSON artefacts carry a ``sha256`` of their canonical body, checked by :func:`read_json_verified`.
-
-A temporary file is named ``.<target name>.<8 random characters>.tmp`` and has the usual permissions
-(0666 minus the umask) from the moment it exists, so a writer killed mid-write leaves no private
-(0600) file; :func:`remove_stale_temp_files` removes such leftovers (and nothing else).
+:func:`atomic_write_bytes` / :func:`atomic_write_text` / :func:`atomic_write_json`: written to a temporary file in the
+same folder, flushed and fsynced, then renamed over the target, so a reader never sees a half-written file and a
+killed writer leaves the old one intact. JSON artefacts carry a ``sha256`` of their canonical body
+(:func:`read_json_verified` checks it). A temporary file, ``.<target name>.<8 random characters>.tmp``, has the usual
+permissions (0666 minus the umask) from the start, never a private 0600 leftover; :func:`remove_stale_temp_files`
+removes such leftovers (and nothing else).
 """
 
 from __future__ import annotations
@@ -76,8 +74,8 @@ def _make_temp(target: Path, setting: str | None) -> tuple[int, str]:
 
 
 def temporary_file(target: str | os.PathLike, setting: str | None = None) -> Path:
-    """Create an empty temporary file for ``target`` (papa's temp name, umask permissions) and return
-    its path; the caller fills it and renames it over ``target`` (or deletes it)."""
+    """The path of a new empty temporary file for ``target`` (papa's temp name, umask permissions); the caller fills
+    it and renames it over ``target`` (or deletes it)."""
     fd, tmp = _make_temp(Path(target), setting)
     os.close(fd)
     return Path(tmp)
@@ -86,11 +84,9 @@ def temporary_file(target: str | os.PathLike, setting: str | None = None) -> Pat
 def atomic_write_with(path: str | os.PathLike, write, by_path: bool = False, setting: str | None = None) -> Path:
     """Atomically create ``path`` with ``write(handle)`` (or ``write(temporary_path)`` when ``by_path``).
 
-    For large artefacts (cached features of a big training set) ``by_path`` lets a library stream
-    to the temporary file instead of building the whole content in memory first. The file gets the
-    usual permissions (0666 minus the umask), not mkstemp's private 0600, from its creation on.
-    ``setting`` names what chose the folder (``"PAPA_CACHE_DIR"``): the hints of a full or read-only
-    disk then name it, instead of advising another output folder.
+    ``by_path`` lets a library stream a large artefact (cached features) to the temporary file instead of building it
+    in memory. The file has the usual permissions (0666 minus the umask) from its creation on. ``setting`` names what
+    chose the folder (``"PAPA_CACHE_DIR"``), for the hints of a full or read-only disk.
     """
     target = Path(path)
     fd, tmp = _make_temp(target, setting)
@@ -133,22 +129,31 @@ def atomic_write_json(path: str | os.PathLike, obj: dict, checksum: bool = True)
     return atomic_write_text(path, canonical_json(body))
 
 
-def read_json_verified(path: str | os.PathLike, what: str = "file", remedy: str = "write it again with papa", require_checksum: bool = False) -> dict:
+def read_json_verified(
+    path: str | os.PathLike,
+    what: str = "file",
+    remedy: str = "write it again with papa",
+    require_checksum: bool = False,
+) -> dict:
     """Read a JSON object written by :func:`atomic_write_json` and check its ``sha256``.
 
-    ``what`` names the kind of file in messages ("ranking", "manifest"); ``remedy`` says how papa
-    makes a good one ("recompute it with `papa rank`"). A file that is not a JSON object (or, with
-    ``require_checksum``, has no ``sha256``) is reported as not being a papa file, and the hint never
-    advises deleting it: nothing shows papa wrote it.
+    ``what`` names the kind of file ("ranking"); ``remedy`` says how papa makes a good one ("recompute it with
+    `papa rank`"). A non-object (or, with ``require_checksum``, one without ``sha256``) is not a papa file, and the
+    hint never advises deleting it: nothing shows papa wrote it.
     """
     path = Path(path)
     if not path.is_file():
         raise PapaError(f"The {what} {path} does not exist", "Check the path, or create it first.")
-    foreign = f"Check the path: pass a {what} written by papa ({remedy}). Do not delete this file: nothing shows papa wrote it."
+    foreign = (
+        f"Check the path: pass a {what} written by papa ({remedy}). "
+        "Do not delete this file: nothing shows papa wrote it."
+    )
     try:
         obj = json.loads(path.read_text(encoding="utf-8"))
     except OSError as err:
-        raise PapaError(f"Cannot read the {what} {path}: {err.strerror}", "Check the path and the file's permissions.") from None
+        raise PapaError(
+            f"Cannot read the {what} {path}: {err.strerror}", "Check the path and the file's permissions."
+        ) from None
     except (UnicodeDecodeError, json.JSONDecodeError):
         raise CorruptFileError(f"{path} is not a papa {what} file (not valid JSON)", foreign) from None
     if not isinstance(obj, dict):
@@ -157,18 +162,17 @@ def read_json_verified(path: str | os.PathLike, what: str = "file", remedy: str 
     if stored is None and require_checksum:
         raise CorruptFileError(f"{path} is not a papa {what} file (no sha256 checksum)", foreign)
     if stored is not None and stored != sha256_bytes(canonical_json(obj).encode("utf-8")):
-        raise CorruptFileError(f"The {what} {path} fails its checksum", f"It was edited or corrupted after papa wrote it: {remedy} (papa replaces the file).")
+        raise CorruptFileError(
+            f"The {what} {path} fails its checksum",
+            f"It was edited or corrupted after papa wrote it: {remedy} (papa replaces the file).",
+        )
     return obj
 
 
 def remove_stale_temp_files(folder: str | os.PathLike, min_age_s: float = 0.0) -> list[Path]:
-    """Delete the temporary files papa's atomic writers left in ``folder`` and its subfolders (a
-    writer that was killed), and return them sorted.
-
-    Only plain files named like papa's temporaries (:data:`TEMP_NAME`) are touched. ``min_age_s``
-    spares files modified more recently (a writer of another process may still be running: call it
-    with 0 only while holding the lock of every writer of ``folder``).
-    """
+    """Delete (and return, sorted) the temporaries killed atomic writers left in ``folder`` and below: only plain files
+    named like :data:`TEMP_NAME`. ``min_age_s`` spares more recent ones (another process's writer may be running:
+    use 0 only while holding the lock of every writer of ``folder``)."""
     root = Path(folder)
     if not root.is_dir():
         return []
@@ -198,15 +202,21 @@ def _silent_unlink(path: str) -> None:
 
 
 def write_error(target: Path, err: OSError, setting: str | None = None) -> PapaError:
-    """The :class:`PapaError` for an ``OSError`` while writing ``target`` (see :func:`atomic_write_with`'s ``setting``)."""
+    """The :class:`PapaError` for an ``OSError`` writing ``target`` (``setting``: as in :func:`atomic_write_with`)."""
     return _os_error(target, err, setting)
 
 
 def _os_error(target: Path, err: OSError, setting: str | None = None) -> PapaError:
     if err.errno in (errno.ENOSPC, errno.EDQUOT):
-        hint = f"Free disk space there, or set {setting} to a folder on a larger disk." if setting else "Free disk space or choose another output folder."
+        hint = (
+            f"Free disk space there, or set {setting} to a folder on a larger disk."
+            if setting
+            else "Free disk space or choose another output folder."
+        )
         return PapaError(f"No space left to write {target}", hint)
     if err.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
         hint = f"Set {setting} to a writable folder." if setting else "Choose a writable output folder."
         return PapaError(f"Cannot write {target}: the folder is not writable", hint)
-    return PapaError(f"Cannot write {target}: {err.strerror}", f"Check {setting}." if setting else "Check the output path.")
+    return PapaError(
+        f"Cannot write {target}: {err.strerror}", f"Check {setting}." if setting else "Check the output path."
+    )

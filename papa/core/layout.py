@@ -1,21 +1,15 @@
 """Tokenisation at a fixed length ``L`` with the PAPA re-layout (official ``--use_papa_preprocess``).
 
-Constants are indexed by position, so every input is laid out the same way before estimating and
-before applying them:
+Constants are indexed by position, so every input is laid out the same way for estimating and applying them:
 
-* sequence tasks: ``[CLS]`` + segment 1 fill positions ``0 ..`` (cut at ``L/2``); the separator and
-  segment 2 start at ``L/2``; the final ``[SEP]`` is at ``L − 1``; pads in between. A single
-  sentence therefore occupies ``0 .. L/2 − 1`` and ``L − 1``.
+* sequence tasks: ``[CLS]`` + segment 1 fill ``0 ..`` (cut at ``L/2``); the separator and segment 2 start at
+  ``L/2``; the final ``[SEP]`` is at ``L − 1``; pads between (a single sentence: ``0 .. L/2 − 1`` and ``L − 1``).
 * token tasks: the words keep their positions; the ``[SEP]`` is moved to ``L − 1``.
 
-``relayout=False`` gives plain ``padding="max_length", truncation=True`` tokenisation.
-
-Difference from the official code: there ``token_type_ids`` stay where the tokenizer put them
-while the tokens move; here they move with their tokens.
-
-All functions return tensors ``[N, L]``: ``input_ids``, ``attention_mask`` (1 = real),
-``token_type_ids`` when the tokenizer makes them, and for token tasks ``labels`` (``-100`` on every
-piece but a word's first).
+``relayout=False``: plain ``padding="max_length", truncation=True``. Unlike the official code (where
+``token_type_ids`` stay put while the tokens move), token types move with their tokens. All functions return
+``[N, L]`` tensors: ``input_ids``, ``attention_mask`` (1 = real), ``token_type_ids`` when the tokenizer makes them,
+and for token tasks ``labels`` (``-100`` on every piece but a word's first).
 """
 
 from __future__ import annotations
@@ -36,7 +30,10 @@ def check_max_length(max_length: int, model_positions: int | None = None) -> int
     if max_length % 2:
         raise PapaError(f"max_length must be even for the PAPA layout, got {max_length}", "The paper uses 64.")
     if model_positions is not None and max_length > model_positions:
-        raise PapaError(f"max_length {max_length} exceeds the model's {model_positions} positions", f"Use at most {model_positions}.")
+        raise PapaError(
+            f"max_length {max_length} exceeds the model's {model_positions} positions",
+            f"Use at most {model_positions}.",
+        )
     return max_length
 
 
@@ -80,7 +77,13 @@ def encode_sequences(
         ids_out, mask_out, types_out = [], [], []
         types_in = out.get("token_type_ids")
         for n, ids in enumerate(out["input_ids"]):
-            ids_n, mask_n, types_n = _relayout_sequence(ids, None if types_in is None else types_in[n], tokenizer.sep_token_id, tokenizer.pad_token_id, max_length)
+            ids_n, mask_n, types_n = _relayout_sequence(
+                ids,
+                None if types_in is None else types_in[n],
+                tokenizer.sep_token_id,
+                tokenizer.pad_token_id,
+                max_length,
+            )
             ids_out.append(ids_n), mask_out.append(mask_n), types_out.append(types_n)
         out["input_ids"], out["attention_mask"] = ids_out, mask_out
         if types_in is not None:
@@ -97,7 +100,9 @@ def encode_words(
 ) -> dict[str, torch.Tensor]:
     """Tokenise pre-split words; with ``tags`` adds ``labels`` on each word's first piece."""
     check_max_length(max_length)
-    enc = tokenizer([list(w) for w in words], is_split_into_words=True, padding="max_length", truncation=True, max_length=max_length)
+    enc = tokenizer(
+        [list(w) for w in words], is_split_into_words=True, padding="max_length", truncation=True, max_length=max_length
+    )
     input_ids, attention_mask = enc["input_ids"], enc["attention_mask"]
     labels = []
     for n in range(len(input_ids)):

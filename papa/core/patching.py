@@ -2,12 +2,11 @@
 
 The patch itself (what a constant, replaced, gated or recording head computes) is :mod:`papa.core.head_patch`.
 Here: :func:`patch_constant_heads` (a head set replaced by one of :data:`~papa.core.head_patch.REPLACEMENTS`),
-:func:`patch_gates`, :func:`patch_record`, :func:`unpatch`, :func:`prune_qk` (drops the Q/K rows of replaced
-heads) and :func:`load_patched`. Installing stores the padding mask of every forward pass in the model's
-:class:`~papa.core.head_patch.PatchContext` (a forward pre-hook on the base model), switches ``interface``
-architectures to the ``"papa"`` attention function, and gives each self-attention module its
-:class:`~papa.core.head_patch.HeadPatch` (``inline`` ones: wrapped probability dropout, and a pre-hook on the
-output projection where heads' outputs are read or written).
+:func:`patch_gates`, :func:`patch_record`, :func:`unpatch`, :func:`prune_qk` (drops replaced heads' Q/K rows) and
+:func:`load_patched`. Installing keeps every pass's padding mask in the model's
+:class:`~papa.core.head_patch.PatchContext` (a pre-hook on the base model), switches ``interface`` architectures to
+the ``"papa"`` attention function and gives each self-attention module its :class:`~papa.core.head_patch.HeadPatch`
+(``inline`` ones: wrapped probability dropout, and an output-projection pre-hook where heads' outputs are used).
 """
 
 from __future__ import annotations
@@ -51,8 +50,7 @@ def _capture_mask_hook(context: PatchContext, signature: inspect.Signature):
 
 
 def _set_attn_implementation(model: nn.Module, name: str | None) -> None:
-    """Switch the model's attention function through transformers' own API (``papa`` is registered in
-    ``AttentionInterface``, so transformers accepts it like ``sdpa`` or ``eager``)."""
+    """Switch the attention function through transformers' API (``papa`` is registered in ``AttentionInterface``)."""
     model.set_attn_implementation(name or "eager")
 
 
@@ -62,7 +60,9 @@ def _install(model: nn.Module, max_length: int | None) -> PatchContext:
     adapter = get_adapter(model)
     base = getattr(model, "base_model", model)
     context = PatchContext(max_length=max_length)
-    context.hook_handle = base.register_forward_pre_hook(_capture_mask_hook(context, inspect.signature(base.forward)), with_kwargs=True)
+    context.hook_handle = base.register_forward_pre_hook(
+        _capture_mask_hook(context, inspect.signature(base.forward)), with_kwargs=True
+    )
     if adapter.mechanism == "interface":
         context.previous_attn_implementation = model.config._attn_implementation
         _set_attn_implementation(model, ATTN_IMPLEMENTATION)
@@ -82,7 +82,9 @@ def _attach(model: nn.Module, patches: Iterable[HeadPatch]) -> None:
         if adapter.mechanism == "inline":
             setattr(module, adapter.probs_dropout, ProbsHook(getattr(module, adapter.probs_dropout), patch))
             if patch.mode == "record" or patch.output_means is not None:  # heads' outputs are read or written
-                patch.hook_handles.append(context_projections(model)[patch.layer].register_forward_pre_hook(patch.context_pre_hook))
+                patch.hook_handles.append(
+                    context_projections(model)[patch.layer].register_forward_pre_hook(patch.context_pre_hook)
+                )
 
 
 def _check_constants(model: nn.Module, constants: torch.Tensor) -> None:
@@ -90,12 +92,15 @@ def _check_constants(model: nn.Module, constants: torch.Tensor) -> None:
     expected = (config.num_hidden_layers, config.num_attention_heads)
     if constants.dim() != 4 or tuple(constants.shape[:2]) != expected or constants.shape[2] != constants.shape[3]:
         raise ConstantsMismatchError(
-            f"Constants of shape {tuple(constants.shape)} do not fit a model with {expected[0]} layers x {expected[1]} heads (expected [layers, heads, L, L])",
+            f"Constants of shape {tuple(constants.shape)} do not fit a model with "
+            f"{expected[0]} layers x {expected[1]} heads (expected [layers, heads, L, L])",
             "Estimate constants for this model with `papa estimate --model ...`.",
         )
     limit = getattr(config, "max_position_embeddings", None)
     if limit is not None and constants.shape[2] > limit:
-        raise ConstantsMismatchError(f"Constants of length {constants.shape[2]} exceed the model's {limit} positions", "Use a smaller L.")
+        raise ConstantsMismatchError(
+            f"Constants of length {constants.shape[2]} exceed the model's {limit} positions", "Use a smaller L."
+        )
 
 
 def _head_dim(config) -> int:
@@ -104,11 +109,12 @@ def _head_dim(config) -> int:
 
 
 def _check_output_means(model: nn.Module, output_means: torch.Tensor, constants: torch.Tensor) -> None:
-    """``output_means`` must be ``[layers, heads, L, d]`` for ``constants [layers, heads, L, L]`` and the model's head size."""
+    """``output_means`` must be ``[layers, heads, L, d]`` for ``constants [layers, heads, L, L]`` and the model."""
     expected = (*constants.shape[:3], _head_dim(model.config))
     if tuple(output_means.shape) != expected:
         raise ConstantsMismatchError(
-            f"Mean outputs of shape {tuple(output_means.shape)} do not fit these constants and model (expected [layers, heads, L, d] = {list(expected)})",
+            f"Mean outputs of shape {tuple(output_means.shape)} do not fit these constants and model "
+            f"(expected [layers, heads, L, d] = {list(expected)})",
             "Re-run `papa estimate` for this model and task.",
         )
 
@@ -123,7 +129,7 @@ def patch_constant_heads(
 ) -> nn.Module:
     """Replace ``heads`` (``(layer, head)`` pairs), in place; returns ``model``.
 
-    Each replaced head outputs ``rownorm(M ⊙ m mᵀ) V + m ⊙ μ`` with ``M`` and ``μ`` from the replacement's row of
+    Each replaced head outputs ``rownorm(M ⊙ m mᵀ) V + m ⊙ μ``, ``M`` and ``μ`` from the replacement's row of
     :data:`papa.core.head_patch.REPLACEMENT_TABLE`: ``papa`` (default) — ``M`` = its constant, ``μ = 0``;
     ``uniform`` — ``M`` = all ones; ``zero`` — no output; ``mean`` — ``μ`` = its mean output.
 
@@ -138,7 +144,9 @@ def patch_constant_heads(
 
     chosen = get_replacement(replacement, output_means is not None)
     if trainable and chosen.matrix != "constants":
-        raise PapaError(f"Only the 'papa' replacement has trainable constants, not {replacement!r}", "Use trainable=False.")
+        raise PapaError(
+            f"Only the 'papa' replacement has trainable constants, not {replacement!r}", "Use trainable=False."
+        )
     _check_constants(model, constants)
     if chosen.stored_output:
         _check_output_means(model, output_means, constants)
@@ -152,9 +160,25 @@ def patch_constant_heads(
     for layer, layer_heads in sorted(by_layer.items()):
         layer_heads = sorted(layer_heads)
         means = output_means[layer, layer_heads] if chosen.stored_output else None
-        patches.append(HeadPatch(layer, num_heads, "constant", context, chosen.matrices(constants[layer, layer_heads]), layer_heads, trainable, means))
+        patches.append(
+            HeadPatch(
+                layer,
+                num_heads,
+                "constant",
+                context,
+                chosen.matrices(constants[layer, layer_heads]),
+                layer_heads,
+                trainable,
+                means,
+            )
+        )
     _attach(model, patches)
-    context.meta = {"mode": "constant", "constant_heads": [list(h) for h in head_set], "max_length": int(constants.shape[-1]), "replacement": chosen.name}
+    context.meta = {
+        "mode": "constant",
+        "constant_heads": [list(h) for h in head_set],
+        "max_length": int(constants.shape[-1]),
+        "replacement": chosen.name,
+    }
     model.config.papa = dict(context.meta, trainable=trainable)
     return model
 
@@ -171,12 +195,14 @@ def patch_gates(model: nn.Module, constants: torch.Tensor) -> list[nn.Parameter]
 
 
 def patch_record(model: nn.Module, max_length: int | None = None) -> list[HeadPatch]:
-    """Record attention statistics in every layer (see :meth:`HeadPatch.transform_probs`); ``max_length``: the
-    ``L`` of the accumulators, needed when compact passes (:mod:`papa.core.compact`) are recorded."""
+    """Record attention statistics in every layer (:meth:`HeadPatch.transform_probs`); ``max_length``: the
+    accumulators' ``L``, needed to record compact passes (:mod:`papa.core.compact`)."""
     config = model.config
     context = _install(model, None)
     context.record_length = max_length
-    patches = [HeadPatch(layer, config.num_attention_heads, "record", context) for layer in range(config.num_hidden_layers)]
+    patches = [
+        HeadPatch(layer, config.num_attention_heads, "record", context) for layer in range(config.num_hidden_layers)
+    ]
     _attach(model, patches)
     context.meta = {"mode": "record"}
     return patches
@@ -190,9 +216,8 @@ def gate_lambdas(model: nn.Module) -> torch.Tensor:
 def prune_qk(model: nn.Module) -> nn.Module:
     """Drop the Q and K projection rows of constant heads (inference speed-up, reversible by unpatch).
 
-    Only for ``interface`` architectures whose adapter names ``query``/``key`` and for frozen
-    constants. A layer whose heads are all constant keeps one zero head (a ``view(..., -1, d)``
-    of an empty projection would be ambiguous); its scores are never used.
+    Only for ``interface`` architectures whose adapter names ``query``/``key``, and frozen constants. A layer of only
+    constant heads keeps one zero head (``view(..., -1, d)`` of an empty projection is ambiguous), never used.
     """
     context, adapter = _context(model), get_adapter(model)
     if context is None or context.meta.get("mode") != "constant":
@@ -225,7 +250,7 @@ def prune_qk(model: nn.Module) -> nn.Module:
         patch.qk_pruned = True
     context.pruned = True
     if isinstance(getattr(model.config, "papa", None), dict):
-        model.config.papa["qk_pruned"] = True  # save_pretrained now writes pruned Q/K: load_patched needs to know
+        model.config.papa["qk_pruned"] = True  # save_pretrained now writes pruned Q/K (for load_patched)
     return model
 
 
@@ -274,7 +299,9 @@ def _saved_tensors(folder: Path, wanted) -> dict[str, torch.Tensor]:
     """The tensors of a ``save_pretrained`` folder (single or sharded safetensors) whose key satisfies ``wanted``."""
     files = sorted(folder.glob("*.safetensors"))
     if not files:
-        raise PapaError(f"The folder {folder} holds no *.safetensors weights", "Save the patched model with save_pretrained.")
+        raise PapaError(
+            f"The folder {folder} holds no *.safetensors weights", "Save the patched model with save_pretrained."
+        )
     tensors: dict[str, torch.Tensor] = {}
     for file in files:
         try:
@@ -298,13 +325,12 @@ def _saved_key(tensors: dict[str, torch.Tensor], name: str) -> str | None:
 def load_patched(folder: str | Path, device: str | torch.device | None = None) -> nn.Module:
     """Reload a model written by ``save_pretrained`` after :func:`patch_constant_heads`.
 
-    Reads ``config.papa`` (``mode``, ``constant_heads``, ``max_length``, ``trainable``, ``replacement`` —
-    ``papa`` when absent) from the folder's ``config.json``, loads the base encoder with ``AutoModel`` (SDPA;
-    eager for inline architectures) and re-attaches the saved matrices (``<self-attention>.papa_patch.constants``
-    in the safetensors weights; ``mean``: also ``.papa_patch.output_means``) to the same heads. A folder saved from a task model (e.g.
-    ``BertForSequenceClassification``) comes back as its base encoder; one saved after
-    :func:`prune_qk` (``config.papa["qk_pruned"]``) comes back pruned with its saved Q/K rows.
-    Returned in eval mode (``requires_grad`` as ``from_pretrained`` leaves it).
+    Reads ``config.papa`` (``mode``, ``constant_heads``, ``max_length``, ``trainable``, ``replacement`` — ``papa``
+    when absent) from ``config.json``, loads the base encoder with ``AutoModel`` (SDPA; eager for inline
+    architectures) and re-attaches the saved matrices (``<self-attention>.papa_patch.constants``; ``mean``: also
+    ``.papa_patch.output_means``) to the same heads. A task model's folder (e.g. ``BertForSequenceClassification``)
+    comes back as its base encoder; one saved after :func:`prune_qk` (``config.papa["qk_pruned"]``) comes back pruned
+    with its saved Q/K rows. Returned in eval mode (``requires_grad`` as ``from_pretrained`` leaves it).
     """
     from transformers import AutoConfig, AutoModel
     from transformers.utils import logging as hf_logging
@@ -331,15 +357,23 @@ def load_patched(folder: str | Path, device: str | torch.device | None = None) -
     length = meta.get("max_length")
     if not isinstance(length, int) or length < 1:
         raise CorruptFileError(f"{folder}: config.papa.max_length is {length!r}, not a positive integer", redo)
-    replacement = get_replacement(meta.get("replacement", "papa"), has_output_means=True)  # saved before replacements: papa
+    replacement = get_replacement(meta.get("replacement", "papa"), has_output_means=True)  # older saves: papa
     qk_pruned = bool(meta.get("qk_pruned", False)) and adapter.query is not None
     projections = (adapter.query, adapter.key) if qk_pruned else ()
-    saved = _saved_tensors(folder, lambda key: key.endswith((_PATCH_SUFFIX, _MEANS_SUFFIX)) or any(f".{name}." in key for name in projections))
+    saved = _saved_tensors(
+        folder,
+        lambda key: key.endswith((_PATCH_SUFFIX, _MEANS_SUFFIX)) or any(f".{name}." in key for name in projections),
+    )
     previous = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()  # silence the expected load report (UNEXPECTED papa_patch.constants, .output_means)
+    hf_logging.set_verbosity_error()  # silence the expected report (UNEXPECTED papa_patch.constants, .output_means)
     try:
         # Pruned Q/K do not fit the full projections: they are re-initialised here, replaced below.
-        model = AutoModel.from_pretrained(folder, attn_implementation=attn_implementation_for(config), ignore_mismatched_sizes=qk_pruned, **NO_CUSTOM_CODE)
+        model = AutoModel.from_pretrained(
+            folder,
+            attn_implementation=attn_implementation_for(config),
+            ignore_mismatched_sizes=qk_pruned,
+            **NO_CUSTOM_CODE,
+        )
     finally:
         hf_logging.set_verbosity(previous)
     names = {module: name for name, module in model.named_modules()}
@@ -356,14 +390,22 @@ def load_patched(folder: str | Path, device: str | torch.device | None = None) -
         if key is None:
             raise CorruptFileError(f"{folder} lacks the {what} of layer {layer} ({name})", redo)
         if tuple(saved[key].shape) != shape:
-            raise CorruptFileError(f"{folder}: the {what} of layer {layer} have shape {tuple(saved[key].shape)}, config.papa needs {shape}", redo)
+            raise CorruptFileError(
+                f"{folder}: the {what} of layer {layer} have shape {tuple(saved[key].shape)}, "
+                f"config.papa needs {shape}",
+                redo,
+            )
         return saved[key].float()
 
     for layer, layer_heads in by_layer.items():
         layer_heads = sorted(layer_heads)
-        constants[layer, layer_heads] = layer_tensor(layer, _PATCH_SUFFIX, "constants", (len(layer_heads), length, length))
+        constants[layer, layer_heads] = layer_tensor(
+            layer, _PATCH_SUFFIX, "constants", (len(layer_heads), length, length)
+        )
         if output_means is not None:
-            output_means[layer, layer_heads] = layer_tensor(layer, _MEANS_SUFFIX, "mean outputs", (len(layer_heads), *output_means.shape[2:]))
+            output_means[layer, layer_heads] = layer_tensor(
+                layer, _MEANS_SUFFIX, "mean outputs", (len(layer_heads), *output_means.shape[2:])
+            )
     patch_constant_heads(model, constants, heads, bool(meta.get("trainable", False)), replacement.name, output_means)
     if qk_pruned:
         prune_qk(model)
@@ -380,7 +422,9 @@ def load_patched(folder: str | Path, device: str | torch.device | None = None) -
                             continue
                         key = _saved_key(saved, f"{names[module]}.{proj}.{part}")
                         if key is None or saved[key].shape != target.shape:
-                            raise CorruptFileError(f"{folder}: no pruned {proj}.{part} of layer {patch.layer} fits", redo)
+                            raise CorruptFileError(
+                                f"{folder}: no pruned {proj}.{part} of layer {patch.layer} fits", redo
+                            )
                         target.copy_(saved[key])
     model.eval()
     if device is not None:

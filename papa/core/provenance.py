@@ -19,10 +19,14 @@ def git_commit(root: Path | None = None) -> str:
     """The repository's HEAD commit (with ``-dirty`` if modified), or ``"unknown"``."""
     root = root or Path(__file__).resolve().parents[2]
     try:
-        commit = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=root, capture_output=True, text=True, timeout=5)
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short=12", "HEAD"], cwd=root, capture_output=True, text=True, timeout=5
+        )
         if commit.returncode != 0:
             return "unknown"
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "papa"], cwd=root, capture_output=True, text=True, timeout=5)
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--", "papa"], cwd=root, capture_output=True, text=True, timeout=5
+        )
         return commit.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
     except (OSError, subprocess.SubprocessError):
         return "unknown"

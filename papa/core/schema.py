@@ -1,14 +1,9 @@
-"""The one typed schema: grid configs, the parameters of each kind of run, and the result record.
+"""The one typed schema (pydantic v2, strict): grid configs, each kind of run's parameters, the result record.
 
-Every default and every allowed name lives here (pydantic v2, strict): the grid loader
-(:func:`papa.pipeline.plan.load_config`), grid expansion, the ``papa`` command's flags and
-``papa grid schema`` (the JSON Schema editors use) all derive from these models, so no field list
-is copied. A bad value is one :class:`~papa.core.errors.PapaError` naming the key's path in the YAML
-(``studies[2].lr``, ``probe.epochs``) or the flag (``--epochs``), with a hint; see
-:mod:`papa.core.config_files` for reading YAML and wording errors.
-
-Model names and head fractions are checked for form only here (no torch, no hub): whether a model
-loads is found out when it is loaded.
+Every default and allowed name lives here; the grid loader (:func:`papa.pipeline.plan.load_config`), grid expansion,
+the ``papa`` flags and ``papa grid schema`` derive from these models. A bad value is one
+:class:`~papa.core.errors.PapaError` naming its YAML path (``studies[2].lr``) or flag (``--epochs``), with a hint
+(:mod:`papa.core.config_files` words it). Model names and head fractions are checked for form only (no torch, no hub).
 """
 
 from __future__ import annotations
@@ -20,12 +15,11 @@ from typing import Annotated, Any, Literal, get_args, get_type_hints
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, create_model, model_validator
 
-# --- names -----------------------------------------------------------------------------------------------------------
+# --- names ----------------------------------------------------------------------------------------------------------
 Task = Literal["cola", "sst2", "mrpc", "mnli", "ner", "pos"]
 BaseMethod = Literal["gates", "deviation", "random"]
 Mode = Literal["cached", "faithful"]
-#: What replaces a constant head's attention (the patching table of papa.core): PAPA's task-average matrix, uniform
-#: attention over the real tokens, a zero output, or the head's mean output per position.
+#: What replaces a constant head: PAPA's task-average matrix, uniform attention, zero, or its mean output per position.
 Replacement = Literal["papa", "uniform", "zero", "mean"]
 Selection = Literal["final", "heldout"]
 ProbeInput = Literal["all", "embeddings"]
@@ -41,7 +35,7 @@ CHAPTERS: tuple[str, ...] = get_args(Chapter)
 RESERVED_STUDY_NAMES = ("main", "floor")
 MAX_NAME_LENGTH = 40
 
-# --- every default, once ----------------------------------------------------------------------------------------------
+# --- every default, once --------------------------------------------------------------------------------------------
 DEFAULT_MODEL = "minilm-l6"
 PAPER_EPOCHS = 15
 PAPER_LR = 2e-5
@@ -61,14 +55,14 @@ SELECT = "select"
 
 
 class ConfigValueError(ValueError):
-    """A value that fails a check of this module: ``at`` continues the path pydantic reports (e.g. ``(2, "name")``)."""
+    """A failed check of this module; ``at`` continues the path pydantic reports (e.g. ``(2, "name")``)."""
 
     def __init__(self, message: str, hint: str | None = None, at: tuple[str | int, ...] = ()):
         super().__init__(message)
         self.message, self.hint, self.at = message, hint, at
 
 
-# --- value types -----------------------------------------------------------------------------------------------------
+# --- value types ----------------------------------------------------------------------------------------------------
 def _number(value: Any) -> Any:
     """YAML 1.1 reads ``2e-5`` (no dot) as text: accept text that is a number, refuse any other text."""
     if isinstance(value, str):
@@ -95,7 +89,10 @@ def _model_name(value: str) -> str:
     """An embedded name or hub id (``org/name``), or an existing local folder."""
     if _HUB_ID.match(value) and ".." not in value or Path(value).expanduser().is_dir():
         return value
-    raise ConfigValueError(f"Unknown model {value!r} (not a name, hub id or existing folder)", "Use minilm-l6, minilm-l3, mpnet-base, a local model folder or a hub id.")
+    raise ConfigValueError(
+        f"Unknown model {value!r} (not a name, hub id or existing folder)",
+        "Use minilm-l6, minilm-l3, mpnet-base, a local model folder or a hub id.",
+    )
 
 
 def parse_fraction(value: int | float | str) -> Fraction:
@@ -103,9 +100,13 @@ def parse_fraction(value: int | float | str) -> Fraction:
     try:
         fraction = Fraction(str(value).strip())
     except (ValueError, ZeroDivisionError):
-        raise ConfigValueError(f"head fraction {value!r} is not a number", "Write fractions as 0, 1/2, 7/8, 15/16 or 1.") from None
+        raise ConfigValueError(
+            f"head fraction {value!r} is not a number", "Write fractions as 0, 1/2, 7/8, 15/16 or 1."
+        ) from None
     if not 0 <= fraction <= 1:
-        raise ConfigValueError(f"head fraction {value!r} is outside [0, 1]", "Fractions run from 0 (no constant head) to 1 (all heads).")
+        raise ConfigValueError(
+            f"head fraction {value!r} is outside [0, 1]", "Fractions run from 0 (no constant head) to 1 (all heads)."
+        )
     return fraction
 
 
@@ -121,7 +122,10 @@ def _method(value: str) -> str:
     """A head ordering: gates, deviation, random, or ``random-<seed>`` (a seeded random ordering)."""
     if value in METHODS or _RANDOM.match(value):
         return value
-    raise ConfigValueError(f"Unknown ranking method {value!r}", f"Use one of {', '.join(METHODS)}, or random-<seed> (e.g. random-1) for a seeded random ordering.")
+    raise ConfigValueError(
+        f"Unknown ranking method {value!r}",
+        f"Use one of {', '.join(METHODS)}, or random-<seed> (e.g. random-1) for a seeded random ordering.",
+    )
 
 
 def _name(value: str) -> str:
@@ -137,7 +141,9 @@ def _unique(values: list) -> list:
     seen: dict[Any, int] = {}
     for index, value in enumerate(values):
         if value in seen:
-            raise ConfigValueError(f"{value!r} is listed twice (items {seen[value]} and {index})", "List each value once.", at=(index,))
+            raise ConfigValueError(
+                f"{value!r} is listed twice (items {seen[value]} and {index})", "List each value once.", at=(index,)
+            )
         seen[value] = index
     return values
 
@@ -147,7 +153,11 @@ def _unique_fractions(values: list) -> list:
     for index, value in enumerate(values):
         fraction = parse_fraction(value)
         if fraction in seen:
-            raise ConfigValueError(f"head fraction {value!r} is listed twice (items {seen[fraction]} and {index})", "List each fraction once.", at=(index,))
+            raise ConfigValueError(
+                f"head fraction {value!r} is listed twice (items {seen[fraction]} and {index})",
+                "List each fraction once.",
+                at=(index,),
+            )
         seen[fraction] = index
     return values
 
@@ -200,7 +210,9 @@ class RankParams(_Strict):
     constants: str = Field("", description="constants file from `papa estimate` (needed by gates)")
     epochs: Count = Field(PAPER_EPOCHS, description="gates: training epochs")
     lr: Rate = Field(PAPER_LR, description="gates: learning rate of the gates and the probe")
-    max_train_examples: Examples = Field(DEFAULT_TRAIN_EXAMPLES, description="gates: training examples (null: the whole split)")
+    max_train_examples: Examples = Field(
+        DEFAULT_TRAIN_EXAMPLES, description="gates: training examples (null: the whole split)"
+    )
     max_eval_examples: Examples = Field(None, description="gates: evaluation examples (null: the whole split)")
     seed: int = Field(DEFAULT_SEED, description="random seed")
     data_seed: NonNegative = Field(0, description="seed of the training subset")
@@ -217,20 +229,42 @@ class ProbeParams(_Strict):
     constants: str = Field("", description="constants file (needed when k > 0)")
     ranking: str = Field("", description="ranking file (needed when 0 < k < all heads)")
     mode: Mode = Field("cached", description="cached (features once, eval mode) or faithful (live encoder, train mode)")
-    replacement: Replacement = Field("papa", description="what replaces the k heads: papa (the constant), uniform, zero or mean (needs the constants file)")
-    seeds: Annotated[list[int], Field(min_length=1), AfterValidator(_unique)] = Field([DEFAULT_SEED], description="probe seeds, one result file each")
+    replacement: Replacement = Field(
+        "papa",
+        description="what replaces the k heads: papa (the constant), uniform, zero or mean (needs the constants file)",
+    )
+    seeds: Annotated[list[int], Field(min_length=1), AfterValidator(_unique)] = Field(
+        [DEFAULT_SEED], description="probe seeds, one result file each"
+    )
     epochs: Count = Field(PAPER_EPOCHS, description="training epochs (the paper: 15)")
     lr: Rate = Field(PAPER_LR, description="learning rate (the paper: 2e-5); unused when lr_file is set")
     lr_file: str = Field("", description="an lr choice from the select_lr run (its lr replaces lr)")
-    patience: Count | None = Field(None, description="early stopping: epochs without a held-out gain (epochs is then the cap; needs selection heldout)")
-    pool_examples: Examples = Field(None, description="a training pool of this size; each seed draws max_train_examples + heldout_examples from it")
+    patience: Count | None = Field(
+        None,
+        description="early stopping: epochs without a held-out gain (epochs is then the cap; needs selection heldout)",
+    )
+    pool_examples: Examples = Field(
+        None, description="a training pool of this size; each seed draws max_train_examples + heldout_examples from it"
+    )
     heldout_examples: Count | None = Field(None, description="with a pool: held-out training examples each seed draws")
-    dev_every_epoch: bool = Field(True, description="score the dev split after every epoch (false: once, by the reported probe)")
-    eval_chunk_examples: Count | None = Field(None, description="score the dev split this many examples at a time (bounds memory)")
-    probe_input: ProbeInput = Field("all", description="all hidden states, or embeddings only (the attention-free floor)")
-    selection: Selection = Field("final", description="reported epoch: final (the paper) or heldout (best on held-out training examples)")
-    heldout_fraction: Share = Field(DEFAULT_HELDOUT_FRACTION, description="with selection heldout: the share of the training subset held out")
-    max_train_examples: Examples = Field(DEFAULT_TRAIN_EXAMPLES, description="training examples (seeded subset; null: the whole split)")
+    dev_every_epoch: bool = Field(
+        True, description="score the dev split after every epoch (false: once, by the reported probe)"
+    )
+    eval_chunk_examples: Count | None = Field(
+        None, description="score the dev split this many examples at a time (bounds memory)"
+    )
+    probe_input: ProbeInput = Field(
+        "all", description="all hidden states, or embeddings only (the attention-free floor)"
+    )
+    selection: Selection = Field(
+        "final", description="reported epoch: final (the paper) or heldout (best on held-out training examples)"
+    )
+    heldout_fraction: Share = Field(
+        DEFAULT_HELDOUT_FRACTION, description="with selection heldout: the share of the training subset held out"
+    )
+    max_train_examples: Examples = Field(
+        DEFAULT_TRAIN_EXAMPLES, description="training examples (seeded subset; null: the whole split)"
+    )
     max_eval_examples: Examples = Field(None, description="evaluation examples (seeded subset; null: the whole split)")
     data_seed: NonNegative = Field(0, description="seed of the subsets, shared by all probe seeds")
     max_length: MaxLength = Field(PAPER_MAX_LENGTH, description="fixed input length L (8..512)")
@@ -240,16 +274,22 @@ class ProbeParams(_Strict):
 
 
 class SelectLrParams(_Strict):
-    """``notebooks/06_select_lr.md``: the probe's lr for one (model, task), chosen at k = 0 on held-out training examples."""
+    """``notebooks/06_select_lr.md``: one (model, task)'s probe lr, chosen at k = 0 on held-out training examples."""
 
     model: ModelName = Field(DEFAULT_MODEL, description="encoder: embedded name, local folder or hub id")
     task: Task = Field(description="task: cola, sst2, mrpc, mnli, ner or pos")
-    lrs: Annotated[list[Rate], Field(min_length=1), AfterValidator(_unique)] = Field(DEFAULT_LR_GRID, description="the lrs tried")
-    seeds: Annotated[list[int], Field(min_length=1), AfterValidator(_unique)] = Field([LR_SELECTION_SEED], description="probe seeds averaged per lr")
+    lrs: Annotated[list[Rate], Field(min_length=1), AfterValidator(_unique)] = Field(
+        DEFAULT_LR_GRID, description="the lrs tried"
+    )
+    seeds: Annotated[list[int], Field(min_length=1), AfterValidator(_unique)] = Field(
+        [LR_SELECTION_SEED], description="probe seeds averaged per lr"
+    )
     epochs: Count = Field(PAPER_EPOCHS, description="the cap of early stopping while choosing")
     patience: Count = Field(3, description="early stopping: epochs without a held-out gain")
     pool_examples: Count = Field(DEFAULT_TRAIN_EXAMPLES, description="the training pool (as the probes')")
-    max_train_examples: Count = Field(DEFAULT_TRAIN_EXAMPLES, description="training examples each seed draws from the pool")
+    max_train_examples: Count = Field(
+        DEFAULT_TRAIN_EXAMPLES, description="training examples each seed draws from the pool"
+    )
     heldout_examples: Count = Field(100, description="held-out training examples each seed draws (they choose the lr)")
     data_seed: NonNegative = Field(0, description="seed of the pool")
     max_length: MaxLength = Field(PAPER_MAX_LENGTH, description="fixed input length L (8..512)")
@@ -259,7 +299,7 @@ class SelectLrParams(_Strict):
 
 
 class ChapterParams(_Strict):
-    """The chapters: ``notebooks/04_results.md``, ``notebooks/05_controls.md`` and ``notebooks/08_replacements.md``."""
+    """The chapters: ``notebooks/04_results.md``, ``05_controls.md`` and ``08_replacements.md``."""
 
     grid_config: str = Field("configs/default.yaml", description="the grid config whose runs this chapter aggregates")
 
@@ -275,45 +315,78 @@ RUN_PARAMS: dict[str, type[_Strict]] = {
 }
 
 
-# --- the grid config ---------------------------------------------------------------------------------------------------
+# --- the grid config ------------------------------------------------------------------------------------------------
 class EstimateSection(_Strict):
-    max_examples: Count = Field(DEFAULT_CONSTANT_EXAMPLES, description="first N training examples averaged into the constants")
+    max_examples: Count = Field(
+        DEFAULT_CONSTANT_EXAMPLES, description="first N training examples averaged into the constants"
+    )
     batch_size: Count = Field(DEFAULT_BATCH_SIZE, description="encoder batch size")
 
 
 class RankSection(_Strict):
-    methods: _nonempty_unique(Method) = Field(["gates"], description="head orderings to compute: gates, deviation, random")
+    methods: _nonempty_unique(Method) = Field(
+        ["gates"], description="head orderings to compute: gates, deviation, random"
+    )
     epochs: Count = Field(PAPER_EPOCHS, description="gates: epochs of joint gate + probe training")
     lr: Rate = Field(PAPER_LR, description="gates: learning rate")
-    max_train_examples: Examples = Field(DEFAULT_TRAIN_EXAMPLES, description="gates: training examples (null: the whole split)")
-    max_eval_examples: Examples = Field(None, description="gates: evaluation examples (unset: probe.max_eval_examples; null: the whole split)")
+    max_train_examples: Examples = Field(
+        DEFAULT_TRAIN_EXAMPLES, description="gates: training examples (null: the whole split)"
+    )
+    max_eval_examples: Examples = Field(
+        None, description="gates: evaluation examples (unset: probe.max_eval_examples; null: the whole split)"
+    )
     seed: int = Field(DEFAULT_SEED, description="gates: random seed")
 
 
 class _ProbeSettings(_Strict):
-    fractions: Fractions = Field(DEFAULT_FRACTIONS, description="shares of all heads made constant: 0, 1/2, 7/8, 15/16, 1")
+    fractions: Fractions = Field(
+        DEFAULT_FRACTIONS, description="shares of all heads made constant: 0, 1/2, 7/8, 15/16, 1"
+    )
     seeds: _nonempty_unique(int) = Field([DEFAULT_SEED], description="probe seeds")
-    single_seed_fractions: Annotated[list[HeadFraction], AfterValidator(_unique_fractions)] = Field([], description="fractions run with the first seed only")
+    single_seed_fractions: Annotated[list[HeadFraction], AfterValidator(_unique_fractions)] = Field(
+        [], description="fractions run with the first seed only"
+    )
     modes: _nonempty_unique(Mode) = Field(["cached"], description="cached and/or faithful")
-    replacements: _nonempty_unique(Replacement) = Field(["papa"], description="what replaces the constant heads: papa, uniform, zero, mean")
+    replacements: _nonempty_unique(Replacement) = Field(
+        ["papa"], description="what replaces the constant heads: papa, uniform, zero, mean"
+    )
     epochs: Count = Field(PAPER_EPOCHS, description="probe training epochs (the paper: 15)")
-    lr: Rate | Literal["select"] = Field(PAPER_LR, description="probe learning rate (the paper: 2e-5), or select: chosen per model and task by lr_selection")
-    max_train_examples: Examples = Field(DEFAULT_TRAIN_EXAMPLES, description="training examples (null: the whole split); with a pool, what each seed draws")
-    max_eval_examples: PerTaskExamples = Field(None, description="evaluation examples (null: the whole split), or a mapping per task")
+    lr: Rate | Literal["select"] = Field(
+        PAPER_LR,
+        description="probe learning rate (the paper: 2e-5), or select: chosen per model and task by lr_selection",
+    )
+    max_train_examples: Examples = Field(
+        DEFAULT_TRAIN_EXAMPLES,
+        description="training examples (null: the whole split); with a pool, what each seed draws",
+    )
+    max_eval_examples: PerTaskExamples = Field(
+        None, description="evaluation examples (null: the whole split), or a mapping per task"
+    )
     methods: _nonempty_unique(Method) | None = Field(None, description="orderings probed (unset: rank.methods)")
     selection: Selection = Field("final", description="reported epoch: final or heldout")
-    heldout_fraction: Share = Field(DEFAULT_HELDOUT_FRACTION, description="with selection heldout: share of the training subset held out")
-    patience: Count | None = Field(None, description="early stopping on held-out training examples (epochs is then the cap)")
-    pool_examples: Examples = Field(None, description="a training pool of this size, features extracted once; each seed draws its own examples")
+    heldout_fraction: Share = Field(
+        DEFAULT_HELDOUT_FRACTION, description="with selection heldout: share of the training subset held out"
+    )
+    patience: Count | None = Field(
+        None, description="early stopping on held-out training examples (epochs is then the cap)"
+    )
+    pool_examples: Examples = Field(
+        None, description="a training pool of this size, features extracted once; each seed draws its own examples"
+    )
     heldout_examples: Count | None = Field(None, description="with a pool: held-out training examples each seed draws")
-    dev_every_epoch: bool = Field(True, description="score the dev split after every epoch (false: once, by the reported probe)")
+    dev_every_epoch: bool = Field(
+        True, description="score the dev split after every epoch (false: once, by the reported probe)"
+    )
     eval_chunk_examples: Count | None = Field(None, description="score the dev split this many examples at a time")
 
 
 def _overrides(section: type[BaseModel]) -> dict[str, Any]:
     """Every field of ``section`` as an optional override: unset inherits the section's value."""
     hints = get_type_hints(section, include_extras=True)
-    return {name: (hints[name], Field(None, description=f"{field.description} (unset: the probe section's)")) for name, field in section.model_fields.items()}
+    return {
+        name: (hints[name], Field(None, description=f"{field.description} (unset: the probe section's)"))
+        for name, field in section.model_fields.items()
+    }
 
 
 #: Settings one model overrides (``probe.per_model``): any probe key but the orderings and fractions.
@@ -321,18 +394,30 @@ ModelSettings = create_model(
     "ModelSettings",
     __base__=_Strict,
     __doc__="Probe settings for one model (e.g. smaller sizes for a slow model); unset keys inherit the probe section.",
-    **{k: v for k, v in _overrides(_ProbeSettings).items() if k not in ("fractions", "methods", "single_seed_fractions")},
+    **{
+        k: v
+        for k, v in _overrides(_ProbeSettings).items()
+        if k not in ("fractions", "methods", "single_seed_fractions")
+    },
 )
 
 
 class ProbeSection(_ProbeSettings):
-    per_model: dict[ModelName, ModelSettings] = Field({}, description="settings one model overrides, e.g. smaller sizes for a slow model")
+    per_model: dict[ModelName, ModelSettings] = Field(
+        {}, description="settings one model overrides, e.g. smaller sizes for a slow model"
+    )
 
 
 class LrSelectionSection(_Strict):
-    lrs: Annotated[list[Rate], Field(min_length=1), AfterValidator(_unique)] = Field(DEFAULT_LR_GRID, description="lrs tried at k = 0 (include the paper's 2e-5)")
-    seeds: _nonempty_unique(int) = Field([LR_SELECTION_SEED], description="probe seeds averaged per lr (best not a probe seed)")
-    epochs: Count | None = Field(None, description="the cap of early stopping while choosing (unset: the model's probe cap)")
+    lrs: Annotated[list[Rate], Field(min_length=1), AfterValidator(_unique)] = Field(
+        DEFAULT_LR_GRID, description="lrs tried at k = 0 (include the paper's 2e-5)"
+    )
+    seeds: _nonempty_unique(int) = Field(
+        [LR_SELECTION_SEED], description="probe seeds averaged per lr (best not a probe seed)"
+    )
+    epochs: Count | None = Field(
+        None, description="the cap of early stopping while choosing (unset: the model's probe cap)"
+    )
 
 
 class FloorsSection(_Strict):
@@ -349,22 +434,38 @@ class _StudyBase(_Strict):
     @model_validator(mode="after")
     def _not_reserved(self):
         if self.name in RESERVED_STUDY_NAMES:
-            raise ConfigValueError(f"the study name {self.name!r} is reserved", f"Rename the study: {', '.join(RESERVED_STUDY_NAMES)} are the grid's own.", at=("name",))
+            raise ConfigValueError(
+                f"the study name {self.name!r} is reserved",
+                f"Rename the study: {', '.join(RESERVED_STUDY_NAMES)} are the grid's own.",
+                at=("name",),
+            )
         return self
 
 
 #: One extra study: any probe-section key overrides the probe section; unset keys inherit it.
-Study = create_model("Study", __base__=_StudyBase, __doc__="An extra set of probe runs with its own settings.", **_overrides(_ProbeSettings))
+Study = create_model(
+    "Study",
+    __base__=_StudyBase,
+    __doc__="An extra set of probe runs with its own settings.",
+    **_overrides(_ProbeSettings),
+)
 
 
 class GridConfig(_Strict):
     """A grid: models × tasks × head fractions × seeds × modes, plus studies (``configs/*.yaml``)."""
 
-    model_config = ConfigDict(extra="forbid", strict=True, title="papa grid config", json_schema_extra={"$comment": "written by `papa grid schema`"})
+    model_config = ConfigDict(
+        extra="forbid",
+        strict=True,
+        title="papa grid config",
+        json_schema_extra={"$comment": "written by `papa grid schema`"},
+    )
 
     name: Name = Field(description="names book/runs/<name>/ (a-z, 0-9, -, _)")
     description: str = Field("", description="what this grid is for")
-    models: _nonempty_unique(ModelName) = Field(description="embedded names (minilm-l6, minilm-l3, mpnet-base), local folders or hub ids")
+    models: _nonempty_unique(ModelName) = Field(
+        description="embedded names (minilm-l6, minilm-l3, mpnet-base), local folders or hub ids"
+    )
     tasks: _nonempty_unique(Task) = Field(description="cola, sst2, mrpc, mnli, ner, pos")
     max_length: MaxLength = Field(PAPER_MAX_LENGTH, description="fixed input length L (8..512)")
     relayout: bool = Field(True, description="PAPA layout")
@@ -372,7 +473,9 @@ class GridConfig(_Strict):
     device: Device = Field("auto", description="auto, cpu, cuda, cuda:N or mps")
     estimate: EstimateSection = Field(default_factory=EstimateSection)
     rank: RankSection = Field(default_factory=RankSection)
-    lr_selection: LrSelectionSection = Field(default_factory=LrSelectionSection, description="how lr: select chooses the probe's lr")
+    lr_selection: LrSelectionSection = Field(
+        default_factory=LrSelectionSection, description="how lr: select chooses the probe's lr"
+    )
     probe: ProbeSection
     floors: FloorsSection = Field(default_factory=FloorsSection)
     studies: list[Study] = Field([], description="extra probe runs with their own settings")
@@ -380,40 +483,61 @@ class GridConfig(_Strict):
     @model_validator(mode="after")
     def _consistent(self):
         if all(parse_fraction(f) == 0 for f in self.probe.fractions):
-            raise ConfigValueError("fractions [0] alone leave nothing to compare", "Add 1 (all heads constant) or 1/2, e.g. fractions: [0, 1/2, 1].", at=("probe", "fractions"))
+            raise ConfigValueError(
+                "fractions [0] alone leave nothing to compare",
+                "Add 1 (all heads constant) or 1/2, e.g. fractions: [0, 1/2, 1].",
+                at=("probe", "fractions"),
+            )
         names: dict[str, int] = {}
         for index, study in enumerate(self.studies):
             if study.name in names:
                 raise ConfigValueError(
-                    f"the study name {study.name!r} is used twice (studies {names[study.name]} and {index})", "Give each study its own name.", at=("studies", index, "name")
+                    f"the study name {study.name!r} is used twice (studies {names[study.name]} and {index})",
+                    "Give each study its own name.",
+                    at=("studies", index, "name"),
                 )
             names[study.name] = index
             for key, allowed in (("models", self.models), ("tasks", self.tasks)):
                 for position, value in enumerate(getattr(study, key) or []):
                     if value not in allowed:
                         raise ConfigValueError(
-                            f"{value!r} is not one of the grid's {key}", f"Add it to the top-level {key}, or use one of {', '.join(allowed)}.", at=("studies", index, key, position)
+                            f"{value!r} is not one of the grid's {key}",
+                            f"Add it to the top-level {key}, or use one of {', '.join(allowed)}.",
+                            at=("studies", index, key, position),
                         )
         if "max_eval_examples" not in self.rank.model_fields_set:
             evaluation = self.probe.max_eval_examples
             self.rank.max_eval_examples = evaluation if not isinstance(evaluation, dict) else None
         for model in self.probe.per_model:
             if model not in self.models:
-                raise ConfigValueError(f"{model!r} is not one of the grid's models", f"Use one of {', '.join(self.models)}.", at=("probe", "per_model"))
+                raise ConfigValueError(
+                    f"{model!r} is not one of the grid's models",
+                    f"Use one of {', '.join(self.models)}.",
+                    at=("probe", "per_model"),
+                )
         checks = [(("probe",), study_settings(self))]
         checks += [(("probe", "per_model", model), study_settings(self, None, model)) for model in self.probe.per_model]
-        checks += [(("studies", i), study_settings(self, s, model)) for i, s in enumerate(self.studies) for model in (s.models or self.models)]
+        checks += [
+            (("studies", i), study_settings(self, s, model))
+            for i, s in enumerate(self.studies)
+            for model in (s.models or self.models)
+        ]
         for where, settings in checks:
             _check_protocol(settings, where)
         return self
 
 
 def _check_protocol(settings: dict[str, Any], at: tuple) -> None:
-    """The early-stopping protocol's keys go together: early stopping and lr: select choose on held-out
-    training examples; a pool needs what each seed draws from it."""
+    """The protocol's keys go together: patience and lr: select choose on held-out examples, a pool needs draws."""
     if (settings["patience"] is not None or settings["lr"] == SELECT) and settings["selection"] != "heldout":
-        raise ConfigValueError("patience and lr: select choose on held-out training examples", "Set selection: heldout.", at=(*at, "selection"))
-    if settings["pool_examples"] is not None and (settings["heldout_examples"] is None or settings["max_train_examples"] is None):
+        raise ConfigValueError(
+            "patience and lr: select choose on held-out training examples",
+            "Set selection: heldout.",
+            at=(*at, "selection"),
+        )
+    if settings["pool_examples"] is not None and (
+        settings["heldout_examples"] is None or settings["max_train_examples"] is None
+    ):
         raise ConfigValueError(
             "a training pool needs max_train_examples and heldout_examples (what each seed draws)",
             "Set e.g. max_train_examples: 2000 and heldout_examples: 200.",
@@ -421,17 +545,20 @@ def _check_protocol(settings: dict[str, Any], at: tuple) -> None:
         )
     if settings["lr"] == SELECT and (settings["pool_examples"] is None or settings["patience"] is None):
         raise ConfigValueError(
-            "lr: select needs a training pool and patience (the lr is chosen as the probes train)", "Set pool_examples, heldout_examples and patience.", at=(*at, "lr")
+            "lr: select needs a training pool and patience (the lr is chosen as the probes train)",
+            "Set pool_examples, heldout_examples and patience.",
+            at=(*at, "lr"),
         )
     if settings["eval_chunk_examples"] is not None and settings["dev_every_epoch"]:
         raise ConfigValueError(
-            "eval_chunk_examples scores the dev split once, in chunks", "Set dev_every_epoch: false, or drop eval_chunk_examples.", at=(*at, "eval_chunk_examples")
+            "eval_chunk_examples scores the dev split once, in chunks",
+            "Set dev_every_epoch: false, or drop eval_chunk_examples.",
+            at=(*at, "eval_chunk_examples"),
         )
 
 
 def study_settings(grid: GridConfig, study: BaseModel | None = None, model: str | None = None) -> dict[str, Any]:
-    """Effective probe settings: the probe section, then ``probe.per_model[model]``, then the keys ``study``
-    sets itself (a study's own value wins over a model's)."""
+    """Effective probe settings: the probe section, updated by ``probe.per_model[model]``, then by ``study``'s keys."""
     settings = grid.probe.model_dump(exclude={"per_model"})
     if model is not None and model in grid.probe.per_model:
         settings.update(grid.probe.per_model[model].model_dump(exclude_unset=True))
@@ -440,7 +567,7 @@ def study_settings(grid: GridConfig, study: BaseModel | None = None, model: str 
     return settings
 
 
-# --- the result record (papa.probing.experiment.run_probe → save_result) ------------------------------------------------
+# --- the result record (papa.probing.experiment.run_probe → save_result) --------------------------------------------
 class ResultConfig(BaseModel):
     """What produced a result: the model, task, heads and probe settings."""
 
@@ -486,7 +613,7 @@ class DataRecord(BaseModel):
 
 
 class ResultRecord(BaseModel):
-    """One probe result JSON (``save_result``); ``epochs`` holds one record per epoch (``epoch``, ``train_loss``, metrics)."""
+    """One probe result JSON (``save_result``); ``epochs``: per epoch ``epoch``, ``train_loss`` and metrics."""
 
     model_config = ConfigDict(extra="allow")
 
@@ -500,9 +627,9 @@ class ResultRecord(BaseModel):
     floors: dict[str, Any]
     heads: list[list[int]]
     feature_cache_hits: dict[str, Any] = {}
-    feature_cache_keys: list[str] = []  # the cache entries the run read or wrote (papa.probing.protocol.release_private_features)
+    feature_cache_keys: list[str] = []  # cache entries read or written (protocol.release_private_features)
     timings: dict[str, float]
     data: DataRecord
     provenance: dict[str, Any]
-    dev: dict[str, Any] | None = None  # per-example predictions and labels (paired bootstrap), lists of ints
-    convergence: dict[str, Any] | None = None  # held-out curve, best epoch, converged (early-stopped runs)
+    dev: dict[str, Any] | None = None  # per-example predictions and labels (paired bootstrap)
+    convergence: dict[str, Any] | None = None  # held-out curve, best epoch, converged (early stopping)

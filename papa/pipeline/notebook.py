@@ -1,12 +1,10 @@
 """What a notebook's kernel needs: strict parameters (and reading a notebook's source).
 
-papermill only *warns* about a parameter the notebook does not declare and injects it anyway.
-Each notebook's ``parameters`` cell holds annotated literals (``task: str = "sst2"  # ...``), so
-the kernel's ``__annotations__`` lists exactly the declared names; :func:`parameters` (called in
-the next cell) turns an undeclared or mistyped injected parameter into an error.
-
-This module is imported by every run notebook, so a run's key follows it (:mod:`papa.pipeline.sources`):
-it stays small. What happens to a notebook *after* it ran (its title, cleaning) is :mod:`papa.pipeline.executed`.
+papermill only *warns* about an undeclared parameter and injects it anyway. Each notebook's ``parameters`` cell holds
+annotated literals (``task: str = "sst2"  # ...``), so the kernel's ``__annotations__`` lists the declared names;
+:func:`parameters` (called in the next cell) turns an undeclared or mistyped injected parameter into an error. Every
+run notebook imports this module, so a run's key follows it (:mod:`papa.pipeline.sources`): it stays small. What
+happens *after* a run (its title, cleaning) is :mod:`papa.pipeline.executed`.
 """
 
 from __future__ import annotations
@@ -23,19 +21,19 @@ _TYPES = {"str": str, "int": int, "float": (int, float), "bool": bool, "list": l
 
 
 def parameters(namespace: dict[str, Any], kind: str | None = None) -> dict[str, Any]:
-    """The declared parameters and their values; raises :class:`PapaError` for unknown or mistyped ones.
-
-    With ``kind`` (``"estimate"``, ``"rank"``, ``"select_lr"``, ``"probe"``, ``"results"``, ``"controls"``)
-    the values are checked against that kind's params model of :mod:`papa.core.schema` (types, ranges,
-    names), so a notebook accepts exactly what a grid may pass it. The cell's annotations are for
-    papermill and for people: ``"Optional[int]"`` (quoted, so the kernel never evaluates it) declares a
-    parameter that may be None."""
+    """The declared parameters and their values; a :class:`PapaError` for unknown or mistyped ones. With ``kind``
+    (``"estimate"``, ``"rank"``, ``"select_lr"``, ``"probe"``, ...) they are checked against its params model of
+    :mod:`papa.core.schema`, so a notebook accepts exactly what a grid may pass. The annotations are for papermill
+    and people: ``"Optional[int]"`` (quoted: never evaluated) declares a parameter that may be None."""
     annotations = namespace.get("__annotations__", {})
     declared = {name: annotations[name] for name in annotations}
     unknown = sorted(
         name
         for name, value in namespace.items()
-        if not name.startswith("_") and name not in declared and name not in _KERNEL_NAMES and not isinstance(value, (types.ModuleType, types.FunctionType, type))
+        if not name.startswith("_")
+        and name not in declared
+        and name not in _KERNEL_NAMES
+        and not isinstance(value, (types.ModuleType, types.FunctionType, type))
     )
     if unknown:
         raise PapaError(
@@ -55,8 +53,14 @@ def parameters(namespace: dict[str, Any], kind: str | None = None) -> dict[str, 
         optional = "None" in str(annotation) or text.startswith("Optional[")
         type_name = text.removeprefix("Optional[").split("[")[0].split("|")[0].strip(" ]")
         expected = _TYPES.get(type_name)
-        if expected and not (isinstance(value, expected) or (optional and value is None)) or (expected is int and isinstance(value, bool)):
-            raise PapaError(f"Notebook parameter {name}={value!r} is not of type {annotation}", "Pass a value of the declared type.")
+        if (
+            expected
+            and not (isinstance(value, expected) or (optional and value is None))
+            or (expected is int and isinstance(value, bool))
+        ):
+            raise PapaError(
+                f"Notebook parameter {name}={value!r} is not of type {annotation}", "Pass a value of the declared type."
+            )
     return values
 
 
@@ -76,8 +80,7 @@ def notebook_parameters(path: str | Path) -> dict[str, dict]:
 
 
 def read_source(path: str | Path):
-    """A source notebook of ``notebooks/`` (MyST Markdown paired by jupytext, or ``.ipynb``) as an
-    :class:`nbformat.NotebookNode`, cell ids included."""
+    """A source notebook (MyST Markdown paired by jupytext, or ``.ipynb``) as a ``NotebookNode``, with cell ids."""
     import jupytext
 
     path = Path(path)

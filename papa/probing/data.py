@@ -1,11 +1,9 @@
 """The six PAPA tasks and how to load them.
 
-:data:`TASKS` describes each task (columns, label column, main metric). :func:`load_task_split`
-returns a :class:`datasets.Dataset` with the same columns and label ids as the Hugging Face hub,
-read either from the hub or from a local folder laid out as ``TASK/SPLIT.jsonl`` plus
-``TASK/labels.json`` (the folder is chosen by the ``data_dir`` argument, else the environment
-variable ``PAPA_DATA_DIR``). Local files are validated line by line, so a mistake is reported with
-its file and line number. Nothing is cached on disk.
+:data:`TASKS` describes each task (columns, label column, main metric). :func:`load_task_split` returns a
+:class:`datasets.Dataset` with the hub's columns and label ids, read from the Hugging Face hub or from a local folder
+(``data_dir``, else ``PAPA_DATA_DIR``) laid out as ``TASK/SPLIT.jsonl`` plus ``TASK/labels.json``. Local files are
+validated line by line, so a mistake is reported with its file and line number. Nothing is cached on disk.
 """
 
 from __future__ import annotations
@@ -22,17 +20,16 @@ import datasets
 from papa.core.errors import DataError, PapaError
 
 DATA_DIR_ENV = "PAPA_DATA_DIR"
-_LAYOUT_HINT = f"Set {DATA_DIR_ENV} (or pass data_dir) to a folder laid out as TASK/SPLIT.jsonl with TASK/labels.json, e.g. sst2/validation.jsonl and sst2/labels.json."
+_LAYOUT_HINT = (
+    f"Set {DATA_DIR_ENV} (or pass data_dir) to a folder laid out as TASK/SPLIT.jsonl with TASK/labels.json, "
+    "e.g. sst2/validation.jsonl and sst2/labels.json."
+)
 
 
 @dataclass(frozen=True)
 class TaskSpec:
-    """What papa needs to know about one task.
-
-    ``kind`` is ``"sequence"`` (one label per example) or ``"token"`` (one label per word).
-    ``hub_splits`` maps papa's split names to the hub's where they differ (MNLI has no plain
-    ``validation`` split on the hub; papa's evaluation split is ``validation_matched`` there).
-    """
+    """One task: ``kind`` ``"sequence"`` (a label per example) or ``"token"`` (a label per word); ``hub_splits``:
+    papa's split names → the hub's where they differ (MNLI's ``validation`` is the hub's ``validation_matched``)."""
 
     name: str
     kind: Literal["sequence", "token"]
@@ -63,10 +60,24 @@ class TaskSpec:
 
 
 TASKS: dict[str, TaskSpec] = {
-    "cola": TaskSpec("cola", "sequence", "nyu-mll/glue", "cola", "cola", ("sentence",), "label", "matthews_correlation"),
+    "cola": TaskSpec(
+        "cola", "sequence", "nyu-mll/glue", "cola", "cola", ("sentence",), "label", "matthews_correlation"
+    ),
     "sst2": TaskSpec("sst2", "sequence", "nyu-mll/glue", "sst2", "sst2", ("sentence",), "label", "accuracy"),
-    "mrpc": TaskSpec("mrpc", "sequence", "nyu-mll/glue", "mrpc", "mrpc", ("sentence1", "sentence2"), "label", "combined"),
-    "mnli": TaskSpec("mnli", "sequence", "nyu-mll/glue", "mnli", "mnli", ("premise", "hypothesis"), "label", "accuracy", hub_splits=(("validation", "validation_matched"),)),
+    "mrpc": TaskSpec(
+        "mrpc", "sequence", "nyu-mll/glue", "mrpc", "mrpc", ("sentence1", "sentence2"), "label", "combined"
+    ),
+    "mnli": TaskSpec(
+        "mnli",
+        "sequence",
+        "nyu-mll/glue",
+        "mnli",
+        "mnli",
+        ("premise", "hypothesis"),
+        "label",
+        "accuracy",
+        hub_splits=(("validation", "validation_matched"),),
+    ),
     "ner": TaskSpec("ner", "token", "conll2003", None, "conll2003", ("tokens",), "ner_tags", "f1"),
     "pos": TaskSpec("pos", "token", "conll2003", None, "conll2003", ("tokens",), "pos_tags", "accuracy"),
 }
@@ -91,11 +102,8 @@ def resolve_data_dir(data_dir: str | os.PathLike | None = None) -> Path | None:
 
 
 def load_task_split(task: str | TaskSpec, split: str, data_dir: str | os.PathLike | None = None) -> datasets.Dataset:
-    """Load one split of a task with the hub's columns and ``ClassLabel`` label ids.
-
-    The result holds the task's text columns and its label column only. The source is
-    ``data_dir``, else ``$PAPA_DATA_DIR``, else the Hugging Face hub.
-    """
+    """One split of a task: its text and label columns only, ``ClassLabel`` ids as on the hub; read from
+    ``data_dir``, else ``$PAPA_DATA_DIR``, else the Hugging Face hub."""
     spec = get_task(task)
     root = resolve_data_dir(data_dir)
     if root is not None:
@@ -108,23 +116,29 @@ def label_names(task: str | TaskSpec, dataset: datasets.Dataset) -> list[str]:
     spec = get_task(task)
     feature = dataset.features.get(spec.label_column)
     if feature is None:
-        raise DataError(f"The dataset has no column {spec.label_column!r} for task {spec.name}", "Load it with papa.probing.data.load_task_split.")
+        raise DataError(
+            f"The dataset has no column {spec.label_column!r} for task {spec.name}",
+            "Load it with papa.probing.data.load_task_split.",
+        )
     if spec.is_token_task:
         feature = getattr(feature, "feature", None)
     if not isinstance(feature, datasets.ClassLabel):
-        raise DataError(f"The column {spec.label_column!r} is not a ClassLabel column", "Load the data with papa.probing.data.load_task_split, which casts it.")
+        raise DataError(
+            f"The column {spec.label_column!r} is not a ClassLabel column",
+            "Load the data with papa.probing.data.load_task_split, which casts it.",
+        )
     return list(feature.names)
 
 
 def subset(dataset: datasets.Dataset, n: int | None, seed: int) -> tuple[datasets.Dataset, list[int]]:
-    """A deterministic seeded subset of ``n`` examples, in their original order.
-
-    Returns ``(subset, indices)``; with ``n`` None or ``n >= len(dataset)`` it is the whole
-    dataset. The same ``(len(dataset), n, seed)`` always picks the same indices.
-    """
+    """``(subset, indices)``: ``n`` examples drawn by ``seed``, in their original order (``n`` None or too large: all).
+    The same ``(len(dataset), n, seed)`` always picks the same indices."""
     total = len(dataset)
     if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
-        raise PapaError(f"The subset size must be a positive integer or None, not {n!r}", "Pass a number of examples such as 500, or None for all.")
+        raise PapaError(
+            f"The subset size must be a positive integer or None, not {n!r}",
+            "Pass a number of examples such as 500, or None for all.",
+        )
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise PapaError(f"The subset seed must be an integer, not {seed!r}", "Pass an integer seed such as 0.")
     if n is None or n >= total:
@@ -135,8 +149,6 @@ def subset(dataset: datasets.Dataset, n: int | None, seed: int) -> tuple[dataset
 
 
 # --- hub ---------------------------------------------------------------------------------------
-
-
 def _load_hub(spec: TaskSpec, split: str) -> datasets.Dataset:
     hub_split = spec.hub_split(split)
     try:
@@ -160,8 +172,6 @@ def _load_hub(spec: TaskSpec, split: str) -> datasets.Dataset:
 
 
 # --- local folder ------------------------------------------------------------------------------
-
-
 def _load_local(spec: TaskSpec, split: str, root: Path) -> datasets.Dataset:
     if not root.is_dir():
         raise DataError(f"The data folder {root} does not exist", _LAYOUT_HINT)
@@ -179,9 +189,13 @@ def _load_local(spec: TaskSpec, split: str, root: Path) -> datasets.Dataset:
     columns = _read_jsonl(spec, path, len(names))
     label_feature: Any = datasets.ClassLabel(names=names)
     if spec.is_token_task:
-        features = datasets.Features({"tokens": datasets.Sequence(datasets.Value("string")), spec.label_column: datasets.Sequence(label_feature)})
+        features = datasets.Features(
+            {"tokens": datasets.Sequence(datasets.Value("string")), spec.label_column: datasets.Sequence(label_feature)}
+        )
     else:
-        features = datasets.Features({**{c: datasets.Value("string") for c in spec.text_columns}, spec.label_column: label_feature})
+        features = datasets.Features(
+            {**{c: datasets.Value("string") for c in spec.text_columns}, spec.label_column: label_feature}
+        )
     return datasets.Dataset.from_dict(columns, features=features)
 
 
@@ -208,7 +222,10 @@ class _DuplicateKey(ValueError):
 
 def _read_label_names(spec: TaskSpec, path: Path) -> list[str]:
     if not path.is_file():
-        raise DataError(f"The label file {path} does not exist", f"Add it: a JSON object mapping {spec.label_column!r} to the label names in id order. " + _LAYOUT_HINT)
+        raise DataError(
+            f"The label file {path} does not exist",
+            f"Add it: a JSON object mapping {spec.label_column!r} to the label names in id order. " + _LAYOUT_HINT,
+        )
     try:
         obj = json.loads(path.read_text(encoding="utf-8"), object_pairs_hook=_refuse_duplicate_keys)
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
@@ -218,10 +235,13 @@ def _read_label_names(spec: TaskSpec, path: Path) -> list[str]:
     names = obj.get(spec.label_column) if isinstance(obj, dict) else obj
     if not isinstance(names, list) or not names or not all(isinstance(x, str) for x in names):
         raise DataError(
-            f"The label file {path} has no non-empty list of names under {spec.label_column!r}", f'Write it as {{"{spec.label_column}": ["name0", "name1", ...]}} in id order.'
+            f"The label file {path} has no non-empty list of names under {spec.label_column!r}",
+            f'Write it as {{"{spec.label_column}": ["name0", "name1", ...]}} in id order.',
         )
     if len(set(names)) != len(names):
-        raise DataError(f"The label file {path} repeats a name under {spec.label_column!r}", "Give each label id a distinct name.")
+        raise DataError(
+            f"The label file {path} repeats a name under {spec.label_column!r}", "Give each label id a distinct name."
+        )
     return list(names)
 
 
@@ -254,14 +274,20 @@ def _parse_line(spec: TaskSpec, path: Path, lineno: int, line: str, num_labels: 
     try:
         obj = json.loads(line, object_pairs_hook=_refuse_duplicate_keys)
     except json.JSONDecodeError as err:
-        raise DataError(f"Malformed JSON in {where}: {err.msg} at column {err.colno}", "Fix the line: each line must be one JSON object.") from None
+        raise DataError(
+            f"Malformed JSON in {where}: {err.msg} at column {err.colno}",
+            "Fix the line: each line must be one JSON object.",
+        ) from None
     except _DuplicateKey as err:
         raise DataError(f"{where} gives the key {err.key!r} twice", "Keep one value per key on each line.") from None
     if not isinstance(obj, dict):
         raise DataError(f"{where} is not a JSON object", "Each line must be one JSON object.")
     for column in spec.columns:
         if column not in obj:
-            raise DataError(f"{where} has no column {column!r} (task {spec.name} needs {list(spec.columns)})", "Add the column to every line.")
+            raise DataError(
+                f"{where} has no column {column!r} (task {spec.name} needs {list(spec.columns)})",
+                "Add the column to every line.",
+            )
     label_hint = f"Use label ids 0..{num_labels - 1}, in the order of labels.json."
     if spec.is_token_task:
         tokens, tags = obj["tokens"], obj[spec.label_column]
@@ -270,7 +296,9 @@ def _parse_line(spec: TaskSpec, path: Path, lineno: int, line: str, num_labels: 
         if not isinstance(tags, list) or not all(_is_int(t) for t in tags):
             raise DataError(f"{where}: {spec.label_column!r} must be a list of integer ids", label_hint)
         if len(tags) != len(tokens):
-            raise DataError(f"{where}: {len(tokens)} tokens but {len(tags)} {spec.label_column}", "Give exactly one tag per token.")
+            raise DataError(
+                f"{where}: {len(tokens)} tokens but {len(tags)} {spec.label_column}", "Give exactly one tag per token."
+            )
         bad = [t for t in tags if not 0 <= t < num_labels]
         if bad:
             raise DataError(f"{where}: tag id {bad[0]} is outside the label set of {num_labels} names", label_hint)

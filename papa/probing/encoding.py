@@ -1,11 +1,9 @@
 """A task's examples encoded with the PAPA layout, and a task's constants estimated from them.
 
-What an estimate run executes (``notebooks/01_estimate_constants.md``): kept apart from the probe's training and
-scoring (:mod:`papa.probing.task_inputs`, :mod:`papa.probing.experiment`), so that an edit there never changes the
-constants' run key, and through it the keys of every ranking and probe downstream.
-
-* :func:`encode_split` — a loaded split as ``input_ids``/``attention_mask`` ``[N, L]`` plus ``labels``;
-* :func:`estimate_task_constants` — a task's constant matrices ``[layers, heads, L, L]``.
+What an estimate run executes (``notebooks/01_estimate_constants.md``), apart from the probe's training and scoring
+(:mod:`papa.probing.task_inputs`, :mod:`papa.probing.experiment`), so an edit there never changes the constants' run
+key (nor every key downstream). :func:`encode_split`: a loaded split as ``input_ids``/``attention_mask`` ``[N, L]``
+plus ``labels``; :func:`estimate_task_constants`: a task's constant matrices ``[layers, heads, L, L]``.
 """
 
 from __future__ import annotations

@@ -1,18 +1,14 @@
 """Encoder passes that compute :class:`~papa.probing.features.Features`: every hidden state of the frozen (possibly
 patched) encoder, in eval mode, at the positions the probe reads.
 
-:func:`extract_features` runs *compact* passes where the architecture allows it (:mod:`papa.core.compact`: each
-batch on its real slots only, rows sorted by length, so the encoder's cost follows the real tokens; the states at
-real positions equal the padded pass's) and padded passes otherwise. Rows are assembled window by window in row
-order: the whole set when the features fit ``PAPA_MEMORY_BUDGET_GB`` in RAM, :data:`STREAM_WINDOW` rows at a time
-when they stream to a memory-mapped file (:func:`papa.probing.features.stream_features`).
-
-Shapes (``S = layers + 1`` states, ``H`` hidden size, ``P`` kept positions): sequence tasks ``states [N, S, P, H]``
-at the positions real in some example (a position a row's batch did not compute holds 0: it is pad for that row,
-and the probe masks it); token tasks ``states [T, S, H]`` of the labelled tokens in (example, position) order.
-
-:func:`get_features` gives a task split's features for a head set from the on-disk cache or by extraction
-(:func:`papa.probing.stacked.predict_eval_in_chunks` scores probes on a large dev split chunk by chunk).
+:func:`extract_features` runs *compact* passes where the architecture allows (:mod:`papa.core.compact`: each batch on
+its real slots, rows sorted by length, the cost following the real tokens, real positions' states the padded pass's),
+else padded ones. Rows are assembled window by window in row order: all at once when the features fit
+``PAPA_MEMORY_BUDGET_GB`` in RAM, :data:`STREAM_WINDOW` rows at a time when they stream to a memory-mapped file
+(:func:`papa.probing.features.stream_features`). Shapes: sequence tasks ``states [N, S, P, H]`` at the ``P``
+positions real in some example (0 where a row's batch did not compute: pad for that row, masked); token tasks
+``states [T, S, H]`` of the labelled tokens in (example, position) order. :func:`get_features` gives a split's
+features for a head set from the on-disk cache or by extraction.
 """
 
 from __future__ import annotations
@@ -40,12 +36,11 @@ from papa.probing.features import (
 from papa.probing.task_inputs import TaskInputs
 
 
-def iter_hidden_states(model: torch.nn.Module, encoded: dict[str, torch.Tensor], batch_size: int, device: torch.device) -> Iterator[tuple[slice, torch.Tensor]]:
-    """Yield ``(rows, states [B, S, L, H])`` batch by batch, padded (no gradients; the caller sets the mode).
-
-    Gradients are off only around each forward pass, never across a ``yield``: a consumer that stops
-    early (an error while writing a batch) must not leave the thread with gradients disabled.
-    """
+def iter_hidden_states(
+    model: torch.nn.Module, encoded: dict[str, torch.Tensor], batch_size: int, device: torch.device
+) -> Iterator[tuple[slice, torch.Tensor]]:
+    """Yield ``(rows, states [B, S, L, H])`` batch by batch, padded (the caller sets the mode). Gradients are off
+    only around each pass, never across a ``yield``: a consumer stopping early must not leave them disabled."""
     total = encoded["input_ids"].shape[0]
     inputs = {k: v for k, v in encoded.items() if k != "labels"}
     for start in range(0, total, batch_size):
@@ -59,14 +54,15 @@ def iter_hidden_states(model: torch.nn.Module, encoded: dict[str, torch.Tensor],
 def iter_compact_states(
     model: torch.nn.Module, encoded: dict[str, torch.Tensor], batch_size: int, device: torch.device
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
-    """Yield ``(rows [B], slots [P], states [B, S, P, H])``: compact passes (:mod:`papa.core.compact`) over the
-    rows sorted by length. The states at a row's real slots equal the padded pass's (≤ 1e-5); its pad slots
-    among ``slots`` hold whatever the pass gave them."""
+    """Yield ``(rows [B], slots [P], states [B, S, P, H])``: compact passes (:mod:`papa.core.compact`) over the rows
+    sorted by length; a row's real slots equal the padded pass's (≤ 1e-5), its pad slots hold whatever they got."""
     inputs = {k: v for k, v in encoded.items() if k != "labels"}
     for batch in plan_batches(inputs["attention_mask"], batch_size):
         rows = {k: v[batch.rows].to(device) for k, v in inputs.items()}
         with torch.no_grad():
-            states = torch.stack(compact_forward(model, rows, batch.slots.to(device), output_hidden_states=True).hidden_states, dim=1)
+            states = torch.stack(
+                compact_forward(model, rows, batch.slots.to(device), output_hidden_states=True).hidden_states, dim=1
+            )
         yield batch.rows, batch.slots, states
 
 
@@ -74,7 +70,9 @@ def iter_compact_states(
 STREAM_WINDOW = 512
 
 
-def _passes(model, encoded, batch_size, device, compact: bool) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+def _passes(
+    model, encoded, batch_size, device, compact: bool
+) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
     """:func:`iter_compact_states`, or the padded passes in the same form (``slots``: all ``L``)."""
     if compact:
         yield from iter_compact_states(model, encoded, batch_size, device)
@@ -90,14 +88,18 @@ def _windows(encoded: dict[str, torch.Tensor], window: int) -> Iterator[tuple[in
         yield start, {k: v[start : start + window] for k, v in encoded.items()}
 
 
-def _sequence_states(model, encoded, batch_size, device, positions: torch.Tensor, compact: bool, window: int) -> Iterator[torch.Tensor]:
-    """``states [W, S, P, H]`` (float16) at the kept ``positions [P]``, consecutive windows of rows in row order. A
-    compact pass leaves the kept positions a row's batch does not reach at 0: they are pad for that row (masked)."""
+def _sequence_states(
+    model, encoded, batch_size, device, positions: torch.Tensor, compact: bool, window: int
+) -> Iterator[torch.Tensor]:
+    """``states [W, S, P, H]`` (float16) at the kept ``positions [P]``, per window of rows in row order; 0 where a
+    compact row's batch did not reach (pad for that row, masked)."""
     for _, part in _windows(encoded, window):
         out = None
         for rows, slots, batch in _passes(model, part, batch_size, device, compact):
             if out is None:
-                out = torch.zeros(part["input_ids"].shape[0], batch.shape[1], len(positions), batch.shape[-1], dtype=FEATURE_DTYPE)
+                out = torch.zeros(
+                    part["input_ids"].shape[0], batch.shape[1], len(positions), batch.shape[-1], dtype=FEATURE_DTYPE
+                )
             index = torch.searchsorted(positions, slots).clamp_max(len(positions) - 1)
             kept = positions[index] == slots  # a compact batch's slots are all kept; a padded one's not
             full = torch.zeros(len(rows), *out.shape[1:], dtype=FEATURE_DTYPE)
@@ -106,22 +108,31 @@ def _sequence_states(model, encoded, batch_size, device, positions: torch.Tensor
         yield out
 
 
-def _token_states(model, encoded, batch_size, device, keep: torch.Tensor, compact: bool, window: int) -> Iterator[torch.Tensor]:
-    """``states [T_w, S, H]`` (float16) of the labelled tokens ``keep [N, L]``, consecutive windows of rows, in
-    (row, position) order."""
+def _token_states(
+    model, encoded, batch_size, device, keep: torch.Tensor, compact: bool, window: int
+) -> Iterator[torch.Tensor]:
+    """``states [T_w, S, H]`` (float16) of the labelled tokens ``keep [N, L]``, per window, in (row, position) order."""
     for start, part in _windows(encoded, window):
         labelled = keep[start : start + part["input_ids"].shape[0]]  # [W, L]
         first = torch.cat([torch.zeros(1, dtype=torch.long), labelled.sum(1).cumsum(0)])  # each row's first token
         out = None
         for rows, slots, batch in _passes(model, part, batch_size, device, compact):
             chosen = labelled[rows][:, slots]  # [B, P]
-            tokens = batch.permute(0, 2, 1, 3)[chosen.to(batch.device)].to("cpu", FEATURE_DTYPE)  # [t, S, H], row by row
+            tokens = batch.permute(0, 2, 1, 3)[chosen.to(batch.device)].to("cpu", FEATURE_DTYPE)  # [t, S, H] by row
             if out is None:
                 out = torch.zeros(int(first[-1]), batch.shape[1], batch.shape[-1], dtype=FEATURE_DTYPE)
             counts = chosen.sum(1)
-            target = torch.cat([torch.arange(first[r], first[r] + n) for r, n in zip(rows.tolist(), counts.tolist())]) if len(tokens) else torch.empty(0, dtype=torch.long)
+            target = (
+                torch.cat([torch.arange(first[r], first[r] + n) for r, n in zip(rows.tolist(), counts.tolist())])
+                if len(tokens)
+                else torch.empty(0, dtype=torch.long)
+            )
             out[target] = tokens
-        yield out if out is not None else torch.empty(0, model.config.num_hidden_layers + 1, model.config.hidden_size, dtype=FEATURE_DTYPE)
+        yield (
+            out
+            if out is not None
+            else torch.empty(0, model.config.num_hidden_layers + 1, model.config.hidden_size, dtype=FEATURE_DTYPE)
+        )
 
 
 def extract_features(
@@ -132,13 +143,10 @@ def extract_features(
     device: torch.device | str = "cpu",
     compact: bool = True,
 ) -> Features:
-    """Run the frozen encoder once in eval mode over ``encoded`` and keep its states (float16): in
-    RAM within ``PAPA_MEMORY_BUDGET_GB``, else streamed to a memory-mapped file (same values).
-
-    ``compact`` (where the architecture supports it, :func:`papa.core.compact.supports_compact`): each batch
-    runs on its real slots only, rows sorted by length, so the encoder's cost follows the real tokens; the
-    features at real positions equal the padded pass's (≤ 1e-5 before float16, tested); a position a row's batch
-    did not compute holds 0, and a pad position it did compute holds that pass's value (the probe masks both)."""
+    """Run the frozen encoder once in eval mode over ``encoded``, keeping its states (float16) in RAM within
+    ``PAPA_MEMORY_BUDGET_GB``, else streamed to a memory-mapped file (same values). ``compact`` (where
+    :func:`papa.core.compact.supports_compact`): each batch on its real slots, rows sorted by length; real positions
+    equal the padded pass's (≤ 1e-5 before float16, tested); others hold 0 or the pass's pad value (masked)."""
     device = torch.device(device)
     was_training = model.training
     model.eval()
@@ -154,19 +162,31 @@ def extract_features(
             shape = [total, num_states, len(positions), hidden]
             small = {"labels": labels.clone(), "mask": mask[:, positions].clone(), "positions": positions}
             if feature_bytes(total, num_states, len(positions), hidden, False) > memory_budget_bytes():
-                return stream_features(_sequence_states(model, encoded, batch_size, device, positions, compact, STREAM_WINDOW), small, shape)
+                return stream_features(
+                    _sequence_states(model, encoded, batch_size, device, positions, compact, STREAM_WINDOW),
+                    small,
+                    shape,
+                )
             parts = list(_sequence_states(model, encoded, batch_size, device, positions, compact, max(total, 1)))
-            states = parts[0] if len(parts) == 1 else torch.cat(parts) if parts else torch.empty(shape, dtype=FEATURE_DTYPE)
+            states = (
+                parts[0] if len(parts) == 1 else torch.cat(parts) if parts else torch.empty(shape, dtype=FEATURE_DTYPE)
+            )
             return Features(states, small["labels"], mask=small["mask"], positions=positions)
         keep = labels != IGNORE_INDEX  # [N, L]
         example = torch.arange(total)[:, None].expand(total, length)[keep].clone()
         count = int(keep.sum())
         if count * num_states * hidden * 2 > memory_budget_bytes():
             return stream_features(
-                _token_states(model, encoded, batch_size, device, keep, compact, STREAM_WINDOW), {"labels": labels[keep].clone(), "example": example}, [count, num_states, hidden]
+                _token_states(model, encoded, batch_size, device, keep, compact, STREAM_WINDOW),
+                {"labels": labels[keep].clone(), "example": example},
+                [count, num_states, hidden],
             )
         parts = list(_token_states(model, encoded, batch_size, device, keep, compact, max(total, 1)))
-        return Features(torch.cat(parts) if count else torch.empty(0, num_states, hidden, dtype=FEATURE_DTYPE), labels[keep].clone(), example=example)
+        return Features(
+            torch.cat(parts) if count else torch.empty(0, num_states, hidden, dtype=FEATURE_DTYPE),
+            labels[keep].clone(),
+            example=example,
+        )
     finally:
         model.train(was_training)
 
@@ -183,9 +203,8 @@ def get_features(
     keys: list[str] | None = None,
     replacement: str = "papa",
 ) -> tuple[Features, bool]:
-    """Features of ``split`` ("train"/"eval") with ``heads`` replaced by ``replacement`` (PAPA's constant by default;
-    :data:`papa.core.head_patch.REPLACEMENTS`); returns (features, from_cache). The cache key is appended to ``keys``
-    when given (a run records the entries it used)."""
+    """(features, from_cache) of ``split`` ("train"/"eval") with ``heads`` replaced by ``replacement``
+    (:data:`papa.core.head_patch.REPLACEMENTS`); the cache key is appended to ``keys`` when given (the run's record)."""
     encoded = inputs.train if split == "train" else inputs.eval
     record = inputs.data_record()
     token = inputs.spec.is_token_task
@@ -210,7 +229,9 @@ def get_features(
         if labels.shape == hit.labels.shape:
             return Features(hit.states, labels.clone(), hit.mask, hit.example, hit.positions), True
     if heads:
-        patch_constant_heads(lm.model, constants.constants, heads, replacement=replacement, output_means=constants.output_means)
+        patch_constant_heads(
+            lm.model, constants.constants, heads, replacement=replacement, output_means=constants.output_means
+        )
         prune_qk(lm.model)
     try:
         features = extract_features(lm.model, encoded, inputs.spec.is_token_task, batch_size, device)

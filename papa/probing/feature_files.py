@@ -1,15 +1,12 @@
 """The on-disk form of cached features: safetensors files papa writes and memory-maps itself.
 
-A file is ``[8-byte little-endian header length][JSON header][tensor bytes]`` (the safetensors
-format, readable by ``safetensors.torch.load_file``). papa lays the tensors out by decreasing element
-size (``int64`` first, then ``float16`` states, then ``bool`` masks), so each starts aligned to its
-element size and can be memory-mapped in place: :func:`read_file` maps every tensor (copy-on-write,
-the file is never modified), so features larger than RAM are read batch by batch from the page cache.
-
-The header's ``__metadata__`` holds ``sha256`` (:func:`tensors_sha256`), ``version``, and for a cache
-entry its ``key`` and the ``parts`` the key was hashed from. :class:`StreamedFile` writes a file
-whose largest tensor (the states ``[N, S, P, H]``) arrives batch by batch, sequentially, with header
-space reserved so the key can be added once it is known (:func:`rewrite_metadata`).
+A file is ``[8-byte little-endian header length][JSON header][tensor bytes]`` (safetensors, readable by
+``safetensors.torch.load_file``). Tensors go by decreasing element size (``int64``, ``float16`` states, ``bool``
+masks), each aligned to its element size, so :func:`read_file` memory-maps them in place (copy-on-write, the file is
+never modified) and features larger than RAM are read batch by batch from the page cache. The header's
+``__metadata__`` holds ``sha256`` (:func:`tensors_sha256`), ``version`` and, for a cache entry, its ``key`` and the
+``parts`` it was hashed from. :class:`StreamedFile` writes a file whose states ``[N, S, P, H]`` arrive batch by
+batch, with header space reserved for the key, added once known (:func:`rewrite_metadata`).
 """
 
 from __future__ import annotations
@@ -50,8 +47,10 @@ def _nbytes(dtype: torch.dtype, shape: Iterable[int]) -> int:
     return int(np.prod(list(shape), dtype=np.int64)) * torch.empty(0, dtype=dtype).element_size()
 
 
-def encode_header(specs: dict[str, tuple[torch.dtype, list[int]]], metadata: dict[str, str], reserve: int = 0) -> tuple[bytes, int]:
-    """``(8-byte length + JSON header padded with spaces to a multiple of 8 and at least reserve, data bytes)``."""
+def encode_header(
+    specs: dict[str, tuple[torch.dtype, list[int]]], metadata: dict[str, str], reserve: int = 0
+) -> tuple[bytes, int]:
+    """``(8-byte length + JSON header space-padded to a multiple of 8 and at least reserve, data bytes)``."""
     header: dict = {"__metadata__": metadata}
     offset = 0
     for name in _order(specs):
@@ -70,8 +69,7 @@ def _flat_bytes(tensor: torch.Tensor) -> memoryview:
 
 
 def tensors_sha256(tensors: dict[str, torch.Tensor]) -> str:
-    """sha256 over every tensor's name, dtype, shape and bytes (sorted by name), read in chunks (a
-    memory-mapped tensor is hashed without loading it)."""
+    """sha256 over every tensor's name, dtype, shape and bytes (by name), in chunks (mapped ones are not loaded)."""
     digest = hashlib.sha256()
     for name in sorted(tensors):
         tensor = tensors[name]
@@ -109,7 +107,9 @@ def read_header(path: Path) -> tuple[int, dict]:
     if not isinstance(header, dict) or not isinstance(header.get("__metadata__", {}), dict):
         raise FeatureFileError("malformed header")
     end = 0
-    for name, info in sorted(((n, i) for n, i in header.items() if n != "__metadata__"), key=lambda item: item[1].get("data_offsets", [0])[0]):
+    for name, info in sorted(
+        ((n, i) for n, i in header.items() if n != "__metadata__"), key=lambda item: item[1].get("data_offsets", [0])[0]
+    ):
         if not isinstance(info, dict) or info.get("dtype") not in _BY_NAME:
             raise FeatureFileError(f"tensor {name!r}: unknown dtype")
         shape, offsets = info.get("shape"), info.get("data_offsets")
@@ -142,8 +142,8 @@ def read_file(path: str | os.PathLike) -> tuple[dict[str, str], dict[str, torch.
 
 
 def rewrite_metadata(path: Path, metadata: dict[str, str]) -> None:
-    """Replace the metadata of a feature file in place; the header keeps its length (its padding
-    absorbs the change). Raises :class:`FeatureFileError` when the new header does not fit."""
+    """Replace a feature file's metadata in place, the header keeping its length (its padding absorbs the change);
+    a :class:`FeatureFileError` when it does not fit."""
     length, header = read_header(path)
     header["__metadata__"] = metadata
     encoded = json.dumps(header, separators=(",", ":")).encode()
@@ -157,13 +157,18 @@ def rewrite_metadata(path: Path, metadata: dict[str, str]) -> None:
 
 
 class StreamedFile:
-    """A feature file written sequentially: the small tensors first, then the streamed tensor
-    ``name`` (the one sorting last, e.g. ``states``) arriving in row order, chunk by chunk.
+    """A feature file written sequentially: the small tensors, then the streamed tensor ``name`` (sorting last, e.g.
+    ``states``) in row order, chunk by chunk; the sha256 is computed on the way (:meth:`finish` writes it)."""
 
-    The sha256 is computed as the bytes go out; :meth:`finish` writes it into the header.
-    """
-
-    def __init__(self, path: Path, small: dict[str, torch.Tensor], name: str, dtype: torch.dtype, shape: list[int], metadata: dict[str, str]):
+    def __init__(
+        self,
+        path: Path,
+        small: dict[str, torch.Tensor],
+        name: str,
+        dtype: torch.dtype,
+        shape: list[int],
+        metadata: dict[str, str],
+    ):
         specs = {key: (t.dtype, list(t.shape)) for key, t in small.items()} | {name: (dtype, list(shape))}
         order = _order(specs)
         if sorted(specs)[-1] != name:

@@ -1,32 +1,24 @@
 """Encoder features for probing: every hidden state of the frozen (possibly patched) encoder.
 
-The probe reads all ``layers + 1`` hidden states (the embeddings included). In ``cached`` mode
-they are computed once, in eval mode, and reused by every epoch, seed and run that shares the same
-(model, task, subset, head set, L, layout): :class:`Features` holds them in RAM as float16 and
-:func:`store_cached` / :func:`load_cached` keep them on disk as safetensors.
+The probe reads all ``S = layers + 1`` hidden states (embeddings included). In ``cached`` mode they are computed once,
+in eval mode, and reused by every epoch, seed and run sharing (model, task, subset, head set, L, layout):
+:class:`Features` holds them in RAM as float16, :func:`store_cached` / :func:`load_cached` on disk as safetensors.
 
-Shapes (``S = layers + 1`` states, ``H`` hidden size):
+* sequence tasks: ``states [N, S, P, H]``, ``mask [N, P]``, ``labels [N]``, ``positions [P]``: only the ``P ≤ L``
+  positions real in some example are kept (with the PAPA layout a single sentence never reaches ``L/2 .. L−2``); a
+  pad position adds nothing to the probe, so no result changes and single-sentence tasks cost half;
+* token tasks: only the labelled positions (each word's first piece): ``states [T, S, H]``, ``labels [T]``,
+  ``example [T]`` (each token's example).
 
-* sequence tasks: ``states [N, S, P, H]``, ``mask [N, P]``, ``labels [N]`` and ``positions [P]``: only
-  the ``P ≤ L`` positions that are a real token in at least one example are kept (with the PAPA
-  layout a single sentence never reaches positions ``L/2 .. L−2``); a pad position contributes
-  nothing to the probe, so this changes no result and halves single-sentence tasks' cost;
-* token tasks: only the labelled positions (each word's first piece) are kept:
-  ``states [T, S, H]``, ``labels [T]``, ``example [T]`` (the example each token comes from).
+Memory: ``N·S·P·H·2`` bytes (1000 SST-2 examples on MiniLM-L6: 0.34 GB), ``T·S·H·2`` for token tasks.
+:func:`extract_features` keeps features within ``PAPA_MEMORY_BUDGET_GB`` (default: 60% of physical memory) in RAM;
+larger ones *stream from disk*: written batch by batch to a feature file under ``PAPA_CACHE_DIR`` (once
+:func:`check_disk` found room) and memory-mapped, the same bytes, so the same scores. :func:`store_cached` renames
+that file into the cache; :func:`load_cached` maps an entry above the budget instead of loading it.
 
-Memory: ``N·S·P·H·2`` bytes for sequence tasks (1000 SST-2 examples on MiniLM-L6: 0.34 GB),
-``T·S·H·2`` for token tasks. :func:`extract_features` keeps features within ``PAPA_MEMORY_BUDGET_GB``
-(default: 60% of the machine's physical memory) in RAM. Larger ones *stream from disk*: they are
-written batch by batch to a feature file under ``PAPA_CACHE_DIR`` (after :func:`check_disk` made sure
-the disk has room) and memory-mapped, so the probe reads each batch from the page cache; the values
-are the same bytes as in RAM, so are the scores. :func:`store_cached` then renames that file into the
-cache (no second copy), and :func:`load_cached` maps an entry above the budget instead of loading it.
-
-Every cache entry records its key and the parameters the key was hashed from
-(:func:`cached_features_key`); an entry read under another key is a miss, reported once
-(:class:`FeatureCacheWarning`), deleted and recomputed, like an entry failing its checksum.
-The file layout is in :mod:`papa.probing.feature_files`; the encoder passes that compute features are in
-:mod:`papa.probing.extraction`.
+Every entry records its key and the parameters it was hashed from (:func:`cached_features_key`); one read under
+another key is a miss, reported once (:class:`FeatureCacheWarning`), deleted and recomputed, like a failed checksum.
+File layout: :mod:`papa.probing.feature_files`; the encoder passes: :mod:`papa.probing.extraction`.
 """
 
 from __future__ import annotations
@@ -45,22 +37,30 @@ import torch
 
 from papa.core.errors import PapaError, ResourceBudgetError
 from papa.core.io import atomic_write_with, temporary_file, write_error
-from papa.probing.feature_files import FeatureFileError, StreamedFile, read_file, read_header, rewrite_metadata, tensors_sha256, write_tensors
+from papa.probing.feature_files import (
+    FeatureFileError,
+    StreamedFile,
+    read_file,
+    read_header,
+    rewrite_metadata,
+    tensors_sha256,
+    write_tensors,
+)
 
 FEATURE_DTYPE = torch.float16
 
 
 @dataclass
 class Features:
-    """Cached encoder states (see the module docstring for shapes)."""
+    """Cached encoder states (shapes: module docstring)."""
 
     states: torch.Tensor
     labels: torch.Tensor
     mask: torch.Tensor | None = None  # sequence tasks
     example: torch.Tensor | None = None  # token tasks
     positions: torch.Tensor | None = None  # sequence tasks: the kept positions (real in some example)
-    file: Path | None = field(default=None, compare=False)  # the feature file the tensors are mapped from (None: in RAM)
-    _scratch: weakref.finalize | None = field(default=None, compare=False, repr=False)  # deletes an unstored streamed file
+    file: Path | None = field(default=None, compare=False)  # the feature file mapped (None: in RAM)
+    _scratch: weakref.finalize | None = field(default=None, compare=False, repr=False)  # deletes it unless stored
 
     @property
     def streamed(self) -> bool:
@@ -104,12 +104,15 @@ def memory_budget_bytes() -> int:
         gigabytes = float("nan")
     if not gigabytes > 0 or gigabytes == float("inf"):
         raise PapaError(
-            f"PAPA_MEMORY_BUDGET_GB={text!r} is not a positive number of gigabytes", "Set it to a number such as 8 or 16, or unset it (default: 60% of the physical memory)."
+            f"PAPA_MEMORY_BUDGET_GB={text!r} is not a positive number of gigabytes",
+            "Set it to a number such as 8 or 16, or unset it (default: 60% of the physical memory).",
         )
     return int(gigabytes * 1e9)
 
 
-def feature_bytes(num_examples: int, num_states: int, length: int, hidden: int, token_task: bool, tokens_per_example: float = 16.0) -> int:
+def feature_bytes(
+    num_examples: int, num_states: int, length: int, hidden: int, token_task: bool, tokens_per_example: float = 16.0
+) -> int:
     """Predicted size of a :class:`Features` in bytes (float16)."""
     positions = tokens_per_example if token_task else length
     return int(num_examples * positions * num_states * hidden * 2)
@@ -139,21 +142,24 @@ def _cache_folder() -> Path:
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as err:
-        raise PapaError(f"Cannot create the feature cache {folder}: {err.strerror}", "Set PAPA_CACHE_DIR to a writable folder.") from None
+        raise PapaError(
+            f"Cannot create the feature cache {folder}: {err.strerror}", "Set PAPA_CACHE_DIR to a writable folder."
+        ) from None
     return folder
 
 
 def check_disk(needed: int, what: str) -> Path:
-    """Refuse (with the numbers, naming ``PAPA_CACHE_DIR``) features that would stream to a disk
-    without room for them; returns the feature cache folder (not created here)."""
+    """Refuse (with the numbers) features that would stream to a disk without room; the cache folder (not created)."""
     folder = cache_dir()
     existing = next((p for p in (folder, *folder.parents) if p.is_dir()), Path("/"))
     free = shutil.disk_usage(existing).free
     if needed > free:
         raise ResourceBudgetError(
-            f"{what} would need {needed / 1e9:.2f} GB, above the memory budget of {memory_budget_bytes() / 1e9:.2f} GB, "
+            f"{what} would need {needed / 1e9:.2f} GB, "
+            f"above the memory budget of {memory_budget_bytes() / 1e9:.2f} GB, "
             f"so they stream to disk, but PAPA_CACHE_DIR ({cache_root()}) has only {free / 1e9:.2f} GB free",
-            "Free disk space there, set PAPA_CACHE_DIR to a folder on a larger disk, or lower max_train_examples / max_eval_examples.",
+            "Free disk space there, set PAPA_CACHE_DIR to a folder on a larger disk, "
+            "or lower max_train_examples / max_eval_examples.",
         )
     return folder
 
@@ -167,18 +173,23 @@ def _remove(path: Path) -> None:
 
 
 def _mapped(path: Path, scratch: bool) -> Features:
-    """The features of the feature file ``path``, memory-mapped; a ``scratch`` file is deleted when
-    the returned object is garbage-collected, unless :func:`store_cached` adopted it."""
+    """``path``'s features, memory-mapped; a ``scratch`` file goes with them unless :func:`store_cached` took it."""
     _, tensors = read_file(path)
-    features = Features(tensors["states"], tensors["labels"], tensors.get("mask"), tensors.get("example"), tensors.get("positions"), file=path)
+    features = Features(
+        tensors["states"],
+        tensors["labels"],
+        tensors.get("mask"),
+        tensors.get("example"),
+        tensors.get("positions"),
+        file=path,
+    )
     if scratch:
         features._scratch = weakref.finalize(features, _remove, path)
     return features
 
 
 def stream_features(batches: Iterator[torch.Tensor], small: dict[str, torch.Tensor], shape: list[int]) -> Features:
-    """Write the states arriving in ``batches`` (row order) with ``small`` to a scratch feature file
-    under ``PAPA_CACHE_DIR`` and map it."""
+    """Write ``batches`` of states (row order) and ``small`` to a scratch file under ``PAPA_CACHE_DIR``; map it."""
     needed = int(torch.Size(shape).numel()) * 2
     folder = check_disk(needed, "Caching encoder features")
     path = temporary_file(folder / "streamed.safetensors", setting=_CACHE_SETTING)
@@ -217,10 +228,9 @@ def cached_features_key(**parts) -> FeatureKey:
 
 
 def encoded_sha256(encoded: dict[str, torch.Tensor], with_labels: bool) -> str:
-    """A short hash of the encoded examples a feature set is computed from: ``input_ids``, ``attention_mask``
-    (and ``token_type_ids``) ``[examples, L]``, plus ``labels`` when the cached entry keeps them (sequence tasks:
-    a token task's tags are re-read on load, so NER and POS share one entry). It puts the text and the tokenizer
-    in the key: another data folder or an edited file never reads stale features."""
+    """A short hash of the encoded examples (``input_ids``, ``attention_mask``, ``token_type_ids`` ``[N, L]``; and
+    ``labels`` for sequence tasks: token tags are re-read on load, so NER and POS share an entry). Text and tokenizer
+    are thus in the key: another data folder or an edited file never reads stale features."""
     digest = hashlib.sha256()
     for name in ("input_ids", "attention_mask", "token_type_ids", *(("labels",) if with_labels else ())):
         if name in encoded:
@@ -270,9 +280,8 @@ def _foreign(key: str, metadata: dict[str, str]) -> str | None:
 
 
 def load_cached(key: str) -> Features | None:
-    """The cached features under ``key``, or ``None`` (a miss: recompute) when the entry is absent,
-    corrupt (tensors checked against the stored sha256) or recorded under another key; such an
-    entry is deleted, never read. An entry above ``PAPA_MEMORY_BUDGET_GB`` is memory-mapped."""
+    """The cached features under ``key``, or ``None`` (a miss) when absent, corrupt (sha256) or recorded under another
+    key (then deleted, never read). An entry above ``PAPA_MEMORY_BUDGET_GB`` is memory-mapped."""
     path = cache_dir() / f"{key}.safetensors"
     if not path.is_file():
         return None
@@ -283,7 +292,11 @@ def load_cached(key: str) -> Features | None:
         if "key" not in metadata:
             raise FeatureFileError("an entry from before keys were recorded")
         if (reason := _foreign(key, metadata)) is not None:
-            warnings.warn(f"The feature-cache entry {path.name} does not belong to its name ({reason}): it is recomputed", FeatureCacheWarning, stacklevel=2)
+            warnings.warn(
+                f"The feature-cache entry {path.name} does not belong to its name ({reason}): it is recomputed",
+                FeatureCacheWarning,
+                stacklevel=2,
+            )
             raise FeatureFileError(reason)
         if metadata.get("sha256") != tensors_sha256(tensors):
             raise FeatureFileError("checksum")
@@ -306,8 +319,7 @@ def _remove_if_same(path: Path, identity: int | None) -> None:
 
 
 def store_cached(key: str, features: Features) -> None:
-    """Write the features atomically under ``key`` with a checksum and the key; features streamed
-    to a scratch file are moved into the cache (renamed, not copied)."""
+    """Write ``features`` atomically under ``key``, with a checksum; a streamed scratch file is renamed into place."""
     target = cache_dir() / f"{key}.safetensors"
     scratch = features._scratch
     if scratch is not None and scratch.alive and features.file is not None:
@@ -318,7 +330,9 @@ def store_cached(key: str, features: Features) -> None:
         except OSError as err:
             raise write_error(target, err, _CACHE_SETTING) from None
         except (FeatureFileError, KeyError):
-            raise PapaError(f"The streamed features {features.file} were changed on disk", "Run again: papa recomputes them.") from None
+            raise PapaError(
+                f"The streamed features {features.file} were changed on disk", "Run again: papa recomputes them."
+            ) from None
         scratch.detach()
         features.file = target
         return

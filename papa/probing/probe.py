@@ -1,26 +1,18 @@
 """The frozen-encoder probe (official ``FreezeExtractPoller``) and its training loop.
 
-Sequence tasks (``FreezeExtractPoller``): for each of the ``S = layers + 1`` hidden states a
-position-weight vector ``w_s ∈ R^L`` (initialised to ``1/L``), multiplied by the padding mask
-(not renormalised), pools ``[L, H] → [H]``; the ``S`` pooled vectors are concatenated →
-``Linear(S·H → H)`` → tanh → dropout → ``Linear(H → labels)``.
+Sequence tasks (``FreezeExtractPoller``): for each of the ``S = layers + 1`` hidden states a position-weight vector
+``w_s ∈ R^L`` (initialised to ``1/L``), times the padding mask (not renormalised), pools ``[L, H] → [H]``; the ``S``
+pooled vectors concatenated → ``Linear(S·H → H)`` → tanh → dropout → ``Linear(H → labels)``. Token tasks
+(``FreezeExtractPollerTokenClassification``): a token's ``S`` states concatenated → ``Linear(S·H → H)`` →
+tanh → ``Linear(H → labels)``. ``probe_input="embeddings"`` feeds only the embedding layer's output: the
+*attention-free floor* of the controls.
 
-Token tasks (``FreezeExtractPollerTokenClassification``): a token's ``S`` states concatenated →
-``Linear(S·H → H)`` → tanh → ``Linear(H → labels)``.
-
-``probe_input="embeddings"`` feeds only the embedding layer's output (the input to the first
-attention layer): the *attention-free floor* of the scientific controls.
-
-Training follows the official runs: AdamW (weight decay 0), lr 2e-5, constant schedule, batch 16,
-15 epochs, seed 42, evaluation on the validation split after every epoch; the reported score is the
-final epoch's (the paper's literal setting).
-
-The protocol of the book's main grid (issue 14) instead trains until the score on held-out *training*
-examples stops improving: ``patience`` epochs without a strict improvement stop it, ``epochs`` is the cap;
-the probe of the best held-out epoch (the earliest among ties) is restored and scored once on the dev split.
-:func:`convergence` says whether that run converged: the best held-out epoch lies at least ``patience``
-epochs before the last trained one (always true when it stopped early; false when the cap cut a curve
-that was still rising). :func:`draw_from_pool` gives each seed its own training examples from a pool.
+Training follows the official runs: AdamW (weight decay 0), lr 2e-5, constant schedule, batch 16, 15 epochs, seed 42,
+dev evaluation after every epoch; the final epoch's score is reported (the paper's literal setting). The book's main
+grid (issue 14) instead stops after ``patience`` epochs without a strict gain on held-out *training* examples
+(``epochs`` the cap) and restores the best held-out epoch's probe (earliest among ties), scored once on the dev split.
+:func:`convergence`: whether the best held-out epoch lies ``patience`` epochs before the last one (always when it
+stopped early; not when the cap cut a rising curve). :func:`draw_from_pool` gives each seed its own examples.
 
 Features come from a :class:`FeatureSource`: cached states (:mod:`papa.probing.features`) or the live encoder
 (``faithful`` mode: train mode, dropout active, recomputed for every batch).
@@ -58,10 +50,12 @@ class ProbeConfig:
     dropout: float = 0.1
     probe_input: str = "all"
 
-    patience: int | None = None  # None: train all ``epochs``; else stop after this many epochs without a held-out gain
+    patience: int | None = None  # None: train all ``epochs``; else stop after this many without a held-out gain
 
     def __post_init__(self):
-        if self.patience is not None and (isinstance(self.patience, bool) or not isinstance(self.patience, int) or self.patience < 1):
+        if self.patience is not None and (
+            isinstance(self.patience, bool) or not isinstance(self.patience, int) or self.patience < 1
+        ):
             raise PapaError(f"patience must be a positive integer or null, got {self.patience!r}", "Use e.g. 3.")
         if self.probe_input not in PROBE_INPUTS:
             raise PapaError(f"Unknown probe_input {self.probe_input!r}", f"Use one of {', '.join(PROBE_INPUTS)}.")
@@ -113,8 +107,8 @@ def select_states(states: torch.Tensor, probe_input: str) -> torch.Tensor:
 
 
 def _on_device(features: Features, device: torch.device | str | None) -> Features:
-    """``features`` moved to a CUDA ``device`` when they fit in 80% of its free memory (then batches
-    are gathered there, without a host copy per batch); otherwise, or on the CPU, unchanged."""
+    """``features`` moved to a CUDA ``device`` when they fit in 80% of its free memory (batches then gathered there,
+    no host copy per batch); otherwise, or on the CPU, unchanged."""
     device = torch.device(device) if device is not None else torch.device("cpu")
     if device.type != "cuda":
         return features
@@ -128,9 +122,8 @@ def _on_device(features: Features, device: torch.device | str | None) -> Feature
 
 
 def _in_probe_dtype(features: Features, probe_input: str) -> Features | None:
-    """The states the probe reads (all, or the embeddings only) converted once to float32 — the same values, so
-    the same scores, without a conversion per batch and epoch — when the copy fits ``PAPA_MEMORY_BUDGET_GB``
-    beside the float16 features; ``None`` when it does not or the features stream from disk."""
+    """The states the probe reads, converted once to float32 (same values, no conversion per batch) when the copy
+    fits ``PAPA_MEMORY_BUDGET_GB`` beside the float16 features; ``None`` when not, or when they stream from disk."""
     states = select_states(features.states, probe_input)
     needed = states.numel() * 4 + features.states.numel() * features.states.element_size()
     if features.streamed or states.dtype == torch.float32 or needed > memory_budget_bytes():
@@ -139,11 +132,16 @@ def _in_probe_dtype(features: Features, probe_input: str) -> Features | None:
 
 
 class CachedSource:
-    """Batches from cached :class:`Features`, gathered on ``device`` when the features fit there (a CUDA
-    device), else on the CPU. ``float32``: convert the states the probe reads once (when they fit the memory
-    budget, :func:`_in_probe_dtype`); otherwise float16 → float32 per batch. Same values either way."""
+    """Batches from cached :class:`Features`, gathered on a CUDA ``device`` when they fit there, else on the CPU.
+    ``float32``: convert the read states once (:func:`_in_probe_dtype`), else float16 → float32 per batch."""
 
-    def __init__(self, features: Features, probe_input: str = "all", device: torch.device | str | None = None, float32: bool = False):
+    def __init__(
+        self,
+        features: Features,
+        probe_input: str = "all",
+        device: torch.device | str | None = None,
+        float32: bool = False,
+    ):
         converted = _in_probe_dtype(features, probe_input) if float32 else None
         self.selected = converted is not None  # the states hold only what the probe reads
         features = _on_device(converted if converted is not None else features, device)
@@ -156,8 +154,7 @@ class CachedSource:
             self._starts = torch.cat([torch.zeros(1, dtype=torch.long), counts.cumsum(0)])
 
     def rows(self, examples: torch.Tensor) -> torch.Tensor:
-        """The feature rows ``[M]`` of ``examples``: the examples themselves (sequence tasks) or their labelled
-        tokens in example order (token tasks)."""
+        """The feature rows ``[M]`` of ``examples``: themselves (sequence tasks) or their labelled tokens in order."""
         if not self.features.is_token:
             return examples
         examples = examples.cpu()
@@ -181,7 +178,16 @@ class CachedSource:
 class LiveSource:
     """Batches from the live encoder (``faithful`` mode); ``train_mode`` turns its dropout on."""
 
-    def __init__(self, model: nn.Module, encoded: dict[str, torch.Tensor], token_task: bool, device, train_mode: bool, probe_input: str = "all", grad: bool = False):
+    def __init__(
+        self,
+        model: nn.Module,
+        encoded: dict[str, torch.Tensor],
+        token_task: bool,
+        device,
+        train_mode: bool,
+        probe_input: str = "all",
+        grad: bool = False,
+    ):
         self.model, self.encoded, self.token_task, self.device = model, encoded, token_task, torch.device(device)
         self.train_mode, self.probe_input, self.grad = train_mode, probe_input, grad
         self.num_examples = encoded["input_ids"].shape[0]
@@ -198,7 +204,9 @@ class LiveSource:
         return (select_states(states.permute(0, 2, 1, 3)[keep], self.probe_input),), labels[keep]
 
 
-def build_probe(token_task: bool, num_states: int, length: int, hidden: int, num_labels: int, config: ProbeConfig) -> nn.Module:
+def build_probe(
+    token_task: bool, num_states: int, length: int, hidden: int, num_labels: int, config: ProbeConfig
+) -> nn.Module:
     states = 1 if config.probe_input == "embeddings" else num_states
     if token_task:
         return TokenProbe(states, hidden, num_labels)
@@ -206,9 +214,8 @@ def build_probe(token_task: bool, num_states: int, length: int, hidden: int, num
 
 
 def make_optimizer(params: list[nn.Parameter], config: ProbeConfig) -> torch.optim.Optimizer:
-    """AdamW (weight decay ``config.weight_decay``, constant lr) with PyTorch's fused kernel where every parameter
-    is a float32 CPU or CUDA tensor: one pass over the parameters and their moments per step, the same update
-    rule (to float rounding: ≤ 1e-6 from the per-tensor loop after hundreds of steps, tested)."""
+    """AdamW (``config.weight_decay``, constant lr), fused where every parameter is a float32 CPU or CUDA tensor:
+    the same update (≤ 1e-6 from the per-tensor loop after hundreds of steps, tested)."""
     fused = all(p.dtype == torch.float32 and p.device.type in ("cpu", "cuda") for p in params)
     return torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay, fused=fused or None)
 
@@ -233,7 +240,9 @@ PREDICT_BATCH = 256
 
 
 @torch.no_grad()
-def predict(probe: nn.Module, source: FeatureSource, batch_size: int = PREDICT_BATCH) -> tuple[torch.Tensor, torch.Tensor]:
+def predict(
+    probe: nn.Module, source: FeatureSource, batch_size: int = PREDICT_BATCH
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Predicted and true labels over a whole source (probe in eval mode)."""
     probe.eval()
     preds, labels = [], []
@@ -254,13 +263,11 @@ def train_probe(
     on_epoch: Callable[[dict], None] | None = None,
     heldout: Callable[[nn.Module], dict] | None = None,
 ) -> TrainHistory:
-    """Train ``probe`` (and ``extra_parameters``, e.g. gate λ) on ``train``; evaluate every epoch.
+    """Train ``probe`` (and ``extra_parameters``, e.g. gate λ) on ``train``, scoring it after every epoch.
 
-    ``evaluate`` (the dev split; None: not scored per epoch) and ``heldout`` (training examples kept out of
-    ``train``) score the probe after every epoch; held-out metrics are recorded as ``heldout_<name>`` so that an
-    epoch can be chosen without the dev set (:func:`select_epoch`). With held-out scores the history keeps the
-    probe's state at the best held-out epoch (``best_state``); with ``config.patience`` training stops after
-    that many epochs without a strict held-out improvement.
+    ``evaluate``: the dev split (None: not per epoch); ``heldout``: training examples kept out of ``train``, recorded
+    as ``heldout_<name>`` (:func:`select_epoch` chooses on them). With them the history keeps the best held-out
+    epoch's state (``best_state``); ``config.patience`` stops after that many epochs without a strict gain.
     """
     if config.patience is not None and heldout is None:
         raise PapaError("Early stopping (patience) needs held-out training examples", "Train with selection: heldout.")
@@ -285,12 +292,18 @@ def train_probe(
             batches += 1
         history.seconds_train += time.perf_counter() - started
         started = time.perf_counter()
-        record = {"epoch": epoch, "train_loss": total_loss / max(batches, 1), **(evaluate(probe) if evaluate is not None else {})}
+        record = {
+            "epoch": epoch,
+            "train_loss": total_loss / max(batches, 1),
+            **(evaluate(probe) if evaluate is not None else {}),
+        }
         if heldout is not None:
             record.update({f"heldout_{name}": value for name, value in heldout(probe).items()})
         history.seconds_eval += time.perf_counter() - started
         if not math.isfinite(record["train_loss"]):
-            raise PapaError(f"The probe's training loss became {record['train_loss']} at epoch {epoch}", "Lower the learning rate.")
+            raise PapaError(
+                f"The probe's training loss became {record['train_loss']} at epoch {epoch}", "Lower the learning rate."
+            )
         history.epochs.append(record)
         if on_epoch is not None:
             on_epoch(record)
@@ -298,21 +311,21 @@ def train_probe(
             best = None if history.best_epoch is None else history.epochs[history.best_epoch - 1]["heldout_main"]
             if best is None or record["heldout_main"] > best:
                 history.best_epoch = epoch
-                history.best_state = {name: value.detach().to("cpu", copy=True) for name, value in probe.state_dict().items()}
-            elif config.patience is not None and epoch - history.best_epoch >= config.patience and epoch < config.epochs:
+                history.best_state = {
+                    name: value.detach().to("cpu", copy=True) for name, value in probe.state_dict().items()
+                }
+            elif (
+                config.patience is not None and epoch - history.best_epoch >= config.patience and epoch < config.epochs
+            ):
                 history.stopped_early = True
                 break
     return history
 
 
 def convergence(epochs: list[dict], patience: int, max_epochs: int) -> dict:
-    """Whether a run's held-out curve had stopped rising (see the module docstring).
-
-    ``epochs``: the per-epoch records with ``heldout_main``. Returns ``converged`` (the best held-out epoch is
-    at least ``patience`` epochs before the last trained epoch), ``best_epoch`` (earliest among ties),
-    ``epochs_trained``, ``stopped_early`` (fewer than ``max_epochs`` epochs), ``patience``, ``max_epochs``
-    and the held-out curve ``heldout_curve``.
-    """
+    """Whether a run's held-out curve (``heldout_main`` of each of ``epochs``) had stopped rising (module docstring):
+    ``converged``, ``best_epoch`` (earliest among ties), ``epochs_trained``, ``stopped_early`` (before
+    ``max_epochs``), ``patience``, ``max_epochs`` and ``heldout_curve``."""
     if not epochs or "heldout_main" not in epochs[0]:
         raise PapaError("Convergence needs held-out scores per epoch", "Train with a heldout evaluator.")
     curve = [float(record["heldout_main"]) for record in epochs]
@@ -333,8 +346,7 @@ SELECTIONS = ("final", "heldout")
 
 
 def select_epoch(epochs: list[dict], selection: str) -> dict:
-    """The epoch whose scores are reported: the last (``final``, the official runs), or the one
-    with the best held-out training score (``heldout``; the earliest among ties)."""
+    """The reported epoch: the last (``final``, the official runs) or the best held-out one (``heldout``; earliest)."""
     if selection == "final":
         return epochs[-1]
     if selection == "heldout":
@@ -361,21 +373,30 @@ def split_heldout(num_examples: int, fraction: float, seed: int) -> tuple[torch.
         raise PapaError(f"heldout_fraction must be in (0, 1), got {fraction!r}", "Use e.g. 0.1.")
     held = max(1, int(round(fraction * num_examples)))
     if held >= num_examples:
-        raise PapaError(f"Holding out {held} of {num_examples} training examples leaves none to train on", "Use more training examples or a smaller heldout_fraction.")
+        raise PapaError(
+            f"Holding out {held} of {num_examples} training examples leaves none to train on",
+            "Use more training examples or a smaller heldout_fraction.",
+        )
     order = torch.randperm(num_examples, generator=torch.Generator().manual_seed(seed))
     return order[held:].sort().values, order[:held].sort().values
 
 
-def draw_from_pool(pool_size: int, fit_examples: int, heldout_examples: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """A seed's own training examples from a pool of ``pool_size`` (whose features are extracted once):
-    disjoint ``(fit [fit_examples], held out [heldout_examples])`` indices into the pool, each sorted, drawn
-    by ``torch.randperm(pool_size)`` seeded with ``seed``."""
+def draw_from_pool(
+    pool_size: int, fit_examples: int, heldout_examples: int, seed: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A seed's own examples from a pool of ``pool_size``: disjoint, sorted ``(fit [fit_examples], held out
+    [heldout_examples])`` pool indices, drawn by ``torch.randperm(pool_size)`` seeded with ``seed``."""
     if fit_examples < 1 or heldout_examples < 1:
-        raise PapaError(f"A seed needs at least one training and one held-out example, got {fit_examples} and {heldout_examples}", "Raise max_train_examples / heldout_examples.")
+        raise PapaError(
+            f"A seed needs at least one training and one held-out example, got {fit_examples} and {heldout_examples}",
+            "Raise max_train_examples / heldout_examples.",
+        )
     if fit_examples + heldout_examples > pool_size:
         raise PapaError(
-            f"The pool holds {pool_size} training examples, fewer than the {fit_examples} + {heldout_examples} a seed draws",
-            "Raise pool_examples (or lower max_train_examples / heldout_examples); for a small split use the whole split as the pool.",
+            f"The pool holds {pool_size} training examples, "
+            f"fewer than the {fit_examples} + {heldout_examples} a seed draws",
+            "Raise pool_examples (or lower max_train_examples / heldout_examples); "
+            "for a small split use the whole split as the pool.",
         )
     order = torch.randperm(pool_size, generator=torch.Generator().manual_seed(seed))
     return order[:fit_examples].sort().values, order[fit_examples : fit_examples + heldout_examples].sort().values

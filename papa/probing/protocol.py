@@ -1,15 +1,12 @@
-"""The main grid's probe protocol (issue 14): the learning rate chosen once per (model, task) at k = 0 on
-held-out *training* examples, then fixed for every k.
+"""The main grid's probe protocol (issue 14): the lr chosen once per (model, task) at k = 0 on held-out *training*
+examples, then fixed for every k.
 
-:func:`select_lr` trains the k = 0 probe with each learning rate of a small grid that includes the paper's 2e-5
-(:data:`LR_GRID`), with the protocol of :func:`papa.probing.experiment.run_probe` (a seed's own draw from the
-training pool, early stopping on held-out training examples), and never scores the dev split. The chosen lr is
-the one with the highest held-out score (best epoch, mean over the seeds tried); ties go to the smaller lr.
-:func:`save_lr_choice` / :func:`load_lr_choice` keep the choice as a checksummed JSON artefact that every
-probe run of that (model, task) reads.
-
-:func:`release_private_features` keeps the feature cache to the head sets that several runs read: after a
-probe run's seeds, the sets of a partial head set (0 < k < all) are deleted.
+:func:`select_lr` trains the k = 0 probe with each lr of a small grid including the paper's 2e-5 (:data:`LR_GRID`),
+with :func:`papa.probing.experiment.run_probe`'s protocol (a seed's own draw from the pool, early stopping on held-out
+training examples), never scoring the dev split; it chooses the highest held-out score (best epoch, mean over seeds;
+ties: the smaller lr). :func:`save_lr_choice` / :func:`load_lr_choice` keep it as a checksummed JSON artefact that
+every probe run of that (model, task) reads. :func:`release_private_features` keeps the feature cache to head sets
+that several runs read: after a probe run's seeds, a partial head set's (0 < k < all) are deleted.
 """
 
 from __future__ import annotations
@@ -26,8 +23,7 @@ from papa.probing.experiment import run_probes
 from papa.probing.features import forget_cached
 from papa.probing.task_inputs import prepare_inputs
 
-#: The learning rates tried: the paper's 2e-5 and three larger ones (a frozen encoder's probe on ~2,000
-#: examples barely moves at 2e-5 within a few dozen epochs).
+#: The lrs tried: the paper's 2e-5 and three larger ones (on ~2,000 examples a probe barely moves at 2e-5).
 LR_GRID: tuple[float, ...] = (2e-5, 2e-4, 1e-3, 5e-3)
 
 
@@ -61,7 +57,7 @@ def select_lr(
     started = time.perf_counter()
     torch_device = pick_device(device)
     lm = model if isinstance(model, LoadedModel) else load_model(model, torch_device)
-    inputs = prepare_inputs(lm, task, max_length, relayout, pool_examples, 1, data_seed, data_dir)  # the dev split is never scored
+    inputs = prepare_inputs(lm, task, max_length, relayout, pool_examples, 1, data_seed, data_dir)  # no dev scores
     results = run_probes(  # every (lr, seed) on the same features, extracted once
         lm,
         task,
@@ -130,40 +126,69 @@ def load_lr_choice(path: str | Path, model: str | None = None, task: str | None 
     record = read_json_verified(Path(path), "lr choice")
     for key, wanted in (("model", model), ("task", task)):
         if wanted is not None and record.get(key) != wanted:
-            raise PapaError(f"The lr choice {path} is for {key} {record.get(key)!r}, not {wanted!r}", "Point the run at the lr file of its own model and task.")
+            raise PapaError(
+                f"The lr choice {path} is for {key} {record.get(key)!r}, not {wanted!r}",
+                "Point the run at the lr file of its own model and task.",
+            )
     lr = record.get("lr")
     if not isinstance(lr, (int, float)) or not lr > 0:
-        raise PapaError(f"The lr choice {path} holds no positive lr", "Recompute it with papa.probing.protocol.select_lr.")
+        raise PapaError(
+            f"The lr choice {path} holds no positive lr", "Recompute it with papa.probing.protocol.select_lr."
+        )
     return float(lr)
 
 
 def release_private_features(results: Iterable[dict]) -> int:
-    """Delete the feature-cache entries that only these results' run reads; returns how many were deleted.
+    """Delete the feature-cache entries only these results' run reads; how many were deleted.
 
-    A partial head set (0 < k < all heads) belongs to one ranking, one k and one task: after the run's seeds
-    have read it, no other run of a grid does. The sets with no head constant (the probe at k = 0, the
-    attention-free floor, the literal setting, the lr selection) and with every head constant are shared, and
-    stay. The default grid's dry run (``papa grid run configs/default.yaml --dry-run``) measured the shared sets at
-    about 46.7 GB, and one run's own head set at up to 3.0 GB more while the run holds it; without this, every
-    partial set would stay as well.
+    A partial head set (0 < k < all) belongs to one ranking, k and task: once the run's seeds have read it, no other
+    run does. Sets with no head or every head constant (k = 0, the floor, the literal setting, lr selection) are
+    shared and stay: about 46.7 GB on the default grid's dry run, plus up to 3.0 GB for the one running head set.
     """
-    keys = [key for result in results if 0 < int(result["config"]["constant_heads"]) < int(result["config"]["total_heads"]) for key in result.get("feature_cache_keys", [])]
+    keys = [
+        key
+        for result in results
+        if 0 < int(result["config"]["constant_heads"]) < int(result["config"]["total_heads"])
+        for key in result.get("feature_cache_keys", [])
+    ]
     return forget_cached(keys)
 
 
 def protocol_text(result: dict) -> str:
-    """One Markdown paragraph saying how a probe result was trained and scored, from the result's own record
-    (``config``, ``data``): the lr used, the epoch cap and early stopping, the reported epoch, the training draw
-    and when the dev split was scored."""
+    """One Markdown paragraph on how a probe result was trained and scored (lr, epoch cap, early stopping, reported
+    epoch, training draw, dev scoring), from its own ``config`` and ``data``."""
     config, data = result["config"], result.get("data") or {}
     parts = [f"lr = {config['lr']:g}", f"batch {config['batch_size']}", f"at most {config['epochs']} epochs"]
     if config.get("patience") is not None:
         parts.append(f"early stopping after {config['patience']} epochs without a held-out gain")
-    parts.append("reported epoch: the best on held-out training examples" if config["selection"] == "heldout" else "reported epoch: the last")
+    parts.append(
+        "reported epoch: the best on held-out training examples"
+        if config["selection"] == "heldout"
+        else "reported epoch: the last"
+    )
     if data.get("pool_examples") is not None and data.get("train_examples") is not None:
-        parts.append(f"each seed draws {data['train_examples']:,} training + {data['heldout_examples']:,} held-out examples from a pool of {data['pool_examples']:,}")
-    parts.append("the dev split scored after every epoch" if config.get("dev_every_epoch") else "the dev split scored once, by the reported probe")
-    inputs = "the embedding layer only (the attention-free floor)" if config.get("probe_input") == "embeddings" else "every hidden state"
-    replaced = {"papa": "constant", "uniform": "replaced by uniform attention", "zero": "replaced by zero", "mean": "replaced by their mean outputs"}
-    heads = f"{config['constant_heads']} of {config['total_heads']} heads {replaced.get(config.get('replacement', 'papa'), 'replaced')}"
+        parts.append(
+            f"each seed draws {data['train_examples']:,} training + {data['heldout_examples']:,} held-out examples "
+            f"from a pool of {data['pool_examples']:,}"
+        )
+    parts.append(
+        "the dev split scored after every epoch"
+        if config.get("dev_every_epoch")
+        else "the dev split scored once, by the reported probe"
+    )
+    inputs = (
+        "the embedding layer only (the attention-free floor)"
+        if config.get("probe_input") == "embeddings"
+        else "every hidden state"
+    )
+    replaced = {
+        "papa": "constant",
+        "uniform": "replaced by uniform attention",
+        "zero": "replaced by zero",
+        "mean": "replaced by their mean outputs",
+    }
+    heads = (
+        f"{config['constant_heads']} of {config['total_heads']} heads "
+        f"{replaced.get(config.get('replacement', 'papa'), 'replaced')}"
+    )
     return f"**Protocol run:** {config['mode']} features of {inputs}, {heads}; " + "; ".join(parts) + "."

@@ -1,35 +1,27 @@
 """Head rankings: which heads become constant first.
 
-* ``gates`` — the paper's method: every head mixes ``σ(λ_h) A_h(x) + (1 − σ(λ_h)) C̃_h`` (C̃ masked
-  and row-normalised), ``λ`` initialised to 0 and trained jointly with the probe while the encoder
-  and the constants stay frozen (live encoder, train mode, as the official sorting run); the
-  ranking is ascending ``λ`` over all layers at once (most weight on the constant first).
-* ``deviation`` — training-free, from the estimation pass: each head's mean squared deviation of
-  its per-input attention from its constant, ascending (the most input-independent heads first).
-* ``random`` — a seeded permutation: the baseline a ranking has to beat. ``random-<n>`` names the ordering of
-  seed ``n`` (``random-1``, ``random-2`` ... give several orderings; plain ``random`` uses the ``seed`` argument).
+* ``gates`` — the paper's method: every head mixes ``σ(λ_h) A_h(x) + (1 − σ(λ_h)) C̃_h`` (C̃ masked and
+  row-normalised), ``λ`` from 0, trained with the probe while encoder and constants stay frozen (live encoder, train
+  mode, as the official sorting run); the ranking is ascending ``λ`` over all layers (most weight on C̃ first).
+* ``deviation`` — training-free, from the estimation pass: each head's mean squared deviation of its per-input
+  attention from its constant, ascending (the most input-independent heads first).
+* ``random`` — a seeded permutation, the baseline to beat; ``random-<n>`` is seed ``n``'s ordering (plain
+  ``random`` uses the ``seed`` argument).
 
-Every ranking lists all ``(layer, head)`` pairs once and is saved as JSON by :func:`papa.core.heads.save_ranking`.
+Every ranking lists all ``(layer, head)`` pairs once (JSON: :func:`papa.core.heads.save_ranking`). The gates'
+encoder passes run on compact batches where :func:`papa.core.compact.supports_compact` (else the padded
+:class:`papa.probing.probe.LiveSource`): :class:`CompactLiveSource` runs each drawn batch on its *real slots only*
+(real in one of its rows, ``P ≤ L``), so the cost follows the real tokens, giving the probe what the padded pass does:
 
-The gates' encoder passes (training and evaluation) run on compact batches where the architecture supports them
-(:func:`papa.core.compact.supports_compact`; padded :class:`papa.probing.probe.LiveSource` otherwise).
-:class:`CompactLiveSource` runs each drawn batch on its *real slots only* (the slots real in at least one of its
-rows, ``P ≤ L``), so the encoder's cost follows the batch's real tokens, and gives the probe what the padded pass
-gives:
-
-* sequence tasks: ``(states [B, S, L, H], attention_mask [B, L])`` — the compact states scattered back to the
-  padded layout; every pad position holds 0 (the probe masks pad positions, so their values never matter);
+* sequence tasks: ``(states [B, S, L, H], attention_mask [B, L])`` — compact states scattered back to the padded
+  layout, 0 at pad positions (the probe masks them);
 * token tasks: ``(states [T, S, H],)`` of the labelled tokens in (row, position) order, with their labels ``[T]``.
 
-The batch is the one drawn (no sorting by length): the probe's data order and batches are the padded path's. The
-gates act on ``C[:, slots][:, :, slots]`` through the patch context's slots
-(:meth:`papa.core.patching.HeadPatch.constant_matrices`), so with dropout off the states at real positions — and
-so the probe's logits, the loss and the gradients reaching λ — equal the padded pass's to float rounding (≤ 1e-5;
-tested, with the final λ and the ranking of whole gate trainings).
-
-With dropout on (the encoder in train mode, as the gates train) the two layouts draw different dropout masks: the
-compact pass's tensors are ``[B, P, ...]``, not ``[B, L, ...]``, so the same generator state gives other draws. A
-compact gate training is then another sample of the same random training, not the padded one's.
+The batches and their order are the padded path's (no sorting by length). The gates act on
+``C[:, slots][:, :, slots]`` (:meth:`papa.core.patching.HeadPatch.constant_matrices`), so with dropout off the
+states at real positions — hence logits, loss and λ's gradients — equal the padded pass's to float rounding
+(≤ 1e-5; tested, also the final λ and ranking of whole gate trainings). With dropout on (train mode, as the gates
+train) the ``[B, P, ...]`` tensors draw other masks than ``[B, L, ...]``: another sample of the same training.
 """
 
 from __future__ import annotations
@@ -47,32 +39,28 @@ from papa.core.layout import IGNORE_INDEX
 from papa.core.models import LoadedModel, load_model, pick_device
 from papa.core.patching import gate_lambdas, patch_gates, unpatch
 from papa.core.provenance import provenance
-from papa.probing.probe import (
-    FeatureSource,
-    LiveSource,
-    ProbeConfig,
-    build_probe,
-    seed_everything,
-    train_probe,
-)
+from papa.probing.probe import FeatureSource, LiveSource, ProbeConfig, build_probe, seed_everything, train_probe
 from papa.probing.task_inputs import TaskInputs, make_evaluator, prepare_inputs
 
 METHODS = ("gates", "deviation", "random")
 
 
 def split_method(method: str) -> tuple[str, int | None]:
-    """``("random", 7)`` for ``"random-7"``; ``(method, None)`` for a plain method; anything else is a :class:`PapaError`."""
+    """``("random", 7)`` for ``"random-7"``, ``(method, None)`` for a plain method; else a :class:`PapaError`."""
     base, dash, suffix = str(method).partition("-")
     if base in METHODS and not dash:
         return base, None
     if base == "random" and suffix.isdigit():
         return base, int(suffix)
-    raise PapaError(f"Unknown ranking method {method!r}", f"Use one of {', '.join(METHODS)}, or random-<seed> (e.g. random-1) for a seeded random ordering.")
+    raise PapaError(
+        f"Unknown ranking method {method!r}",
+        f"Use one of {', '.join(METHODS)}, or random-<seed> (e.g. random-1) for a seeded random ordering.",
+    )
 
 
 def scatter_slots(states: torch.Tensor, slots: torch.Tensor, length: int, mask: torch.Tensor) -> torch.Tensor:
-    """The compact ``states [B, S, P, H]`` at ``slots [P]`` placed in the padded layout ``[B, S, L, H]``
-    (``L = length``); the positions ``mask [B, L]`` marks as pad hold 0. Differentiable in ``states``."""
+    """Compact ``states [B, S, P, H]`` at ``slots [P]`` placed in the padded ``[B, S, L, H]`` (``L = length``), 0
+    where ``mask [B, L]`` marks pad. Differentiable in ``states``."""
     real = mask[:, slots].to(states.dtype)[:, None, :, None]  # [B, 1, P, 1]
     full = states.new_zeros(states.shape[0], states.shape[1], length, states.shape[3])
     full[:, :, slots] = states * real
@@ -88,7 +76,16 @@ class CompactLiveSource:
     """Batches from the live encoder, each drawn batch run on its real slots only (module docstring);
     ``train_mode`` turns the encoder's dropout on, ``grad`` keeps the graph (gate training)."""
 
-    def __init__(self, model: nn.Module, encoded: dict[str, torch.Tensor], token_task: bool, device, train_mode: bool, probe_input: str = "all", grad: bool = False):
+    def __init__(
+        self,
+        model: nn.Module,
+        encoded: dict[str, torch.Tensor],
+        token_task: bool,
+        device,
+        train_mode: bool,
+        probe_input: str = "all",
+        grad: bool = False,
+    ):
         self.model, self.encoded, self.token_task, self.device = model, encoded, token_task, torch.device(device)
         self.train_mode, self.probe_input, self.grad = train_mode, probe_input, grad
         self.num_examples, self.length = encoded["input_ids"].shape
@@ -101,35 +98,57 @@ class CompactLiveSource:
         inputs = {k: v[indices].to(self.device) for k, v in self.encoded.items() if k != "labels"}
         labels = self.encoded["labels"][indices].to(self.device)
         with torch.set_grad_enabled(self.grad):
-            states = torch.stack(compact_forward(self.model, inputs, slots, output_hidden_states=True).hidden_states, dim=1)  # [B, S, P, H]
+            states = torch.stack(
+                compact_forward(self.model, inputs, slots, output_hidden_states=True).hidden_states, dim=1
+            )  # [B, S, P, H]
             if not self.token_task:
-                full = scatter_slots(_probe_states(states, self.probe_input), slots, self.length, inputs["attention_mask"].bool())
+                full = scatter_slots(
+                    _probe_states(states, self.probe_input), slots, self.length, inputs["attention_mask"].bool()
+                )
                 return (full, inputs["attention_mask"]), labels
             keep = labels[:, slots] != IGNORE_INDEX  # [B, P]; every labelled token is real, so among the slots
             return (_probe_states(states.permute(0, 2, 1, 3)[keep], self.probe_input),), labels[:, slots][keep]
 
 
 def live_source(
-    model: nn.Module, encoded: dict[str, torch.Tensor], token_task: bool, device, train_mode: bool, probe_input: str = "all", grad: bool = False, compact: bool = True
+    model: nn.Module,
+    encoded: dict[str, torch.Tensor],
+    token_task: bool,
+    device,
+    train_mode: bool,
+    probe_input: str = "all",
+    grad: bool = False,
+    compact: bool = True,
 ) -> FeatureSource:
-    """A live-encoder source: :class:`CompactLiveSource` when ``compact`` and the architecture supports compact
-    passes, else the padded :class:`papa.probing.probe.LiveSource` (same arguments)."""
+    """A live-encoder source: :class:`CompactLiveSource` when ``compact`` and supported, else the padded
+    :class:`papa.probing.probe.LiveSource` (same arguments)."""
     if compact and supports_compact(model):
         return CompactLiveSource(model, encoded, token_task, device, train_mode, probe_input, grad)
     return LiveSource(model, encoded, token_task, device, train_mode, probe_input, grad)
 
 
-def rank_gates(lm: LoadedModel, inputs: TaskInputs, constants: torch.Tensor, config: ProbeConfig, device, compact: bool = True) -> tuple[list, dict]:
-    """Train gates + probe; returns (ranking, meta with the final λ ``[layers, heads]`` and per-epoch scores).
-
-    ``constants [layers, heads, L, L]``. ``compact``: the encoder passes (training and evaluation) run on each
-    batch's real slots where :func:`papa.core.compact.supports_compact` holds (False: always padded)."""
+def rank_gates(
+    lm: LoadedModel, inputs: TaskInputs, constants: torch.Tensor, config: ProbeConfig, device, compact: bool = True
+) -> tuple[list, dict]:
+    """Train gates + probe on ``constants [layers, heads, L, L]``: (ranking, meta with the final λ ``[layers, heads]``
+    and per-epoch scores). ``compact``: encoder passes on each batch's real slots where supported (False: padded)."""
     seed_everything(config.seed)
     lambdas = patch_gates(lm.model, constants)
     token_task = inputs.spec.is_token_task
     try:
-        train = live_source(lm.model, inputs.train, token_task, device, train_mode=True, probe_input=config.probe_input, grad=True, compact=compact)
-        evaluation = live_source(lm.model, inputs.eval, token_task, device, train_mode=False, probe_input=config.probe_input, compact=compact)
+        train = live_source(
+            lm.model,
+            inputs.train,
+            token_task,
+            device,
+            train_mode=True,
+            probe_input=config.probe_input,
+            grad=True,
+            compact=compact,
+        )
+        evaluation = live_source(
+            lm.model, inputs.eval, token_task, device, train_mode=False, probe_input=config.probe_input, compact=compact
+        )
         probe = build_probe(
             inputs.spec.is_token_task,
             lm.num_layers + 1,
@@ -180,9 +199,13 @@ def compute_ranking(
             ranking = ranking_from_scores(constant_set.deviation, ascending=True)
             meta["deviation"] = constant_set.deviation.tolist()
         else:
-            inputs = prepare_inputs(lm, task, constant_set.max_length, relayout, max_train_examples, max_eval_examples, data_seed, data_dir)
+            inputs = prepare_inputs(
+                lm, task, constant_set.max_length, relayout, max_train_examples, max_eval_examples, data_seed, data_dir
+            )
             config = ProbeConfig(lr=lr, epochs=epochs, batch_size=batch_size, seed=seed)
             ranking, extra = rank_gates(lm, inputs, constant_set.constants, config, torch_device)
             meta.update(extra, epochs_trained=epochs, lr=lr, data=inputs.data_record())
-    meta["provenance"] = dict(provenance(torch_device, seed, time.perf_counter() - started), weights_fingerprint=lm.fingerprint)
+    meta["provenance"] = dict(
+        provenance(torch_device, seed, time.perf_counter() - started), weights_fingerprint=lm.fingerprint
+    )
     return ranking, meta

@@ -1,19 +1,17 @@
 """Several probes of one architecture run as one model: their parameters stacked on a leading probe dimension.
 
-A run's probes (its seeds, and during the lr choice its learning rates) read the same cached features. A
-:class:`ProbeStack` holds the ``R`` probes' parameters as stacked tensors (``position_weights [R, S, L]``,
-``dense.weight [R, H, S·H]``, ``dense.bias [R, H]``, ``classifier.weight [R, C, H]``, ``classifier.bias
-[R, C]``) and computes all ``R`` probes' logits in one forward (batched matrix products): per probe the same
-products as :class:`~papa.probing.probe.SequenceProbe` / :class:`~papa.probing.probe.TokenProbe` on their own,
-so the logits agree to float rounding (tested). Bound to its probes (``bind=True``), each probe's parameters
-become views of the stack, so that an optimizer stepping a probe's own parameters updates the stack.
+A run's probes (its seeds; during the lr choice, its lrs) read the same cached features. A :class:`ProbeStack` holds
+the ``R`` probes' parameters stacked (``position_weights [R, S, L]``, ``dense.weight [R, H, S·H]``, ``dense.bias
+[R, H]``, ``classifier.weight [R, C, H]``, ``classifier.bias [R, C]``) and computes all their logits in one forward
+of batched products: per probe those of :class:`~papa.probing.probe.SequenceProbe` /
+:class:`~papa.probing.probe.TokenProbe`, so the logits agree to float rounding (tested). With ``bind=True`` each
+probe's parameters are views of the stack: an optimizer stepping them updates the stack.
 
-:func:`predict_stacked` scores the stack in one pass over a cached source: every probe on the same examples
-(the dev split: each batch gathered once, read by all ``R``), or each probe on its own examples (a seed's
-held-out draw). Batches are gathered into one reused float32 buffer (:class:`StateGatherer`): no fresh
-allocation, so no page faults, per batch. A probe's logits for one example do not depend on the others in its
-batch (tested at 1, 7 and 256). :func:`predict_eval_in_chunks` does the same on a dev split too large for memory,
-chunk by chunk.
+:func:`predict_stacked` scores the stack in one pass over a cached source: every probe on the same examples (the dev
+split: each batch gathered once, read by all ``R``) or each on its own (a seed's held-out draw), gathered into one
+reused float32 buffer (:class:`StateGatherer`: no allocation, no page faults per batch). A probe's logits for an
+example do not depend on its batch (tested at 1, 7 and 256). :func:`predict_eval_in_chunks`: the same, chunk by
+chunk, for a dev split too large for memory.
 """
 
 from __future__ import annotations
@@ -31,39 +29,44 @@ from papa.probing.extraction import get_features
 from papa.probing.probe import CachedSource, SequenceProbe, TokenProbe, select_states
 from papa.probing.task_inputs import TaskInputs
 
-#: Rows gathered and scored per forward pass (per probe when each scores its own examples). Measured (issue 37) on
-#: SST-2's dev split (872 examples, minilm-l6 features [872, 7, 33, 384], float16 → float32 in the reused buffer),
-#: 3 stacked probes, best of 3 passes, on 2 CPU cores under a load average of 10-14 (so noisy): 16 rows 4.0-17.4 s,
-#: 32 rows 4.1-11.3, 64 rows 3.1-6.8, 128 rows 2.5-2.8, 256 rows 1.6-3.5; the three probes scored one by one by
-#: ``predict`` at 256: 5.7-7.1 s. 128 was the steadiest of the fast sizes.
+#: Rows gathered and scored per forward pass (per probe when each scores its own). Measured (issue 37) on SST-2's dev
+#: split (minilm-l6 features [872, 7, 33, 384]), 3 stacked probes, best of 3, 2 CPU cores at load 10-14 (noisy):
+#: 16 rows 4.0-17.4 s, 32 4.1-11.3, 64 3.1-6.8, 128 2.5-2.8, 256 1.6-3.5; one by one (``predict``, 256): 5.7-7.1 s.
+#: 128 was the steadiest of the fast sizes.
 EVAL_BATCH = 128
 
 
 class ProbeStack(nn.Module):
-    """``R`` probes of one kind and shape computed as one (see the module docstring).
-
-    ``bind``: the probes' parameters become views of the stacked tensors (training); otherwise the stack holds
-    copies (scoring). :meth:`restack` keeps only some of the probes (those still training)."""
+    """``R`` probes of one kind and shape computed as one (module docstring). ``bind``: the probes' parameters become
+    views of the stack (training), else it holds copies (scoring); :meth:`restack` keeps some (those still training)."""
 
     def __init__(self, probes: Sequence[nn.Module], bind: bool = False):
         super().__init__()
         kinds = {type(probe) for probe in probes}
         if not probes or len(kinds) != 1 or not issubclass(kinds.pop(), (SequenceProbe, TokenProbe)):
-            raise PapaError("A probe stack needs one or more probes of one kind (SequenceProbe or TokenProbe)", "Stack the probes of one run only.")
+            raise PapaError(
+                "A probe stack needs one or more probes of one kind (SequenceProbe or TokenProbe)",
+                "Stack the probes of one run only.",
+            )
         self.probes, self.bind = list(probes), bind
         self.sequence = isinstance(self.probes[0], SequenceProbe)
         self.dropout = self.probes[0].dropout.p if self.sequence else 0.0
         self._parameters_of = [dict(probe.named_parameters()) for probe in self.probes]
         shapes = [{name: tuple(p.shape) for name, p in params.items()} for params in self._parameters_of]
         if any(shape != shapes[0] for shape in shapes):
-            raise PapaError("The probes of a stack differ in shape", "Stack the probes of one run only (one model, task and probe_input).")
+            raise PapaError(
+                "The probes of a stack differ in shape",
+                "Stack the probes of one run only (one model, task and probe_input).",
+            )
         self.names = list(self._parameters_of[0])
         self.restack(range(len(self.probes)))
 
     def restack(self, members: Sequence[int]) -> None:
         """Stack the probes ``members`` (indices into the probes given), in that order."""
         self.members = list(members)
-        self.stacked = {name: torch.stack([self._parameters_of[r][name].detach() for r in self.members]) for name in self.names}
+        self.stacked = {
+            name: torch.stack([self._parameters_of[r][name].detach() for r in self.members]) for name in self.names
+        }
         if self.bind:
             for name, tensor in self.stacked.items():
                 for i, r in enumerate(self.members):
@@ -81,23 +84,26 @@ class ProbeStack(nn.Module):
             tensor.grad = None
 
     def hand_gradients(self, member: int) -> None:
-        """Give the probe at position ``member`` of the stack its slice of the stacked gradients (bound stacks)."""
+        """Give the stack's ``member``-th probe its slice of the stacked gradients (bound stacks)."""
         params = self._parameters_of[self.members[member]]
         for name, tensor in self.stacked.items():
             params[name].grad = tensor.grad[member]
 
     def forward(
-        self, states: torch.Tensor, mask: torch.Tensor | None = None, positions: torch.Tensor | None = None, shared: bool = False, dropout: torch.Tensor | None = None
+        self,
+        states: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        positions: torch.Tensor | None = None,
+        shared: bool = False,
+        dropout: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Logits ``[R, B, labels]`` of the ``R`` stacked probes.
-
-        ``states``: sequence tasks ``[R, B, S, P, H]`` (each probe its own batch) or ``[B, S, P, H]`` (``shared``:
-        one batch read by every probe), with ``mask [R, B, P]`` / ``[B, P]`` and the kept ``positions [P]``;
-        token tasks ``[R, T, S, H]`` / ``[T, S, H]``. ``dropout``: multiplier ``[R, B, H]`` after the tanh
-        (training; None in eval mode)."""
+        """Logits ``[R, B, labels]``. ``states``: sequence tasks ``[R, B, S, P, H]`` (a batch per probe) or
+        ``[B, S, P, H]`` (``shared`` by all), with ``mask [R, B, P]`` / ``[B, P]`` and kept ``positions [P]``; token
+        tasks ``[R, T, S, H]`` / ``[T, S, H]``. ``dropout``: multiplier ``[R, B, H]`` after the tanh (training)."""
         t, count = self.stacked, len(self.members)
         if self.sequence:
-            weights = t["position_weights"] if positions is None else t["position_weights"][:, :, positions]  # [R, S, P]
+            # [R, S, P]
+            weights = t["position_weights"] if positions is None else t["position_weights"][:, :, positions]
             mask = mask.to(states.dtype)
             if shared:
                 pooled = torch.einsum("rbsl,bslh->rbsh", weights[:, None] * mask[None, :, None, :], states)
@@ -107,16 +113,19 @@ class ProbeStack(nn.Module):
         else:
             pooled = states.flatten(1)[None].expand(count, -1, -1) if shared else states.flatten(2)
         rows = pooled.shape[1]
-        hidden = torch.tanh(torch.baddbmm(t["dense.bias"][:, None].expand(-1, rows, -1), pooled, t["dense.weight"].transpose(1, 2)))
+        hidden = torch.tanh(
+            torch.baddbmm(t["dense.bias"][:, None].expand(-1, rows, -1), pooled, t["dense.weight"].transpose(1, 2))
+        )
         if dropout is not None:
             hidden = hidden * dropout
-        return torch.baddbmm(t["classifier.bias"][:, None].expand(-1, rows, -1), hidden, t["classifier.weight"].transpose(1, 2))
+        return torch.baddbmm(
+            t["classifier.bias"][:, None].expand(-1, rows, -1), hidden, t["classifier.weight"].transpose(1, 2)
+        )
 
 
 class StateGatherer:
-    """Gathers rows of a :class:`CachedSource`'s states (the ones its probes read) into one reused float32 buffer of
-    at least ``capacity`` rows (grown when a batch needs more: a token task's batch of examples has a varying number
-    of token rows); the returned view ``[M, ...]`` is overwritten by the next call."""
+    """Gathers rows of a :class:`CachedSource`'s read states into one reused float32 buffer of ``capacity`` rows or
+    more (token batches vary in rows); the returned view ``[M, ...]`` is overwritten by the next call."""
 
     def __init__(self, source: CachedSource, capacity: int):
         f = source.features
@@ -126,7 +135,9 @@ class StateGatherer:
     def _allocate(self, capacity: int) -> None:
         shape, device = (capacity, *self.states.shape[1:]), self.states.device
         self.buffer = torch.empty(shape, dtype=torch.float32, device=device)
-        self.staging = None if self.states.dtype == torch.float32 else torch.empty(shape, dtype=self.states.dtype, device=device)
+        self.staging = (
+            None if self.states.dtype == torch.float32 else torch.empty(shape, dtype=self.states.dtype, device=device)
+        )
 
     def __call__(self, rows: torch.Tensor) -> torch.Tensor:
         rows = rows.to(self.states.device)
@@ -140,8 +151,8 @@ class StateGatherer:
 
 
 def padded_rows(rows: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-probe rows of unequal counts as one ``[R, M]`` index (short ones repeat their first row, or row 0)
-    and the mask ``[R, M]`` of the real ones."""
+    """Per-probe rows of unequal counts as one index ``[R, M]`` (short ones repeat their first row, or 0) and a mask
+    ``[R, M]`` of the real ones."""
     width = max(len(r) for r in rows)
     index = torch.zeros(len(rows), width, dtype=torch.long)
     real = torch.zeros(len(rows), width, dtype=torch.bool)
@@ -152,7 +163,7 @@ def padded_rows(rows: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tenso
 
 
 def stacked_inputs(source: CachedSource, gather: StateGatherer, index: torch.Tensor) -> tuple[tuple, torch.Tensor]:
-    """The stack's inputs for rows ``index`` (``[M]``: one batch for every probe; ``[R, M]``: each its own) and their labels."""
+    """The stack's inputs and labels for rows ``index`` (``[M]``: one batch for all probes; ``[R, M]``: one each)."""
     f, flat = source.features, index.flatten().to(source.features.states.device)
     states = gather(flat).view(*index.shape, *gather.states.shape[1:])
     labels = f.labels[flat].view(index.shape)
@@ -163,16 +174,23 @@ def stacked_inputs(source: CachedSource, gather: StateGatherer, index: torch.Ten
 
 @torch.no_grad()
 def stacked_logits(
-    stack: ProbeStack, source: CachedSource, examples: Sequence[torch.Tensor] | None = None, batch_size: int = EVAL_BATCH, gather: StateGatherer | None = None
+    stack: ProbeStack,
+    source: CachedSource,
+    examples: Sequence[torch.Tensor] | None = None,
+    batch_size: int = EVAL_BATCH,
+    gather: StateGatherer | None = None,
 ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-    """Each stacked probe's logits and true labels: ``([R] logits [M, labels], [R] labels [M])``, flat (labelled
-    tokens of token tasks). ``examples`` None: every probe scores every example of ``source`` in one shared pass;
-    else ``examples[i]`` are the stack's ``i``-th probe's own examples (indices into ``source``)."""
+    """Each probe's logits and true labels, ``([R] logits [M, labels], [R] labels [M])``, flat over labelled tokens.
+    ``examples`` None: all probes score all of ``source`` in a shared pass; else ``examples[i]``: probe ``i``'s own."""
     count = len(stack.members)
     gather = gather or StateGatherer(source, batch_size * (1 if examples is None else count))
     device = stack.stacked[stack.names[0]].device
     shared = examples is None
-    index, real = (source.rows(torch.arange(source.num_examples)), None) if shared else padded_rows([source.rows(e) for e in examples])
+    index, real = (
+        (source.rows(torch.arange(source.num_examples)), None)
+        if shared
+        else padded_rows([source.rows(e) for e in examples])
+    )
     logits, labels = [], []
     for start in range(0, index.shape[-1], batch_size):
         inputs, y = stacked_inputs(source, gather, index[..., start : start + batch_size])
@@ -188,7 +206,11 @@ def stacked_logits(
 
 
 def predict_stacked(
-    stack: ProbeStack, source: CachedSource, examples: Sequence[torch.Tensor] | None = None, batch_size: int = EVAL_BATCH, gather: StateGatherer | None = None
+    stack: ProbeStack,
+    source: CachedSource,
+    examples: Sequence[torch.Tensor] | None = None,
+    batch_size: int = EVAL_BATCH,
+    gather: StateGatherer | None = None,
 ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """Each stacked probe's predicted and true labels (see :func:`stacked_logits`)."""
     logits, labels = stacked_logits(stack, source, examples, batch_size, gather)
@@ -208,17 +230,20 @@ def predict_eval_in_chunks(
     keys: list[str] | None = None,
     replacement: str = "papa",
 ) -> tuple[list[torch.Tensor], torch.Tensor, dict]:
-    """The probes' flat predictions and labels on the whole eval split, ``chunk`` examples at a time: each chunk's
-    features are extracted (or read from the cache, keyed by that chunk's indices) once, scored by every probe in one
-    stacked pass and dropped before the next, so a large dev split (MNLI's 9,815 pairs on a 768-wide, 13-state
-    encoder: 12.5 GB) never sits in memory at once. Returns ``([R] predictions, labels, cache hits per chunk)``."""
+    """``([R] predictions, labels, cache hits per chunk)``, flat, on the eval split ``chunk`` examples at a time: each
+    chunk's features are extracted (or read, cached by its indices), scored in one stacked pass and dropped, so a
+    large dev split (MNLI's 9,815 pairs, 768 wide, 13 states: 12.5 GB) never sits in memory at once."""
     stack = ProbeStack(probes)
     preds, labels, hits = [[] for _ in probes], [], {}
     total = len(inputs.eval_indices)
     for start in range(0, total, chunk):
         rows = slice(start, min(start + chunk, total))
-        part = dataclasses.replace(inputs, eval={k: v[rows] for k, v in inputs.eval.items()}, eval_indices=inputs.eval_indices[rows])
-        features, hits[f"eval_{start}"] = get_features(lm, part, "eval", heads, constants, device, use_cache=use_cache, keys=keys, replacement=replacement)
+        part = dataclasses.replace(
+            inputs, eval={k: v[rows] for k, v in inputs.eval.items()}, eval_indices=inputs.eval_indices[rows]
+        )
+        features, hits[f"eval_{start}"] = get_features(
+            lm, part, "eval", heads, constants, device, use_cache=use_cache, keys=keys, replacement=replacement
+        )
         predictions, truth = predict_stacked(stack, CachedSource(features, probe_input, device))
         for out, p in zip(preds, predictions):
             out.append(p)

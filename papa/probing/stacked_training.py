@@ -1,26 +1,24 @@
 """The probes of one run trained as one batched model (cached features): :func:`train_stacked`.
 
-Each probe (a seed, or during the lr choice an (lr, seed) pair) is a :class:`StackedMember`: its probe, built and
-initialised as it would be alone, its config (its own lr), its own training examples and held-out examples, and the
-device's random state right after its initialisation. Per step one forward, one backward and one optimizer pass
-serve every probe still training, each on its own batch (:class:`~papa.probing.stacked.ProbeStack`):
+Each probe (a seed; during the lr choice, an (lr, seed) pair) is a :class:`StackedMember`: its probe, initialised as
+alone, its config (own lr), its own training and held-out examples, and the device's random state right after its
+initialisation. Per step one forward, backward and optimizer pass serve every probe still training, each on its own
+batch (:class:`~papa.probing.stacked.ProbeStack`):
 
 * data order: each probe's own ``torch.Generator`` seeded with its seed, one ``randperm`` per epoch, as alone;
-* dropout: each probe's masks are drawn from its own random stream (the device's random state it would have alone,
-  swapped in for its draw: :class:`DropoutStreams`), so the masks are those it gets alone;
-* the update: each probe keeps its own AdamW (:func:`~papa.probing.probe.make_optimizer`, its own lr, moments and
-  step count) over its own parameters, which are views of the stacked ones; after the shared backward a probe
-  receives its slice of the gradients and its optimizer steps. A probe that has stopped is left out of the stack
-  (:meth:`ProbeStack.restack`): its parameters, moments and step count never change again; a probe with no batch
-  at a step (fewer training examples than another) gets no step, so its Adam step count stays its own;
-* per epoch, the held-out examples (each probe its own) and the dev split (the same for all) are scored in one pass
-  each (:func:`~papa.probing.stacked.predict_stacked`), and each probe applies the early stopping of
-  :func:`~papa.probing.probe.train_probe` to its own held-out curve.
+* dropout: each probe's masks come from its own random stream (its device state swapped in for its draw:
+  :class:`DropoutStreams`), so they are the masks it gets alone;
+* the update: each probe keeps its own AdamW (:func:`~papa.probing.probe.make_optimizer`: own lr, moments, step
+  count) over its parameters, views of the stacked ones; after the shared backward it receives its gradient slice and
+  steps. A stopped probe leaves the stack (:meth:`ProbeStack.restack`) and never changes again; a probe without a
+  batch at a step (fewer examples) gets no step, so its Adam step count stays its own;
+* per epoch the held-out examples (each probe its own) and the dev split (shared) are scored in one pass each
+  (:func:`~papa.probing.stacked.predict_stacked`); each probe applies :func:`~papa.probing.probe.train_probe`'s early
+  stopping to its own held-out curve.
 
-So each probe's history is the one :func:`~papa.probing.probe.train_probe` gives it alone: the same epochs, best
-epoch and scores, to float rounding (the batched matrix products sum in another order; tested). A probe's
-``seconds_train`` / ``seconds_eval`` are its share of the shared time: each epoch's training and scoring time split
-equally among the probes that took part in it, so that the shares add up to the time spent.
+So each probe's history is the one :func:`~papa.probing.probe.train_probe` gives it alone (epochs, best epoch and
+scores, to float rounding; tested). ``seconds_train`` / ``seconds_eval``: each epoch's time split equally among the
+probes that took part, so the shares add up.
 """
 
 from __future__ import annotations
@@ -56,11 +54,8 @@ def _set_device_rng_state(state: torch.Tensor, device: torch.device) -> None:
 
 @dataclass
 class StackedMember:
-    """One probe of a stacked training (see the module docstring).
-
-    ``fit [N]`` / ``heldout [M]``: indices into the training source; ``heldout_metrics`` scores its held-out
-    predictions (None: no held-out scoring, hence no early stopping); ``rng_state``: :func:`device_rng_state`
-    right after its probe was initialised."""
+    """One probe of a stacked training (module docstring): ``fit [N]`` / ``heldout [M]`` index the training source;
+    ``heldout_metrics`` (None: no held-out scores, no early stopping); ``rng_state`` right after its initialisation."""
 
     probe: nn.Module
     config: ProbeConfig
@@ -77,8 +72,8 @@ class DropoutStreams:
         self.states, self.device, self.p = list(states), device, p
 
     def masks(self, members: Sequence[int], rows: Sequence[int], width: int, hidden: int) -> torch.Tensor:
-        """Multipliers ``[len(members), width, hidden]``: member ``members[i]``'s own ``[rows[i], hidden]`` dropout
-        mask (what ``nn.Dropout`` draws alone, scaled by ``1 / (1 - p)``), padded with ones."""
+        """Multipliers ``[len(members), width, hidden]``: ``members[i]``'s own ``[rows[i], hidden]`` dropout mask (as
+        ``nn.Dropout`` draws it alone, scaled by ``1 / (1 - p)``), padded with ones."""
         saved = device_rng_state(self.device)
         out = torch.ones(len(members), width, hidden, device=self.device)
         try:
@@ -99,21 +94,32 @@ def _check_members(members: Sequence[StackedMember]) -> ProbeConfig:
     shared = ("epochs", "batch_size", "patience", "probe_input", "dropout")
     for member in members:
         if any(getattr(member.config, name) != getattr(first, name) for name in shared):
-            raise PapaError(f"The probes trained together must share {', '.join(shared)}", "Train probes with other settings in separate runs.")
+            raise PapaError(
+                f"The probes trained together must share {', '.join(shared)}",
+                "Train probes with other settings in separate runs.",
+            )
         if member.config.patience is not None and member.heldout is None:
-            raise PapaError("Early stopping (patience) needs held-out training examples", "Train with selection: heldout.")
-        if (member.heldout is None) != (members[0].heldout is None) or (member.heldout is not None and member.heldout_metrics is None):
-            raise PapaError("The probes trained together must all have held-out examples and their metrics, or none", "Draw held-out examples for every seed.")
+            raise PapaError(
+                "Early stopping (patience) needs held-out training examples", "Train with selection: heldout."
+            )
+        if (member.heldout is None) != (members[0].heldout is None) or (
+            member.heldout is not None and member.heldout_metrics is None
+        ):
+            raise PapaError(
+                "The probes trained together must all have held-out examples and their metrics, or none",
+                "Draw held-out examples for every seed.",
+            )
         if len(member.fit) < 1:
             raise PapaError("A probe needs at least one training example", "Raise max_train_examples.")
     return first
 
 
-def train_stacked(members: Sequence[StackedMember], source: CachedSource, dev: tuple[CachedSource, Metrics] | None = None) -> list[TrainHistory]:
-    """Train every member's probe on ``source`` together (see the module docstring); one history per member, each
-    as :func:`~papa.probing.probe.train_probe` records it (``best_state`` at the best held-out epoch). ``dev``:
-    the dev split and its metrics, scored after every epoch (None: not scored). The probes end with their final
-    parameters, each in its own tensors again."""
+def train_stacked(
+    members: Sequence[StackedMember], source: CachedSource, dev: tuple[CachedSource, Metrics] | None = None
+) -> list[TrainHistory]:
+    """Train every member's probe on ``source`` together (module docstring): one history each, as
+    :func:`~papa.probing.probe.train_probe` records it. ``dev``: the dev split and its metrics, scored every epoch
+    (None: not). The probes end with their final parameters, each in its own tensors again."""
     config = _check_members(members)
     device = next(members[0].probe.parameters()).device
     stack = ProbeStack([m.probe for m in members], bind=True)
@@ -133,7 +139,9 @@ def train_stacked(members: Sequence[StackedMember], source: CachedSource, dev: t
                 stack.restack(active)
             started = time.perf_counter()
             orders = [torch.randperm(len(members[r].fit), generator=generators[r]) for r in active]
-            losses = _train_epoch(stack, members, optimizers, streams, source, gather, orders, config.batch_size, hidden)
+            losses = _train_epoch(
+                stack, members, optimizers, streams, source, gather, orders, config.batch_size, hidden
+            )
             for r in active:
                 histories[r].seconds_train += (time.perf_counter() - started) / len(active)
             started = time.perf_counter()
@@ -143,9 +151,16 @@ def train_stacked(members: Sequence[StackedMember], source: CachedSource, dev: t
                 for i, r in enumerate(active):
                     records[r].update(dev[1](predictions[i], labels[i]))
             if members[0].heldout is not None:
-                predictions, labels = predict_stacked(stack, source, [members[r].heldout for r in active], gather=gather)
+                predictions, labels = predict_stacked(
+                    stack, source, [members[r].heldout for r in active], gather=gather
+                )
                 for i, r in enumerate(active):
-                    records[r].update({f"heldout_{name}": value for name, value in members[r].heldout_metrics(predictions[i], labels[i]).items()})
+                    records[r].update(
+                        {
+                            f"heldout_{name}": value
+                            for name, value in members[r].heldout_metrics(predictions[i], labels[i]).items()
+                        }
+                    )
             for r in active:
                 histories[r].seconds_eval += (time.perf_counter() - started) / len(active)
             active = [r for r in active if not _record(histories[r], records[r], members[r], config, epoch)]
@@ -154,8 +169,18 @@ def train_stacked(members: Sequence[StackedMember], source: CachedSource, dev: t
     return histories
 
 
-def _train_epoch(stack: ProbeStack, members, optimizers, streams: DropoutStreams, source: CachedSource, gather, orders, batch_size: int, hidden: int) -> list[float]:
-    """One epoch of every stacked probe; returns each one's mean training loss (its batches' mean losses averaged)."""
+def _train_epoch(
+    stack: ProbeStack,
+    members,
+    optimizers,
+    streams: DropoutStreams,
+    source: CachedSource,
+    gather,
+    orders,
+    batch_size: int,
+    hidden: int,
+) -> list[float]:
+    """One epoch of every stacked probe; each one's mean training loss (its batches' mean losses averaged)."""
     totals, counts = [0.0] * len(orders), [0] * len(orders)
     device = stack.stacked["dense.bias"].device
     for start in range(0, max(len(order) for order in orders), batch_size):
@@ -183,16 +208,20 @@ def _train_epoch(stack: ProbeStack, members, optimizers, streams: DropoutStreams
 
 
 def _record(history: TrainHistory, record: dict, member: StackedMember, config: ProbeConfig, epoch: int) -> bool:
-    """Append an epoch's record to a probe's history, as :func:`~papa.probing.probe.train_probe` does; whether it stops."""
+    """Append an epoch's record to a history as :func:`~papa.probing.probe.train_probe` does; whether it stops."""
     if not math.isfinite(record["train_loss"]):
-        raise PapaError(f"The probe's training loss became {record['train_loss']} at epoch {epoch}", "Lower the learning rate.")
+        raise PapaError(
+            f"The probe's training loss became {record['train_loss']} at epoch {epoch}", "Lower the learning rate."
+        )
     history.epochs.append(record)
     if member.heldout is None:
         return False
     best = None if history.best_epoch is None else history.epochs[history.best_epoch - 1]["heldout_main"]
     if best is None or record["heldout_main"] > best:
         history.best_epoch = epoch
-        history.best_state = {name: value.detach().to("cpu", copy=True) for name, value in member.probe.state_dict().items()}
+        history.best_state = {
+            name: value.detach().to("cpu", copy=True) for name, value in member.probe.state_dict().items()
+        }
     elif config.patience is not None and epoch - history.best_epoch >= config.patience and epoch < config.epochs:
         history.stopped_early = True
         return True

@@ -1,5 +1,4 @@
-"""A task's inputs for probing: its train and eval splits loaded, subset (seeded) and encoded once, and how
-predictions on them are scored.
+"""A task's inputs for probing: its train and eval splits loaded, subset (seeded) and encoded once, and scoring.
 
 * :class:`TaskInputs` — the encoded splits (``[N, L]`` tensors, ``labels`` ``[N]`` or ``[N, L]``) and their indices;
 * :func:`prepare_inputs` — load, subset and encode (shared by every seed and every k of a run);
@@ -81,10 +80,11 @@ def _token_lists(flat: torch.Tensor, encoded: dict[str, torch.Tensor]) -> list[l
     return [chunk.tolist() for chunk in torch.split(flat, counts)]
 
 
-def score_predictions(inputs: TaskInputs, preds: torch.Tensor, labels: torch.Tensor, encoded: dict[str, torch.Tensor] | None = None) -> tuple[dict, dict]:
-    """``(metrics, dev record)`` of flat predictions and labels (``[N]``, or ``[T]`` labelled tokens of the
-    ``encoded`` examples, default the eval split). The record: ``predictions``, ``labels`` (lists of ints),
-    ``lengths`` (token tasks: labelled tokens per example) and ``label_names``."""
+def score_predictions(
+    inputs: TaskInputs, preds: torch.Tensor, labels: torch.Tensor, encoded: dict[str, torch.Tensor] | None = None
+) -> tuple[dict, dict]:
+    """``(metrics, dev record)`` of flat predictions and labels (``[N]``, or ``[T]`` labelled tokens of ``encoded``,
+    default the eval split); the record: ``predictions``, ``labels``, ``lengths`` (token tasks), ``label_names``."""
     encoded = inputs.eval if encoded is None else encoded
     record = {"predictions": preds.tolist(), "labels": labels.tolist(), "label_names": list(inputs.label_names)}
     if inputs.spec.is_token_task:
@@ -96,8 +96,7 @@ def score_predictions(inputs: TaskInputs, preds: torch.Tensor, labels: torch.Ten
 
 
 def make_evaluator(inputs: TaskInputs, source, encoded: dict[str, torch.Tensor] | None = None):
-    """A function ``probe → metrics`` on ``source`` (default: the eval split; ``encoded`` are the
-    encoded examples ``source`` yields, needed to regroup a token task's predictions by example)."""
+    """A function ``probe → metrics`` on ``source`` (``encoded``: its examples, to regroup token predictions)."""
 
     def evaluate(probe) -> dict:
         return score_predictions(inputs, *predict(probe, source), encoded)[0]

@@ -1,10 +1,9 @@
 """Task metrics, computed with ``evaluate`` metric scripts shipped inside papa.
 
-``evaluate.load("accuracy")`` fetches its script from the hub, which fails offline, so papa ships
-its own scripts next to this file (``papa_accuracy``, ``papa_f1``, ``papa_mcc``, ``papa_seqeval``)
-and loads them by path. :func:`compute_task_metrics` turns a task's predictions into its metrics
-(always including the task's main metric and ``main``); :func:`majority_baseline` gives the
-metrics of always predicting the most frequent training label (the "floor" of a task).
+``evaluate.load("accuracy")`` fetches its script from the hub, which fails offline, so papa ships its own scripts
+next to this file (``papa_accuracy``, ``papa_f1``, ``papa_mcc``, ``papa_seqeval``) and loads them by path.
+:func:`compute_task_metrics`: a task's metrics (always its main metric and ``main``); :func:`majority_baseline`: the
+metrics of always predicting the most frequent training label (the task's "floor").
 """
 
 from __future__ import annotations
@@ -36,7 +35,10 @@ def metric_path(name: str) -> Path:
         raise PapaError(f"Unknown metric {name!r}", f"Use one of: {', '.join(METRIC_SCRIPTS)}.")
     path = METRICS_DIR / folder
     if not (path / f"{folder}.py").is_file():
-        raise PapaError(f"The metric script {path / (folder + '.py')} is missing", "Reinstall papa: the metric scripts ship as package data.")
+        raise PapaError(
+            f"The metric script {path / (folder + '.py')} is missing",
+            "Reinstall papa: the metric scripts ship as package data.",
+        )
     return path
 
 
@@ -59,12 +61,9 @@ def compute_task_metrics(
     references: Sequence[Any],
     label_names: Sequence[str] | None = None,
 ) -> dict[str, float]:
-    """The task's metrics for ``predictions`` against ``references``.
-
-    Sequence tasks take lists of label ids. Token tasks take lists of per-sentence lists of label
-    ids, already aligned (first word piece only, ignored positions removed); NER also needs
-    ``label_names`` (the tag names in id order) to find entity spans. The result always holds the
-    task's main metric and ``main`` (its value):
+    """The task's metrics for ``predictions`` against ``references``: label ids (token tasks: per-sentence lists,
+    aligned: first word piece only, ignored positions removed; NER also needs ``label_names`` in id order for its
+    entity spans). Always the task's main metric and ``main`` (its value):
 
     * cola: ``matthews_correlation``; sst2, mnli: ``accuracy``;
     * mrpc: ``accuracy``, ``f1`` (positive label 1) and ``combined`` = their mean;
@@ -74,7 +73,10 @@ def compute_task_metrics(
     spec = get_task(task)
     preds, refs = list(predictions), list(references)
     if len(preds) != len(refs):
-        raise PapaError(f"{len(preds)} predictions but {len(refs)} references for task {spec.name}", "Pass one prediction per evaluation example.")
+        raise PapaError(
+            f"{len(preds)} predictions but {len(refs)} references for task {spec.name}",
+            "Pass one prediction per evaluation example.",
+        )
     if not refs:
         raise PapaError(f"No predictions to score for task {spec.name}", "Evaluate at least one example.")
     if spec.is_token_task:
@@ -100,15 +102,14 @@ def majority_baseline(
     eval_labels: Sequence[Any],
     label_names: Sequence[str] | None = None,
 ) -> dict[str, float]:
-    """Metrics of always predicting the most frequent training label (per token for token tasks).
-
-    Ties go to the smallest label id. For NER the majority tag is ``O``, which finds no entity,
-    so its F1 is 0.
-    """
+    """Metrics of always predicting the most frequent training label (per token for token tasks; ties: the smallest
+    id). For NER the majority tag is ``O``, which finds no entity: F1 0."""
     spec = get_task(task)
     flat = [t for seq in train_labels for t in seq] if spec.is_token_task else list(train_labels)
     if not flat:
-        raise PapaError(f"No training labels for the majority baseline of task {spec.name}", "Pass the training split's labels.")
+        raise PapaError(
+            f"No training labels for the majority baseline of task {spec.name}", "Pass the training split's labels."
+        )
     counts = Counter(_as_ids(flat, "training labels"))
     majority = min(counts, key=lambda label: (-counts[label], label))
     if spec.is_token_task:
@@ -122,18 +123,25 @@ def _token_metrics(spec: TaskSpec, preds: list, refs: list, label_names: Sequenc
     for number, (p, r) in enumerate(zip(preds, refs)):
         if len(p) != len(r):
             raise PapaError(
-                f"Sentence {number} has {len(p)} predicted tags but {len(r)} reference tags", "Align predictions to words (first word piece) and drop ignored positions."
+                f"Sentence {number} has {len(p)} predicted tags but {len(r)} reference tags",
+                "Align predictions to words (first word piece) and drop ignored positions.",
             )
     if spec.main_metric == "f1":  # NER: spans need tag names
         if not label_names:
-            raise PapaError(f"Task {spec.name} needs label_names to find entity spans", "Pass the tag names in id order, e.g. papa.probing.data.label_names(task, dataset).")
+            raise PapaError(
+                f"Task {spec.name} needs label_names to find entity spans",
+                "Pass the tag names in id order, e.g. papa.probing.data.label_names(task, dataset).",
+            )
         names = list(label_names)
 
         def to_names(seqs: list, what: str) -> list[list[str]]:
             try:
                 return [[names[t] for t in _as_ids(seq, what)] for seq in seqs]
             except IndexError:
-                raise PapaError(f"The {what} hold a tag id outside the {len(names)} label names", "Check that the label names belong to this model and task.") from None
+                raise PapaError(
+                    f"The {what} hold a tag id outside the {len(names)} label names",
+                    "Check that the label names belong to this model and task.",
+                ) from None
 
         return _compute("seqeval", to_names(preds, "predictions"), to_names(refs, "references"))
     flat_p = _as_ids([t for seq in preds for t in seq], "predictions")
@@ -149,8 +157,13 @@ def _as_ids(values: Sequence[Any], what: str) -> list[int]:
         try:
             as_int = int(value)
         except (TypeError, ValueError):
-            raise PapaError(f"The {what} hold {value!r}, not a label id", "Pass integer label ids (argmax of the logits).") from None
+            raise PapaError(
+                f"The {what} hold {value!r}, not a label id", "Pass integer label ids (argmax of the logits)."
+            ) from None
         if as_int != value or as_int < 0:
-            raise PapaError(f"The {what} hold {value!r}, not a non-negative integer label id", "Pass integer label ids; drop ignored positions (-100) first.")
+            raise PapaError(
+                f"The {what} hold {value!r}, not a non-negative integer label id",
+                "Pass integer label ids; drop ignored positions (-100) first.",
+            )
         out.append(as_int)
     return out

@@ -1,7 +1,5 @@
-"""Accuracy: the fraction of predictions equal to their references (an ``evaluate`` metric script).
-
-Shipped with papa so that it loads offline with ``evaluate.load(path_to_this_folder)``.
-"""
+"""Accuracy: the fraction of predictions equal to their references (an ``evaluate`` metric script, shipped with
+papa so that it loads offline with ``evaluate.load(path_to_this_folder)``)."""
 
 from __future__ import annotations
 

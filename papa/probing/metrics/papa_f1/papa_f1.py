@@ -1,9 +1,6 @@
-"""Binary F1 of the positive label 1 (an ``evaluate`` metric script).
-
-F1 = 2 TP / (2 TP + FP + FN); 0.0 when there is no positive prediction or reference (as
-scikit-learn's ``f1_score`` with ``zero_division=0``). Also returns precision and recall.
-Shipped with papa so that it loads offline with ``evaluate.load(path_to_this_folder)``.
-"""
+"""Binary F1 of the positive label 1 (an ``evaluate`` metric script, shipped with papa so that it loads offline
+with ``evaluate.load(path_to_this_folder)``): 2 TP / (2 TP + FP + FN), 0.0 without a positive prediction or
+reference (scikit-learn's ``f1_score`` with ``zero_division=0``); also precision and recall."""
 
 from __future__ import annotations
 

@@ -1,10 +1,7 @@
-"""Matthews correlation coefficient (an ``evaluate`` metric script).
-
-Binary: (TP*TN - FP*FN) / sqrt((TP+FP)(TP+FN)(TN+FP)(TN+FN)); for more classes the
-multiclass generalisation (Gorodkin 2004), as scikit-learn's ``matthews_corrcoef``. 0.0 when
-the denominator is 0 (for example when every prediction is the same label).
-Shipped with papa so that it loads offline with ``evaluate.load(path_to_this_folder)``.
-"""
+"""Matthews correlation coefficient (an ``evaluate`` metric script, shipped with papa so that it loads offline with
+``evaluate.load(path_to_this_folder)``). Binary: (TP*TN - FP*FN) / sqrt((TP+FP)(TP+FN)(TN+FP)(TN+FN)); for more
+classes Gorodkin's (2004) generalisation, as scikit-learn's ``matthews_corrcoef``; 0.0 when the denominator is 0
+(e.g. every prediction the same label)."""
 
 from __future__ import annotations
 

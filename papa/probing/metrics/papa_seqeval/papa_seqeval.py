@@ -1,16 +1,14 @@
 """Entity-level micro precision / recall / F1 over tag sequences (an ``evaluate`` metric script).
 
-A pure-Python re-implementation of seqeval's default (non-strict, conlleval-style) mode, so the
-numbers equal ``seqeval.metrics.f1_score`` etc. without the dependency. For IOB2 tags:
+A pure-Python re-implementation of seqeval's default (non-strict, conlleval-style) mode: the numbers equal
+``seqeval.metrics.f1_score`` etc. without the dependency. For IOB2 tags:
 
-* a span starts at ``B-X``, or at ``I-X`` when the previous tag is not ``B-X``/``I-X`` of the
-  same type X;
+* a span starts at ``B-X``, or at ``I-X`` when the previous tag is not ``B-X``/``I-X`` of the same type X;
 * it ends before the next tag that is not ``I-X`` of the same type (or at the end);
 * a predicted span is correct only if its type and both boundaries equal a reference span's.
 
-Sentences are separate: no span crosses from one sentence into the next. ``E-``/``S-`` tags
-(IOBES) follow seqeval's rules too. Also returns the token accuracy over all tags.
-Shipped with papa so that it loads offline with ``evaluate.load(path_to_this_folder)``.
+No span crosses sentences; ``E-``/``S-`` tags (IOBES) follow seqeval's rules too. Also the token accuracy. Shipped
+with papa so that it loads offline with ``evaluate.load(path_to_this_folder)``.
 """
 
 from __future__ import annotations
