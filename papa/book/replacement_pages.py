@@ -99,7 +99,7 @@ def mode_drops_display(science: ReplacementScience) -> Table:
         None if math.isnan(d) else f"{percent(d)} [{percent(lo)}, {percent(hi)}]" for d, lo, hi in zip(cells["relative_drop"], cells["relative_low"], cells["relative_high"])
     ]
     wide = cells.assign(cell=cell_text).pivot_table(index=["model", "task", "at"], columns="replacement", values="cell", aggfunc="first").reset_index()
-    modes = [m for m in RP.MODE_WORDS if m in wide.columns]
+    modes = [m for m in RP.MODES if m in wide.columns]
     wide = key_text(wide).assign(heads=[AT_WORDS[a] for a in wide["at"]])
     kinds = model_task_kinds(wide) | {"heads": "text"} | {m: "text" for m in modes}  # text: a drop and its interval may wrap
     missing = {m: "no converged pair of runs, or a k = 0 score not clear of 0" for m in modes}
@@ -142,7 +142,7 @@ def fig_replacements(science: ReplacementScience, label: str = "fig-replacements
     if frame.empty:
         raise ValueError("No mode has a pooled drop to draw")
     data = clean(frame.assign(constant=[AT_WORDS[a] for a in frame["at"]]))
-    order = [m for m in RP.MODE_WORDS if m in set(data["replacement"])]
+    order = [m for m in RP.MODES if m in set(data["replacement"])]
     base = alt.Chart(data).encode(
         x=alt.X("replacement:N", sort=order, title="what replaces the heads"),
         color=alt.Color("constant:N", legend=legend("heads constant")),
