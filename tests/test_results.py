@@ -302,7 +302,7 @@ def test_epoch_table_and_tidy_frame_without_a_per_epoch_dev_curve(tmp_path):
 
 def test_book_data_keeps_the_records_and_reads_the_chosen_lr(tmp_path):
     """``lr: select``: the main grid takes every chosen lr; the records (with their dev predictions) stay loaded."""
-    from papa.book.data import book_data
+    from tests.hand_cells import book_data
 
     (tmp_path / "results").mkdir()
     write(tmp_path / "results", {"a": result(seed=1, lr=1e-3, epochs=20), "b": result(task="cola", seed=1, lr=2e-4, epochs=20, metric="matthews_correlation")})
@@ -315,7 +315,7 @@ def test_book_data_keeps_the_records_and_reads_the_chosen_lr(tmp_path):
 def test_study_frame_applies_per_model_settings(tmp_path):
     """probe.per_model: mpnet-base's runs (15-epoch cap, 1,000 examples) belong to the main grid beside the MiniLM's
     (20, 2,000); the largest size is kept per model and task, not per task."""
-    from papa.book.data import book_data
+    from tests.hand_cells import book_data
 
     (tmp_path / "results").mkdir()
     runs = {
