@@ -161,7 +161,7 @@ def claim_cells(basis: Basis, ranking: str) -> pd.DataFrame:
     (every head constant)."""
     cells = basis.cells
     half = [count_for(Fraction(1, 2), int(total)) for total in cells["total_heads"]]
-    label = lambda k, t, h, r: "all" if k == t else "half" if k == h and r == ranking else None  # noqa: E731
+    label = lambda k, t, h, r: "all" if k == t else "half" if k == h and r == ranking else None
     at = [label(*row) for row in zip(cells["k"], cells["total_heads"], half, cells["ranking"])]
     chosen = cells.assign(at=pd.Series(at, index=cells.index, dtype=object)).dropna(subset=["at"])
     return chosen.sort_values(["model", "task", "at"], ignore_index=True)
@@ -198,7 +198,7 @@ def k0_and_all(basis: Basis, model: str, task: str) -> dict | None:
         return None
     total = int(full["total_heads"].iloc[0])
     cell = basis.cell(model, task, "all", total)
-    pick = lambda frame: frame.set_index("seed").loc[seeds, "value"].astype(float).tolist()  # noqa: E731
+    pick = lambda frame: frame.set_index("seed").loc[seeds, "value"].astype(float).tolist()
     paired_k0, paired_all = float(np.mean(pick(base))), float(np.mean(pick(full)))
     has = cell is not None
     return {

@@ -1,17 +1,10 @@
-"""The results chapter's answers, with intervals: the main table, the random baseline, the convergence gate over
-the runs, and the paper's claims judged by explicit rules.
-
-Inputs are the tidy frames of :mod:`papa.analysis.results` (:func:`~papa.analysis.results.summarise`,
-:func:`~papa.analysis.results.floors_table`) and the paired bootstrap differences of
-:func:`papa.analysis.stats.paired_differences`, computed from the result records (which keep the per-example dev
-predictions; the tidy frames never copy them).
+"""The results chapter's tables with intervals (the claims' verdicts are in :mod:`papa.analysis.verdicts`):
 
 * :func:`main_table` — per model, task and k (0, ½, ⅞, 15/16, all): the seed mean and spread, the paired
   difference to k = 0 with its 95 % bootstrap interval, the relative drop with its interval, and whether the
   difference is *real* (its interval excludes 0);
 * :func:`random_baseline` — at ½ and ⅞ of the heads: each ranking against the pooled seeded random orderings,
-  on the same dev examples (:func:`papa.analysis.stats.paired_bootstrap` of ranking − random);
-* the claims' verdicts live in :mod:`papa.analysis.verdicts`, on the pooled drops of :mod:`papa.analysis.pooled`.
+  on the same dev examples (:func:`papa.analysis.stats.paired_bootstrap` of ranking − random).
 """
 
 from __future__ import annotations

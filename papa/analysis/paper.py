@@ -1,10 +1,6 @@
-"""Data for the paper's figures and tables, beside its claims (issue 14): tidy pandas frames that the book's
-chart helpers draw.
-
-All inputs are :func:`papa.analysis.results.summarise` (seed means per model, task, ranking, k) and
-:func:`papa.analysis.results.floors_table` (floors, k = 0 baselines, which tasks are informative); the paired
-bootstrap differences of :func:`papa.analysis.stats.paired_differences` add intervals where given. Filter the
-runs through :func:`papa.analysis.stats.convergence_gate` before summarising, so that only converged runs count.
+"""Data for the paper's figures and tables, beside its claims (issue 14): tidy frames that
+:mod:`papa.analysis.paper_figures` draws, from a basis's seed means (``summary``), floors and cells
+(:mod:`papa.analysis.basis`: converged runs only).
 
 * (a) :func:`score_vs_dynamic_heads` — Figure 2: per task, the score against the number of input-dependent
   (not constant) heads, one line per model and ranking, with the majority and attention-free floors;

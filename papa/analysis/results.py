@@ -1,13 +1,10 @@
-"""Result files → tidy tables, floors, and the paper's three claims.
+"""Result files → tidy tables and floors.
 
 One probing run (:func:`papa.probing.experiment.run_probe`) is one JSON file. :func:`load_results` turns a
-folder of them into a tidy table (one row per run × metric of the final epoch); :func:`summarise`
-aggregates the main metric over seeds; :func:`floors_table` says which tasks can show anything at
-all (the k = 0 probe must beat the floors); :mod:`papa.analysis.basis` reads the drops and
-the paper's claims on the seed spread (:mod:`papa.analysis.findings` on bootstrap intervals).
-
-The small pure functions :func:`relative_drop`, :func:`retained_gain` and
-:func:`difference_is_real` hold all the arithmetic the claims use.
+folder of them into a tidy table (one row per run × metric of the reported epoch); :func:`summarise`
+aggregates the main metric over seeds; :func:`floors_table` says which tasks can show anything at all (the
+k = 0 probe must beat the floors). The small pure functions :func:`relative_drop`, :func:`retained_gain` and
+:func:`difference_is_real` hold the arithmetic of drops and gains.
 """
 
 from __future__ import annotations
@@ -83,7 +80,7 @@ def read_results(folder: str | Path) -> dict[str, dict]:
         if isinstance(raw, dict) and "config" in raw and "score" in raw:
             found.append((path, read_json_verified(path, "result")))
     stems = [p.stem for p, _ in found]
-    key = lambda p: p.stem if stems.count(p.stem) == 1 else p.relative_to(root).with_suffix("").as_posix()  # noqa: E731
+    key = lambda p: p.stem if stems.count(p.stem) == 1 else p.relative_to(root).with_suffix("").as_posix()
     return {key(p): r for p, r in found}
 
 

@@ -288,7 +288,7 @@ def paired_differences(results: dict[str, dict], resamples: int = RESAMPLES, see
         ranking = "random" if ranking.startswith("random") else ranking
         groups.setdefault((c["model"], result["task"], ranking, k, total, setting), []).append(result)
     rows = []
-    order = lambda item: (item[0][0], item[0][1], item[0][3], item[0][2], str(item[0][5]))  # noqa: E731
+    order = lambda item: (item[0][0], item[0][1], item[0][3], item[0][2], str(item[0][5]))
     for (model, task, ranking, k, total, setting), runs in sorted(groups.items(), key=order):
         base = groups.get((model, task, "none", 0, total, setting))
         if k == 0 or not base:

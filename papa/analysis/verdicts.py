@@ -1,5 +1,6 @@
-"""The paper's three claims judged from pooled intervals, each verdict one of :data:`VERDICTS` and derived by a
-rule the method chapter states before the results (issue 26).
+"""The paper's three claims judged from pooled intervals, each verdict one of the seven below (*reproduced*, with a
+smaller or larger effect, *points the paper's way* or *against the paper, not significant*, *not reproduced*, *not
+testable*) and derived by a rule the method chapter states before the results (issue 26).
 
 Every rule reads the pooled average relative drop and its bootstrap interval ``[low, high]``
 (:func:`papa.analysis.pooled.pooled_drop`), or, for claim 3, Spearman's ρ with its exact one-sided p
@@ -31,10 +32,6 @@ import pandas as pd
 from papa.analysis.figure_kit import task_name
 from papa.analysis.pooled import claim3, claim3_points, pooled_drop, select
 
-#: The verdicts, every claim's from this set.
-VERDICTS = ("reproduced", "reproduced with a smaller effect", "reproduced with a larger effect")
-VERDICTS += ("points the paper's way, not significant", "points against the paper, not significant")
-VERDICTS += ("not reproduced", "not testable")
 #: Claim 1: "little or no drop" is an average relative drop of at most this.
 HALF_MAX_DROP = 0.05
 #: Claim 2: the paper's average relative drop with every head constant, and its largest on a task.

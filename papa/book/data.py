@@ -202,7 +202,7 @@ def floors_display(floors: pd.DataFrame) -> T.Table:
         task=f["task"].map(task_name),
         metric=f["metric"].map(metric_name),
     )
-    kinds = ({"model": "text"} if f["model"].nunique() > 1 else {}) | {"task": "text", "informative": "yes/no"}
+    kinds = T.model_task_kinds(f) | {"informative": "yes/no"}
     kinds |= {"metric": "text", "majority": "score", "free": T.text, "base": T.text, "interval": T.text}
     headers = {"informative": "informative", "majority": "majority class", "free": "attention-free probe"}
     headers |= {"base": "k = 0 probe", "interval": "k = 0, 95% interval"}

@@ -66,7 +66,7 @@ def lr_choice_display(frame: pd.DataFrame) -> T.Table:
         row = {"model": model, "task": task_name(task), "chosen_lr": lr_text(chosen.iloc[0]) if len(chosen) else None}
         row |= {lr: _cell(group[group["lr"] == lr]) if (group["lr"] == lr).any() else None for lr in lrs}
         rows.append(row)
-    kinds = ({"model": "text"} if T.has_several(frame, "model") else {}) | {"task": "text", "chosen_lr": "text"}
+    kinds = T.model_task_kinds(frame) | {"chosen_lr": "text"}
     kinds |= {lr: T.text for lr in lrs}
     paper = lambda lr: " (the paper's)" if math.isclose(lr, PAPER_LR) else ""
     headers = {"chosen_lr": "chosen lr"} | {lr: f"held-out at lr {lr_text(lr)}{paper(lr)}" for lr in lrs}
@@ -135,7 +135,7 @@ def prediction_share_frame(data: BookData) -> pd.DataFrame:
 
 def prediction_share_display(frame: pd.DataFrame) -> T.Table:
     """:func:`prediction_share_frame` for reading."""
-    kinds = ({"model": "text"} if T.has_several(frame, "model") else {}) | {"task": "text", "score": "score"}
+    kinds = T.model_task_kinds(frame) | {"score": "score"}
     kinds |= {"seeds": "int", "predicted_class": "text", "predicted_share": "percent", "label_share": "percent"}
     headers = {"score": "mean score at k = 0", "seeds": "seeds", "predicted_class": "most-predicted class"}
     headers |= {"predicted_share": "share of the predictions", "label_share": "share of the dev labels"}

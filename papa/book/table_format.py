@@ -143,7 +143,7 @@ class Table:
         return reasons
 
     def _html_table(self, columns: list[str], marks: dict[str, str]) -> str:
-        align = lambda c: ' class="text"' if c in self.text_columns else ""  # noqa: E731
+        align = lambda c: ' class="text"' if c in self.text_columns else ""
         index = [self.columns.index(c) for c in columns]
         head = "".join(f"<th{align(c)}>{html.escape(c)}</th>" for c in columns)
         body = []
