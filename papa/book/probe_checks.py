@@ -1,15 +1,8 @@
-"""What the probe learned before any head was made constant: the learning-rate choices and what the k = 0
-probe predicts on the dev split. The controls chapter shows both, so that a task whose k = 0 score is near
-its floor (CoLA) is read with the reason in view. Re-exported by :mod:`papa.book`.
-
-* :func:`lr_choice_frame` / :func:`lr_choice_display` — every candidate lr's held-out score, best epoch and
-  epochs trained, per model and task (one row per lr choice run, ``papa.probing.protocol.select_lr``);
-* :func:`lr_choice_numbers` — the counts the chapter's text glues;
-* :func:`prediction_share_frame` / :func:`prediction_share_display` — per model and sequence task at k = 0:
-  the share of dev predictions in the most-predicted class against that class's share of the dev labels;
-* :func:`near_floor_frame` / :func:`near_floor_display` / :func:`near_floor_numbers` — every pair whose k = 0 probe
-  does not clear its floor, beside the checks that say why: the lr choice's held-out score, what the probe
-  predicts, the score with more training data, and the best other model on the same task.
+"""What the probe learned before any head was made constant, for the controls chapter, so that a task whose k = 0
+score is near its floor (CoLA) is read with the reason in view: every candidate lr's held-out score
+(:func:`lr_choice_frame`), the share of dev predictions in the most-predicted class (:func:`prediction_share_frame`)
+and every pair whose k = 0 probe does not clear its floor beside the checks that say why (:func:`near_floor_frame`);
+each with its ``*_display`` table; :func:`lr_choice_numbers` and :func:`near_floor_numbers` give the prose its counts.
 """
 
 from __future__ import annotations

@@ -94,11 +94,11 @@ def text(value: Any) -> str | None:
     return None if is_missing(value) else str(value)
 
 
-def score_spread(mean: Any, spread: Any, digits: int = 3) -> str | None:
+def score_spread(mean: Any, spread: Any) -> str | None:
     """``"0.812 ± 0.020"`` with non-breaking spaces (one line); the mean alone when ``spread`` is missing."""
     if is_missing(mean):
         return None
-    return str(score(mean, digits)) + ("" if is_missing(spread) else f"{NBSP}±{NBSP}{score(spread, digits)}")
+    return str(score(mean)) + ("" if is_missing(spread) else f"{NBSP}±{NBSP}{score(spread)}")
 
 
 def with_interval(cell: Callable[[Any], str | None], value: Any, low: Any, high: Any) -> str | None:
