@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -45,3 +46,15 @@ def cells(rows: list[dict]) -> pd.DataFrame:
 def spread(centre: float, width: float, n: int = 101) -> np.ndarray:
     """``n`` evenly spaced resampled drops from ``centre − width`` to ``centre + width``."""
     return np.linspace(centre - width, centre + width, n)
+
+
+def book_data(config: dict, folder: Path):
+    """:class:`papa.book.data.BookData` of a loaded grid ``config`` from every result under an artefacts ``folder``
+    (``results/``, ``rankings/``), without the plan (hand-made runs, a copied runs folder)."""
+    from papa.analysis.results import read_results
+    from papa.book.data import book_data_from
+    from papa.core.io import read_json_verified
+
+    paths = sorted((folder / "rankings").glob("*.json"))
+    rankings = {path.stem: [tuple(h) for h in read_json_verified(path, "ranking")["ranking"]] for path in paths}
+    return book_data_from(config, read_results(folder / "results"), rankings)

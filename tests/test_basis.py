@@ -15,9 +15,9 @@ from papa.analysis import paper as P
 from papa.analysis.basis import build_basis, claim_cells, retained_gains
 from papa.analysis.results import load_results
 from papa.analysis.verdicts import interval_text
-from papa.book.data import book_data
 from papa.book.science import chapter_science, model_drops_display_frame
 from papa.core.io import atomic_write_json
+from tests.hand_cells import book_data
 
 KEYS = ["model", "task", "ranking", "k"]
 
@@ -105,9 +105,9 @@ def test_the_committed_default_book_shows_one_value_per_quantity():
     """The default grid's committed runs: each (model, task, ranking, k) shows the basis's score and drop in the main
     table, the paper's table, the retained gains, the sensitivity table's main-grid side and figure (b)'s data. Every
     committed result is read (not the plan's list), so the check holds while a re-run of the grid is under way."""
-    from papa.book.data import book_data
     from papa.book.studies import sensitivity_table
     from papa.pipeline.plan import ROOT, load_config
+    from tests.hand_cells import book_data
 
     data = book_data(load_config(ROOT / "configs" / "default.yaml"), ROOT / "book" / "runs" / "default" / "artifacts")
     result = chapter_science(data)

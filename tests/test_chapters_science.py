@@ -19,10 +19,10 @@ from papa.analysis.figure_kit import TEXT_WIDTH
 from papa.analysis.paper_figures import fig_better_models, fig_paper_scores, fig_relative_score
 from papa.book import interval_tables as IT
 from papa.book import tables as T
-from papa.book.data import book_data
 from papa.book.science import chapter_science, convergence_summary, largest_drop, literal_comparison, model_drops_display_frame, random_summary, science_numbers
 from papa.book.studies import drop_checks, drop_checks_summary
 from papa.core.io import atomic_write_json
+from tests.hand_cells import book_data
 
 N = 400  # dev examples
 RESAMPLES = 300

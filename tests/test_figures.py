@@ -230,8 +230,8 @@ def test_paper_analogues_fit_and_say_their_verdict(tmp_path):
 
     from papa.analysis import paper
     from papa.analysis.paper_figures import fig_better_models, fig_paper_scores, fig_relative_score
-    from papa.book.data import book_data
     from papa.book.science import analogue_figures, chapter_science, placeholder_figure
+    from tests.hand_cells import book_data
 
     write_grid(tmp_path)
     data = book_data(CONFIG, tmp_path)

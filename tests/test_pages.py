@@ -16,9 +16,9 @@ import yaml
 from headless import dump_dom
 
 from papa.book.assets import stage_itables
-from papa.book.pages import _reproducibility, _setup, point_front_page
+from papa.book.pages import _reproducibility, point_front_page
 from papa.book.run_index import GROUPS_DIR, _appendix, _group, _run_groups, _toc, appendix_rows, group_page, run_index_pages, write_pages
-from papa.book.setup_page import heads_words, lr_words
+from papa.book.setup_page import heads_words, lr_words, setup_page
 from papa.book.words import and_list, count, duration, fraction_words
 from papa.cli import build_parser
 from papa.core.io import atomic_write_json
@@ -285,7 +285,7 @@ def test_itables_script_is_offline(tmp_path):
 # -- the setup page ----------------------------------------------------------------------------------
 @pytest.mark.parametrize("config", ["configs/default.yaml", "configs/smoke.yaml", "configs/paper.yaml"])
 def test_setup_page_reads_as_prose(config):
-    page = _setup(load_config(ROOT / config))
+    page = setup_page(load_config(ROOT / config))
     assert "(s)" not in page
     assert not re.search(r"\[[^\]]*['\d][^\]]*\]", page.split("## ", 1)[1].replace("[SEP]", "")), "a Python list on the page"
     assert "{'" not in page and "None" not in page
@@ -318,7 +318,7 @@ TASK_ROWS = {"sst2": "| SST-2 |", "cola": "| CoLA |", "mrpc": "| MRPC |", "mnli"
 def test_setup_page_shows_its_configs_numbers(config):
     """Every size, seed and head count on the page is its config's: the words by hand, the numbers from the file."""
     raw = yaml.safe_load((ROOT / config).read_text(encoding="utf-8"))
-    page = _setup(load_config(ROOT / config))
+    page = setup_page(load_config(ROOT / config))
     for words in SETUP_WORDS[config]:
         assert words in page
     assert f"$L$ = {raw['max_length']} tokens" in page
@@ -331,7 +331,7 @@ def test_setup_page_shows_its_configs_numbers(config):
 
 
 def test_setup_page_words_for_the_default_grid():
-    page = _setup(load_config(ROOT / "configs/default.yaml"))
+    page = setup_page(load_config(ROOT / "configs/default.yaml"))
     assert "The book runs three encoders, all installed from PyPI" in page
     assert "with three seeds (42, 43 and 44) at every head count" in page
     assert "It runs with none, half, 7/8, 15/16 and all of the heads constant, in cached mode" in page
@@ -470,7 +470,7 @@ def test_itables_script_makes_the_index_sortable_and_searchable_offline_in_chrom
 def test_what_differs_from_the_paper_lists_only_what_differs_for_that_config():
     """The paper's own grid (full sets, 15 gate epochs at 2e-5 over all examples, the paper's encoders) differs only in
     execution, seeds and token types; the default grid in every respect, its gate settings read from its file."""
-    section = lambda name: _setup(load_config(ROOT / "configs" / f"{name}.yaml")).split("## What differs from the paper", 1)[1]  # noqa: E731
+    section = lambda name: setup_page(load_config(ROOT / "configs" / f"{name}.yaml")).split("## What differs from the paper", 1)[1]  # noqa: E731
     paper, default = section("paper"), section("default")
     assert re.findall(r"^- \*\*([^*]+)\*\*", paper, re.MULTILINE) == ["Execution", "Seeds", "Token types"]
     assert re.findall(r"^- \*\*([^*]+)\*\*", default, re.MULTILINE) == ["Models", "Sizes", "Gates", "Execution", "Seeds", "Token types"]

@@ -8,8 +8,8 @@ import pytest
 
 from papa.analysis import stats as S
 from papa.book import replacement_pages as RPG
-from papa.book.data import book_data
 from papa.core.io import atomic_write_json
+from tests.hand_cells import book_data
 from tests.test_chapters_science import _predictions, _record
 
 TOTAL = 8

@@ -18,7 +18,8 @@ from myst_parser.config.main import MdParserConfig
 from myst_parser.parsers.mdit import create_md_parser
 
 from papa.book import assets, run_index
-from papa.book.pages import _setup, write_pages
+from papa.book.pages import write_pages
+from papa.book.setup_page import setup_page
 from papa.book.templates import fill
 from papa.core.errors import PapaError
 from papa.pipeline.executed import code_span, model_display, myst_text, run_title
@@ -48,7 +49,7 @@ def _pages(model: str, folder: Path) -> dict[str, str]:
     rows = run_index.appendix_rows(config, runs, {}, folder)
     written = run_index.run_index_pages(config, rows, [run_id], folder).items()
     pages = {re.sub(r"probes-.*\.md$", "probes.md", str(path.relative_to(folder))): text for path, text in written}
-    pages["setup.md"] = _setup(config)
+    pages["setup.md"] = setup_page(config)
     pages["run.md"] = f"# {run_title(params, folder)}\n\nText.\n"
     for kind, extra in (("rank", {"method": "gates"}), ("estimate", {"max_examples": 10}), ("select_lr", {"lrs": [0.1]})):
         pages[f"{kind}.md"] = f"# {run_title({'model': model, 'task': 'sst2', **extra}, folder)}\n"
@@ -106,7 +107,7 @@ def test_a_page_that_cannot_be_rendered_leaves_the_others_as_they_were(tmp_path,
     def broken(config):
         raise RuntimeError("the setup page failed")
 
-    monkeypatch.setattr(pages, "_setup", broken)
+    monkeypatch.setattr(pages, "setup_page", broken)
     with pytest.raises(RuntimeError):
         write_pages(load_config(ROOT / "configs" / "smoke.yaml"), [], ["results", "controls"], root=tmp_path)
     for name in ("_toc.yml", "book/index.md", "book/appendix/constants.md", "book/setup.md"):

@@ -13,8 +13,8 @@ import pytest
 from headless import dump_dom
 
 from papa.book import interval_tables as IT
-from papa.book.data import book_data
 from papa.book.science import chapter_science
+from tests.hand_cells import book_data
 from tests.test_chapters_science import CONFIG, RESAMPLES, write_grid
 
 #: The text column at a 1,280 px window (measured on the built book, tests/test_browser.py's window).

@@ -7,7 +7,6 @@ import math
 import re
 
 import pandas as pd
-import pytest
 from hand_cells import cell as hand_cell
 from hand_cells import cells as hand_cells
 from test_results import grid, result, write
@@ -15,7 +14,7 @@ from test_results import grid, result, write
 from papa.analysis.basis import build_basis, retained_gains
 from papa.analysis.results import floors_table, load_results, read_results, summarise
 from papa.book.data import floors_display
-from papa.book.table_format import DASH, NBSP, auto_table, enable_table_display, escape_cell_pipes, md_cell, score_interval, score_spread, table
+from papa.book.table_format import DASH, NBSP, auto_table, enable_table_display, score_interval, score_spread, table
 from papa.book.tables import retained_gains_display, scores_display
 
 BAD = re.compile(r"\bNaN\b|\bnan\b|\bNone\b|rows × |\d+ rows")
@@ -91,34 +90,12 @@ def test_retained_gains_display_puts_drop_and_gain_first(tmp_path):
     assert full[3:5] == [f"{(0.82 - 0.72) / 0.82:.1%}", f"{(0.72 - 0.56) / (0.82 - 0.56):.1%}"]
 
 
-@pytest.mark.parametrize(
-    "row, cells_expected",
-    [
-        ("| Probing score | cached | faithful | 64.1 | 64.1 | |A−B| = 0.0 pt | ≤ 1 point | met |", 8),
-        ("| Equivalence | eager | fast path | — | — | max |A−B| = 2.9e-06 | ≤ 1e-5 | met |", 8),
-        ("| a | b |", 2),
-    ],
-)
-def test_escape_cell_pipes_keeps_the_column_count(row, cells_expected):
-    fixed = escape_cell_pipes(f"text with |x| outside a table\n{row}\n")
-    line = fixed.split("\n")[1]
-    delimiters = len(re.findall(r"(?<!\\)\|", line))
-    assert delimiters == cells_expected + 1
-    assert fixed.split("\n")[0] == "text with |x| outside a table"  # prose untouched
-    assert escape_cell_pipes(fixed) == fixed  # idempotent
-
-
 def test_an_empty_result_is_an_empty_table():
     from papa.book.tables import rising_display
 
     shown = rising_display(pd.DataFrame())
     assert shown.rows == [] and shown.columns[0] == "run"
     assert shown._repr_html_() == '<p class="papa-table-empty"><em>Nothing to show: no run of this grid belongs in this table.</em></p>'
-
-
-def test_md_cell():
-    assert md_cell("|A−B| = 0.0 pt") == "\\|A−B\\| = 0.0 pt" and md_cell("two\nlines") == "two lines"
-    assert md_cell(md_cell("a|b")) == "a\\|b"
 
 
 # -- the tables with intervals (issue 14) ---------------------------------------------------------------------
@@ -180,18 +157,17 @@ def test_verdicts_and_paper_table_display():
 
 
 def test_constant_heads_are_named_by_the_papers_fraction():
-    from papa.book.interval_tables import _heads_label
+    from papa.book.table_format import heads_words
 
-    assert [_heads_label(k, 36) for k in (0, 18, 32, 34, 36)] == ["0 of 36 (none)", "18 of 36 (1/2)", f"32 of 36 (≈{NBSP}7/8)", f"34 of 36 (≈{NBSP}15/16)", "36 of 36 (all)"]
-    assert _heads_label(5, 36) == "5 of 36 (5/36)" and _heads_label(63, 72) == "63 of 72 (7/8)"
+    assert [heads_words(k, 36) for k in (0, 18, 32, 34, 36)] == ["0 of 36 (none)", "18 of 36 (1/2)", f"32 of 36 (≈{NBSP}7/8)", f"34 of 36 (≈{NBSP}15/16)", "36 of 36 (all)"]
+    assert heads_words(5, 36) == "5 of 36 (5/36)" and heads_words(63, 72) == "63 of 72 (7/8)"
 
 
 def test_no_number_shows_a_negative_zero():
-    from papa.book.interval_tables import _difference_cell, _percent_cell
-    from papa.book.table_format import percent, score, signed
+    from papa.book.table_format import percent, score, signed, with_interval
 
     assert (score(-0.0001), percent(-0.00001), signed(-0.0004), signed(0.0004), signed(-0.002)) == ("0.000", "0.0%", "0.000", "0.000", "-0.002")
-    assert _difference_cell(-0.0001, -0.0102, 0.0001) == f"0.000{NBSP}[-0.010,{NBSP}0.000]" and _percent_cell(-0.00001, -0.01, 0.0) == f"0.0%{NBSP}[-1.0%,{NBSP}0.0%]"
+    assert with_interval(signed, -0.0001, -0.0102, 0.0001) == f"0.000{NBSP}[-0.010,{NBSP}0.000]" and with_interval(percent, -0.00001, -0.01, 0.0) == f"0.0%{NBSP}[-1.0%,{NBSP}0.0%]"
 
 
 def test_every_score_table_labels_each_share_by_its_real_counts():

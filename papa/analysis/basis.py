@@ -16,8 +16,8 @@ set of runs by :func:`build_basis`, in this order:
    (they differ from the scores only where a seed converged on one side), the drop with its 95% interval, and
    :func:`claim_cells` labels those the claims average ``at`` = "half" / "all".
 
-A relative drop ``(s̄₀ − s̄ₖ) / s̄₀`` is shown only where its denominator is clear of zero: on every bootstrap
-resample the k = 0 score is above 0 (else its interval is undefined, and so, here, is the drop).
+A relative drop ``(s̄₀ − s̄ₖ) / s̄₀`` is shown only where its denominator is clear of zero: on every
+bootstrap resample the k = 0 score is above 0 (else its interval is undefined, and so, here, is the drop).
 """
 
 from __future__ import annotations
@@ -36,37 +36,15 @@ from papa.core.errors import PapaError
 from papa.core.heads import count_for
 
 #: Columns of :attr:`Basis.cells` (``samples``: the relative drop on every resample, an ``[R]`` array per cell).
-CELL_COLUMNS = [
-    "model",
-    "task",
-    "family",
-    "mode",
-    "ranking",
-    "k",
-    "total_heads",
-    "fraction",
-    "score_0",
-    "score",
-    "paired_score_0",
-    "paired_score",
-    "difference",
-    "low",
-    "high",
-    "real",
-    "relative_drop",
-    "relative_low",
-    "relative_high",
-    "n_pairs",
-    "n_examples",
-    "informative",
-    "samples",
-]
+CELL_COLUMNS = (
+    "model task family mode ranking k total_heads fraction score_0 score paired_score_0 paired_score difference low"
+    " high real relative_drop relative_low relative_high n_pairs n_examples informative samples"
+).split()
 
 
 def task_family(task: str) -> str:
     """``"token"`` for a token-level task, ``"sentence"`` for a sentence-level one, ``"other"`` for a task papa
     does not know (from the task's spec, :func:`papa.probing.data.get_task`)."""
-    from papa.core.errors import PapaError
     from papa.probing.data import get_task
 
     try:
@@ -93,7 +71,8 @@ def baseline_intervals(records: Mapping[str, dict], runs: pd.DataFrame, resample
     intervals = {}
     for (model, task, mode), group in rows.groupby(["model", "task", "mode"], sort=True):
         found = [records.get(r) or {} for r in sorted(set(group["run_id"]))]
-        dev_sets = {((r.get("data") or {}).get("eval_indices_sha"), len((r.get("dev") or {}).get("labels", []))) for r in found}
+        dev_set = lambda r: ((r.get("data") or {}).get("eval_indices_sha"), len((r.get("dev") or {}).get("labels", [])))
+        dev_sets = {dev_set(r) for r in found}
         if not all(r.get("dev") for r in found) or len(dev_sets) != 1:
             continue
         token = bool(found[0]["dev"].get("lengths"))
@@ -118,19 +97,19 @@ class Basis:
 
     def score(self, model: str, task: str, ranking: str, k: int) -> float:
         """The seed mean of the kept runs of the full probe at ``k`` (NaN without one)."""
-        rows = self.summary[
-            (self.summary["model"] == model)
-            & (self.summary["task"] == task)
-            & (self.summary["ranking"] == ranking)
-            & (self.summary["k"] == k)
-            & (self.summary["probe_input"] == "all")
-        ]
+        rows = rows_of(self.summary[self.summary["probe_input"] == "all"], model, task, ranking, k)
         return float(rows["mean"].iloc[0]) if len(rows) else math.nan
 
     def cell(self, model: str, task: str, ranking: str, k: int) -> pd.Series | None:
         """The cell of one model, task, ranking and k > 0, or None without a paired drop there."""
-        rows = self.cells[(self.cells["model"] == model) & (self.cells["task"] == task) & (self.cells["ranking"] == ranking) & (self.cells["k"] == k)]
+        rows = rows_of(self.cells, model, task, ranking, k)
         return rows.iloc[0] if len(rows) else None
+
+
+def rows_of(frame: pd.DataFrame, model: str, task: str, ranking: str, k: int) -> pd.DataFrame:
+    """The rows of ``frame`` (the summary, the cells) of one model, task, ranking and k."""
+    f = frame
+    return f[(f["model"] == model) & (f["task"] == task) & (f["ranking"] == ranking) & (f["k"] == k)]
 
 
 def _cells(differences: pd.DataFrame, summary: pd.DataFrame, floors: pd.DataFrame) -> pd.DataFrame:
@@ -139,37 +118,18 @@ def _cells(differences: pd.DataFrame, summary: pd.DataFrame, floors: pd.DataFram
     means = full.set_index(["model", "task", "ranking", "k"])["mean"].to_dict() if len(full) else {}
     diffs = differences[differences["probe_input"] == "all"] if len(differences) else differences
     informative = {(m, t): bool(ok) for m, t, ok in zip(floors["model"], floors["task"], floors["informative"])}
-    for row in diffs.itertuples(index=False) if len(diffs) else []:
-        total = int(round(row.k / row.fraction))
-        samples = np.asarray(row.relative_samples, dtype=float)
-        clear = bool(np.isfinite(samples).all() and math.isfinite(row.relative_drop))  # s̄₀ > 0 on every resample
+    for r in diffs.itertuples(index=False) if len(diffs) else []:
+        total, key = int(round(r.k / r.fraction)), (r.model, r.task)
+        samples = np.asarray(r.relative_samples, dtype=float)
+        clear = bool(np.isfinite(samples).all() and math.isfinite(r.relative_drop))  # s̄₀ > 0 on every resample
+        relative = [float(x) if clear else math.nan for x in (r.relative_drop, r.relative_low, r.relative_high)]
+        # the pooled random orderings have no seed mean of their own (their runs score under random-<n>)
+        score = math.nan if r.ranking == "random" else float(means.get((*key, r.ranking, int(r.k)), math.nan))
+        score_0 = float(means.get((*key, "none", 0), math.nan))
         rows.append(
-            {
-                "model": row.model,
-                "task": row.task,
-                "family": task_family(row.task),
-                "mode": row.mode,
-                "ranking": row.ranking,
-                "k": int(row.k),
-                "total_heads": total,
-                "fraction": row.k / total,
-                "score_0": float(means.get((row.model, row.task, "none", 0), math.nan)),
-                # the pooled random orderings have no seed mean of their own (their runs score under random-<n>)
-                "score": math.nan if row.ranking == "random" else float(means.get((row.model, row.task, row.ranking, int(row.k)), math.nan)),
-                "paired_score_0": float(row.base_score),
-                "paired_score": float(row.score),
-                "difference": float(row.difference),
-                "low": float(row.low),
-                "high": float(row.high),
-                "real": bool(row.real),
-                "relative_drop": float(row.relative_drop) if clear else math.nan,
-                "relative_low": float(row.relative_low) if clear else math.nan,
-                "relative_high": float(row.relative_high) if clear else math.nan,
-                "n_pairs": int(row.n_runs),
-                "n_examples": int(row.n_examples),
-                "informative": informative.get((row.model, row.task), False),
-                "samples": samples,
-            }
+            [r.model, r.task, task_family(r.task), r.mode, r.ranking, int(r.k), total, r.k / total, score_0, score]
+            + [float(r.base_score), float(r.score), float(r.difference), float(r.low), float(r.high), bool(r.real)]
+            + [*relative, int(r.n_runs), int(r.n_examples), informative.get(key, False), samples]
         )
     frame = pd.DataFrame(rows, columns=CELL_COLUMNS)
     return frame.sort_values(["model", "task", "ranking", "k"], ignore_index=True)
@@ -181,7 +141,8 @@ def build_basis(runs: pd.DataFrame, records: Mapping[str, dict], resamples: int 
     predictions)."""
     modes = sorted(set(runs["mode"].dropna())) if len(runs) else []
     if len(modes) > 1:
-        raise PapaError(f"One basis reads one execution mode, but these runs hold {', '.join(modes)}", "Build one basis per mode.")
+        what = f"One basis reads one execution mode, but these runs hold {', '.join(modes)}"
+        raise PapaError(what, "Build one basis per mode.")
     kept, gate = gate_runs(runs)
     gated = bool(kept)
     ids = kept if gated else set(runs["run_id"])
@@ -200,15 +161,16 @@ def claim_cells(basis: Basis, ranking: str) -> pd.DataFrame:
     (every head constant)."""
     cells = basis.cells
     half = [count_for(Fraction(1, 2), int(total)) for total in cells["total_heads"]]
-    at = ["all" if k == t else "half" if k == h and r == ranking else None for k, t, h, r in zip(cells["k"], cells["total_heads"], half, cells["ranking"])]
+    label = lambda k, t, h, r: "all" if k == t else "half" if k == h and r == ranking else None
+    at = [label(*row) for row in zip(cells["k"], cells["total_heads"], half, cells["ranking"])]
     chosen = cells.assign(at=pd.Series(at, index=cells.index, dtype=object)).dropna(subset=["at"])
     return chosen.sort_values(["model", "task", "at"], ignore_index=True)
 
 
 def retained_gains(basis: Basis) -> pd.DataFrame:
-    """Per model, task, ranking and k > 0: the score (the basis's), the relative drop of the cell, and the retained
-    gain ``(s̄ₖ − f) / (s̄₀ − f)`` over the higher floor ``f``, of the paired scores the drop is computed from. The gain is NaN for a pair
-    that is not informative (its k = 0 score does not clear the floor: the ratio's denominator is noise)."""
+    """Per model, task, ranking and k > 0: the score (the basis's), the relative drop of the cell, and the
+    retained gain ``(s̄ₖ − f) / (s̄₀ − f)`` over the higher floor ``f``, of the paired scores the drop is
+    computed from. NaN for a pair that is not informative (its k = 0 score does not clear the floor)."""
     floors = basis.floors.set_index(["model", "task"])
     rows = []
     for cell in basis.cells.itertuples(index=False):
@@ -218,21 +180,9 @@ def retained_gains(basis: Basis) -> pd.DataFrame:
         higher = float(np.nanmax([floor["majority"], floor["attention_free"], -math.inf]))  # as floors_table's floor
         informative = bool(floor["informative"])
         gain = R.retained_gain(cell.paired_score, cell.paired_score_0, higher) if informative else math.nan
-        rows.append(
-            {
-                "model": cell.model,
-                "task": cell.task,
-                "ranking": cell.ranking,
-                "k": cell.k,
-                "fraction": cell.fraction,
-                "score": cell.score,
-                "n_pairs": cell.n_pairs,
-                "relative_drop": cell.relative_drop,
-                "retained_gain": gain,
-                "informative": informative,
-            }
-        )
-    columns = ["model", "task", "ranking", "k", "fraction", "score", "n_pairs", "relative_drop", "retained_gain", "informative"]
+        keys = [cell.model, cell.task, cell.ranking, cell.k, cell.fraction, cell.score, cell.n_pairs]
+        rows.append([*keys, cell.relative_drop, gain, informative])
+    columns = "model task ranking k fraction score n_pairs relative_drop retained_gain informative".split()
     return pd.DataFrame(rows, columns=columns).sort_values(["model", "task", "k", "ranking"], ignore_index=True)
 
 
@@ -248,8 +198,9 @@ def k0_and_all(basis: Basis, model: str, task: str) -> dict | None:
         return None
     total = int(full["total_heads"].iloc[0])
     cell = basis.cell(model, task, "all", total)
-    pick = lambda frame: frame.set_index("seed").loc[seeds, "value"].astype(float).tolist()  # noqa: E731
+    pick = lambda frame: frame.set_index("seed").loc[seeds, "value"].astype(float).tolist()
     paired_k0, paired_all = float(np.mean(pick(base))), float(np.mean(pick(full)))
+    has = cell is not None
     return {
         "seeds": seeds,
         "k0_scores": pick(base),
@@ -259,9 +210,9 @@ def k0_and_all(basis: Basis, model: str, task: str) -> dict | None:
         "paired_k0": paired_k0,
         "paired_all": paired_all,
         # without stored dev predictions there is no bootstrap: the same paired drop, from the seeds' scores
-        "drop": cell["relative_drop"] if cell is not None else R.relative_drop(paired_all, paired_k0),
-        "low": cell["relative_low"] if cell is not None else math.nan,
-        "high": cell["relative_high"] if cell is not None else math.nan,
-        "real": bool(cell["real"]) if cell is not None else None,
+        "drop": cell["relative_drop"] if has else R.relative_drop(paired_all, paired_k0),
+        "low": cell["relative_low"] if has else math.nan,
+        "high": cell["relative_high"] if has else math.nan,
+        "real": bool(cell["real"]) if has else None,
         "runs": pd.concat([base[base["seed"].isin(seeds)], full[full["seed"].isin(seeds)]]),
     }

@@ -1,10 +1,6 @@
-"""Data for the paper's figures and tables, beside its claims (issue 14): tidy pandas frames that the book's
-chart helpers draw.
-
-All inputs are :func:`papa.analysis.results.summarise` (seed means per model, task, ranking, k) and
-:func:`papa.analysis.results.floors_table` (floors, k = 0 baselines, which tasks are informative); the paired
-bootstrap differences of :func:`papa.analysis.stats.paired_differences` add intervals where given. Filter the
-runs through :func:`papa.analysis.stats.convergence_gate` before summarising, so that only converged runs count.
+"""Data for the paper's figures and tables, beside its claims (issue 14): tidy frames that
+:mod:`papa.analysis.paper_figures` draws, from a basis's seed means (``summary``), floors and cells
+(:mod:`papa.analysis.basis`: converged runs only).
 
 * (a) :func:`score_vs_dynamic_heads` — Figure 2: per task, the score against the number of input-dependent
   (not constant) heads, one line per model and ranking, with the majority and attention-free floors;
@@ -24,28 +20,28 @@ from fractions import Fraction
 import numpy as np
 import pandas as pd
 
+from papa.analysis.basis import rows_of
 from papa.analysis.pooled import claim3, claim3_points, pooled_drop, select
 from papa.analysis.results import SHARED_RANKINGS, main_mode
 from papa.analysis.verdicts import MAX_DROP_ALL, PAPER_DROP_ALL
 from papa.core.heads import count_for
 
 
-def _rows(summary: pd.DataFrame, mode: str | None) -> pd.DataFrame:
-    mode = main_mode(summary, mode)
-    return summary[(summary["mode"] == mode) & (summary["probe_input"] == "all")]
+def _rows(summary: pd.DataFrame) -> pd.DataFrame:
+    return summary[(summary["mode"] == main_mode(summary)) & (summary["probe_input"] == "all")]
 
 
 def _informative(floors: pd.DataFrame) -> set[tuple[str, str]]:
     return {(m, t) for m, t, ok in zip(floors["model"], floors["task"], floors["informative"]) if ok}
 
 
-def score_vs_dynamic_heads(summary: pd.DataFrame, floors: pd.DataFrame, cells: pd.DataFrame | None = None, mode: str | None = None) -> pd.DataFrame:
+def score_vs_dynamic_heads(summary: pd.DataFrame, floors: pd.DataFrame, cells: pd.DataFrame) -> pd.DataFrame:
     """(a) One row per model × task × ranking × k: ``dynamic_heads`` = total − k, ``score`` (seed mean),
-    ``seed_min``/``seed_max``, the floors ``majority``/``attention_free`` of that model and task, and with
-    ``cells`` (:attr:`papa.analysis.basis.Basis.cells`) the 95 % interval of the paired difference to k = 0 shifted onto the k = 0 score
-    (``low``/``high``; k = 0 itself: NaN) and ``real``. The shared rows (k = 0, k = all) are repeated under every
-    ranking, so each line runs from all heads input-dependent to none."""
-    rows = _rows(summary, mode)
+    ``seed_min``/``seed_max``, the floors ``majority``/``attention_free`` of that model and task, and from
+    ``cells`` (:attr:`papa.analysis.basis.Basis.cells`) the 95 % interval of the paired difference to k = 0
+    shifted onto the k = 0 score (``low``/``high``; k = 0 itself: NaN) and ``real``. The shared rows (k = 0,
+    k = all) are repeated under every ranking, so each line runs from all heads input-dependent to none."""
+    rows = _rows(summary)
     floor_of = floors.set_index(["model", "task"])[["majority", "attention_free"]]
     out = []
     for (model, task), group in rows.groupby(["model", "task"], sort=True):
@@ -53,39 +49,28 @@ def score_vs_dynamic_heads(summary: pd.DataFrame, floors: pd.DataFrame, cells: p
         base = group.loc[group["k"] == 0, "mean"]
         for ranking in methods:
             for _, row in group[group["ranking"].isin([ranking, *SHARED_RANKINGS])].sort_values("k").iterrows():
-                record = {
-                    "model": model,
-                    "task": task,
-                    "ranking": ranking,
-                    "k": int(row["k"]),
-                    "total_heads": int(row["total_heads"]),
-                    "dynamic_heads": int(row["total_heads"] - row["k"]),
-                    "metric": row["metric"],
-                    "score": row["mean"],
-                    "seed_min": row["min"],
-                    "seed_max": row["max"],
-                    "majority": floor_of["majority"].get((model, task), math.nan),
-                    "attention_free": floor_of["attention_free"].get((model, task), math.nan),
-                    "low": math.nan,
-                    "high": math.nan,
-                    "real": None,
-                }
-                if cells is not None and row["k"] > 0 and len(base):
-                    match = cells[(cells["model"] == model) & (cells["task"] == task) & (cells["k"] == row["k"]) & (cells["ranking"] == row["ranking"])]
-                    if len(match):
-                        d = match.iloc[0]
-                        record.update(low=float(base.iloc[0]) + d["low"], high=float(base.iloc[0]) + d["high"], real=bool(d["real"]))
+                k, total = int(row["k"]), int(row["total_heads"])
+                record = dict(model=model, task=task, ranking=ranking, k=k, total_heads=total, dynamic_heads=total - k)
+                record |= dict(metric=row["metric"], score=row["mean"], seed_min=row["min"], seed_max=row["max"])
+                record |= {f: floor_of[f].get((model, task), math.nan) for f in ("majority", "attention_free")}
+                record |= {"low": math.nan, "high": math.nan, "real": None}
+                match = rows_of(cells, model, task, row["ranking"], row["k"]) if row["k"] > 0 and len(base) else []
+                if len(match):
+                    d, score_0 = match.iloc[0], float(base.iloc[0])
+                    record |= dict(low=score_0 + d["low"], high=score_0 + d["high"], real=bool(d["real"]))
                 out.append(record)
     return pd.DataFrame(out)
 
 
-def relative_score_vs_constant_fraction(summary: pd.DataFrame, floors: pd.DataFrame, cells: pd.DataFrame, ranking: str = "gates", mode: str | None = None) -> pd.DataFrame:
-    """(b) Per model and k: ``relative_score`` = 1 − the cell's paired relative drop (1 at k = 0), averaged over the
-    model's informative tasks, against ``fraction`` = k / total (constant heads); ``n_tasks`` and ``tasks`` say what
-    was averaged. ``cells``: :attr:`papa.analysis.basis.Basis.cells` of the runs ``summary`` summarises (so the curve
-    ends at 1 − the front page's drop); a task without a drop at some k (no seed pairs, or its k = 0 score within noise
-    of zero) is left out at that k."""
-    rows = _rows(summary, mode)
+def relative_score_vs_constant_fraction(
+    summary: pd.DataFrame, floors: pd.DataFrame, cells: pd.DataFrame, ranking: str = "gates"
+) -> pd.DataFrame:
+    """(b) Per model and k: ``relative_score`` = 1 − the cell's paired relative drop (1 at k = 0), averaged over
+    the model's informative tasks, against ``fraction`` = k / total (constant heads); ``n_tasks`` and ``tasks``
+    say what was averaged. ``cells``: :attr:`papa.analysis.basis.Basis.cells` of the runs ``summary`` summarises
+    (so the curve ends at 1 − the front page's drop); a task without a drop at some k (no seed pairs, or its k = 0
+    score within noise of zero) is left out at that k."""
+    rows = _rows(summary)
     keep = _informative(floors)
     drops = {(c.model, c.task, c.ranking, int(c.k)): c.relative_drop for c in cells.itertuples()}
     out = []
@@ -102,17 +87,8 @@ def relative_score_vs_constant_fraction(summary: pd.DataFrame, floors: pd.DataFr
         total = int(group["total_heads"].iloc[0])
         for k in sorted(ratios):
             values = ratios[k]
-            out.append(
-                {
-                    "model": model,
-                    "ranking": ranking,
-                    "k": k,
-                    "fraction": k / total,
-                    "relative_score": float(np.mean([v for _, v in values])),
-                    "n_tasks": len(values),
-                    "tasks": ", ".join(t for t, _ in values),
-                }
-            )
+            mean = float(np.mean([v for _, v in values]))
+            out.append([model, ranking, k, k / total, mean, len(values), ", ".join(t for t, _ in values)])
     return pd.DataFrame(out, columns=["model", "ranking", "k", "fraction", "relative_score", "n_tasks", "tasks"])
 
 
@@ -121,7 +97,7 @@ def better_models_lose_more(cells: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
     (the pooled average relative drop with all heads constant, with its interval ``low``/``high``) and ``score``
     (average k = 0 score), ``n_tasks``, both over the informative tasks that *every* model has
     (:func:`papa.analysis.pooled.claim3_points`; the verdict's ``tasks`` lists them); and the statistics of
-    :func:`papa.analysis.pooled.claim3` (with fewer than 3 models: "not testable"). The claims table reads the same."""
+    :func:`papa.analysis.pooled.claim3` (fewer than 3 models: "not testable"). The claims table reads the same."""
     frame, common = claim3_points(cells)
     return frame, {**claim3(frame), "tasks": common}
 
@@ -131,38 +107,31 @@ def _mean_at(by_task: pd.DataFrame, k: int, ranking: str) -> float:
     return float(values.iloc[0]) if len(values) else math.nan
 
 
-def paper_table(summary: pd.DataFrame, floors: pd.DataFrame, cells: pd.DataFrame, ranking: str = "gates", mode: str | None = None) -> pd.DataFrame:
-    """(d) Per model and task: ``score_0``, ``score_half`` (½ of the heads constant, ``ranking``), ``score_all``,
-    ``drop_half`` and ``drop_all`` (relative drops), ``informative``; then per model a row ``task = "average"``
-    over its informative tasks, whose ``max_drop_all`` is the largest per-task drop. Every row carries the
-    paper's ``paper_average_drop_all`` (8 %) and ``paper_max_drop_all`` (20 %).
+def paper_table(
+    summary: pd.DataFrame, floors: pd.DataFrame, cells: pd.DataFrame, ranking: str = "gates"
+) -> pd.DataFrame:
+    """(d) Per model and task: ``score_0``, ``score_half`` (½ of the heads constant, ``ranking``),
+    ``score_all``, ``drop_half`` and ``drop_all`` (relative drops), ``informative``; then per model a row
+    ``task = "average"`` over its informative tasks, whose ``max_drop_all`` is the largest per-task drop. Every
+    row carries the paper's ``paper_average_drop_all`` (8 %) and ``paper_max_drop_all`` (20 %).
 
     Scores are ``summary``'s seed means; every drop is a cell of ``cells`` (:func:`papa.analysis.basis.claim_cells`,
-    the book's one basis), the average row's drops are :func:`papa.analysis.pooled.pooled_drop` with their intervals
-    (``drop_half_low`` ...) and a second row per model, ``task = "common"``, holds claim 3's point (the average
-    over the informative tasks every model has)."""
-    rows = _rows(summary, mode)
+    the book's one basis), the average row's drops are :func:`papa.analysis.pooled.pooled_drop` with their
+    intervals (``drop_half_low`` ...) and a second row per model, ``task = "common"``, holds claim 3's point (the
+    average over the informative tasks every model has)."""
+    rows = _rows(summary)
     keep = _informative(floors)
-    by_cell = {(m, t, a): d for m, t, a, d in zip(cells["model"], cells["task"], cells["at"], cells["relative_drop"])}
+    by_cell = dict(zip(zip(cells["model"], cells["task"], cells["at"]), cells["relative_drop"]))
     out = []
     for model, group in rows.groupby("model", sort=True):
         total = int(group["total_heads"].iloc[0])
         half = count_for(Fraction(1, 2), total)
         per_task = []
         for task, by_task in group.groupby("task", sort=True):
-            score_0, score_half, score_all = (_mean_at(by_task, k, r) for k, r in ((0, "none"), (half, ranking), (total, "all")))
-            drops = (by_cell.get((model, task, "half"), math.nan), by_cell.get((model, task, "all"), math.nan))
-            record = {
-                "model": model,
-                "task": task,
-                "score_0": score_0,
-                "score_half": score_half,
-                "score_all": score_all,
-                "drop_half": drops[0],
-                "drop_all": drops[1],
-                "informative": (model, task) in keep,
-            }
-            per_task.append(record)
+            scores = [_mean_at(by_task, k, r) for k, r in ((0, "none"), (half, ranking), (total, "all"))]
+            record = {"model": model, "task": task, **dict(zip(("score_0", "score_half", "score_all"), scores))}
+            record |= {f"drop_{at}": by_cell.get((model, task, at), math.nan) for at in ("half", "all")}
+            per_task.append(record | {"informative": (model, task) in keep})
         informative = pd.DataFrame([r for r in per_task if r["informative"]])
         average = {"model": model, "task": "average", "informative": True}
         for column in ("score_0", "score_half", "score_all", "drop_half", "drop_all"):
@@ -172,25 +141,15 @@ def paper_table(summary: pd.DataFrame, floors: pd.DataFrame, cells: pd.DataFrame
         extra = []
         mine = cells[cells["model"] == model]
         for at in ("half", "all"):
-            pooled = pooled_drop(select(mine, at))
-            average |= {f"drop_{at}": pooled["value"], f"drop_{at}_low": pooled["low"], f"drop_{at}_high": pooled["high"]}
+            p = pooled_drop(select(mine, at))
+            average |= {f"drop_{at}": p["value"], f"drop_{at}_low": p["low"], f"drop_{at}_high": p["high"]}
         points, common = claim3_points(cells)
         point = points[points["model"] == model]
         if len(point) and len(points) > 1:
             p = point.iloc[0]
-            extra.append(
-                {
-                    "model": model,
-                    "task": "common",
-                    "informative": True,
-                    "score_0": p["score"],
-                    "drop_all": p["drop"],
-                    "drop_all_low": p["low"],
-                    "drop_all_high": p["high"],
-                    "n_tasks": int(p["n_tasks"]),
-                    "tasks": ", ".join(common),
-                }
-            )
+            row = {"model": model, "task": "common", "informative": True, "score_0": p["score"], "drop_all": p["drop"]}
+            row |= {"drop_all_low": p["low"], "drop_all_high": p["high"], "n_tasks": int(p["n_tasks"])}
+            extra.append(row | {"tasks": ", ".join(common)})
         out.extend(per_task + [average] + extra)
     frame = pd.DataFrame(out)
     return frame.assign(paper_average_drop_all=PAPER_DROP_ALL, paper_max_drop_all=MAX_DROP_ALL)

@@ -1,13 +1,13 @@
-"""Pooled numbers with intervals of their own (issue 26): the average relative drop over many model/task pairs with a
-bootstrap interval of that average, and claim 3, "better models lose more", on the same per-model averages.
+"""Pooled numbers with intervals of their own (issue 26): the average relative drop over many model/task pairs
+with a bootstrap interval of that average, and claim 3, "better models lose more", on the same per-model averages.
 
 Every drop averaged here is a cell of :mod:`papa.analysis.basis` (its ``claim_cells``: the converged runs, each
 drop paired by probe seed); this module only pools them.
 
 **Pooled interval** (:func:`pooled_drop`): the bootstrap resamples each dev set within itself (every task's own
 examples, :func:`papa.analysis.stats.resample_rows`: one stream per dev set, so every model and k of a task, and
-NER and POS, which share their sentences, are resampled on the same draws: paired across k and models). On each of
-the R resamples every cell's relative drop is recomputed (``relative_samples``) and the cells are averaged; the
+NER and POS, which share their sentences, are resampled on the same draws: paired across k and models). On each
+of the R resamples every cell's relative drop is recomputed (``relative_samples``) and the cells are averaged; the
 interval is the 2.5 and 97.5 percentiles of those R averages. R = :data:`papa.analysis.stats.RESAMPLES` (2,000),
 seed 0.
 """
@@ -22,63 +22,57 @@ import numpy as np
 import pandas as pd
 
 
-def _usable(cells: pd.DataFrame) -> pd.Series:
-    """Which cells have a relative drop (the basis leaves it NaN unless the k = 0 score is above 0 on the dev set
-    and on every resample): boolean, on ``cells``' index."""
-    return cells["relative_drop"].notna()
-
-
-def pooled_drop(cells: pd.DataFrame, level: float = 0.95) -> dict:
-    """The average relative drop over ``cells`` (rows of :func:`papa.analysis.basis.claim_cells`) with the percentile bootstrap interval
-    of that average: ``value``, ``low``, ``high``, ``n`` (cells averaged), ``excluded`` (cells left out because
-    their drop is undefined: a k = 0 score ≤ 0 on the whole dev set or on a resample), ``models``, ``tasks``
-    (sorted, of the cells averaged). Without a cell: NaN and ``n`` = 0."""
-    kept = cells[_usable(cells)]
-    out = {"n": int(len(kept)), "excluded": int(len(cells) - len(kept)), "models": sorted(set(kept["model"])), "tasks": sorted(set(kept["task"]))}
+def pooled_drop(cells: pd.DataFrame) -> dict:
+    """The average relative drop over ``cells`` (rows of :func:`papa.analysis.basis.claim_cells`) with the 95%
+    percentile bootstrap interval of that average: ``value``, ``low``, ``high``, ``n`` (cells averaged),
+    ``excluded`` (cells whose drop is undefined: a k = 0 score ≤ 0 on the dev set or on a resample), ``models``,
+    ``tasks`` (sorted, of the cells averaged). Without a cell: NaN and ``n`` = 0."""
+    kept = cells[cells["relative_drop"].notna()]
+    out = {"n": int(len(kept)), "excluded": int(len(cells) - len(kept))}
+    out |= {"models": sorted(set(kept["model"])), "tasks": sorted(set(kept["task"]))}
     if kept.empty:
         return out | {"value": math.nan, "low": math.nan, "high": math.nan}
     averages = np.vstack(kept["samples"].tolist()).mean(0)  # [R]
-    tail = (1 - level) / 2
-    low, high = np.quantile(averages, [tail, 1 - tail])
+    low, high = np.quantile(averages, [0.025, 0.975])
     return out | {"value": float(kept["relative_drop"].mean()), "low": float(low), "high": float(high)}
 
 
-def select(cells: pd.DataFrame, at: str, informative: bool | None = True, families: Iterable[str] | None = None, models: Iterable[str] | None = None) -> pd.DataFrame:
+def select(cells: pd.DataFrame, at: str, informative: bool | None = True, families: Iterable[str] | None = None):
     """The cells at ``at`` ("half" / "all"), of informative pairs only (``informative=True``) or of every pair
-    (None), of the given task ``families`` and ``models`` (None: all)."""
+    (None), of the given task ``families`` (None: all)."""
     keep = cells["at"] == at
     if informative is not None:
         keep &= cells["informative"] == informative
     if families is not None:
         keep &= cells["family"].isin(list(families))
-    if models is not None:
-        keep &= cells["model"].isin(list(models))
     return cells[keep]
 
 
-def model_drops(cells: pd.DataFrame, informative: bool | None = True) -> pd.DataFrame:
-    """Per model: :func:`pooled_drop` at half and at all heads over its (informative) cells. Columns: model,
+def model_drops(cells: pd.DataFrame) -> pd.DataFrame:
+    """Per model: :func:`pooled_drop` at half and at all heads over its informative cells. Columns: model,
     total_heads, ``drop_half``, ``drop_half_low``, ``drop_half_high``, ``n_tasks_half``, the same for ``all``,
     and ``tasks`` (the tasks averaged at all heads, comma-separated)."""
     out = []
     for model, group in cells.groupby("model", sort=True):
         record: dict = {"model": model, "total_heads": int(group["total_heads"].iloc[0])}
         for at in ("half", "all"):
-            pooled = pooled_drop(select(group, at, informative))
-            record |= {f"drop_{at}": pooled["value"], f"drop_{at}_low": pooled["low"], f"drop_{at}_high": pooled["high"], f"n_tasks_{at}": pooled["n"]}
-            if at == "all":
-                record["tasks"] = ", ".join(pooled["tasks"])
+            p = pooled_drop(select(group, at))
+            record |= {f"drop_{at}": p["value"], f"drop_{at}_low": p["low"], f"drop_{at}_high": p["high"]}
+            record[f"n_tasks_{at}"] = p["n"]
+        record["tasks"] = ", ".join(p["tasks"])  # the tasks at all heads
         out.append(record)
-    columns = ["model", "total_heads"] + [f"drop_{at}{s}" for at in ("half", "all") for s in ("", "_low", "_high")] + ["n_tasks_half", "n_tasks_all", "tasks"]
-    return pd.DataFrame(out, columns=columns)
+    drops = [f"drop_{at}{s}" for at in ("half", "all") for s in ("", "_low", "_high")]
+    return pd.DataFrame(out, columns=["model", "total_heads", *drops, "n_tasks_half", "n_tasks_all", "tasks"])
 
 
-def claim3_points(cells: pd.DataFrame, informative: bool | None = True, families: Iterable[str] | None = None) -> tuple[pd.DataFrame, list[str]]:
+def claim3_points(
+    cells: pd.DataFrame, informative: bool | None = True, families: Iterable[str] | None = None
+) -> tuple[pd.DataFrame, list[str]]:
     """Claim 3's points from the all-heads cells: one per model, its :func:`pooled_drop` (``drop``, ``low``,
     ``high``) and its mean k = 0 score (``score``), both over the tasks that *every* model has (so that no model's
     average rises or falls by which tasks it has), and ``n_tasks``. Returns ``(points, the common tasks)``."""
     rows = select(cells, "all", informative, families)
-    rows = rows[_usable(rows)]
+    rows = rows[rows["relative_drop"].notna()]
     models = sorted(set(rows["model"]))
     common = sorted(t for t, g in rows.groupby("task") if set(g["model"]) >= set(models))
     out = []
@@ -86,8 +80,8 @@ def claim3_points(cells: pd.DataFrame, informative: bool | None = True, families
         mine = rows[(rows["model"] == model) & rows["task"].isin(common)]
         if mine.empty:
             continue
-        pooled = pooled_drop(mine)
-        out.append({"model": model, "drop": pooled["value"], "low": pooled["low"], "high": pooled["high"], "score": float(mine["score_0"].mean()), "n_tasks": int(len(mine))})
+        p = pooled_drop(mine)
+        out.append([model, p["value"], p["low"], p["high"], float(mine["score_0"].mean()), int(len(mine))])
     return pd.DataFrame(out, columns=["model", "drop", "low", "high", "score", "n_tasks"]), common
 
 
@@ -105,9 +99,9 @@ def _pearson(x: np.ndarray, y: np.ndarray) -> float:
 
 
 def spearman_exact_p(x: Sequence[float], y: Sequence[float]) -> tuple[float, float]:
-    """Spearman's ρ and its one-sided permutation p-value P(ρ_perm ≥ ρ): exact over all ``n!`` orderings of ``y``
-    for ``n`` ≤ 9, else over :data:`PERMUTATIONS` seeded random orderings plus the observed one, so p ≥ 1/20,001
-    (ties by average ranks)."""
+    """Spearman's ρ and its one-sided permutation p-value P(ρ_perm ≥ ρ): exact over all ``n!`` orderings of
+    ``y`` for ``n`` ≤ 9, else over :data:`PERMUTATIONS` seeded random orderings plus the observed one, so
+    p ≥ 1/20,001 (ties by average ranks)."""
     rx, ry = _ranks(np.asarray(x, float)), _ranks(np.asarray(y, float))
     rho = _pearson(rx, ry)
     if math.isnan(rho):
@@ -128,14 +122,15 @@ def claim3(points: pd.DataFrame, alpha: float = 0.05) -> dict:
     """The claim-3 verdict from one point per model: ``drop`` (average relative drop with all heads constant)
     and ``score`` (average k = 0 score). "Better models lose more" predicts a positive association.
 
-    Fewer than 3 models: ``"not testable"`` (two points always give ρ = ±1). Otherwise Spearman's ρ (with its exact
-    one-sided permutation p-value) and Pearson's r over the ``n`` models; ``"reproduced"`` when ρ > 0 with
-    p < ``alpha``, ``"contradicted"`` when ρ < 0 with P(ρ_perm ≤ ρ) < ``alpha``, else ``"inconclusive"``. With 3 models
-    the smallest possible p is 1/6, so 3 models can at most say ``"inconclusive"`` with a direction.
+    Fewer than 3 models: ``"not testable"`` (two points always give ρ = ±1). Otherwise Spearman's ρ (with its
+    exact one-sided permutation p-value) and Pearson's r over the ``n`` models; ``"reproduced"`` when ρ > 0 with
+    p < ``alpha``, ``"contradicted"`` when ρ < 0 with P(ρ_perm ≤ ρ) < ``alpha``, else ``"inconclusive"``. With
+    3 models the smallest possible p is 1/6, so 3 models can at most say ``"inconclusive"`` with a direction.
     """
     frame = points.dropna(subset=["drop", "score"])
     n = int(len(frame))
-    out = {"n": n, "spearman": math.nan, "pearson": math.nan, "p_value": math.nan, "direction": "none", "verdict": "not testable"}
+    out = {"n": n, "spearman": math.nan, "pearson": math.nan, "p_value": math.nan}
+    out |= {"direction": "none", "verdict": "not testable"}
     if n < 3:
         return out
     x, y = frame["score"].to_numpy(float), frame["drop"].to_numpy(float)

@@ -6,14 +6,14 @@ with that replacement's runs at half and at all heads (``papa``: the main grid's
 is read exactly as the results chapter reads PAPA's: the same convergence gate, the same pairing by probe seed with
 the same k = 0 runs, the same bootstrap over dev examples.
 
-**Paired across modes.** Every dev set is resampled on one stream (:func:`papa.analysis.stats.resample_rows`), so
-on resample ``r`` the cells of two modes at the same model, task and k drop on the same dev examples. A mode's
-*extra drop* over PAPA, ``drop(mode) − drop(papa)`` in relative-drop points, thus has the percentile interval of its
-R resampled differences, and a pooled extra drop (the mean over a model's informative tasks, or over every model's)
-the percentile interval of the R resampled means, as :func:`papa.analysis.pooled.pooled_drop` pools drops.
+**Paired across modes.** Every dev set is resampled on one stream (:func:`papa.analysis.stats.resample_rows`),
+so on resample ``r`` the cells of two modes at the same model, task and k drop on the same dev examples. A mode's
+*extra drop* over PAPA, ``drop(mode) − drop(papa)`` in relative-drop points, thus has the percentile interval of
+its R resampled differences, and a pooled extra drop (the mean over a model's informative tasks, or over every
+model's) the percentile interval of the R resampled means, as :func:`papa.analysis.pooled.pooled_drop` pools drops.
 
-**The three questions**, each answered by one rule on the pooled extra drop's 95% interval ``[low, high]``, stated
-in the method chapter before any result (:data:`QUESTIONS`, :func:`answer`):
+**The three questions**, each answered by one rule on the pooled extra drop's 95% interval ``[low, high]``,
+stated in the method chapter before any result (:data:`QUESTIONS`, :func:`answer`):
 
 * ``low > 0``: **yes** — the alternative loses more than PAPA's constant, so what PAPA keeps matters;
 * ``high < 0``: **the reverse** — the alternative loses less than PAPA's constant;
@@ -38,17 +38,11 @@ QUESTIONS: dict[str, str] = {
     "mean": "Does input-dependent V matter once attention is constant?",
     "zero": "Is a constant better than removing the head?",
 }
-#: What each mode puts in place of a head's attention output, in words.
-MODE_WORDS: dict[str, str] = {
-    "papa": "PAPA's constant: the task-average attention matrix, V input-dependent",
-    "uniform": "uniform attention over the real tokens (the mean of V), no data needed",
-    "mean": "the head's mean output per position over the training examples (attention and V constant)",
-    "zero": "a zero output (the head removed)",
-}
-#: The answers, every question's from this set.
-ANSWERS = ("yes", "no difference shown", "the reverse", "not testable")
+#: The modes, in the chapter's order: PAPA's constant (the task-average attention matrix, V input-dependent),
+#: uniform attention over the real tokens, the head's mean output per position, and a zero output.
+MODES = ("papa", "uniform", "mean", "zero")
 #: Columns of :func:`extra_drops`.
-EXTRA_COLUMNS = ["model", "task", "family", "at", "k", "replacement", "drop_papa", "relative_drop", "extra", "low", "high", "informative", "samples"]
+EXTRA_COLUMNS = "model task family at k replacement drop_papa relative_drop extra low high informative samples".split()
 
 
 def replacement_cells(bases: Mapping[str, Basis], ranking: str) -> pd.DataFrame:
@@ -56,7 +50,8 @@ def replacement_cells(bases: Mapping[str, Basis], ranking: str) -> pd.DataFrame:
     heads) of every mode's basis, with a ``replacement`` column; ``bases`` maps a mode to its basis."""
     frames = [claim_cells(basis, ranking).assign(replacement=mode) for mode, basis in bases.items()]
     frames = [frame for frame in frames if len(frame)]
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["replacement", "model", "task", "at"])
+    empty = pd.DataFrame(columns=["replacement", "model", "task", "at"])
+    return pd.concat(frames, ignore_index=True) if frames else empty
 
 
 def extra_drops(cells: pd.DataFrame) -> pd.DataFrame:
@@ -71,40 +66,30 @@ def extra_drops(cells: pd.DataFrame) -> pd.DataFrame:
             continue
         samples = np.asarray(c.samples, dtype=float) - np.asarray(base.samples, dtype=float)
         low, high = np.quantile(samples, [0.025, 0.975])
-        rows.append(
-            {
-                "model": c.model,
-                "task": c.task,
-                "family": c.family,
-                "at": c.at,
-                "k": int(c.k),
-                "replacement": c.replacement,
-                "drop_papa": float(base.relative_drop),
-                "relative_drop": float(c.relative_drop),
-                "extra": float(c.relative_drop - base.relative_drop),
-                "low": float(low),
-                "high": float(high),
-                "informative": bool(c.informative and base.informative),
-                "samples": samples,
-            }
-        )
-    frame = pd.DataFrame(rows, columns=EXTRA_COLUMNS)
-    order = {mode: i for i, mode in enumerate(QUESTIONS)}
-    return frame.sort_values(["model", "task", "at"], key=lambda s: s.map(order) if s.name == "replacement" else s, ignore_index=True)
+        keys = [c.model, c.task, c.family, c.at, int(c.k), c.replacement, float(base.relative_drop)]
+        extra = float(c.relative_drop - base.relative_drop)
+        ok = bool(c.informative and base.informative)
+        rows.append([*keys, float(c.relative_drop), extra, float(low), float(high), ok, samples])
+    return _sorted(pd.DataFrame(rows, columns=EXTRA_COLUMNS), ["model", "task", "at"])
 
 
-def pooled_extra(extra: pd.DataFrame, replacement: str, at: str, models: list[str] | None = None) -> dict:
-    """The mean extra drop of ``replacement`` over PAPA across the informative (model, task) pairs at ``at`` (of
-    ``models``; None: every model), with the percentile interval of its resampled means (``value``, ``low``,
-    ``high``, ``n``, ``models``, ``tasks``)."""
+def _sorted(frame: pd.DataFrame, by: list[str]) -> pd.DataFrame:
+    """``frame`` sorted by ``by``, replacements in :data:`MODES` order."""
+    order = {mode: i for i, mode in enumerate(MODES)}
+    key = lambda s: s.map(order) if s.name == "replacement" else s
+    return frame.sort_values(by, key=key, ignore_index=True)
+
+
+def pooled_extra(extra: pd.DataFrame, replacement: str, at: str) -> dict:
+    """The mean extra drop of ``replacement`` over PAPA across the informative (model, task) pairs at ``at``, with
+    the percentile interval of its resampled means (``value``, ``low``, ``high``, ``n``, ``models``, ``tasks``)."""
     rows = extra[(extra["replacement"] == replacement) & (extra["at"] == at) & extra["informative"]]
-    if models is not None:
-        rows = rows[rows["model"].isin(models)]
     return pooled_drop(rows.assign(relative_drop=rows["extra"]))
 
 
 def answer(pooled: Mapping[str, float]) -> str:
-    """The answer (one of :data:`ANSWERS`) to a question from its pooled extra drop (module docstring's rule)."""
+    """The answer to a question from its pooled extra drop (the module docstring's rule): "yes", "the reverse",
+    "no difference shown" or "not testable"."""
     if not pooled.get("n"):
         return "not testable"
     if pooled["low"] > 0:
@@ -120,10 +105,10 @@ def answer_reason(replacement: str, pooled: Mapping[str, float], verdict: str) -
         return f"No informative task has a paired drop for both PAPA's constant and {replacement}."
     span = f"[{pooled['low'] * 100:+.1f}, {pooled['high'] * 100:+.1f}] points"
     pairs = f"over {pooled['n']} model/task pairs"
-    if verdict == "yes":
-        return f"{replacement.capitalize()} loses more than PAPA's constant {pairs}: the extra drop's interval {span} lies above 0."
-    if verdict == "the reverse":
-        return f"{replacement.capitalize()} loses less than PAPA's constant {pairs}: the extra drop's interval {span} lies below 0."
+    if verdict in ("yes", "the reverse"):
+        more, side = ("more", "above") if verdict == "yes" else ("less", "below")
+        lead = f"{replacement.capitalize()} loses {more} than PAPA's constant {pairs}"
+        return f"{lead}: the extra drop's interval {span} lies {side} 0."
     return f"The extra drop's interval {span} {pairs} holds 0: {replacement} may do as well as PAPA's constant."
 
 
@@ -132,22 +117,11 @@ def answers(extra: pd.DataFrame, at: str = "all") -> pd.DataFrame:
     extra drop with its interval, the pairs it averages, the answer and its reason."""
     rows = []
     for mode, question in QUESTIONS.items():
-        pooled = pooled_extra(extra, mode, at)
-        verdict = answer(pooled)
-        rows.append(
-            {
-                "question": question,
-                "replacement": mode,
-                "at": at,
-                "extra": pooled["value"],
-                "low": pooled["low"],
-                "high": pooled["high"],
-                "n": pooled["n"],
-                "models": ", ".join(pooled["models"]),
-                "answer": verdict,
-                "reason": answer_reason(mode, pooled, verdict),
-            }
-        )
+        p = pooled_extra(extra, mode, at)
+        verdict = answer(p)
+        row = {"question": question, "replacement": mode, "at": at, "extra": p["value"], "low": p["low"]}
+        row |= {"high": p["high"], "n": p["n"], "models": ", ".join(p["models"]), "answer": verdict}
+        rows.append(row | {"reason": answer_reason(mode, p, verdict)})
     return pd.DataFrame(rows)
 
 
@@ -156,8 +130,7 @@ def pooled_by_model(cells: pd.DataFrame) -> pd.DataFrame:
     interval (:func:`papa.analysis.pooled.pooled_drop`), and the tasks averaged."""
     rows = []
     for (model, mode, at), group in cells.groupby(["model", "replacement", "at"], sort=True):
-        pooled = pooled_drop(group[group["informative"]])
-        rows.append({"model": model, "replacement": mode, "at": at, **{k: pooled[k] for k in ("value", "low", "high", "n")}, "tasks": ", ".join(pooled["tasks"])})
+        p = pooled_drop(group[group["informative"]])
+        rows.append([model, mode, at, p["value"], p["low"], p["high"], p["n"], ", ".join(p["tasks"])])
     frame = pd.DataFrame(rows, columns=["model", "replacement", "at", "value", "low", "high", "n", "tasks"])
-    order = {mode: i for i, mode in enumerate(MODE_WORDS)}
-    return frame.sort_values(["model", "at", "replacement"], key=lambda s: s.map(order) if s.name == "replacement" else s, ignore_index=True)
+    return _sorted(frame, ["model", "at", "replacement"])

@@ -1,13 +1,10 @@
-"""Result files → tidy tables, floors, and the paper's three claims.
+"""Result files → tidy tables and floors.
 
 One probing run (:func:`papa.probing.experiment.run_probe`) is one JSON file. :func:`load_results` turns a
-folder of them into a tidy table (one row per run × metric of the final epoch); :func:`summarise`
-aggregates the main metric over seeds; :func:`floors_table` says which tasks can show anything at
-all (the k = 0 probe must beat the floors); :mod:`papa.analysis.basis` reads the drops and
-the paper's claims on the seed spread (:mod:`papa.analysis.findings` on bootstrap intervals).
-
-The small pure functions :func:`relative_drop`, :func:`retained_gain` and
-:func:`difference_is_real` hold all the arithmetic the claims use.
+folder of them into a tidy table (one row per run × metric of the reported epoch); :func:`summarise`
+aggregates the main metric over seeds; :func:`floors_table` says which tasks can show anything at all (the
+k = 0 probe must beat the floors). The small pure functions :func:`relative_drop`, :func:`retained_gain` and
+:func:`difference_is_real` hold the arithmetic of drops and gains.
 """
 
 from __future__ import annotations
@@ -23,25 +20,10 @@ import pandas as pd
 from papa.core.errors import PapaError
 from papa.core.io import read_json_verified
 
-RUN_COLUMNS = [
-    "run_id",
-    "model",
-    "task",
-    "k",
-    "total_heads",
-    "fraction",
-    "ranking",
-    "seed",
-    "mode",
-    "replacement",
-    "probe_input",
-    "lr",
-    "epochs",
-    "train_examples",
-    "selection",
-    "selected_epoch",
-    "converged",
-]
+RUN_COLUMNS = (
+    "run_id model task k total_heads fraction ranking seed mode replacement probe_input lr epochs train_examples"
+    " selection selected_epoch converged"
+).split()
 #: Columns of :func:`load_results`.
 TIDY_COLUMNS = RUN_COLUMNS + ["metric", "value", "is_main", "majority", "seconds"]
 #: Group keys of :func:`summarise` (``total_heads`` and ``metric`` follow from model and task).
@@ -73,11 +55,7 @@ def difference_is_real(a_scores: Sequence[float], b_scores: Sequence[float]) -> 
     a, b = np.asarray(a_scores, dtype=float), np.asarray(b_scores, dtype=float)
     if a.size == 0 or b.size == 0:
         raise PapaError("difference_is_real needs at least one score on each side", "Pass the per-seed scores.")
-    return _real(a.mean(), b.mean(), np.ptp(a), np.ptp(b))
-
-
-def _real(mean_a: float, mean_b: float, range_a: float, range_b: float) -> bool:
-    return bool(abs(mean_a - mean_b) > max(range_a, range_b))
+    return bool(abs(a.mean() - b.mean()) > max(np.ptp(a), np.ptp(b)))
 
 
 # --- loading -----------------------------------------------------------------------------------
@@ -102,7 +80,8 @@ def read_results(folder: str | Path) -> dict[str, dict]:
         if isinstance(raw, dict) and "config" in raw and "score" in raw:
             found.append((path, read_json_verified(path, "result")))
     stems = [p.stem for p, _ in found]
-    return {(p.stem if stems.count(p.stem) == 1 else p.relative_to(root).with_suffix("").as_posix()): r for p, r in found}
+    key = lambda p: p.stem if stems.count(p.stem) == 1 else p.relative_to(root).with_suffix("").as_posix()
+    return {key(p): r for p, r in found}
 
 
 def _as_results(results: str | Path | Mapping[str, dict]) -> Mapping[str, dict]:
@@ -227,21 +206,22 @@ def summarise(df: pd.DataFrame) -> pd.DataFrame:
         label = dict(zip(SUMMARY_KEYS, keys))
         for column in ("lr", "epochs", "train_examples", "selection"):
             if group[column].nunique(dropna=False) > 1:
-                raise PapaError(f"Runs of {label} differ in {column} ({sorted(group[column].unique())})", f"Filter the table to one {column} before summarising.")
+                found = sorted(group[column].unique())
+                fix = f"Filter the table to one {column} before summarising."
+                raise PapaError(f"Runs of {label} differ in {column} ({found})", fix)
         if group["seed"].duplicated().any():
-            raise PapaError(f"Runs of {label} repeat a seed ({group['seed'].tolist()})", "Remove the duplicate result files, or filter the table.")
-        values = group["value"].astype(float)
-        out.append(
-            {**label, "mean": values.mean(), "std": values.std(ddof=1) if len(values) > 1 else math.nan, "min": values.min(), "max": values.max(), "n_seeds": int(len(values))}
-        )
+            fix = "Remove the duplicate result files, or filter the table."
+            raise PapaError(f"Runs of {label} repeat a seed ({group['seed'].tolist()})", fix)
+        v = group["value"].astype(float)
+        std = v.std(ddof=1) if len(v) > 1 else math.nan
+        out.append({**label, "mean": v.mean(), "std": std, "min": v.min(), "max": v.max(), "n_seeds": int(len(v))})
     return pd.DataFrame(out, columns=SUMMARY_KEYS + ["mean", "std", "min", "max", "n_seeds"])
 
 
-def floors_table(df: pd.DataFrame, results: str | Path | Mapping[str, dict] | None = None, intervals: Mapping[tuple, tuple[float, float]] | None = None) -> pd.DataFrame:
+def floors_table(df: pd.DataFrame, intervals: Mapping[tuple, tuple[float, float]] | None = None) -> pd.DataFrame:
     """Per model, task and mode: the floors, the k = 0 baseline, and whether the task is informative.
 
-    * ``majority``: the main metric of always predicting the majority class (the ``majority`` column
-      of ``df``, else ``floors.majority.main`` of ``results``);
+    * ``majority``: the main metric of always predicting the majority class (the ``majority`` column of ``df``);
     * ``attention_free`` (``_std``, ``_n``): mean main score of the k = 0 runs with
       ``probe_input == "embeddings"`` (the probe sees no attention at all);
     * ``baseline`` (``_std``, ``_n``): mean main score of the k = 0 runs with ``probe_input == "all"``.
@@ -255,14 +235,11 @@ def floors_table(df: pd.DataFrame, results: str | Path | Mapping[str, dict] | No
     lower bound lies above the floor. Only then can replacing attention lose anything measurable.
     """
     main = df[df["is_main"]]
-    majority = main.groupby(["model", "task", "mode"])["majority"].mean() if "majority" in main else pd.Series(dtype=float)
-    if results is not None and majority.isna().all():
-        runs = _as_results(results)
-        frame = pd.DataFrame([{**_run_fields(r, res), "majority": res["floors"]["majority"]["main"]} for r, res in runs.items()])
-        majority = frame.groupby(["model", "task", "mode"])["majority"].mean()
+    majority = main.groupby(["model", "task", "mode"])["majority"].mean()
     rows = []
     for (model, task, mode), group in main[main["k"] == 0].groupby(["model", "task", "mode"], sort=True):
-        row = {"model": model, "task": task, "mode": mode, "metric": group["metric"].iloc[0], "majority": float(majority.get((model, task, mode), math.nan))}
+        row = {"model": model, "task": task, "mode": mode, "metric": group["metric"].iloc[0]}
+        row["majority"] = float(majority.get((model, task, mode), math.nan))
         for name, probe_input in (("attention_free", "embeddings"), ("baseline", "all")):
             values = group.loc[group["probe_input"] == probe_input, "value"].astype(float)
             row[name] = values.mean() if len(values) else math.nan
@@ -274,23 +251,8 @@ def floors_table(df: pd.DataFrame, results: str | Path | Mapping[str, dict] | No
         clears_margin = not math.isnan(row["baseline"]) and row["baseline"] - floor > row["margin"]
         row["informative"] = bool(clears_margin and (math.isnan(row["baseline_low"]) or row["baseline_low"] > floor))
         rows.append(row)
-    columns = [
-        "model",
-        "task",
-        "mode",
-        "metric",
-        "majority",
-        "attention_free",
-        "attention_free_std",
-        "attention_free_n",
-        "baseline",
-        "baseline_std",
-        "baseline_n",
-        "baseline_low",
-        "baseline_high",
-        "margin",
-        "informative",
-    ]
+    columns = "model task mode metric majority attention_free attention_free_std attention_free_n baseline".split()
+    columns += ["baseline_std", "baseline_n", "baseline_low", "baseline_high", "margin", "informative"]
     return pd.DataFrame(rows, columns=columns)
 
 
@@ -298,16 +260,11 @@ def _zero(x: float) -> float:
     return 0.0 if x is None or (isinstance(x, float) and math.isnan(x)) else float(x)
 
 
-def main_mode(summary: pd.DataFrame, mode: str | None = None) -> str:
-    """The execution mode a table reads: ``mode`` when given (an error when no run has it), else ``faithful``
-    when present, else the first mode of ``summary``."""
-    modes = sorted(summary["mode"].dropna().unique())
-    if mode is not None:
-        if mode not in modes:
-            raise PapaError(f"No runs in mode {mode!r}", f"Modes present: {', '.join(modes) or 'none'}.")
-        return mode
+def main_mode(frame: pd.DataFrame) -> str:
+    """The execution mode a table or figure reads: ``faithful`` when present, else the first mode of ``frame``."""
+    modes = sorted(frame["mode"].dropna().unique())
     if not modes:
-        raise PapaError("The summary holds no runs", "Load some results first.")
+        raise PapaError("There are no runs to read", "Load some results first.")
     return "faithful" if "faithful" in modes else modes[0]
 
 

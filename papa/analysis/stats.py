@@ -40,7 +40,8 @@ RESAMPLES = 2000
 
 def _sentences(flat: np.ndarray, lengths: np.ndarray) -> list[np.ndarray]:
     if int(lengths.sum()) != len(flat):
-        raise PapaError(f"The sentence lengths add up to {int(lengths.sum())} tokens, but there are {len(flat)}", "Store one length per dev sentence.")
+        what = f"The sentence lengths add up to {int(lengths.sum())} tokens, but there are {len(flat)}"
+        raise PapaError(what, "Store one length per dev sentence.")
     return np.split(flat, np.cumsum(lengths)[:-1])
 
 
@@ -59,12 +60,13 @@ def example_statistics(
     """
     preds, refs = np.asarray(predictions, dtype=np.int64), np.asarray(labels, dtype=np.int64)
     if preds.shape != refs.shape or preds.ndim != 1:
-        raise PapaError(f"{preds.shape} predictions but {refs.shape} labels", "Pass one flat prediction per labelled example or token.")
+        fix = "Pass one flat prediction per labelled example or token."
+        raise PapaError(f"{preds.shape} predictions but {refs.shape} labels", fix)
     if lengths is not None:
         sizes = np.asarray(lengths, dtype=np.int64)
         pred_sents, ref_sents = _sentences(preds, sizes), _sentences(refs, sizes)
         if metric == "accuracy":
-            return np.stack([np.array([(p == r).sum(), len(r)]) for p, r in zip(pred_sents, ref_sents)]).astype(np.float64)
+            return np.stack([np.array([(p == r).sum(), len(r)]) for p, r in zip(pred_sents, ref_sents)]).astype(float)
         if metric == "f1":
             if not label_names:
                 raise PapaError("Entity F1 needs the tag names", "Pass label_names in id order.")
@@ -76,7 +78,8 @@ def example_statistics(
                 found, true = set(get_entities(list(names[p]))), set(get_entities(list(names[r])))
                 rows.append((len(found & true), len(found), len(true)))
             return np.asarray(rows, dtype=np.float64).reshape(-1, 3)
-        raise PapaError(f"No per-example statistics for the token metric {metric!r}", f"Use one of {', '.join(TOKEN_METRICS)}.")
+        fix = f"Use one of {', '.join(TOKEN_METRICS)}."
+        raise PapaError(f"No per-example statistics for the token metric {metric!r}", fix)
     if metric == "accuracy":
         return np.stack([preds == refs, np.ones_like(refs, dtype=bool)], axis=1).astype(np.float64)
     if metric == "matthews_correlation":
@@ -85,10 +88,10 @@ def example_statistics(
         cells[np.arange(len(refs)), refs * classes + preds] = 1.0
         return cells
     if metric in ("combined", "f1"):
-        positive_pred, positive_true = preds == 1, refs == 1
-        columns = [positive_pred & positive_true, positive_pred & ~positive_true, ~positive_pred & positive_true, ~positive_pred & ~positive_true]
-        return np.stack(columns, axis=1).astype(np.float64)
-    raise PapaError(f"No per-example statistics for the metric {metric!r}", f"Use one of {', '.join(SEQUENCE_METRICS)}.")
+        p, t = preds == 1, refs == 1
+        return np.stack([p & t, p & ~t, ~p & t, ~p & ~t], axis=1).astype(np.float64)
+    fix = f"Use one of {', '.join(SEQUENCE_METRICS)}."
+    raise PapaError(f"No per-example statistics for the metric {metric!r}", fix)
 
 
 def metric_from_sums(metric: str, sums: np.ndarray, token: bool = False) -> np.ndarray:
@@ -120,21 +123,20 @@ def _stack(per_seed: Sequence[np.ndarray], what: str) -> np.ndarray:
         raise PapaError(f"No runs {what}", "Pass the per-seed statistics of at least one run.")
     shapes = {s.shape for s in per_seed}
     if len(shapes) != 1:
-        raise PapaError(f"The runs {what} hold statistics of different shapes {sorted(shapes)}", "Compare runs on the same dev examples.")
+        what = f"The runs {what} hold statistics of different shapes {sorted(shapes)}"
+        raise PapaError(what, "Compare runs on the same dev examples.")
     return np.stack(per_seed)
 
 
-def _quantile_range(samples: np.ndarray, level: float) -> tuple[float, float]:
-    """The central ``level`` interval of bootstrap ``samples`` ``[R]``: its low and high quantiles."""
-    tail = (1 - level) / 2
-    low, high = np.quantile(samples, [tail, 1 - tail])
+def _interval(samples: np.ndarray) -> tuple[float, float]:
+    """The central 95% interval of bootstrap ``samples`` ``[R]``: its 2.5 and 97.5 percentiles."""
+    low, high = np.quantile(samples, [0.025, 0.975])
     return float(low), float(high)
 
 
-def _check_bootstrap(level: float, resamples: int) -> None:
-    """One clear error for an interval level outside (0, 1) or fewer than one resample."""
-    if not 0 < level < 1 or resamples < 1:
-        raise PapaError(f"Bootstrap level {level} / resamples {resamples} out of range", "Use e.g. level=0.95, resamples=2000.")
+def _check_bootstrap(resamples: int) -> None:
+    if resamples < 1:
+        raise PapaError(f"Bootstrap resamples {resamples} out of range", "Use e.g. resamples=2000.")
 
 
 def resample_rows(n: int, resamples: int = RESAMPLES, seed: int = 0, dev_set: str | None = None) -> np.ndarray:
@@ -147,31 +149,37 @@ def resample_rows(n: int, resamples: int = RESAMPLES, seed: int = 0, dev_set: st
     return rng.integers(0, n, size=(resamples, n), dtype=np.int64)
 
 
-def _resampled_means(stacks: Sequence[np.ndarray], metric: str, token: bool, resamples: int, seed: int, rows: np.ndarray | None = None) -> list[np.ndarray]:
+def _resampled_means(
+    stacks: Sequence[np.ndarray], metric: str, token: bool, resamples: int, seed: int, rows: np.ndarray | None = None
+) -> list[np.ndarray]:
     """Per stack of per-seed statistics ``[S, N, D]`` (all on the same ``N`` dev examples): the seed-mean metric
     on each of ``resamples`` bootstrap resamples of the examples ``[R]``; every stack sees the same resamples
     (``rows [R, N]``, default :func:`resample_rows` of ``seed``)."""
     n = stacks[0].shape[1]
     rows = resample_rows(n, resamples, seed) if rows is None else rows
     if rows.shape != (resamples, n):
-        raise PapaError(f"The resample draws have shape {rows.shape}, not ({resamples}, {n})", "Draw them with resample_rows(n, resamples, ...).")
+        what = f"The resample draws have shape {rows.shape}, not ({resamples}, {n})"
+        raise PapaError(what, "Draw them with resample_rows(n, resamples, ...).")
     means = [np.empty(resamples) for _ in stacks]
     for start in range(0, resamples, 256):
         chunk = rows[start : start + 256]
         weights = np.zeros((len(chunk), n))
         np.add.at(weights, (np.repeat(np.arange(len(chunk)), n), chunk.ravel()), 1.0)  # [R', N] times drawn
         for mean, stack in zip(means, stacks):
-            mean[start : start + len(chunk)] = metric_from_sums(metric, np.einsum("rn,snd->rsd", weights, stack), token).mean(1)  # [R']
+            sums = np.einsum("rn,snd->rsd", weights, stack)
+            mean[start : start + len(chunk)] = metric_from_sums(metric, sums, token).mean(1)  # [R']
     return means
 
 
-def score_interval(per_seed: Sequence[np.ndarray], metric: str, token: bool = False, resamples: int = RESAMPLES, seed: int = 0, level: float = 0.95) -> dict:
+def score_interval(
+    per_seed: Sequence[np.ndarray], metric: str, token: bool = False, resamples: int = RESAMPLES, seed: int = 0
+) -> dict:
     """The seed-mean ``metric`` of runs on the same dev examples (one ``[N, D]`` statistics array per seed, as
-    :func:`example_statistics`), with its bootstrap interval over dev examples: ``score``, ``low``, ``high``."""
+    :func:`example_statistics`), with its 95% bootstrap interval over dev examples: ``score``, ``low``, ``high``."""
     stack = _stack(per_seed, "to score")
-    _check_bootstrap(level, resamples)
+    _check_bootstrap(resamples)
     (means,) = _resampled_means([stack], metric, token, resamples, seed)
-    low, high = _quantile_range(means, level)
+    low, high = _interval(means)
     return {"score": float(metric_from_sums(metric, stack.sum(1), token).mean()), "low": low, "high": high}
 
 
@@ -182,11 +190,10 @@ def paired_bootstrap(
     token: bool = False,
     resamples: int = RESAMPLES,
     seed: int = 0,
-    level: float = 0.95,
     pairs: Sequence[tuple[int, int]] | None = None,
     rows: np.ndarray | None = None,
 ) -> dict:
-    """The difference ``other − base`` of the seed-mean metric, with a bootstrap interval over dev examples.
+    """The difference ``other − base`` of the seed-mean metric, with a 95% bootstrap interval over dev examples.
 
     ``base``/``other``: one ``[N, D]`` statistics array per seed (:func:`example_statistics`) at k = 0 and at k, on
     the same ``N`` dev examples. Returns ``difference``, ``low``, ``high``, ``real`` (the interval excludes 0),
@@ -208,13 +215,15 @@ def paired_bootstrap(
     if pairs is not None:
         pairs = list(pairs)
         if not pairs:
-            raise PapaError("No run at k shares a probe seed with a run at k = 0", "Compare runs of the same seeds (the gate may have left one side's out).")
+            fix = "Compare runs of the same seeds (the gate may have left one side's out)."
+            raise PapaError("No run at k shares a probe seed with a run at k = 0", fix)
         unpaired = len(b) + len(o) - len({i for i, _ in pairs}) - len({j for _, j in pairs})
         b, o = b[[i for i, _ in pairs]], o[[j for _, j in pairs]]
         pairs = [(n, n) for n in range(len(pairs))]
     if b.shape[1:] != o.shape[1:]:
-        raise PapaError(f"The runs score {b.shape[1]} and {o.shape[1]} dev examples", "Compare runs on the same dev examples (the whole dev split).")
-    _check_bootstrap(level, resamples)
+        fix = "Compare runs on the same dev examples (the whole dev split)."
+        raise PapaError(f"The runs score {b.shape[1]} and {o.shape[1]} dev examples", fix)
+    _check_bootstrap(resamples)
     n = b.shape[1]
     base_seeds, other_seeds = metric_from_sums(metric, b.sum(1), token), metric_from_sums(metric, o.sum(1), token)
     base_score, score = float(base_seeds.mean()), float(other_seeds.mean())
@@ -224,8 +233,8 @@ def paired_bootstrap(
     differences = m_other - m_base
     with np.errstate(divide="ignore", invalid="ignore"):
         relative = np.where(m_base > 0, (m_base - m_other) / m_base, math.nan)
-    low, high = _quantile_range(differences, level)
-    rel_low, rel_high = _quantile_range(relative, level) if np.isfinite(relative).all() else (math.nan, math.nan)
+    low, high = _interval(differences)
+    rel_low, rel_high = _interval(relative) if np.isfinite(relative).all() else (math.nan, math.nan)
     return {
         "base_score": base_score,
         "score": score,
@@ -243,7 +252,6 @@ def paired_bootstrap(
         "n_runs": int(len(o)),
         "n_unpaired": int(unpaired),
         "resamples": int(resamples),
-        "level": level,
         "relative_samples": relative,
     }
 
@@ -252,11 +260,14 @@ def run_statistics(result: dict) -> np.ndarray:
     """The ``[N, D]`` statistics of one result record (its ``dev`` predictions; see :mod:`papa.probing.experiment`)."""
     dev = result.get("dev")
     if not dev:
-        raise PapaError(f"The result of {result.get('config', {}).get('model')}/{result.get('task')} stores no dev predictions", "Rerun it with a papa that records them.")
-    return example_statistics(result["metric"], dev["predictions"], dev["labels"], dev.get("lengths"), dev.get("label_names"), len(dev.get("label_names") or []) or None)
+        what = f"The result of {result.get('config', {}).get('model')}/{result.get('task')} stores no dev predictions"
+        raise PapaError(what, "Rerun it with a papa that records them.")
+    names = dev.get("label_names")
+    classes = len(names or []) or None
+    return example_statistics(result["metric"], dev["predictions"], dev["labels"], dev.get("lengths"), names, classes)
 
 
-def paired_differences(results: dict[str, dict], resamples: int = RESAMPLES, seed: int = 0, level: float = 0.95) -> pd.DataFrame:
+def paired_differences(results: dict[str, dict], resamples: int = RESAMPLES, seed: int = 0) -> pd.DataFrame:
     """For every (model, task, ranking, k > 0) group of runs, :func:`paired_bootstrap` against the same model and
     task's k = 0 runs (same probe settings and dev examples). One row per group: the group keys and the fields of
     :func:`paired_bootstrap`. Seeded random orderings (``random-1``, ``random-2`` ...) are pooled as ``random``.
@@ -271,27 +282,32 @@ def paired_differences(results: dict[str, dict], resamples: int = RESAMPLES, see
             continue
         c = result["config"]
         k, total = int(c["constant_heads"]), int(c["total_heads"])
-        setting = (c.get("mode"), c.get("probe_input", "all"), c.get("lr"), c.get("selection", "final"), (result.get("data") or {}).get("eval_indices_sha"))
+        dev_sha = (result.get("data") or {}).get("eval_indices_sha")
+        setting = (c.get("mode"), c.get("probe_input", "all"), c.get("lr"), c.get("selection", "final"), dev_sha)
         ranking = ranking_method(c.get("ranking"), k, total)
         ranking = "random" if ranking.startswith("random") else ranking
         groups.setdefault((c["model"], result["task"], ranking, k, total, setting), []).append(result)
     rows = []
-    for (model, task, ranking, k, total, setting), runs in sorted(groups.items(), key=lambda item: (item[0][0], item[0][1], item[0][3], item[0][2], str(item[0][5]))):
+    order = lambda item: (item[0][0], item[0][1], item[0][3], item[0][2], str(item[0][5]))
+    for (model, task, ranking, k, total, setting), runs in sorted(groups.items(), key=order):
         base = groups.get((model, task, "none", 0, total, setting))
         if k == 0 or not base:
             continue
         base_runs, other_runs = (sorted(rs, key=lambda r: r["config"]["seed"]) for rs in (base, runs))
         token = bool(base_runs[0]["dev"].get("lengths"))
         position = {r["config"]["seed"]: i for i, r in enumerate(base_runs)}
-        pairs = [(position[r["config"]["seed"]], j) for j, r in enumerate(other_runs) if r["config"]["seed"] in position]
+        seeds = [r["config"]["seed"] for r in other_runs]
+        pairs = [(position[s], j) for j, s in enumerate(seeds) if s in position]
         if not pairs:
             continue  # no common seed (the gate left them out): no paired interval
         metric = base_runs[0]["metric"]
-        dev_set = f"{get_task(task).local_folder}:{setting[4]}" if setting[4] else task  # the task's data folder: NER and POS share theirs
+        # the task's data folder: NER and POS share theirs
+        dev_set = f"{get_task(task).local_folder}:{setting[4]}" if setting[4] else task
         base_stats, other_stats = [run_statistics(r) for r in base_runs], [run_statistics(r) for r in other_runs]
-        draws = resample_rows(len(base_stats[0]), resamples, seed, dev_set) if 0 < level < 1 and resamples >= 1 else None
-        stats = paired_bootstrap(base_stats, other_stats, metric, token, resamples, seed, level, pairs, draws)
-        rows.append({"model": model, "task": task, "ranking": ranking, "k": k, "fraction": k / total, "mode": setting[0], "probe_input": setting[1], "dev_set": dev_set, **stats})
+        draws = resample_rows(len(base_stats[0]), resamples, seed, dev_set) if resamples >= 1 else None
+        stats = paired_bootstrap(base_stats, other_stats, metric, token, resamples, seed, pairs, draws)
+        keys = {"model": model, "task": task, "ranking": ranking, "k": k, "fraction": k / total}
+        rows.append(keys | {"mode": setting[0], "probe_input": setting[1], "dev_set": dev_set, **stats})
     return pd.DataFrame(rows)
 
 
@@ -302,22 +318,20 @@ def convergence_table(results: dict[str, dict]) -> pd.DataFrame:
     """One row per run: ``run_id``, ``converged`` (None for a run without a held-out curve), ``best_epoch``,
     ``epochs_trained``, ``stopped_early`` (from each result's ``convergence`` record). Merge it into
     :func:`papa.analysis.results.load_results` on ``run_id`` before :func:`convergence_gate`."""
-    rows = []
-    for run_id, result in results.items():
-        conv = result.get("convergence") or {}
-        rows.append({"run_id": run_id, **{key: conv.get(key) for key in ("converged", "best_epoch", "epochs_trained", "stopped_early")}})
-    return pd.DataFrame(rows, columns=["run_id", "converged", "best_epoch", "epochs_trained", "stopped_early"])
+    keys = ["converged", "best_epoch", "epochs_trained", "stopped_early"]
+    rows = [[run_id, *((r.get("convergence") or {}).get(key) for key in keys)] for run_id, r in results.items()]
+    return pd.DataFrame(rows, columns=["run_id", *keys])
 
 
-def convergence_gate(frame: pd.DataFrame, column: str = "converged") -> tuple[pd.DataFrame, dict]:
+def convergence_gate(frame: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
     """Keep the rows of converged runs; return ``(kept, summary)``.
 
-    ``frame[column]`` is True (converged), False (the held-out curve still rose at the end) or missing/None
+    ``frame["converged"]`` is True (converged), False (the held-out curve still rose at the end) or missing/None
     (a run without a held-out curve, e.g. the paper's literal final-epoch setting: *unknown*, also left out).
     ``summary``: ``runs``, ``converged``, ``not_converged``, ``unknown``, ``left_out`` (= runs − converged) and
     ``left_out_runs`` (their ``run_id`` where the frame has one).
     """
-    flags = frame[column] if column in frame else pd.Series([None] * len(frame), index=frame.index)
+    flags = frame["converged"] if "converged" in frame else pd.Series([None] * len(frame), index=frame.index)
     converged = flags.map(lambda x: x is True or x is np.True_)
     not_converged = flags.map(lambda x: x is False or x is np.False_)
     left = frame[~converged]

@@ -1,5 +1,6 @@
-"""The paper's three claims judged from pooled intervals, each verdict one of :data:`VERDICTS` and derived by a
-rule the method chapter states before the results (issue 26).
+"""The paper's three claims judged from pooled intervals, each verdict one of the seven below (*reproduced*, with a
+smaller or larger effect, *points the paper's way* or *against the paper, not significant*, *not reproduced*, *not
+testable*) and derived by a rule the method chapter states before the results (issue 26).
 
 Every rule reads the pooled average relative drop and its bootstrap interval ``[low, high]``
 (:func:`papa.analysis.pooled.pooled_drop`), or, for claim 3, Spearman's ρ with its exact one-sided p
@@ -31,16 +32,6 @@ import pandas as pd
 from papa.analysis.figure_kit import task_name
 from papa.analysis.pooled import claim3, claim3_points, pooled_drop, select
 
-#: The verdicts, every claim's from this set.
-VERDICTS = (
-    "reproduced",
-    "reproduced with a smaller effect",
-    "reproduced with a larger effect",
-    "points the paper's way, not significant",
-    "points against the paper, not significant",
-    "not reproduced",
-    "not testable",
-)
 #: Claim 1: "little or no drop" is an average relative drop of at most this.
 HALF_MAX_DROP = 0.05
 #: Claim 2: the paper's average relative drop with every head constant, and its largest on a task.
@@ -56,26 +47,30 @@ CLAIMS = (
 )
 #: The glue and column keys of the claims, in :data:`CLAIMS` order.
 CLAIM_KEYS = ("claim1", "claim2", "claim2b", "claim3")
-
-
-#: What the paper itself states in numbers, with where: every other per-task or per-model result of the paper is
-#: drawn (its Figures 2 and 4) for models that did not run here (BERT, RoBERTa, DeBERTa), so none is quoted.
-PAPER_NUMBERS = (
-    ("half of the heads constant", "“little or no performance drop”; “in almost all cases … no major drop”", "abstract and Section 4 of arXiv:2211.03495"),
-    ("every head constant, average", "“an average relative drop of only 8% from the probing baseline”", "abstract of arXiv:2211.03495"),
-    ("every head constant, one task", "at most ≈ 20% (this book's reading of the curves; the text states no per-task bound)", "Figure 2 of arXiv:2211.03495"),
-    ("better models lose more", "“better-performing models lose more from applying our method than weaker models”", "abstract and Figure 4 of arXiv:2211.03495"),
+#: What the paper itself states in numbers, with where (of arXiv:2211.03495), one ``what|words|where`` per claim:
+#: every other per-task or per-model result of the paper is drawn (its Figures 2 and 4) for models that did not run
+#: here (BERT, RoBERTa, DeBERTa), so none is quoted.
+PAPER_NUMBERS = tuple(
+    (what, words, f"{where} of arXiv:2211.03495")
+    for what, words, where in (
+        row.split("|")
+        for row in (
+            "half of the heads constant|“little or no performance drop”; “in almost all cases … no major"
+            " drop”|abstract and Section 4",
+            "every head constant, average|“an average relative drop of only 8% from the probing baseline”|abstract",
+            "every head constant, one task|at most ≈ 20% (this book's reading of the curves; the text states no"
+            " per-task bound)|Figure 2",
+            "better models lose more|“better-performing models lose more from applying our method than weaker"
+            " models”|abstract and Figure 4",
+        )
+    )
 )
 #: The paper's number beside each basis of the sensitivity table.
 PAPER_BY_BASIS = {
     "all": "little or no drop at half, 8% average with every head (abstract); over its own models and tasks",
     "families": "none: the paper states no average per task family",
 }
-
-
-def paper_words() -> tuple[str, ...]:
-    """What the paper says of each claim (:data:`CLAIMS`), in its own words (:data:`PAPER_NUMBERS`)."""
-    return tuple(words for _, words, _ in PAPER_NUMBERS)
+NOT_SIGNIFICANT = ("points the paper's way, not significant", "points against the paper, not significant")
 
 
 def _nan(*values: float) -> bool:
@@ -97,55 +92,69 @@ def percent_text(value: float) -> str:
 
 def claim1_verdict(value: float, low: float, high: float) -> tuple[str, str]:
     """Claim 1's verdict and its one-sentence reason from the pooled drop at half the heads."""
-    limit = f"{HALF_MAX_DROP:.0%}"
+    limit, p = f"{HALF_MAX_DROP:.0%}", percent_text
     if _nan(value, low, high):
         return "not testable", "No informative task has a paired interval with half of the heads constant."
+    whole = "The whole interval of the average drop lies"
     if high <= HALF_MAX_DROP:
-        return "reproduced", f"The whole interval of the average drop lies at or below {limit} (upper end {percent_text(high)})."
+        return "reproduced", f"{whole} at or below {limit} (upper end {p(high)})."
     if low > HALF_MAX_DROP:
-        return "not reproduced", f"The whole interval of the average drop lies above {limit} (lower end {percent_text(low)})."
+        return "not reproduced", f"{whole} above {limit} (lower end {p(low)})."
     if value <= HALF_MAX_DROP:
-        return "points the paper's way, not significant", f"The average drop {percent_text(value)} is at most {limit}, but its interval reaches {percent_text(high)}."
-    return "points against the paper, not significant", f"The average drop {percent_text(value)} is above {limit}, but its interval reaches down to {percent_text(low)}."
+        return NOT_SIGNIFICANT[
+            0
+        ], f"The average drop {p(value)} is at most {limit}, but its interval reaches {p(high)}."
+    return NOT_SIGNIFICANT[
+        1
+    ], f"The average drop {p(value)} is above {limit}, but its interval reaches down to {p(low)}."
 
 
 def claim2_verdict(value: float, low: float, high: float) -> tuple[str, str]:
     """Claim 2's first part, the average: verdict and reason from the pooled drop with every head constant."""
-    paper = f"{PAPER_DROP_ALL:.0%}"
+    paper, p = f"{PAPER_DROP_ALL:.0%}", percent_text
     if _nan(value, low, high):
         return "not testable", "No informative task has a paired interval with every head constant."
     if high < 0:
-        return "not reproduced", f"The whole interval lies below 0 (upper end {percent_text(high)}): every head constant is a real gain, not a drop."
+        why = f"The whole interval lies below 0 (upper end {p(high)}): every head constant is a real gain, not a drop."
+        return "not reproduced", why
     if low <= 0:
         if value > 0:
-            return "points the paper's way, not significant", f"The average drop {percent_text(value)} is positive, but its interval reaches down to {percent_text(low)}."
-        return "points against the paper, not significant", f"The average {percent_text(value)} is no drop, and its interval [{percent_text(low)}, {percent_text(high)}] holds 0."
+            return NOT_SIGNIFICANT[
+                0
+            ], f"The average drop {p(value)} is positive, but its interval reaches down to {p(low)}."
+        return NOT_SIGNIFICANT[1], f"The average {p(value)} is no drop, and its interval [{p(low)}, {p(high)}] holds 0."
     if low > PAPER_DROP_ALL:
-        return "reproduced with a larger effect", f"A real drop, larger than the paper's {paper}: the whole interval lies above it (lower end {percent_text(low)})."
+        why = f"the whole interval lies above it (lower end {p(low)})"
+        return "reproduced with a larger effect", f"A real drop, larger than the paper's {paper}: {why}."
     if high < PAPER_DROP_ALL:
-        return "reproduced with a smaller effect", f"A real drop, smaller than the paper's {paper}: the whole interval lies below it (upper end {percent_text(high)})."
-    return "reproduced", f"A real drop whose interval [{percent_text(low)}, {percent_text(high)}] holds the paper's {paper}."
+        why = f"the whole interval lies below it (upper end {p(high)})"
+        return "reproduced with a smaller effect", f"A real drop, smaller than the paper's {paper}: {why}."
+    return "reproduced", f"A real drop whose interval [{p(low)}, {p(high)}] holds the paper's {paper}."
 
 
 def claim2_bound_verdict(cells: pd.DataFrame) -> tuple[str, str]:
     """Claim 2's second part, the bound: no task loses more than :data:`MAX_DROP_ALL` with every head constant.
     ``cells``: the all-heads cells judged (each with ``relative_drop``, ``relative_low``/``relative_high``)."""
-    most = f"{MAX_DROP_ALL:.0%}"
+    most, p = f"{MAX_DROP_ALL:.0%}", percent_text
     usable = cells.dropna(subset=["relative_drop", "relative_low", "relative_high"])
     if usable.empty:
         return "not testable", "No informative task has a paired interval with every head constant."
-    name = lambda row: f"{row['model']} on {task_name(row['task'])}"  # noqa: E731
+    name = lambda row: f"{row['model']} on {task_name(row['task'])}"
     above = usable[usable["relative_low"] > MAX_DROP_ALL]
     if len(above):
         row = above.loc[above["relative_low"].idxmax()]
-        return "not reproduced", f"{name(row)} alone is shown to lose more than {most} (lower end {percent_text(row['relative_low'])})."
+        why = f"{name(row)} alone is shown to lose more than {most} (lower end {p(row['relative_low'])})."
+        return "not reproduced", why
     if (usable["relative_high"] <= MAX_DROP_ALL).all():
-        return "reproduced", f"Every task's interval lies at or below {most} (the highest upper end: {percent_text(usable['relative_high'].max())})."
+        highest = p(usable["relative_high"].max())
+        return "reproduced", f"Every task's interval lies at or below {most} (the highest upper end: {highest})."
     row = usable.loc[usable["relative_drop"].idxmax()]
     if row["relative_drop"] <= MAX_DROP_ALL:
-        return "points the paper's way, not significant", f"Every task's drop is at most {most}, but the interval of {name(row)} reaches above it."
-    drop, low = percent_text(row["relative_drop"]), percent_text(row["relative_low"])
-    return "points against the paper, not significant", f"{name(row)} loses {drop}, above {most}, but its interval reaches down to {low}."
+        return NOT_SIGNIFICANT[
+            0
+        ], f"Every task's drop is at most {most}, but the interval of {name(row)} reaches above it."
+    drop, low = p(row["relative_drop"]), p(row["relative_low"])
+    return NOT_SIGNIFICANT[1], f"{name(row)} loses {drop}, above {most}, but its interval reaches down to {low}."
 
 
 def largest_drop_text(cells: pd.DataFrame) -> str:
@@ -154,32 +163,39 @@ def largest_drop_text(cells: pd.DataFrame) -> str:
     if usable.empty:
         return "–"
     row = usable.loc[usable["relative_drop"].idxmax()]
-    return f"{interval_text(row['relative_drop'], row['relative_low'], row['relative_high'])} ({row['model']}, {task_name(row['task'])})"
+    drop = interval_text(row["relative_drop"], row["relative_low"], row["relative_high"])
+    return f"{drop} ({row['model']}, {task_name(row['task'])})"
 
 
 def claim3_verdict(better: Mapping) -> tuple[str, str]:
-    """Claim 3's verdict and reason from :func:`papa.analysis.pooled.claim3`'s dict (``n``, ``spearman``, ``p_value``)."""
+    """Claim 3's verdict and reason from :func:`papa.analysis.pooled.claim3`'s dict (``n``, ``spearman``,
+    ``p_value``)."""
     n, rho, p = int(better.get("n", 0)), better.get("spearman", math.nan), better.get("p_value", math.nan)
     if n < 3:
-        return "not testable", f"{n} {'model' if n == 1 else 'models'} to compare: a correlation needs at least 3 (two points always give ρ = ±1)."
+        models = "model" if n == 1 else "models"
+        return (
+            "not testable",
+            f"{n} {models} to compare: a correlation needs at least 3 (two points always give ρ = ±1).",
+        )
     if _nan(rho):
-        return "points against the paper, not significant", f"The {n} models' drops or scores do not vary, so they show no association at all."
+        return NOT_SIGNIFICANT[1], f"The {n} models' drops or scores do not vary, so they show no association at all."
     floor = " (with 3 models the smallest possible p is 1/6)" if n == 3 else ""
+    spearman = f"Spearman ρ = {rho:+.2f} over {n} models"
     if p < ALPHA and rho > 0:
-        return "reproduced", f"Spearman ρ = {rho:+.2f} over {n} models, one-sided exact p = {p:.3f} < {ALPHA}."
+        return "reproduced", f"{spearman}, one-sided exact p = {p:.3f} < {ALPHA}."
     if p < ALPHA and rho < 0:
-        return "not reproduced", f"Spearman ρ = {rho:+.2f} over {n} models: better models lose less, one-sided exact p = {p:.3f} < {ALPHA}."
+        return "not reproduced", f"{spearman}: better models lose less, one-sided exact p = {p:.3f} < {ALPHA}."
     if rho > 0:
-        return "points the paper's way, not significant", f"Spearman ρ = {rho:+.2f} over {n} models, but one-sided exact p = {p:.3f}{floor}."
-    return "points against the paper, not significant", f"Spearman ρ = {rho:+.2f} over {n} models (no association the paper's way), p = {p:.3f}{floor}."
+        return NOT_SIGNIFICANT[0], f"{spearman}, but one-sided exact p = {p:.3f}{floor}."
+    return NOT_SIGNIFICANT[1], f"{spearman} (no association the paper's way), p = {p:.3f}{floor}."
 
 
 def judge(cells: pd.DataFrame, informative: bool | None = True, families: list[str] | None = None) -> dict:
     """The claims on one basis (``informative``, ``families``: :func:`papa.analysis.pooled.select`): per claim
     (:data:`CLAIM_KEYS`) the verdict and ``<key>_reason``, and the numbers: ``half``/``all`` (:func:`pooled_drop`
-    dicts), ``bound`` (the all-heads cells claim 2's bound reads), ``points``/``common`` (claim 3's per-model points
-    and the tasks they average) and ``better`` (claim 3's dict)."""
-    half, full = pooled_drop(select(cells, "half", informative, families)), pooled_drop(select(cells, "all", informative, families))
+    dicts), ``bound`` (the all-heads cells claim 2's bound reads), ``points``/``common`` (claim 3's per-model
+    points and the tasks they average) and ``better`` (claim 3's dict)."""
+    half, full = (pooled_drop(select(cells, at, informative, families)) for at in ("half", "all"))
     bound = select(cells, "all", informative, families)
     points, common = claim3_points(cells, informative, families)
     better = claim3(points)
@@ -200,9 +216,28 @@ def claim_numbers(judged: Mapping) -> tuple[str, str, str, str]:
     intervals, the largest single drop with its interval, and ρ with its p."""
     better = judged["better"]
     n = int(better.get("n", 0))
-    rho = f"no ρ ({n} {'model' if n == 1 else 'models'})" if _nan(better.get("spearman", math.nan)) else f"ρ = {better['spearman']:+.2f}, p = {better['p_value']:.3f} (n = {n})"
+    if _nan(better.get("spearman", math.nan)):
+        rho = f"no ρ ({n} {'model' if n == 1 else 'models'})"
+    else:
+        rho = f"ρ = {better['spearman']:+.2f}, p = {better['p_value']:.3f} (n = {n})"
     half, full = (interval_text(judged[a]["value"], judged[a]["low"], judged[a]["high"]) for a in ("half", "all"))
     return half, full, largest_drop_text(judged["bound"]), rho
+
+
+#: The rule of each claim, in :data:`CLAIMS` order, as the claims table states it.
+RULES = (
+    f"Pooled drop at half the heads: reproduced when its interval lies at or below {HALF_MAX_DROP:.0%}, not"
+    " reproduced when above, else points the paper's way / against it by the average.",
+    "Pooled drop with every head constant: reproduced when its interval excludes 0 and holds"
+    f" {PAPER_DROP_ALL:.0%}; with a smaller / larger effect when it lies below / above {PAPER_DROP_ALL:.0%}; not"
+    " reproduced when it lies below 0; else not significant.",
+    f"Each task's drop with every head constant: reproduced when every interval lies at or below {MAX_DROP_ALL:.0%},"
+    " not reproduced when some task's interval lies above it, else not significant (by whether every task's drop is"
+    f" at most {MAX_DROP_ALL:.0%}).",
+    "Spearman ρ between the models' k = 0 score and drop over the tasks every model has: reproduced when ρ > 0 with"
+    f" exact p < {ALPHA}, not reproduced when ρ < 0 likewise, else not significant; fewer than 3 models: not"
+    " testable.",
+)
 
 
 def claims_table(cells: pd.DataFrame, gate: Mapping) -> pd.DataFrame:
@@ -211,30 +246,23 @@ def claims_table(cells: pd.DataFrame, gate: Mapping) -> pd.DataFrame:
     gate's counts)."""
     judged = judge(cells)
     numbers = claim_numbers(judged)
-    gate_words = f" {gate['converged']} of {gate['runs']} probe results converged; the gate left out {gate['left_out']}."
+    gate_words = (
+        f" {gate['converged']} of {gate['runs']} probe results converged; the gate left out {gate['left_out']}."
+    )
     ours = []
     for at, number in (("half", numbers[0]), ("all", numbers[1])):
-        pooled = judged[at]
-        what = f"average relative drop over {pooled['n']} informative model/task {'pair' if pooled['n'] == 1 else 'pairs'}"
-        ours.append(number + f"; {what}" + (f" ({pooled['excluded']} left out: drop undefined)" if pooled["excluded"] else ""))
+        p = judged[at]
+        what = f"average relative drop over {p['n']} informative model/task {'pair' if p['n'] == 1 else 'pairs'}"
+        ours.append(number + f"; {what}" + (f" ({p['excluded']} left out: drop undefined)" if p["excluded"] else ""))
     ours.append(f"largest single drop {numbers[2]}, of {len(judged['bound'])} informative model/task pairs")
     points = judged["points"]
-    per_model = ", ".join(f"{m} {interval_text(d, lo, hi)} at {s:.3f}" for m, d, lo, hi, s in zip(points["model"], points["drop"], points["low"], points["high"], points["score"]))
+    columns = (points[c] for c in ("model", "drop", "low", "high", "score"))
+    per_model = ", ".join(f"{m} {interval_text(d, lo, hi)} at {s:.3f}" for m, d, lo, hi, s in zip(*columns))
     over = f" over {', '.join(task_name(t) for t in judged['common'])}" if judged["common"] else ""
     ours.append(numbers[3] + (f"; drop at k = 0 score, per model{over}: {per_model}" if per_model else ""))
-    rules = (
-        f"Pooled drop at half the heads: reproduced when its interval lies at or below {HALF_MAX_DROP:.0%}, not reproduced when above,"
-        " else points the paper's way / against it by the average.",
-        f"Pooled drop with every head constant: reproduced when its interval excludes 0 and holds {PAPER_DROP_ALL:.0%}; with a smaller /"
-        f" larger effect when it lies below / above {PAPER_DROP_ALL:.0%}; not reproduced when it lies below 0; else not significant.",
-        f"Each task's drop with every head constant: reproduced when every interval lies at or below {MAX_DROP_ALL:.0%}, not reproduced"
-        f" when some task's interval lies above it, else not significant (by whether every task's drop is at most {MAX_DROP_ALL:.0%}).",
-        f"Spearman ρ between the models' k = 0 score and drop over the tasks every model has: reproduced when ρ > 0 with exact p < {ALPHA},"
-        " not reproduced when ρ < 0 likewise, else not significant; fewer than 3 models: not testable.",
-    )
     rows = []
-    for claim, paper, key, number, rule in zip(CLAIMS, paper_words(), CLAIM_KEYS, ours, rules):
-        rows.append({"claim": claim, "paper": paper, "ours": number, "verdict": judged[key], "reason": judged[f"{key}_reason"], "rule": rule + gate_words})
+    for claim, paper, key, number, rule in zip(CLAIMS, (w for _, w, _ in PAPER_NUMBERS), CLAIM_KEYS, ours, RULES):
+        rows.append([claim, paper, number, judged[key], judged[f"{key}_reason"], rule + gate_words])
     return pd.DataFrame(rows, columns=["claim", "paper", "ours", "verdict", "reason", "rule"])
 
 
@@ -250,46 +278,13 @@ BASES = (
 def sensitivity(cells: pd.DataFrame) -> pd.DataFrame:
     """The verdicts on every basis of :data:`BASES`: one row per basis with the pairs it averages (``n_half``,
     ``n_all``, ``excluded``), each claim's number (text) and verdict, and the paper's number for that basis
-    (:data:`papa.analysis.paper.PAPER_BY_BASIS`)."""
+    (:data:`PAPER_BY_BASIS`)."""
     rows = []
     for label, informative, families in BASES:
         judged = judge(cells, informative, families)
-        numbers = claim_numbers(judged)
-        rows.append(
-            {
-                "basis": label,
-                "n_half": judged["half"]["n"],
-                "n_all": judged["all"]["n"],
-                "excluded": judged["half"]["excluded"] + judged["all"]["excluded"],
-                "claim1": numbers[0],
-                "claim1_verdict": judged["claim1"],
-                "claim2": numbers[1],
-                "claim2_verdict": judged["claim2"],
-                "claim2b": numbers[2],
-                "claim2b_verdict": judged["claim2b"],
-                "claim3": numbers[3],
-                "claim3_verdict": judged["claim3"],
-                "paper": PAPER_BY_BASIS["families" if families else "all"],
-            }
-        )
+        row = {"basis": label, "n_half": judged["half"]["n"], "n_all": judged["all"]["n"]}
+        row["excluded"] = judged["half"]["excluded"] + judged["all"]["excluded"]
+        for key, number in zip(CLAIM_KEYS, claim_numbers(judged)):
+            row |= {key: number, f"{key}_verdict": judged[key]}
+        rows.append(row | {"paper": PAPER_BY_BASIS["families" if families else "all"]})
     return pd.DataFrame(rows)
-
-
-__all__ = [
-    "ALPHA",
-    "BASES",
-    "CLAIMS",
-    "HALF_MAX_DROP",
-    "MAX_DROP_ALL",
-    "PAPER_DROP_ALL",
-    "VERDICTS",
-    "claim1_verdict",
-    "claim2_verdict",
-    "claim3_verdict",
-    "claim_numbers",
-    "claims_table",
-    "interval_text",
-    "percent_text",
-    "judge",
-    "sensitivity",
-]

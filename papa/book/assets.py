@@ -11,9 +11,8 @@ from papa.core.errors import PapaError
 from papa.core.io import atomic_write_text
 from papa.pipeline.plan import ROOT
 
-__all__ = ["ITABLES_SCRIPT", "MATHJAX", "check_assets", "missing_assets", "stage_assets", "stage_itables", "stage_mathjax"]
-
 MATHJAX = ROOT / ".venv" / "mathjax" / "node_modules" / "mathjax" / "es5"
+INSTALL = "Run `make install` (it installs mathjax@3 with npm)."
 
 
 def stage_mathjax(static: Path) -> None:
@@ -22,7 +21,7 @@ def stage_mathjax(static: Path) -> None:
     import shutil
 
     if not (MATHJAX / "tex-mml-chtml.js").is_file():
-        raise PapaError(f"MathJax is not installed at {MATHJAX.relative_to(ROOT)}", "Run `make install` (it installs mathjax@3 with npm).")
+        raise PapaError(f"MathJax is not installed at {MATHJAX.relative_to(ROOT)}", INSTALL)
     target = static / "mathjax"
     if (target / "tex-mml-chtml.js").is_file():
         return
@@ -47,7 +46,7 @@ def stage_itables(static: Path) -> Path:
     import itables
 
     bundle = files("itables") / "html"
-    css, js = (bundle / "dt_bundle.css").read_text(encoding="utf-8"), (bundle / "dt_bundle.js").read_text(encoding="utf-8")
+    css, js = ((bundle / f"dt_bundle.{kind}").read_text(encoding="utf-8") for kind in ("css", "js"))
     script = (
         f"/* itables {itables.__version__} offline DataTables bundle, written by `papa book build`: no CDN. */\n"
         "(function () {\n"
@@ -78,17 +77,15 @@ def missing_assets() -> list[str]:
     if not (MATHJAX / "tex-mml-chtml.js").is_file():
         where = MATHJAX.relative_to(ROOT) if MATHJAX.is_relative_to(ROOT) else MATHJAX
         missing.append(f"MathJax (at {where})")
-    for module, what in (("itables", "itables (its DataTables bundle)"), ("vl_convert", "vl-convert-python (the Vega bundle)")):
-        if find_spec(module) is None:
-            missing.append(what)
-    return missing
+    wanted = {"itables": "itables (its DataTables bundle)", "vl_convert": "vl-convert-python (the Vega bundle)"}
+    return missing + [what for module, what in wanted.items() if find_spec(module) is None]
 
 
 def check_assets() -> None:
     """Raise :class:`~papa.core.errors.PapaError` naming every missing asset; call it before writing any page."""
     missing = missing_assets()
     if missing:
-        raise PapaError(f"The book's assets are missing: {', '.join(missing)}", "Run `make install` (it installs mathjax@3 with npm).")
+        raise PapaError(f"The book's assets are missing: {', '.join(missing)}", INSTALL)
 
 
 def stage_assets(static: Path) -> None:

@@ -25,8 +25,6 @@ from papa.pipeline.runner import run_grid, stale_runs
 
 BUILD_DIR = ROOT / "_build" / "html"
 
-__all__ = ["BUILD_DIR", "build_book"]
-
 
 def build_book(config_path: str = "configs/default.yaml", as_is: bool = False, strict: bool = False) -> int:
     """Bring the runs up to date (unless ``as_is``), write the generated pages, build ``_build/html``."""
@@ -45,12 +43,14 @@ def build_book(config_path: str = "configs/default.yaml", as_is: bool = False, s
     present = [r.run_id for r in runs if (ROOT / "book" / "runs" / config["name"] / f"{r.run_id}.ipynb").is_file()]
     missing = [r.run_id for r in runs if r.run_id not in present]
     if set(grid_chapters(config)) - set(present):
-        raise PapaError(f"The chapters of grid {config['name']!r} have not been run", "Run `make book` with the task data (PAPA_DATA_DIR).")
+        fix = "Run `make book` with the task data (PAPA_DATA_DIR)."
+        raise PapaError(f"The chapters of grid {config['name']!r} have not been run", fix)
     write_pages(config, [r.run_id for r in stale if r.run_id in present], present)
     command = [str(jupyter_book), "build", str(ROOT), "--path-output", str(ROOT)]
     if strict:
         command += ["-W", "-n", "--keep-going"]
-    print(f"building the book ({len(present)} run pages, {len(missing)} missing) into {BUILD_DIR.relative_to(ROOT)}", flush=True)
+    pages = f"{len(present)} run pages, {len(missing)} missing"
+    print(f"building the book ({pages}) into {BUILD_DIR.relative_to(ROOT)}", flush=True)
     build = subprocess.run(command, cwd=ROOT)
     if build.returncode != 0:
         raise PapaError("jupyter-book build failed", "Read the messages above.")

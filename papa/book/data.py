@@ -1,10 +1,10 @@
-"""The data behind the chapter notebooks: one grid's tidy results, studies, comparisons and the numbers glued into the text."""
+"""The data behind the chapter notebooks: one grid's tidy results, studies, comparisons and the numbers glued into
+the text."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import pandas as pd
 
@@ -30,8 +30,8 @@ class BookData:
     studies: dict[str, pd.DataFrame] = field(default_factory=dict)
     rankings: dict[str, list] = field(default_factory=dict)  # "<model>__<task>__<method>" → ranking
     records: dict[str, dict] = field(default_factory=dict)  # run id → result record (with its dev predictions)
-    lr_choices: dict[str, dict] = field(default_factory=dict)  # "<model>__<task>" → lr choice (papa.probing.protocol)
-    basis: Basis | None = None  # the main grid's runs on the book's one basis (papa.analysis.basis; book_data_from)
+    lr_choices: dict[str, dict] = field(default_factory=dict)  # "<model>__<task>" → lr choice (probing.protocol)
+    basis: Basis | None = None  # the main grid's runs on the book's one basis (papa.analysis.basis)
     study_bases: dict[str, Basis] = field(default_factory=dict, repr=False)  # built once each, by study_basis
 
     def study_basis(self, name: str) -> Basis:
@@ -69,13 +69,15 @@ def _study_settings(config: dict, study: dict, model: str | None = None) -> dict
     }
 
 
-#: The settings that say how a probe is trained: a study that changes one of them for some model is not the main grid.
+#: The settings that say how a probe is trained: a study that changes one of them for some model is not the main
+#: grid.
 _PROBE_SETTINGS = ("lr", "epochs", "modes", "replacements", "train_examples", "selection", "heldout_examples")
 
 
 def probe_setting_studies(config: dict) -> list[str]:
     """The studies that train the probe otherwise than the main grid for some of their models (another lr, epoch
-    cap, epoch selection, mode, replacement or size): their runs are never main-grid runs, even where a filter would pass them."""
+    cap, epoch selection, mode, replacement or size): their runs are never main-grid runs, even where a filter
+    would pass them."""
     names = []
     for study in config.get("studies", []):
         for model in study.get("models", config["models"]):
@@ -103,18 +105,11 @@ def study_frame(tidy: pd.DataFrame, config: dict, study: dict | None = None) -> 
     for model in _study_settings(config, study or {})["models"]:
         s = _study_settings(config, study or {}, model)
         same_lr = True if isinstance(s["lr"], str) else tidy["lr"].astype(float).round(12) == round(s["lr"], 12)
-        parts.append(
-            tidy[
-                same_lr
-                & (tidy["model"] == model)
-                & (tidy["epochs"] == s["epochs"])
-                & (tidy["selection"] == s["selection"])
-                & tidy["mode"].isin(s["modes"])
-                & tidy["replacement"].isin(s["replacements"])
-                & tidy["task"].isin(s["tasks"])
-                & (tidy["train_examples"] <= (math.inf if s["train_examples"] is None else s["train_examples"]))
-            ]
-        )
+        keep = same_lr & (tidy["model"] == model) & (tidy["epochs"] == s["epochs"])
+        keep &= (tidy["selection"] == s["selection"]) & tidy["mode"].isin(s["modes"])
+        keep &= tidy["replacement"].isin(s["replacements"]) & tidy["task"].isin(s["tasks"])
+        most = math.inf if s["train_examples"] is None else s["train_examples"]
+        parts.append(tidy[keep & (tidy["train_examples"] <= most)])
     rows = pd.concat(parts) if parts else tidy.iloc[:0]
     if rows.empty:
         return rows
@@ -123,9 +118,9 @@ def study_frame(tidy: pd.DataFrame, config: dict, study: dict | None = None) -> 
 
 def _plan_outputs(config: dict) -> tuple[dict[str, dict], dict[str, list], dict[str, dict]]:
     """The results (``{file stem: result}``), rankings (``{stem: [(layer, head), ...]}``) and lr choices
-    (``{stem: choice}``) that the grid's current plan produces, each read with its checksum; a result the plan names but that is
-    missing, corrupt or not a result is an error (never silently a run fewer). Files of runs the plan
-    no longer has are not read."""
+    (``{stem: choice}``) that the grid's current plan produces, each read with its checksum; a result the plan names
+    but that is missing, corrupt or not a result is an error (never silently a run fewer). Files of runs the plan no
+    longer has are not read."""
     from papa.core.errors import PapaError
     from papa.pipeline.plan import expand
 
@@ -138,7 +133,8 @@ def _plan_outputs(config: dict) -> tuple[dict[str, dict], dict[str, list], dict[
             if run.kind == "probe":
                 result = read_json_verified(path, "result")
                 if "config" not in result or "score" not in result:
-                    raise PapaError(f"The result {output} is not a probe result", "Run the grid again: `papa grid run` re-executes the run that wrote it.")
+                    fix = "Run the grid again: `papa grid run` re-executes the run that wrote it."
+                    raise PapaError(f"The result {output} is not a probe result", fix)
                 results[path.stem] = result
             elif run.kind == "rank":
                 rankings[path.stem] = [tuple(h) for h in read_json_verified(path, "ranking")["ranking"]]
@@ -156,19 +152,14 @@ def load_book_data(config_path: str) -> BookData:
     return book_data_from(config, results, rankings, lr_choices)
 
 
-def book_data(config: dict, folder: Path) -> BookData:
-    """:class:`BookData` of a loaded grid ``config`` from every result under an artefacts ``folder`` (``results/``,
-    ``rankings/``), without the plan (hand-made runs in tests, a copied runs folder)."""
-    rankings = {path.stem: [tuple(h) for h in read_json_verified(path, "ranking")["ranking"]] for path in sorted((folder / "rankings").glob("*.json"))}
-    return book_data_from(config, R.read_results(folder / "results"), rankings)
-
-
 def headline_ranking(config: dict) -> str:
     """The ordering whose half-heads drops the claims average: the config's first ranking method."""
     return (config.get("rank") or {}).get("methods", ["gates"])[0]
 
 
-def book_data_from(config: dict, records: dict[str, dict], rankings: dict[str, list], lr_choices: dict[str, dict] | None = None) -> BookData:
+def book_data_from(
+    config: dict, records: dict[str, dict], rankings: dict[str, list], lr_choices: dict[str, dict] | None = None
+) -> BookData:
     """:class:`BookData` from result records (``{run id: result}``, kept whole: their dev predictions feed the
     intervals), rankings (``{stem: [(layer, head), ...]}``) and lr choices (``{"<model>__<task>": choice}``).
     The main grid's scores and floors are its :class:`~papa.analysis.basis.Basis`'s (converged runs only)."""
@@ -176,104 +167,69 @@ def book_data_from(config: dict, records: dict[str, dict], rankings: dict[str, l
     main = study_frame(tidy, config)
     epochs = R.epoch_table(records)
     basis = build_basis(main, records)
-    return BookData(
-        config,
-        tidy,
-        main,
-        basis.summary,
-        basis.floors,
-        epochs[epochs["run_id"].isin(set(main["run_id"]))],
-        {s["name"]: study_frame(tidy, config, s) for s in config.get("studies", [])},
-        rankings,
-        records,
-        dict(lr_choices or {}),
-        basis,
-    )
+    studies = {s["name"]: study_frame(tidy, config, s) for s in config.get("studies", [])}
+    epochs = epochs[epochs["run_id"].isin(set(main["run_id"]))]
+    lr = dict(lr_choices or {})
+    return BookData(config, tidy, main, basis.summary, basis.floors, epochs, studies, rankings, records, lr, basis)
 
 
-def still_rising(epochs: pd.DataFrame, last: int = 3, tolerance: float = 0.002, curve: str = "score") -> pd.DataFrame:
+def still_rising(epochs: pd.DataFrame, curve: str = "score") -> pd.DataFrame:
     """Runs whose ``curve`` ("score": the dev score; "heldout": the held-out training score) is still rising: the
-    mean of the last ``last`` epochs exceeds the mean of the ``last`` epochs before them by more than ``tolerance``."""
+    mean of the last 3 epochs exceeds the mean of the 3 epochs before them by more than 0.002."""
     rows = []
     for run_id, group in epochs.groupby("run_id"):
         scores = group.sort_values("epoch")[curve].dropna().to_numpy()  # no such per-epoch score: not checked
-        if len(scores) < 2 * last:
+        if len(scores) < 6:
             continue
-        gain = scores[-last:].mean() - scores[-2 * last : -last].mean()
+        gain = scores[-3:].mean() - scores[-6:-3].mean()
         first = group.iloc[0]
-        rows.append(
-            {
-                "run_id": run_id,
-                "model": first["model"],
-                "task": first["task"],
-                "k": int(first["k"]),
-                "seed": int(first["seed"]),
-                "probe_input": first["probe_input"],
-                "late_gain": float(gain),
-                "rising": bool(gain > tolerance),
-            }
-        )
+        keys = {"run_id": run_id, "model": first["model"], "task": first["task"], "k": int(first["k"])}
+        keys |= {"seed": int(first["seed"]), "probe_input": first["probe_input"]}
+        rows.append(keys | {"late_gain": float(gain), "rising": bool(gain > 0.002)})
     return pd.DataFrame(rows)
 
 
-def _size_words(size: int | None) -> str:
-    return "the whole training split" if size is None else f"{size:,}"
-
-
-def layer_counts(ranking: list, k: int, num_layers: int) -> list[int]:
-    """How many of the first ``k`` heads of ``ranking`` lie in each layer."""
-    counts = [0] * num_layers
-    for layer, _ in ranking[:k]:
-        counts[layer] += 1
-    return counts
-
-
-def _column(frame: pd.DataFrame, name: str) -> pd.Series:
-    """``frame[name]``, or NaN where a frame made before that column existed lacks it."""
-    return frame[name] if name in frame else pd.Series(math.nan, index=frame.index)
-
-
-def floors_display(floors: pd.DataFrame, digits: int = 3) -> T.Table:
-    """The floors table for reading (:class:`papa.book.tables.Table`): one row per (model and) task, means ± seed std, and the verdict."""
-    frame = floors.assign(
-        free=[T.score_spread(m, s, digits) for m, s in zip(floors["attention_free"], floors["attention_free_std"])],
-        base=[T.score_spread(m, s, digits) for m, s in zip(floors["baseline"], floors["baseline_std"])],
-        interval=[None if T.is_missing(lo) else f"[{lo:.{digits}f}, {hi:.{digits}f}]" for lo, hi in zip(_column(floors, "baseline_low"), _column(floors, "baseline_high"))],
-        task=floors["task"].map(task_name),
-        metric=floors["metric"].map(metric_name),
+def floors_display(floors: pd.DataFrame) -> T.Table:
+    """The floors table for reading: one row per (model and) task, means ± seed std, and the verdict."""
+    f = floors
+    frame = f.assign(
+        free=[T.score_spread(m, s) for m, s in zip(f["attention_free"], f["attention_free_std"])],
+        base=[T.score_spread(m, s) for m, s in zip(f["baseline"], f["baseline_std"])],
+        interval=[
+            None if T.is_missing(lo) else f"[{lo:.3f}, {hi:.3f}]"
+            for lo, hi in zip(f["baseline_low"], f["baseline_high"])
+        ],
+        task=f["task"].map(task_name),
+        metric=f["metric"].map(metric_name),
     )
-    kinds = ({"model": "text"} if floors["model"].nunique() > 1 else {}) | {
-        "task": "text",
-        "informative": "yes/no",
-        "metric": "text",
-        "majority": "score",
-        "free": T.text,
-        "base": T.text,
-        "interval": T.text,
-    }
-    headers = {"informative": "informative", "majority": "majority class", "free": "attention-free probe", "base": "k = 0 probe", "interval": "k = 0, 95% interval"}
+    kinds = T.model_task_kinds(f) | {"informative": "yes/no"}
+    kinds |= {"metric": "text", "majority": "score", "free": T.text, "base": T.text, "interval": T.text}
+    headers = {"informative": "informative", "majority": "majority class", "free": "attention-free probe"}
+    headers |= {"base": "k = 0 probe", "interval": "k = 0, 95% interval"}
     missing = {
-        "free": "no attention-free probe (embedding layer only) of this pair converged (or none ran): the higher floor is the majority class",
+        "free": "no attention-free probe (embedding layer only) of this pair converged (or none ran): the higher floor"
+        " is the majority class",
         "base": "no k = 0 probe of this pair converged (or none ran)",
         "interval": "not every seed stored its dev predictions: informative by the seed-spread margin alone",
     }
     notes = [
-        "Every floor and score here is a mean over the converged runs only (the book's basis); ± is the standard deviation over"
-        " those probe seeds, and a score without ± comes from a single seed.",
-        "The interval is a 95% bootstrap interval over dev examples (seeds pooled). Informative: the k = 0 mean exceeds the higher floor by more than twice the seed spread"
-        " (and at least 0.01), and the interval's lower bound lies above it.",
+        "Every floor and score here is a mean over the converged runs only (the book's basis); ± is the standard"
+        " deviation over those probe seeds, and a score without ± comes from a single seed.",
+        "The interval is a 95% bootstrap interval over dev examples (seeds pooled). Informative: the k = 0 mean exceeds"
+        " the higher floor by more than twice the seed spread (and at least 0.01), and the interval's lower bound lies"
+        " above it.",
     ]
     return T.table(frame, kinds, headers, missing, notes)
 
 
-def headline_numbers(data: BookData, ranking: str | None = None) -> dict:
+def headline_numbers(data: BookData) -> dict:
     """The counts and names the results chapter's prose cites (the drops and verdicts come from
     :func:`papa.book.science.science_numbers`, on the one basis of every drop)."""
-    methods = [m for m in data.config["rank"].get("methods", ["gates"])]
-    ranking = ranking or methods[0]
+    ranking = headline_ranking(data.config)
     informative = data.floors[data.floors["informative"]]
     uninformative = data.floors[~data.floors["informative"]]
-    label = (lambda m, t: f"{m}/{t}") if len(data.models) > 1 else (lambda m, t: t)  # noqa: E731
+    label = (lambda m, t: f"{m}/{t}") if len(data.models) > 1 else (lambda m, t: t)
+    size = data.config["probe"].get("max_train_examples", 1000)
     return {
         "config_name": data.config["name"],
         # a probe run is one executed probe notebook; it writes one probe result per seed (count_probe_runs)
@@ -288,7 +244,7 @@ def headline_numbers(data: BookData, ranking: str | None = None) -> dict:
         "informative_tasks": ", ".join(map(label, informative["model"], informative["task"])) or "none",
         "uninformative_tasks": ", ".join(map(label, uninformative["model"], uninformative["task"])) or "none",
         "n_informative": int(len(informative)),
-        "probe_train_examples": _size_words(data.config["probe"].get("max_train_examples", 1000)),
+        "probe_train_examples": "the whole training split" if size is None else f"{size:,}",
     }
 
 
@@ -305,12 +261,15 @@ def glue_numbers(numbers: dict) -> None:
         glue(key, value, display=False)
 
 
-def layer_table(data: BookData, fraction: float = 0.5) -> pd.DataFrame:
-    """Per task and ranking: how many of the first ``fraction`` of heads sit in each layer."""
+def layer_table(data: BookData) -> pd.DataFrame:
+    """Per task and ranking: how many of the first half of the heads sit in each layer."""
     rows = []
     for key, ranking in sorted(data.rankings.items()):
         model, task, method = key.split("__")
-        num_layers = 1 + max(layer for layer, _ in ranking)
-        k = int(math.floor(fraction * len(ranking) + 0.5))
-        rows.append({"model": model, "task": task, "ranking": method, **{f"layer {i}": c for i, c in enumerate(layer_counts(ranking, k, num_layers))}})
+        counts = [0] * (1 + max(layer for layer, _ in ranking))
+        for layer, _ in ranking[: int(math.floor(0.5 * len(ranking) + 0.5))]:
+            counts[layer] += 1
+        rows.append(
+            {"model": model, "task": task, "ranking": method, **{f"layer {i}": c for i, c in enumerate(counts)}}
+        )
     return pd.DataFrame(rows)

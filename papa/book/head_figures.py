@@ -14,7 +14,8 @@ def shown_ranking(data: BookData, ranking: str) -> str:
     """The ``<model>__<task>__<method>`` stem of the ranking the chapter draws: ``ranking`` on the largest model's
     first informative task, else the largest model's first ranking of any kind."""
     floors = data.floors
-    informative = [f"{m}__{t}__{ranking}" for m, t, ok in zip(floors["model"], floors["task"], floors["informative"]) if ok]
+    pairs = zip(floors["model"], floors["task"], floors["informative"])
+    informative = [f"{m}__{t}__{ranking}" for m, t, ok in pairs if ok]
     candidates = [stem for stem in informative if stem in data.rankings] or sorted(data.rankings)[:1]
     return max(candidates, key=lambda stem: len(data.rankings[stem]))
 

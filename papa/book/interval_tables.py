@@ -1,6 +1,5 @@
 """The results and controls chapters' tables with intervals (issue 14), for reading: the main table, the random
-baseline, the claims, the paper's table, the literal setting and the convergence counts. Re-exported by
-:mod:`papa.book.tables`."""
+baseline, the claims, the paper's table, the literal setting and the convergence counts."""
 
 from __future__ import annotations
 
@@ -8,108 +7,77 @@ from typing import Any
 
 import pandas as pd
 
-from papa.book.table_format import NBSP, Table, heads_words, is_missing, key_text, model_task_kinds, percent, score_spread, signed, table, text
+from papa.book import table_format as T
+from papa.book.table_format import Table, is_missing, key_text, model_task_kinds, percent, table, text
 from papa.book.words import lr_text
 
 INTERVAL_NOTE = (
-    "The difference to k = 0 is paired on the same dev examples, with its 95% bootstrap interval over dev examples (seeds pooled); real?: whether that interval excludes 0."
+    "The difference to k = 0 is paired on the same dev examples, with its 95% bootstrap interval over dev examples"
+    " (seeds pooled); real?: whether that interval excludes 0."
 )
 
 
-def _signed(value: Any, digits: int = 3) -> str | None:
-    return signed(value, digits)
+def _cells(cell, *columns: pd.Series) -> list[str | None]:
+    """``with_interval(cell, value, low, high)`` down the columns ``value``, ``low``, ``high``."""
+    return [T.with_interval(cell, *values) for values in zip(*columns)]
 
 
-def _difference_cell(difference: Any, low: Any, high: Any, digits: int = 3) -> str | None:
-    """``"−0.012 [−0.020, −0.004]"`` on one line; None without a difference; never ``-0.000``."""
-    if is_missing(difference):
-        return None
-    interval = "" if is_missing(low) or is_missing(high) else f"{NBSP}[{signed(low, digits)},{NBSP}{signed(high, digits)}]"
-    return f"{signed(difference, digits)}{interval}"
-
-
-def _percent_cell(value: Any, low: Any, high: Any) -> str | None:
-    if is_missing(value):
-        return None
-    interval = "" if is_missing(low) or is_missing(high) else f"{NBSP}[{percent(low)},{NBSP}{percent(high)}]"
-    return f"{percent(value)}{interval}"
-
-
-def _heads_label(k: Any, total: Any) -> str:
-    """``"32 of 36 (≈ 7/8)"``: k by its real count, with the paper's fraction it stands for."""
-    return heads_words(k, total)
+def _heads(frame: pd.DataFrame) -> list[str]:
+    return [T.heads_words(k, t) for k, t in zip(frame["k"], frame["total_heads"])]
 
 
 def main_table_display(main: pd.DataFrame) -> Table:
     """:func:`papa.analysis.findings.main_table` for reading: per model, task and number of constant heads, the
     score ± seed std, the paired difference to k = 0 with its interval, the relative drop with its interval,
     real?, and how many seeds converged (when the frame has a ``converged`` column)."""
+    spread = [
+        None if is_missing(a) or is_missing(b) else f"{float(b) - float(a):.3f}"
+        for a, b in zip(main["seed_min"], main["seed_max"])
+    ]
     frame = key_text(main).assign(
-        heads=[_heads_label(k, t) for k, t in zip(main["k"], main["total_heads"])],
-        score_cell=[score_spread(m, s) for m, s in zip(main["score"], main["std"])],
-        difference_cell=[_difference_cell(d, lo, hi) for d, lo, hi in zip(main["difference"], main["low"], main["high"])],
-        drop_cell=[_percent_cell(d, lo, hi) for d, lo, hi in zip(main["relative_drop"], main["relative_low"], main["relative_high"])],
-        spread=[None if is_missing(a) or is_missing(b) else f"{float(b) - float(a):.3f}" for a, b in zip(main["seed_min"], main["seed_max"])],
+        heads=_heads(main),
+        score_cell=[T.score_spread(m, s) for m, s in zip(main["score"], main["std"])],
+        difference_cell=_cells(T.signed, main["difference"], main["low"], main["high"]),
+        drop_cell=_cells(percent, main["relative_drop"], main["relative_low"], main["relative_high"]),
+        spread=spread,
     )
-    kinds: dict[str, Any] = model_task_kinds(frame) | {
-        "heads": "text",
-        "ranking": "text",
-        "score_cell": text,
-        "difference_cell": text,
-        "drop_cell": text,
-        "real": "yes/no",
-        "spread": text,
-        "n_seeds": "int",
-    }
+    kinds: dict[str, Any] = model_task_kinds(frame) | {"heads": "text", "ranking": "text", "score_cell": text}
+    kinds |= {"difference_cell": text, "drop_cell": text, "real": "yes/no", "spread": text, "n_seeds": "int"}
     if "converged" in frame:
         kinds["converged"] = "text"
-    headers = {
-        "heads": "constant heads",
-        "score_cell": "score ± seed std",
-        "difference_cell": "difference to k = 0 [95% interval]",
-        "drop_cell": "relative drop [95% interval]",
-        "real": "real?",
-        "spread": "seed range",
-        "n_seeds": "seeds",
-        "converged": "converged seeds",
-    }
-    missing = {
-        "difference_cell": "k = 0 is the reference, or no run here shares a probe seed and stored dev predictions with k = 0",
-        "drop_cell": "k = 0 is the reference, or no run here shares a probe seed and stored dev predictions with k = 0, or the k = 0 score is within noise of zero"
-        " (a bootstrap resample's is ≤ 0), so the ratio (s₀ − sₖ)/s₀ is not shown",
-        "real": "no interval at k = 0",
-        "score_cell": "not run",
-        "spread": "not run",
-    }
-    notes = [INTERVAL_NOTE, "seed range: max − min of the per-seed scores; ± is their standard deviation (a score without ± comes from one seed)."]
-    return table(frame, kinds, headers, missing, notes, details=["difference_cell", "spread", "n_seeds"])  # the drop and real? stay in view
+    headers = {"heads": "constant heads", "score_cell": "score ± seed std", "real": "real?", "spread": "seed range"}
+    headers |= {"difference_cell": "difference to k = 0 [95% interval]", "drop_cell": "relative drop [95% interval]"}
+    headers |= {"n_seeds": "seeds", "converged": "converged seeds"}
+    no_pair = "k = 0 is the reference, or no run here shares a probe seed and stored dev predictions with k = 0"
+    missing = {"difference_cell": no_pair, "real": "no interval at k = 0", "score_cell": "not run", "spread": "not run"}
+    missing["drop_cell"] = (
+        f"{no_pair}, or the k = 0 score is within noise of zero (a bootstrap resample's is ≤ 0), so the ratio"
+        " (s₀ − sₖ)/s₀ is not shown"
+    )
+    notes = [
+        INTERVAL_NOTE,
+        "seed range: max − min of the per-seed scores; ± is their standard deviation (a score without ± comes from"
+        " one seed).",
+    ]
+    # the drop and real? stay in view
+    return table(frame, kinds, headers, missing, notes, details=["difference_cell", "spread", "n_seeds"])
 
 
 def random_display(baseline: pd.DataFrame) -> Table:
     """:func:`papa.analysis.findings.random_baseline` for reading: does a ranking beat the seeded random orderings?"""
     frame = key_text(baseline).assign(
-        heads=[_heads_label(k, t) for k, t in zip(baseline["k"], baseline["total_heads"])],
-        difference_cell=[_difference_cell(d, lo, hi) for d, lo, hi in zip(baseline["difference"], baseline["low"], baseline["high"])],
+        heads=_heads(baseline),
+        difference_cell=_cells(T.signed, baseline["difference"], baseline["low"], baseline["high"]),
         runs=[f"{a} / {b}" for a, b in zip(baseline["n_runs"], baseline["n_random"])],
     )
-    kinds = model_task_kinds(frame) | {
-        "heads": "text",
-        "k": "int",
-        "ranking": "text",
-        "score": "score",
-        "random_score": "score",
-        "difference_cell": text,
-        "verdict": "text",
-        "runs": "text",
-    }
-    headers = {
-        "heads": "constant heads",
-        "score": "ranking's score",
-        "random_score": "random's score",
-        "difference_cell": "ranking − random [95% interval]",
-        "runs": "runs (ranking / random)",
-    }
-    note = "Both sides score the same dev examples; the interval is a paired bootstrap over them (each side's runs pooled). beats random: the interval lies above 0."
+    kinds = model_task_kinds(frame) | {"heads": "text", "k": "int", "ranking": "text", "score": "score"}
+    kinds |= {"random_score": "score", "difference_cell": text, "verdict": "text", "runs": "text"}
+    headers = {"heads": "constant heads", "score": "ranking's score", "random_score": "random's score"}
+    headers |= {"difference_cell": "ranking − random [95% interval]", "runs": "runs (ranking / random)"}
+    note = (
+        "Both sides score the same dev examples; the interval is a paired bootstrap over them (each side's runs"
+        " pooled). beats random: the interval lies above 0."
+    )
     out = table(frame, kinds, headers, notes=[note], details=["k", "score", "random_score", "runs"])
     out.empty = "No seeded random ordering ran in this grid, so no ranking can be compared with random here."
     return out
@@ -118,37 +86,23 @@ def random_display(baseline: pd.DataFrame) -> Table:
 def verdicts_display(claims: pd.DataFrame) -> Table:
     """:func:`papa.analysis.verdicts.claims_table` for reading: the verdict, the number it rests on with its pooled
     interval, why, the paper's number and the rule."""
-    kinds = {"claim": "text", "verdict": "text", "ours": "text", "reason": "text", "paper": "text", "rule": "text"}
-    headers = {"ours": "our runs (pooled 95% interval)", "reason": "why", "paper": "the paper", "rule": "rule and runs counted"}
+    kinds = dict.fromkeys(["claim", "verdict", "ours", "reason", "paper", "rule"], "text")
+    headers = {"ours": "our runs (pooled 95% interval)", "reason": "why", "paper": "the paper"}
+    headers["rule"] = "rule and runs counted"
     return table(claims, {c: k for c, k in kinds.items() if c in claims}, headers)
 
 
 def verdict_sensitivity_display(frame: pd.DataFrame) -> Table:
     """:func:`papa.analysis.verdicts.sensitivity` for reading: per basis, each claim's number and verdict, and the
     paper's number for that basis."""
-    kinds = {
-        "basis": "text",
-        "n_all": "int",
-        "claim1": text,
-        "claim1_verdict": "text",
-        "claim2": text,
-        "claim2_verdict": "text",
-        "claim3": text,
-        "claim3_verdict": "text",
-        "paper": "text",
-    }
-    headers = {
-        "n_all": "model/task pairs",
-        "claim1": "1. drop, half constant",
-        "claim1_verdict": "1. verdict",
-        "claim2": "2. drop, all constant",
-        "claim2_verdict": "2. verdict",
-        "claim3": "3. ρ (models)",
-        "claim3_verdict": "3. verdict",
-        "paper": "the paper, for this basis",
-    }
+    kinds = {"basis": "text", "n_all": "int", "claim1": text, "claim1_verdict": "text", "claim2": text}
+    kinds |= {"claim2_verdict": "text", "claim3": text, "claim3_verdict": "text", "paper": "text"}
+    headers = {"n_all": "model/task pairs", "claim1": "1. drop, half constant", "claim1_verdict": "1. verdict"}
+    headers |= {"claim2": "2. drop, all constant", "claim2_verdict": "2. verdict", "claim3": "3. ρ (models)"}
+    headers |= {"claim3_verdict": "3. verdict", "paper": "the paper, for this basis"}
     notes = [
-        "Drops: the average relative drop over the basis's model/task pairs with its pooled 95% bootstrap interval; pairs whose drop is undefined (a k = 0 score ≤ 0) are left out."
+        "Drops: the average relative drop over the basis's model/task pairs with its pooled 95% bootstrap interval;"
+        " pairs whose drop is undefined (a k = 0 score ≤ 0) are left out."
     ]
     return table(frame, kinds, headers, notes=notes, details=["n_all", "claim3", "paper"])
 
@@ -163,87 +117,67 @@ def paper_table_display(frame: pd.DataFrame) -> Table:
     label = {"average": "average of its informative tasks", "common": "average of the tasks every model has (claim 3)"}
     shown["task"] = [label.get(raw, name) for raw, name in zip(frame["task"], shown["task"])]
     for at in ("half", "all"):
-        low, high = (frame[f"drop_{at}_{s}"] if f"drop_{at}_{s}" in frame else pd.Series(float("nan"), index=frame.index) for s in ("low", "high"))
-        shown[f"drop_{at}"] = [_percent_cell(d, lo, hi) for d, lo, hi in zip(frame[f"drop_{at}"], low, high)]
-    kinds = model_task_kinds(shown) | {"score_0": "score", "score_half": "score", "score_all": "score", "drop_half": text, "drop_all": text, "informative": "yes/no"}
+        nan = pd.Series(float("nan"), index=frame.index)
+        low, high = (frame[f"drop_{at}_{s}"] if f"drop_{at}_{s}" in frame else nan for s in ("low", "high"))
+        shown[f"drop_{at}"] = _cells(percent, frame[f"drop_{at}"], low, high)
+    kinds = model_task_kinds(shown) | {"score_0": "score", "score_half": "score", "score_all": "score"}
+    kinds |= {"drop_half": text, "drop_all": text, "informative": "yes/no"}
     if "max_drop_all" in shown:
         kinds["max_drop_all"] = "percent"
-    headers = {
-        "score_0": "k = 0",
-        "score_half": "half constant",
-        "score_all": "all constant",
-        "drop_half": "drop, half",
-        "drop_all": "drop, all",
-        "informative": "informative",
-        "max_drop_all": "largest drop, all",
-    }
-    paper = (
-        f"The paper: {frame['paper_average_drop_all'].iloc[0]:.0%} average relative drop with all heads constant, at most {frame['paper_max_drop_all'].iloc[0]:.0%} on a task."
-        if len(frame)
-        else ""
-    )
-    basis = "Drops: paired by probe seed over the converged runs (the main table's); an average's interval is the pooled 95% bootstrap interval of that average."
-    missing = {
-        "max_drop_all": "given on each model's average row only",
-        "score_half": "not run",
-        "drop_half": "not run, or no paired interval",
-        "score_all": "not shown on claim 3's row",
-    }
-    return table(shown, kinds, headers, missing, [basis] + ([paper] if paper else []), details=["score_half", "score_all"])
+    headers = {"score_0": "k = 0", "score_half": "half constant", "score_all": "all constant"}
+    headers |= {"drop_half": "drop, half", "drop_all": "drop, all", "informative": "informative"}
+    headers["max_drop_all"] = "largest drop, all"
+    notes = [
+        "Drops: paired by probe seed over the converged runs (the main table's); an average's interval is the pooled"
+        " 95% bootstrap interval of that average."
+    ]
+    if len(frame):
+        average, most = frame["paper_average_drop_all"].iloc[0], frame["paper_max_drop_all"].iloc[0]
+        notes.append(
+            f"The paper: {average:.0%} average relative drop with all heads constant, at most {most:.0%} on a task."
+        )
+    missing = {"max_drop_all": "given on each model's average row only", "score_half": "not run"}
+    missing |= {"drop_half": "not run, or no paired interval", "score_all": "not shown on claim 3's row"}
+    return table(shown, kinds, headers, missing, notes, details=["score_half", "score_all"])
 
 
 def literal_display(comparison: pd.DataFrame) -> Table:
     """:func:`papa.book.science.literal_comparison` for reading: both protocols' drops with intervals first."""
-    frame = key_text(comparison).assign(
-        main_drop_cell=[_percent_cell(d, lo, hi) for d, lo, hi in zip(comparison["main_drop"], comparison["main_low"], comparison["main_high"])],
-        literal_drop_cell=[_percent_cell(d, lo, hi) for d, lo, hi in zip(comparison["literal_drop"], comparison["literal_low"], comparison["literal_high"])],
-        lr_cell=[None if is_missing(v) else lr_text(v) for v in comparison["lr"]],
+    c = comparison
+    frame = key_text(c).assign(
+        main_drop_cell=_cells(percent, c["main_drop"], c["main_low"], c["main_high"]),
+        literal_drop_cell=_cells(percent, c["literal_drop"], c["literal_low"], c["literal_high"]),
+        lr_cell=[None if is_missing(v) else lr_text(v) for v in c["lr"]],
     )
-    kinds = model_task_kinds(frame) | {
-        "main_drop_cell": text,
-        "literal_drop_cell": text,
-        "main_real": "yes/no",
-        "literal_real": "yes/no",
-        "main_k0": "score",
-        "main_all": "score",
-        "literal_k0": "score",
-        "literal_all": "score",
-        "lr_cell": text,
-        "literal_seeds": "int",
-    }
-    headers = {
-        "main_drop_cell": "drop, main protocol [95% interval]",
-        "literal_drop_cell": "drop, literal setting [95% interval]",
-        "main_real": "main drop real?",
-        "literal_real": "literal drop real?",
-        "main_k0": "k = 0, main",
-        "main_all": "all, main",
-        "literal_k0": "k = 0, literal",
-        "literal_all": "all, literal",
-        "lr_cell": "main protocol's lr",
-        "literal_seeds": "literal seeds",
-    }
-    missing = {"main_drop_cell": "the main protocol has no interval here", "literal_drop_cell": "no interval", "lr_cell": "the lr differs between runs", "main_real": "no interval"}
-    out = table(frame, kinds, headers, missing, ["drop: (score at k = 0 − score with all heads constant) / score at k = 0. " + INTERVAL_NOTE])
+    kinds = model_task_kinds(frame) | {"main_drop_cell": text, "literal_drop_cell": text}
+    kinds |= {"main_real": "yes/no", "literal_real": "yes/no", "main_k0": "score", "main_all": "score"}
+    kinds |= {"literal_k0": "score", "literal_all": "score", "lr_cell": text, "literal_seeds": "int"}
+    headers = {"main_drop_cell": "drop, main protocol [95% interval]", "main_real": "main drop real?"}
+    headers |= {"literal_drop_cell": "drop, literal setting [95% interval]", "literal_real": "literal drop real?"}
+    headers |= {"main_k0": "k = 0, main", "main_all": "all, main", "literal_k0": "k = 0, literal"}
+    headers |= {"literal_all": "all, literal", "lr_cell": "main protocol's lr", "literal_seeds": "literal seeds"}
+    missing = {"main_drop_cell": "the main protocol has no interval here", "literal_drop_cell": "no interval"}
+    missing |= {"lr_cell": "the lr differs between runs", "main_real": "no interval"}
+    note = "drop: (score at k = 0 − score with all heads constant) / score at k = 0. " + INTERVAL_NOTE
+    out = table(frame, kinds, headers, missing, [note])
     out.empty = "The paper's literal setting did not run in this grid."
     return out
 
 
 def convergence_display(per_task: pd.DataFrame) -> Table:
     """:func:`papa.book.science.convergence_summary`'s per-task counts for reading."""
-    kinds = model_task_kinds(per_task) | {
-        "runs": "int",
-        "converged": "int",
-        "still rising": "int",
-        "no held-out curve": "int",
-        "mean epochs trained": lambda v: None if is_missing(v) else f"{float(v):.1f}",
-    }
+    kinds = model_task_kinds(per_task) | dict.fromkeys(
+        ["runs", "converged", "still rising", "no held-out curve"], "int"
+    )
+    kinds["mean epochs trained"] = lambda v: None if is_missing(v) else f"{float(v):.1f}"
     return table(key_text(per_task), kinds, missing={"mean epochs trained": "no run recorded a held-out curve"})
 
 
 def still_rising_display(rising: pd.DataFrame) -> Table:
     """The runs whose held-out curve still rose at the cap."""
-    kinds = {"run_id": "text"} | model_task_kinds(rising) | {"ranking": "text", "k": "int", "seed": "int", "best_epoch": "int", "epochs_trained": "int"}
-    out = table(key_text(rising), kinds, {"run_id": "run", "best_epoch": "best held-out epoch", "epochs_trained": "epochs trained"})
+    kinds = {"run_id": "text"} | model_task_kinds(rising) | {"ranking": "text", "k": "int", "seed": "int"}
+    kinds |= {"best_epoch": "int", "epochs_trained": "int"}
+    headers = {"run_id": "run", "best_epoch": "best held-out epoch", "epochs_trained": "epochs trained"}
+    out = table(key_text(rising), kinds, headers)
     out.empty = "No run's held-out curve was still rising at the cap."
     return out

@@ -22,13 +22,20 @@ from papa.pipeline.plan import ROOT, count_probe_runs, probe_run_id
 _piece = partial(fill, "reproducibility")
 
 
+def _manifest(runs_dir: Path) -> dict:
+    """The runs of a runs folder's manifest (``{}`` without one)."""
+    path = runs_dir / "manifest.json"
+    return read_json_verified(path, "manifest")["runs"] if path.is_file() else {}
+
+
 def _reproducibility(config: dict, stale: list[str], root: Path = ROOT, run_ids: list[str] | None = None) -> str:
     """The reproducibility page: environment, time and every run's status. With ``run_ids`` (the book's runs), what
     the runs folder holds of other runs (``papa grid run --dry-run`` lists them as "not in the plan") is left out."""
     name = config["name"]
     runs_dir = root / "book" / "runs" / name
-    manifest = read_json_verified(runs_dir / "manifest.json", "manifest")["runs"] if (runs_dir / "manifest.json").is_file() else {}
-    results = R.read_results(runs_dir / "artifacts" / "results") if (runs_dir / "artifacts" / "results").is_dir() else {}
+    manifest = _manifest(runs_dir)
+    results_dir = runs_dir / "artifacts" / "results"
+    results = R.read_results(results_dir) if results_dir.is_dir() else {}
     if run_ids is not None:
         book = set(run_ids)
         manifest = {run_id: entry for run_id, entry in manifest.items() if run_id in book}
@@ -42,18 +49,14 @@ def _reproducibility(config: dict, stale: list[str], root: Path = ROOT, run_ids:
         "",
     ]
     if stale:
-        lines += [
-            ":::{warning}",
-            (
-                f"{len(stale)} runs are stale (their code, data, parameters or environment changed since they ran) and are shown as they were: "
-                if len(stale) > 1
-                else "1 run is stale (its code, data, parameters or environment changed since it ran) and is shown as it was: "
-            )
-            + ", ".join(code_span(s) for s in stale[:20])
-            + (" …" if len(stale) > 20 else ""),
-            ":::",
-            "",
-        ]
+        if len(stale) > 1:
+            what = f"{len(stale)} runs are stale (their code, data, parameters or environment changed since they ran)"
+            what += " and are shown as they were: "
+        else:
+            what = "1 run is stale (its code, data, parameters or environment changed since it ran) and is shown as it"
+            what += " was: "
+        listed = ", ".join(code_span(s) for s in stale[:20]) + (" …" if len(stale) > 20 else "")
+        lines += [":::{warning}", what + listed, ":::", ""]
     if results:
         first = next(iter(results.values()))["provenance"]
         packages = myst_text(", ".join(f"{k} {v}" for k, v in first["packages"].items()))
@@ -61,12 +64,15 @@ def _reproducibility(config: dict, stale: list[str], root: Path = ROOT, run_ids:
         devices = sorted({myst_text(r["provenance"]["device"]) for r in results.values()})
         total = sum(r["timings"]["total"] for r in results.values())
         minutes = f"{total / 60:.1f}"
+        papa = f"- papa {myst_text(first['papa_version'])}, {plural(len(commits), 'commit')} "
+        papa += ", ".join(map(code_span, commits))
+        if any(c.endswith("-dirty") for c in commits):
+            papa += " (`-dirty`: the working tree had uncommitted changes; the run's key still covers the code the run"
+            papa += " executed)"
         lines += [
             "## Environment",
             "",
-            f"- papa {myst_text(first['papa_version'])}, {plural(len(commits), 'commit')} "
-            + ", ".join(map(code_span, commits))
-            + (" (`-dirty`: the working tree had uncommitted changes; the run's key still covers the code the run executed)" if any(c.endswith("-dirty") for c in commits) else ""),
+            papa,
             f"- Python {myst_text(first['python'])}; {packages}",
             f"- {plural(len(devices), 'device')}: {', '.join(devices)}",
             _piece("probe-runs", probe_runs=count_probe_runs(results), probe_results=len(results), minutes=minutes),
@@ -88,12 +94,12 @@ def _reproducibility(config: dict, stale: list[str], root: Path = ROOT, run_ids:
         "",
         "## Speed",
         "",
-        "The tables below compare papa's ways of running the same computation. Their words: *SDPA* is PyTorch's fused "
-        "attention kernel (`scaled_dot_product_attention`), which transformers uses by default; the *fast path* is papa's "
-        "patched attention, which runs SDPA on the heads that stay input-dependent and one batched matrix product for the "
-        "constant ones; *prune_qk* (`papa.prune_qk`) also drops the query and key weights of the constant heads, which no "
-        "longer need them; *VmHWM* is the peak memory the process held (Linux's high-water mark of its resident memory). "
-        "*A* and *B* are a comparison's two sides.",
+        "The tables below compare papa's ways of running the same computation. Their words: *SDPA* is PyTorch's "
+        "fused attention kernel (`scaled_dot_product_attention`), which transformers uses by default; the *fast path* "
+        "is papa's patched attention, which runs SDPA on the heads that stay input-dependent and one batched matrix "
+        "product for the constant ones; *prune_qk* (`papa.prune_qk`) also drops the query and key weights of the "
+        "constant heads, which no longer need them; *VmHWM* is the peak memory the process held (Linux's high-water "
+        "mark of its resident memory). *A* and *B* are a comparison's two sides.",
         "",
     ]
     bench = sorted((root / "benchmarks").glob("results-*.md"))
@@ -111,9 +117,9 @@ def _reproducibility(config: dict, stale: list[str], root: Path = ROOT, run_ids:
 
 
 def _verified_section(config: dict, runs_dir: Path, run_ids: list[str] | None, root: Path = ROOT) -> list[str]:
-    """ "Verified": what ``papa grid verify`` re-executed and compared (its records of the runs' current executions:
-    a record whose key is not the run's stamp's is older and not counted), on which machines, every mismatch with
-    its size and cause; then the runs whose outputs record a commit marked ``-dirty``."""
+    """ "Verified": what ``papa grid verify`` re-executed and compared (its records of the runs' current
+    executions: a record whose key is not the run's stamp's is older and not counted), on which machines, every
+    mismatch with its size and cause; then the runs whose outputs record a commit marked ``-dirty``."""
     from papa.pipeline.stamps import read_stamp, stamp_path
     from papa.pipeline.verify import VERIFIABLE, dirty_runs, read_records, stamped_runs
 
@@ -128,73 +134,61 @@ def _verified_section(config: dict, runs_dir: Path, run_ids: list[str] | None, r
         differed = sorted(run_id for run_id, record in records.items() if not record["matched"])
         tolerances = sorted({record["tolerance"] for record in records.values()})
         exactness = "exactly" if tolerances == [0.0] else "within " + " or ".join(f"{t:g}" for t in tolerances)
-        where = code_span(f"book/runs/{config['name']}/verified/")
-        intro = _piece(
-            "verified-intro",
-            verified=len(records),
-            verifiable=len(runs),
-            exactness=exactness,
-            matched=len(records) - len(differed),
-            differed=len(differed),
-            records=Markdown(where),
-        )
-        lines += [intro, ""]
+        where = Markdown(code_span(f"book/runs/{config['name']}/verified/"))
+        matched = len(records) - len(differed)
+        counts = dict(verified=len(records), verifiable=len(runs), matched=matched, differed=len(differed))
+        lines += [_piece("verified-intro", exactness=exactness, records=where, **counts), ""]
         groups: dict[tuple, list[str]] = {}
         for record in records.values():
-            versions = ", ".join(f"{k} {v}" for k, v in sorted(record["packages"].items()) if k in ("torch", "transformers", "numpy"))
-            groups.setdefault((record["machine"], record["device"], f"Python {record['python']}, {versions}", record["papa"]["commit"]), []).append(record["verified_at"][:10])
+            packages = sorted(record["packages"].items())
+            versions = ", ".join(f"{k} {v}" for k, v in packages if k in ("torch", "transformers", "numpy"))
+            machine = (record["machine"], record["device"], f"Python {record['python']}, {versions}")
+            groups.setdefault((*machine, record["papa"]["commit"]), []).append(record["verified_at"][:10])
         for (machine, device, versions, commit), dates in sorted(groups.items()):
             when = min(dates) if min(dates) == max(dates) else f"{min(dates)} to {max(dates)}"
-            lines.append(
-                _piece(
-                    "verified-machine",
-                    runs=f"{len(dates)} {plural(len(dates), 'run')}",
-                    machine=machine,
-                    device=device,
-                    versions=versions,
-                    commit=Markdown(code_span(commit)),
-                    when=when,
-                )
-            )
+            runs_words, commit = f"{len(dates)} {plural(len(dates), 'run')}", Markdown(code_span(commit))
+            where = dict(machine=machine, device=device, versions=versions, commit=commit, when=when)
+            lines.append(_piece("verified-machine", runs=runs_words, **where))
         if len(every) > len(records):
             lines += ["", _piece("verified-outdated", count=len(every) - len(records))]
         if differed:
-            lines += ["", _piece("mismatches"), "", "| run | fields that differed | largest \\|Δ\\| | cause |", "|---|---|---:|---|"]
+            head = "| run | fields that differed | largest \\|Δ\\| | cause |"
+            lines += ["", _piece("mismatches"), "", head, "|---|---|---:|---|"]
             for run_id in differed:
                 record = records[run_id]
-                fields = record["fields"][:4] + ([f"and {len(record['fields']) - 4} more"] if len(record["fields"]) > 4 else [])
+                more = len(record["fields"]) - 4
+                fields = record["fields"][:4] + ([f"and {more} more"] if more > 0 else [])
                 fields += [f"nbval {cell}" for cell in record["nbval"]["failed_cells"][:2]]
                 cells = [myst_text(", ".join(fields)), myst_text("; ".join(record["causes"]) or "unexplained")]
                 fields_cell, cause_cell = (cell.replace("|", "\\|") for cell in cells)
-                lines.append(f"| {code_span(run_id, table=True)} | {fields_cell} | {record['largest_difference']:.3g} | {cause_cell} |")
+                size = f"{record['largest_difference']:.3g}"
+                lines.append(f"| {code_span(run_id, table=True)} | {fields_cell} | {size} | {cause_cell} |")
         lines.append("")
     dirty = dirty_runs(runs, root)
     if dirty:
-        lines += [_piece("dirty", count=len(dirty)), ""] + [f"- {code_span(run_id)}: {', '.join(map(code_span, commits))}" for run_id, commits in sorted(dirty.items())]
+        lines += [_piece("dirty", count=len(dirty)), ""]
+        lines += [f"- {code_span(run_id)}: {', '.join(map(code_span, c))}" for run_id, c in sorted(dirty.items())]
     else:
         lines.append(_piece("dirty-none"))
     return lines + [""]
 
 
 def _benchmark_command(table: str) -> str:
-    """The module that wrote a benchmark table (its ``- command:`` line names it; default ``python -m benchmarks.run``)."""
+    """The module that wrote a benchmark table (its ``- command:`` line names it; default
+    ``python -m benchmarks.run``)."""
     for line in table.splitlines():
         if line.startswith("- command: `python -m benchmarks."):
             return " ".join(line.split("`")[1].split()[:3])
     return "python -m benchmarks.run"
 
 
-def _setup(config: dict) -> str:
-    """The setup chapter, written from the grid config (sizes are never typed by hand)."""
-    return setup_page(config)
-
-
-#: Wall-time aims, in minutes on two CPU cores, of the grids the book is built from (issue 25: the default grid in four hours).
+#: Wall-time aims, in minutes on two CPU cores, of the grids the book is built from (issue 25: the default grid in
+#: four hours).
 TIME_AIMS = {"default": 240.0}
 
 
-def _over_aim(total: float, aim: float, parts: dict[str, float], kinds: dict[str, list[float]], overhead: float) -> list[str]:
-    """Past the aim: by how much, and what is left, costliest first, with what each would take (seconds in, lines out)."""
+def _over_aim(total: float, aim: float, parts: dict, kinds: dict[str, list[float]], overhead: float) -> list[str]:
+    """Past the aim: by how much, and what is left, costliest first, with what each would take."""
     left = [
         (parts["train"], "probe training", "remedy-train"),
         (sum(kinds.get("rank", [])), "rankings", "remedy-rank"),
@@ -212,9 +206,9 @@ def _over_aim(total: float, aim: float, parts: dict[str, float], kinds: dict[str
 
 
 def _budget(manifest: dict, results: dict, stale: list[str] = (), aim: float | None = None) -> list[str]:
-    """Where the grid's time went, from the manifest (per run) and the results (per probe): by kind of run, by model
-    (``run_kind__model__…``), while some runs are stale how much of the sum is their old duration, and against the
-    grid's ``aim`` (minutes, :data:`TIME_AIMS`) by how much it is over and what is left."""
+    """Where the grid's time went, from the manifest (per run) and the results (per probe): by kind of run, by
+    model (``run_kind__model__…``), while some runs are stale how much of the sum is their old duration, and against
+    the grid's ``aim`` (minutes, :data:`TIME_AIMS`) by how much it is over and what is left."""
     kinds: dict[str, list[float]] = {}
     by_model: dict[str, dict[str, float]] = {}
     for run_id, entry in manifest.items():
@@ -225,8 +219,8 @@ def _budget(manifest: dict, results: dict, stale: list[str] = (), aim: float | N
             by_model.setdefault(rest[0], {}).setdefault(kind, 0.0)
             by_model[rest[0]][kind] += seconds
     by_run = {probe_run_id(name): r for name, r in results.items()}  # a run's seeds share its features: count once
-    extractions = sum(1 for r in by_run.values() for hit in (r.get("feature_cache_hits") or {}).values() if not hit)
-    reused = sum(1 for r in by_run.values() for hit in (r.get("feature_cache_hits") or {}).values() if hit)
+    hits = [hit for r in by_run.values() for hit in (r.get("feature_cache_hits") or {}).values()]
+    extractions, reused = sum(1 for hit in hits if not hit), sum(1 for hit in hits if hit)
     faithful = sum(1 for r in by_run.values() if r["config"]["mode"] == "faithful")
     parts = {key: sum(r["timings"].get(key, 0.0) for r in results.values()) for key in ("features", "train", "eval")}
     probe_total = sum(kinds.get("probe", []))
@@ -250,23 +244,17 @@ def _budget(manifest: dict, results: dict, stale: list[str] = (), aim: float | N
             f"{plural(len(stale_here), 'stale run')}; the {len(manifest) - len(stale_here)} "
             f"{plural(len(manifest) - len(stale_here), 'current run')} took {(total - old) / 60:.1f} minutes.",
         ]
-    kind_order = [kind for kind in ("estimate", "rank", "select_lr", "probe") if any(kind in row for row in by_model.values())]
+    kind_order = [k for k in ("estimate", "rank", "select_lr", "probe") if any(k in row for row in by_model.values())]
     if by_model and kind_order:
-        lines += ["", "By model, in minutes:", "", "| model | " + " | ".join(kind_order) + " | all |", "|---|" + "---:|" * (len(kind_order) + 1)]
+        head = "| model | " + " | ".join(kind_order) + " | all |"
+        lines += ["", "By model, in minutes:", "", head, "|---|" + "---:|" * (len(kind_order) + 1)]
         for model, row in sorted(by_model.items(), key=lambda item: -sum(item[1].values())):
             cells = [f"{row.get(kind, 0.0) / 60:.1f}" for kind in kind_order] + [f"{sum(row.values()) / 60:.1f}"]
             lines.append(f"| {myst_text(model)} | " + " | ".join(cells) + " |")
     minutes = {key: f"{seconds / 60:.1f}" for key, seconds in (*parts.items(), ("overhead", max(overhead, 0)))}
     faithful_words = _piece("faithful-one") if faithful == 1 else _piece("faithful", runs=faithful)
-    inside = _piece(
-        "inside-probe-runs",
-        probe_runs=count_probe_runs(results),
-        probe_results=len(results),
-        extractions=extractions,
-        reused=reused,
-        faithful=faithful_words,
-        **minutes,
-    )
+    counts = dict(probe_runs=count_probe_runs(results), probe_results=len(results), extractions=extractions)
+    inside = _piece("inside-probe-runs", reused=reused, faithful=faithful_words, **counts, **minutes)
     lines += ["", inside, ""]
     if aim is not None and total / 60 > aim:
         lines += _over_aim(total, aim, parts, kinds, overhead)
@@ -284,23 +272,21 @@ def point_front_page(text: str, name: str) -> str:
 
 
 def generated_pages(config: dict, stale: list[str], run_ids: list[str], root: Path = ROOT) -> dict[Path, str]:
-    """Every page ``papa book build`` generates, by path, rendered in memory (nothing written): ``_toc.yml`` (with the
-    "Your models" part of the executed ``papa study`` chapters), the appendix and its group pages, the front page
-    pointed at this grid, the reproducibility and setup pages, and the constants figure's include."""
+    """Every page ``papa book build`` generates, by path, rendered in memory (nothing written): ``_toc.yml`` (with
+    the "Your models" part of the executed ``papa study`` chapters), the appendix and its group pages, the front
+    page pointed at this grid, the reproducibility and setup pages, and the constants figure's include."""
     from papa.pipeline.plan import expand, runs_dir
 
-    runs_folder = runs_dir(config)
-    manifest_path = runs_folder / "manifest.json"
-    manifest = read_json_verified(manifest_path, "manifest")["runs"] if manifest_path.is_file() else {}
-    present = set(run_ids)
-    rows = RI.appendix_rows(config, [r for r in expand(config) if r.run_id in present], manifest, root)
+    ids = set(run_ids)
+    present = [r for r in expand(config) if r.run_id in ids]
+    rows = RI.appendix_rows(config, present, _manifest(runs_dir(config)), root)
     pages = RI.run_index_pages(config, rows, run_ids, root)
     toc = root / "_toc.yml"
     pages[toc] = studies_part(pages[toc], root)  # the "Your models" part: every executed `papa study` chapter
     front = root / "book" / "index.md"
     pages[front] = point_front_page(front.read_text(encoding="utf-8"), config["name"])
     pages[root / "book" / "reproducibility.md"] = _reproducibility(config, stale, root, run_ids=run_ids)
-    pages[root / "book" / "setup.md"] = _setup(config)
+    pages[root / "book" / "setup.md"] = setup_page(config)
     pages[root / "book" / "_generated" / "constants-figure.md"] = (
         "(fig-constants)=\n"
         "```{glue} fig-constants\n"
@@ -325,14 +311,17 @@ def write_pages(config: dict, stale: list[str], run_ids: list[str], root: Path =
 
 def report_dirty_runs(config: dict, run_ids: list[str], root: Path = ROOT, out=None) -> list[str]:
     """Name (on ``out``, default standard output) every run of the book whose outputs record a commit marked
-    ``-dirty`` (computed in a working tree with uncommitted changes; the reproducibility page lists them); returns them."""
+    ``-dirty`` (computed in a working tree with uncommitted changes; the reproducibility page lists them); returns
+    them."""
     import sys
 
     from papa.pipeline.verify import dirty_runs, stamped_runs
 
     present = set(run_ids)
-    dirty = sorted(dirty_runs([r for r in stamped_runs(root / "book" / "runs" / config["name"]) if r.run_id in present], root))
+    runs = [r for r in stamped_runs(root / "book" / "runs" / config["name"]) if r.run_id in present]
+    dirty = sorted(dirty_runs(runs, root))
     if dirty:
         shown = ", ".join(dirty[:10]) + (f" and {len(dirty) - 10} more" if len(dirty) > 10 else "")
-        print(f"warning: {len(dirty)} runs were computed in a working tree with uncommitted changes (-dirty): {shown}", file=out or sys.stdout)
+        what = f"warning: {len(dirty)} runs were computed in a working tree with uncommitted changes (-dirty)"
+        print(f"{what}: {shown}", file=out or sys.stdout)
     return dirty

@@ -1,15 +1,8 @@
-"""What the probe learned before any head was made constant: the learning-rate choices and what the k = 0
-probe predicts on the dev split. The controls chapter shows both, so that a task whose k = 0 score is near
-its floor (CoLA) is read with the reason in view. Re-exported by :mod:`papa.book`.
-
-* :func:`lr_choice_frame` / :func:`lr_choice_display` — every candidate lr's held-out score, best epoch and
-  epochs trained, per model and task (one row per lr choice run, ``papa.probing.protocol.select_lr``);
-* :func:`lr_choice_numbers` — the counts the chapter's text glues;
-* :func:`prediction_share_frame` / :func:`prediction_share_display` — per model and sequence task at k = 0:
-  the share of dev predictions in the most-predicted class against that class's share of the dev labels;
-* :func:`near_floor_frame` / :func:`near_floor_display` / :func:`near_floor_numbers` — every pair whose k = 0 probe
-  does not clear its floor, beside the checks that say why: the lr choice's held-out score, what the probe
-  predicts, the score with more training data, and the best other model on the same task.
+"""What the probe learned before any head was made constant, for the controls chapter, so that a task whose k = 0
+score is near its floor (CoLA) is read with the reason in view: every candidate lr's held-out score
+(:func:`lr_choice_frame`), the share of dev predictions in the most-predicted class (:func:`prediction_share_frame`)
+and every pair whose k = 0 probe does not clear its floor beside the checks that say why (:func:`near_floor_frame`);
+each with its ``*_display`` table; :func:`lr_choice_numbers` and :func:`near_floor_numbers` give the prose its counts.
 """
 
 from __future__ import annotations
@@ -25,17 +18,6 @@ from papa.book.data import BookData
 from papa.book.studies import sensitivity_table, size_studies
 from papa.book.words import lr_text
 
-__all__ = [
-    "lr_choice_frame",
-    "lr_choice_display",
-    "lr_choice_numbers",
-    "near_floor_display",
-    "near_floor_frame",
-    "near_floor_numbers",
-    "prediction_share_frame",
-    "prediction_share_display",
-]
-
 #: The paper's probe learning rate, one of the candidates.
 PAPER_LR = 2e-5
 
@@ -47,34 +29,29 @@ def lr_choice_frame(data: BookData) -> pd.DataFrame:
     rows = []
     for choice in data.lr_choices.values():
         for run in choice.get("runs", []):
-            rows.append(
-                {
-                    "model": choice["model"],
-                    "task": choice["task"],
-                    "lr": float(run["lr"]),
-                    "seed": int(run.get("seed", 0)),
-                    "heldout": float(run["heldout"]),
-                    "best_epoch": int(run["best_epoch"]),
-                    "epochs_trained": int(run["epochs_trained"]),
-                    "converged": bool(run["converged"]),
-                    "chosen": math.isclose(float(run["lr"]), float(choice["lr"]), rel_tol=1e-9),
-                }
-            )
+            lr = float(run["lr"])
+            keys = [choice["model"], choice["task"], lr, int(run.get("seed", 0)), float(run["heldout"])]
+            epochs = [int(run["best_epoch"]), int(run["epochs_trained"]), bool(run["converged"])]
+            rows.append([*keys, *epochs, math.isclose(lr, float(choice["lr"]), rel_tol=1e-9)])
     columns = ["model", "task", "lr", "seed", "heldout", "best_epoch", "epochs_trained", "converged", "chosen"]
     frame = pd.DataFrame(rows, columns=columns)
-    return frame.sort_values(["model", "task", "lr", "seed"], ignore_index=True)  # as the other tables: by model and task id
+    return frame.sort_values(["model", "task", "lr", "seed"], ignore_index=True)  # as the other tables: model, task
 
 
 def _cell(group: pd.DataFrame) -> str:
     """``0.204 (epoch 4 of 7)``, with ``, at the cap`` when the curve still rose; seeds joined by ``; ``."""
-    return "; ".join(f"{r.heldout:.3f} (epoch {r.best_epoch} of {r.epochs_trained}{'' if r.converged else ', at the cap'})" for r in group.itertuples())
+    cap = lambda r: "" if r.converged else ", at the cap"
+    return "; ".join(
+        f"{r.heldout:.3f} (epoch {r.best_epoch} of {r.epochs_trained}{cap(r)})" for r in group.itertuples()
+    )
 
 
 def lr_choice_display(frame: pd.DataFrame) -> T.Table:
     """:func:`lr_choice_frame` for reading: per model and task the chosen lr, then one column per candidate with
     its held-out score and the best of the epochs trained."""
     if frame.empty:
-        return T.table(frame.assign(chosen_lr=[]), {"model": "text", "task": "text", "chosen_lr": "text"}, {"chosen_lr": "chosen lr"})
+        kinds = {"model": "text", "task": "text", "chosen_lr": "text"}
+        return T.table(frame.assign(chosen_lr=[]), kinds, {"chosen_lr": "chosen lr"})
     lrs = sorted(frame["lr"].unique())
     rows = []
     for (model, task), group in frame.groupby(["model", "task"], sort=False):
@@ -82,13 +59,17 @@ def lr_choice_display(frame: pd.DataFrame) -> T.Table:
         row = {"model": model, "task": task_name(task), "chosen_lr": lr_text(chosen.iloc[0]) if len(chosen) else None}
         row |= {lr: _cell(group[group["lr"] == lr]) if (group["lr"] == lr).any() else None for lr in lrs}
         rows.append(row)
-    kinds = ({"model": "text"} if T.has_several(frame, "model") else {}) | {"task": "text", "chosen_lr": "text"} | {lr: T.text for lr in lrs}
-    headers = {"chosen_lr": "chosen lr"} | {lr: f"held-out at lr {lr_text(lr)}" + (" (the paper's)" if math.isclose(lr, PAPER_LR) else "") for lr in lrs}
+    kinds = T.model_task_kinds(frame) | {"chosen_lr": "text"}
+    kinds |= {lr: T.text for lr in lrs}
+    paper = lambda lr: " (the paper's)" if math.isclose(lr, PAPER_LR) else ""
+    headers = {"chosen_lr": "chosen lr"} | {lr: f"held-out at lr {lr_text(lr)}{paper(lr)}" for lr in lrs}
     notes = [
-        "Each cell: the best held-out score (the task's main metric, on held-out training examples) and the epoch that reached it, of the epochs trained"
-        ' before early stopping ended the run; "at the cap": the curve was still rising when the run reached its epoch cap.'
+        "Each cell: the best held-out score (the task's main metric, on held-out training examples) and the epoch that"
+        ' reached it, of the epochs trained before early stopping ended the run; "at the cap": the curve was still'
+        " rising when the run reached its epoch cap."
     ]
-    missing = {lr: "this lr was not a candidate here" for lr in lrs} | {"chosen_lr": "the chosen lr is not among the candidates' runs"}
+    missing = {lr: "this lr was not a candidate here" for lr in lrs}
+    missing["chosen_lr"] = "the chosen lr is not among the candidates' runs"
     return T.table(pd.DataFrame(rows), kinds, headers, missing, notes)
 
 
@@ -97,17 +78,22 @@ def lr_choice_numbers(frame: pd.DataFrame) -> dict:
     held-out score never rose above 0 (``lr_paper_flat``, as "Task (model, model)"), and the paper-lr runs still
     rising at the epoch cap."""
     if frame.empty:
-        return {"n_lr_pairs": 0, "n_lr_paper_chosen": 0, "n_lr_paper_flat": 0, "lr_paper_flat": "none", "n_lr_paper_rising": 0}
+        return dict(n_lr_pairs=0, n_lr_paper_chosen=0, n_lr_paper_flat=0, lr_paper_flat="none", n_lr_paper_rising=0)
     paper = frame[[math.isclose(lr, PAPER_LR) for lr in frame["lr"]]]
     flat = paper[paper["heldout"] <= 0]
-    by_task = {t: sorted(set(g["model"])) for t, g in flat.groupby("task", sort=False)}
+    pairs = lambda rows: int(rows[["model", "task"]].drop_duplicates().shape[0])
     return {
-        "n_lr_pairs": int(frame[["model", "task"]].drop_duplicates().shape[0]),
-        "n_lr_paper_chosen": int(paper.loc[paper["chosen"], ["model", "task"]].drop_duplicates().shape[0]),
-        "n_lr_paper_flat": int(flat[["model", "task"]].drop_duplicates().shape[0]),
-        "lr_paper_flat": "; ".join(f"{task_name(t)} ({', '.join(ms)})" for t, ms in by_task.items()) or "none",
+        "n_lr_pairs": pairs(frame),
+        "n_lr_paper_chosen": pairs(paper[paper["chosen"]]),
+        "n_lr_paper_flat": pairs(flat),
+        "lr_paper_flat": _pairs_text({t: sorted(set(g["model"])) for t, g in flat.groupby("task", sort=False)}),
         "n_lr_paper_rising": int((~paper["converged"]).sum()),
     }
+
+
+def _pairs_text(by_task: dict[str, list[str]]) -> str:
+    """``{task: models}`` as "Task (model, model); Task (model)", or "none"."""
+    return "; ".join(f"{task_name(t)} ({', '.join(ms)})" for t, ms in by_task.items()) or "none"
 
 
 def prediction_share_frame(data: BookData) -> pd.DataFrame:
@@ -124,7 +110,7 @@ def prediction_share_frame(data: BookData) -> pd.DataFrame:
         for run_id, value in zip(group["run_id"], group["value"].astype(float)):
             dev = data.records.get(run_id, {}).get("dev") or {}
             if not dev.get("predictions") or dev.get("lengths"):
-                continue  # no stored predictions, or a token task (flat tokens with sentence lengths): no class per example
+                continue  # no stored predictions, or a token task (flat tokens, sentence lengths): no class per example
             predictions.update(dev["predictions"])
             labels.update(dev.get("labels") or [])
             names = dev.get("label_names") or names
@@ -132,62 +118,27 @@ def prediction_share_frame(data: BookData) -> pd.DataFrame:
         if not predictions:
             continue
         top, count = predictions.most_common(1)[0]
-        rows.append(
-            {
-                "model": model,
-                "task": task,
-                "metric": group["metric"].iloc[0],
-                "score": sum(counted) / len(counted),
-                "seeds": len(counted),
-                "predicted_class": str(names[top]) if top < len(names) else str(top),
-                "predicted_share": count / sum(predictions.values()),
-                "label_share": labels[top] / sum(labels.values()) if labels else math.nan,
-            }
-        )
-    return pd.DataFrame(rows, columns=["model", "task", "metric", "score", "seeds", "predicted_class", "predicted_share", "label_share"])
+        name = str(names[top]) if top < len(names) else str(top)
+        label_share = labels[top] / sum(labels.values()) if labels else math.nan
+        keys = [model, task, group["metric"].iloc[0], sum(counted) / len(counted), len(counted), name]
+        rows.append([*keys, count / sum(predictions.values()), label_share])
+    columns = "model task metric score seeds predicted_class predicted_share label_share".split()
+    return pd.DataFrame(rows, columns=columns)
 
 
 def prediction_share_display(frame: pd.DataFrame) -> T.Table:
     """:func:`prediction_share_frame` for reading."""
-    kinds = ({"model": "text"} if T.has_several(frame, "model") else {}) | {
-        "task": "text",
-        "score": "score",
-        "seeds": "int",
-        "predicted_class": "text",
-        "predicted_share": "percent",
-        "label_share": "percent",
-    }
-    headers = {
-        "score": "mean score at k = 0",
-        "seeds": "seeds",
-        "predicted_class": "most-predicted class",
-        "predicted_share": "share of the predictions",
-        "label_share": "share of the dev labels",
-    }
+    kinds = T.model_task_kinds(frame) | {"score": "score"}
+    kinds |= {"seeds": "int", "predicted_class": "text", "predicted_share": "percent", "label_share": "percent"}
+    headers = {"score": "mean score at k = 0", "seeds": "seeds", "predicted_class": "most-predicted class"}
+    headers |= {"predicted_share": "share of the predictions", "label_share": "share of the dev labels"}
     return T.table(T.key_text(frame), kinds, headers, {"label_share": "no dev labels stored"})
 
 
-NEAR_FLOOR_COLUMNS = [
-    "model",
-    "task",
-    "metric",
-    "score",
-    "low",
-    "high",
-    "floor",
-    "floor_kind",
-    "seed_scores",
-    "loss_first",
-    "loss_last",
-    "heldout",
-    "predicted_share",
-    "label_share",
-    "more_data_score",
-    "more_data_setting",
-    "best_model",
-    "best_score",
-    "best_informative",
-]
+NEAR_FLOOR_COLUMNS = (
+    "model task metric score low high floor floor_kind seed_scores loss_first loss_last heldout predicted_share"
+    " label_share more_data_score more_data_setting best_model best_score best_informative"
+).split()
 
 
 def near_floor_frame(data: BookData) -> pd.DataFrame:
@@ -215,42 +166,30 @@ def near_floor_frame(data: BookData) -> pd.DataFrame:
     sizes = sensitivity_table(data)
     for row in sizes[sizes["study"].isin(size_studies(data.config))].to_dict("records") if len(sizes) else []:
         examples, pair = row["train examples study"], (row["model"], row["task"])
-        if examples > row["train examples official"] and examples > more.get(pair, (-1,))[0]:  # more than the main grid's
+        if examples > row["train examples official"] and examples > more.get(pair, (-1,))[0]:  # more than the main's
             more[pair] = (examples, row["k=0 study"], row["setting"])
-    k0 = data.main[(data.main["k"] == 0) & (data.main["probe_input"] == "all") & data.main["is_main"]].drop_duplicates("run_id")
+    main = data.main
+    k0 = main[(main["k"] == 0) & (main["probe_input"] == "all") & main["is_main"]].drop_duplicates("run_id")
     rows = []
     for row in floors[~floors["informative"].astype(bool)].itertuples():
+        pair = (row.model, row.task)
         runs = k0[(k0["model"] == row.model) & (k0["task"] == row.task)].sort_values("seed")
-        losses = [[e.get("train_loss") for e in (data.records.get(r) or {}).get("epochs") or []] for r in runs["run_id"]]
+        epochs = [(data.records.get(r) or {}).get("epochs") or [] for r in runs["run_id"]]
+        losses = [[e.get("train_loss") for e in curve] for curve in epochs]
         losses = [curve for curve in losses if curve and None not in curve]
         majority, free = float(row.majority), float(row.attention_free)
-        floor_kind = "attention-free" if not math.isnan(free) and (math.isnan(majority) or free > majority) else "majority"  # as floors_table's nanmax
-        larger = more.get((row.model, row.task), (0, math.nan, None))
+        free_higher = not math.isnan(free) and (math.isnan(majority) or free > majority)  # as floors_table's nanmax
+        seeds = [(float(v), None if pd.isna(e) else int(e)) for v, e in zip(runs["value"], runs["selected_epoch"])]
+        loss = [sum(c[i] for c in losses) / len(losses) if losses else math.nan for i in (0, -1)]
         peers = floors[(floors["task"] == row.task) & (floors["model"] != row.model) & floors["baseline"].notna()]
         best = peers.loc[peers["baseline"].astype(float).idxmax()] if len(peers) else None
-        rows.append(
-            {
-                "model": row.model,
-                "task": row.task,
-                "metric": row.metric,
-                "score": float(row.baseline),
-                "low": float(row.baseline_low),
-                "high": float(row.baseline_high),
-                "floor": free if floor_kind == "attention-free" else majority,
-                "floor_kind": floor_kind,
-                "seed_scores": [(float(v), None if pd.isna(e) else int(e)) for v, e in zip(runs["value"], runs["selected_epoch"])],
-                "loss_first": sum(c[0] for c in losses) / len(losses) if losses else math.nan,
-                "loss_last": sum(c[-1] for c in losses) / len(losses) if losses else math.nan,
-                "heldout": heldout.get((row.model, row.task), math.nan),
-                "predicted_share": shares.get((row.model, row.task), (math.nan, math.nan))[0],
-                "label_share": shares.get((row.model, row.task), (math.nan, math.nan))[1],
-                "more_data_score": larger[1],
-                "more_data_setting": larger[2],
-                "best_model": None if best is None else best["model"],
-                "best_score": math.nan if best is None else float(best["baseline"]),
-                "best_informative": None if best is None else bool(best["informative"]),
-            }
-        )
+        record = [*pair, row.metric, *map(float, (row.baseline, row.baseline_low, row.baseline_high))]
+        record += [free, "attention-free"] if free_higher else [majority, "majority"]
+        record += [seeds, *loss, heldout.get(pair, math.nan), *shares.get(pair, (math.nan, math.nan))]
+        record += more.get(pair, (0, math.nan, None))[1:]
+        b = best
+        record += [None, math.nan, None] if b is None else [b["model"], float(b["baseline"]), bool(b["informative"])]
+        rows.append(record)
     return pd.DataFrame(rows, columns=NEAR_FLOOR_COLUMNS)
 
 
@@ -263,48 +202,44 @@ def _share_cell(predicted: float, labels: float) -> str | None:
 
 def _best_cell(model: str | None, score: float, informative: bool | None) -> str | None:
     """``0.320 (big)``, or ``0.240 (big, not informative)`` when that model does not clear its own floor."""
-    return None if model is None or T.is_missing(score) else f"{score:.3f} ({model}{'' if informative else ', not informative'})"
+    if model is None or T.is_missing(score):
+        return None
+    return f"{score:.3f} ({model}{'' if informative else ', not informative'})"
 
 
 def near_floor_display(frame: pd.DataFrame) -> T.Table:
     """:func:`near_floor_frame` for reading: one row per pair near its floor, the checks in columns."""
-    shown = T.key_text(frame).assign(
-        score_cell=[T.score_interval(m, lo, hi) for m, lo, hi in zip(frame["score"], frame["low"], frame["high"])],
-        floor_cell=[None if T.is_missing(f) else f"{f:.3f} ({kind})" for f, kind in zip(frame["floor"], frame["floor_kind"])],
-        seeds_cell=[", ".join(f"{v:.3f}" + ("" if e is None else f" (epoch {e})") for v, e in seeds) or None for seeds in frame["seed_scores"]],
-        loss_cell=[None if T.is_missing(a) or T.is_missing(b) else f"{a:.2f} → {b:.2f}" for a, b in zip(frame["loss_first"], frame["loss_last"])],
-        share_cell=[_share_cell(p, lab) for p, lab in zip(frame["predicted_share"], frame["label_share"])],
-        more_cell=[None if T.is_missing(v) else f"{v:.3f} ({setting})" for v, setting in zip(frame["more_data_score"], frame["more_data_setting"])],
-        best_cell=[_best_cell(m, v, ok) for m, v, ok in zip(frame["best_model"], frame["best_score"], frame["best_informative"])],
+    f, missing = frame, T.is_missing
+    losses, more = (f["loss_first"], f["loss_last"]), (f["more_data_score"], f["more_data_setting"])
+    seeds = lambda pairs: ", ".join(f"{v:.3f}" + ("" if e is None else f" (epoch {e})") for v, e in pairs) or None
+    shown = T.key_text(f).assign(
+        score_cell=[T.score_interval(m, lo, hi) for m, lo, hi in zip(f["score"], f["low"], f["high"])],
+        floor_cell=[None if missing(v) else f"{v:.3f} ({kind})" for v, kind in zip(f["floor"], f["floor_kind"])],
+        seeds_cell=[seeds(pairs) for pairs in f["seed_scores"]],
+        loss_cell=[None if missing(a) or missing(b) else f"{a:.2f} → {b:.2f}" for a, b in zip(*losses)],
+        share_cell=[_share_cell(p, lab) for p, lab in zip(f["predicted_share"], f["label_share"])],
+        more_cell=[None if missing(v) else f"{v:.3f} ({s})" for v, s in zip(*more)],
+        best_cell=[_best_cell(*best) for best in zip(f["best_model"], f["best_score"], f["best_informative"])],
     )
     # the long cells wrap (kind "text"), so that the table fits the column instead of scrolling sideways
-    kinds = {"model": "text", "task": "text", "score_cell": T.text} | dict.fromkeys(("floor_cell", "seeds_cell"), "text") | {"loss_cell": T.text, "heldout": "score"}
-    kinds |= dict.fromkeys(("share_cell", "more_cell", "best_cell"), "text")
-    headers = {
-        "score_cell": "k = 0 score [95% interval]",
-        "floor_cell": "higher floor",
-        "seeds_cell": "each seed (reported epoch)",
-        "loss_cell": "training loss, first → last epoch",
-        "heldout": "held-out score at the lr choice",
-        "share_cell": "most-predicted class: share of the predictions",
-        "more_cell": "k = 0 with more training data",
-        "best_cell": "best other model on the task, k = 0",
-    }
-    missing = {
-        "score_cell": "no k = 0 run of the full probe",
-        "floor_cell": "no floor measured",
-        "seeds_cell": "no k = 0 run of the main grid",
-        "loss_cell": "no training loss recorded",
-        "heldout": "no lr choice ran for this pair",
-        "share_cell": "a token task: no single class per example",
-        "more_cell": "no training-size study covers this pair",
-        "best_cell": "no other model ran this task",
-    }
+    kinds = {"model": "text", "task": "text", "score_cell": T.text, "floor_cell": "text", "seeds_cell": "text"}
+    kinds |= {"loss_cell": T.text, "heldout": "score", "share_cell": "text", "more_cell": "text", "best_cell": "text"}
+    headers = {"score_cell": "k = 0 score [95% interval]", "floor_cell": "higher floor"}
+    headers |= {"seeds_cell": "each seed (reported epoch)"}
+    headers |= {"loss_cell": "training loss, first → last epoch"}
+    headers |= {"heldout": "held-out score at the lr choice", "more_cell": "k = 0 with more training data"}
+    headers |= {"share_cell": "most-predicted class: share of the predictions"}
+    headers |= {"best_cell": "best other model on the task, k = 0"}
+    why = {"score_cell": "no k = 0 run of the full probe", "floor_cell": "no floor measured"}
+    why |= {"seeds_cell": "no k = 0 run of the main grid", "loss_cell": "no training loss recorded"}
+    why |= {"heldout": "no lr choice ran for this pair", "share_cell": "a token task: no single class per example"}
+    why |= {"more_cell": "no training-size study covers this pair", "best_cell": "no other model ran this task"}
     notes = [
-        "Scores are the task's main metric, averaged over probe seeds; the held-out score is on held-out training examples, the others on the dev split.",
+        "Scores are the task's main metric, averaged over probe seeds; the held-out score is on held-out training"
+        " examples, the others on the dev split.",
         "A k = 0 score without an interval: not every seed stored its dev predictions.",
     ]
-    table = T.table(shown, kinds, headers, missing, notes)
+    table = T.table(shown, kinds, headers, why, notes)
     table.empty = "Every model and task clears its floor: no pair is near it."
     return table
 
@@ -313,4 +248,4 @@ def near_floor_numbers(frame: pd.DataFrame) -> dict:
     """For the text: how many pairs are near their floor (``n_near_floor``) and which (``near_floor_pairs``, as
     "Task (model, model)")."""
     by_task = {t: list(g["model"]) for t, g in frame.groupby("task", sort=False)} if len(frame) else {}
-    return {"n_near_floor": int(len(frame)), "near_floor_pairs": "; ".join(f"{task_name(t)} ({', '.join(ms)})" for t, ms in by_task.items()) or "none"}
+    return {"n_near_floor": int(len(frame)), "near_floor_pairs": _pairs_text(by_task)}

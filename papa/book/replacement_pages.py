@@ -19,20 +19,15 @@ from papa.analysis.figure_kit import AXIS_PX, TEXT_WIDTH, Figure, clean, finish,
 from papa.book.data import BookData, headline_ranking
 from papa.book.table_format import Table, key_text, model_task_kinds, percent, table
 
-#: The chapter a study names to be reported here.
-CHAPTER = "replacements"
 AT_WORDS = {"half": "half of the heads", "all": "every head"}
-
-
-def replacement_studies(config: dict) -> list[dict]:
-    """The grid's studies reported in this chapter (``chapter: replacements``)."""
-    return [s for s in config.get("studies", []) if s.get("chapter") == CHAPTER]
 
 
 def replacement_bases(data: BookData) -> dict[str, Basis]:
     """Per mode, its basis: ``papa`` is the main grid's; every other mode's joins its runs (from the studies of
-    this chapter) to the main grid's k = 0 runs, so its drops pair with the same k = 0 seeds as PAPA's."""
-    frames = [data.studies[s["name"]] for s in replacement_studies(data.config) if s["name"] in data.studies]
+    this chapter, ``chapter: replacements``) to the main grid's k = 0 runs, so its drops pair with the same k = 0
+    seeds as PAPA's."""
+    studies = [s["name"] for s in data.config.get("studies", []) if s.get("chapter") == "replacements"]
+    frames = [data.studies[name] for name in studies if name in data.studies]
     runs = pd.concat(frames) if frames else data.main.iloc[:0]
     base = data.main[data.main["k"] == 0]
     bases = {"papa": data.basis}
@@ -46,14 +41,13 @@ def replacement_bases(data: BookData) -> dict[str, Basis]:
 @dataclass(frozen=True)
 class ReplacementScience:
     """The chapter's numbers: every mode's claim cells, the extra drops over PAPA, the pooled drops per model and
-    the three answers (at all heads, and at half where any mode ran there)."""
+    the three answers at all heads."""
 
     ranking: str
     cells: pd.DataFrame  # papa.analysis.replacements.replacement_cells
     extra: pd.DataFrame  # papa.analysis.replacements.extra_drops
     by_model: pd.DataFrame  # papa.analysis.replacements.pooled_by_model
     answers: pd.DataFrame  # papa.analysis.replacements.answers at all heads
-    answers_half: pd.DataFrame  # the same at half of the heads
     words: str  # which runs, in words
 
 
@@ -63,23 +57,25 @@ def replacement_science(data: BookData) -> ReplacementScience:
     cells = RP.replacement_cells(bases, ranking)
     extra = RP.extra_drops(cells)
     modes = [m for m in bases if m != "papa"]
-    n_runs = sum(int(b.runs.loc[b.runs["replacement"] == m, "run_id"].nunique()) for m, b in bases.items() if m != "papa")
+    n_runs = sum(int(bases[m].runs.loc[bases[m].runs["replacement"] == m, "run_id"].nunique()) for m in modes)
     runs_words = f"{n_runs} converged probe results of {words(modes)}" if modes else "no run of another mode yet"
-    return ReplacementScience(ranking, cells, extra, RP.pooled_by_model(cells), RP.answers(extra, "all"), RP.answers(extra, "half"), runs_words)
+    return ReplacementScience(ranking, cells, extra, RP.pooled_by_model(cells), RP.answers(extra, "all"), runs_words)
 
 
-def _interval(value: float, low: float, high: float, scale: float = 100.0, unit: str = "%") -> str:
+def _interval(value: float, low: float, high: float, unit: str = "%") -> str:
+    """``"12.3% [4.5, 20.1]"`` (a drop in percent), ``"+1.2 points [-0.3, +2.7]"`` (``unit`` " points"); "–"."""
     if value is None or math.isnan(value):
         return "–"
-    span = "" if math.isnan(low) or math.isnan(high) else f" [{low * scale:+.1f}, {high * scale:+.1f}]"
-    return f"{value * scale:+.1f}{unit}{span}" if unit != "%" else f"{value * scale:.1f}%{span.replace('+', '')}"
+    span = "" if math.isnan(low) or math.isnan(high) else f" [{low * 100:+.1f}, {high * 100:+.1f}]"
+    return f"{value * 100:+.1f}{unit}{span}" if unit != "%" else f"{value * 100:.1f}%{span.replace('+', '')}"
 
 
 def replacement_numbers(science: ReplacementScience, config: dict) -> dict[str, str]:
     """The chapter's glue: per question (``q_<mode>``) the question, its answer, its pooled extra drop with interval
     in points and its reason; ``replacement_runs`` says which runs, ``estimate_examples`` how many training
     examples the constants and means average."""
-    numbers = {"replacement_runs": science.words, "estimate_examples": f"{int((config.get('estimate') or {}).get('max_examples', 2000)):,}"}
+    examples = int((config.get("estimate") or {}).get("max_examples", 2000))
+    numbers = {"replacement_runs": science.words, "estimate_examples": f"{examples:,}"}
     for row in science.answers.itertuples(index=False):
         key = f"q_{row.replacement}"
         numbers[f"{key}_question"] = row.question
@@ -95,13 +91,14 @@ def mode_drops_display(science: ReplacementScience) -> Table:
     cells = science.cells
     if cells.empty:
         return table(pd.DataFrame(), {"task": "text"})
-    cell_text = [
-        None if math.isnan(d) else f"{percent(d)} [{percent(lo)}, {percent(hi)}]" for d, lo, hi in zip(cells["relative_drop"], cells["relative_low"], cells["relative_high"])
-    ]
-    wide = cells.assign(cell=cell_text).pivot_table(index=["model", "task", "at"], columns="replacement", values="cell", aggfunc="first").reset_index()
-    modes = [m for m in RP.MODE_WORDS if m in wide.columns]
+    drops = zip(cells["relative_drop"], cells["relative_low"], cells["relative_high"])
+    cell_text = [None if math.isnan(d) else f"{percent(d)} [{percent(lo)}, {percent(hi)}]" for d, lo, hi in drops]
+    pivot = dict(index=["model", "task", "at"], columns="replacement", values="cell", aggfunc="first")
+    wide = cells.assign(cell=cell_text).pivot_table(**pivot).reset_index()
+    modes = [m for m in RP.MODES if m in wide.columns]
     wide = key_text(wide).assign(heads=[AT_WORDS[a] for a in wide["at"]])
-    kinds = model_task_kinds(wide) | {"heads": "text"} | {m: "text" for m in modes}  # text: a drop and its interval may wrap
+    # text: a drop and its interval may wrap
+    kinds = model_task_kinds(wide) | {"heads": "text"} | {m: "text" for m in modes}
     missing = {m: "no converged pair of runs, or a k = 0 score not clear of 0" for m in modes}
     return table(wide.where(wide.notna(), None), kinds, headers={"heads": "constant"}, missing=missing)
 
@@ -109,17 +106,19 @@ def mode_drops_display(science: ReplacementScience) -> Table:
 def by_model_display(science: ReplacementScience) -> Table:
     """Per model, ``at`` and mode: the mean relative drop over the model's informative tasks with its pooled
     interval, and the tasks it averages."""
-    frame = science.by_model.assign(
-        heads=[AT_WORDS[a] for a in science.by_model["at"]],
-        drop=[_interval(v, lo, hi) for v, lo, hi in zip(science.by_model["value"], science.by_model["low"], science.by_model["high"])],
+    by = science.by_model
+    frame = by.assign(
+        heads=[AT_WORDS[a] for a in by["at"]], drop=[_interval(*v) for v in zip(by["value"], by["low"], by["high"])]
     )
     kinds = {"model": "text", "heads": "text", "replacement": "text", "drop": "text", "n": "int", "tasks": "text"}
-    return table(frame, kinds, headers={"heads": "constant", "drop": "mean relative drop [95% interval]", "n": "tasks averaged"})
+    headers = {"heads": "constant", "drop": "mean relative drop [95% interval]", "n": "tasks averaged"}
+    return table(frame, kinds, headers=headers)
 
 
 def answers_display(science: ReplacementScience) -> Table:
     """The three questions at every head constant: answer, pooled extra drop over PAPA (points) and reason."""
-    frame = science.answers.assign(number=[_interval(v, lo, hi, unit=" points") for v, lo, hi in zip(science.answers["extra"], science.answers["low"], science.answers["high"])])
+    a = science.answers
+    frame = a.assign(number=[_interval(*v, unit=" points") for v in zip(a["extra"], a["low"], a["high"])])
     kinds = {"question": "text", "answer": "text", "number": "text", "n": "int", "reason": "text"}
     return table(frame, kinds, headers={"number": "extra drop over PAPA [95% interval]", "n": "pairs"})
 
@@ -131,7 +130,8 @@ def glue_replacement_figure(science: ReplacementScience) -> None:
     if len(science.by_model.dropna(subset=["value"])):
         glue_figure(fig_replacements(science))
     else:
-        glue("fig-replacements", "No mode has a pooled drop yet: no informative task has converged runs of a mode.", display=False)
+        why = "No mode has a pooled drop yet: no informative task has converged runs of a mode."
+        glue("fig-replacements", why, display=False)
         glue("fig-replacements-caption", "The modes side by side (none yet).", display=False)
 
 
@@ -142,23 +142,24 @@ def fig_replacements(science: ReplacementScience, label: str = "fig-replacements
     if frame.empty:
         raise ValueError("No mode has a pooled drop to draw")
     data = clean(frame.assign(constant=[AT_WORDS[a] for a in frame["at"]]))
-    order = [m for m in RP.MODE_WORDS if m in set(data["replacement"])]
+    order = [m for m in RP.MODES if m in set(data["replacement"])]
     base = alt.Chart(data).encode(
         x=alt.X("replacement:N", sort=order, title="what replaces the heads"),
         color=alt.Color("constant:N", legend=legend("heads constant")),
         xOffset="constant:N",
     )
+    drops = [alt.Tooltip(f"{c}:Q", format=".1%") for c in ("value", "low", "high")]
     points = base.mark_point(filled=True, size=60).encode(
         y=alt.Y("value:Q", axis=alt.Axis(format="%"), title="mean relative drop"),
-        tooltip=["model:N", "replacement:N", "constant:N", *(alt.Tooltip(f"{c}:Q", format=".1%") for c in ("value", "low", "high")), "n:Q", "tasks:N"],
+        tooltip=["model:N", "replacement:N", "constant:N", *drops, "n:Q", "tasks:N"],
     )
     bars = base.mark_rule().encode(y="low:Q", y2="high:Q")
     models = sorted(set(data["model"]))
     width = (TEXT_WIDTH - len(models) * AXIS_PX) // max(len(models), 1)
     chart = (bars + points).properties(width=width, height=220).facet(column=alt.Column("model:N", title=None))
     caption = (
-        "Per model, the mean relative drop over its informative tasks when the heads are replaced by PAPA's constant, "
-        "uniform attention, the head's mean output or zero, with the pooled 95% bootstrap interval, at half of the heads "
-        f"({science.ranking} order) and with every head replaced."
+        "Per model, the mean relative drop over its informative tasks when the heads are replaced by PAPA's "
+        "constant, uniform attention, the head's mean output or zero, with the pooled 95% bootstrap interval, at half "
+        f"of the heads ({science.ranking} order) and with every head replaced."
     )
     return finish(chart, caption, label)

@@ -1,9 +1,9 @@
 """The results and controls chapters' answers with intervals, computed once per grid from :class:`BookData`.
 
-:func:`chapter_science` bootstraps the paired differences of the main grid's runs (their dev predictions live in
-``data.records``), applies the convergence gate, and builds the main table, the random baseline, the paper's
-analogues (a)–(d) and the claims. :func:`literal_comparison` and :func:`convergence_summary` feed the controls
-chapter; :func:`science_numbers` the prose and the front page.
+:func:`chapter_science` reads the main grid's one basis (converged runs, drops paired by probe seed on their dev
+predictions) and builds the main table, the random baseline, the paper's analogues (a)–(d) and the claims.
+:func:`literal_comparison` and :func:`convergence_summary` feed the controls chapter; :func:`science_numbers` the
+prose and the front page.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ class Science:
     basis: str  # which runs the tables and analogues are drawn from, in words
     summary: pd.DataFrame  # the seed means of the basis's runs
     random: pd.DataFrame  # findings.random_baseline
-    better: tuple[pd.DataFrame, dict]  # paper.better_models_lose_more of the cells (claim 3's points and statistics)
+    better: tuple[pd.DataFrame, dict]  # paper.better_models_lose_more of the cells (claim 3's points, statistics)
     claims: pd.DataFrame  # verdicts.claims_table
     model_drops: pd.DataFrame  # pooled.model_drops of the cells
     cells: pd.DataFrame  # basis.claim_cells: the cells the claims average (at half and all heads)
@@ -62,10 +62,13 @@ def _records(data: BookData, run_ids: set[str]) -> dict[str, dict]:
 
 def _converged_counts(table: pd.DataFrame, main: pd.DataFrame) -> pd.DataFrame:
     runs = main.drop_duplicates("run_id")
-    runs = runs[runs["probe_input"] == "all"].assign(ranking=lambda f: f["ranking"].where(~f["ranking"].str.startswith("random"), "random"))
-    counts = runs.groupby(["model", "task", "ranking", "k"])["converged"].agg(converged=lambda s: int(sum(_flag(x) is True for x in s)), runs="size")
+    runs = runs[runs["probe_input"] == "all"]
+    runs = runs.assign(ranking=runs["ranking"].where(~runs["ranking"].str.startswith("random"), "random"))
+    converged = lambda s: int(sum(_flag(x) is True for x in s))
+    counts = runs.groupby(["model", "task", "ranking", "k"])["converged"].agg(converged=converged, runs="size")
     words = {key: f"{c} of {n}" for key, (c, n) in counts.iterrows()}
-    return table.assign(converged=[words.get((m, t, r, k)) for m, t, r, k in zip(table["model"], table["task"], table["ranking"], table["k"])])
+    keys = zip(table["model"], table["task"], table["ranking"], table["k"])
+    return table.assign(converged=[words.get(key) for key in keys])
 
 
 def chapter_science(data: BookData, ranking: str | None = None, resamples: int = S.RESAMPLES) -> Science:
@@ -101,6 +104,7 @@ def science_numbers(result: Science, data: BookData) -> dict:
     (``claim{i}_reason``) and the table's text (``claim{i}_ours``); the gate's counts; the pooled drops at half and
     all heads over informative tasks (``drop_half_mean``, ``drop_half_interval`` ...) and the largest single drop
     with every head constant (``drop_all_max``); the bootstrap's resamples and seed."""
+    resamples = int(result.differences["resamples"].iloc[0]) if len(result.differences) else S.RESAMPLES
     numbers: dict = {
         "n_gated_runs": result.gate["runs"],
         "n_converged": result.gate["converged"],
@@ -110,7 +114,7 @@ def science_numbers(result: Science, data: BookData) -> dict:
         "analogue_basis": result.basis,
         "claim3_n": int(result.better[1].get("n", 0)),
         "claim3_tasks": and_list(task_name(t) for t in result.better[1].get("tasks", [])) or "no task",
-        "pooled_resamples": f"{int(result.differences['resamples'].iloc[0]) if len(result.differences) else S.RESAMPLES:,}",
+        "pooled_resamples": f"{resamples:,}",
         "pooled_seed": "0",
     }
     judged = V.judge(result.cells)
@@ -124,8 +128,9 @@ def science_numbers(result: Science, data: BookData) -> dict:
         numbers[f"drop_{name}_interval"] = _interval(judged[name]["low"], judged[name]["high"])
         numbers[f"n_pairs_{name}"] = judged[name]["n"]
     largest = _largest_cell(result)
-    numbers["drop_all_max"] = float(largest["relative_drop"]) if largest is not None else math.nan
-    numbers["drop_all_max_pair"] = f"{largest['model']} on {task_name(largest['task'])}" if largest is not None else "no pair"
+    found = largest is not None
+    numbers["drop_all_max"] = float(largest["relative_drop"]) if found else math.nan
+    numbers["drop_all_max_pair"] = f"{largest['model']} on {task_name(largest['task'])}" if found else "no pair"
     numbers["random_summary"] = random_summary(result.random, result.ranking)
     return numbers
 
@@ -144,7 +149,8 @@ def largest_drop(result: Science) -> tuple[str, str] | None:
 
 
 def _interval(low: float, high: float) -> str:
-    return "(no interval)" if math.isnan(low) or math.isnan(high) else f"[{V.percent_text(low)}, {V.percent_text(high)}]"
+    p = V.percent_text
+    return "(no interval)" if math.isnan(low) or math.isnan(high) else f"[{p(low)}, {p(high)}]"
 
 
 def random_summary(random: pd.DataFrame, ranking: str) -> str:
@@ -156,10 +162,10 @@ def random_summary(random: pd.DataFrame, ranking: str) -> str:
     beats, worse = int((rows["verdict"] == "beats random").sum()), int((rows["verdict"] == "worse than random").sum())
     fractions = and_list(fraction_words(f) for f in sorted(set(rows["fraction"])))
     where = f"on {and_list(sorted(set(rows['model'])))}, with {fractions} of the heads constant"
-    rest = len(rows) - beats - worse
-    return f"the {ranking} ranking beats the seeded random orderings in {beats} of its {len(rows)} {plural(len(rows), 'comparison')} and is worse in {worse or 'none'} ({where}" + (
-        "; the others show no real difference)" if rest else ")"
-    )
+    comparisons = f"{len(rows)} {plural(len(rows), 'comparison')}"
+    said = f"the {ranking} ranking beats the seeded random orderings in {beats} of its {comparisons}"
+    rest = "; the others show no real difference)" if len(rows) - beats - worse else ")"
+    return f"{said} and is worse in {worse or 'none'} ({where}{rest}"
 
 
 def model_drops_display_frame(result: Science) -> pd.DataFrame:
@@ -167,19 +173,13 @@ def model_drops_display_frame(result: Science) -> pd.DataFrame:
     intervals, each with the number of informative pairs it averages (a pair without a paired drop at half, no seed
     converged on both sides, is not averaged there); the paper's table's average rows show the same numbers."""
     rows = []
+    for r in result.model_drops.itertuples():
+        half = V.interval_text(r.drop_half, r.drop_half_low, r.drop_half_high)
+        full = V.interval_text(r.drop_all, r.drop_all_low, r.drop_all_high)
+        rows.append([r.model, int(r.total_heads), half, int(r.n_tasks_half), full, int(r.n_tasks_all)])
     half_header = f"drop, half of the heads constant ({result.ranking})"
-    for row in result.model_drops.itertuples():
-        rows.append(
-            {
-                "model": row.model,
-                "heads": int(row.total_heads),
-                half_header: V.interval_text(row.drop_half, row.drop_half_low, row.drop_half_high),
-                "pairs, half": int(row.n_tasks_half),
-                "drop, all heads constant": V.interval_text(row.drop_all, row.drop_all_low, row.drop_all_high),
-                "pairs, all": int(row.n_tasks_all),
-            }
-        )
-    return pd.DataFrame(rows, columns=["model", "heads", half_header, "pairs, half", "drop, all heads constant", "pairs, all"])
+    columns = ["model", "heads", half_header, "pairs, half", "drop, all heads constant", "pairs, all"]
+    return pd.DataFrame(rows, columns=columns)
 
 
 def placeholder_figure(label: str, why: str) -> Figure:
@@ -199,23 +199,21 @@ def placeholder_figure(label: str, why: str) -> Figure:
 def analogue_figures(result: Science, data: BookData) -> list[Figure]:
     """The paper's analogues (a)–(c) drawn from ``result.basis``'s runs (:mod:`papa.analysis.paper_figures`), each
     replaced by a :func:`placeholder_figure` when its data is empty (e.g. no informative task)."""
-    cells = result.all_cells
-    points = P.score_vs_dynamic_heads(result.summary, data.floors, cells) if len(result.summary) else pd.DataFrame(columns=["ranking"])
-    relative = P.relative_score_vs_constant_fraction(result.summary, data.floors, cells, result.ranking) if len(result.summary) else pd.DataFrame()
-    points_c, verdict = result.better  # the claims table's points and verdict (converged runs), never recomputed on others
-    out = []
-    for label, ready, draw, why in (
-        (
-            "fig-paper-scores",
-            len(points[points["ranking"] == result.ranking]) > 0,
-            lambda: fig_paper_scores(points, result.ranking),
-            f"No run of the {result.ranking} ranking to draw.",
-        ),
-        ("fig-relative-score", len(relative) > 0, lambda: fig_relative_score(relative), "No informative task: no relative score to average."),
-        ("fig-better-models", len(points_c) > 0, lambda: fig_better_models(points_c, verdict), "No informative task with k = 0 and all-heads runs: no point to draw."),
-    ):
-        out.append(draw() if ready else placeholder_figure(label, why))
-    return out
+    summary, floors, cells, ranking = result.summary, data.floors, result.all_cells, result.ranking
+    points = P.score_vs_dynamic_heads(summary, floors, cells) if len(summary) else pd.DataFrame(columns=["ranking"])
+    relative = P.relative_score_vs_constant_fraction(summary, floors, cells, ranking) if len(summary) else []
+    points_c, verdict = result.better  # the claims table's points and verdict (converged runs), never recomputed
+    figures = (
+        ("fig-paper-scores", len(points[points["ranking"] == ranking]), lambda: fig_paper_scores(points, ranking)),
+        ("fig-relative-score", len(relative), lambda: fig_relative_score(relative)),
+        ("fig-better-models", len(points_c), lambda: fig_better_models(points_c, verdict)),
+    )
+    why = {
+        "fig-paper-scores": f"No run of the {ranking} ranking to draw.",
+        "fig-relative-score": "No informative task: no relative score to average.",
+        "fig-better-models": "No informative task with k = 0 and all-heads runs: no point to draw.",
+    }
+    return [draw() if ready else placeholder_figure(label, why[label]) for label, ready, draw in figures]
 
 
 # --- the controls chapter --------------------------------------------------------------------------------------
@@ -227,9 +225,10 @@ def literal_studies(config: dict) -> list[str]:
     names = []
     for study in config.get("studies", []):
         study_lr = study.get("lr")
-        if isinstance(study_lr, (int, float)) and round(float(study_lr), 12) == lr and study.get("epochs") == epochs and study.get("selection") == selection:
-            if "faithful" not in study.get("modes", ["cached"]):
-                names.append(study["name"])
+        same_lr = isinstance(study_lr, (int, float)) and round(float(study_lr), 12) == lr
+        same = same_lr and study.get("epochs") == epochs and study.get("selection") == selection
+        if same and "faithful" not in study.get("modes", ["cached"]):
+            names.append(study["name"])
     return names
 
 
@@ -242,16 +241,19 @@ def literal_comparison(data: BookData, resamples: int = S.RESAMPLES) -> pd.DataF
     sides = ("k0", "all", "drop", "low", "high", "real")
     columns = ["model", "task", "lr", *(f"main_{x}" for x in sides), *(f"literal_{x}" for x in sides), "literal_seeds"]
     out = []
+    m = data.main
     for name in names:
-        literal = data.study_basis(name) if resamples == S.RESAMPLES else build_basis(data.studies[name], data.records, resamples)
+        default = resamples == S.RESAMPLES
+        literal = data.study_basis(name) if default else build_basis(data.studies[name], data.records, resamples)
         for model, task in sorted(set(zip(literal.runs["model"], literal.runs["task"]))):
             lit, main = k0_and_all(literal, model, task), k0_and_all(data.basis, model, task)
             if lit is None:
                 continue
-            lrs = data.main.loc[(data.main["model"] == model) & (data.main["task"] == task) & (data.main["k"] == 0), "lr"].dropna().unique()
+            lrs = m.loc[(m["model"] == model) & (m["task"] == task) & (m["k"] == 0), "lr"].dropna().unique()
             record = {"model": model, "task": task, "lr": float(lrs[0]) if len(lrs) == 1 else math.nan}
             for prefix, side in (("main", main), ("literal", lit)):
-                record |= {f"{prefix}_{x}": (side[x] if side is not None else (None if x == "real" else math.nan)) for x in sides}
+                none = {x: None if x == "real" else math.nan for x in sides}
+                record |= {f"{prefix}_{x}": (side or none)[x] for x in sides}
             record["literal_seeds"] = len(lit["seeds"])
             out.append(record)
     return pd.DataFrame(out, columns=columns).sort_values(["model", "task"], ignore_index=True)
@@ -275,34 +277,9 @@ def convergence_summary(data: BookData) -> tuple[pd.DataFrame, pd.DataFrame]:
     for (model, task), group in merged.groupby(["model", "task"], sort=True):
         flags = [_flag(x) for x in group["converged"]]
         trained = pd.to_numeric(group["epochs_trained"], errors="coerce")
-        rows.append(
-            {
-                "model": model,
-                "task": task,
-                "runs": len(group),
-                "converged": sum(x is True for x in flags),
-                "still rising": sum(x is False for x in flags),
-                "no held-out curve": sum(x is not True and x is not False for x in flags),
-                "mean epochs trained": float(trained.mean()) if trained.notna().any() else math.nan,
-            }
-        )
-    per_task = pd.DataFrame(rows, columns=["model", "task", "runs", "converged", "still rising", "no held-out curve", "mean epochs trained"])
-    rising = merged[[_flag(x) is False for x in merged["converged"]]][["run_id", "model", "task", "ranking", "k", "seed", "best_epoch", "epochs_trained"]]
-    return per_task, rising.reset_index(drop=True)
-
-
-__all__ = [
-    "LITERAL",
-    "Science",
-    "analogue_figures",
-    "placeholder_figure",
-    "convergence_summary",
-    "epoch_curves",
-    "literal_comparison",
-    "largest_drop",
-    "literal_studies",
-    "model_drops_display_frame",
-    "chapter_science",
-    "random_summary",
-    "science_numbers",
-]
+        counts = [sum(x is True for x in flags), sum(x is False for x in flags), sum(x is None for x in flags)]
+        rows.append([model, task, len(group), *counts, float(trained.mean()) if trained.notna().any() else math.nan])
+    columns = ["model", "task", "runs", "converged", "still rising", "no held-out curve", "mean epochs trained"]
+    rising = merged[[_flag(x) is False for x in merged["converged"]]]
+    rising = rising[["run_id", "model", "task", "ranking", "k", "seed", "best_epoch", "epochs_trained"]]
+    return pd.DataFrame(rows, columns=columns), rising.reset_index(drop=True)

@@ -201,16 +201,16 @@ def _differences(config: dict) -> Markdown:
     """What this grid does otherwise than the paper, one bullet each, only those that hold for this config."""
     probe, rank, models = config.get("probe", {}), config.get("rank", {}), config["models"]
     bullets = []
+    small = lambda size: size is not None and int(size) < FULL_SET
     if all(m in EMBEDDED for m in models):
-        bullets.append(_piece("differ-models", n_encoders=count(len(models), "sentence-embedding model"), n_models=count(len(models), "model")))
-    size = probe.get("max_train_examples", 1000)
-    if size is not None and int(size) < FULL_SET:
+        encoders = count(len(models), "sentence-embedding model")
+        bullets.append(_piece("differ-models", n_encoders=encoders, n_models=count(len(models), "model")))
+    if small(probe.get("max_train_examples", 1000)):
         bullets.append(_piece("differ-sizes"))
-    gate_size = rank.get("max_train_examples", 1000)
-    short = int(rank.get("epochs", 15)) < 15 or float(rank.get("lr", 2e-5)) != 2e-5 or (gate_size is not None and int(gate_size) < FULL_SET)
-    if "gates" in rank.get("methods", ["gates"]) and short:
+    gate_size, epochs, lr = rank.get("max_train_examples", 1000), int(rank.get("epochs", 15)), rank.get("lr", 2e-5)
+    if "gates" in rank.get("methods", ["gates"]) and (epochs < 15 or float(lr) != 2e-5 or small(gate_size)):
         examples = "all" if gate_size is None else f"{int(gate_size):,}"
-        bullets.append(_piece("differ-gates", epochs=count(int(rank.get("epochs", 15)), "epoch"), lr=lr_words(rank.get("lr", 2e-5)), examples=examples))
+        bullets.append(_piece("differ-gates", epochs=count(epochs, "epoch"), lr=lr_words(lr), examples=examples))
     if "cached" in probe.get("modes", ["cached"]):
         bullets.append(_piece("differ-execution"))
     if len(probe.get("seeds", [42])) > 1:

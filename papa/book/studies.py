@@ -1,5 +1,5 @@
 """The sensitivity studies of earlier grids (training size, probe settings) and the cached-vs-faithful comparison:
-tables the controls chapter shows when a grid runs such studies. Re-exported by :mod:`papa.book`."""
+tables the controls chapter shows when a grid runs such studies."""
 
 from __future__ import annotations
 
@@ -21,20 +21,10 @@ def compare(a: pd.DataFrame, b: pd.DataFrame, label_a: str, label_b: str) -> pd.
         if group_b.empty:
             continue
         va, vb = group_a["value"].astype(float).tolist(), group_b["value"].astype(float).tolist()
-        rows.append(
-            {
-                "model": key[0],
-                "task": key[1],
-                "ranking": key[2],
-                "k": int(key[3]),
-                label_a: sum(va) / len(va),
-                label_b: sum(vb) / len(vb),
-                f"{label_a} seeds": len(va),
-                f"{label_b} seeds": len(vb),
-                "difference": sum(vb) / len(vb) - sum(va) / len(va),
-                "real": R.difference_is_real(va, vb),
-            }
-        )
+        mean_a, mean_b = sum(va) / len(va), sum(vb) / len(vb)
+        row = {"model": key[0], "task": key[1], "ranking": key[2], "k": int(key[3]), label_a: mean_a, label_b: mean_b}
+        row |= {f"{label_a} seeds": len(va), f"{label_b} seeds": len(vb), "difference": mean_b - mean_a}
+        rows.append(row | {"real": R.difference_is_real(va, vb)})
     return pd.DataFrame(rows)
 
 
@@ -43,7 +33,8 @@ def faithful_comparison(data: BookData) -> pd.DataFrame | None:
     same epoch cap): None when the grid ran no such pair."""
     studies = data.config.get("studies", [])
     faithful = [s for s in studies if s.get("modes") == ["faithful"]]
-    twins = [s for s in studies if faithful and s.get("modes") == ["cached"] and s.get("epochs") == faithful[0].get("epochs")]
+    twin = lambda s: s.get("modes") == ["cached"] and s.get("epochs") == faithful[0].get("epochs")
+    twins = [s for s in studies if faithful and twin(s)]
     if not faithful or not twins or not len(data.studies.get(faithful[0]["name"], [])):
         return None
     return compare(data.studies[twins[0]["name"]], data.studies[faithful[0]["name"]], "cached", "faithful")
@@ -64,7 +55,8 @@ def _describe(settings: dict, official: dict, whole_split: int | None = None) ->
     if settings["epochs"] != official["epochs"]:
         parts.append(f"{settings['epochs']} epochs")
     if settings["selection"] != official["selection"]:
-        parts.append("epoch chosen on held-out training data" if settings["selection"] == "heldout" else f"{settings['selection']} epoch")
+        heldout = settings["selection"] == "heldout"
+        parts.append("epoch chosen on held-out training data" if heldout else f"{settings['selection']} epoch")
     if settings["train_examples"] != official["train_examples"]:
         size = settings["train_examples"]
         whole = "the whole training split" + (f" ({whole_split:,} examples)" if whole_split else "")
@@ -76,7 +68,7 @@ def _probe_change(config: dict, study: dict, model: str, whole_split: int | None
     """How ``study`` trains ``model``'s full probe otherwise than the main grid, in words (:func:`_describe`): its lr,
     epochs, epoch selection or training size; "" when it changes none of them, probes another input, or runs in
     another mode (then it is no setting of the same probe)."""
-    settings, official = _study_settings(config, study, model), _study_settings(config, {}, model)  # per model: its budget sizes
+    settings, official = _study_settings(config, study, model), _study_settings(config, {}, model)  # per model
     if study.get("probe_input", "all") != "all" or settings["modes"] != official["modes"]:
         return ""
     return _describe(settings, official, whole_split)
@@ -88,7 +80,9 @@ def _study_bases(data: BookData) -> list[tuple[dict, Basis]]:
     out = []
     for study in data.config.get("studies", []):
         frame = data.studies.get(study["name"])
-        if frame is not None and not frame.empty and any(_probe_change(data.config, study, m) for m in set(frame["model"])):
+        if frame is None or frame.empty:
+            continue
+        if any(_probe_change(data.config, study, m) for m in set(frame["model"])):
             out.append((study, data.study_basis(study["name"])))
     return out
 
@@ -100,8 +94,8 @@ def sensitivity_table(data: BookData) -> pd.DataFrame:
     epochs, epoch selection or training size) × model × task: the k = 0 and all-heads scores and the relative drop
     under the official setting (``data.basis``) and under the study's (its own basis), each the paired seeds' means
     and the cell's drop (:func:`papa.analysis.basis.k0_and_all`), and whether each score's change exceeds the seed
-    range of both settings (:func:`papa.analysis.results.difference_is_real`: "beyond seed range", not the bootstrap's
-    "real")."""
+    range of both settings (:func:`papa.analysis.results.difference_is_real`: "beyond seed range", not the
+    bootstrap's "real")."""
     rows = []
     for study, basis in _study_bases(data):
         for model, task in sorted(set(zip(basis.runs["model"], basis.runs["task"]))):
@@ -110,32 +104,22 @@ def sensitivity_table(data: BookData) -> pd.DataFrame:
             official, ours = k0_and_all(data.basis, model, task), k0_and_all(basis, model, task)
             if official is None or ours is None:
                 continue
-            runs = basis.runs[(basis.runs["model"] == model) & (basis.runs["task"] == task) & basis.runs["is_main"]]
-            chosen = ours["runs"]["selected_epoch"].astype(float)
-            rows.append(
-                {
-                    "study": study["name"],
-                    "setting": _probe_change(data.config, study, model, int(runs["train_examples"].max())),
-                    "train examples official": int(official["runs"]["train_examples"].max()),
-                    "train examples study": int(runs["train_examples"].max()),
-                    "model": model,
-                    "task": task,
-                    "k=0 official": official["k0"],
-                    "k=all official": official["all"],
-                    "drop official": official["drop"],
-                    "k=0 study": ours["k0"],
-                    "k=all study": ours["all"],
-                    "drop study": ours["drop"],
-                    "k=0 change beyond seed range": R.difference_is_real(official["k0_scores"], ours["k0_scores"]),
-                    "k=all change beyond seed range": R.difference_is_real(official["all_scores"], ours["all_scores"]),
-                    "mean epoch reported": float(chosen.mean()),
-                }
-            )
+            b = basis.runs
+            examples = int(b.loc[(b["model"] == model) & (b["task"] == task) & b["is_main"], "train_examples"].max())
+            row = {"study": study["name"], "setting": _probe_change(data.config, study, model, examples)}
+            row |= {"train examples official": int(official["runs"]["train_examples"].max())}
+            row |= {"train examples study": examples, "model": model, "task": task}
+            for side, name in ((official, "official"), (ours, "study")):
+                row |= {f"k=0 {name}": side["k0"], f"k=all {name}": side["all"], f"drop {name}": side["drop"]}
+            for k, scores in (("0", "k0_scores"), ("all", "all_scores")):
+                row[f"k={k} change beyond seed range"] = R.difference_is_real(official[scores], ours[scores])
+            rows.append(row | {"mean epoch reported": float(ours["runs"]["selected_epoch"].astype(float).mean())})
     return pd.DataFrame(rows)
 
 
 #: Study keys that leave the probe as the main grid trains it, apart from how much of the training split it sees.
-_SIZE_KEYS = {"name", "chapter", "models", "tasks", "fractions", "seeds", "methods", "max_train_examples", "pool_examples", "heldout_examples"}
+_SIZE_KEYS = {"name", "chapter", "models", "tasks", "fractions", "seeds", "methods", "max_train_examples"}
+_SIZE_KEYS |= {"pool_examples", "heldout_examples"}
 
 
 def size_studies(config: dict) -> list[str]:
@@ -144,15 +128,17 @@ def size_studies(config: dict) -> list[str]:
     outside :data:`_SIZE_KEYS`, and another training size than that model's in the main grid."""
     same = ("lr", "epochs", "selection", "modes", "heldout_examples")
 
-    def only_size(study: dict, model: str) -> bool:
-        settings, official = _study_settings(config, study, model), _study_settings(config, {}, model)
-        return all(settings[key] == official[key] for key in same) and settings["train_examples"] != official["train_examples"]
+    def only_size(study: dict) -> bool:
+        models = study.get("models", config["models"])
+        if not (set(study) <= _SIZE_KEYS and models):
+            return False
+        for model in models:
+            mine, main = _study_settings(config, study, model), _study_settings(config, {}, model)
+            if any(mine[key] != main[key] for key in same) or mine["train_examples"] == main["train_examples"]:
+                return False
+        return True
 
-    return [
-        study["name"]
-        for study in config.get("studies", [])
-        if set(study) <= _SIZE_KEYS and study.get("models", config["models"]) and all(only_size(study, model) for model in study.get("models", config["models"]))
-    ]
+    return [study["name"] for study in config.get("studies", []) if only_size(study)]
 
 
 def _span(values) -> str:
@@ -184,27 +170,16 @@ def drop_checks(data: BookData, model: str, task: str) -> pd.DataFrame:
         if side is None:
             continue
         runs = side["runs"]
-        trained = [((data.records.get(run_id) or {}).get("convergence") or {}).get("epochs_trained", epochs) for run_id, epochs in zip(runs["run_id"], runs["epochs"])]
+        convergence = [(data.records.get(run_id) or {}).get("convergence") or {} for run_id in runs["run_id"]]
+        trained = [c.get("epochs_trained", epochs) for c, epochs in zip(convergence, runs["epochs"])]
         lrs = runs["lr"].dropna().unique()
-        rows.append(
-            {
-                "setting": name,
-                "change": change,
-                "lr": float(lrs[0]) if len(lrs) == 1 else float("nan"),
-                "seeds": len(side["seeds"]),
-                "k0_scores": side["k0_scores"],
-                "all_scores": side["all_scores"],
-                "k0": side["paired_k0"],
-                "all": side["paired_all"],
-                "drop": side["drop"],
-                "apart": max(side["all_scores"]) < min(side["k0_scores"]),
-                "epoch_reported": _span(runs["selected_epoch"].astype(int)),
-                "epochs_trained": _span(trained),
-                "cap": int(runs["epochs"].max()),
-            }
-        )
-    columns = ["setting", "change", "lr", "seeds", "k0_scores", "all_scores", "k0", "all", "drop", "apart", "epoch_reported", "epochs_trained", "cap"]
-    return pd.DataFrame(rows, columns=columns)
+        lr = float(lrs[0]) if len(lrs) == 1 else float("nan")
+        row = [name, change, lr, len(side["seeds"]), side["k0_scores"], side["all_scores"], side["paired_k0"]]
+        row += [side["paired_all"], side["drop"], max(side["all_scores"]) < min(side["k0_scores"])]
+        row += [_span(runs["selected_epoch"].astype(int)), _span(trained), int(runs["epochs"].max())]
+        rows.append(row)
+    columns = "setting change lr seeds k0_scores all_scores k0 all drop apart epoch_reported epochs_trained cap"
+    return pd.DataFrame(rows, columns=columns.split())
 
 
 def drop_checks_summary(checks: pd.DataFrame) -> str:
@@ -214,17 +189,17 @@ def drop_checks_summary(checks: pd.DataFrame) -> str:
         return "no run to check"
     apart = int(checks["apart"].sum())
     where = "In every setting" if apart == len(checks) else f"In {apart} of {len(checks)} settings"
-    drops = and_list(f"{row.drop:.1%} ({'the main grid' if row.setting == 'main grid' else row.change}; {row.seeds} {plural(row.seeds, 'seed')})" for row in checks.itertuples())
-    sentence = f"{where}, every seed's score with every head constant lies below every seed's score at k = 0; the drop is {drops}"
+    seeds = lambda n: f"{n} {plural(n, 'seed')}"
+    setting = lambda row: "the main grid" if row.setting == "main grid" else row.change
+    drops = and_list(f"{row.drop:.1%} ({setting(row)}; {seeds(row.seeds)})" for row in checks.itertuples())
+    below = "every seed's score with every head constant lies below every seed's score at k = 0"
+    sentence = f"{where}, {below}; the drop is {drops}"
     best, main = checks.loc[checks["k0"].idxmax()], checks[checks["setting"] == "main grid"]
     if best["setting"] != "main grid" and len(main):
         main = main.iloc[0]
         sentence += (
-            f". The best-trained probe at k = 0 is not the main grid's: {best['change']} ({best['seeds']} {plural(best['seeds'], 'seed')}) scores"
-            f" {best['k0']:.3f} against {main['k0']:.3f},"
+            f". The best-trained probe at k = 0 is not the main grid's: {best['change']} ({seeds(best['seeds'])})"
+            f" scores {best['k0']:.3f} against {main['k0']:.3f},"
             f" and loses {'more' if best['drop'] > main['drop'] else 'less'} with every head constant"
         )
     return sentence
-
-
-__all__ = ["compare", "drop_checks", "drop_checks_summary", "faithful_comparison", "sensitivity_table", "size_sensitivity", "size_studies"]

@@ -1,10 +1,11 @@
-"""The chapter of a ``papa study``: one model's results beside the book's models, compared only where protocols match.
+"""The chapter of a ``papa study``: one model's results beside the book's models, compared only where protocols
+match.
 
 :func:`study_chapter` loads a study grid's runs and the book's committed runs, each into its own
-:class:`~papa.book.science.Science` (the results chapter's tables, analogues and verdicts); the two are never pooled.
-:func:`protocol_differences` says, per book model, what of the protocol differs (sizes cut by a budget, another
-``max_length`` ...): only a book model whose protocol matches is compared (:func:`comparison_frame`); the others are
-named with their differences. ``notebooks/07_study.md`` is the thin notebook that shows it.
+:class:`~papa.book.science.Science` (the results chapter's tables, analogues and verdicts); the two are never
+pooled. :func:`protocol_differences` says, per book model, what of the protocol differs (sizes cut by a budget,
+another ``max_length`` ...): only a book model whose protocol matches is compared (:func:`comparison_frame`); the
+others are named with their differences. ``notebooks/07_study.md`` is the thin notebook that shows it.
 """
 
 from __future__ import annotations
@@ -24,23 +25,14 @@ from papa.pipeline.plan import grid_model
 
 #: The probe settings that make a protocol (with the grid's max_length, layout, data seed, constants, ranking and lr
 #: selection): two models are compared only when all of them are equal. Seeds and head fractions are coverage.
-PROBE_KEYS = {
-    "lr": "probe lr",
-    "epochs": "epoch cap",
-    "patience": "patience",
-    "selection": "epoch selection",
-    "pool_examples": "training pool",
-    "max_train_examples": "training draw per seed",
-    "heldout_examples": "held-out draw per seed",
-    "modes": "modes",
-    "heldout_fraction": "held-out share",
-}
+PROBE_KEYS = {"lr": "probe lr", "epochs": "epoch cap", "patience": "patience", "selection": "epoch selection"}
+PROBE_KEYS |= {"pool_examples": "training pool", "max_train_examples": "training draw per seed"}
+PROBE_KEYS |= {"heldout_examples": "held-out draw per seed", "modes": "modes", "heldout_fraction": "held-out share"}
 GRID_KEYS = {"max_length": "max_length", "relayout": "PAPA layout", "data_seed": "data seed"}
-SECTION_KEYS = {
-    "estimate": {"max_examples": "constants' examples"},
-    "rank": {"epochs": "gate epochs", "lr": "gate lr", "max_train_examples": "gate training examples", "max_eval_examples": "gate dev examples", "seed": "gate seed"},
-    "lr_selection": {"lrs": "lrs tried", "seeds": "lr-selection seeds", "epochs": "lr-selection cap"},
-}
+RANK_KEYS = {"epochs": "gate epochs", "lr": "gate lr", "max_train_examples": "gate training examples"}
+RANK_KEYS |= {"max_eval_examples": "gate dev examples", "seed": "gate seed"}
+SECTION_KEYS = {"estimate": {"max_examples": "constants' examples"}, "rank": RANK_KEYS}
+SECTION_KEYS["lr_selection"] = {"lrs": "lrs tried", "seeds": "lr-selection seeds", "epochs": "lr-selection cap"}
 
 
 def _words(value: Any) -> str:
@@ -69,7 +61,7 @@ def protocol(config: dict, model: str, tasks: list[str]) -> dict[str, Any]:
 def protocol_differences(study: dict, model: str, book: dict, book_model: str, tasks: list[str]) -> list[str]:
     """What differs between the study's protocol for ``model`` and the book's for ``book_model`` (empty: they match)."""
     mine, theirs = protocol(study, model, tasks), protocol(book, book_model, tasks)
-    return [f"{key} {_words(mine[key])} here, {_words(theirs[key])} in the book" for key in mine if mine[key] != theirs[key]]
+    return [f"{k} {_words(mine[k])} here, {_words(theirs[k])} in the book" for k in mine if mine[k] != theirs[k]]
 
 
 def coverage_notes(study: dict, model: str, book: dict, book_model: str) -> list[str]:
@@ -78,15 +70,16 @@ def coverage_notes(study: dict, model: str, book: dict, book_model: str) -> list
     notes = []
     if len(mine["seeds"]) != len(theirs["seeds"]):
         notes.append(f"{plural(len(mine['seeds']), 'probe seed')} here, {len(theirs['seeds'])} in the book")
-    if [str(f) for f in mine["fractions"]] != [str(f) for f in theirs["fractions"]]:
-        notes.append(f"head fractions {_words([str(f) for f in mine['fractions']])} here, {_words([str(f) for f in theirs['fractions']])} in the book")
+    ours, book_fractions = ([str(f) for f in side["fractions"]] for side in (mine, theirs))
+    if ours != book_fractions:
+        notes.append(f"head fractions {_words(ours)} here, {_words(book_fractions)} in the book")
     return notes
 
 
 @dataclass
 class StudyChapter:
-    """A study's own results (``data``, ``science``) and the book's (``book``, ``book_science``; None when its runs cannot
-    be read, ``book_missing`` says why), with each book model's protocol differences (empty: compared)."""
+    """A study's own results (``data``, ``science``) and the book's (``book``, ``book_science``; None when its runs
+    cannot be read, ``book_missing`` says why), with each book model's protocol differences (empty: compared)."""
 
     data: BookData
     science: Science
@@ -105,88 +98,97 @@ class StudyChapter:
         return [model for model, why in self.differences.items() if not why]
 
 
-def study_chapter(grid_config: str, book_config: str = "configs/default.yaml", resamples: int | None = None) -> StudyChapter:
+def study_chapter(grid_config: str, book_config: str = "configs/default.yaml") -> StudyChapter:
     """A study's chapter data: its own science, and the book's beside it (read from the book's committed runs)."""
-    extra = {} if resamples is None else {"resamples": resamples}
     data = load_book_data(grid_config)
-    science = chapter_science(data, **extra)
+    science = chapter_science(data)
     model, tasks = data.config["models"][0], list(data.config["tasks"])
     chapter = StudyChapter(data, science, model, tasks, book_config)
     try:
         chapter.book = load_book_data(book_config)
-        chapter.book_science = chapter_science(chapter.book, science.ranking, **extra)
+        chapter.book_science = chapter_science(chapter.book, science.ranking)
     except PapaError as err:
         chapter.book_missing = str(err)
         return chapter
-    for book_model in chapter.book.config["models"]:
-        chapter.differences[book_model] = protocol_differences(data.config, model, chapter.book.config, book_model, tasks)
-        chapter.coverage[book_model] = coverage_notes(data.config, model, chapter.book.config, book_model)
+    book = chapter.book.config
+    for book_model in book["models"]:
+        chapter.differences[book_model] = protocol_differences(data.config, model, book, book_model, tasks)
+        chapter.coverage[book_model] = coverage_notes(data.config, model, book, book_model)
     return chapter
 
 
 def comparison_frame(chapter: StudyChapter) -> pd.DataFrame:
-    """Per task, the study's model and each matched book model (each from its own grid's converged, paired cells): the
-    score at k = 0 and the relative drops at half and all heads with their 95% intervals, and whether it is informative."""
+    """Per task, the study's model and each matched book model (each from its own grid's converged, paired cells):
+    the score at k = 0 and the relative drops at half and all heads with their 95% intervals, and whether it is
+    informative."""
     parts = [chapter.science.cells.assign(source="this study")]
     if chapter.book_science is not None and chapter.matched:
         book = chapter.book_science.cells
-        parts.append(book[book["model"].isin(chapter.matched) & book["task"].isin(chapter.tasks)].assign(source="the book"))
+        matched = book[book["model"].isin(chapter.matched) & book["task"].isin(chapter.tasks)]
+        parts.append(matched.assign(source="the book"))
     cells = pd.concat(parts, ignore_index=True)
     rows = []
     for (source, model, task), group in cells.groupby(["source", "model", "task"], sort=False):
-        row: dict[str, Any] = {"task": task, "model": model, "source": source, "total_heads": int(group["total_heads"].iloc[0])}
-        row |= {"score_0": float(group["score_0"].iloc[0]), "informative": bool(group["informative"].iloc[0])}
+        first = group.iloc[0]
+        row = [task, model, source, int(first["total_heads"]), float(first["score_0"])]
         for at in ("half", "all"):
             hit = group[group["at"] == at]
-            row[f"drop_{at}"] = tuple(hit[["relative_drop", "relative_low", "relative_high"]].iloc[0]) if len(hit) else None
-        rows.append(row)
-    frame = pd.DataFrame(rows, columns=["task", "model", "source", "total_heads", "score_0", "drop_half", "drop_all", "informative"])
+            row.append(tuple(hit[["relative_drop", "relative_low", "relative_high"]].iloc[0]) if len(hit) else None)
+        rows.append([*row, bool(first["informative"])])
+    columns = ["task", "model", "source", "total_heads", "score_0", "drop_half", "drop_all", "informative"]
     order = {task: i for i, task in enumerate(chapter.tasks)}
-    return frame.sort_values(["task", "source"], key=lambda s: s.map(order) if s.name == "task" else s != "this study", kind="stable").reset_index(drop=True)
-
-
-def _drop_cell(value: Any) -> str | None:
-    if value is None:
-        return None
-    drop, low, high = value
-    return f"{T.percent(drop)}{T.NBSP}[{T.percent(low)},{T.NBSP}{T.percent(high)}]" if not (T.is_missing(low) or T.is_missing(high)) else T.percent(drop)
+    key = lambda s: s.map(order) if s.name == "task" else s != "this study"
+    frame = pd.DataFrame(rows, columns=columns)
+    return frame.sort_values(["task", "source"], key=key, kind="stable").reset_index(drop=True)
 
 
 def comparison_display(frame: pd.DataFrame) -> T.Table:
     """:func:`comparison_frame` for reading."""
-    shown = T.key_text(frame).assign(drop_half=[_drop_cell(v) for v in frame["drop_half"]], drop_all=[_drop_cell(v) for v in frame["drop_all"]])
-    kinds = {"task": "text", "model": "text", "source": "text", "total_heads": "int", "score_0": "score", "drop_half": T.text, "drop_all": T.text, "informative": "yes/no"}
-    headers = {"total_heads": "heads", "score_0": "k = 0", "drop_half": "drop, half constant", "drop_all": "drop, all constant"}
-    missing = {"drop_half": "no converged, paired run at half of the heads", "drop_all": "no converged, paired run with every head constant"}
-    return T.table(shown, kinds, headers, missing, notes=["Each row from its own grid's converged runs, paired by probe seed; the 95% intervals are over dev examples."])
+    drop = lambda v: None if v is None else T.with_interval(T.percent, *v)
+    shown = T.key_text(frame).assign(drop_half=frame["drop_half"].map(drop), drop_all=frame["drop_all"].map(drop))
+    kinds = {"task": "text", "model": "text", "source": "text", "total_heads": "int", "score_0": "score"}
+    kinds |= {"drop_half": T.text, "drop_all": T.text, "informative": "yes/no"}
+    headers = {"total_heads": "heads", "score_0": "k = 0", "drop_half": "drop, half constant"}
+    headers["drop_all"] = "drop, all constant"
+    missing = {"drop_half": "no converged, paired run at half of the heads"}
+    missing["drop_all"] = "no converged, paired run with every head constant"
+    notes = [
+        "Each row from its own grid's converged runs, paired by probe seed; the 95% intervals are over dev examples."
+    ]
+    return T.table(shown, kinds, headers, missing, notes=notes)
 
 
 def protocol_frame(chapter: StudyChapter) -> pd.DataFrame:
     """Per book model: compared or not, the protocol differences that keep it out, and the coverage notes."""
-    rows = [
-        {"model": model, "compared": not why, "differences": "; ".join(why) or "none", "coverage": "; ".join(chapter.coverage.get(model, [])) or "the same"}
-        for model, why in chapter.differences.items()
-    ]
+    rows = []
+    for model, why in chapter.differences.items():
+        coverage = "; ".join(chapter.coverage.get(model, [])) or "the same"
+        rows.append([model, not why, "; ".join(why) or "none", coverage])
     return pd.DataFrame(rows, columns=["model", "compared", "differences", "coverage"])
 
 
 def protocol_display(frame: pd.DataFrame) -> T.Table:
     kinds = {"model": "text", "compared": "yes/no", "differences": "text", "coverage": "text"}
-    headers = {"model": "the book's model", "differences": "protocol differences (not compared when any)", "coverage": "seeds and head fractions"}
-    return T.table(frame, kinds, headers)
+    headers = {"model": "the book's model", "differences": "protocol differences (not compared when any)"}
+    return T.table(frame, kinds, headers | {"coverage": "seeds and head fractions"})
 
 
 def study_numbers(chapter: StudyChapter) -> dict[str, str]:
     """The words the chapter's prose glues: the model, its tasks, and the comparison in one sentence."""
     if chapter.book is None:
-        beside = f"The book's runs ({chapter.book_config}) could not be read, so nothing stands beside this model: {chapter.book_missing}"
+        beside = f"The book's runs ({chapter.book_config}) could not be read, so nothing stands beside this model: "
+        beside += chapter.book_missing
     elif chapter.matched:
         others = [m for m in chapter.differences if m not in chapter.matched]
-        beside = f"Beside it stand the book's {and_list(chapter.matched)}, whose protocol is this study's" + (
-            f"; {and_list(others)} ran under another protocol and {'is' if len(others) == 1 else 'are'} not compared (the table says what differs)" if others else ""
-        )
+        beside = f"Beside it stand the book's {and_list(chapter.matched)}, whose protocol is this study's"
+        if others:
+            verb = "is" if len(others) == 1 else "are"
+            beside += (
+                f"; {and_list(others)} ran under another protocol and {verb} not compared (the table says what differs)"
+            )
     else:
-        beside = "No model of the book ran under this study's protocol (the table says what differs), so none is compared: each grid's numbers stand alone"
+        beside = "No model of the book ran under this study's protocol (the table says what differs), so none is"
+        beside += " compared: each grid's numbers stand alone"
     return {
         "study_model": chapter.model,
         "study_tasks": and_list(task_name(t) for t in chapter.tasks),

@@ -1,8 +1,9 @@
-"""``papa study``: check the model, write the sized config, run the grid as ``papa grid run`` does, execute the chapter.
+"""``papa study``: check the model, write the sized config, run the grid as ``papa grid run`` does, execute the
+chapter.
 
 The chapter of a study (``notebooks/07_study.md``, :mod:`papa.book.study_chapter`) is executed by papermill into
-``book/studies/<grid>.ipynb``, outside the runs folder (so ``papa grid run --prune`` never sees it); the book lists
-every executed study chapter in a "Your models" part (:func:`studies_part`, applied when the book's pages are
+``book/studies/<grid>.ipynb``, outside the runs folder (so ``papa grid run --prune`` never sees it); the book
+lists every executed study chapter in a "Your models" part (:func:`studies_part`, applied when the book's pages are
 written), and ``--site`` builds it alone as a standalone site (:func:`build_site`).
 """
 
@@ -32,13 +33,15 @@ PART_CAPTION = "Your models"
 
 
 def parse_tasks(text: str | None) -> list[str]:
-    """``sst2,mrpc`` → the tasks, in the given order (None or empty: all six); an unknown or repeated task is refused."""
+    """``sst2,mrpc`` → the tasks, in the given order (None or empty: all six); an unknown or repeated task is
+    refused."""
     if not text or not text.strip():
         return list(TASKS)
     tasks = [t.strip().lower() for t in text.split(",") if t.strip()]
     unknown = [t for t in tasks if t not in TASKS]
     if unknown:
-        raise PapaError(f"--tasks: unknown task(s) {', '.join(unknown)}", f"Use a comma list of {', '.join(TASKS)} (e.g. --tasks sst2,mrpc).")
+        fix = f"Use a comma list of {', '.join(TASKS)} (e.g. --tasks sst2,mrpc)."
+        raise PapaError(f"--tasks: unknown task(s) {', '.join(unknown)}", fix)
     if len(set(tasks)) != len(tasks):
         raise PapaError(f"--tasks lists a task twice ({text})", "List each task once.")
     return tasks
@@ -49,7 +52,8 @@ def chapter_path(grid: str, root: Path = ROOT) -> Path:
 
 
 def execute_chapter(grid: str, book_config: str = S.BOOK_CONFIG, root: Path = ROOT) -> Path:
-    """Execute the study chapter of grid ``grid`` (``configs/<grid>.yaml``) beside ``book_config``'s runs; returns its path."""
+    """Execute the study chapter of grid ``grid`` (``configs/<grid>.yaml``) beside ``book_config``'s runs; returns
+    its path."""
     import nbformat
     import papermill
 
@@ -63,11 +67,13 @@ def execute_chapter(grid: str, book_config: str = S.BOOK_CONFIG, root: Path = RO
         source, executed = Path(scratch) / "source.ipynb", Path(scratch) / "executed.ipynb"
         source.write_text(nbformat.writes(read_source(root / NOTEBOOK)), encoding="utf-8")
         params = {"grid_config": f"configs/{grid}.yaml", "book_config": book_config}
+        options = dict(parameters=params, cwd=str(root), **papermill_options())
         try:
-            papermill.execute_notebook(str(source), str(executed), parameters=params, cwd=str(root), **papermill_options())
+            papermill.execute_notebook(str(source), str(executed), **options)
         except Exception as err:
             reason = f"{getattr(err, 'ename', type(err).__name__)}: {getattr(err, 'evalue', str(err))}".strip()
-            raise PapaError(f"The chapter of {grid} failed ({reason[:300]})", "Its runs are kept: fix the cause and run `papa study` again.") from None
+            fix = "Its runs are kept: fix the cause and run `papa study` again."
+            raise PapaError(f"The chapter of {grid} failed ({reason[:300]})", fix) from None
         nb = clean_executed(nbformat.read(executed, as_version=4), root)
     atomic_write_text(target, nbformat.writes(nbformat.from_dict(nb)))
     return target
@@ -76,14 +82,14 @@ def execute_chapter(grid: str, book_config: str = S.BOOK_CONFIG, root: Path = RO
 def study_chapters(root: Path = ROOT) -> list[str]:
     """The executed study chapters (repository-relative, no suffix), sorted: what the "Your models" part lists."""
     folder = root / CHAPTERS_DIR
-    return [f"{CHAPTERS_DIR}/{path.stem}" for path in sorted(folder.glob(f"{S.PREFIX}*.ipynb"))] if folder.is_dir() else []
+    found = sorted(folder.glob(f"{S.PREFIX}*.ipynb")) if folder.is_dir() else []
+    return [f"{CHAPTERS_DIR}/{path.stem}" for path in found]
 
 
 def studies_part(toc: str, root: Path = ROOT) -> str:
     """``_toc.yml``'s text ``toc`` with the "Your models" part (every executed study chapter) before the appendix;
-    as it is when there is no study or the part is there. A file named with other characters than ``[A-Za-z0-9_./-]``
-    is written as a JSON string (valid YAML)."""
-
+    as it is when there is no study or the part is there. A file named with other characters than
+    ``[A-Za-z0-9_./-]`` is written as a JSON string (valid YAML)."""
     chapters = study_chapters(root)
     if not chapters or f"caption: {PART_CAPTION}" in toc:
         return toc
@@ -94,11 +100,12 @@ def studies_part(toc: str, root: Path = ROOT) -> str:
 
 
 def build_site(grid: str, root: Path = ROOT) -> Path:
-    """A standalone site of one study chapter in ``_build/<grid>/html`` (its own Jupyter Book: the chapter, the book's
-    configuration and its offline scripts); returns the site's ``index.html``."""
+    """A standalone site of one study chapter in ``_build/<grid>/html`` (its own Jupyter Book: the chapter, the
+    book's configuration and its offline scripts); returns the site's ``index.html``."""
     chapter = chapter_path(grid, root)
     if not chapter.is_file():
-        raise PapaError(f"The chapter of {grid} has not been executed", "Run `papa study MODEL` (without --dry-run) first.")
+        fix = "Run `papa study MODEL` (without --dry-run) first."
+        raise PapaError(f"The chapter of {grid} has not been executed", fix)
     site = root / "_build" / grid
     source = site / "source"
     shutil.rmtree(source, ignore_errors=True)
@@ -113,7 +120,8 @@ def build_site(grid: str, root: Path = ROOT) -> Path:
     command = [str(Path(sys.executable).parent / "jupyter-book"), "build", str(source), "--path-output", str(site)]
     build = subprocess.run(command, cwd=source, capture_output=True, text=True)
     if build.returncode != 0:
-        raise PapaError(f"jupyter-book build of the {grid} site failed: {build.stderr[-500:] or build.stdout[-500:]}", "Read the message above.")
+        what = f"jupyter-book build of the {grid} site failed: {build.stderr[-500:] or build.stdout[-500:]}"
+        raise PapaError(what, "Read the message above.")
     return site / "_build" / "html" / "index.html"
 
 
@@ -132,14 +140,15 @@ def run_study(
 ) -> int:
     """``papa study``: refuse what cannot be studied, size the book's protocol to ``budget`` (seconds), write
     ``configs/study-<name>.yaml`` (``dry_run``: print it and the estimate, write nothing), run it with
-    :func:`papa.pipeline.runner.run_grid` (``grid_options``: its scheduler keywords), then execute the chapter
-    (and build the standalone site with ``site``). ``protocol`` replaces the book's (tests use tiny sizes)."""
+    :func:`papa.pipeline.runner.run_grid` (``grid_options``: its scheduler keywords), then execute the chapter (and
+    build the standalone site with ``site``). ``protocol`` replaces the book's (tests use tiny sizes)."""
     from papa.pipeline.runner import run_grid
 
     out = out or sys.stdout
     checked = S.check_model(model)
     name = name or S.default_name(model)
-    config = S.study_config(model, tasks, name, protocol if protocol is not None else S.book_protocol(book_config), device)
+    protocol = protocol if protocol is not None else S.book_protocol(book_config)
+    config = S.study_config(model, tasks, name, protocol, device)
     fitted = S.fit_budget(config, budget)
     path = S.config_path(name)
     text = S.config_text(fitted, budget, book_config)
@@ -148,7 +157,8 @@ def run_study(
     print(f"study {config['name']}: {visible(model)} ({what}) on {', '.join(tasks)}", file=out)
     for cut in fitted.cuts:
         print(f"  cut to fit the budget of {_format(budget or 0)}: {cut}", file=out)
-    print(f"  estimate {_format(fitted.seconds)} on 2 CPU cores" + (f" (budget {_format(budget)})" if budget else " (the book's protocol at full size)"), file=out)
+    size = f" (budget {_format(budget)})" if budget else " (the book's protocol at full size)"
+    print(f"  estimate {_format(fitted.seconds)} on 2 CPU cores{size}", file=out)
     if dry_run:
         print(f"would write {where}:\n{text}", file=out)
         return 0
@@ -157,10 +167,12 @@ def run_study(
     print(f"wrote {where}", file=out, flush=True)
     status = run_grid(path, out=out, **grid_options)
     if status != 0:
-        print(f"the chapter is not executed: some runs failed; fix them and run the same command again (`papa grid run {where}` works too)", file=out)
+        again = f"fix them and run the same command again (`papa grid run {where}` works too)"
+        print(f"the chapter is not executed: some runs failed; {again}", file=out)
         return status
     chapter = execute_chapter(config["name"], book_config)
-    print(f"chapter: {chapter.relative_to(ROOT)} (the book lists it under '{PART_CAPTION}' at its next build)", file=out)
+    later = f"(the book lists it under '{PART_CAPTION}' at its next build)"
+    print(f"chapter: {chapter.relative_to(ROOT)} {later}", file=out)
     if site:
         print(f"site: {build_site(config['name'])}", file=out)
     return 0

@@ -1,6 +1,6 @@
 """Display tables: the :class:`Table` (HTML without index, every row, one-line number cells, an en dash
-with a footnote for a missing value), cell formatters, :func:`auto_table` and :func:`enable_table_display`
-for any frame, and Markdown cell escaping. The chapters' tables are in :mod:`papa.book.tables`."""
+with a footnote for a missing value), cell formatters, and :func:`auto_table` and :func:`enable_table_display`
+for any frame. The chapters' tables are in :mod:`papa.book.tables`."""
 
 from __future__ import annotations
 
@@ -19,13 +19,15 @@ from papa.analysis.figure_kit import metric_name, task_name
 NBSP = "\u00a0"
 DASH = "\u2013"  # en dash: a missing value
 #: The footnote of every "beyond seed range?" column ("real?" means only that a bootstrap interval excludes 0).
-SEED_RANGE_NOTE = "beyond seed range?: whether the difference exceeds the larger of the two seed ranges (max − min over seeds)."
+SEED_RANGE_NOTE = "beyond seed range?: whether the difference exceeds the larger of the two seed ranges (max − min"
+SEED_RANGE_NOTE += " over seeds)."
 #: Why a value is missing when the caller gives no reason.
 DEFAULT_MISSING = "no run of this grid measured this value"
 _STYLE = (
     "<style>.papa-table-wrap{overflow-x:auto;max-width:100%;margin-bottom:1em}"
     ".papa-table{border-collapse:collapse;font-size:0.85em}"
-    ".papa-table th,.papa-table td{padding:0.25em 0.4em;white-space:nowrap;text-align:right;border-bottom:1px solid #ddd}"
+    ".papa-table th,.papa-table td{padding:0.25em 0.4em;white-space:nowrap;text-align:right;"
+    "border-bottom:1px solid #ddd}"
     ".papa-table th{white-space:normal;vertical-align:bottom;min-width:4em}"
     ".papa-table td.text,.papa-table th.text{text-align:left}.papa-table td.text{white-space:normal;min-width:6em}"
     ".papa-table-notes{font-size:0.85em;margin-top:0.3em}"
@@ -63,7 +65,8 @@ def nominal_fraction(k: int, total: int) -> tuple[Fraction, bool]:
     from papa.analysis.findings import MAIN_FRACTIONS, _k_of
 
     k, total = int(k), int(total)
-    nominal = next((f for f in MAIN_FRACTIONS if 0 < f < 1 and _k_of(f, total) == k), None) if 0 < k < total else None
+    paper = (f for f in MAIN_FRACTIONS if 0 < f < 1 and _k_of(f, total) == k)
+    nominal = next(paper, None) if 0 < k < total else None
     return (nominal, nominal == Fraction(k, total)) if nominal is not None else (Fraction(k, total), True)
 
 
@@ -91,23 +94,30 @@ def text(value: Any) -> str | None:
     return None if is_missing(value) else str(value)
 
 
-def score_spread(mean: Any, spread: Any, digits: int = 3) -> str | None:
+def score_spread(mean: Any, spread: Any) -> str | None:
     """``"0.812 ± 0.020"`` with non-breaking spaces (one line); the mean alone when ``spread`` is missing."""
     if is_missing(mean):
         return None
-    return str(score(mean, digits)) + ("" if is_missing(spread) else f"{NBSP}±{NBSP}{score(spread, digits)}")
+    return str(score(mean)) + ("" if is_missing(spread) else f"{NBSP}±{NBSP}{score(spread)}")
 
 
-def score_interval(mean: Any, low: Any, high: Any, digits: int = 3) -> str | None:
-    """``"0.812 [0.800, 0.840]"`` with non-breaking spaces; the mean alone when the interval is missing."""
-    if is_missing(mean):
+def with_interval(cell: Callable[[Any], str | None], value: Any, low: Any, high: Any) -> str | None:
+    """``cell(value)`` followed, when both ends are there, by ``[cell(low), cell(high)]``, with non-breaking
+    spaces (one line): ``"0.812 [0.800, 0.840]"``; None without a value."""
+    if is_missing(value):
         return None
-    interval = "" if is_missing(low) or is_missing(high) else f"{NBSP}[{score(low, digits)},{NBSP}{score(high, digits)}]"
-    return f"{score(mean, digits)}{interval}"
+    interval = "" if is_missing(low) or is_missing(high) else f"{NBSP}[{cell(low)},{NBSP}{cell(high)}]"
+    return f"{cell(value)}{interval}"
+
+
+def score_interval(mean: Any, low: Any, high: Any) -> str | None:
+    """``"0.812 [0.800, 0.840]"``; the mean alone when the interval is missing."""
+    return with_interval(score, mean, low, high)
 
 
 #: Column kinds :func:`table` understands.
-KINDS: dict[str, Callable[[Any], str | None]] = {"score": score, "percent": percent, "int": integer, "yes/no": yes_no, "text": text}
+KINDS: dict[str, Callable[[Any], str | None]] = {"score": score, "percent": percent, "int": integer}
+KINDS |= {"yes/no": yes_no, "text": text}
 
 
 @dataclass
@@ -133,7 +143,7 @@ class Table:
         return reasons
 
     def _html_table(self, columns: list[str], marks: dict[str, str]) -> str:
-        align = lambda c: ' class="text"' if c in self.text_columns else ""  # noqa: E731
+        align = lambda c: ' class="text"' if c in self.text_columns else ""
         index = [self.columns.index(c) for c in columns]
         head = "".join(f"<th{align(c)}>{html.escape(c)}</th>" for c in columns)
         body = []
@@ -146,7 +156,8 @@ class Table:
                 else:
                     cells.append(f"<td{align(column)}>{html.escape(value)}</td>")
             body.append("<tr>" + "".join(cells) + "</tr>")
-        return f'<div class="papa-table-wrap"><table class="papa-table"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
+        table = f'<table class="papa-table"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
+        return f'<div class="papa-table-wrap">{table}'
 
     def _repr_html_(self) -> str:
         """The table; its :attr:`details` columns (with the :attr:`keys`) in a folded "More columns" table below it,
@@ -155,20 +166,22 @@ class Table:
             return f'<p class="papa-table-empty"><em>{html.escape(self.empty)}</em></p>'
         marks = self._marks()
         main = [c for c in self.columns if c not in self.details]
-        notes = [f"<sup>{mark}</sup>{NBSP}{DASH}: {html.escape(reason)}" for reason, mark in marks.items()] + [html.escape(n) for n in self.notes]
+        notes = [f"<sup>{mark}</sup>{NBSP}{DASH}: {html.escape(reason)}" for reason, mark in marks.items()]
+        notes += [html.escape(n) for n in self.notes]
         foot = f'<p class="papa-table-notes">{"<br>".join(notes)}</p>' if notes else ""
         more = ""
         if self.details:
             folded = self.columns[: self.keys] + [c for c in self.columns if c in self.details]
-            more = f'<details class="papa-table-more"><summary>More columns: {html.escape(", ".join(self.details))}</summary>{self._html_table(folded, marks)}</div></details>'
+            summary = f"<summary>More columns: {html.escape(', '.join(self.details))}</summary>"
+            more = f'<details class="papa-table-more">{summary}{self._html_table(folded, marks)}</div></details>'
         return f"{_STYLE}{self._html_table(main, marks)}{foot}</div>{more}"
 
     def __repr__(self) -> str:
         if not self.rows:
             return self.empty
         marks = self._marks()
-        show = lambda c, v: v if v is not None else DASH + marks[self.missing_notes.get(c, DEFAULT_MISSING)]  # noqa: E731
-        lines = [" | ".join(self.columns)] + [" | ".join(show(c, v) for c, v in zip(self.columns, row)) for row in self.rows]
+        show = lambda c, v: v if v is not None else DASH + marks[self.missing_notes.get(c, DEFAULT_MISSING)]
+        lines = [" | ".join(self.columns)] + [" | ".join(map(show, self.columns, row)) for row in self.rows]
         return "\n".join(lines + [f"{m}: {r}" for r, m in marks.items()] + self.notes)
 
     def to_frame(self) -> pd.DataFrame:
@@ -179,11 +192,6 @@ class Table:
 def model_task_kinds(frame: pd.DataFrame) -> dict[str, str]:
     """The leading key columns: model (only when there are several) and task."""
     return ({"model": "text"} if has_several(frame, "model") else {}) | {"task": "text"}
-
-
-def fraction_text(value: float) -> str:
-    """A share of the heads as the paper writes it: ``0.875`` → ``"7/8"``."""
-    return str(Fraction(float(value)).limit_denominator(1000))
 
 
 def table(
@@ -203,12 +211,14 @@ def table(
     formatters = {c: KINDS[k] if isinstance(k, str) else k for c, k in kinds.items()}
     if frame.empty:
         frame = frame.reindex(columns=columns)  # an empty result may lack its columns
-    rows = [[formatters[c](value) for c, value in zip(columns, values)] for values in frame[columns].itertuples(index=False, name=None)]
-    named = [headers.get(c, c) for c in columns]
-    text_columns = {headers.get(c, c) for c, k in kinds.items() if k == "text"}
+    values = frame[columns].itertuples(index=False, name=None)
+    rows = [[formatters[c](value) for c, value in zip(columns, row)] for row in values]
+    name = lambda c: headers.get(c, c)
+    text_columns = {name(c) for c, k in kinds.items() if k == "text"}
     keys = next((i for i, c in enumerate(columns) if kinds[c] != "text"), len(columns))
-    folded = [headers.get(c, c) for c in columns if c in set(details)]
-    return Table(named, rows, {headers.get(c, c): why for c, why in missing.items()}, text_columns, list(notes), details=folded, keys=keys)
+    folded = [name(c) for c in columns if c in set(details)]
+    why = {name(c): reason for c, reason in missing.items()}
+    return Table(list(map(name, columns)), rows, why, text_columns, list(notes), details=folded, keys=keys)
 
 
 def key_text(frame: pd.DataFrame) -> pd.DataFrame:
@@ -252,29 +262,5 @@ def enable_table_display() -> None:
 
     shell = get_ipython()
     if shell is not None:
-        shell.display_formatter.formatters["text/html"].for_type(pd.DataFrame, lambda frame: auto_table(frame)._repr_html_())
-
-
-def md_cell(value: Any) -> str:
-    """A value for a Markdown table cell: ``|`` escaped, newlines as spaces."""
-    return str(value).replace("\\|", "|").replace("|", "\\|").replace("\n", " ")
-
-
-def escape_cell_pipes(markdown: str) -> str:
-    """Escape the literal ``|`` inside the cells of a Markdown document's tables (``|A−B| = 0.0 pt``).
-
-    In a table row (a line starting with ``|``), a pipe is a cell delimiter only at the start or end of
-    the line or with white space on both sides; every other pipe is text and gets a backslash.
-    """
-    out = []
-    for line in markdown.split("\n"):
-        stripped = line.rstrip()
-        if not stripped.startswith("|"):
-            out.append(line)
-            continue
-        chars = []
-        for i, char in enumerate(stripped):
-            delimiter = i == 0 or i == len(stripped) - 1 or (stripped[i - 1].isspace() and stripped[i + 1].isspace())
-            chars.append(char if char != "|" or delimiter or stripped[i - 1] == "\\" else "\\|")
-        out.append("".join(chars))
-    return "\n".join(out)
+        html_formatter = shell.display_formatter.formatters["text/html"]
+        html_formatter.for_type(pd.DataFrame, lambda frame: auto_table(frame)._repr_html_())

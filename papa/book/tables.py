@@ -1,17 +1,10 @@
-"""Tables for reading: the tidy frames of :mod:`papa.analysis.results` and :mod:`papa.book.data`
-turned into display tables.
+"""The chapters' other tables for reading (the tables with intervals are in :mod:`papa.book.interval_tables`, the
+table machinery in :mod:`papa.book.table_format`): every score, the retained gains, the layers of a ranking, the
+sensitivity studies, two studies compared, the runs still rising.
 
-A :class:`Table` renders as one HTML table: no pandas index, headers a person would write, every row
-(never "96 rows × 7 columns"), numbers formatted by kind (percentages with one decimal, scores with
-three decimals and their "± spread" or "[lo, hi]" in one cell that never wraps), and no ``NaN``: a
-missing value is an en dash with a footnote that says why. Key columns come first. Wider than the
-text column, the table scrolls inside its own box, never the page.
-
-The table machinery (:class:`Table`, :func:`table`, formatters) lives in :mod:`papa.book.table_format`, the
-tables with intervals in :mod:`papa.book.interval_tables`; this module holds the other chapter tables:
-
-* :func:`scores_display`, :func:`retained_gains_display`, :func:`layer_display`,
-  :func:`sensitivity_display`, :func:`compare_display`, :func:`rising_display` — the chapters' tables;
+A :class:`~papa.book.table_format.Table` renders as one HTML table: no pandas index, headers a person would write,
+every row, numbers formatted by kind (percentages with one decimal, scores with three decimals and their "± spread"
+in one cell that never wraps), and no ``NaN``: a missing value is an en dash with a footnote that says why.
 """
 
 from __future__ import annotations
@@ -22,22 +15,9 @@ from typing import Any
 import pandas as pd
 
 from papa.analysis.results import spread_shared
-from papa.book.table_format import (
-    NBSP,
-    SEED_RANGE_NOTE,
-    Table,
-    has_several,
-    is_missing,
-    key_text,
-    model_task_kinds,
-    nominal_fraction,
-    score,
-    score_spread,
-    table,
-    text,
-)
-
-# -- the chapters' tables ----------------------------------------------------------------------------
+from papa.book import table_format as T
+from papa.book.table_format import Table, is_missing, key_text, model_task_kinds, table, text
+from papa.book.words import lr_text, study_words
 
 
 def scores_display(summary: pd.DataFrame, probe_input: str = "all") -> Table:
@@ -49,38 +29,45 @@ def scores_display(summary: pd.DataFrame, probe_input: str = "all") -> Table:
     rows = key_text(pd.concat(parts, ignore_index=True)) if parts else key_text(rows)
     by_fraction = rows["total_heads"].nunique() > 1
     if by_fraction:  # models of different sizes: one column per share of the heads, labelled by its real counts
-        rows = rows.assign(share=[nominal_fraction(k, t)[0] for k, t in zip(rows["k"], rows["total_heads"])])
+        rows = rows.assign(share=[T.nominal_fraction(k, t)[0] for k, t in zip(rows["k"], rows["total_heads"])])
     step = "share" if by_fraction else "k"
     steps = sorted(rows[step].unique())
     total = int(rows["total_heads"].iloc[0]) if len(rows) else 0
     if by_fraction:
-        counts = {s: sorted({(int(k), int(t)) for k, t in zip(rows.loc[rows["share"] == s, "k"], rows.loc[rows["share"] == s, "total_heads"])}, key=lambda c: c[1]) for s in steps}
-        header = {s: _share_header(s, counts[s]) for s in steps}
+        counted = list(zip(rows["k"], rows["total_heads"], rows["share"]))
+        counts = {s: {(int(k), int(t)) for k, t, share in counted if share == s} for s in steps}
+        header = {s: _share_header(s, sorted(counts[s], key=lambda c: c[1])) for s in steps}
     else:
         header = {s: f"k = {int(s)}" + (" (all)" if int(s) == total else "") for s in steps}
-    keys = [c for c in ("model", "task", "ranking", "mode") if has_several(rows, c) or c in ("task", "ranking")]
-    wide = rows.assign(cell=[score_spread(m, s) for m, s in zip(rows["mean"], rows["std"])]).pivot_table(index=keys, columns=step, values="cell", aggfunc="first").reset_index()
+    keys = [c for c in ("model", "task", "ranking", "mode") if T.has_several(rows, c) or c in ("task", "ranking")]
+    cells = rows.assign(cell=[T.score_spread(m, s) for m, s in zip(rows["mean"], rows["std"])])
+    wide = cells.pivot_table(index=keys, columns=step, values="cell", aggfunc="first").reset_index()
     kinds: dict[str, Any] = {k: "text" for k in keys} | {s: text for s in steps}
     notes = ["A score without ± comes from a single seed; ± is the standard deviation over seeds."]
-    return table(wide, kinds, header, {s: "this ranking was not run with this many constant heads" for s in steps}, notes)
+    missing = {s: "this ranking was not run with this many constant heads" for s in steps}
+    return table(wide, kinds, header, missing, notes)
 
 
 def _share_header(share: Fraction, counts: list[tuple[int, int]]) -> str:
-    """A column of heads by share, with each model size's real count: ``"≈ 7/8 of the heads (32 of 36, 63 of 72)"``."""
+    """A column of heads by share, with each model size's real count:
+    ``"≈ 7/8 of the heads (32 of 36, 63 of 72)"``."""
     if share == 0:
         return "no head constant"
     if share == 1:
         return "all heads constant"
     exact = all(Fraction(k, t) == share for k, t in counts)
-    return f"{'' if exact else '≈' + NBSP}{share} of the heads ({', '.join(f'{k} of {t}' for k, t in counts)})"
+    return f"{'' if exact else '≈' + T.NBSP}{share} of the heads ({', '.join(f'{k} of {t}' for k, t in counts)})"
 
 
 #: Why a relative drop is not shown (its denominator, the k = 0 score, is within noise of zero).
-NOISY_DROP = "not shown: the k = 0 score is not above 0 on every bootstrap resample, so the ratio's denominator is within noise of zero"
+NOISY_DROP = (
+    "not shown: the k = 0 score is not above 0 on every bootstrap resample, so the ratio's denominator is within"
+    " noise of zero"
+)
 #: Why a retained gain is not shown (a ratio whose denominator is within noise of zero).
 NOISY_GAIN = (
-    "not shown: the task is not informative, so the k = 0 probe's gain over the floor (the ratio's denominator) is within noise of zero"
-    " and the ratio would be meaningless (e.g. −1000%)"
+    "not shown: the task is not informative, so the k = 0 probe's gain over the floor (the ratio's denominator) is"
+    " within noise of zero and the ratio would be meaningless (e.g. −1000%)"
 )
 
 
@@ -88,22 +75,10 @@ def retained_gains_display(gains: pd.DataFrame) -> Table:
     """:func:`papa.analysis.basis.retained_gains` for reading: the drop and the retained gain first, then the paired
     scores they are computed from. The retained gain of a task that is not informative is not shown
     (:data:`NOISY_GAIN`)."""
-    kinds = model_task_kinds(gains) | {
-        "ranking": "text",
-        "k": "int",
-        "relative_drop": "percent",
-        "retained_gain": "percent",
-        "score": "score",
-        "n_pairs": "int",
-        "informative": "yes/no",
-    }
-    headers = {
-        "relative_drop": "relative drop",
-        "retained_gain": "retained gain",
-        "score": "mean score",
-        "n_pairs": "seeds paired",
-        "informative": "informative task",
-    }
+    kinds = model_task_kinds(gains) | {"ranking": "text", "k": "int", "relative_drop": "percent"}
+    kinds |= {"retained_gain": "percent", "score": "score", "n_pairs": "int", "informative": "yes/no"}
+    headers = {"relative_drop": "relative drop", "retained_gain": "retained gain", "score": "mean score"}
+    headers |= {"n_pairs": "seeds paired", "informative": "informative task"}
     missing = {"retained_gain": NOISY_GAIN, "relative_drop": NOISY_DROP}
     return table(key_text(gains.drop(columns=["fraction"], errors="ignore")), kinds, headers, missing)
 
@@ -117,39 +92,20 @@ def layer_display(layers: pd.DataFrame) -> Table:
 
 def drop_checks_display(checks: pd.DataFrame) -> Table:
     """:func:`papa.book.studies.drop_checks` for reading: one row per probe setting, each seed's scores in one cell."""
-    from papa.book.words import lr_text, study_words
-
-    seeds_text = lambda values: ", ".join(score(v) for v in values)  # noqa: E731
-    columns = ["setting", "lr", "seeds", "k0_scores", "all_scores", "drop", "apart", "epoch_reported", "epochs_trained", "cap"]
-    checks = checks.reindex(columns=list(dict.fromkeys([*checks.columns, *columns])))  # an empty frame may lack its columns
+    seeds_text = lambda values: ", ".join(T.score(v) for v in values)
+    columns = "setting lr seeds k0_scores all_scores drop apart epoch_reported epochs_trained cap".split()
+    checks = checks.reindex(columns=list(dict.fromkeys([*checks.columns, *columns])))  # an empty frame may lack some
     frame = checks.assign(
         setting=["main grid" if s == "main grid" else study_words(s) for s in checks["setting"]],
         lr_cell=[None if is_missing(v) else lr_text(v) for v in checks["lr"]],
         k0_cell=[seeds_text(v) for v in checks["k0_scores"]],
         all_cell=[seeds_text(v) for v in checks["all_scores"]],
     )
-    kinds = {
-        "setting": "text",
-        "lr_cell": "text",
-        "seeds": "int",
-        "k0_cell": "text",
-        "all_cell": "text",
-        "drop": "percent",
-        "apart": "yes/no",
-        "epoch_reported": "text",
-        "epochs_trained": "text",
-        "cap": "int",
-    }
-    headers = {
-        "lr_cell": "lr",
-        "k0_cell": "k = 0, per seed",
-        "all_cell": "all heads, per seed",
-        "drop": "drop of the means",
-        "apart": "seeds apart?",
-        "epoch_reported": "epoch reported",
-        "epochs_trained": "epochs trained",
-        "cap": "epoch cap",
-    }
+    kinds = {"setting": "text", "lr_cell": "text", "seeds": "int", "k0_cell": "text", "all_cell": "text"}
+    kinds |= {"drop": "percent", "apart": "yes/no", "epoch_reported": "text", "epochs_trained": "text", "cap": "int"}
+    headers = {"lr_cell": "lr", "k0_cell": "k = 0, per seed", "all_cell": "all heads, per seed"}
+    headers |= {"drop": "drop of the means", "apart": "seeds apart?", "epoch_reported": "epoch reported"}
+    headers |= {"epochs_trained": "epochs trained", "cap": "epoch cap"}
     notes = [
         "seeds apart?: whether every seed's score with every head constant lies below every seed's score at k = 0.",
         "epoch reported, epochs trained: the range over the setting's runs at k = 0 and with every head constant.",
@@ -161,63 +117,35 @@ def drop_checks_display(checks: pd.DataFrame) -> Table:
 
 def sensitivity_display(sensitivity: pd.DataFrame) -> Table:
     """:func:`papa.book.studies.sensitivity_table` for reading: the drops and whether each change is real first."""
-    kinds = (
-        {"study": "text", "setting": "text"}
-        | model_task_kinds(sensitivity)
-        | {
-            "drop official": "percent",
-            "drop study": "percent",
-            "k=0 change beyond seed range": "yes/no",
-            "k=all change beyond seed range": "yes/no",
-            "k=0 official": "score",
-            "k=0 study": "score",
-            "k=all official": "score",
-            "k=all study": "score",
-            "mean epoch reported": lambda v: None if is_missing(v) else f"{float(v):.1f}",
-        }
-    )
-    headers = {
-        "drop official": "drop (main grid)",
-        "drop study": "drop (study)",
-        "k=0 change beyond seed range": "k = 0 change beyond seed range?",
-        "k=all change beyond seed range": "k = all change beyond seed range?",
-        "k=0 official": "k = 0, main grid",
-        "k=0 study": "k = 0, study",
-        "k=all official": "k = all, main grid",
-        "k=all study": "k = all, study",
-        "mean epoch reported": "mean epoch reported",
-    }
-    from papa.book.words import study_words
-
+    beyond = ["k=0 change beyond seed range", "k=all change beyond seed range"]
+    scores = ["k=0 official", "k=0 study", "k=all official", "k=all study"]
+    kinds = {"study": "text", "setting": "text"} | model_task_kinds(sensitivity)
+    kinds |= {"drop official": "percent", "drop study": "percent"} | dict.fromkeys(beyond, "yes/no")
+    kinds |= dict.fromkeys(scores, "score")
+    kinds["mean epoch reported"] = lambda v: None if is_missing(v) else f"{float(v):.1f}"
+    headers = {"drop official": "drop (main grid)", "drop study": "drop (study)"}
+    headers |= {beyond[0]: "k = 0 change beyond seed range?", beyond[1]: "k = all change beyond seed range?"}
+    headers |= {"k=0 official": "k = 0, main grid", "k=0 study": "k = 0, study", "k=all study": "k = all, study"}
+    headers["k=all official"] = "k = all, main grid"
     frame = key_text(sensitivity)
     if "study" in frame:
         frame["study"] = frame["study"].map(study_words)
-    notes = ["drop: the relative drop with every head constant, paired by seed among the converged runs (the book's basis). " + SEED_RANGE_NOTE]
+    drop = "drop: the relative drop with every head constant, paired by seed among the converged runs (the book's"
+    notes = [f"{drop} basis). {T.SEED_RANGE_NOTE}"]
     return table(frame, kinds, headers, {"drop official": NOISY_DROP, "drop study": NOISY_DROP}, notes)
 
 
 def compare_display(comparison: pd.DataFrame, label_a: str, label_b: str) -> Table:
     """:func:`papa.book.studies.compare` for reading: the difference and whether it is real first."""
-    kinds = model_task_kinds(comparison) | {"ranking": "text", "k": "int", "difference": "score", "real": "yes/no", label_a: "score", label_b: "score"}
-    kinds |= {f"{label_a} seeds": "int", f"{label_b} seeds": "int"}
+    kinds = model_task_kinds(comparison) | {"ranking": "text", "k": "int", "difference": "score", "real": "yes/no"}
+    kinds |= {label_a: "score", label_b: "score", f"{label_a} seeds": "int", f"{label_b} seeds": "int"}
     headers = {"difference": f"difference ({label_b} − {label_a})", "real": "beyond seed range?"}
-    return table(key_text(comparison), kinds, headers, notes=[SEED_RANGE_NOTE])
+    return table(key_text(comparison), kinds, headers, notes=[T.SEED_RANGE_NOTE])
 
 
 def rising_display(rising: pd.DataFrame) -> Table:
     """:func:`papa.book.data.still_rising` for reading."""
-    kinds = {"run_id": "text"} | model_task_kinds(rising) | {"k": "int", "seed": "int", "late_gain": "score", "rising": "yes/no"}
-    return table(key_text(rising), kinds, {"run_id": "run", "late_gain": "gain over the last 3 epochs", "rising": "still rising"})
-
-
-__all__ = [
-    "NOISY_DROP",
-    "NOISY_GAIN",
-    "compare_display",
-    "drop_checks_display",
-    "layer_display",
-    "retained_gains_display",
-    "rising_display",
-    "scores_display",
-    "sensitivity_display",
-]
+    kinds = {"run_id": "text"} | model_task_kinds(rising) | {"k": "int", "seed": "int", "late_gain": "score"}
+    kinds["rising"] = "yes/no"
+    headers = {"run_id": "run", "late_gain": "gain over the last 3 epochs", "rising": "still rising"}
+    return table(key_text(rising), kinds, headers)

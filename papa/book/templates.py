@@ -20,8 +20,6 @@ from pathlib import Path
 from papa.pipeline.executed import code_span, model_markdown, myst_text
 from papa.pipeline.plan import ROOT
 
-__all__ = ["Markdown", "TEMPLATES", "fill", "pieces", "join", "text", "code", "model"]
-
 #: Where the templates are (``book/templates/<file>.md``; not in ``_toc.yml``, so never a page of the book).
 TEMPLATES = ROOT / "book" / "templates"
 _PIECE = re.compile(r"^% piece: ([a-z0-9-]+)[ \t]*$", re.MULTILINE)
@@ -76,11 +74,6 @@ def _markdown(value: object) -> str:
 def join(parts: Iterable[object], separator: str = "") -> Markdown:
     """Parts joined (plain ones escaped) as Markdown."""
     return Markdown(separator.join(_markdown(part) for part in parts))
-
-
-def text(value: object) -> Markdown:
-    """A plain value escaped, as Markdown (to build larger Markdown values from)."""
-    return Markdown(_markdown(value))
 
 
 def code(value: object, table: bool = False) -> Markdown:
