@@ -476,3 +476,26 @@ def test_what_differs_from_the_paper_lists_only_what_differs_for_that_config():
     assert re.findall(r"^- \*\*([^*]+)\*\*", default, re.MULTILINE) == ["Models", "Sizes", "Gates", "Execution", "Seeds", "Token types"]
     assert "Gates**: trained for two epochs at lr 0.01 on 300 training examples" in default  # rank: epochs 2, lr 1e-2, 300
     assert "three sentence-embedding models" in default and "on three models here" in default
+
+
+def _stamp(folder: Path, run_id: str, modules: dict[str, str]) -> None:
+    from papa.core.io import canonical_json, sha256_bytes
+    from papa.pipeline.stamps import stamp_path
+
+    stamp = {"run_id": run_id, "outputs": {}, "components": {"papa": modules}}
+    path = stamp_path(folder, run_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sha = sha256_bytes(canonical_json(stamp).encode("utf-8"))
+    path.write_text(json.dumps(stamp | {"sha256": sha}), encoding="utf-8")
+
+
+def test_the_code_state_line_counts_fingerprints_per_module_not_commits(tmp_path):
+    from papa.book.pages import _code_states
+
+    _stamp(tmp_path, "estimate__m__t", {"papa.core.a": "1", "papa.core.b": "2"})
+    _stamp(tmp_path, "probe__m__t", {"papa.core.a": "1", "papa.probing.c": "3"})
+    one = _code_states(tmp_path, ["estimate__m__t", "probe__m__t", "no_stamp"])
+    assert "each of the 3 papa modules they import has one fingerprint" in one
+    _stamp(tmp_path, "probe__m__t", {"papa.core.a": "9", "papa.probing.c": "3"})
+    many = _code_states(tmp_path, ["estimate__m__t", "probe__m__t"])
+    assert "1 of the 3 papa modules they import have more than one fingerprint across the runs (`papa.core.a`)" in many

@@ -69,6 +69,7 @@ def _reproducibility(config: dict, stale: list[str], root: Path = ROOT, run_ids:
         if any(c.endswith("-dirty") for c in commits):
             papa += " (`-dirty`: the working tree had uncommitted changes; the run's key still covers the code the run"
             papa += " executed)"
+        papa += "\n" + _code_states(runs_dir, list(manifest))
         lines += [
             "## Environment",
             "",
@@ -114,6 +115,23 @@ def _reproducibility(config: dict, stale: list[str], root: Path = ROOT, run_ids:
     else:
         lines += ["No benchmark table yet: run `make bench`.", ""]
     return "\n".join(lines) + "\n"
+
+
+def _code_states(runs_dir: Path, run_ids: list[str]) -> str:
+    """How many versions of the papa code the runs executed: per module, the distinct fingerprints in the stamps of
+    the runs that import it (one each: every run ran the same code, whatever commit its files were committed at)."""
+    from papa.pipeline.stamps import read_stamp, stamp_path
+
+    seen: dict[str, set[str]] = {}
+    for run_id in run_ids:
+        modules = ((read_stamp(stamp_path(runs_dir, run_id)) or {}).get("components") or {}).get("papa") or {}
+        for module, fingerprint in modules.items():
+            seen.setdefault(module, set()).add(fingerprint)
+    differing = sorted(module for module, prints in seen.items() if len(prints) > 1)
+    if not differing:
+        return _piece("code-one", modules=len(seen))
+    shown = ", ".join(map(code_span, differing[:8])) + (" …" if len(differing) > 8 else "")
+    return _piece("code-many", modules=len(seen), differing=len(differing), shown=Markdown(shown))
 
 
 def _verified_section(config: dict, runs_dir: Path, run_ids: list[str] | None, root: Path = ROOT) -> list[str]:
