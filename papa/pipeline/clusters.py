@@ -47,10 +47,8 @@ def parse_scheduler(text: str) -> SchedulerSpec:
     if text.startswith("local:"):
         workers, cores = _count(text[len("local:") :], "local"), os.cpu_count() or 1
         if workers > cores:
-            raise PapaError(
-                f"--scheduler {text}: this machine has {cores} cores, so at most local:{cores}",
-                f"Use local:1 to local:{cores} (one run per worker process), or a cluster (tcp://HOST:PORT, slurm).",
-            )
+            hint = f"Use local:1 to local:{cores} (one run per worker process), or a cluster (tcp://HOST:PORT, slurm)."
+            raise PapaError(f"--scheduler {text}: this machine has {cores} cores, so at most local:{cores}", hint)
         return SchedulerSpec("local", workers)
     if text == "slurm":
         return SchedulerSpec("slurm", 1)
@@ -190,11 +188,9 @@ def slurm_cluster_kwargs(env: Mapping[str, str], gpus_per_run: int, threads_per_
         directives.append(f"--gres=gpu:{gpus_per_run}")
         worker_args += ["--resources", f"GPU={gpus_per_run}"]
     prologue = [f"export {k}={v}" for k, v in thread_environment(cpus).items()] + split("PAPA_SLURM_PROLOGUE")
-    kwargs = dict(
-        cores=1, processes=1, job_cpu=cpus, memory=get("PAPA_SLURM_MEMORY"), walltime=get("PAPA_SLURM_WALLTIME")
-    )
-    kwargs |= dict(python=get("PAPA_SLURM_PYTHON") or sys.executable, job_extra_directives=directives)
-    kwargs |= dict(job_script_prologue=prologue, worker_extra_args=worker_args)
+    kwargs = dict(cores=1, processes=1, job_cpu=cpus, memory=get("PAPA_SLURM_MEMORY"))
+    kwargs |= dict(walltime=get("PAPA_SLURM_WALLTIME"), python=get("PAPA_SLURM_PYTHON") or sys.executable)
+    kwargs |= dict(job_extra_directives=directives, job_script_prologue=prologue, worker_extra_args=worker_args)
     for key in ("queue", "account", "local_directory"):  # PAPA_SLURM_QUEUE, PAPA_SLURM_ACCOUNT, ...
         if get(f"PAPA_SLURM_{key.upper()}"):
             kwargs[key] = get(f"PAPA_SLURM_{key.upper()}")

@@ -242,10 +242,8 @@ def _report_outside_plan(status: GridStatus, folder: Path, out, mode: str) -> No
 def _check_sized(plan) -> None:
     unsized = getattr(plan, "unsized", {})
     if unsized:
-        raise PapaError(
-            f"Cannot count the heads of {', '.join(unsized)} offline: its probe runs are not planned",
-            "Download the model once with the hub reachable (or use a local folder), or plan with --dry-run.",
-        )
+        hint = "Download the model once with the hub reachable (or use a local folder), or plan with --dry-run."
+        raise PapaError(f"Cannot count the heads of {', '.join(unsized)} offline: its probe runs are not planned", hint)
 
 
 def _check_runnable(status: GridStatus, stale: list[Run], only: str | None) -> None:
@@ -266,10 +264,8 @@ def _check_runnable(status: GridStatus, stale: list[Run], only: str | None) -> N
         todo.extend(by_id[rid].deps)
     missing = sorted(rid for rid in needed if rid in stale_ids and rid not in selected)
     if missing:
-        raise PapaError(
-            f"--only {only!r} selects runs whose upstream runs are stale: {', '.join(missing)}",
-            "Run those first (or without --only): a run never executes on stale constants, rankings or lr choices.",
-        )
+        hint = "Run those first (or without --only): a run never executes on stale constants, rankings or lr choices."
+        raise PapaError(f"--only {only!r} selects runs whose upstream runs are stale: {', '.join(missing)}", hint)
 
 
 def run_grid(

@@ -146,9 +146,8 @@ def imported_modules(tree: ast.Module, current: str, package: Path = PACKAGE) ->
         if isinstance(node, ast.Import):
             for alias in node.names:
                 found.update(_with_parents(alias.name))
-                bound[alias.asname or alias.name.split(".")[0]] = (
-                    alias.name if alias.asname else alias.name.split(".")[0]
-                )
+                top = alias.name.split(".")[0]
+                bound[alias.asname or top] = alias.name if alias.asname else top
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:

@@ -181,10 +181,8 @@ def refresh_text(run: Run, stamp: dict, display: str, folder: Path, root: Path =
     ran = [c for c in executed.cells if c.cell_type == "code" and "injected-parameters" not in tags(c)]
     code = [c for c in source.cells if c.cell_type == "code"]
     if len(ran) != len(code):
-        raise PapaError(
-            f"The executed notebook of {run.run_id} does not pair with its source",
-            "Run the grid again: the run is re-executed.",
-        )
+        problem = f"The executed notebook of {run.run_id} does not pair with its source"
+        raise PapaError(problem, "Run the grid again: the run is re-executed.")
     cells, pairs = [], iter(ran)
     for cell in source.cells:
         if cell.cell_type != "code":

@@ -187,26 +187,25 @@ def parse_budget(text: str) -> float:
 
 @dataclass(frozen=True)
 class Cut:
-    """One step of shrinking a study: what it cuts, in words, and the change (a new config from an old one)."""
+    """One step of shrinking a study: what it cuts, in words, and the config it leaves (every cut before included)."""
 
     what: str
-    apply: Callable[[dict], dict]
+    config: dict
 
 
-def _changed(change: Callable[[dict], None]) -> Callable[[dict], dict]:
-    def apply(config: dict) -> dict:
-        config = copy.deepcopy(config)
-        change(config)
-        return config
-
-    return apply
+_SIZE_WORDS = {"pool_examples": "training pool", "max_train_examples": "training draw per seed"}
+_SIZE_WORDS["heldout_examples"] = "held-out draw per seed"
 
 
-def _halve_training(config: dict) -> None:
-    probe = config["probe"]
-    for key in ("pool_examples", "max_train_examples", "heldout_examples"):
+def _halve_training(config: dict) -> str:
+    """Halve the probes' training draw, pool and held-out draw, in place; returns the change in words."""
+    probe, words = config["probe"], []
+    for key, name in _SIZE_WORDS.items():
         if probe.get(key):
-            probe[key] = max(1, round(probe[key] / 2))
+            half = max(1, round(probe[key] / 2))
+            words.append(f"{name} {probe[key]:,} → {half:,}")
+            probe[key] = half
+    return ", ".join(words)
 
 
 def _dev_size(config: dict, task: str) -> int | None:
@@ -228,15 +227,6 @@ def _keep_seeds(config: dict, count: int) -> None:
     config["probe"]["seeds"] = config["probe"]["seeds"][:count]
 
 
-_SIZE_WORDS = {"pool_examples": "training pool", "max_train_examples": "training draw per seed"}
-_SIZE_WORDS["heldout_examples"] = "held-out draw per seed"
-
-
-def _training_words(before: dict, after: dict) -> str:
-    old, new = before["probe"], after["probe"]
-    return ", ".join(f"{words} {old[key]:,} → {new[key]:,}" for key, words in _SIZE_WORDS.items() if old.get(key))
-
-
 def cut_steps(config: dict) -> list[Cut]:
     """The cuts, in the order they are made (each on top of the ones before), from what ``config`` holds:
 
@@ -247,26 +237,25 @@ def cut_steps(config: dict) -> list[Cut]:
 
     k = 0 and all heads, one seed, the lr selection's learning rates and seed, the attention-free floor and the epoch
     cap are never cut (the lr selection draws from the probes' pool, so step 1 shrinks its draw too)."""
-    changes: list[tuple[Callable[[dict], None], str | Callable[[dict, dict], str]]] = []  # (change, its words)
+    steps: list[Cut] = []
+
+    def cut(change: Callable[[dict], str | None], words: str = "") -> None:  # change: in place, its own words or None
+        after = copy.deepcopy(steps[-1].config if steps else config)
+        steps.append(Cut(change(after) or words, after))
+
     train = config["probe"].get("max_train_examples")
     while train and round(train / 2) >= MIN_TRAIN_EXAMPLES:
-        changes.append((_halve_training, _training_words))
+        cut(_halve_training)
         train = round(train / 2)
     largest = max((_dev_size(config, task) or 10**9 for task in config["tasks"]), default=10**9)
     for cap in (c for c in DEV_CAPS if c < largest):
-        changes.append((partial(_cap_dev, cap=cap), f"dev split capped at {cap:,} examples per task"))
+        cut(partial(_cap_dev, cap=cap), f"dev split capped at {cap:,} examples per task")
     middle = [f for f in config["probe"]["fractions"] if 0 < parse_fraction(f) < 1]
     for f in sorted(middle, key=parse_fraction, reverse=True):
-        changes.append((partial(_drop_fraction, fraction=f), f"head fraction {Fraction(parse_fraction(f))} dropped"))
+        cut(partial(_drop_fraction, fraction=f), f"head fraction {Fraction(parse_fraction(f))} dropped")
     seeds = config["probe"].get("seeds", [42])
     for n in range(len(seeds) - 1, 0, -1):
-        words = f"probe seeds {n + 1} → {n} ({', '.join(map(str, seeds[:n]))})"
-        changes.append((partial(_keep_seeds, count=n), words))
-    steps, current = [], config
-    for change, words in changes:
-        after = _changed(change)(current)
-        steps.append(Cut(words(current, after) if callable(words) else words, _changed(change)))
-        current = after
+        cut(partial(_keep_seeds, count=n), f"probe seeds {n + 1} → {n} ({', '.join(map(str, seeds[:n]))})")
     return steps
 
 
@@ -287,11 +276,10 @@ def fit_budget(config: dict, budget: float | None, estimate: Callable[[dict], fl
         return Fitted(config, [], seconds)
     cuts: list[str] = []
     for step in cut_steps(config):
-        config = step.apply(config)
         cuts.append(step.what)
-        seconds = estimate(config)
+        seconds = estimate(step.config)
         if seconds <= budget:
-            return Fitted(config, cuts, seconds)
+            return Fitted(step.config, cuts, seconds)
     listed = "; ".join(cuts) if cuts else "nothing is left to cut"
     least = f"{_format(seconds)} (--budget {-(-int(seconds) // 60)}m)"
     raise PapaError(

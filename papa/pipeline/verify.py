@@ -324,10 +324,9 @@ def verify_grid(
         chosen = select_runs(committed, stamps, pattern, sample, root)
         if not chosen:
             what = f" matching {pattern!r}" if pattern else ""
-            raise PapaError(
-                f"Grid {config['name']!r} has no committed estimate, rank, select_lr or probe run{what} to verify",
-                "Run the grid first (papa grid run CONFIG), or choose other runs with --runs.",
-            )
+            hint = "Run the grid first (papa grid run CONFIG), or choose other runs with --runs."
+            problem = f"Grid {config['name']!r} has no committed estimate, rank, select_lr or probe run{what} to verify"
+            raise PapaError(problem, hint)
         across = f", numbers within {tolerance:g}" if tolerance else ", exactly"
         print(f"grid {config['name']}: verifying {len(chosen)} committed runs{across}", file=out, flush=True)
         failed = []
