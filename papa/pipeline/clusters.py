@@ -18,7 +18,8 @@ from dataclasses import dataclass
 
 from papa.core.errors import PapaError
 
-_SCHEDULER_HINT = "Use sequential, local:N (N worker processes here), tcp://HOST:PORT (a running Dask scheduler) or slurm[:JOBS]."
+_SCHEDULER_HINT = "Use sequential, local:N (N worker processes here), tcp://HOST:PORT (a running Dask scheduler)"
+_SCHEDULER_HINT += " or slurm[:JOBS]."
 
 
 @dataclass(frozen=True)
@@ -46,10 +47,8 @@ def parse_scheduler(text: str) -> SchedulerSpec:
     if text.startswith("local:"):
         workers, cores = _count(text[len("local:") :], "local"), os.cpu_count() or 1
         if workers > cores:
-            raise PapaError(
-                f"--scheduler {text}: this machine has {cores} cores, so at most local:{cores}",
-                f"Use local:1 to local:{cores} (one run per worker process), or a cluster (tcp://HOST:PORT, slurm).",
-            )
+            hint = f"Use local:1 to local:{cores} (one run per worker process), or a cluster (tcp://HOST:PORT, slurm)."
+            raise PapaError(f"--scheduler {text}: this machine has {cores} cores, so at most local:{cores}", hint)
         return SchedulerSpec("local", workers)
     if text == "slurm":
         return SchedulerSpec("slurm", 1)
@@ -66,15 +65,10 @@ _LABEL = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
 
 def _valid_host(host: str) -> bool:
     """A hostname (RFC 1123 labels), an IPv4 address or a bracketed IPv6 address."""
-    if host.startswith("[") and host.endswith("]"):
+    bracketed = host.startswith("[") and host.endswith("]")
+    if bracketed or re.fullmatch(r"[0-9.]+", host):  # all digits and dots: an IPv4 address or nothing (256.1.1.1)
         try:
-            return ipaddress.ip_address(host[1:-1]).version == 6
-        except ValueError:
-            return False
-    if re.fullmatch(r"[0-9.]+", host):  # all digits and dots: an IPv4 address or nothing (256.1.1.1)
-        try:
-            ipaddress.IPv4Address(host)
-            return True
+            return ipaddress.ip_address(host[1:-1] if bracketed else host).version == (6 if bracketed else 4)
         except ValueError:
             return False
     name = host[:-1] if host.endswith(".") else host
@@ -102,6 +96,11 @@ def _installed(module: str) -> bool:
         return False
 
 
+def _no_scheduler(address: str, why: str) -> PapaError:
+    hint = "Start one (dask scheduler) or check the address and port."
+    return PapaError(f"No Dask scheduler answers at {address} ({why})", hint)
+
+
 #: Seconds to wait for a scheduler's port to accept a connection (a refused one fails at once).
 PROBE_TIMEOUT = 3.0
 
@@ -122,9 +121,7 @@ def preflight(spec: SchedulerSpec) -> None:
             with socket.create_connection((host, port), timeout=PROBE_TIMEOUT):
                 pass
         except OSError as err:
-            why = err.strerror or str(err) or type(err).__name__
-            hint = "Start one (dask scheduler) or check the address and port."
-            raise PapaError(f"No Dask scheduler answers at {spec.address} ({why})", hint) from None
+            raise _no_scheduler(spec.address, err.strerror or str(err) or type(err).__name__) from None
 
 
 def thread_environment(threads_per_run: int | None) -> dict[str, str]:
@@ -145,14 +142,15 @@ def visible_devices() -> list[str]:
     return [str(i) for i in range(torch.cuda.device_count())]
 
 
-def local_worker_options(workers: int, gpus_per_run: int, threads_per_run: int | None, devices: list[str]) -> list[dict]:
+def local_worker_options(
+    workers: int, gpus_per_run: int, threads_per_run: int | None, devices: list[str]
+) -> list[dict]:
     """Nanny options for ``local:N``: one thread per worker, the thread variables in its environment,
     and with ``--gpus-per-run G`` the resource ``{"GPU": G}`` and its own G devices."""
     if gpus_per_run and len(devices) < workers * gpus_per_run:
-        raise PapaError(
-            f"local:{workers} with --gpus-per-run {gpus_per_run} needs {workers * gpus_per_run} CUDA devices, {len(devices)} visible",
-            "Use fewer workers (local:N) or fewer GPUs per run.",
-        )
+        needs = f"needs {workers * gpus_per_run} CUDA devices, {len(devices)} visible"
+        problem = f"local:{workers} with --gpus-per-run {gpus_per_run} {needs}"
+        raise PapaError(problem, "Use fewer workers (local:N) or fewer GPUs per run.")
     options = []
     for i in range(workers):
         env = thread_environment(threads_per_run)
@@ -190,20 +188,12 @@ def slurm_cluster_kwargs(env: Mapping[str, str], gpus_per_run: int, threads_per_
         directives.append(f"--gres=gpu:{gpus_per_run}")
         worker_args += ["--resources", f"GPU={gpus_per_run}"]
     prologue = [f"export {k}={v}" for k, v in thread_environment(cpus).items()] + split("PAPA_SLURM_PROLOGUE")
-    kwargs = dict(
-        cores=1,
-        processes=1,
-        job_cpu=cpus,
-        memory=get("PAPA_SLURM_MEMORY"),
-        walltime=get("PAPA_SLURM_WALLTIME"),
-        python=get("PAPA_SLURM_PYTHON") or sys.executable,
-        job_extra_directives=directives,
-        job_script_prologue=prologue,
-        worker_extra_args=worker_args,
-    )
-    for name, key in (("PAPA_SLURM_QUEUE", "queue"), ("PAPA_SLURM_ACCOUNT", "account"), ("PAPA_SLURM_LOCAL_DIRECTORY", "local_directory")):
-        if get(name):
-            kwargs[key] = get(name)
+    kwargs = dict(cores=1, processes=1, job_cpu=cpus, memory=get("PAPA_SLURM_MEMORY"))
+    kwargs |= dict(walltime=get("PAPA_SLURM_WALLTIME"), python=get("PAPA_SLURM_PYTHON") or sys.executable)
+    kwargs |= dict(job_extra_directives=directives, job_script_prologue=prologue, worker_extra_args=worker_args)
+    for key in ("queue", "account", "local_directory"):  # PAPA_SLURM_QUEUE, PAPA_SLURM_ACCOUNT, ...
+        if get(f"PAPA_SLURM_{key.upper()}"):
+            kwargs[key] = get(f"PAPA_SLURM_{key.upper()}")
     return kwargs
 
 
@@ -226,8 +216,9 @@ def walltime_warning(walltime: str, longest: tuple[str, float] | None) -> str | 
     """A warning when the longest run (``(run_id, seconds)``) would not finish inside a worker job."""
     if longest is None or longest[1] < walltime_seconds(walltime):
         return None
+    run = f"{longest[0]}, about {longest[1] / 3600:.1f} h"
     return (
-        f"warning: the worker walltime {walltime} is shorter than the longest run ({longest[0]}, about {longest[1] / 3600:.1f} h): "
+        f"warning: the worker walltime {walltime} is shorter than the longest run ({run}): "
         "its worker would be killed and the run lost after every attempt. Raise PAPA_SLURM_WALLTIME."
     )
 
@@ -245,14 +236,20 @@ CONNECT_TIMEOUT = "30s"
 WORKERS_TIMEOUT = 300
 
 
+def close(client, cluster=None) -> None:
+    """Close a Dask client and its cluster (when papa started one)."""
+    client.close()
+    if cluster is not None:
+        cluster.close()
+
+
 def _wait_for_workers(client, count: int, timeout: float | None, where: str, cluster=None) -> None:
     try:
         client.wait_for_workers(count, timeout=timeout)
     except TimeoutError:
-        client.close()
-        if cluster is not None:
-            cluster.close()
-        raise PapaError(f"No worker joined {where} within {timeout} s", "Start workers (dask worker ADDRESS --nthreads 1) or check their logs.") from None
+        close(client, cluster)
+        hint = "Start workers (dask worker ADDRESS --nthreads 1) or check their logs."
+        raise PapaError(f"No worker joined {where} within {timeout} s", hint) from None
 
 
 def start_cluster(spec: SchedulerSpec, gpus_per_run: int = 0, threads_per_run: int | None = None):
@@ -264,18 +261,20 @@ def start_cluster(spec: SchedulerSpec, gpus_per_run: int = 0, threads_per_run: i
         try:
             client = Client(spec.address, timeout=CONNECT_TIMEOUT)
         except OSError as err:
-            raise PapaError(f"No Dask scheduler answers at {spec.address} ({str(err)[:200]})", "Start one (dask scheduler) or check the address and port.") from None
+            raise _no_scheduler(spec.address, str(err)[:200]) from None
         except Exception as err:  # noqa: BLE001 - e.g. a web server's reply read as a Dask frame length (MemoryError)
             problem = f"What answers at {spec.address} is not a Dask scheduler ({type(err).__name__}: {str(err)[:200]})"
             raise PapaError(problem, "Check the address and port.") from None
         _wait_for_workers(client, 1, WORKERS_TIMEOUT, f"the scheduler at {spec.address}")
         return client, None
     if spec.kind == "local":
-        options = local_worker_options(spec.workers, gpus_per_run, default_threads(spec, threads_per_run), visible_devices() if gpus_per_run else [])
-        workers = {f"papa-{i}": {"cls": Nanny, "options": dict(option, host="127.0.0.1")} for i, option in enumerate(options)}
+        threads, devices = default_threads(spec, threads_per_run), visible_devices() if gpus_per_run else []
+        options = local_worker_options(spec.workers, gpus_per_run, threads, devices)
+        workers = {f"papa-{i}": {"cls": Nanny, "options": dict(o, host="127.0.0.1")} for i, o in enumerate(options)}
         # allowed_failures=0: a dead worker fails the task at once, and the executor resubmits it with
         # a new attempt number (its own key and scratch folder).
-        scheduler = {"cls": Scheduler, "options": {"host": "127.0.0.1", "dashboard": False, "dashboard_address": None, "allowed_failures": 0}}
+        options = {"host": "127.0.0.1", "dashboard": False, "dashboard_address": None, "allowed_failures": 0}
+        scheduler = {"cls": Scheduler, "options": options}
         cluster = SpecCluster(workers=workers, scheduler=scheduler, silence_logs=40, name="papa-local")
         client = Client(cluster)
         _wait_for_workers(client, spec.workers, WORKERS_TIMEOUT, f"local:{spec.workers}", cluster)

@@ -40,15 +40,12 @@ from pathlib import Path
 from papa.core.errors import PapaError
 from papa.core.schema import CHAPTERS
 from papa.pipeline import clusters
-from papa.pipeline.clusters import SchedulerSpec, default_threads, start_cluster, thread_environment
+from papa.pipeline.clusters import default_threads, start_cluster, thread_environment
 from papa.pipeline.executors import Executor, Outcome, SequentialExecutor
 from papa.pipeline.plan import ROOT, Run
 
 #: Attempts per run when its worker dies (the first one included).
 MAX_ATTEMPTS = 3
-#: Kinds of run that need no GPU under ``--gpus-per-run`` (chapters only read JSON); every other kind
-#: (estimate, rank, probe, select_lr, ...) asks for the resource ``GPU``.
-CHAPTER_KINDS = CHAPTERS
 #: Packages whose versions must agree between the driver and every worker.
 FINGERPRINT_PACKAGES = ("torch", "transformers", "tokenizers", "datasets", "papermill")
 #: What a kernel that never started says (jupyter_client, pyzmq); the run is tried once more.
@@ -85,11 +82,9 @@ def _remove(paths: list[Path]) -> None:
 _ONE_RUN = threading.Lock()  # papermill's chdir is process-wide: one run per process
 
 
-def kernel_failed_to_start(message: str) -> bool:
-    return any(pattern in message for pattern in KERNEL_START_ERRORS)
-
-
-def run_attempt(execute: Callable[..., float], run: Run, root: str, threads_per_run: int | None) -> tuple[str, float, str]:
+def run_attempt(
+    execute: Callable[..., float], run: Run, root: str, threads_per_run: int | None
+) -> tuple[str, float, str]:
     """The task a worker runs: ``execute(run, root)`` (each call makes its own scratch folder), one
     run per process at a time.
 
@@ -104,7 +99,7 @@ def run_attempt(execute: Callable[..., float], run: Run, root: str, threads_per_
             try:
                 return ("ok", float(execute(run, Path(root))), "")
             except PapaError as err:
-                if not retry and kernel_failed_to_start(str(err)):
+                if not retry and any(pattern in str(err) for pattern in KERNEL_START_ERRORS):
                     continue
                 return ("failed", 0.0, str(err))
     raise AssertionError("unreachable")
@@ -131,16 +126,16 @@ def fingerprint(root: str) -> dict:
 def fingerprint_problem(worker: str, mine: dict, theirs: dict, root: Path = ROOT) -> PapaError | None:
     """The error refusing ``worker`` (None when its fingerprint matches the driver's)."""
     if not theirs.get("root_visible"):
-        return PapaError(
-            f"Worker {worker} cannot see the repository at {root}", "Workers need a shared filesystem with the driver: the checkout, book/runs and the data at the same paths."
-        )
+        hint = "Workers need a shared filesystem with the driver: the checkout, book/runs and the data at the same"
+        return PapaError(f"Worker {worker} cannot see the repository at {root}", hint + " paths.")
     if theirs["sources"] != mine["sources"]:
-        return PapaError(f"Worker {worker} runs different papa sources than the driver", "Point the workers at the driver's checkout (same commit, same edits) and restart them.")
-    differ = [f"{n} {theirs['versions'].get(n)} (driver {v})" for n, v in mine["versions"].items() if theirs["versions"].get(n) != v]
+        hint = "Point the workers at the driver's checkout (same commit, same edits) and restart them."
+        return PapaError(f"Worker {worker} runs different papa sources than the driver", hint)
+    versions = theirs["versions"]
+    differ = [f"{n} {versions.get(n)} (driver {v})" for n, v in mine["versions"].items() if versions.get(n) != v]
     if differ:
-        return PapaError(
-            f"Worker {worker} has different package versions: {', '.join(differ)}", "Start the workers from the driver's environment (pip install -e '.[dask]' in the same venv)."
-        )
+        hint = "Start the workers from the driver's environment (pip install -e '.[dask]' in the same venv)."
+        return PapaError(f"Worker {worker} has different package versions: {', '.join(differ)}", hint)
     return None
 
 
@@ -164,17 +159,7 @@ class DaskExecutor:
     later are checked against the driver's :func:`fingerprint` before runs are handed out.
     """
 
-    def __init__(
-        self,
-        client,
-        execute: Callable[..., float],
-        *,
-        root: Path = ROOT,
-        gpus_per_run: int = 0,
-        threads_per_run: int | None = None,
-        cluster=None,
-        out=None,
-    ):
+    def __init__(self, client, execute, *, root=ROOT, gpus_per_run=0, threads_per_run=None, cluster=None, out=None):
         self._client, self._cluster, self._execute, self._root = client, cluster, execute, Path(root)
         self._gpus, self._threads, self._out = gpus_per_run, threads_per_run, out or sys.stdout
         self._futures: dict = {}  # future -> (run, attempt)
@@ -188,7 +173,8 @@ class DaskExecutor:
         threads = self._client.nthreads()
         new = [w for w in threads if w not in self._checked]
         if new:
-            for worker, theirs in self._client.run(fingerprint, str(self._root), workers=new, on_error="return").items():
+            answers = self._client.run(fingerprint, str(self._root), workers=new, on_error="return")
+            for worker, theirs in answers.items():
                 if isinstance(theirs, BaseException):
                     continue  # it died while answering: asked again at the next refresh
                 problem = fingerprint_problem(worker, self._fingerprint, theirs, self._root)
@@ -198,8 +184,10 @@ class DaskExecutor:
         self.slots = max(1, sum(threads.values()))
 
     def _submit(self, run: Run, attempt: int) -> None:
-        resources = {"GPU": self._gpus} if self._gpus and run.kind not in CHAPTER_KINDS else None
-        future = self._client.submit(run_attempt, self._execute, run, str(self._root), self._threads, key=dask_key(run.run_id, attempt), resources=resources, pure=False, retries=0)
+        # chapters need no GPU under --gpus-per-run (they only read JSON); every other kind asks for one
+        resources = {"GPU": self._gpus} if self._gpus and run.kind not in CHAPTERS else None
+        options = dict(key=dask_key(run.run_id, attempt), resources=resources, pure=False, retries=0)
+        future = self._client.submit(run_attempt, self._execute, run, str(self._root), self._threads, **options)
         self._futures[future] = (run, attempt)
 
     def submit(self, run: Run) -> None:
@@ -215,11 +203,13 @@ class DaskExecutor:
             reason = "cancelled" if future.status == "cancelled" else f"{type(error).__name__}: {error}"
             _remove(attempt_leftovers(run, self._root))
             if attempt < MAX_ATTEMPTS:
-                print(f"  lost {run.run_id} (its worker died: {reason[:200]}); submitting it again (attempt {attempt + 1})", file=self._out, flush=True)
+                again = f"submitting it again (attempt {attempt + 1})"
+                print(f"  lost {run.run_id} (its worker died: {reason[:200]}); {again}", file=self._out, flush=True)
                 self._submit(run, attempt + 1)
                 return None
             return Outcome(run, "lost", error=f"Run {run.run_id} was lost {attempt} times (last: {reason[:200]})")
-        return Outcome(run, "failed", error=f"Run {run.run_id} failed on its worker ({type(error).__name__}: {str(error)[:300]})")
+        why = f"{type(error).__name__}: {str(error)[:300]}"
+        return Outcome(run, "failed", error=f"Run {run.run_id} failed on its worker ({why})")
 
     def wait(self) -> list[Outcome]:
         from distributed import wait
@@ -241,24 +231,7 @@ class DaskExecutor:
         for future in list(self._futures):
             future.cancel()
         self._futures.clear()
-        self._client.close()
-        if self._cluster is not None:
-            self._cluster.close()
-
-
-def make_dask_executor(
-    spec: SchedulerSpec, execute: Callable[..., float], *, root: Path = ROOT, gpus_per_run: int = 0, threads_per_run: int | None = None, out=None
-) -> DaskExecutor:
-    """Start (or connect to) the cluster, check its workers, and wrap it in a :class:`DaskExecutor`."""
-    client, cluster = start_cluster(spec, gpus_per_run, threads_per_run)
-    try:
-        threads = default_threads(spec, threads_per_run)
-        return DaskExecutor(client, execute, root=root, gpus_per_run=gpus_per_run, threads_per_run=threads, cluster=cluster, out=out)
-    except BaseException:
-        client.close()
-        if cluster is not None:
-            cluster.close()
-        raise
+        clusters.close(self._client, self._cluster)
 
 
 def make_executor(
@@ -293,5 +266,10 @@ def make_executor(
         warning = clusters.walltime_warning(walltime, longest)
         if warning:
             print(warning, file=out, flush=True)
-    sizes = dict(gpus_per_run=gpus_per_run, threads_per_run=threads_per_run)
-    return make_dask_executor(spec, execute, root=root or ROOT, out=out, **sizes)
+    client, cluster = start_cluster(spec, gpus_per_run, threads_per_run)  # its workers pass the preflight
+    try:
+        sizes = dict(gpus_per_run=gpus_per_run, threads_per_run=default_threads(spec, threads_per_run))
+        return DaskExecutor(client, execute, root=root or ROOT, cluster=cluster, out=out, **sizes)
+    except BaseException:
+        clusters.close(client, cluster)
+        raise

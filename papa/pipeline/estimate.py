@@ -2,36 +2,34 @@
 
 from __future__ import annotations
 
+import json
 import shutil
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from papa.core.schema import CHAPTERS
-from papa.pipeline.plan import Run
+from papa.pipeline.plan import Run, head_count
 
 if TYPE_CHECKING:
     from papa.pipeline.stamps import Manifest
 
-DEFAULT_SECONDS = {"estimate": 60, "rank": 120, "select_lr": 120, "probe": 60, "results": 40, "controls": 40, "replacements": 40}
-
-
-#: MiniLM-L6 on two CPU cores, seconds per example: ``extract``, a compact encoder pass that caches features (tokenising
-#: and caching included; per slot-padded example, scaled by :data:`COMPACT_SLOT_SHARE`); ``live``, a padded pass inside
-#: training or recording (the gates ranking's forward and backward, a faithful probe's pass, the estimate run's attention
-#: recording, also scaled by the share there); ``train``, one probe step per example, epoch and seed on cached features.
-#: Calibrated on the default grid's own records after the compact path landed (the probe results' ``timings``, runs
-#: alone on the machine): MiniLM-L6 extracted 0.0013–0.0063 s per example (SST-2 to MRPC: 0.0065 per padded
-#: example) and stepped its probes in 0.00016 (SST-2, CoLA) to 0.00047 s (POS) per example; notebook start-up, model
-#: loading and tokenising took 6–10 s beyond those timings. Against the 132 runs it re-ran (with the local data), each
-#: model's probe runs took 0.92–1.13× their total guess (per task 0.7–1.7×: token tasks step slower and train longer),
-#: mpnet-base's ranks and lr selections 1.03–1.06×; the short MiniLM runs (estimates, lr selections, ranks: under a
-#: minute each) took 0.9–2.6× theirs. Once all 36 main mpnet-base probe runs had re-run (MRPC, MNLI, NER, POS
-#: included, some beside the test suite), they took 1.56× their guess (155 against 99 min).
+#: Seconds a chapter run (results, controls, replacements) takes: it only reads JSON.
+DEFAULT_SECONDS = dict.fromkeys(CHAPTERS, 40)
+#: MiniLM-L6 on two CPU cores, seconds per example: ``extract``, a compact encoder pass that caches features
+#: (tokenising and caching included; per slot-padded example, scaled by :data:`COMPACT_SLOT_SHARE`); ``live``, a
+#: padded pass inside training or recording (the gates ranking, a faithful probe, the estimate run's recording, the
+#: last also scaled by the share); ``train``, one probe step per example, epoch and seed on cached features.
+#: Calibrated on the default grid's records after the compact path landed (runs alone on the machine): MiniLM-L6
+#: extracted 0.0013–0.0063 s per example (0.0065 per padded one) and stepped its probes in 0.00016 (SST-2, CoLA) to
+#: 0.00047 s (POS), plus 6–10 s of start-up, model loading and tokenising. Against 132 re-runs, each model's probe
+#: runs took 0.92–1.13× their guess (per task 0.7–1.7×: token tasks step slower and train longer), the short
+#: MiniLM runs 0.9–2.6×, and the 36 main mpnet-base probe runs, re-run all, 1.56× (155 against 99 min).
 PROBE_SECONDS_PER_EXAMPLE = {"extract": 0.0065, "live": 0.016, "train": 0.0003}
 PROBE_STARTUP_SECONDS = 10
-#: Cost of a model relative to MiniLM-L6, as (encoder pass, probe step), from the same records: MiniLM-L3 extracted
-#: 0.6× and stepped its probe in 0.7× MiniLM-L6's time; all-mpnet-base-v2 extracted 8.3× (0.0124 s per SST-2 example)
-#: and stepped its probe (13 states of 768 against 7 of 384) in 7.4–8.3×. A model not listed is costed as a base
-#: model (144 heads) or scaled by its heads.
+#: Cost of a model relative to MiniLM-L6, as (encoder pass, probe step), from the same records: MiniLM-L3
+#: extracted 0.6× and stepped its probe in 0.7× MiniLM-L6's time; all-mpnet-base-v2 extracted 8.3× (0.0124 s per
+#: SST-2 example) and stepped its probe (13 states of 768 against 7 of 384) in 7.4–8.3×. A model not listed is
+#: costed as a base model (144 heads) or scaled by its heads.
 MODEL_COST = {"minilm-l6": (1.0, 1.0), "minilm-l3": (0.6, 0.7), "mpnet-base": (8.3, 8.0)}
 BASE_COST = (8.3, 8.0)
 #: ``(layers, hidden size, heads)`` of the calibrated models: a folder of the same shape is costed as that model.
@@ -50,6 +48,11 @@ EARLY_STOP_SHARE = 0.4
 HUB_TRAIN_SIZES = {"cola": 8551, "sst2": 67349, "mrpc": 3668, "mnli": 392702, "ner": 14041, "pos": 14041}
 #: Validation-split sizes on the hub (MNLI: matched), for the whole dev split without local data.
 HUB_DEV_SIZES = {"cola": 1043, "sst2": 872, "mrpc": 408, "mnli": 9815, "ner": 3250, "pos": 3250}
+#: ``(layers, hidden size)`` by total heads, for models papa can only count heads of offline (the
+#: MiniLMs, base and large encoders of the paper's grid); a local folder's config.json says it exactly.
+DIMS_BY_HEADS = {36: (3, 384), 72: (6, 384), 144: (12, 768), 384: (24, 1024)}
+#: Cached features are float16.
+FEATURE_BYTES = 2
 
 
 def _split_size(task: str, split: str) -> int:
@@ -64,27 +67,18 @@ def _split_size(task: str, split: str) -> int:
         return sum(1 for line in handle if line.strip())
 
 
-def _train_split_size(task: str) -> int:
-    return _split_size(task, "train")
-
-
-def model_cost(model: str) -> tuple[float, float]:
-    """``(encoder pass, probe step)`` cost of ``model`` relative to MiniLM-L6 (:data:`MODEL_COST`)."""
-    if model in MODEL_COST:
-        return MODEL_COST[model]
-    from papa.pipeline.plan import head_count
-
-    heads = head_count(model)[0] or 144
-    same_shape = CALIBRATED_SHAPES.get((*(model_dims(model) or (0, 0)), heads))
-    if same_shape:  # a local copy of a calibrated model (e.g. a save_pretrained folder of minilm-l6)
-        return MODEL_COST[same_shape]
-    return BASE_COST[0] * heads / 144, BASE_COST[1] * heads / 144
-
-
 def _examples(value: int | None, task: str, split: str) -> int:
     """Examples a run reads: ``value`` (None: the whole split), never more than the split holds."""
     size = _split_size(task, split)
     return size if value is None else min(value, size)
+
+
+def _train(p: dict, key: str = "max_train_examples") -> int:
+    return _examples(p[key], p["task"], "train")
+
+
+def _dev(p: dict) -> int:
+    return _examples(p["max_eval_examples"], p["task"], "validation")
 
 
 def _pool_and_fit(p: dict) -> tuple[int, int]:
@@ -96,20 +90,19 @@ def _pool_and_fit(p: dict) -> tuple[int, int]:
     return pool, pool if fit is None else min(fit, pool)
 
 
-#: ``(layers, hidden size)`` by total heads, for models papa can only count heads of offline (the
-#: MiniLMs, base and large encoders of the paper's grid); a local folder's config.json says it exactly.
-DIMS_BY_HEADS = {36: (3, 384), 72: (6, 384), 144: (12, 768), 384: (24, 1024)}
-#: Cached features are float16.
-FEATURE_BYTES = 2
+def model_cost(model: str) -> tuple[float, float]:
+    """``(encoder pass, probe step)`` cost of ``model`` relative to MiniLM-L6 (:data:`MODEL_COST`)."""
+    if model in MODEL_COST:
+        return MODEL_COST[model]
+    heads = head_count(model)[0] or 144
+    same_shape = CALIBRATED_SHAPES.get((*(model_dims(model) or (0, 0)), heads))
+    if same_shape:  # a local copy of a calibrated model (e.g. a save_pretrained folder of minilm-l6)
+        return MODEL_COST[same_shape]
+    return BASE_COST[0] * heads / 144, BASE_COST[1] * heads / 144
 
 
 def model_dims(model: str) -> tuple[int, int] | None:
     """``(layers, hidden size)`` of ``model`` without loading it, or None when it cannot be told offline."""
-    import json
-    from pathlib import Path
-
-    from papa.pipeline.plan import head_count
-
     config = Path(model).expanduser() / "config.json"
     if config.is_file():
         try:
@@ -120,59 +113,28 @@ def model_dims(model: str) -> tuple[int, int] | None:
     return DIMS_BY_HEADS.get(head_count(model)[0] or 0)
 
 
-def run_size(run: Run) -> tuple[int, int | None]:
-    """``(examples the run encodes, bytes of cached features or None when unknown)``: the features are
-    ``[examples, layers + 1, L, hidden]`` float16 (an upper bound: pad-only positions are dropped)."""
-    p = run.params
-    if run.kind in CHAPTERS:
-        return 0, 0
-    if run.kind == "estimate":
-        return _examples(p["max_examples"], p["task"], "train"), 0
-    if run.kind == "rank":
-        return _examples(p["max_train_examples"], p["task"], "train") + _examples(p["max_eval_examples"], p["task"], "validation"), 0
-    examples = _pool_and_fit(p)[0]
-    if run.kind != "select_lr":  # an lr selection never scores the dev split
-        examples += _examples(p["max_eval_examples"], p["task"], "validation")
-    if run.kind == "probe" and p["mode"] == "faithful":
-        return examples, 0
-    dims = model_dims(p["model"])
-    if dims is None:
-        return examples, None
-    layers, hidden = dims
-    return examples, examples * (layers + 1) * p["max_length"] * hidden * FEATURE_BYTES
-
-
 def feature_set_bytes(model: str, examples: int, max_length: int) -> int | None:
     """Bytes of one cached feature set: ``[examples, layers + 1, L, hidden]`` float16 (None: dims unknown offline)."""
     dims = model_dims(model)
     return None if dims is None else examples * (dims[0] + 1) * max_length * dims[1] * FEATURE_BYTES
 
 
-def cache_bytes(runs: list[Run]) -> tuple[int, int, int]:
-    """``(kept, held, unknown)``: what ``runs`` leave in the feature cache, and what it holds at its peak.
-
-    ``kept``: the shared feature sets (no head constant, or every head: sets without a ranking), each counted
-    once, for they stay (:func:`papa.probing.protocol.release_private_features`); ``held``: the largest set of
-    a single run's own partial head set (0 < k < all), on disk only while that run runs; ``unknown``: runs
-    whose model dims cannot be told offline."""
-    kept, held, unknown, seen = 0, 0, 0, set()
-    for run in runs:
-        if run.kind not in ("probe", "select_lr"):
-            continue
-        _, features = run_cost(run)
-        private = 0
-        for key in features:
-            size = feature_set_bytes(run.params["model"], key[-2], key[-1])
-            if size is None:
-                unknown += 1
-                break
-            if key[4]:  # a ranking: a partial head set, this run's alone
-                private += size
-            elif key not in seen:
-                seen.add(key)
-                kept += size
-        held = max(held, private)
-    return kept, held, unknown
+def run_size(run: Run) -> tuple[int, int | None]:
+    """``(examples the run encodes, bytes of cached features or None when unknown)``: an upper bound
+    (:func:`feature_set_bytes`; pad-only positions are dropped)."""
+    p = run.params
+    if run.kind in CHAPTERS:
+        return 0, 0
+    if run.kind == "estimate":
+        return _train(p, "max_examples"), 0
+    if run.kind == "rank":
+        return _train(p) + _dev(p), 0
+    examples = _pool_and_fit(p)[0]
+    if run.kind != "select_lr":  # an lr selection never scores the dev split
+        examples += _dev(p)
+    if run.kind == "probe" and p["mode"] == "faithful":
+        return examples, 0
+    return examples, feature_set_bytes(p["model"], examples, p["max_length"])
 
 
 def run_cost(run: Run) -> tuple[float, dict[tuple, float]]:
@@ -197,19 +159,18 @@ def run_cost(run: Run) -> tuple[float, dict[tuple, float]]:
     padded = encoder * PROBE_SECONDS_PER_EXAMPLE["live"]  # a padded pass inside training
     step = stepping * PROBE_SECONDS_PER_EXAMPLE["train"]
     if run.kind == "estimate":  # a compact pass that records every head's attention
-        return PROBE_STARTUP_SECONDS + _examples(p["max_examples"], p["task"], "train") * padded * share, {}
+        return PROBE_STARTUP_SECONDS + _train(p, "max_examples") * padded * share, {}
     if run.kind == "rank":
         if p["method"] != "gates":
             return PROBE_STARTUP_SECONDS + 20, {}
-        train, dev = _examples(p["max_train_examples"], p["task"], "train"), _examples(p["max_eval_examples"], p["task"], "validation")
-        return PROBE_STARTUP_SECONDS + (3 * train + dev) * p["epochs"] * padded, {}
+        return PROBE_STARTUP_SECONDS + (3 * _train(p) + _dev(p)) * p["epochs"] * padded, {}
     sentences = "conll" if p["task"] in ("ner", "pos") else p["task"]
     epochs = p["epochs"] * (EARLY_STOP_SHARE if p.get("patience") else 1)
     train, fit = _pool_and_fit(p)
     if run.kind == "select_lr":
         pool = ("train", p["model"], sentences, 0, "", train, p["max_length"])
         return PROBE_STARTUP_SECONDS + len(p["lrs"]) * len(p["seeds"]) * epochs * fit * step, {pool: train * extract}
-    dev = _examples(p["max_eval_examples"], p["task"], "validation")
+    dev = _dev(p)
     passes = epochs * len(p["seeds"])
     if p["mode"] == "faithful":
         return PROBE_STARTUP_SECONDS + (fit + dev) * passes * padded, {}
@@ -222,6 +183,32 @@ def run_cost(run: Run) -> tuple[float, dict[tuple, float]]:
     if p.get("probe_input") == "embeddings":  # the attention-free floor reads one hidden state of many
         step /= 7 * model_cost(p["model"])[1] ** 0.5
     return PROBE_STARTUP_SECONDS + fit * passes * step + dev * dev_passes * step / 3, features
+
+
+def cache_bytes(runs: list[Run]) -> tuple[int, int, int]:
+    """``(kept, held, unknown)``: what ``runs`` leave in the feature cache, and what it holds at its peak.
+
+    ``kept``: the shared feature sets (no head constant, or every head: sets without a ranking), each counted
+    once, for they stay (:func:`papa.probing.protocol.release_private_features`); ``held``: the largest set of
+    a single run's own partial head set (0 < k < all), on disk only while that run runs; ``unknown``: runs
+    whose model dims cannot be told offline."""
+    kept, held, unknown, seen = 0, 0, 0, set()
+    for run in runs:
+        if run.kind not in ("probe", "select_lr"):
+            continue
+        private = 0
+        for key in run_cost(run)[1]:
+            size = feature_set_bytes(run.params["model"], key[-2], key[-1])
+            if size is None:
+                unknown += 1
+                break
+            if key[4]:  # a ranking: a partial head set, this run's alone
+                private += size
+            elif key not in seen:
+                seen.add(key)
+                kept += size
+        held = max(held, private)
+    return kept, held, unknown
 
 
 def run_seconds_guess(run: Run) -> float:
@@ -237,12 +224,11 @@ def estimate_seconds(runs: list[Run], manifest: Manifest, resized: frozenset[str
     seconds, extracted = 0.0, set()
     for run in runs:
         previous = None if run.run_id in resized else manifest.entries.get(run.run_id, {}).get("seconds")
-        if previous:
-            seconds += previous
-            extracted.update(run_cost(run)[1])  # that duration paid for its feature sets: later runs read them cached
-            continue
         own, features = run_cost(run)
-        seconds += own + sum(cost for key, cost in features.items() if key not in extracted)
+        if previous:  # that duration paid for its feature sets: later runs read them cached
+            seconds += previous
+        else:
+            seconds += own + sum(cost for key, cost in features.items() if key not in extracted)
         extracted.update(features)
     return seconds
 
@@ -254,22 +240,16 @@ def _format(seconds: float) -> str:
 
 
 # -- what a dry run prints per run and for the feature cache -----------------------------------------
-def memory_budget() -> int:
-    """The feature memory budget (``PAPA_MEMORY_BUDGET_GB``, :func:`papa.probing.features.memory_budget_bytes`)."""
-    from papa.probing.features import memory_budget_bytes
-
-    return memory_budget_bytes()
-
-
 def size_line(run: Run, budget: int) -> str:
-    """``2,600 examples, features ≤ 0.37 GB (RAM), ~1m40s on 2 CPU cores`` for one run of a dry run (times are
-    calibrated on two CPU cores, :mod:`papa.pipeline.estimate`; a GPU is much faster)."""
+    """``2,600 examples, features ≤ 0.37 GB (RAM), ~1m40s on 2 CPU cores`` for one run of a dry run (times
+    are calibrated on two CPU cores, :mod:`papa.pipeline.estimate`; a GPU is much faster)."""
     examples, size = run_size(run)
     parts = [f"{examples:,} examples"] if examples else []
     if size is None:
         parts.append("features: size unknown offline (no config.json)")
     elif size:
-        parts.append(f"features ≤ {size / 1e9:.2f} GB ({'RAM' if size <= budget else 'disk: above the memory budget, streamed'})")
+        where = "RAM" if size <= budget else "disk: above the memory budget, streamed"
+        parts.append(f"features ≤ {size / 1e9:.2f} GB ({where})")
     parts.append(f"~{_format(run_seconds_guess(run))} on 2 CPU cores")
     return ", ".join(parts)
 
@@ -288,17 +268,18 @@ def report_disk(stale: list[Run], out) -> None:
     existing = next((p for p in (root, *root.parents) if p.exists()), None)
     free = shutil.disk_usage(existing).free if existing is not None else None
     cached = sum(f.stat().st_size for f in cache_dir().glob("*.safetensors")) if cache_dir().is_dir() else 0
-    line = f"  feature cache ({root}): ~{kept / 1e9:.1f} GB of shared feature sets kept, up to {held / 1e9:.1f} GB more while a run holds its own head set"
-    line += f"; {cached / 1e9:.1f} GB already cached" + (f", {free / 1e9:.0f} GB free there" if free is not None else "")
-    print(line, file=out)
+    line = f"  feature cache ({root}): ~{kept / 1e9:.1f} GB of shared feature sets kept, up to {held / 1e9:.1f} GB"
+    line += f" more while a run holds its own head set; {cached / 1e9:.1f} GB already cached"
+    print(line + (f", {free / 1e9:.0f} GB free there" if free is not None else ""), file=out)
     if free is not None and kept + held > free:
         reuse = f" (less what the {cached / 1e9:.1f} GB already cached holds of it)" if cached else ""
-        print(f"  warning: the feature cache may fill the disk: these runs need up to {(kept + held) / 1e9:.0f} GB{reuse}; point PAPA_CACHE_DIR elsewhere", file=out)
+        need = f"these runs need up to {(kept + held) / 1e9:.0f} GB{reuse}"
+        print(f"  warning: the feature cache may fill the disk: {need}; point PAPA_CACHE_DIR elsewhere", file=out)
 
 
 def feature_reuse(runs: list[Run]) -> dict[str, tuple[int, int]]:
-    """``{run_id: (feature sets it extracts, feature sets it reuses)}`` for ``runs`` in the order they execute: a set
-    (same model, sentences, head set, subset and L, :func:`run_cost`'s keys) is extracted by the first run that
+    """``{run_id: (feature sets it extracts, feature sets it reuses)}`` for ``runs`` in the order they execute: a
+    set (same model, sentences, head set, subset and L, :func:`run_cost`'s keys) is extracted by the first run that
     reads it and reused by every later one from the feature cache (k = 0 by the probe, the floor, the literal
     setting and the lr choice; NER by POS). Runs that read no cached features have no entry."""
     seen: set[tuple] = set()
@@ -313,11 +294,11 @@ def feature_reuse(runs: list[Run]) -> dict[str, tuple[int, int]]:
 
 
 def reuse_words(counts: tuple[int, int] | None) -> str:
-    """``"extracts 2 feature sets"``, ``"extracts 1, reuses 1 feature set"``, ``"reuses 2 feature sets"`` ('' for None)."""
+    """Feature sets in words: ``"extracts 1, reuses 1 feature set"``, ``"reuses 2 feature sets"`` ('' for None)."""
     if counts is None:
         return ""
     extracts, reuses = counts
-    noun = lambda n: "feature set" if n == 1 else "feature sets"  # noqa: E731
+    noun = lambda n: "feature set" if n == 1 else "feature sets"
     if extracts and reuses:
         return f"extracts {extracts}, reuses {reuses} {noun(reuses)}"
     return f"extracts {extracts} {noun(extracts)}" if extracts else f"reuses {reuses} {noun(reuses)}"

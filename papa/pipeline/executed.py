@@ -3,8 +3,8 @@ of user-supplied text (model names and paths, task, study and config names) that
 generated pages share (:func:`myst_text`, :func:`code_span`, :func:`model_markdown`).
 
 The runner (:mod:`papa.pipeline.runner`) and the stamps (:mod:`papa.pipeline.stamps`) call
-:func:`clean_executed` on every notebook papermill wrote. None of this runs in a notebook's kernel, so
-editing it never makes a finished run stale.
+:func:`clean_executed` on every notebook papermill wrote. Only the chapters' kernels import it (through
+:mod:`papa.book`), so editing it re-runs the chapters, never an estimate, rank or probe.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path, PurePath
 _VOLATILE_NB = ("start_time", "end_time", "duration", "input_path", "output_path", "environment_variables")
 
 #: Display names of the tasks, as the papers and data cards write them.
-TASK_NAMES = {"cola": "CoLA", "sst2": "SST-2", "mrpc": "MRPC", "mnli": "MNLI", "ner": "CoNLL-2003 NER", "pos": "CoNLL-2003 POS"}
+TASK_NAMES = dict(cola="CoLA", sst2="SST-2", mrpc="MRPC", mnli="MNLI", ner="CoNLL-2003 NER", pos="CoNLL-2003 POS")
 
 #: The studies of the grid configs in words (a study's run ids end in ``__<name>``); a study not
 #: listed here is described by its settings.
@@ -124,10 +124,6 @@ def study_words(name: str) -> str:
     return STUDY_WORDS.get(name, name)
 
 
-def _count(n: int) -> str:
-    return f"{n:,}"
-
-
 def _seeds(seeds: list) -> str:
     return ("seed " if len(seeds) == 1 else "seeds ") + ", ".join(str(s) for s in seeds)
 
@@ -183,7 +179,8 @@ def run_title(params: dict, root: Path | None = None) -> str | None:
         return f"Learning rate — {head} · chosen among {', '.join(f'{float(lr):g}' for lr in params['lrs'])}"
     if kind == "estimate":
         examples = params.get("max_examples")
-        return f"Constants — {head}" + (f" · {_count(int(examples))} training examples" if isinstance(examples, int) else "")
+        size = f" · {int(examples):,} training examples" if isinstance(examples, int) else ""
+        return f"Constants — {head}{size}"
     k = int(params["k"])
     parts = [f"Probe — {head}"]
     if params.get("probe_input", "all") != "all":
@@ -267,9 +264,10 @@ def clean_executed(nb: dict, root: Path) -> dict:
     if title:
         _retitle(nb, title)
     roots = sorted({str(root.resolve()), str(Path.home())}, key=len, reverse=True)
-    hidden = not title and any("remove-cell" in c.get("metadata", {}).get("tags", []) and "parameters" in c.get("metadata", {}).get("tags", []) for c in nb.get("cells", []))
+    tags_of = lambda cell: cell.get("metadata", {}).get("tags", [])
+    hidden = not title and any("remove-cell" in tags_of(c) and "parameters" in tags_of(c) for c in nb.get("cells", []))
     for cell in nb.get("cells", []):
-        tags = cell.get("metadata", {}).get("tags", [])
+        tags = tags_of(cell)
         if hidden and "injected-parameters" in tags and "remove-cell" not in tags:
             tags.append("remove-cell")  # a chapter hides its parameters, injected ones too
         if title and "parameters" in tags and "remove-cell" not in tags:

@@ -122,6 +122,14 @@ def execute(run: Run, root: Path = ROOT) -> float:
     failed_copy = target.with_suffix(".failed.ipynb")
     scratch = _scratch(root / "book" / "runs" / run.grid, run.run_id)
     source, temp = scratch / "source.ipynb", scratch / "executed.ipynb"
+    options = dict(parameters=run.params, cwd=str(root), **papermill_options())
+
+    def keep(path: Path) -> None:
+        """The executed notebook, cleaned (:func:`~papa.pipeline.executed.clean_executed`), written at ``path``."""
+        nb = nbformat.from_dict(clean_executed(nbformat.read(temp, as_version=4), root))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, nbformat.writes(nb))
+
     started = time.perf_counter()
     try:
         try:
@@ -133,25 +141,20 @@ def execute(run: Run, root: Path = ROOT) -> float:
             problem = f"Run {run.run_id} failed: its notebook {run.notebook} could not be prepared ({why})"
             raise PapaError(problem, "Fix the notebook, then run again.") from None
         try:
-            papermill.execute_notebook(str(source), str(temp), parameters=run.params, cwd=str(root), **papermill_options())
+            papermill.execute_notebook(str(source), str(temp), **options)
         except Exception as err:  # the failed notebook is kept for reading, when it can be
             reason = f"{getattr(err, 'ename', type(err).__name__)}: {getattr(err, 'evalue', str(err))}".strip()
-            kept = False
+            kept = temp.is_file()
             try:
-                if temp.is_file():
-                    nb = nbformat.from_dict(clean_executed(nbformat.read(temp, as_version=4), root))
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    atomic_write_text(failed_copy, nbformat.writes(nb))
-                    kept = True
+                if kept:
+                    keep(failed_copy)
             except Exception:  # noqa: BLE001 - a failure to keep the failed notebook must not hide the failure
                 kept = False
             lost = "No notebook was kept (it could not be read or written); fix the cause above and run again."
             hint = f"Read {failed_copy.relative_to(root)}" if kept else lost
             raise PapaError(f"Run {run.run_id} failed ({reason[:300]})", hint) from None
         try:
-            nb = nbformat.from_dict(clean_executed(nbformat.read(temp, as_version=4), root))
-            target.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write_text(target, nbformat.writes(nb))
+            keep(target)
         except PapaError:
             raise
         except Exception as err:  # e.g. nbformat's NotJSONError after a full disk, a too-long name

@@ -6,7 +6,8 @@ A config (``configs/*.yaml``) names models × tasks × head fractions × seeds �
 extra studies; :func:`load_config` validates it (unknown keys, models, tasks, methods and
 fractions are errors before anything runs). :func:`expand` turns it into runs::
 
-    estimate (model, task) → rank (model, task, method) → probe (model, task, method, k, seed, mode, input) → aggregate
+    estimate (model, task) → rank (model, task, method)
+        → probe (model, task, method, k, seed, mode, input) → aggregate
 
 Each run executes one notebook of ``notebooks/`` into ``book/runs/<config>/<run_id>.ipynb`` (cwd:
 the repository root; all paths repo-relative) and writes its artefacts under

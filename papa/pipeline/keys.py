@@ -21,8 +21,9 @@ import json
 from pathlib import Path
 
 from papa.core.provenance import package_versions
+from papa.pipeline.output_diff import short
 from papa.pipeline.plan import ROOT, Run
-from papa.pipeline.sources import PACKAGE, notebook_code_tree, notebook_fingerprints, papa_modules
+from papa.pipeline.sources import notebook_code_tree, notebook_fingerprints, papa_modules
 
 #: Libraries whose version can change a run's numbers.
 ENV_PACKAGES = ("torch", "transformers", "tokenizers", "datasets", "evaluate")
@@ -33,9 +34,9 @@ def _sha(text: str | bytes) -> str:
 
 
 def environment() -> dict[str, str]:
-    """Installed versions of :data:`ENV_PACKAGES` (``"absent"`` for a missing one), without a local version
-    label: torch ``2.13.0+cpu`` (the CPU wheel) and PyPI's ``2.13.0`` compute the same numbers, and a key that
-    told them apart would make every committed run stale on a machine that installed the other wheel."""
+    """Installed versions of :data:`ENV_PACKAGES` (``"absent"`` for a missing one), without a local version label:
+    torch ``2.13.0+cpu`` (the CPU wheel) and PyPI's ``2.13.0`` compute the same numbers, and a key that told them
+    apart would make every committed run stale on a machine that installed the other wheel."""
     return {name: value.split("+", 1)[0] for name, value in package_versions(ENV_PACKAGES).items()}
 
 
@@ -69,18 +70,18 @@ def data_fingerprints(runs: list[Run]) -> dict[str, str | None]:
 
 
 # -- keys ----------------------------------------------------------------------------------------
-def notebook_facts(notebook: str, root: Path = ROOT, package: Path = PACKAGE) -> dict:
+def notebook_facts(notebook: str, root: Path = ROOT) -> dict:
     """``{"code", "display", "papa"}`` of one source notebook (see :mod:`papa.pipeline.sources`)."""
     from papa.pipeline.notebook import read_source
 
     nb = read_source(root / notebook)
     code, display = notebook_fingerprints(nb)
-    return {"code": code, "display": display, "papa": papa_modules(notebook_code_tree(nb), package)}
+    return {"code": code, "display": display, "papa": papa_modules(notebook_code_tree(nb))}
 
 
-def run_components(runs: list[Run], root: Path = ROOT, package: Path = PACKAGE) -> dict[str, dict]:
+def run_components(runs: list[Run], root: Path = ROOT) -> dict[str, dict]:
     """Per run (in dependency order), the components its key covers (module docstring)."""
-    facts = {nb: notebook_facts(nb, root, package) for nb in sorted({r.notebook for r in runs})}
+    facts = {nb: notebook_facts(nb, root) for nb in sorted({r.notebook for r in runs})}
     env = environment()
     components: dict[str, dict] = {}
     keys: dict[str, str] = {}
@@ -103,27 +104,24 @@ def key_of(components: dict) -> str:
     return _sha(json.dumps(components, sort_keys=True, default=str))[:24]
 
 
-def run_keys(runs: list[Run]) -> dict[str, str]:
-    """A key per run (see :func:`run_components`)."""
-    return {run_id: key_of(parts) for run_id, parts in run_components(runs).items()}
-
-
 def notebook_displays(runs: list[Run], root: Path = ROOT) -> dict[str, str]:
     """Per run, its source notebook's display fingerprint (markdown included)."""
     from papa.pipeline.notebook import read_source
 
-    displays = {nb: notebook_fingerprints(read_source(root / nb))[1] for nb in sorted({r.notebook for r in runs})}
+    notebooks = sorted({r.notebook for r in runs})
+    displays = {nb: notebook_fingerprints(read_source(root / nb))[1] for nb in notebooks}
     return {run.run_id: displays[run.notebook] for run in runs}
 
 
-def _short(value) -> str:
-    text = json.dumps(value, default=str) if not isinstance(value, str) else value
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
 def _changed_values(old: dict, new: dict) -> str:
-    names = sorted(set(old) | set(new), key=str)
-    return ", ".join(f"{n} {_short(old.get(n, '(unset)'))} -> {_short(new.get(n, '(unset)'))}" for n in names if old.get(n) != new.get(n))
+    names = [n for n in sorted(set(old) | set(new), key=str) if old.get(n) != new.get(n)]
+    return ", ".join(f"{n} {short(old.get(n, '(unset)'), 40)} -> {short(new.get(n, '(unset)'), 40)}" for n in names)
+
+
+def upstream(names: list[str], what: str) -> str:
+    """``upstream a, b and 5 more <what>`` (three or fewer runs are all named)."""
+    shown = ", ".join(names[:2]) + f" and {len(names) - 2} more" if len(names) > 3 else ", ".join(names)
+    return f"upstream {shown} {what}"
 
 
 def what_changed(old: dict | None, new: dict) -> list[str]:
@@ -149,8 +147,7 @@ def what_changed(old: dict | None, new: dict) -> list[str]:
     old_deps = old.get("deps") or {}
     deps = [dep for dep, key in new["deps"].items() if old_deps.get(dep) != key]
     if deps:
-        more = f" and {len(deps) - 2} more" if len(deps) > 3 else ""
-        reasons.append(f"upstream {', '.join(deps if len(deps) <= 3 else deps[:2])}{more} changed")
+        reasons.append(upstream(deps, "changed"))
     if set(old_deps) - set(new["deps"]):
         reasons.append(f"no longer depends on {', '.join(sorted(set(old_deps) - set(new['deps'])))}")
     return reasons or ["key changed"]

@@ -23,8 +23,6 @@ from typing import Any
 VOLATILE = frozenset({"timings", "seconds", "feature_cache_hits", "sha256", "device"})
 #: The provenance's keys that are results (the seed, the weights' fingerprint); the rest describes the execution.
 PROVENANCE_RESULTS = frozenset({"seed", "weights_fingerprint"})
-#: At most this many differences are kept per output file (a changed prediction list could give thousands).
-MAX_DIFFERENCES = 20
 
 
 @dataclass(frozen=True)
@@ -39,15 +37,16 @@ class Difference:
     def words(self) -> str:
         """``score: committed 0.81, re-made 0.8 (|Δ| 0.01)``."""
         size = "" if self.size is None else f" (|Δ| {self.size:.3g})"
-        return f"{self.field}: committed {_short(self.committed)}, re-made {_short(self.remade)}{size}"
+        return f"{self.field}: committed {short(self.committed)}, re-made {short(self.remade)}{size}"
 
     def as_record(self) -> dict:
-        return {"field": self.field, "committed": _short(self.committed), "remade": _short(self.remade), "size": self.size}
+        return dict(field=self.field, committed=short(self.committed), remade=short(self.remade), size=self.size)
 
 
-def _short(value: Any) -> str:
+def short(value: Any, width: int = 80) -> str:
+    """``value`` as text (JSON unless a string), cut to ``width`` characters."""
     text = json.dumps(value, default=str) if not isinstance(value, str) else value
-    return text if len(text) <= 80 else text[:77] + "..."
+    return text if len(text) <= width else text[: width - 3] + "..."
 
 
 def _is_number(value: Any) -> bool:
@@ -117,7 +116,7 @@ def _diff_constants(committed: Path, remade: Path, tolerance: float) -> tuple[li
     found, largest = diff_values(old_meta, new_meta, tolerance, "meta")
     for name in sorted(set(old) | set(new)):
         if name not in old or name not in new:
-            found.append(Difference(name, "(absent)" if name not in old else "present", "(absent)" if name not in new else "present"))
+            found.append(Difference(name, *("(absent)" if name not in side else "present" for side in (old, new))))
         elif old[name].shape != new[name].shape:
             found.append(Difference(f"{name} (shape)", list(old[name].shape), list(new[name].shape)))
         else:
@@ -125,7 +124,8 @@ def _diff_constants(committed: Path, remade: Path, tolerance: float) -> tuple[li
             largest = max(largest, size)
             if size > tolerance or np.isnan(size):
                 where = np.unravel_index(int(np.argmax(np.abs(old[name] - new[name]))), old[name].shape)
-                found.append(Difference(f"{name}{list(map(int, where))} (max |Δ|)", float(old[name][where]), float(new[name][where]), size))
+                at = f"{name}{list(map(int, where))} (max |Δ|)"
+                found.append(Difference(at, float(old[name][where]), float(new[name][where]), size))
     return found, largest
 
 

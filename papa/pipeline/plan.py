@@ -12,19 +12,20 @@ See :mod:`papa.pipeline.grid` for the whole flow."""
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+from papa.core import schema
 from papa.core.config_files import read_yaml, validate
 from papa.core.errors import PapaError
 from papa.core.names import run_id, slug
-from papa.core.schema import CHAPTERS, SELECT, ChapterParams, EstimateParams, GridConfig, ProbeParams, RankParams, SelectLrParams, parse_fraction, study_settings
+from papa.core.schema import SELECT, GridConfig, parse_fraction, study_settings
 
 
 def project_root(start: Path | None = None) -> Path:
@@ -96,8 +97,9 @@ def load_config(path: str | Path) -> dict:
 def config_dict(grid: GridConfig) -> dict:
     """``grid`` as the dict the rest of papa reads (``config["probe"]["lr"]``, ``study.get("tasks", ...)``)."""
     config = grid.model_dump(exclude={"studies"})
-    config["studies"] = [study.model_dump(include=study.model_fields_set | {"name", "chapter"}) for study in grid.studies]
-    config["probe"]["per_model"] = {model: settings.model_dump(exclude_unset=True) for model, settings in grid.probe.per_model.items()}
+    config["studies"] = [s.model_dump(include=s.model_fields_set | {"name", "chapter"}) for s in grid.studies]
+    per_model = grid.probe.per_model.items()
+    config["probe"]["per_model"] = {model: settings.model_dump(exclude_unset=True) for model, settings in per_model}
     return config
 
 
@@ -105,31 +107,17 @@ def grid_model(config: dict | GridConfig) -> GridConfig:
     """The typed config behind a dict of :func:`load_config` (validated again: a hand-edited dict is checked too)."""
     if isinstance(config, GridConfig):
         return config
-    return validate(GridConfig, {k: v for k, v in config.items() if not k.startswith("_")}, f"Config {config.get('name', '?')}")
+    data = {k: v for k, v in config.items() if not k.startswith("_")}
+    return validate(GridConfig, data, f"Config {config.get('name', '?')}")
 
 
-def _fraction(value) -> Fraction:
-    """A config fraction (``0``, ``1/2``, ``0.875``, ``1``) as an exact :class:`Fraction`."""
-    from papa.core.schema import ConfigValueError
-
-    try:
-        return parse_fraction(value)
-    except ConfigValueError as err:
-        raise PapaError(err.message[0].upper() + err.message[1:], err.hint) from None
-
-
-# --- head counts, offline ----------------------------------------------------------------------------------------------
+# --- head counts, offline ---------------------------------------------------------------------------------------------
 #: Layers × heads of the embedded models and of the paper's hub models (and their usual relatives).
-KNOWN_HEAD_COUNTS = {
-    "minilm-l6": 6 * 12,
-    "minilm-l3": 3 * 12,
-    "mpnet-base": 12 * 12,
-    **{f"{org}bert-{size}-{case}": heads for org in ("", "google-bert/") for size, heads in (("base", 144), ("large", 384)) for case in ("uncased", "cased")},
-    **{f"{org}roberta-{size}": heads for org in ("", "FacebookAI/") for size, heads in (("base", 144), ("large", 384))},
-    **{f"{org}xlm-roberta-{size}": heads for org in ("", "FacebookAI/") for size, heads in (("base", 144), ("large", 384))},
-    **{f"microsoft/deberta-{v}{size}": heads for v in ("", "v3-") for size, heads in (("base", 144), ("large", 384))},
-    **{f"google/electra-{size}-discriminator": heads for size, heads in (("base", 144), ("large", 384))},
-}
+KNOWN_HEAD_COUNTS = {"minilm-l6": 6 * 12, "minilm-l3": 3 * 12, "mpnet-base": 12 * 12}
+_HUB_NAMES = [f"{org}bert-{{}}-{case}" for org in ("", "google-bert/") for case in ("uncased", "cased")]
+_HUB_NAMES += [f"{org}{name}-{{}}" for org in ("", "FacebookAI/") for name in ("roberta", "xlm-roberta")]
+_HUB_NAMES += ["microsoft/deberta-{}", "microsoft/deberta-v3-{}", "google/electra-{}-discriminator"]
+KNOWN_HEAD_COUNTS |= {name.format(size): n for name in _HUB_NAMES for size, n in (("base", 144), ("large", 384))}
 EMBEDDED = ("minilm-l6", "minilm-l3", "mpnet-base")
 
 
@@ -153,7 +141,8 @@ def head_count(model: str) -> tuple[int | None, str]:
     folder = Path(model).expanduser()
     if folder.is_dir():
         heads = _heads_in(folder / "config.json")
-        return (heads, "config.json") if heads else (None, f"the folder {model} has no readable config.json with num_hidden_layers and num_attention_heads")
+        why = f"the folder {model} has no readable config.json with num_hidden_layers and num_attention_heads"
+        return (heads, "config.json") if heads else (None, why)
     if model in KNOWN_HEAD_COUNTS:
         return KNOWN_HEAD_COUNTS[model], "table"
     try:
@@ -168,18 +157,27 @@ def head_count(model: str) -> tuple[int | None, str]:
                 return heads, "hub"
     except Exception:  # noqa: BLE001 (no network, unknown id, bad cache: the model stays unsized)
         pass
-    return None, "not in papa's table of known models, not a local folder, and its config.json is not in the Hugging Face cache"
+    unknown = "not in papa's table of known models, not a local folder, and its config.json is not"
+    return None, unknown + " in the Hugging Face cache"
 
 
 def _heads_for(model: str) -> int:
     """Total heads of a model; :class:`PapaError` when it cannot be found out."""
     heads, why = head_count(model)
     if heads is None:
-        raise PapaError(f"Cannot count the heads of {model!r}: {why}", "Download it once (with the hub reachable), or use a local model folder.")
+        hint = "Download it once (with the hub reachable), or use a local model folder."
+        raise PapaError(f"Cannot count the heads of {model!r}: {why}", hint)
     return heads
 
 
-# --- expansion ---------------------------------------------------------------------------------------------------------
+# --- expansion --------------------------------------------------------------------------------------------------------
+#: The probe settings a probe run takes as they are from its study's effective settings.
+PROBE_SETTINGS = (
+    "epochs selection heldout_fraction max_train_examples patience pool_examples heldout_examples dev_every_epoch"
+    " eval_chunk_examples"
+).split()
+
+
 def expand(config: dict | GridConfig, path: str | None = None) -> Plan:
     """All runs of a config in dependency order (estimates, rankings, probes, then the chapters).
 
@@ -188,55 +186,50 @@ def expand(config: dict | GridConfig, path: str | None = None) -> Plan:
     from papa.core.heads import count_for
 
     grid = grid_model(config)
-    path = path or (config.get("_path") if isinstance(config, dict) else None) or ChapterParams().grid_config
+    path = path or (config.get("_path") if isinstance(config, dict) else None) or schema.ChapterParams().grid_config
     art = f"book/runs/{grid.name}/artifacts"
     common = dict(max_length=grid.max_length, relayout=grid.relayout, device=grid.device)
+    constants = lambda model, task: f"{art}/constants/{slug(model)}__{task}.safetensors"
+    ranking = lambda model, task, method: f"{art}/rankings/{slug(model)}__{task}__{method}.json"
+    lr_file = lambda model, task: f"{art}/lr/{slug(model)}__{task}.json"
     # (study name, models, tasks, probe input, model -> effective settings)
-    studies = [("main", grid.models, grid.tasks, "all", lambda model: study_settings(grid, None, model))]
+    main = functools.partial(study_settings, grid, None)
+    studies = [("main", grid.models, grid.tasks, "all", main)]
     if grid.floors.attention_free:
-        studies.append(("floor", grid.models, grid.tasks, "embeddings", lambda model: {**study_settings(grid, None, model), "fractions": [0]}))
-    studies += [(s.name, s.models or grid.models, s.tasks or grid.tasks, s.probe_input, lambda model, s=s: study_settings(grid, s, model)) for s in grid.studies]
-    constants = lambda model, task: f"{art}/constants/{slug(model)}__{task}.safetensors"  # noqa: E731
-    ranking = lambda model, task, method: f"{art}/rankings/{slug(model)}__{task}__{method}.json"  # noqa: E731
+        floor = lambda model: {**main(model), "fractions": [0]}
+        studies.append(("floor", grid.models, grid.tasks, "embeddings", floor))
+    for study in grid.studies:
+        models, tasks = study.models or grid.models, study.tasks or grid.tasks
+        studies.append((study.name, models, tasks, study.probe_input, functools.partial(study_settings, grid, study)))
+    ranked, selected = set(), set()  # (model, task, method) and (model, task)
+    for _, models, tasks, _, settings in studies:
+        for model in models:
+            ranked |= {(model, t, m) for t in tasks for m in (settings(model)["methods"] or grid.rank.methods)}
+            selected |= {(model, t) for t in tasks} if settings(model)["lr"] == SELECT else set()
+
     runs: dict[str, Run] = {}
-    for model in grid.models:
-        for task in grid.tasks:
-            rid = run_id("estimate", model, task)
-            params = EstimateParams(model=model, task=task, max_examples=grid.estimate.max_examples, out=constants(model, task), **common)
-            runs[rid] = Run(rid, "estimate", params.model_dump(), outputs=[constants(model, task)])
-    methods_needed = {(m, t, meth) for _, models, tasks, _, settings in studies for m in models for t in tasks for meth in (settings(m)["methods"] or grid.rank.methods)}
-    rank = grid.rank
-    for model, task, method in sorted(methods_needed):
-        rid = run_id("rank", model, task, method)
-        params = RankParams(
-            model=model,
-            task=task,
-            method=method,
-            constants=constants(model, task),
-            **rank.model_dump(include={"epochs", "lr", "max_train_examples", "max_eval_examples", "seed"}),
-            data_seed=grid.data_seed,
-            device=grid.device,
-            out=ranking(model, task, method),
-        )
-        runs[rid] = Run(rid, "rank", params.model_dump(), deps=[run_id("estimate", model, task)], outputs=[ranking(model, task, method)])
-    lr_file = lambda model, task: f"{art}/lr/{slug(model)}__{task}.json"  # noqa: E731
-    for model, task in sorted({(m, t) for _, models, tasks, _, settings in studies for m in models if settings(m)["lr"] == SELECT for t in tasks}):
-        rid = run_id("select_lr", model, task)
-        main_settings = study_settings(grid, None, model)
-        params = SelectLrParams(
-            model=model,
-            task=task,
-            **grid.lr_selection.model_dump(exclude={"epochs"}),
-            epochs=grid.lr_selection.epochs or main_settings["epochs"],  # unset: the cap the model's probes train under
-            patience=main_settings["patience"] or 3,
-            pool_examples=main_settings["pool_examples"] or main_settings["max_train_examples"] or SelectLrParams.model_fields["pool_examples"].default,
-            max_train_examples=main_settings["max_train_examples"] or SelectLrParams.model_fields["max_train_examples"].default,
-            heldout_examples=main_settings["heldout_examples"] or SelectLrParams.model_fields["heldout_examples"].default,
-            data_seed=grid.data_seed,
-            out=lr_file(model, task),
-            **common,
-        )
-        runs[rid] = Run(rid, "select_lr", params.model_dump(), outputs=[lr_file(model, task)])
+    for model, task in itertools.product(grid.models, grid.tasks):
+        rid, out = run_id("estimate", model, task), constants(model, task)
+        fields = dict(model=model, task=task, max_examples=grid.estimate.max_examples, out=out)
+        params = schema.EstimateParams(**fields, **common)
+        runs[rid] = Run(rid, "estimate", params.model_dump(), outputs=[out])
+    rank = grid.rank.model_dump(include={"epochs", "lr", "max_train_examples", "max_eval_examples", "seed"})
+    for model, task, method in sorted(ranked):
+        rid, out = run_id("rank", model, task, method), ranking(model, task, method)
+        fields = dict(model=model, task=task, method=method, constants=constants(model, task), out=out, **rank)
+        params = schema.RankParams(**fields, data_seed=grid.data_seed, device=grid.device)
+        runs[rid] = Run(rid, "rank", params.model_dump(), deps=[run_id("estimate", model, task)], outputs=[out])
+    for model, task in sorted(selected):
+        rid, out, s = run_id("select_lr", model, task), lr_file(model, task), main(model)
+        fields = grid.lr_selection.model_dump(exclude={"epochs"})
+        # unset epochs: the cap the model's probes train under
+        fields |= {"epochs": grid.lr_selection.epochs or s["epochs"], "patience": s["patience"] or 3}
+        fallbacks = {"pool_examples": s["max_train_examples"], "max_train_examples": None, "heldout_examples": None}
+        for key, fallback in fallbacks.items():
+            fields[key] = s[key] or fallback or schema.SelectLrParams.model_fields[key].default
+        params = schema.SelectLrParams(model=model, task=task, **fields, data_seed=grid.data_seed, out=out, **common)
+        runs[rid] = Run(rid, "select_lr", params.model_dump(), outputs=[out])
+
     totals = {model: head_count(model) for model in grid.models}
     unsized = {model: why for model, (heads, why) in totals.items() if heads is None}
     for name, models, tasks, probe_input, settings in studies:
@@ -246,64 +239,39 @@ def expand(config: dict | GridConfig, path: str | None = None) -> Plan:
             total = totals[model][0]
             if total is None:
                 continue
-            for task in tasks:
-                for fraction in s["fractions"]:
-                    k = count_for(parse_fraction(fraction), total)
-                    methods = ["none"] if k == 0 else ["all"] if k == total else (s["methods"] or grid.rank.methods)
-                    seeds = s["seeds"][:1] if parse_fraction(fraction) in single else s["seeds"]
-                    # k = 0 replaces nothing: one run serves every replacement
-                    replacements = [r for r in s["replacements"] if k or r == "papa"]
-                    for method, mode, replacement in itertools.product(methods, s["modes"], replacements):
-                        extra = ([] if probe_input == "all" else [probe_input]) + ([] if replacement == "papa" else [replacement])
-                        extra += [] if name in ("main", "floor") else [name]
-                        rid = run_id("probe", model, task, method, f"k{k}", mode, *extra)
-                        if rid in runs:
-                            continue
-                        deps = [run_id("estimate", model, task)] if k else []
-                        chosen = s["lr"] == SELECT
-                        if chosen:
-                            deps.append(run_id("select_lr", model, task))
-                        evaluation = s["max_eval_examples"]
-                        if isinstance(evaluation, dict):
-                            evaluation = evaluation.get(task)
-                        if method not in ("none", "all"):
-                            deps.append(run_id("rank", model, task, method))
-                        out = f"{art}/results/{rid}__s{{seed}}.json"
-                        params = ProbeParams(
-                            model=model,
-                            task=task,
-                            k=k,
-                            constants=constants(model, task) if k else "",
-                            ranking=ranking(model, task, method) if method not in ("none", "all") else "",
-                            mode=mode,
-                            replacement=replacement,
-                            seeds=list(seeds),
-                            probe_input=probe_input,
-                            lr=ProbeParams.model_fields["lr"].default if chosen else s["lr"],
-                            lr_file=lr_file(model, task) if chosen else "",
-                            max_eval_examples=evaluation,
-                            **{
-                                key: s[key]
-                                for key in (
-                                    "epochs",
-                                    "selection",
-                                    "heldout_fraction",
-                                    "max_train_examples",
-                                    "patience",
-                                    "pool_examples",
-                                    "heldout_examples",
-                                    "dev_every_epoch",
-                                    "eval_chunk_examples",
-                                )
-                            },
-                            data_seed=grid.data_seed,
-                            out=out,
-                            **common,
-                        )
-                        runs[rid] = Run(rid, "probe", params.model_dump(), deps=deps, outputs=[out.format(seed=seed) for seed in seeds])
+            chosen = s["lr"] == SELECT
+            lr = schema.ProbeParams.model_fields["lr"].default if chosen else s["lr"]
+            for task, fraction in itertools.product(tasks, s["fractions"]):
+                k = count_for(parse_fraction(fraction), total)
+                methods = ["none"] if k == 0 else ["all"] if k == total else (s["methods"] or grid.rank.methods)
+                seeds = s["seeds"][:1] if parse_fraction(fraction) in single else s["seeds"]
+                replacements = [r for r in s["replacements"] if k or r == "papa"]  # k = 0: one run serves them all
+                evaluation = s["max_eval_examples"]
+                evaluation = evaluation.get(task) if isinstance(evaluation, dict) else evaluation
+                for method, mode, replacement in itertools.product(methods, s["modes"], replacements):
+                    extra = [] if probe_input == "all" else [probe_input]
+                    extra += [] if replacement == "papa" else [replacement]
+                    extra += [] if name in ("main", "floor") else [name]
+                    rid = run_id("probe", model, task, method, f"k{k}", mode, *extra)
+                    if rid in runs:
+                        continue
+                    by_rank = method not in ("none", "all")
+                    deps = [run_id("estimate", model, task)] if k else []
+                    deps += [run_id("select_lr", model, task)] if chosen else []
+                    deps += [run_id("rank", model, task, method)] if by_rank else []
+                    out = f"{art}/results/{rid}__s{{seed}}.json"
+                    heads = dict(k=k, constants=constants(model, task) if k else "")
+                    heads["ranking"] = ranking(model, task, method) if by_rank else ""
+                    how = dict(mode=mode, replacement=replacement, seeds=list(seeds), probe_input=probe_input, lr=lr)
+                    how |= {"lr_file": lr_file(model, task) if chosen else "", "max_eval_examples": evaluation}
+                    how |= {key: s[key] for key in PROBE_SETTINGS}
+                    fields = dict(model=model, task=task, **heads, **how, data_seed=grid.data_seed, out=out)
+                    params = schema.ProbeParams(**fields, **common)
+                    outputs = [out.format(seed=seed) for seed in seeds]
+                    runs[rid] = Run(rid, "probe", params.model_dump(), deps=deps, outputs=outputs)
     upstream = [r.run_id for r in runs.values() if r.kind in ("probe", "rank", "select_lr")]
     for chapter in grid_chapters(config):
-        runs[chapter] = Run(chapter, chapter, ChapterParams(grid_config=path).model_dump(), deps=upstream)
+        runs[chapter] = Run(chapter, chapter, schema.ChapterParams(grid_config=path).model_dump(), deps=upstream)
     for run in runs.values():
         run.grid = grid.name
     return Plan(runs.values(), unsized)
@@ -313,7 +281,7 @@ def grid_chapters(config: dict) -> list[str]:
     """The chapter runs of a grid: results and controls always, and every other chapter of
     :data:`papa.core.schema.CHAPTERS` that one of its studies names (``chapter: replacements``)."""
     named = {study.get("chapter") for study in config.get("studies", [])}
-    return [chapter for chapter in CHAPTERS if chapter in ("results", "controls") or chapter in named]
+    return [chapter for chapter in schema.CHAPTERS if chapter in ("results", "controls") or chapter in named]
 
 
 def probe_run_id(result_key: str) -> str:

@@ -10,6 +10,7 @@ writing included, blocks only its dependants, and the summary is always printed.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import time
@@ -17,33 +18,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from papa.core.errors import PapaError
+from papa.pipeline import stamps
 from papa.pipeline.clusters import parse_scheduler, preflight
 from papa.pipeline.distributed import make_executor
-from papa.pipeline.estimate import _format, estimate_seconds, feature_reuse, memory_budget, report_disk, reuse_words, size_line
+from papa.pipeline.estimate import _format, estimate_seconds, feature_reuse, report_disk, reuse_words, size_line
 from papa.pipeline.executed import title_is_stale
 from papa.pipeline.executors import execute
-from papa.pipeline.keys import data_fingerprints, key_of, notebook_displays, run_components
+from papa.pipeline.keys import data_fingerprints, key_of, notebook_displays, run_components, upstream
 from papa.pipeline.plan import ROOT, Run, expand, load_config, run_notebook_path, runs_dir
-from papa.pipeline.stamps import (
-    GridLock,
-    Manifest,
-    check_no_links,
-    check_owner,
-    clean_leftovers,
-    digest,
-    entry_of,
-    manifest_outside_plan,
-    notebook_edited,
-    outside_plan,
-    prune_outside_plan,
-    read_stamp,
-    record_owner,
-    refresh_text,
-    remove_if_unused,
-    seal,
-    stamp_path,
-    verify,
-)
+from papa.pipeline.stamps import GridLock, Manifest
 
 __all__ = ["GridLock", "GridStatus", "Manifest", "check_data_available", "grid_status", "run_grid", "stale_runs"]
 
@@ -64,37 +47,37 @@ class GridStatus:
     refresh_why: dict[str, str] = field(default_factory=dict)  # run_id → "markdown changed" or "title changed"
 
 
-def _summarise(names: list[str], what: str) -> str:
-    shown = ", ".join(names[:2]) + (f" and {len(names) - 2} more" if len(names) > 3 else "") if len(names) > 3 else ", ".join(names)
-    return f"upstream {shown} {what}"
-
-
-def grid_status(config: dict, root: Path = ROOT) -> GridStatus:
+def grid_status(config: dict) -> GridStatus:
     """Plan a grid and verify every run's outputs against its expected key (read-only)."""
     runs = expand(config)
     folder = runs_dir(config)
-    components = run_components(runs, root)
+    components = run_components(runs)
     data = data_fingerprints(runs)
-    displays = notebook_displays(runs, root)
+    displays = notebook_displays(runs)
     keys = {r.run_id: (key_of(components[r.run_id]), data[r.run_id]) for r in runs}
-    stamps = {r.run_id: read_stamp(stamp_path(folder, r.run_id)) for r in runs}
+    found = {r.run_id: stamps.read_stamp(stamps.stamp_path(folder, r.run_id)) for r in runs}
     reasons: dict[str, list[str]] = {}
     for run in runs:  # dependency order: upstream verdicts are known
-        why = verify(run, keys[run.run_id][0], components[run.run_id], data[run.run_id], stamps[run.run_id], root)
-        if stamps[run.run_id] is None and stamp_path(folder, run.run_id).exists():
+        rid, stamp = run.run_id, found[run.run_id]
+        why = stamps.verify(run, keys[rid][0], components[rid], data[rid], stamp)
+        if stamp is None and stamps.stamp_path(folder, rid).exists():
             why = ["record corrupt (its stamp fails its checksum)"]
         if not why:
             rerun = [d for d in run.deps if d in reasons]
-            moved = [d for d in run.deps if d not in reasons and (stamps[run.run_id].get("inputs") or {}).get(d) != digest(stamps[d])]
-            why = ([_summarise(rerun, "re-runs")] if rerun else []) + ([_summarise(moved, "has other outputs than when this run read them")] if moved else [])
+            read = stamp.get("inputs") or {}
+            moved = [d for d in run.deps if d not in reasons and read.get(d) != stamps.digest(found[d])]
+            why = [upstream(rerun, "re-runs")] if rerun else []
+            why += [upstream(moved, "has other outputs than when this run read them")] if moved else []
         if why:
-            reasons[run.run_id] = why
+            reasons[rid] = why
     stale = [r for r in runs if r.run_id in reasons]
-    retitle = {r.run_id for r in runs if r.run_id not in reasons and title_is_stale(root / run_notebook_path(r), r.params, root)}
-    refresh = [r for r in runs if r.run_id not in reasons and (stamps[r.run_id].get("display") != displays[r.run_id] or r.run_id in retitle)]
+    proven = [r for r in runs if r.run_id not in reasons]
+    retitle = {r.run_id for r in proven if title_is_stale(ROOT / run_notebook_path(r), r.params, ROOT)}
+    marked = {r.run_id for r in proven if found[r.run_id].get("display") != displays[r.run_id]}
+    refresh = [r for r in proven if r.run_id in marked or r.run_id in retitle]
+    why = {r.run_id: "markdown changed" if r.run_id in marked else "title changed" for r in refresh}
     manifest = Manifest(folder / "manifest.json")
-    why = {r.run_id: "markdown changed" if stamps[r.run_id].get("display") != displays[r.run_id] else "title changed" for r in refresh}
-    return GridStatus(runs, stale, reasons, keys, components, displays, stamps, manifest, refresh, why)
+    return GridStatus(runs, stale, reasons, keys, components, displays, found, manifest, refresh, why)
 
 
 def mark_dependants(status: GridStatus) -> None:
@@ -104,7 +87,7 @@ def mark_dependants(status: GridStatus) -> None:
     for run in status.runs:  # dependency order: upstream verdicts are known
         rerun = [d for d in run.deps if d in status.reasons]
         if rerun and run.run_id not in status.reasons:
-            status.reasons[run.run_id] = [_summarise(rerun, "re-runs")]
+            status.reasons[run.run_id] = [upstream(rerun, "re-runs")]
     status.stale = [r for r in status.runs if r.run_id in status.reasons]
 
 
@@ -116,9 +99,9 @@ def stale_runs(config: dict) -> tuple[list[Run], list[Run], dict[str, tuple[str,
     return status.runs, status.stale, status.keys, status.manifest
 
 
-def check_not_edited(status: GridStatus, config: dict, root: Path = ROOT) -> None:
+def check_not_edited(status: GridStatus, config: dict) -> None:
     """Refuse executed notebooks that differ from what their run wrote (its stamp's sha256), stale or not."""
-    edited = [r for r in status.runs if notebook_edited(r, status.stamps[r.run_id], root)]
+    edited = [r for r in status.runs if stamps.notebook_edited(r, status.stamps[r.run_id])]
     if edited:
         more = f" and {len(edited) - 3} more" if len(edited) > 3 else ""
         names = ", ".join(run_notebook_path(r) for r in edited[:3]) + more
@@ -136,18 +119,16 @@ def check_data_available(stale: list[Run]) -> None:
     if not any(r.kind in ("estimate", "rank", "probe") for r in stale):
         return
     root = resolve_data_dir()
-    if root is not None:
-        if not root.is_dir():
-            raise PapaError(f"PAPA_DATA_DIR={root} is not a folder", "Point PAPA_DATA_DIR at the task data (TASK/SPLIT.jsonl).")
-        return
-    if os.environ.get("HF_DATASETS_OFFLINE", "") in ("1", "true", "TRUE"):
-        raise PapaError(
-            f"{len(stale)} runs are missing or stale and need the task data, but PAPA_DATA_DIR is unset and the hub is offline",
-            "Set PAPA_DATA_DIR to the data folder (e.g. ../shared/data), or build with --as-is to render the committed runs.",
-        )
+    if root is not None and not root.is_dir():
+        hint = "Point PAPA_DATA_DIR at the task data (TASK/SPLIT.jsonl)."
+        raise PapaError(f"PAPA_DATA_DIR={root} is not a folder", hint)
+    if root is None and os.environ.get("HF_DATASETS_OFFLINE", "") in ("1", "true", "TRUE"):
+        problem = f"{len(stale)} runs are missing or stale and need the task data, but PAPA_DATA_DIR is unset"
+        hint = "Set PAPA_DATA_DIR to the data folder (e.g. ../shared/data), or build with --as-is"
+        raise PapaError(problem + " and the hub is offline", hint + " to render the committed runs.")
 
 
-def _drive(executor, stale: list[Run], keys: dict, manifest: Manifest, failed: dict[str, str], started: float, out, seal=None) -> None:
+def _drive(executor, stale: list[Run], keys: dict, manifest: Manifest, failed: dict, started: float, out, seal=None):
     """Hand every stale run to ``executor`` once its stale dependencies are done; the driver alone
     seals finished runs (``seal(run, seconds)``: stamps) and records outcomes in the manifest. A failed
     run (sealing included) blocks its dependants; a manifest that cannot be saved is reported, not fatal."""
@@ -164,7 +145,8 @@ def _drive(executor, stale: list[Run], keys: dict, manifest: Manifest, failed: d
                 del pending[run_id]
             elif len(in_flight) < executor.slots and all(d in done or d not in stale_ids for d in run.deps):
                 number += 1
-                print(f"[{number}/{len(stale)}] {run_id} (elapsed {_format(time.perf_counter() - started)})", file=out, flush=True)
+                elapsed = _format(time.perf_counter() - started)
+                print(f"[{number}/{len(stale)}] {run_id} (elapsed {elapsed})", file=out, flush=True)
                 executor.submit(run)
                 in_flight.add(run_id)
                 del pending[run_id]
@@ -180,7 +162,8 @@ def _drive(executor, stale: list[Run], keys: dict, manifest: Manifest, failed: d
                 try:
                     seal(outcome.run, outcome.seconds)
                 except Exception as err:  # noqa: BLE001 - a run that cannot be sealed fails; the grid goes on
-                    status, error = "failed", str(err) if isinstance(err, PapaError) else f"sealing failed ({type(err).__name__}: {err})"
+                    error = str(err) if isinstance(err, PapaError) else f"sealing failed ({type(err).__name__}: {err})"
+                    status = "failed"
             entry = {"key": keys[run_id][0], "data": keys[run_id][1], "status": status}
             if status == "ok":
                 done.add(run_id)
@@ -189,7 +172,8 @@ def _drive(executor, stale: list[Run], keys: dict, manifest: Manifest, failed: d
                 failed[run_id] = error
                 entry["error"] = error[:500]
                 print(f"  FAILED: {error}", file=out, flush=True)
-            previous = {k: v for k, v in manifest.entries.get(run_id, {}).items() if k != "error"}  # a success clears an old error
+            # a success clears an old error
+            previous = {k: v for k, v in manifest.entries.get(run_id, {}).items() if k != "error"}
             manifest.entries[run_id] = dict(previous, **entry)
             _save(manifest, out)
 
@@ -213,47 +197,53 @@ def resized_runs(status: GridStatus, stale: list[Run]) -> set[str]:
 
 
 def _report_plan(status: GridStatus, stale: list[Run], config: dict, out, dry_run: bool) -> None:
-    resized = resized_runs(status, stale)
-    seconds = estimate_seconds(stale, status.manifest, resized)
-    print(f"grid {config['name']}: {len(status.runs)} runs, {len(stale)} to execute, estimated {_format(seconds)}", file=out)
+    say = functools.partial(print, file=out)
+    seconds = estimate_seconds(stale, status.manifest, resized_runs(status, stale))
+    say(f"grid {config['name']}: {len(status.runs)} runs, {len(stale)} to execute, estimated {_format(seconds)}")
     if status.manifest.rebuilt:
-        print("  (manifest missing or corrupt: rebuilt from the runs' stamps)", file=out)
-    budget, reuse = None, feature_reuse(stale) if dry_run else {}
+        say("  (manifest missing or corrupt: rebuilt from the runs' stamps)")
+    if dry_run:
+        from papa.probing.features import memory_budget_bytes
+
+        reuse, budget = feature_reuse(stale), memory_budget_bytes() if stale else 0
     for run in stale:
-        print(f"  {'would run' if dry_run else 'runs'} {run.run_id}: {'; '.join(status.reasons[run.run_id])}", file=out)
+        say(f"  {'would run' if dry_run else 'runs'} {run.run_id}: {'; '.join(status.reasons[run.run_id])}")
         if dry_run:
-            budget = budget if budget is not None else memory_budget()
-            print(f"      {', '.join(filter(None, [size_line(run, budget), reuse_words(reuse.get(run.run_id))]))}", file=out)
+            say(f"      {', '.join(filter(None, [size_line(run, budget), reuse_words(reuse.get(run.run_id))]))}")
     for run in status.refresh:
-        print(f"  {'would refresh' if dry_run else 'refreshes'} the text of {run.run_id} ({status.refresh_why.get(run.run_id, 'markdown changed')}; not re-executed)", file=out)
+        why = status.refresh_why.get(run.run_id, "markdown changed")
+        say(f"  {'would refresh' if dry_run else 'refreshes'} the text of {run.run_id} ({why}; not re-executed)")
     report_disk(stale, out)
 
 
 def _report_outside_plan(status: GridStatus, folder: Path, out, mode: str) -> None:
     """Files of the runs folder and manifest entries that no run of the plan wrote: ``mode`` ``"dry-run"``
     names them, ``"prune"`` removes and names them, ``"count"`` (a run without ``--prune``) counts them."""
+    say = functools.partial(print, file=out)
     if getattr(status.runs, "unsized", None):
-        print(f"  not in the plan: not checked (the plan lacks the probes of {', '.join(status.runs.unsized)})", file=out)
+        say(f"  not in the plan: not checked (the plan lacks the probes of {', '.join(status.runs.unsized)})")
         return
-    entries = manifest_outside_plan(status.runs, status.manifest)
-    files = prune_outside_plan(status.runs, folder, status.manifest) if mode == "prune" else outside_plan(status.runs, folder)
+    entries = stamps.manifest_outside_plan(status.runs, status.manifest)
+    if mode == "prune":
+        files = stamps.prune_outside_plan(status.runs, folder, status.manifest)
+    else:
+        files = stamps.outside_plan(status.runs, folder)
     if not files and not entries:
         return
-    what = f"{len(files)} files and {len(entries)} manifest entries"
-    hint = {"dry-run": " (--prune removes them)", "count": " (--dry-run lists them, --prune removes them)"}.get(mode, "")
-    print(f"  {'removed, not in the plan' if mode == 'prune' else 'not in the plan'}: {what}{hint}", file=out)
+    hints = {"dry-run": " (--prune removes them)", "count": " (--dry-run lists them, --prune removes them)"}
+    what = f"{len(files)} files and {len(entries)} manifest entries{hints.get(mode, '')}"
+    say(f"  {'removed, not in the plan' if mode == 'prune' else 'not in the plan'}: {what}")
     if mode != "count":
-        for name in [str(path.relative_to(folder.absolute())) for path in files] + [f"manifest entry {run_id}" for run_id in entries]:
-            print(f"    {'removed' if mode == 'prune' else 'not in the plan'}: {name}", file=out)
+        names = [str(path.relative_to(folder.absolute())) for path in files] + [f"manifest entry {e}" for e in entries]
+        for name in names:
+            say(f"    {'removed' if mode == 'prune' else 'not in the plan'}: {name}")
 
 
 def _check_sized(plan) -> None:
     unsized = getattr(plan, "unsized", {})
     if unsized:
-        raise PapaError(
-            f"Cannot count the heads of {', '.join(unsized)} offline: its probe runs are not planned",
-            "Download the model once with the hub reachable (or use a local folder), or plan with --dry-run.",
-        )
+        hint = "Download the model once with the hub reachable (or use a local folder), or plan with --dry-run."
+        raise PapaError(f"Cannot count the heads of {', '.join(unsized)} offline: its probe runs are not planned", hint)
 
 
 def _check_runnable(status: GridStatus, stale: list[Run], only: str | None) -> None:
@@ -263,7 +253,8 @@ def _check_runnable(status: GridStatus, stale: list[Run], only: str | None) -> N
     _check_sized(status.runs)
     if not only:
         return
-    by_id, stale_ids, selected = {r.run_id: r for r in status.runs}, {r.run_id for r in status.stale}, {r.run_id for r in stale}
+    by_id, selected = {r.run_id: r for r in status.runs}, {r.run_id for r in stale}
+    stale_ids = {r.run_id for r in status.stale}
     needed, todo = set(), [d for r in stale for d in r.deps]
     while todo:
         rid = todo.pop()
@@ -273,10 +264,8 @@ def _check_runnable(status: GridStatus, stale: list[Run], only: str | None) -> N
         todo.extend(by_id[rid].deps)
     missing = sorted(rid for rid in needed if rid in stale_ids and rid not in selected)
     if missing:
-        raise PapaError(
-            f"--only {only!r} selects runs whose upstream runs are stale: {', '.join(missing)}",
-            "Run those first (or without --only): a run never executes on stale constants, rankings or lr choices.",
-        )
+        hint = "Run those first (or without --only): a run never executes on stale constants, rankings or lr choices."
+        raise PapaError(f"--only {only!r} selects runs whose upstream runs are stale: {', '.join(missing)}", hint)
 
 
 def run_grid(
@@ -302,9 +291,9 @@ def run_grid(
     config = load_config(config_path)
     folder = runs_dir(config)
     if dry_run:
-        check_owner(config, folder, replace)
+        stamps.check_owner(config, folder, replace)
         status = grid_status(config)
-        check_no_links(status.runs, folder)
+        stamps.check_no_links(status.runs, folder)
         stale = [r for r in status.stale if not only or only in r.run_id]
         _report_plan(status, stale, config, out, dry_run=True)
         _report_outside_plan(status, folder, out, "dry-run")
@@ -312,14 +301,14 @@ def run_grid(
     preflight(parse_scheduler(scheduler))  # a scheduler that cannot come up fails in seconds, writing nothing
     plan = expand(config)
     _check_sized(plan)
-    check_no_links(plan, folder)
+    stamps.check_no_links(plan, folder)
     created = not folder.exists()
     try:
-        sizes = dict(gpus_per_run=gpus_per_run, threads_per_run=threads_per_run)
+        sizes = {"gpus_per_run": gpus_per_run, "threads_per_run": threads_per_run}
         return _run_locked(config, folder, only, replace, scheduler, sizes, prune, out)
     except BaseException:
         if created:  # e.g. the scheduler never came up: no new runs folder is left behind
-            remove_if_unused(folder)
+            stamps.remove_if_unused(folder)
         raise
 
 
@@ -328,14 +317,15 @@ def _run_locked(config: dict, folder: Path, only, replace: bool, scheduler: str,
     failed: dict[str, str] = {}
     started = time.perf_counter()
     with GridLock(folder):
-        if check_owner(config, folder, replace):
-            record_owner(config, folder)
-        clean_leftovers(folder)
+        if stamps.check_owner(config, folder, replace):
+            stamps.record_owner(config, folder)
+        stamps.clean_leftovers(folder)
         status = grid_status(config)  # under the lock: a runner that waited sees the other's work
         manifest = status.manifest
         for run in status.refresh:
             try:
-                status.stamps[run.run_id] = refresh_text(run, status.stamps[run.run_id], status.displays[run.run_id], folder)
+                rid = run.run_id
+                status.stamps[rid] = stamps.refresh_text(run, status.stamps[rid], status.displays[rid], folder)
             except (PapaError, OSError, ValueError):
                 status.reasons[run.run_id] = ["executed notebook does not pair with its source"]
                 mark_dependants(status)
@@ -343,7 +333,7 @@ def _run_locked(config: dict, folder: Path, only, replace: bool, scheduler: str,
             stamp, entry = status.stamps[run.run_id], manifest.entries.get(run.run_id, {})
             recorded = (entry.get("key"), entry.get("status"))
             if run.run_id not in status.reasons and stamp and recorded != (stamp["key"], "ok"):
-                manifest.entries[run.run_id] = entry_of(stamp)
+                manifest.entries[run.run_id] = stamps.entry_of(stamp)
         stale = [r for r in status.runs if r in status.stale and (not only or only in r.run_id)]
         _check_runnable(status, stale, only)
         _report_plan(status, stale, config, out, dry_run=False)
@@ -354,15 +344,17 @@ def _run_locked(config: dict, folder: Path, only, replace: bool, scheduler: str,
         check_data_available(stale)
 
         def seal_run(run: Run, seconds: float) -> None:
-            rid = run.run_id
-            status.stamps[rid] = seal(run, status.keys[rid][0], status.components[rid], status.displays[rid], status.keys[rid][1], seconds, folder)
+            rid, (key, data) = run.run_id, status.keys[run.run_id]
+            sealed = stamps.seal(run, key, status.components[rid], status.displays[rid], data, seconds, folder)
+            status.stamps[rid] = sealed
 
         executor = make_executor(scheduler, execute, stale=stale, manifest=manifest, out=out, **sizes)
         try:
             _drive(executor, stale, status.keys, manifest, failed, started, out, seal=seal_run)
         finally:
             executor.close()
-            print(f"done in {_format(time.perf_counter() - started)}: {len(stale) - len(failed)} ok, {len(failed)} failed", file=out)
+            ok = len(stale) - len(failed)
+            print(f"done in {_format(time.perf_counter() - started)}: {ok} ok, {len(failed)} failed", file=out)
             for run_id, reason in failed.items():
                 print(f"  {run_id}: {reason}", file=out)
     return 1 if failed else 0

@@ -24,6 +24,9 @@ from pathlib import Path
 
 #: The ``papa`` package folder whose modules are fingerprinted.
 PACKAGE = Path(__file__).resolve().parents[1]
+#: Modules that load papa files *by path* rather than by import (``evaluate.load(path)`` of the metric
+#: scripts): reaching the module reaches every ``.py`` file below the folder named here.
+LOADED_BY_PATH = {"papa.probing.metrics": "probing/metrics"}
 
 
 def _sha(text: str) -> str:
@@ -35,23 +38,33 @@ def read_module_source(path: Path) -> str:
     return path.read_text(encoding="utf-8")
 
 
+def _is_magic(line: str) -> bool:
+    """An IPython ``%`` or ``!`` line: not Python (left blank in the code that is parsed)."""
+    return line.lstrip().startswith(("%", "!"))
+
+
+def _python(source: str) -> str:
+    return "\n".join("" if _is_magic(line) else line for line in source.splitlines())
+
+
+def _is_string(s: ast.stmt) -> bool:
+    return isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant) and isinstance(s.value.value, str)
+
+
 def _strip_docstrings(tree: ast.AST) -> ast.AST:
     """Remove every bare string statement (docstrings and ``#:``-less attribute docs): they never run."""
     for node in ast.walk(tree):
-        body = getattr(node, "body", None)
-        if isinstance(body, list):
-            node.body = [s for s in body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant) and isinstance(s.value.value, str))]
+        if isinstance(getattr(node, "body", None), list):
+            node.body = [s for s in node.body if not _is_string(s)]
     return tree
 
 
 def normalised_code(source: str) -> str:
     """``ast.dump`` of ``source`` without docstrings (IPython ``%``/``!`` lines are kept as text); the
     stripped text itself when it does not parse."""
-    lines = source.splitlines()
-    magics = [line.strip() for line in lines if line.lstrip().startswith(("%", "!"))]
-    python = "\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in lines)
+    magics = [line.strip() for line in source.splitlines() if _is_magic(line)]
     try:
-        dumped = ast.dump(_strip_docstrings(ast.parse(python)))
+        dumped = ast.dump(_strip_docstrings(ast.parse(_python(source))))
     except SyntaxError:
         return source.strip()
     return json.dumps([magics, dumped]) if magics else dumped
@@ -72,16 +85,12 @@ def module_file(name: str, package: Path = PACKAGE) -> Path | None:
 
 @lru_cache(maxsize=512)
 def _parsed(path: Path, text: str) -> tuple[ast.Module, str]:
-    tree = ast.parse(text)
-    fingerprint = _sha(ast.dump(_strip_docstrings(ast.parse(text))))[:16]
-    return tree, fingerprint
+    return ast.parse(text), _sha(ast.dump(_strip_docstrings(ast.parse(text))))[:16]
 
 
 def _module(name: str, package: Path) -> tuple[ast.Module, str] | None:
     path = module_file(name, package)
-    if path is None:
-        return None
-    return _parsed(path, read_module_source(path))
+    return None if path is None else _parsed(path, read_module_source(path))
 
 
 def module_fingerprint(name: str, package: Path = PACKAGE) -> str:
@@ -91,8 +100,8 @@ def module_fingerprint(name: str, package: Path = PACKAGE) -> str:
 
 
 def _lazy_names(tree: ast.Module) -> dict[str, str]:
-    """Attributes a package provides lazily: its ``_LAZY_MODULES`` and ``_LAZY_NAMES`` dicts (name → module) and the
-    ``if name == "x": ... import_module("m")`` branches of its module ``__getattr__``."""
+    """Attributes a package provides lazily: its ``_LAZY_MODULES`` and ``_LAZY_NAMES`` dicts (name → module) and
+    the ``if name == "x": ... import_module("m")`` branches of its module ``__getattr__``."""
     lazy: dict[str, str] = {}
     for node in tree.body:
         if isinstance(node, (ast.Assign, ast.AnnAssign)) and isinstance(node.value, ast.Dict):
@@ -103,19 +112,21 @@ def _lazy_names(tree: ast.Module) -> dict[str, str]:
                         lazy[str(key.value)] = str(value.value)
         if isinstance(node, ast.FunctionDef) and node.name == "__getattr__":
             for branch in ast.walk(node):
-                if isinstance(branch, ast.If) and isinstance(branch.test, ast.Compare) and isinstance(branch.test.comparators[0], ast.Constant):
+                test = branch.test if isinstance(branch, ast.If) else None
+                if isinstance(test, ast.Compare) and isinstance(test.comparators[0], ast.Constant):
                     for call in ast.walk(ast.Module(body=branch.body, type_ignores=[])):
                         if _import_module_literal(call):
-                            lazy[str(branch.test.comparators[0].value)] = _import_module_literal(call)
+                            lazy[str(test.comparators[0].value)] = _import_module_literal(call)
     return lazy
 
 
 def _import_module_literal(node: ast.AST) -> str | None:
-    if isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
-        func = node.func
-        if (isinstance(func, ast.Attribute) and func.attr == "import_module") or (isinstance(func, ast.Name) and func.id == "import_module"):
-            return node.args[0].value
-    return None
+    """``m`` of a call ``import_module("m")`` (or ``importlib.import_module("m")``), else None."""
+    if not (isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant)):
+        return None
+    func, name = node.func, node.args[0].value
+    called = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+    return name if called == "import_module" and isinstance(name, str) else None
 
 
 def _with_parents(name: str) -> list[str]:
@@ -127,14 +138,16 @@ def imported_modules(tree: ast.Module, current: str, package: Path = PACKAGE) ->
     """papa modules that ``tree`` (module ``current``, or a notebook) imports or reaches by attribute."""
     found: set[str] = set()
     bound: dict[str, str] = {}  # local name → papa module it is bound to
-    current_package = current if module_file(current, package) and module_file(current, package).name == "__init__.py" else current.rpartition(".")[0]
+    path = module_file(current, package)
+    current_package = current if path and path.name == "__init__.py" else current.rpartition(".")[0]
     skip = {id(n) for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "__getattr__"}
     nodes = [n for top in tree.body if id(top) not in skip for n in ast.walk(top)]
     for node in nodes:
         if isinstance(node, ast.Import):
             for alias in node.names:
                 found.update(_with_parents(alias.name))
-                bound[alias.asname or alias.name.split(".")[0]] = alias.name if alias.asname else alias.name.split(".")[0]
+                top = alias.name.split(".")[0]
+                bound[alias.asname or top] = alias.name if alias.asname else top
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
@@ -158,23 +171,18 @@ def _resolve(name: str, package: Path) -> str | None:
         return name
     parent, _, attr = name.rpartition(".")
     if parent and module_file(parent, package):
-        tree, _ = _module(parent, package)
-        target = _lazy_names(tree).get(attr)
+        target = _lazy_names(_module(parent, package)[0]).get(attr)
         if target and module_file(target, package):
             return target
     return None
-
-
-#: Modules that load papa files *by path* rather than by import (``evaluate.load(path)`` of the metric
-#: scripts): reaching the module reaches every ``.py`` file below the folder named here.
-LOADED_BY_PATH = {"papa.probing.metrics": "probing/metrics"}
 
 
 def _by_path(name: str, package: Path) -> list[str]:
     folder = LOADED_BY_PATH.get(name)
     if folder is None:
         return []
-    return sorted("papa." + ".".join(p.relative_to(package).with_suffix("").parts) for p in (package / folder).rglob("*.py") if p.name != "__init__.py")
+    files = [p for p in (package / folder).rglob("*.py") if p.name != "__init__.py"]
+    return sorted("papa." + ".".join(p.relative_to(package).with_suffix("").parts) for p in files)
 
 
 def papa_modules(tree: ast.Module, package: Path = PACKAGE) -> dict[str, str]:
@@ -186,9 +194,8 @@ def papa_modules(tree: ast.Module, package: Path = PACKAGE) -> dict[str, str]:
         name = _resolve(todo.pop(), package)
         if name is None or name in seen:
             continue
-        module_tree, fingerprint = _module(name, package)
-        seen[name] = fingerprint
-        todo.extend(m for parent in _with_parents(name) for m in [parent] if m not in seen)
+        module_tree, seen[name] = _module(name, package)
+        todo.extend(parent for parent in _with_parents(name) if parent not in seen)
         todo.extend(sorted(imported_modules(module_tree, name, package)))
         todo.extend(_by_path(name, package))
     return dict(sorted(seen.items()))
@@ -199,9 +206,8 @@ def notebook_code_tree(nb) -> ast.Module:
     body: list[ast.stmt] = []
     for cell in nb.cells:
         if cell.cell_type == "code":
-            text = "\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in cell.source.splitlines())
             try:
-                body.extend(ast.parse(text).body)
+                body.extend(ast.parse(_python(cell.source)).body)
             except SyntaxError:
                 continue
     return ast.Module(body=body, type_ignores=[])
@@ -213,6 +219,7 @@ def notebook_fingerprints(nb) -> tuple[str, str]:
     ``code``: per code cell its normalised code and whether it is the ``parameters`` cell (the cell
     count included, so cells pair one-to-one when only the text changed). ``display``: every cell's
     type, source and tags as written."""
-    code = [[normalised_code(c.source), "parameters" in c.get("metadata", {}).get("tags", [])] for c in nb.cells if c.cell_type == "code"]
-    display = [[c.cell_type, c.source, c.get("metadata", {}).get("tags", [])] for c in nb.cells]
+    tags = lambda cell: cell.get("metadata", {}).get("tags", [])
+    code = [[normalised_code(c.source), "parameters" in tags(c)] for c in nb.cells if c.cell_type == "code"]
+    display = [[c.cell_type, c.source, tags(c)] for c in nb.cells]
     return _sha(json.dumps(code))[:16], _sha(json.dumps(display))[:16]

@@ -21,15 +21,20 @@ of the current plan wrote (``papa grid run --prune``).
 
 from __future__ import annotations
 
-import json
+import hashlib
 import os
 import shutil
 from pathlib import Path
 
 from papa.core.errors import PapaError
-from papa.core.io import atomic_write_json, atomic_write_text, canonical_json, read_json_verified, sha256_bytes, sha256_file
+from papa.core.io import atomic_write_json, atomic_write_text, canonical_json, read_json_verified, sha256_file
 from papa.pipeline.keys import what_changed
 from papa.pipeline.plan import ROOT, Run, run_notebook_path
+
+
+def _sha(obj) -> str:
+    """sha256 of ``obj`` as canonical JSON."""
+    return hashlib.sha256(canonical_json(obj).encode("utf-8")).hexdigest()
 
 
 def stamp_path(folder: Path, run_id: str) -> Path:
@@ -46,28 +51,30 @@ def run_files(run: Run) -> list[str]:
     return [*run.outputs, run_notebook_path(run)]
 
 
+def _verified(path: Path) -> dict | None:
+    """The JSON object at ``path`` if its ``sha256`` holds, else None (missing, unreadable, edited or without one)."""
+    try:
+        return read_json_verified(path, require_checksum=True)
+    except PapaError:
+        return None
+
+
 def read_stamp(path: Path) -> dict | None:
     """A stamp whose checksum holds, else None (missing, unreadable, edited or without ``sha256``)."""
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return None
-    if not isinstance(raw, dict) or "sha256" not in raw:
-        return None
-    stored = raw.pop("sha256")
-    if stored != sha256_bytes(canonical_json(raw).encode("utf-8")) or not isinstance(raw.get("outputs"), dict):
-        return None
-    return raw
+    stamp = _verified(path)
+    return stamp if stamp is not None and isinstance(stamp.get("outputs"), dict) else None
 
 
 def digest(stamp: dict) -> str:
     """What a run's artefacts were: 16 hex digits over its key and artefact checksums (the executed
     notebook left out: refreshing its text changes nothing downstream)."""
     artefacts = {path: sha for path, sha in stamp["outputs"].items() if not path.endswith(".ipynb")}
-    return sha256_bytes(canonical_json({"key": stamp["key"], "outputs": artefacts}).encode())[:16]
+    return _sha({"key": stamp["key"], "outputs": artefacts})[:16]
 
 
-def seal(run: Run, key: str, components: dict, display: str, data: str | None, seconds: float, folder: Path, root: Path = ROOT) -> dict:
+def seal(
+    run: Run, key: str, components: dict, display: str, data: str | None, seconds: float, folder: Path, root=ROOT
+) -> dict:
     """Bind a finished run's outputs to ``key``: key into the notebook's metadata, then the stamp."""
     import nbformat
 
@@ -75,19 +82,20 @@ def seal(run: Run, key: str, components: dict, display: str, data: str | None, s
     try:
         nb = nbformat.read(notebook, as_version=4)
     except (OSError, ValueError) as err:  # nbformat's NotJSONError is a ValueError
-        raise PapaError(f"Run {run.run_id} left no readable notebook ({type(err).__name__})", "Run the grid again; the run is re-executed.") from None
+        problem = f"Run {run.run_id} left no readable notebook ({type(err).__name__})"
+        raise PapaError(problem, "Run the grid again; the run is re-executed.") from None
     nb.metadata["papa"] = {"run_id": run.run_id, "key": key}
     atomic_write_text(notebook, nbformat.writes(nb))
     outputs = {}
     for rel in run_files(run):
         if not (root / rel).is_file():
-            raise PapaError(f"Run {run.run_id} finished without writing {rel}", f"Read {run_notebook_path(run)}: the notebook must write every output the plan names.")
+            hint = f"Read {run_notebook_path(run)}: the notebook must write every output the plan names."
+            raise PapaError(f"Run {run.run_id} finished without writing {rel}", hint)
         outputs[rel] = sha256_file(root / rel)
-    inputs = {}
-    for dep in run.deps:
-        upstream = read_stamp(stamp_path(folder, dep))
-        inputs[dep] = digest(upstream) if upstream else None
-    stamp = {"run_id": run.run_id, "key": key, "components": components, "display": display, "data": data, "seconds": round(seconds, 1), "outputs": outputs, "inputs": inputs}
+    upstream = {dep: read_stamp(stamp_path(folder, dep)) for dep in run.deps}
+    inputs = {dep: digest(stamp) if stamp else None for dep, stamp in upstream.items()}
+    stamp = {"run_id": run.run_id, "key": key, "components": components, "display": display, "data": data}
+    stamp |= {"seconds": round(seconds, 1), "outputs": outputs, "inputs": inputs}
     atomic_write_json(stamp_path(folder, run.run_id), stamp)
     return stamp
 
@@ -126,19 +134,10 @@ class Manifest:
 
     def __init__(self, path: Path):
         self.path = path
-        self.entries: dict[str, dict] = {}
         self.rebuilt = False
-        runs = None
-        if path.is_file():
-            try:
-                raw = json.loads(path.read_text(encoding="utf-8"))
-                stored = raw.pop("sha256", None) if isinstance(raw, dict) else None
-                if stored == sha256_bytes(canonical_json(raw).encode("utf-8")) and isinstance(raw.get("runs"), dict):
-                    runs = raw["runs"]
-            except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-                runs = None
+        runs = (_verified(path) or {}).get("runs")
         if isinstance(runs, dict) and all(isinstance(e, dict) for e in runs.values()):
-            self.entries = runs
+            self.entries: dict[str, dict] = runs
             return
         self.entries = entries_from_stamps(path.parent)
         self.rebuilt = bool(self.entries) or path.is_file()
@@ -148,7 +147,8 @@ class Manifest:
 
 
 def entry_of(stamp: dict) -> dict:
-    return {"key": stamp["key"], "data": stamp.get("data"), "status": "ok", "seconds": stamp.get("seconds"), "components": stamp.get("components")}
+    entry = {"key": stamp["key"], "data": stamp.get("data"), "status": "ok"}
+    return entry | {"seconds": stamp.get("seconds"), "components": stamp.get("components")}
 
 
 def entries_from_stamps(folder: Path) -> dict[str, dict]:
@@ -181,7 +181,8 @@ def refresh_text(run: Run, stamp: dict, display: str, folder: Path, root: Path =
     ran = [c for c in executed.cells if c.cell_type == "code" and "injected-parameters" not in tags(c)]
     code = [c for c in source.cells if c.cell_type == "code"]
     if len(ran) != len(code):
-        raise PapaError(f"The executed notebook of {run.run_id} does not pair with its source", "Run the grid again: the run is re-executed.")
+        problem = f"The executed notebook of {run.run_id} does not pair with its source"
+        raise PapaError(problem, "Run the grid again: the run is re-executed.")
     cells, pairs = [], iter(ran)
     for cell in source.cells:
         if cell.cell_type != "code":
@@ -196,7 +197,8 @@ def refresh_text(run: Run, stamp: dict, display: str, folder: Path, root: Path =
     executed.cells = cells
     executed = nbformat.from_dict(clean_executed(executed, root))
     atomic_write_text(target, nbformat.writes(executed))
-    stamp = dict(stamp, display=display, outputs=dict(stamp["outputs"], **{run_notebook_path(run): sha256_file(target)}))
+    outputs = dict(stamp["outputs"], **{run_notebook_path(run): sha256_file(target)})
+    stamp = dict(stamp, display=display, outputs=outputs)
     atomic_write_json(stamp_path(folder, run.run_id), stamp)
     return stamp
 
@@ -207,8 +209,7 @@ OWNER_FILE = "grid.json"
 
 def config_fingerprint(config: dict) -> str:
     """sha256 of a loaded config's normalised content (its path left out)."""
-    body = {k: v for k, v in config.items() if not k.startswith("_")}
-    return sha256_bytes(canonical_json(body).encode("utf-8"))
+    return _sha({k: v for k, v in config.items() if not k.startswith("_")})
 
 
 def check_owner(config: dict, folder: Path, replace: bool = False) -> bool:
@@ -228,18 +229,17 @@ def check_owner(config: dict, folder: Path, replace: bool = False) -> bool:
     if same_file or same_content or replace or not owner:
         return True
     name = config["name"]
-    raise PapaError(
-        f"The runs folder book/runs/{name} serves the config {owner.get('config')}, not {config['_path']} (both are named {name!r})",
-        f"Give this config its own name: rename it (name: {name}-2) or pass --replace to let it take over book/runs/{name}.",
-    )
+    problem = f"The runs folder book/runs/{name} serves the config {owner.get('config')}, not {config['_path']}"
+    hint = f"Give this config its own name: rename it (name: {name}-2) or pass --replace to let it take over"
+    raise PapaError(f"{problem} (both are named {name!r})", f"{hint} book/runs/{name}.")
 
 
-def check_no_links(runs: list[Run], folder: Path, root: Path = ROOT) -> None:
+def check_no_links(runs: list[Run], folder: Path) -> None:
     """Refuse a runs folder in which a path the plan writes (an artefact, its folder, a notebook, a stamp, the
     runner's own files) resolves outside the folder, through a link: nothing is ever written through one."""
     base = folder.resolve()
     own = [folder / name for name in (*RUNNER_FILES, "stamps", ".executing")]
-    paths = own + list(planned_files(runs, folder, root))
+    paths = own + list(planned_files(runs, folder))
     for path in sorted({p.absolute() for p in paths}):
         if not path.is_relative_to(folder.absolute()) or path.resolve().is_relative_to(base):
             continue
@@ -285,7 +285,8 @@ class GridLock:
             self.lock.acquire()
         except Timeout:
             holder = self.owner.read_text(encoding="utf-8").strip() if self.owner.is_file() else "another process"
-            raise PapaError(f"Another papa runner ({holder}) is working on {self.path.parent}", "Wait for it to finish (or stop it), then run again.") from None
+            hint = "Wait for it to finish (or stop it), then run again."
+            raise PapaError(f"Another papa runner ({holder}) is working on {self.path.parent}", hint) from None
         atomic_write_text(self.owner, f"host {socket.gethostname()}, pid {os.getpid()}\n")
         return self
 
@@ -322,17 +323,17 @@ def clean_leftovers(folder: Path) -> list[Path]:
 RUNNER_FILES = frozenset({"manifest.json", OWNER_FILE, ".lock", ".lock.owner"})
 
 
-def planned_files(runs: list[Run], folder: Path, root: Path = ROOT) -> set[Path]:
+def planned_files(runs: list[Run], folder: Path) -> set[Path]:
     """Every file the runs of a plan may leave in their runs folder: artefacts, executed notebooks, the
     notebooks of failed attempts (``<run_id>.failed.ipynb``, kept for reading), stamps and verification records."""
     files = {stamp_path(folder, run.run_id) for run in runs} | {verification_path(folder, run.run_id) for run in runs}
     for run in runs:
-        files |= {root / rel for rel in run_files(run)}
-        files.add((root / run_notebook_path(run)).with_suffix(".failed.ipynb"))
+        files |= {ROOT / rel for rel in run_files(run)}
+        files.add((ROOT / run_notebook_path(run)).with_suffix(".failed.ipynb"))
     return {path.absolute() for path in files}
 
 
-def outside_plan(runs: list[Run], folder: Path, root: Path = ROOT) -> list[Path]:
+def outside_plan(runs: list[Run], folder: Path) -> list[Path]:
     """The files of ``folder`` that no run of ``runs`` (a whole plan) wrote, sorted: executed notebooks,
     artefacts, stamps and failed notebooks of runs the config no longer has. The runner's own files
     (:data:`RUNNER_FILES`), ``.executing/`` and papa's temporary files are not listed (:func:`clean_leftovers`
@@ -342,7 +343,7 @@ def outside_plan(runs: list[Run], folder: Path, root: Path = ROOT) -> list[Path]
     folder = folder.absolute()
     if not folder.is_dir():
         return []
-    keep = planned_files(runs, folder, root)
+    keep = planned_files(runs, folder)
     found = []
     for here, dirs, names in os.walk(folder):
         base = Path(here)
@@ -364,12 +365,12 @@ def manifest_outside_plan(runs: list[Run], manifest: Manifest) -> list[str]:
     return sorted(run_id for run_id in manifest.entries if run_id not in planned)
 
 
-def prune_outside_plan(runs: list[Run], folder: Path, manifest: Manifest, root: Path = ROOT) -> list[Path]:
+def prune_outside_plan(runs: list[Run], folder: Path, manifest: Manifest) -> list[Path]:
     """Remove :func:`outside_plan`'s files and the manifest entries of runs outside the plan (the caller saves
     the manifest), then any folder this left empty; call only while holding the lock, with a complete plan
     (a model the plan cannot size has no probes in it). Returns the removed files."""
     folder = folder.absolute()
-    removed = outside_plan(runs, folder, root)
+    removed = outside_plan(runs, folder)
     for path in removed:
         path.unlink(missing_ok=True)
     for run_id in manifest_outside_plan(runs, manifest):

@@ -17,6 +17,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
+from functools import partial
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -51,8 +52,8 @@ class StudyModel:
     heads: int
 
 
-def _config_json(name: str) -> tuple[dict, str, str]:
-    """``(config.json, source, path or hub id)`` of a model, reading no weights; a hub id not cached while offline is
+def _config_json(name: str) -> tuple[dict, str]:
+    """``(config.json, source)`` of a model, reading no weights; a hub id not cached while offline is
     refused here (:func:`papa.core.models.resolve_model_path`)."""
     from papa.core.models import _hub_cached_config, check_model_config, check_model_folder, resolve_model_path
 
@@ -66,36 +67,38 @@ def _config_json(name: str) -> tuple[dict, str, str]:
         file = cached
     else:
         file = Path(path) / "config.json"
+    hint = "Point MODEL at a folder written by save_pretrained."
     try:
         config = json.loads(file.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        raise PapaError(f"The config.json of model {name} is not readable JSON", "Point MODEL at a folder written by save_pretrained.") from None
+        raise PapaError(f"The config.json of model {name} is not readable JSON", hint) from None
     if not isinstance(config, dict):
-        raise PapaError(f"The config.json of model {name} is not a JSON object", "Point MODEL at a folder written by save_pretrained.")
+        raise PapaError(f"The config.json of model {name} is not a JSON object", hint)
     _refuse_decoder(name, config)
     if source != "hub":
         check_model_folder(path, name)  # custom code, pickled or missing weights
     else:
         check_model_config(config, name)  # custom code (auto_map, an unknown model_type), before anything is written
-    return config, source, path
+    return config, source
 
 
 def _refuse_decoder(name: str, config: dict) -> None:
     """A decoder-only model (GPT-2, Llama, ...) or an encoder set up as a decoder: causal attention."""
-    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, MODEL_FOR_MASKED_LM_MAPPING_NAMES
+    from transformers.models.auto import modeling_auto as auto
 
     from papa.core.architectures import ADAPTERS, supported_model_types
 
     model_type = config.get("model_type")
+    causal, masked = auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, auto.MODEL_FOR_MASKED_LM_MAPPING_NAMES
     if config.get("is_decoder") is True:
         why = "its config sets is_decoder: true"
-    elif model_type not in ADAPTERS and model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and model_type not in MODEL_FOR_MASKED_LM_MAPPING_NAMES:
+    elif model_type not in ADAPTERS and model_type in causal and model_type not in masked:
         why = f"{model_type!r} is a decoder-only architecture"
     else:
         return
     raise PapaError(
-        f"Cannot study {name}: {why} (causal attention: each token attends only to the tokens before it), and PAPA's constant matrices "
-        "average the attention of a bidirectional encoder",
+        f"Cannot study {name}: {why} (causal attention: each token attends only to the tokens before it), and PAPA's"
+        " constant matrices average the attention of a bidirectional encoder",
         f"Study an encoder of a supported architecture ({', '.join(supported_model_types())}).",
     )
 
@@ -106,16 +109,16 @@ def check_model(name: str) -> StudyModel:
     architecture without an adapter (:data:`papa.core.architectures.ADAPTERS`) are refused before anything runs."""
     from papa.core.architectures import ADAPTERS, supported_model_types
 
-    config, source, _ = _config_json(name)
+    config, source = _config_json(name)
     model_type = config.get("model_type")
     if model_type not in ADAPTERS:
-        raise PapaError(
-            f"Cannot study {name}: papa has no adapter for its architecture {model_type!r}, so it cannot make its heads constant",
-            f"Study a model of a supported architecture ({', '.join(supported_model_types())}), or add a row to papa.core.architectures.ADAPTERS.",
-        )
+        problem = f"Cannot study {name}: papa has no adapter for its architecture {model_type!r}"
+        hint = f"Study a model of a supported architecture ({', '.join(supported_model_types())}), or add a row to"
+        raise PapaError(f"{problem}, so it cannot make its heads constant", f"{hint} papa.core.architectures.ADAPTERS.")
     heads, why = head_count(name)
     if heads is None:
-        raise PapaError(f"Cannot study {name}: cannot count its heads ({why})", "Use a folder whose config.json has num_hidden_layers and num_attention_heads.")
+        hint = "Use a folder whose config.json has num_hidden_layers and num_attention_heads."
+        raise PapaError(f"Cannot study {name}: cannot count its heads ({why})", hint)
     return StudyModel(name, source, model_type, heads)
 
 
@@ -137,12 +140,12 @@ def book_protocol(book_config: str | Path = BOOK_CONFIG) -> dict[str, Any]:
     return protocol
 
 
-def study_config(model: str, tasks: list[str], name: str, protocol: dict[str, Any], device: str = "auto", description: str = "") -> dict[str, Any]:
+def study_config(model: str, tasks: list[str], name: str, protocol: dict[str, Any], device: str = "auto") -> dict:
     """The grid config of a study (validated): ``study-<name>``, one model, ``tasks``, the protocol, no studies."""
     folder = Path(model).expanduser()
     config = {
         "name": PREFIX + name,
-        "description": description or f"papa study of {model}: the book's protocol on {', '.join(tasks)}",
+        "description": f"papa study of {model}: the book's protocol on {', '.join(tasks)}",
         "models": [str(folder.resolve()) if folder.is_dir() else model],
         "tasks": list(tasks),
         **copy.deepcopy(protocol),
@@ -151,7 +154,8 @@ def study_config(model: str, tasks: list[str], name: str, protocol: dict[str, An
     }
     evaluation = config.get("probe", {}).get("max_eval_examples")
     if isinstance(evaluation, dict):  # only the studied tasks' dev sizes (a task not listed: its whole split)
-        config["probe"]["max_eval_examples"] = {task: size for task, size in evaluation.items() if task in tasks} or None
+        kept = {task: size for task, size in evaluation.items() if task in tasks}
+        config["probe"]["max_eval_examples"] = kept or None
     validate(GridConfig, config, f"Study {name}")
     return config
 
@@ -159,10 +163,12 @@ def study_config(model: str, tasks: list[str], name: str, protocol: dict[str, An
 def estimate_study(config: dict[str, Any]) -> float:
     """Seconds the whole study takes from scratch on 2 CPU cores: :func:`papa.pipeline.estimate.estimate_seconds` of
     every run of its plan (what ``papa grid run --dry-run`` prints for a new grid)."""
-    plan = expand(config_dict(validate(GridConfig, config, f"Study {config['name']}")), path=f"configs/{config['name']}.yaml")
+    grid = validate(GridConfig, config, f"Study {config['name']}")
+    plan = expand(config_dict(grid), path=f"configs/{config['name']}.yaml")
     if plan.unsized:
         model, why = next(iter(plan.unsized.items()))
-        raise PapaError(f"Cannot size the study of {model}: {why}", "Use a local model folder, or download the model once with the hub reachable.")
+        hint = "Use a local model folder, or download the model once with the hub reachable."
+        raise PapaError(f"Cannot size the study of {model}: {why}", hint)
     return estimate_seconds(list(plan), SimpleNamespace(entries={}))  # type: ignore[arg-type]  # nothing recorded yet
 
 
@@ -181,26 +187,25 @@ def parse_budget(text: str) -> float:
 
 @dataclass(frozen=True)
 class Cut:
-    """One step of shrinking a study: what it cuts, in words, and the change (a new config from an old one)."""
+    """One step of shrinking a study: what it cuts, in words, and the config it leaves (every cut before included)."""
 
     what: str
-    apply: Callable[[dict], dict]
+    config: dict
 
 
-def _changed(change: Callable[[dict], None]) -> Callable[[dict], dict]:
-    def apply(config: dict) -> dict:
-        config = copy.deepcopy(config)
-        change(config)
-        return config
-
-    return apply
+_SIZE_WORDS = {"pool_examples": "training pool", "max_train_examples": "training draw per seed"}
+_SIZE_WORDS["heldout_examples"] = "held-out draw per seed"
 
 
-def _halve_training(config: dict) -> None:
-    probe = config["probe"]
-    for key in ("pool_examples", "max_train_examples", "heldout_examples"):
+def _halve_training(config: dict) -> str:
+    """Halve the probes' training draw, pool and held-out draw, in place; returns the change in words."""
+    probe, words = config["probe"], []
+    for key, name in _SIZE_WORDS.items():
         if probe.get(key):
-            probe[key] = max(1, round(probe[key] / 2))
+            half = max(1, round(probe[key] / 2))
+            words.append(f"{name} {probe[key]:,} → {half:,}")
+            probe[key] = half
+    return ", ".join(words)
 
 
 def _dev_size(config: dict, task: str) -> int | None:
@@ -208,33 +213,18 @@ def _dev_size(config: dict, task: str) -> int | None:
     return evaluation.get(task) if isinstance(evaluation, dict) else evaluation
 
 
-def _cap_dev(cap: int) -> Callable[[dict], None]:
-    def change(config: dict) -> None:
-        sizes = {task: min(cap, _dev_size(config, task) or cap) for task in config["tasks"]}
-        config["probe"]["max_eval_examples"] = cap if set(sizes.values()) == {cap} else sizes
-
-    return change
+def _cap_dev(config: dict, cap: int) -> None:
+    sizes = {task: min(cap, _dev_size(config, task) or cap) for task in config["tasks"]}
+    config["probe"]["max_eval_examples"] = cap if set(sizes.values()) == {cap} else sizes
 
 
-def _drop_fraction(fraction: Any) -> Callable[[dict], None]:
-    def change(config: dict) -> None:
-        config["probe"]["fractions"] = [f for f in config["probe"]["fractions"] if parse_fraction(f) != parse_fraction(fraction)]
-
-    return change
+def _drop_fraction(config: dict, fraction: Any) -> None:
+    probe = config["probe"]
+    probe["fractions"] = [f for f in probe["fractions"] if parse_fraction(f) != parse_fraction(fraction)]
 
 
-def _keep_seeds(count: int) -> Callable[[dict], None]:
-    def change(config: dict) -> None:
-        config["probe"]["seeds"] = config["probe"]["seeds"][:count]
-
-    return change
-
-
-_SIZE_WORDS = {"pool_examples": "training pool", "max_train_examples": "training draw per seed", "heldout_examples": "held-out draw per seed"}
-
-
-def _training_words(before: dict, after: dict) -> str:
-    return ", ".join(f"{words} {before['probe'][key]:,} → {after['probe'][key]:,}" for key, words in _SIZE_WORDS.items() if before["probe"].get(key))
+def _keep_seeds(config: dict, count: int) -> None:
+    config["probe"]["seeds"] = config["probe"]["seeds"][:count]
 
 
 def cut_steps(config: dict) -> list[Cut]:
@@ -245,25 +235,27 @@ def cut_steps(config: dict) -> list[Cut]:
     3. the head fractions between 0 and 1 dropped, the largest first (15/16, 7/8, then 1/2);
     4. fewer probe seeds, one at a time, down to one: last, for the seeds are what the intervals rest on.
 
-    k = 0 and all heads, one seed, the lr selection's learning rates and seed, the attention-free floor and the epoch cap
-    are never cut (the lr selection draws from the probes' pool, so step 1 shrinks its draw too)."""
-    changes: list[tuple[Callable[[dict], None], Callable[[dict, dict], str]]] = []
+    k = 0 and all heads, one seed, the lr selection's learning rates and seed, the attention-free floor and the epoch
+    cap are never cut (the lr selection draws from the probes' pool, so step 1 shrinks its draw too)."""
+    steps: list[Cut] = []
+
+    def cut(change: Callable[[dict], str | None], words: str = "") -> None:  # change: in place, its own words or None
+        after = copy.deepcopy(steps[-1].config if steps else config)
+        steps.append(Cut(change(after) or words, after))
+
     train = config["probe"].get("max_train_examples")
     while train and round(train / 2) >= MIN_TRAIN_EXAMPLES:
-        changes.append((_halve_training, _training_words))
+        cut(_halve_training)
         train = round(train / 2)
     largest = max((_dev_size(config, task) or 10**9 for task in config["tasks"]), default=10**9)
     for cap in (c for c in DEV_CAPS if c < largest):
-        changes.append((_cap_dev(cap), lambda before, after, cap=cap: f"dev split capped at {cap:,} examples per task"))
-    middle = sorted((f for f in config["probe"]["fractions"] if 0 < parse_fraction(f) < 1), key=parse_fraction, reverse=True)
-    changes += [(_drop_fraction(f), lambda before, after, f=f: f"head fraction {Fraction(parse_fraction(f))} dropped") for f in middle]
+        cut(partial(_cap_dev, cap=cap), f"dev split capped at {cap:,} examples per task")
+    middle = [f for f in config["probe"]["fractions"] if 0 < parse_fraction(f) < 1]
+    for f in sorted(middle, key=parse_fraction, reverse=True):
+        cut(partial(_drop_fraction, fraction=f), f"head fraction {Fraction(parse_fraction(f))} dropped")
     seeds = config["probe"].get("seeds", [42])
-    changes += [(_keep_seeds(n), lambda before, after, n=n: f"probe seeds {n + 1} → {n} ({', '.join(map(str, after['probe']['seeds']))})") for n in range(len(seeds) - 1, 0, -1)]
-    steps, current = [], config
-    for change, words in changes:
-        after = _changed(change)(current)
-        steps.append(Cut(words(current, after), _changed(change)))
-        current = after
+    for n in range(len(seeds) - 1, 0, -1):
+        cut(partial(_keep_seeds, count=n), f"probe seeds {n + 1} → {n} ({', '.join(map(str, seeds[:n]))})")
     return steps
 
 
@@ -284,28 +276,32 @@ def fit_budget(config: dict, budget: float | None, estimate: Callable[[dict], fl
         return Fitted(config, [], seconds)
     cuts: list[str] = []
     for step in cut_steps(config):
-        config = step.apply(config)
         cuts.append(step.what)
-        seconds = estimate(config)
+        seconds = estimate(step.config)
         if seconds <= budget:
-            return Fitted(config, cuts, seconds)
+            return Fitted(step.config, cuts, seconds)
     listed = "; ".join(cuts) if cuts else "nothing is left to cut"
+    least = f"{_format(seconds)} (--budget {-(-int(seconds) // 60)}m)"
     raise PapaError(
-        f"A budget of {_format(budget)} is too small for this study: even one seed at k = 0 and all heads takes about {_format(seconds)} by the estimate, "
-        f"after every cut ({listed})",
-        f"Give a budget of at least {_format(seconds)} (--budget {-(-int(seconds) // 60)}m), or study fewer tasks (--tasks).",
+        f"A budget of {_format(budget)} is too small for this study: even one seed at k = 0 and all heads takes about"
+        f" {_format(seconds)} by the estimate, after every cut ({listed})",
+        f"Give a budget of at least {least}, or study fewer tasks (--tasks).",
     )
 
 
 def config_text(fitted: Fitted, budget: float | None, book_config: str = BOOK_CONFIG) -> str:
-    """The YAML a study writes: a header (the protocol's source, the budget, the cuts, the estimate), then the config."""
+    """The YAML a study writes: a header (the protocol's source, the budget, the cuts, the estimate), then the
+    config."""
+    budget_words = _format(budget) if budget else "none (the protocol at full size)"
     lines = [
         "# yaml-language-server: $schema=grid.schema.json",
         f"# Written by `papa study`: the book's protocol ({book_config}) on one model.",
-        f"# Budget: {_format(budget) if budget else 'none (the protocol at full size)'}; estimate {_format(fitted.seconds)} on 2 CPU cores.",
+        f"# Budget: {budget_words}; estimate {_format(fitted.seconds)} on 2 CPU cores.",
     ]
-    lines += [f"# Cut to fit the budget: {cut}" for cut in fitted.cuts] or ["# Nothing cut: the book's protocol at full size."]
-    return "\n".join(lines) + "\n" + yaml.safe_dump(fitted.config, sort_keys=False, allow_unicode=True, width=120, default_flow_style=None)
+    cuts = [f"# Cut to fit the budget: {cut}" for cut in fitted.cuts]
+    lines += cuts or ["# Nothing cut: the book's protocol at full size."]
+    dumped = yaml.safe_dump(fitted.config, sort_keys=False, allow_unicode=True, width=120, default_flow_style=None)
+    return "\n".join(lines) + "\n" + dumped
 
 
 def config_path(name: str) -> Path:
@@ -316,8 +312,6 @@ def config_path(name: str) -> Path:
 def check_same_model(path: Path, model: str) -> None:
     """Refuse to overwrite a study config of another model (two folders with the same last part give the same default
     name, and the runs folder would change hands): one :class:`PapaError` naming both and what to do."""
-    from papa.core.config_files import read_yaml
-
     if not path.is_file():
         return
     try:
@@ -326,7 +320,5 @@ def check_same_model(path: Path, model: str) -> None:
         return  # not a config papa can read: it is rewritten
     models = existing.get("models") if isinstance(existing, dict) else None
     if isinstance(models, list) and models and models != [model]:
-        raise PapaError(
-            f"{path.name} is the study of {models[0]}, not of {model}",
-            "Give this study its own name with --name, or remove that config (and its runs folder) to study this model under that name.",
-        )
+        hint = "Give this study its own name with --name, or remove that config (and its runs folder) to study this"
+        raise PapaError(f"{path.name} is the study of {models[0]}, not of {model}", hint + " model under that name.")

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import datetime
 import fnmatch
+import json
 import os
 import platform
 import shutil
@@ -71,8 +72,6 @@ def read_records(folder: Path) -> dict[str, dict]:
 def run_commits(run: Run, root: Path = ROOT) -> list[str]:
     """The commits a run's committed outputs say they were computed at (``provenance.git_commit`` of its results and
     rankings; constants and lr choices record none): ``-dirty`` marks a working tree with uncommitted changes."""
-    import json
-
     commits = set()
     for rel in run.outputs:
         if rel.endswith(".json") and (root / rel).is_file():
@@ -95,8 +94,8 @@ def stamped_runs(folder: Path) -> list[Run]:
         if stamp and isinstance(stamp.get("run_id"), str):
             params = (stamp.get("components") or {}).get("params") or {}
             outputs = [rel for rel in stamp["outputs"] if not rel.endswith(".ipynb")]
-            deps = list(stamp.get("inputs") or {})
-            runs.append(Run(stamp["run_id"], stamp["run_id"].split("__")[0], params, deps=deps, outputs=outputs, grid=folder.name))
+            run_id, deps = stamp["run_id"], list(stamp.get("inputs") or {})
+            runs.append(Run(run_id, run_id.split("__")[0], params, deps=deps, outputs=outputs, grid=folder.name))
     return runs
 
 
@@ -107,12 +106,15 @@ def dirty_runs(runs: list[Run], root: Path = ROOT) -> dict[str, list[str]]:
 
 
 # -- which runs -----------------------------------------------------------------------------------------------------
-def select_runs(runs: list[Run], stamps: dict[str, dict], pattern: str | None = None, sample: int | None = None, root: Path = ROOT) -> list[Run]:
+def select_runs(
+    runs: list[Run], stamps: dict[str, dict], pattern: str | None = None, sample: int | None = None, root: Path = ROOT
+) -> list[Run]:
     """The runs to verify: verifiable runs with a stamp and an executed notebook; with ``pattern`` those whose id
     matches it (globs, or texts the id contains, separated by commas); with ``sample`` that many, spread over kinds
     and models (each round takes one run of every kind, the model turning), runs of an uncommitted tree first, then
     the cheapest by their recorded seconds. ``sample`` larger than the runs there are takes them all."""
-    ready = [r for r in runs if r.kind in VERIFIABLE and stamps.get(r.run_id) and (root / run_notebook_path(r)).is_file()]
+    ready = [r for r in runs if r.kind in VERIFIABLE and stamps.get(r.run_id)]
+    ready = [r for r in ready if (root / run_notebook_path(r)).is_file()]
     if pattern:
         globs = [part if any(c in part for c in "*?[") else f"*{part}*" for part in pattern.split(",") if part.strip()]
         ready = [r for r in ready if any(fnmatch.fnmatchcase(r.run_id, glob.strip()) for glob in globs)]
@@ -120,13 +122,10 @@ def select_runs(runs: list[Run], stamps: dict[str, dict], pattern: str | None = 
         return ready
     dirty = dirty_runs(ready, root)
     models = sorted({r.params["model"] for r in ready})
-    groups = {
-        (kind, model): sorted(
-            (r for r in ready if r.kind == kind and r.params["model"] == model), key=lambda r: (r.run_id not in dirty, stamps[r.run_id].get("seconds") or 0.0, r.run_id)
-        )
-        for kind in VERIFIABLE
-        for model in models
-    }
+    order = lambda r: (r.run_id not in dirty, stamps[r.run_id].get("seconds") or 0.0, r.run_id)
+    groups = {(kind, model): [] for kind in VERIFIABLE for model in models}
+    for r in sorted(ready, key=order):
+        groups[(r.kind, r.params["model"])].append(r)
     chosen: list[Run] = []
     round_ = 0
     while len(chosen) < min(sample, len(ready)):
@@ -154,7 +153,8 @@ def _prepare(run: Run, stamp: dict, by_id: dict[str, Run], scratch: Path, device
     for dep in run.deps:
         for rel in by_id[dep].outputs:
             if not (root / rel).is_file():
-                raise PapaError(f"Run {run.run_id} reads {rel}, which its upstream run {dep} has not committed", f"Run `papa grid run --only {dep}` first.")
+                problem = f"Run {run.run_id} reads {rel}, which its upstream run {dep} has not committed"
+                raise PapaError(problem, f"Run `papa grid run --only {dep}` first.")
             (scratch / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(root / rel, scratch / rel)
     notebook = scratch / f"{run.run_id}.ipynb"
@@ -172,8 +172,9 @@ def _nbval(notebook: Path, scratch: Path) -> tuple[bool, list[str], str]:
         if env.get(name, "").strip():
             env[name] = str(Path(env[name]).expanduser().resolve())
     report = scratch / "nbval.xml"
-    command = [sys.executable, "-m", "pytest", notebook.name, "--nbval-lax", "--nbval-current-env", "--nbval-sanitize-with", str(SANITIZER)]
-    command += ["--nbval-kernel-startup-timeout", "300", "-c", "pytest.ini", "-p", "no:cacheprovider", "-q", f"--junitxml={report}"]
+    command = [sys.executable, "-m", "pytest", notebook.name, "--nbval-lax", "--nbval-current-env"]
+    command += ["--nbval-sanitize-with", str(SANITIZER), "--nbval-kernel-startup-timeout", "300", "-c", "pytest.ini"]
+    command += ["-p", "no:cacheprovider", "-q", f"--junitxml={report}"]
     done = subprocess.run(command, cwd=scratch, env=env, capture_output=True, text=True)
     failed = []
     if report.is_file():
@@ -198,7 +199,9 @@ def _changed_since(run: Run, stamp: dict, root: Path) -> list[str]:
     old = stamp.get("components") or {}
     if not old:
         return []
-    old = {"params": old.get("params"), "notebook": old.get("notebook"), "deps": old.get("deps") or {}, "papa": old.get("papa") or {}, "environment": old.get("environment") or {}}
+    old = {"params": old.get("params"), "notebook": old.get("notebook")} | {
+        part: old.get(part) or {} for part in ("deps", "papa", "environment")
+    }
     nb = nbformat.read(root / run_notebook_path(run), as_version=4)
     now = dict(old, papa=papa_modules(notebook_code_tree(nb)), environment=environment())
     if key_of(now) == key_of(old):
@@ -208,22 +211,28 @@ def _changed_since(run: Run, stamp: dict, root: Path) -> list[str]:
 
 def _edited(run: Run, stamp: dict, root: Path) -> list[str]:
     """Committed outputs that are not what the run wrote (their sha256 is not the stamp's)."""
-    return [rel for rel in run.outputs if (root / rel).is_file() and stamp["outputs"].get(rel) != sha256_file(root / rel)]
+    written = stamp["outputs"]
+    return [rel for rel in run.outputs if (root / rel).is_file() and written.get(rel) != sha256_file(root / rel)]
 
 
 def _machine() -> str:
     """The CPU model and core count (``/proc/cpuinfo`` on Linux), else the architecture."""
     model = platform.machine()
     try:
-        names = [line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name")]
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+        names = [line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")]
         model = names[0] if names else model
     except OSError:
         pass
     return f"{model}, {os.cpu_count()} cores"
 
 
-def verify_run(run: Run, stamp: dict, by_id: dict[str, Run], device: str | None = None, tolerance: float = 0.0, root: Path = ROOT) -> dict:
+def verify_run(
+    run: Run, stamp: dict, by_id: dict[str, Run], device: str | None = None, tolerance: float = 0.0, root: Path = ROOT
+) -> dict:
     """Re-execute ``run`` in a scratch folder and compare (the module docstring); returns its verification record."""
+    import nbformat
+
     from papa.core.models import pick_device
     from papa.core.provenance import device_description, git_commit, package_versions
     from papa.core.version import __version__
@@ -232,9 +241,8 @@ def verify_run(run: Run, stamp: dict, by_id: dict[str, Run], device: str | None 
     scratch = Path(tempfile.mkdtemp(prefix="papa-verify-"))
     try:
         notebook = _prepare(run, stamp, by_id, scratch, device, root)
-        import nbformat
-
-        checked = sum(CHECK_TAG in c.get("metadata", {}).get("tags", []) for c in nbformat.read(notebook, as_version=4).cells if c.cell_type == "code")
+        cells = [c for c in nbformat.read(notebook, as_version=4).cells if c.cell_type == "code"]
+        checked = sum(CHECK_TAG in c.get("metadata", {}).get("tags", []) for c in cells)
         passed, failed_cells, tail = _nbval(notebook, scratch)
         differences: list[tuple[str, Difference]] = []
         largest = 0.0
@@ -246,8 +254,10 @@ def verify_run(run: Run, stamp: dict, by_id: dict[str, Run], device: str | None 
         shutil.rmtree(scratch, ignore_errors=True)
     matched = not differences and (passed or tolerance > 0)
     edited, changed = _edited(run, stamp, root), _changed_since(run, stamp, root)
-    causes = [f"committed output edited after the run: {rel}" for rel in edited] + [f"since the run: {reason}" for reason in changed]
+    causes = [f"committed output edited after the run: {rel}" for rel in edited]
+    causes += [f"since the run: {reason}" for reason in changed]
     several = len(run.outputs) > 1
+    nbval = {"passed": passed, "checked_cells": checked, "failed_cells": failed_cells, "tail": "" if passed else tail}
     return {
         "run_id": run.run_id,
         "kind": run.kind,
@@ -264,19 +274,21 @@ def verify_run(run: Run, stamp: dict, by_id: dict[str, Run], device: str | None 
         "largest_difference": largest,
         "differences": [dict(d.as_record(), file=name) if several else d.as_record() for name, d in differences[:50]],
         "fields": [f"{name}: {d.field}" if several else d.field for name, d in differences],
-        "nbval": {"passed": passed, "checked_cells": checked, "failed_cells": failed_cells, "tail": "" if passed else tail},
+        "nbval": nbval,
         "causes": causes if not matched else [],
         "seconds": round(time.perf_counter() - started, 1),
     }
 
 
-def differences_text(record: dict, most: int = 5) -> str:
-    """A failed record in words: the fields that differed (with both values and |Δ|) and nbval's failed cells."""
-    parts = [
-        f"{d['file'] + ': ' if 'file' in d else ''}{d['field']} differs (committed {d['committed']}, re-made {d['remade']}"
-        + (f", |Δ| {d['size']:.3g})" if d["size"] is not None else ")")
-        for d in record["differences"][:most]
-    ]
+def differences_text(record: dict) -> str:
+    """A failed record in words: the fields that differed (with both values and |Δ|) and nbval's failed cells, the
+    first five of each."""
+    most = 5
+    parts = []
+    for d in record["differences"][:most]:
+        size = f", |Δ| {d['size']:.3g}" if d["size"] is not None else ""
+        values = f"committed {d['committed']}, re-made {d['remade']}{size}"
+        parts.append(f"{d['file'] + ': ' if 'file' in d else ''}{d['field']} differs ({values})")
     if len(record["differences"]) > most:
         parts.append(f"and {len(record['fields']) - most} more fields")
     parts += [f"nbval {cell}" for cell in record["nbval"]["failed_cells"][:most]]
@@ -298,11 +310,13 @@ def verify_grid(
     into ``records`` (default: the runs folder's ``verified/``); returns 0 when every run matched, else 1."""
     out = out or sys.stdout
     if tolerance < 0:
-        raise PapaError(f"--tolerance must be 0 or more, got {tolerance}", "Pass an absolute tolerance such as 1e-5 (0: the values must be equal).")
+        hint = "Pass an absolute tolerance such as 1e-5 (0: the values must be equal)."
+        raise PapaError(f"--tolerance must be 0 or more, got {tolerance}", hint)
     config = load_config(config_path)
     folder = root / "book" / "runs" / config["name"]
     if not folder.is_dir():
-        raise PapaError(f"Grid {config['name']!r} has no runs folder (book/runs/{config['name']})", f"Run it first: papa grid run {config_path}.")
+        problem = f"Grid {config['name']!r} has no runs folder (book/runs/{config['name']})"
+        raise PapaError(problem, f"Run it first: papa grid run {config_path}.")
     with GridLock(folder):  # no runner rewrites the committed runs while they are compared
         committed = stamped_runs(folder)
         by_id = {r.run_id: r for r in committed}
@@ -310,19 +324,20 @@ def verify_grid(
         chosen = select_runs(committed, stamps, pattern, sample, root)
         if not chosen:
             what = f" matching {pattern!r}" if pattern else ""
-            raise PapaError(
-                f"Grid {config['name']!r} has no committed estimate, rank, select_lr or probe run{what} to verify",
-                "Run the grid first (papa grid run CONFIG), or choose other runs with --runs.",
-            )
+            hint = "Run the grid first (papa grid run CONFIG), or choose other runs with --runs."
+            problem = f"Grid {config['name']!r} has no committed estimate, rank, select_lr or probe run{what} to verify"
+            raise PapaError(problem, hint)
         across = f", numbers within {tolerance:g}" if tolerance else ", exactly"
         print(f"grid {config['name']}: verifying {len(chosen)} committed runs{across}", file=out, flush=True)
         failed = []
         for number, run in enumerate(chosen, 1):
             record = verify_run(run, stamps[run.run_id], by_id, device, tolerance, root)
-            atomic_write_json(records / f"{run.run_id}.json" if records else verification_path(folder, run.run_id), record)
+            path = records / f"{run.run_id}.json" if records else verification_path(folder, run.run_id)
+            atomic_write_json(path, record)
             verdict = "matched" if record["matched"] else "DIFFERED"
-            cells = f"nbval {record['nbval']['checked_cells']} cells checked"
-            print(f"[{number}/{len(chosen)}] {run.run_id}: {verdict} (largest |Δ| {record['largest_difference']:.3g}, {cells}, {record['seconds']:.0f} s)", file=out, flush=True)
+            largest, cells = record["largest_difference"], record["nbval"]["checked_cells"]
+            facts = f"largest |Δ| {largest:.3g}, nbval {cells} cells checked, {record['seconds']:.0f} s"
+            print(f"[{number}/{len(chosen)}] {run.run_id}: {verdict} ({facts})", file=out, flush=True)
             if not record["matched"]:
                 failed.append((run.run_id, differences_text(record)))
     print(f"verified {len(chosen)} runs: {len(chosen) - len(failed)} matched, {len(failed)} differed", file=out)
