@@ -299,3 +299,27 @@ def test_a_tampered_score_a_tampered_table_and_a_changed_head_order_fail_naming_
     assert probe["fields"] == ["score"] and probe["largest_difference"] == pytest.approx(0.0625)
     assert probe["nbval"]["passed"] is False and probe["nbval"]["failed_cells"][0].startswith(f"Cell {position}: ")
     assert probe["causes"] == ["committed output edited after the run: book/runs/smoke/artifacts/results/probe__minilm-l6__sst2__none__k0__cached__s42.json"]
+
+
+@pytest.mark.data
+@pytest.mark.slow
+def test_while_a_runner_holds_the_grid_only_the_runs_it_will_not_rewrite_are_verified(tmp_path, monkeypatch):
+    """A grid re-running in the background holds the lock: verify then takes only the up-to-date runs (a runner
+    re-executes stale runs alone), here with the estimate marked stale as the runner would find it."""
+    from types import SimpleNamespace
+
+    from papa.pipeline import runner
+    from papa.pipeline.stamps import GridLock
+
+    copy = _smoke_copy(tmp_path)
+    stale = {"estimate__minilm-l6__sst2": ["code of papa.core.constants changed"]}
+    monkeypatch.setattr(runner, "grid_status", lambda config: SimpleNamespace(reasons=stale))
+    out = io.StringIO()
+    with GridLock(copy / "book" / "runs" / "smoke"):  # the runner
+        pattern = "estimate__minilm-l6__sst2,rank__minilm-l6__sst2__deviation"
+        status = verify_grid(copy / "configs" / "smoke.yaml", pattern=pattern, out=out, records=tmp_path, root=copy)
+    text = out.getvalue()
+    assert status == 0, text
+    assert re.search(r"a runner is working on grid smoke: (\d+) of its \1 committed runs", text) is None, text
+    assert "are up to date and are the ones verified" in text
+    assert sorted(p.name for p in tmp_path.glob("*.json")) == ["rank__minilm-l6__sst2__deviation.json"]

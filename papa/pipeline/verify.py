@@ -296,6 +296,30 @@ def differences_text(record: dict) -> str:
 
 
 # -- a grid ----------------------------------------------------------------------------------------------------------
+def _not_rewritten(config: dict, committed: list[Run], out) -> list[Run]:
+    """The committed runs that a grid runner working now leaves alone: those up to date with their key (it re-executes
+    only stale runs and what reads them), so their outputs and their upstream outputs stay as committed."""
+    from papa.pipeline.runner import grid_status
+
+    status = grid_status(config)
+    fresh = [r for r in committed if r.run_id not in status.reasons]
+    words = f"{len(fresh)} of its {len(committed)} committed runs are up to date and are the ones verified"
+    print(f"a runner is working on grid {config['name']}: {words}", file=out, flush=True)
+    return fresh
+
+
+def _not_rewritten(config: dict, committed: list[Run], out) -> list[Run]:
+    """The committed runs that a grid runner working now leaves alone: those up to date with their key (it
+    re-executes only stale runs and what reads them), so their outputs and their upstream outputs stay as committed."""
+    from papa.pipeline.runner import grid_status
+
+    status = grid_status(config)
+    fresh = [r for r in committed if r.run_id not in status.reasons]
+    words = f"{len(fresh)} of its {len(committed)} committed runs are up to date and are the ones verified"
+    print(f"a runner is working on grid {config['name']}: {words}", file=out, flush=True)
+    return fresh
+
+
 def verify_grid(
     config_path: str | Path,
     pattern: str | None = None,
@@ -317,11 +341,17 @@ def verify_grid(
     if not folder.is_dir():
         problem = f"Grid {config['name']!r} has no runs folder (book/runs/{config['name']})"
         raise PapaError(problem, f"Run it first: papa grid run {config_path}.")
-    with GridLock(folder):  # no runner rewrites the committed runs while they are compared
+    lock = GridLock(folder)
+    try:
+        lock.__enter__()
+    except PapaError:  # a runner works on the grid: verify only the runs it will not rewrite
+        lock = None
+    try:
         committed = stamped_runs(folder)
         by_id = {r.run_id: r for r in committed}
         stamps = {r.run_id: read_stamp(stamp_path(folder, r.run_id)) for r in committed}
-        chosen = select_runs(committed, stamps, pattern, sample, root)
+        candidates = committed if lock else _not_rewritten(config, committed, out)
+        chosen = select_runs(candidates, stamps, pattern, sample, root)
         if not chosen:
             what = f" matching {pattern!r}" if pattern else ""
             hint = "Run the grid first (papa grid run CONFIG), or choose other runs with --runs."
@@ -340,6 +370,9 @@ def verify_grid(
             print(f"[{number}/{len(chosen)}] {run.run_id}: {verdict} ({facts})", file=out, flush=True)
             if not record["matched"]:
                 failed.append((run.run_id, differences_text(record)))
+    finally:
+        if lock is not None:
+            lock.__exit__()
     print(f"verified {len(chosen)} runs: {len(chosen) - len(failed)} matched, {len(failed)} differed", file=out)
     for run_id, words in failed:
         print(f"  FAILED {run_id}: {words}", file=out)
