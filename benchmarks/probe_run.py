@@ -48,11 +48,17 @@ MODEL, TASK, K = "minilm-l6", "sst2", 36
 POOL, TRAIN, HELDOUT, EPOCHS, PATIENCE, LR, BATCH = 2600, 2000, 200, 20, 3, 2e-4, 16
 #: issue 37: one run within this factor of its floor
 FLOOR_TARGET = 1.3
-OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "HF_EVALUATE_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+OFFLINE = {
+    "HF_HUB_OFFLINE": "1",
+    "HF_DATASETS_OFFLINE": "1",
+    "HF_EVALUATE_OFFLINE": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+}
 
 
 def probe_command(out: Path, relative: bool = False) -> list[str]:
-    """The issue's ``papa probe`` command, writing its result to ``out`` (``relative``: artifact paths from the repository root)."""
+    """The issue's ``papa probe`` command, writing its result to ``out`` (``relative``: artifact paths from the
+    repository root)."""
     artifacts = ARTIFACTS.relative_to(ROOT) if relative else ARTIFACTS
     return [
         *("-m", "papa.cli", "probe", "--model", MODEL, "--task", TASK),
@@ -68,11 +74,16 @@ def probe_command(out: Path, relative: bool = False) -> list[str]:
 def worktree(commit: str) -> Iterator[Path]:
     """``commit`` checked out in a temporary git worktree (removed afterwards)."""
     folder = Path(tempfile.mkdtemp(prefix="papa-baseline-"))
-    added = subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-f", str(folder), commit], capture_output=True, text=True)
+    added = subprocess.run(
+        ["git", "-C", str(ROOT), "worktree", "add", "--detach", "-f", str(folder), commit],
+        capture_output=True,
+        text=True,
+    )
     if added.returncode != 0:
         folder.rmdir()
         raise SystemExit(
-            f"Cannot check out the baseline {commit!r}: {added.stderr.strip().splitlines()[-1] if added.stderr.strip() else 'git failed'}. "
+            f"Cannot check out the baseline {commit!r}: "
+            f"{added.stderr.strip().splitlines()[-1] if added.stderr.strip() else 'git failed'}. "
             "Run from a full clone (git fetch --unshallow) or pass --baseline with a commit this clone has."
         )
     try:
@@ -109,7 +120,13 @@ def probe_run(tree: Path) -> dict:
         out = Path(cache) / "result.json"
         wall, _ = _timed(probe_command(out), tree, cache)
         result = json.loads(out.read_text())
-    return {"wall": wall, "timings": result["timings"], "score": result["score"], "selected_epoch": result["selected_epoch"], "epochs": len(result["epochs"])}
+    return {
+        "wall": wall,
+        "timings": result["timings"],
+        "score": result["score"],
+        "selected_epoch": result["selected_epoch"],
+        "epochs": len(result["epochs"]),
+    }
 
 
 def floor_child() -> None:
@@ -156,7 +173,11 @@ def probe_step_ms(state_shape: list[int], hidden: int, steps: int = 200) -> tupl
     optimizer = make_optimizer(list(probe.parameters()), config)
     generator = torch.Generator().manual_seed(0)
     states = torch.randn(config.batch_size, *state_shape, generator=generator)
-    mask, where, labels = torch.ones(config.batch_size, positions, dtype=torch.bool), torch.arange(positions), torch.randint(0, 2, (config.batch_size,), generator=generator)
+    mask, where, labels = (
+        torch.ones(config.batch_size, positions, dtype=torch.bool),
+        torch.arange(positions),
+        torch.randint(0, 2, (config.batch_size,), generator=generator),
+    )
 
     def step() -> None:
         loss = F.cross_entropy(probe(states, mask, where), labels)
@@ -184,7 +205,13 @@ def floor_median(repeats: int) -> dict:
         measured.append({**phases, "wall": wall, "start-up": wall - timed})
     names = ("wall", "start-up", "model", "inputs", "extract_train", "extract_eval", "step_ms")
     floor = {name: statistics.median(m[name] for m in measured) for name in names}
-    return {**floor, "tokens": measured[-1]["tokens"], "step_shape": measured[-1]["step_shape"], "repeats": repeats, "walls": [m["wall"] for m in measured]}
+    return {
+        **floor,
+        "tokens": measured[-1]["tokens"],
+        "step_shape": measured[-1]["step_shape"],
+        "repeats": repeats,
+        "walls": [m["wall"] for m in measured],
+    }
 
 
 def matmul_gflops(seconds: float = 2.0) -> float:
@@ -203,7 +230,9 @@ def matmul_gflops(seconds: float = 2.0) -> float:
 
 def _parts(runs: list[dict]) -> dict[str, float]:
     """Median seconds of each part of a side's runs; the parts after ``wall`` add up to it (medians, to rounding)."""
-    timings = {name: statistics.median(r["timings"][name] for r in runs) for name in ("features", "train", "eval", "total")}
+    timings = {
+        name: statistics.median(r["timings"][name] for r in runs) for name in ("features", "train", "eval", "total")
+    }
     wall = statistics.median(r["wall"] for r in runs)
     return {
         "wall": wall,
@@ -223,9 +252,12 @@ def to_markdown(info: dict, a: dict, b: dict, floor: dict) -> str:
     lines = [
         f"# papa benchmarks — one `papa probe` run ({info['device']})",
         "",
-        f"- command: `{info['command']}`; the run: `python {shlex.join(probe_command(Path('result.json'), relative=True))}`",
-        f"- {info['repeats']} timed runs per side, alternating A, B, A, B, each a fresh process with an empty `PAPA_CACHE_DIR`; medians shown",
-        f"- {info['date']}; torch threads {info['threads']} on {info['cpu_count']} CPUs; load average at start {info['load_average']}; "
+        f"- command: `{info['command']}`; the run: `python "
+        f"{shlex.join(probe_command(Path('result.json'), relative=True))}`",
+        f"- {info['repeats']} timed runs per side, alternating A, B, A, B, each a fresh process with an empty "
+        "`PAPA_CACHE_DIR`; medians shown",
+        f"- {info['date']}; torch threads {info['threads']} on "
+        f"{info['cpu_count']} CPUs; load average at start {info['load_average']}; "
         f"CPU float32 matmul rate {info['gflops']:.0f} GFLOP/s",
         "",
         "| part (s) | A: baseline `" + info["baseline"] + "` | B: this tree `" + info["tree"] + "` |",
@@ -235,30 +267,37 @@ def to_markdown(info: dict, a: dict, b: dict, floor: dict) -> str:
     lines += [
         f"| (`import papa.cli` alone, timed apart) | {a['imports']:.1f} | {b['imports']:.1f} |",
         f"| score (accuracy) | {a['score']:.4f} | {b['score']:.4f} |",
-        f"| epochs trained (reported) | {a['epochs']} ({a['selected_epoch']}) | {b['epochs']} ({b['selected_epoch']}) |",
+        f"| epochs trained (reported) | {a['epochs']} "
+        f"({a['selected_epoch']}) | {b['epochs']} ({b['selected_epoch']}) |",
         "",
-        f"**Speed-up A/B = {speedup:.2f}×** (target ≥ 3×: {'met' if speedup >= 3 else 'NOT met'}); |score A − score B| = {abs(a['score'] - b['score']):.4f} (target ≤ 0.01).",
+        f"**Speed-up A/B = {speedup:.2f}×** (target ≥ 3×: {'met' if speedup >= 3 else 'NOT met'}); |score A − score B| "
+        f"= {abs(a['score'] - b['score']):.4f} (target ≤ 0.01).",
         "",
         f"**B / floor = {b['parts']['wall'] / floor['wall']:.2f}×** "
-        f"(issue 37's target ≤ {FLOOR_TARGET}×: {'met' if b['parts']['wall'] <= FLOOR_TARGET * floor['wall'] else 'NOT met'}).",
+        f"(issue 37's target ≤ {FLOOR_TARGET}×: "
+        f"{'met' if b['parts']['wall'] <= FLOOR_TARGET * floor['wall'] else 'NOT met'}).",
         "",
         f"**Floor of B** (imports, model, inputs and the encoder passes only; no float32 copy, cache write or probe): "
-        f"{floor['wall']:.1f} s = imports and start-up {floor['start-up']:.1f} + model {floor['model']:.1f} + inputs {floor['inputs']:.1f} "
-        f"+ encoder passes {floor['extract_train']:.1f} (training pool, {floor['tokens']['train']:,} real tokens) and {floor['extract_eval']:.1f} "
+        f"{floor['wall']:.1f} s = imports and start-up {floor['start-up']:.1f} "
+        f"+ model {floor['model']:.1f} + inputs {floor['inputs']:.1f} "
+        f"+ encoder passes {floor['extract_train']:.1f} (training pool, {floor['tokens']['train']:,} real tokens) and "
+        f"{floor['extract_eval']:.1f} "
         f"(dev split, {floor['tokens']['eval']:,} real tokens); median of {floor['repeats']}.",
         "",
-        f"Training alone, each batch already gathered in float32 (`{floor['step_shape']}`: the probe's forward, backward and fused "
-        f"AdamW step, nothing else), takes {floor['step_ms']:.2f} ms a step, so B's {steps} steps ({b['epochs']} epochs of "
+        "Training alone, each batch already gathered in float32 "
+        f"(`{floor['step_shape']}`: the probe's forward, backward and fused "
+        f"AdamW step, nothing else), takes {floor['step_ms']:.2f} "
+        f"ms a step, so B's {steps} steps ({b['epochs']} epochs of "
         f"{math.ceil(TRAIN / BATCH)}) take at least {training:.1f} s.",
         "",
         f"A / 3 = {aim:.1f} s. The floor and those steps come to {floor['wall'] + training:.1f} s, "
         + (
-            f"which leaves {aim - floor['wall'] - training:.1f} s for the rest (gathering the batches, the float32 copy, the cache "
-            f"write and evaluation: {above - training:.1f} s in B)."
+            f"which leaves {aim - floor['wall'] - training:.1f} s for the rest (gathering the batches, the float32 "
+            f"copy, the cache write and evaluation: {above - training:.1f} s in B)."
             if aim > floor["wall"] + training
-            else "above A / 3: a 3× speed-up of this command is out of reach on this machine without changing a number the method "
-            "defines (the encoder passes and the probe run in float32, at the matrix-multiply rate above), even before "
-            "the batches are gathered, the features cached and the dev split scored."
+            else "above A / 3: a 3× speed-up of this command is out of reach on this machine without changing a "
+            "number the method defines (the encoder passes and the probe run in float32, at the matrix-multiply "
+            "rate above), even before the batches are gathered, the features cached and the dev split scored."
         ),
     ]
     return "\n".join(lines) + "\n"
@@ -268,9 +307,13 @@ def header(args) -> dict:
     """The report's header: the command, this tree's commit, the machine and its float32 matmul rate."""
     import torch
 
-    tree = subprocess.run(["git", "-C", str(ROOT), "describe", "--always", "--dirty"], capture_output=True, text=True).stdout.strip()
+    tree = subprocess.run(
+        ["git", "-C", str(ROOT), "describe", "--always", "--dirty"], capture_output=True, text=True
+    ).stdout.strip()
     return {
-        "command": shlex.join(["python", "-m", "benchmarks.probe_run", "--baseline", args.baseline, "--repeats", str(args.repeats)]),
+        "command": shlex.join(
+            ["python", "-m", "benchmarks.probe_run", "--baseline", args.baseline, "--repeats", str(args.repeats)]
+        ),
         "device": "cuda" if torch.cuda.is_available() else "cpu",
         "baseline": args.baseline,
         "tree": tree,
@@ -295,7 +338,9 @@ def main(argv: list[str] | None = None) -> int:
         floor_child()
         return 0
     if not os.environ.get("PAPA_DATA_DIR"):
-        raise SystemExit("PAPA_DATA_DIR is unset: the run reads SST-2 from it. Set it to the task data folder (e.g. ../shared/data).")
+        raise SystemExit(
+            "PAPA_DATA_DIR is unset: the run reads SST-2 from it. Set it to the task data folder (e.g. ../shared/data)."
+        )
     with worktree(args.baseline) as old:  # a baseline the clone lacks stops here, before anything is measured
         info = header(args)
         sides = {"a": (old, []), "b": (ROOT, [])}
@@ -303,15 +348,25 @@ def main(argv: list[str] | None = None) -> int:
         for i in range(args.repeats):
             for side, (tree, runs) in sides.items():
                 runs.append(probe_run(tree))
-                print(f"[{i + 1}/{args.repeats}] {side}: {runs[-1]['wall']:.1f} s, score {runs[-1]['score']:.4f}", flush=True)
+                print(
+                    f"[{i + 1}/{args.repeats}] {side}: {runs[-1]['wall']:.1f} s, score {runs[-1]['score']:.4f}",
+                    flush=True,
+                )
     floor = floor_median(args.repeats)
     results = {}
     for side, (_, runs) in sides.items():
         last = runs[-1]
-        results[side] = {"parts": _parts(runs), "imports": imports[side], "runs": runs, **{name: last[name] for name in ("score", "epochs", "selected_epoch")}}
+        results[side] = {
+            "parts": _parts(runs),
+            "imports": imports[side],
+            "runs": runs,
+            **{name: last[name] for name in ("score", "epochs", "selected_epoch")},
+        }
     markdown = to_markdown(info, results["a"], results["b"], floor)
     print("\n" + markdown)
-    (args.markdown or Path(__file__).parent / f"results-{info['device']}-probe-run.md").write_text(markdown, encoding="utf-8")
+    (args.markdown or Path(__file__).parent / f"results-{info['device']}-probe-run.md").write_text(
+        markdown, encoding="utf-8"
+    )
     if args.json:
         args.json.write_text(json.dumps({"header": info, "sides": results, "floor": floor}, indent=2))
     return 0

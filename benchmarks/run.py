@@ -45,9 +45,42 @@ L = 64
 # (and 4N); batch, iters, repeats: inference batch, forwards per timed sample, timed pairs. The CPU sizes are
 # ~9,000 example-forwards of MiniLM in all: about 3-4 minutes on 2 idle cores (more on a busy machine).
 SIZES = {
-    "cpu": dict(speed_n=1000, probe_train=128, probe_eval=128, epochs=15, est_n=256, est_repeats=3, mem_n=256, batch=64, iters=1, repeats=5),
-    "cuda": dict(speed_n=8000, probe_train=1000, probe_eval=872, epochs=15, est_n=8192, est_repeats=5, mem_n=2048, batch=256, iters=20, repeats=7),
-    "quick": dict(speed_n=64, probe_train=32, probe_eval=32, epochs=3, est_n=128, est_repeats=2, mem_n=64, batch=16, iters=1, repeats=3),
+    "cpu": dict(
+        speed_n=1000,
+        probe_train=128,
+        probe_eval=128,
+        epochs=15,
+        est_n=256,
+        est_repeats=3,
+        mem_n=256,
+        batch=64,
+        iters=1,
+        repeats=5,
+    ),
+    "cuda": dict(
+        speed_n=8000,
+        probe_train=1000,
+        probe_eval=872,
+        epochs=15,
+        est_n=8192,
+        est_repeats=5,
+        mem_n=2048,
+        batch=256,
+        iters=20,
+        repeats=7,
+    ),
+    "quick": dict(
+        speed_n=64,
+        probe_train=32,
+        probe_eval=32,
+        epochs=3,
+        est_n=128,
+        est_repeats=2,
+        mem_n=64,
+        batch=16,
+        iters=1,
+        repeats=3,
+    ),
 }
 GPU_SHAPES = {  # random-init BERT shapes timed on CUDA only: (layers, heads, hidden)
     "bert-base-shaped": (12, 12, 768),
@@ -90,7 +123,17 @@ def compare(name: str, fn_a, fn_b, repeats: int, warmup: int = 1) -> dict:
 
 
 def row(comparison, side_a, side_b, a, b, ratio, target, met, **extra) -> dict:
-    return dict(comparison=comparison, side_a=side_a, side_b=side_b, a=a, b=b, ratio=ratio, target=target, met=bool(met), **extra)
+    return dict(
+        comparison=comparison,
+        side_a=side_a,
+        side_b=side_b,
+        a=a,
+        b=b,
+        ratio=ratio,
+        target=target,
+        met=bool(met),
+        **extra,
+    )
 
 
 def random_batch(n: int, vocab: int, seed: int = 0, padded: bool = True) -> dict[str, torch.Tensor]:
@@ -115,15 +158,43 @@ def synthetic_inputs(lm, sizes: dict) -> TaskInputs:
     g = torch.Generator().manual_seed(7)
     train["labels"] = torch.randint(0, 2, (sizes["probe_train"],), generator=g)
     evals["labels"] = torch.randint(0, 2, (sizes["probe_eval"],), generator=g)
-    return TaskInputs(get_task("sst2"), ["negative", "positive"], train, evals, list(range(sizes["probe_train"])), list(range(sizes["probe_eval"])), L, True)
+    return TaskInputs(
+        get_task("sst2"),
+        ["negative", "positive"],
+        train,
+        evals,
+        list(range(sizes["probe_train"])),
+        list(range(sizes["probe_eval"])),
+        L,
+        True,
+    )
 
 
 def bench_probe(lm, sizes: dict, device: torch.device, synthetic: bool = False) -> list[dict]:
-    inputs = synthetic_inputs(lm, sizes) if synthetic else prepare_inputs(lm, "sst2", L, True, sizes["probe_train"], sizes["probe_eval"], data_seed=0)
-    common = dict(model=lm, task="sst2", constant_heads=0, epochs=sizes["epochs"], seed=42, inputs=inputs, device=str(device), use_cache=False)
+    inputs = (
+        synthetic_inputs(lm, sizes)
+        if synthetic
+        else prepare_inputs(lm, "sst2", L, True, sizes["probe_train"], sizes["probe_eval"], data_seed=0)
+    )
+    common = dict(
+        model=lm,
+        task="sst2",
+        constant_heads=0,
+        epochs=sizes["epochs"],
+        seed=42,
+        inputs=inputs,
+        device=str(device),
+        use_cache=False,
+    )
     with torch.no_grad():  # warm-up (kernels, allocator): one forward outside the timed pair
         lm.model(**to({k: v[:16] for k, v in inputs.train.items()}, device))
-    result = compare("probe", lambda: run_probe(mode="cached", **common), lambda: run_probe(mode="faithful", **common), repeats=1, warmup=0)
+    result = compare(
+        "probe",
+        lambda: run_probe(mode="cached", **common),
+        lambda: run_probe(mode="faithful", **common),
+        repeats=1,
+        warmup=0,
+    )
     speedup = result["b_s"] / result["a_s"]
     score_a, score_b = 100 * result["a_out"]["score"], 100 * result["b_out"]["score"]
     setting = f"{sizes['probe_train']} train / {sizes['probe_eval']} eval, {sizes['epochs']} epochs, L={L}, 1 pair"
@@ -171,7 +242,12 @@ def _estimation_peak(n: int, device: str, batch_size: int, synthetic: bool = Fal
         before = torch.cuda.memory_allocated()
         estimate_constants(lm.model, encoded, batch_size, device)
         torch.cuda.synchronize()
-        return {"n": n, "what": "torch.cuda.max_memory_allocated", "before_mb": before / 2**20, "peak_mb": torch.cuda.max_memory_allocated() / 2**20}
+        return {
+            "n": n,
+            "what": "torch.cuda.max_memory_allocated",
+            "before_mb": before / 2**20,
+            "peak_mb": torch.cuda.max_memory_allocated() / 2**20,
+        }
     try:  # "5" resets VmHWM to the current RSS (Linux >= 4.0): the peak then excludes the model load
         Path("/proc/self/clear_refs").write_text("5")
         what = "VmHWM (reset after loading)"
@@ -213,7 +289,12 @@ def bench_estimation(lm, sizes: dict, device: torch.device, synthetic: bool = Fa
             timings=[result["a_all"], result["b_all"]],
         )
     ]
-    compact = compare("estimation-compact", padded_estimate, lambda: estimate_constants(lm.model, encoded, batch_size, device), repeats=sizes["est_repeats"])
+    compact = compare(
+        "estimation-compact",
+        padded_estimate,
+        lambda: estimate_constants(lm.model, encoded, batch_size, device),
+        repeats=sizes["est_repeats"],
+    )
     diff = float((compact["a_out"].constants - compact["b_out"].constants).abs().max())
     same_counts = bool(torch.equal(compact["a_out"].counts, compact["b_out"].counts))
     speedup = compact["a_s"] / compact["b_s"]
@@ -292,7 +373,17 @@ def bench_inference(name: str, model, constants, sizes: dict, dtype: torch.dtype
         else:
             ratio, target, met = f"slow-down B/A = {ms_b / ms_a:.3f}×", "≤ 1.05×", ms_b / ms_a <= 1.05
         rows.append(
-            row(f"Inference, {setting}: {label}", "unpatched (SDPA)", "patched", f"{ms_a:.2f} ms", f"{ms_b:.2f} ms", ratio, target, met, timings=[result["a_all"], result["b_all"]])
+            row(
+                f"Inference, {setting}: {label}",
+                "unpatched (SDPA)",
+                "patched",
+                f"{ms_a:.2f} ms",
+                f"{ms_b:.2f} ms",
+                ratio,
+                target,
+                met,
+                timings=[result["a_all"], result["b_all"]],
+            )
         )
     return rows
 
@@ -304,7 +395,9 @@ def random_lm(device, layers: int = 12, heads: int = 12, hidden: int = 768) -> L
 
 
 def random_bert(layers: int, heads: int, hidden: int, dtype, device):
-    cfg = BertConfig(num_hidden_layers=layers, num_attention_heads=heads, hidden_size=hidden, intermediate_size=4 * hidden)
+    cfg = BertConfig(
+        num_hidden_layers=layers, num_attention_heads=heads, hidden_size=hidden, intermediate_size=4 * hidden
+    )
     torch.manual_seed(0)
     model = AutoModel.from_config(copy.deepcopy(cfg), attn_implementation="sdpa")  # from_config mutates its config
     return model.to(device, dtype).eval().requires_grad_(False)
@@ -353,7 +446,12 @@ def reference_output(model, constants, heads, batch) -> torch.Tensor:
 def bench_equivalence(model, constants, device: torch.device, name: str = "minilm-l6") -> tuple[list[dict], list[dict]]:
     config = model.config
     everything = all_heads(config.num_hidden_layers, config.num_attention_heads)
-    half = [everything[i] for i in torch.randperm(len(everything), generator=torch.Generator().manual_seed(3))[: len(everything) // 2].tolist()]
+    half = [
+        everything[i]
+        for i in torch.randperm(len(everything), generator=torch.Generator().manual_seed(3))[
+            : len(everything) // 2
+        ].tolist()
+    ]
     constants = constants.to(device)
     cases = []
     for label, heads in (("0 heads", []), (f"{len(half)} random heads", sorted(half)), ("all heads", everything)):
@@ -414,13 +512,26 @@ def to_markdown(info: dict, rows: list[dict], cases: list[dict]) -> str:
         f"- device: {info['device']}; torch {info['torch']}, transformers {info['transformers']}; "
         f"{info['threads']} torch threads on {info['cpu_count']} CPUs; load average at start {info['load_average']}",
         f"- date: {info['date']}; sizes: `{json.dumps(info['sizes'])}`",
-        "- each comparison runs in one process, its sides alternating A, B, A, B after a warm-up pair (probing: one timed pair, no warm-up pair); medians shown.",
+        "- each comparison runs in one process, its sides alternating A, B, A, B after a warm-up pair (probing: one "
+        "timed pair, no warm-up pair); medians shown.",
         "",
     ]
-    lines += ["| comparison | side A | side B | A (median) | B (median) | ratio | target | met |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines += [
+        "| comparison | side A | side B | A (median) | B (median) | ratio | target | met |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for r in rows:
-        lines.append(f"| {r['comparison']} | {r['side_a']} | {r['side_b']} | {r['a']} | {r['b']} | {r['ratio']} | {r['target']} | {'met' if r['met'] else 'NOT met'} |")
-    lines += ["", "Equivalence cases (max abs diff of `last_hidden_state`, fp32):", "", "| constant heads | padded batch | max abs diff |", "| --- | --- | --- |"]
+        lines.append(
+            f"| {r['comparison']} | {r['side_a']} | {r['side_b']} | {r['a']} | {r['b']} | {r['ratio']} | {r['target']} "
+            f"| {'met' if r['met'] else 'NOT met'} |"
+        )
+    lines += [
+        "",
+        "Equivalence cases (max abs diff of `last_hidden_state`, fp32):",
+        "",
+        "| constant heads | padded batch | max abs diff |",
+        "| --- | --- | --- |",
+    ]
     lines += [f"| {c['heads']} | {c['padded']} | {c['max_abs_diff']:.2e} |" for c in cases]
     return "\n".join(lines) + "\n"
 
@@ -431,13 +542,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="smallest sizes (a smoke test, not a measurement)")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--json", type=Path, help="write every measurement as JSON here")
-    parser.add_argument("--synthetic", action="store_true", help="a bert-base-shaped random-init model on random inputs: no task data or embedded weights needed")
+    parser.add_argument(
+        "--synthetic",
+        action="store_true",
+        help="a bert-base-shaped random-init model on random inputs: no task data or embedded weights needed",
+    )
     parser.add_argument("--markdown", type=Path, help="default benchmarks/results-<device>[-quick].md")
     args = parser.parse_args(argv)
     _DEVICE = device = torch.device(args.device)
     sizes = dict(SIZES["quick" if args.quick else device.type])
     info = header(args, device, sizes)
-    print(f"{info['command']}\n{info['device']}, torch {info['torch']}, {info['threads']} threads, sizes {sizes}", flush=True)
+    print(
+        f"{info['command']}\n{info['device']}, torch {info['torch']}, {info['threads']} threads, sizes {sizes}",
+        flush=True,
+    )
 
     lm = random_lm(device) if args.synthetic else load_model("minilm-l6", device)
     rows, started = [], time.perf_counter()
@@ -463,7 +581,11 @@ def main(argv: list[str] | None = None) -> int:
 
     markdown = to_markdown(info, rows, cases)
     print("\n" + markdown)
-    out = args.markdown or Path(__file__).parent / f"results-{device.type}{'-synthetic' if args.synthetic else ''}{'-quick' if args.quick else ''}.md"
+    out = (
+        args.markdown
+        or Path(__file__).parent
+        / f"results-{device.type}{'-synthetic' if args.synthetic else ''}{'-quick' if args.quick else ''}.md"
+    )
     out.write_text(markdown, encoding="utf-8")
     if args.json:
         args.json.write_text(json.dumps({"header": info, "rows": rows, "equivalence": cases}, indent=2, default=str))

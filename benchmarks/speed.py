@@ -59,7 +59,8 @@ def bench_compact(lm, device: torch.device, compare, row, n: int, synthetic: boo
         ratio, goal = result["a_s"] / result["b_s"], 1.5 if real <= 0.4 else 0.9
         rows.append(
             row(
-                f"Encoder features, {lm.name}, {'random single sentences' if synthetic else task.upper()} ({n} examples, L={L}, {real:.0%} of slots real)",
+                f"Encoder features, {lm.name}, {'random single sentences' if synthetic else task.upper()} ({n} "
+                f"examples, L={L}, {real:.0%} of slots real)",
                 "padded (all L slots)",
                 "compact (real slots)",
                 f"{n / result['a_s']:.1f} ex/s",
@@ -85,7 +86,9 @@ def bench_probe_epoch(lm, device: torch.device, compare, row, n: int, synthetic:
         return float(states.sum())
 
     def epoch() -> float:
-        probe = build_probe(False, model_config.num_hidden_layers + 1, L, model_config.hidden_size, 2, config).to(device)
+        probe = build_probe(False, model_config.num_hidden_layers + 1, L, model_config.hidden_size, 2, config).to(
+            device
+        )
         started = time.perf_counter()
         train_probe(probe, source, None, config)
         return time.perf_counter() - started
@@ -95,7 +98,8 @@ def bench_probe_epoch(lm, device: torch.device, compare, row, n: int, synthetic:
     ratio = result["b_s"] / result["a_s"]
     return [
         row(
-            f"Probe training, {lm.name}, SST-2 features ({n} examples, {gigabytes:.2f} GB float32, batch 16, fused AdamW)",
+            f"Probe training, {lm.name}, SST-2 features ({n} examples, "
+            f"{gigabytes:.2f} GB float32, batch 16, fused AdamW)",
             "one plain read of the features",
             "one training epoch",
             f"{result['a_s']:.3f} s",

@@ -20,7 +20,10 @@ from pathlib import Path
 import pytest
 import torch
 
-_NO_DATA = "PAPA_DATA_DIR is not set: tests marked 'data' need it to point to the task data folder (TASK/SPLIT.jsonl + TASK/labels.json)"
+_NO_DATA = (
+    "PAPA_DATA_DIR is not set: tests marked 'data' need it to point "
+    "to the task data folder (TASK/SPLIT.jsonl + TASK/labels.json)"
+)
 
 
 def _data_dir_missing() -> bool:
@@ -94,7 +97,9 @@ def built_book(tmp_path_factory) -> Path:
     if not (smoke_runs / "results.ipynb").is_file():
         pytest.fail("The smoke grid has not been run: `make test` runs it first (papa grid run configs/smoke.yaml).")
     copy = tmp_path_factory.mktemp("repo")
-    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True, text=True, check=True)
+    files = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True, text=True, check=True
+    )
     for name in files.stdout.splitlines():
         source = ROOT / name
         if source.is_file() and not name.startswith("book/runs/"):
@@ -104,7 +109,12 @@ def built_book(tmp_path_factory) -> Path:
     (copy / ".venv").symlink_to(ROOT / ".venv")  # the installed tools, MathJax included
     env = dict(os.environ, PYTHONPATH=str(copy))
     build = subprocess.run(
-        [sys.executable, "-m", "papa.cli", "book", "build", "--config", "configs/smoke.yaml", "--as-is", "--strict"], cwd=copy, env=env, capture_output=True, text=True, timeout=900
+        [sys.executable, "-m", "papa.cli", "book", "build", "--config", "configs/smoke.yaml", "--as-is", "--strict"],
+        cwd=copy,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
     assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
     return copy / "_build" / "html"

@@ -11,10 +11,23 @@ import pandas as pd
 from papa.analysis.basis import CELL_COLUMNS, task_family
 
 
-def cell(model: str, task: str, at: str, drop: float, samples: list[float] | np.ndarray, informative: bool = True, score_0: float = 0.8, total: int = 8) -> dict:
+def cell(
+    model: str,
+    task: str,
+    at: str,
+    drop: float,
+    samples: list[float] | np.ndarray,
+    informative: bool = True,
+    score_0: float = 0.8,
+    total: int = 8,
+) -> dict:
     """One cell: ``drop`` with its resampled drops ``samples`` (its interval is their 2.5/97.5 percentiles)."""
     samples = np.asarray(samples, dtype=float)
-    low, high = (np.quantile(samples, [0.025, 0.975]) if np.isfinite(samples).all() else (math.nan, math.nan)) if len(samples) else (math.nan, math.nan)
+    low, high = (
+        (np.quantile(samples, [0.025, 0.975]) if np.isfinite(samples).all() else (math.nan, math.nan))
+        if len(samples)
+        else (math.nan, math.nan)
+    )
     clear = bool(len(samples)) and bool(np.isfinite(samples).all())  # as the basis: no drop where s̄₀ ≤ 0 on a resample
     return {
         "model": model,

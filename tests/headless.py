@@ -10,13 +10,24 @@ from pathlib import Path
 import pytest
 
 #: Offline and quiet: no sandbox (root in CI), no GPU, no background connections this machine would refuse.
-FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update", "--disable-sync", "--no-first-run")
+FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+)
 
 
 def chromium() -> str:
     found = shutil.which("chromium") or shutil.which("chromium-browser")
     if found is None:
-        pytest.fail("Debian's chromium is not installed: `make test` installs it (apt-get install chromium) before running the tests.")
+        pytest.fail(
+            "Debian's chromium is not installed: `make test` installs "
+            "it (apt-get install chromium) before running the tests."
+        )
     return found
 
 
@@ -38,8 +49,17 @@ class DevTools:
         import websocket
 
         profile.mkdir(parents=True, exist_ok=True)
-        command = [chromium(), *FLAGS, f"--user-data-dir={profile}", f"--window-size={width},{height}", "--remote-debugging-port=0", "about:blank"]
-        self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        command = [
+            chromium(),
+            *FLAGS,
+            f"--user-data-dir={profile}",
+            f"--window-size={width},{height}",
+            "--remote-debugging-port=0",
+            "about:blank",
+        ]
+        self.process = subprocess.Popen(
+            command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+        )
         port_file, deadline = profile / "DevToolsActivePort", time.time() + timeout
         while not (port_file.is_file() and port_file.read_text().strip()):
             if time.time() > deadline or self.process.poll() is not None:
@@ -87,14 +107,20 @@ class DevTools:
     def click(self, selector: str, count: int = 1) -> None:
         """Click (``count`` 2: double-click) the middle of the first element matching ``selector``."""
         box = self.evaluate(
-            f"(() => {{ const r = document.querySelector({selector!r}).getBoundingClientRect(); return [r.x + r.width / 2, r.y + Math.min(r.height / 2, 12)]; }})()"
+            f"(() => {{ const r = document.querySelector({selector!r}).getBoundingClientRect(); return [r.x + r.width "
+            f"/ 2, r.y + Math.min(r.height / 2, 12)]; }})()"
         )
         for clicks in range(1, count + 1):
             for kind in ("mousePressed", "mouseReleased"):
                 self.send("Input.dispatchMouseEvent", type=kind, x=box[0], y=box[1], button="left", clickCount=clicks)
 
     #: DevTools key descriptions: (key, code, Windows virtual key code).
-    KEYS = {"Enter": ("Enter", "Enter", 13), "End": ("End", "End", 35), "Escape": ("Escape", "Escape", 27), "s": ("s", "KeyS", 83)}
+    KEYS = {
+        "Enter": ("Enter", "Enter", 13),
+        "End": ("End", "End", 35),
+        "Escape": ("Escape", "Escape", 27),
+        "s": ("s", "KeyS", 83),
+    }
     MODIFIERS = {"Alt": 1, "Control": 2, "Meta": 4, "Shift": 8}
 
     def press(self, combination: str) -> None:
@@ -103,7 +129,9 @@ class DevTools:
         key, code, number = self.KEYS[name]
         flags = sum(self.MODIFIERS[m] for m in modifiers)
         for kind in ("rawKeyDown", "keyUp"):
-            self.send("Input.dispatchKeyEvent", type=kind, key=key, code=code, windowsVirtualKeyCode=number, modifiers=flags)
+            self.send(
+                "Input.dispatchKeyEvent", type=kind, key=key, code=code, windowsVirtualKeyCode=number, modifiers=flags
+            )
 
     def type(self, text: str) -> None:
         """Type ``text`` where the focus is (as an input method commits it)."""
@@ -118,7 +146,8 @@ class DevTools:
 
 
 def stop_group(process: subprocess.Popen, grace: float = 20) -> None:
-    """End a process started in its own session and everything it started: SIGTERM to the group, SIGKILL after ``grace`` seconds."""
+    """End a process started in its own session and everything it started: SIGTERM to the group, SIGKILL after
+    ``grace`` seconds."""
     import os
     import signal
 

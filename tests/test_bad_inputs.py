@@ -109,7 +109,9 @@ def inputs(tmp_path_factory) -> Path:
     conll = data / "ragged_tags" / "conll2003"
     conll.mkdir(parents=True)
     (conll / "labels.json").write_text(json.dumps({"ner_tags": ["O", "B-X"], "pos_tags": ["N"]}), encoding="utf-8")
-    (conll / "validation.jsonl").write_text(json.dumps({"tokens": ["two", "words"], "ner_tags": [0], "pos_tags": [0, 0]}) + "\n", encoding="utf-8")
+    (conll / "validation.jsonl").write_text(
+        json.dumps({"tokens": ["two", "words"], "ner_tags": [0], "pos_tags": [0, 0]}) + "\n", encoding="utf-8"
+    )
 
     fingerprint = weights_fingerprint(resolve_model_path("minilm-l6")[0])
     consts = root / "constants"
@@ -162,12 +164,23 @@ def _data(name: str) -> list[str]:
 #: (argv, what is wrong, what to do). ``{out}`` is the (empty) output folder, ``{inputs}`` the fixtures.
 CLI_CASES = [
     # names
-    pytest.param(["estimate", "--task", "qqp", "--out", "{out}/c.safetensors"], "Unknown task 'qqp' at --task", "Use one of cola, sst2", id="unknown-task"),
     pytest.param(
-        ["rank", "--task", "sst2", "--method", "magic", "--out", "{out}/r.json"], "Unknown ranking method 'magic'", "Use one of gates, deviation, random", id="unknown-method"
+        ["estimate", "--task", "qqp", "--out", "{out}/c.safetensors"],
+        "Unknown task 'qqp' at --task",
+        "Use one of cola, sst2",
+        id="unknown-task",
     ),
     pytest.param(
-        PROBE + ["--model", "./no/such/model"] + DATA, "--model: Unknown model './no/such/model'", "Use minilm-l6, minilm-l3, mpnet-base, a local model folder", id="unknown-model"
+        ["rank", "--task", "sst2", "--method", "magic", "--out", "{out}/r.json"],
+        "Unknown ranking method 'magic'",
+        "Use one of gates, deviation, random",
+        id="unknown-method",
+    ),
+    pytest.param(
+        PROBE + ["--model", "./no/such/model"] + DATA,
+        "--model: Unknown model './no/such/model'",
+        "Use minilm-l6, minilm-l3, mpnet-base, a local model folder",
+        id="unknown-model",
     ),
     pytest.param(
         PROBE + ["--model", "papa-tests/no-such-model"] + DATA,
@@ -175,11 +188,30 @@ CLI_CASES = [
         "Use the embedded model `minilm-l6`",
         id="hub-id-offline",
     ),
-    pytest.param(PROBE + ["--model", "{inputs}/gpt2"] + DATA, "Architecture 'gpt2' is not supported", "Supported model types: bert", id="unsupported-architecture"),
-    pytest.param(PROBE + ["--model", "{inputs}/no_config"] + DATA, "has no config.json", "written by save_pretrained", id="model-folder-without-config"),
-    pytest.param(PROBE + ["--mode", "fast"] + DATA, "Unknown mode 'fast'", "Use one of cached, faithful", id="unknown-mode"),
-    pytest.param(PROBE + ["--probe-input", "pixels"] + DATA, "Unknown probe_input 'pixels'", "Use one of all, embeddings", id="unknown-probe-input"),
-    pytest.param(PROBE + ["--lr", "-1"] + DATA, "--lr must be > 0, got -1.0", "Use a positive learning rate", id="negative-lr"),
+    pytest.param(
+        PROBE + ["--model", "{inputs}/gpt2"] + DATA,
+        "Architecture 'gpt2' is not supported",
+        "Supported model types: bert",
+        id="unsupported-architecture",
+    ),
+    pytest.param(
+        PROBE + ["--model", "{inputs}/no_config"] + DATA,
+        "has no config.json",
+        "written by save_pretrained",
+        id="model-folder-without-config",
+    ),
+    pytest.param(
+        PROBE + ["--mode", "fast"] + DATA, "Unknown mode 'fast'", "Use one of cached, faithful", id="unknown-mode"
+    ),
+    pytest.param(
+        PROBE + ["--probe-input", "pixels"] + DATA,
+        "Unknown probe_input 'pixels'",
+        "Use one of all, embeddings",
+        id="unknown-probe-input",
+    ),
+    pytest.param(
+        PROBE + ["--lr", "-1"] + DATA, "--lr must be > 0, got -1.0", "Use a positive learning rate", id="negative-lr"
+    ),
     pytest.param(PROBE + ["--device", "gpu9"] + DATA, "'gpu9' is not a device", "use cpu, cuda", id="unknown-device"),
     pytest.param(PROBE + ["--device", "cuda:99"] + DATA, "'cuda:99'", "use --device cpu", id="absent-device"),
     pytest.param(
@@ -189,7 +221,12 @@ CLI_CASES = [
         id="max-examples-zero",
     ),
     # head counts
-    pytest.param(PROBE + ["--constant-heads=-3"] + DATA, "Head count -3 is outside [0, 72]", "This model has 72 heads", id="k-negative"),
+    pytest.param(
+        PROBE + ["--constant-heads=-3"] + DATA,
+        "Head count -3 is outside [0, 72]",
+        "This model has 72 heads",
+        id="k-negative",
+    ),
     pytest.param(
         PROBE + ["--constant-heads", "73", "--constants", "{inputs}/constants/good.safetensors"] + DATA,
         "Head count 73 is outside [0, 72]",
@@ -202,9 +239,24 @@ CLI_CASES = [
         "Fractions run from 0 (none) to 1 (all)",
         id="fraction-above-one",
     ),
-    pytest.param(PROBE + ["--constant-heads=-1/8"] + DATA, "Head fraction -0.125 is outside [0, 1]", "Fractions run from 0", id="fraction-negative"),
-    pytest.param(PROBE + ["--constant-heads", "lots"] + DATA, "Cannot read 'lots' as a head count or fraction", "Use e.g. 36, 0.5, 7/8 or all", id="k-not-a-number"),
-    pytest.param(PROBE + ["--constant-heads", "3"] + DATA, "3 constant heads need a constants file", "Pass --constants", id="k-without-constants"),
+    pytest.param(
+        PROBE + ["--constant-heads=-1/8"] + DATA,
+        "Head fraction -0.125 is outside [0, 1]",
+        "Fractions run from 0",
+        id="fraction-negative",
+    ),
+    pytest.param(
+        PROBE + ["--constant-heads", "lots"] + DATA,
+        "Cannot read 'lots' as a head count or fraction",
+        "Use e.g. 36, 0.5, 7/8 or all",
+        id="k-not-a-number",
+    ),
+    pytest.param(
+        PROBE + ["--constant-heads", "3"] + DATA,
+        "3 constant heads need a constants file",
+        "Pass --constants",
+        id="k-without-constants",
+    ),
     pytest.param(
         PROBE + ["--constant-heads", "3", "--constants", "{inputs}/constants/good.safetensors"] + DATA,
         "3 constant heads need a head ranking",
@@ -212,19 +264,60 @@ CLI_CASES = [
         id="k-without-ranking",
     ),
     pytest.param(
-        ["rank", "--task", "sst2", "--method", "gates", "--out", "{out}/r.json"], "The gates ranking needs a constants file", "Pass --constants", id="gates-without-constants"
+        ["rank", "--task", "sst2", "--method", "gates", "--out", "{out}/r.json"],
+        "The gates ranking needs a constants file",
+        "Pass --constants",
+        id="gates-without-constants",
     ),
     # rankings
-    pytest.param(PROBE + RANKED + ["{inputs}/rankings/empty.json"] + DATA, "The ranking misses 72 heads", "compute it with `papa rank`", id="ranking-empty"),
-    pytest.param(PROBE + RANKED + ["{inputs}/rankings/duplicate.json"] + DATA, "Head set lists [[0, 0]] more than once", "List each head once", id="ranking-duplicate-head"),
-    pytest.param(PROBE + RANKED + ["{inputs}/rankings/missing.json"] + DATA, "The ranking misses 1 heads (first: [5, 11])", "lists all 72 heads once", id="ranking-missing-head"),
     pytest.param(
-        PROBE + RANKED + ["{inputs}/rankings/out_of_range.json"] + DATA, "Head [6, 0] is out of range for 6 layers x 12 heads", "count from 0", id="ranking-head-out-of-range"
+        PROBE + RANKED + ["{inputs}/rankings/empty.json"] + DATA,
+        "The ranking misses 72 heads",
+        "compute it with `papa rank`",
+        id="ranking-empty",
     ),
-    pytest.param(PROBE + RANKED + ["{inputs}/rankings/edited.json"] + DATA, "fails its checksum", "recompute it with `papa rank` (papa replaces the file)", id="ranking-edited"),
-    pytest.param(PROBE + RANKED + ["{inputs}/rankings/nowhere.json"] + DATA, "does not exist", "Check the path", id="ranking-missing-file"),
-    pytest.param(PROBE + RANKED + ["{inputs}/rankings/not_pairs.json"] + DATA, "is not a [layer, head] pair", "Write heads as [layer, head]", id="ranking-not-pairs"),
-    pytest.param(PROBE + RANKED + ["{inputs}/rankings/not_ints.json"] + DATA, "[layer, head]", "integer", id="ranking-not-integers"),
+    pytest.param(
+        PROBE + RANKED + ["{inputs}/rankings/duplicate.json"] + DATA,
+        "Head set lists [[0, 0]] more than once",
+        "List each head once",
+        id="ranking-duplicate-head",
+    ),
+    pytest.param(
+        PROBE + RANKED + ["{inputs}/rankings/missing.json"] + DATA,
+        "The ranking misses 1 heads (first: [5, 11])",
+        "lists all 72 heads once",
+        id="ranking-missing-head",
+    ),
+    pytest.param(
+        PROBE + RANKED + ["{inputs}/rankings/out_of_range.json"] + DATA,
+        "Head [6, 0] is out of range for 6 layers x 12 heads",
+        "count from 0",
+        id="ranking-head-out-of-range",
+    ),
+    pytest.param(
+        PROBE + RANKED + ["{inputs}/rankings/edited.json"] + DATA,
+        "fails its checksum",
+        "recompute it with `papa rank` (papa replaces the file)",
+        id="ranking-edited",
+    ),
+    pytest.param(
+        PROBE + RANKED + ["{inputs}/rankings/nowhere.json"] + DATA,
+        "does not exist",
+        "Check the path",
+        id="ranking-missing-file",
+    ),
+    pytest.param(
+        PROBE + RANKED + ["{inputs}/rankings/not_pairs.json"] + DATA,
+        "is not a [layer, head] pair",
+        "Write heads as [layer, head]",
+        id="ranking-not-pairs",
+    ),
+    pytest.param(
+        PROBE + RANKED + ["{inputs}/rankings/not_ints.json"] + DATA,
+        "[layer, head]",
+        "integer",
+        id="ranking-not-integers",
+    ),
     # lengths
     pytest.param(
         ["estimate", "--task", "sst2", "--max-length", "0", "--out", "{out}/c.safetensors"],
@@ -276,29 +369,92 @@ CLI_CASES = [
         id="constants-truncated",
     ),
     pytest.param(
-        PROBE + K_ALL + ["{inputs}/constants/flipped.safetensors"] + DATA, "fails its checksum (a changed or corrupted byte)", "Estimate it again", id="constants-flipped-byte"
+        PROBE + K_ALL + ["{inputs}/constants/flipped.safetensors"] + DATA,
+        "fails its checksum (a changed or corrupted byte)",
+        "Estimate it again",
+        id="constants-flipped-byte",
     ),
-    pytest.param(PROBE + K_ALL + ["{inputs}/constants/foreign.safetensors"] + DATA, "is not a papa constants file", "Estimate it again", id="constants-foreign-file"),
     pytest.param(
-        PROBE + K_ALL + ["{inputs}/constants/nowhere.safetensors"] + DATA, "nowhere.safetensors does not exist", "Create it with `papa estimate`", id="constants-missing-file"
+        PROBE + K_ALL + ["{inputs}/constants/foreign.safetensors"] + DATA,
+        "is not a papa constants file",
+        "Estimate it again",
+        id="constants-foreign-file",
     ),
     pytest.param(
-        ["rank", "--task", "sst2", "--method", "deviation", "--constants", "{inputs}/constants/other_model.safetensors", "--out", "{out}/r.json"],
+        PROBE + K_ALL + ["{inputs}/constants/nowhere.safetensors"] + DATA,
+        "nowhere.safetensors does not exist",
+        "Create it with `papa estimate`",
+        id="constants-missing-file",
+    ),
+    pytest.param(
+        [
+            "rank",
+            "--task",
+            "sst2",
+            "--method",
+            "deviation",
+            "--constants",
+            "{inputs}/constants/other_model.safetensors",
+            "--out",
+            "{out}/r.json",
+        ],
         "were estimated for another model",
         "with `papa estimate`",
         id="rank-constants-other-model",
     ),
     # task data
-    pytest.param(PROBE + ["--data-dir", "{inputs}/data/absent"], "The data folder", "Set PAPA_DATA_DIR (or pass data_dir)", id="data-folder-absent"),
-    pytest.param(PROBE + _data("missing_split"), "validation.jsonl does not exist (splits found: train)", "Choose an existing split, or add the file", id="data-missing-split"),
-    pytest.param(PROBE + _data("malformed"), "Malformed JSON in train.jsonl line 2", "each line must be one JSON object", id="data-malformed-line"),
-    pytest.param(PROBE + _data("bad_label"), "validation.jsonl line 2", "Use label ids 0..1, in the order of labels.json", id="data-label-outside-set"),
-    pytest.param(PROBE + _data("empty_split"), "train.jsonl is empty", "Fill it with one JSON object per line", id="data-empty-split"),
-    pytest.param(PROBE + _data("no_labels"), "labels.json does not exist", "Add it: a JSON object mapping 'label'", id="data-no-label-file"),
-    pytest.param(PROBE + _data("no_column"), "has no column 'sentence'", "Add the column to every line", id="data-missing-column"),
+    pytest.param(
+        PROBE + ["--data-dir", "{inputs}/data/absent"],
+        "The data folder",
+        "Set PAPA_DATA_DIR (or pass data_dir)",
+        id="data-folder-absent",
+    ),
+    pytest.param(
+        PROBE + _data("missing_split"),
+        "validation.jsonl does not exist (splits found: train)",
+        "Choose an existing split, or add the file",
+        id="data-missing-split",
+    ),
+    pytest.param(
+        PROBE + _data("malformed"),
+        "Malformed JSON in train.jsonl line 2",
+        "each line must be one JSON object",
+        id="data-malformed-line",
+    ),
+    pytest.param(
+        PROBE + _data("bad_label"),
+        "validation.jsonl line 2",
+        "Use label ids 0..1, in the order of labels.json",
+        id="data-label-outside-set",
+    ),
+    pytest.param(
+        PROBE + _data("empty_split"),
+        "train.jsonl is empty",
+        "Fill it with one JSON object per line",
+        id="data-empty-split",
+    ),
+    pytest.param(
+        PROBE + _data("no_labels"),
+        "labels.json does not exist",
+        "Add it: a JSON object mapping 'label'",
+        id="data-no-label-file",
+    ),
+    pytest.param(
+        PROBE + _data("no_column"), "has no column 'sentence'", "Add the column to every line", id="data-missing-column"
+    ),
     # outputs and grids
-    pytest.param(["rank", "--task", "sst2", "--method", "random", "--out", "{out}"], "Cannot write", "Check the output path", id="out-is-a-folder"),
-    pytest.param(["grid", "run", "{inputs}/no_such_grid.yaml"], "no_such_grid.yaml does not exist", "Use one of configs/*.yaml", id="grid-config-missing"),
+    pytest.param(
+        ["rank", "--task", "sst2", "--method", "random", "--out", "{out}"],
+        "Cannot write",
+        "Check the output path",
+        id="out-is-a-folder",
+    ),
+    pytest.param(
+        ["grid", "run", "{inputs}/no_such_grid.yaml"],
+        "no_such_grid.yaml does not exist",
+        "Use one of configs/*.yaml",
+        id="grid-config-missing",
+    ),
 ]
 
 
@@ -355,11 +511,41 @@ def _proxy(module, **overrides):
 
 
 WRITE_FAILURES = [
-    pytest.param("os", "replace", errno.EROFS, "the folder is not writable", "Choose a writable output folder", id="read-only-at-rename"),
-    pytest.param("tempfile", "mkstemp", errno.EROFS, "the folder is not writable", "Choose a writable output folder", id="read-only-at-create"),
-    pytest.param("tempfile", "mkstemp", errno.EACCES, "the folder is not writable", "Choose a writable output folder", id="permission-denied"),
-    pytest.param("os", "fsync", errno.ENOSPC, "No space left to write", "Free disk space or choose another output folder", id="disk-full-at-flush"),
-    pytest.param("tempfile", "mkstemp", errno.ENOSPC, "No space left to write", "Free disk space", id="disk-full-at-create"),
+    pytest.param(
+        "os",
+        "replace",
+        errno.EROFS,
+        "the folder is not writable",
+        "Choose a writable output folder",
+        id="read-only-at-rename",
+    ),
+    pytest.param(
+        "tempfile",
+        "mkstemp",
+        errno.EROFS,
+        "the folder is not writable",
+        "Choose a writable output folder",
+        id="read-only-at-create",
+    ),
+    pytest.param(
+        "tempfile",
+        "mkstemp",
+        errno.EACCES,
+        "the folder is not writable",
+        "Choose a writable output folder",
+        id="permission-denied",
+    ),
+    pytest.param(
+        "os",
+        "fsync",
+        errno.ENOSPC,
+        "No space left to write",
+        "Free disk space or choose another output folder",
+        id="disk-full-at-flush",
+    ),
+    pytest.param(
+        "tempfile", "mkstemp", errno.ENOSPC, "No space left to write", "Free disk space", id="disk-full-at-create"
+    ),
 ]
 
 
@@ -392,11 +578,24 @@ def _papa_command() -> list[str]:
 
 
 SUBPROCESS_CASES = [
-    pytest.param(["estimate", "--task", "qqp", "--out", "{out}/c.safetensors"], "Unknown task 'qqp'", "Use one of", id="unknown-task"),
     pytest.param(
-        ["probe", "--task", "sst2", "--model", "papa-tests/no-such-model", "--out", "{out}/r.json"], "HF_HUB_OFFLINE is set", "Use the embedded model", id="hub-id-offline"
+        ["estimate", "--task", "qqp", "--out", "{out}/c.safetensors"],
+        "Unknown task 'qqp'",
+        "Use one of",
+        id="unknown-task",
     ),
-    pytest.param(PROBE + K_ALL + ["{inputs}/constants/flipped.safetensors"] + DATA, "fails its checksum", "Estimate it again", id="constants-flipped-byte"),
+    pytest.param(
+        ["probe", "--task", "sst2", "--model", "papa-tests/no-such-model", "--out", "{out}/r.json"],
+        "HF_HUB_OFFLINE is set",
+        "Use the embedded model",
+        id="hub-id-offline",
+    ),
+    pytest.param(
+        PROBE + K_ALL + ["{inputs}/constants/flipped.safetensors"] + DATA,
+        "fails its checksum",
+        "Estimate it again",
+        id="constants-flipped-byte",
+    ),
 ]
 
 
@@ -412,7 +611,14 @@ def test_subprocess_bad_input(argv, problem, hint, inputs, out, tmp_path):
         PAPA_CACHE_DIR=str(tmp_path / "cache"),
         PAPA_DATA_DIR=str(inputs / "data" / "good"),
     )
-    proc = subprocess.run(_papa_command() + _fill(argv, out=out, inputs=inputs), capture_output=True, text=True, env=env, timeout=120, cwd=tmp_path)
+    proc = subprocess.run(
+        _papa_command() + _fill(argv, out=out, inputs=inputs),
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 2, proc.stderr
     assert proc.stdout == ""
     _assert_clean(proc.stderr, problem, hint)
@@ -444,31 +650,108 @@ def _with(path: str, value):
 
 
 CONFIG_CASES = [
-    pytest.param(_with("repeats", 3), "Config bad.yaml: Unknown config key repeats", "Allowed at the top level: data_seed", id="unknown-top-key"),
-    pytest.param(_with("probe.folds", 3), "Config bad.yaml: Unknown config key probe.folds", "Allowed here: dev_every_epoch, epochs", id="unknown-section-key"),
-    pytest.param(_with("studies", [{"name": "s", "colour": "red"}]), "Config bad.yaml: Unknown config key studies[0].colour", "Allowed here: chapter", id="unknown-study-key"),
+    pytest.param(
+        _with("repeats", 3),
+        "Config bad.yaml: Unknown config key repeats",
+        "Allowed at the top level: data_seed",
+        id="unknown-top-key",
+    ),
+    pytest.param(
+        _with("probe.folds", 3),
+        "Config bad.yaml: Unknown config key probe.folds",
+        "Allowed here: dev_every_epoch, epochs",
+        id="unknown-section-key",
+    ),
+    pytest.param(
+        _with("studies", [{"name": "s", "colour": "red"}]),
+        "Config bad.yaml: Unknown config key studies[0].colour",
+        "Allowed here: chapter",
+        id="unknown-study-key",
+    ),
     pytest.param(
         _with("models", ["no such model!"]),
         "Config bad.yaml: models[0]: Unknown model 'no such model!'",
         "Use minilm-l6, minilm-l3, mpnet-base, a local model folder or a hub id",
         id="unknown-model",
     ),
-    pytest.param(_with("tasks", ["qqp"]), "Config bad.yaml: Unknown task 'qqp' at tasks[0]", "Use one of cola, sst2", id="unknown-task"),
-    pytest.param(_with("rank.methods", ["oracle"]), "rank.methods[0]: Unknown ranking method 'oracle'", "Use one of gates, deviation, random", id="unknown-method"),
-    pytest.param(_with("probe.modes", ["fast"]), "Unknown mode 'fast' at probe.modes[0]", "Use one of cached, faithful", id="unknown-mode"),
-    pytest.param(_with("probe.fractions", [0, "9/8"]), "probe.fractions[1]: head fraction '9/8' is outside [0, 1]", "Fractions run from 0", id="fraction-above-one"),
-    pytest.param(_with("probe.fractions", [-0.5, 1]), "probe.fractions[0]: head fraction -0.5 is outside [0, 1]", "Fractions run from 0", id="fraction-negative"),
-    pytest.param(_with("probe.fractions", ["half", 1]), "probe.fractions[0]: head fraction 'half' is not a number", "Write fractions as 0, 1/2", id="fraction-text"),
-    pytest.param({k: v for k, v in SMOKE.items() if k != "probe"}, "Config bad.yaml: the key probe is missing", "Add it", id="missing-key"),
+    pytest.param(
+        _with("tasks", ["qqp"]),
+        "Config bad.yaml: Unknown task 'qqp' at tasks[0]",
+        "Use one of cola, sst2",
+        id="unknown-task",
+    ),
+    pytest.param(
+        _with("rank.methods", ["oracle"]),
+        "rank.methods[0]: Unknown ranking method 'oracle'",
+        "Use one of gates, deviation, random",
+        id="unknown-method",
+    ),
+    pytest.param(
+        _with("probe.modes", ["fast"]),
+        "Unknown mode 'fast' at probe.modes[0]",
+        "Use one of cached, faithful",
+        id="unknown-mode",
+    ),
+    pytest.param(
+        _with("probe.fractions", [0, "9/8"]),
+        "probe.fractions[1]: head fraction '9/8' is outside [0, 1]",
+        "Fractions run from 0",
+        id="fraction-above-one",
+    ),
+    pytest.param(
+        _with("probe.fractions", [-0.5, 1]),
+        "probe.fractions[0]: head fraction -0.5 is outside [0, 1]",
+        "Fractions run from 0",
+        id="fraction-negative",
+    ),
+    pytest.param(
+        _with("probe.fractions", ["half", 1]),
+        "probe.fractions[0]: head fraction 'half' is not a number",
+        "Write fractions as 0, 1/2",
+        id="fraction-text",
+    ),
+    pytest.param(
+        {k: v for k, v in SMOKE.items() if k != "probe"},
+        "Config bad.yaml: the key probe is missing",
+        "Add it",
+        id="missing-key",
+    ),
     pytest.param(["models", "tasks"], "the file must be a mapping", "See configs/default.yaml", id="not-a-mapping"),
-    pytest.param("models: [minilm-l6\ntasks: sst2\n", "Config bad.yaml: not valid YAML", "Fix the YAML syntax", id="invalid-yaml"),
-    pytest.param(_with("probe.fractions", 0.5), "probe.fractions must be a list, got 0.5", "Write fractions as 0, 1/2", id="fractions-not-a-list"),
+    pytest.param(
+        "models: [minilm-l6\ntasks: sst2\n", "Config bad.yaml: not valid YAML", "Fix the YAML syntax", id="invalid-yaml"
+    ),
+    pytest.param(
+        _with("probe.fractions", 0.5),
+        "probe.fractions must be a list, got 0.5",
+        "Write fractions as 0, 1/2",
+        id="fractions-not-a-list",
+    ),
     pytest.param(_with("models", [3]), "models[0] must be text, got 3", "Use minilm-l6", id="model-not-a-string"),
     pytest.param(_with("tasks", "sst2"), "tasks must be a list, got 'sst2'", "grid.schema.json", id="tasks-not-a-list"),
-    pytest.param(_with("max_length", "long"), "max_length must be a whole number, got 'long'", "from 8 to 512", id="max-length-not-a-number"),
-    pytest.param(_with("probe.seeds", [1.5]), "probe.seeds[0] must be a whole number, got 1.5", "whole numbers", id="seeds-not-integers"),
-    pytest.param(_with("probe.max_eval_examples", 0), "probe.max_eval_examples must be >= 1, got 0", "null for the whole evaluation split", id="zero-is-not-all"),
-    pytest.param("name: bad\nmodels: [minilm-l6]\nname: other\n", "the key 'name' appears twice in one mapping (lines 1 and 3)", "Keep one of them", id="duplicate-key"),
+    pytest.param(
+        _with("max_length", "long"),
+        "max_length must be a whole number, got 'long'",
+        "from 8 to 512",
+        id="max-length-not-a-number",
+    ),
+    pytest.param(
+        _with("probe.seeds", [1.5]),
+        "probe.seeds[0] must be a whole number, got 1.5",
+        "whole numbers",
+        id="seeds-not-integers",
+    ),
+    pytest.param(
+        _with("probe.max_eval_examples", 0),
+        "probe.max_eval_examples must be >= 1, got 0",
+        "null for the whole evaluation split",
+        id="zero-is-not-all",
+    ),
+    pytest.param(
+        "name: bad\nmodels: [minilm-l6]\nname: other\n",
+        "the key 'name' appears twice in one mapping (lines 1 and 3)",
+        "Keep one of them",
+        id="duplicate-key",
+    ),
 ]
 
 
@@ -503,7 +786,14 @@ def _namespace(**values) -> dict:
     import papa
 
     namespace = {
-        "__annotations__": {"task": str, "k": int, "lr": float, "seeds": list, "relayout": bool, "ranking": "str | None"},
+        "__annotations__": {
+            "task": str,
+            "k": int,
+            "lr": float,
+            "seeds": list,
+            "relayout": bool,
+            "ranking": "str | None",
+        },
         "task": "sst2",
         "k": 0,
         "lr": 2e-5,
@@ -521,12 +811,23 @@ def _namespace(**values) -> dict:
 
 
 NOTEBOOK_CASES = [
-    pytest.param({"tsak": "cola"}, "Unknown notebook parameter(s): tsak", "This notebook declares: task, k", id="unknown-parameter"),
-    pytest.param({"k": "36"}, "Notebook parameter k='36' is not of type", "Pass a value of the declared type", id="k-as-text"),
-    pytest.param({"k": True}, "Notebook parameter k=True is not of type", "Pass a value of the declared type", id="k-as-bool"),
+    pytest.param(
+        {"tsak": "cola"},
+        "Unknown notebook parameter(s): tsak",
+        "This notebook declares: task, k",
+        id="unknown-parameter",
+    ),
+    pytest.param(
+        {"k": "36"}, "Notebook parameter k='36' is not of type", "Pass a value of the declared type", id="k-as-text"
+    ),
+    pytest.param(
+        {"k": True}, "Notebook parameter k=True is not of type", "Pass a value of the declared type", id="k-as-bool"
+    ),
     pytest.param({"seeds": 42}, "Notebook parameter seeds=42 is not of type", "declared type", id="seeds-not-a-list"),
     pytest.param({"lr": "fast"}, "Notebook parameter lr='fast' is not of type", "declared type", id="lr-as-text"),
-    pytest.param({"task": None}, "Notebook parameter task=None is not of type", "declared type", id="required-text-is-none"),
+    pytest.param(
+        {"task": None}, "Notebook parameter task=None is not of type", "declared type", id="required-text-is-none"
+    ),
 ]
 
 
@@ -547,7 +848,14 @@ def _tiny_bert():
     from transformers import AutoModel, BertConfig
 
     torch.manual_seed(0)
-    config = BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=20, max_position_embeddings=32)
+    config = BertConfig(
+        vocab_size=50,
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=20,
+        max_position_embeddings=32,
+    )
     return AutoModel.from_config(config, attn_implementation="sdpa").eval()
 
 
@@ -630,50 +938,210 @@ def _estimate_on_gpt2(inputs, monkeypatch):
 
 LIBRARY_CASES = [
     pytest.param(
-        _extract_with_tiny_budget, ResourceBudgetError, "so they stream to disk, but PAPA_CACHE_DIR", "set PAPA_CACHE_DIR to a folder on a larger disk", id="memory-budget-extract"
+        _extract_with_tiny_budget,
+        ResourceBudgetError,
+        "so they stream to disk, but PAPA_CACHE_DIR",
+        "set PAPA_CACHE_DIR to a folder on a larger disk",
+        id="memory-budget-extract",
     ),
     pytest.param(
-        _check_budget, ResourceBudgetError, "would need 12.78 GB, above the memory budget of 0.50 GB", "Lower max_train_examples / max_eval_examples", id="memory-budget-numbers"
+        _check_budget,
+        ResourceBudgetError,
+        "would need 12.78 GB, above the memory budget of 0.50 GB",
+        "Lower max_train_examples / max_eval_examples",
+        id="memory-budget-numbers",
     ),
     pytest.param(_bad_budget_setting, PapaError, "PAPA_MEMORY_BUDGET_GB", "number", id="memory-budget-not-a-number"),
     pytest.param(
-        _compatible(fingerprint="0000000000000000"), ConstantsMismatchError, "estimated for another model", "Estimate constants for this setting", id="check-compatible-fingerprint"
+        _compatible(fingerprint="0000000000000000"),
+        ConstantsMismatchError,
+        "estimated for another model",
+        "Estimate constants for this setting",
+        id="check-compatible-fingerprint",
     ),
-    pytest.param(_compatible(max_length=128), ConstantsMismatchError, "length L: file has 64, this run needs 128", "papa estimate", id="check-compatible-length"),
-    pytest.param(_compatible(relayout=False), ConstantsMismatchError, "relayout: file has True, this run needs False", "papa estimate", id="check-compatible-relayout"),
-    pytest.param(_compatible(num_heads=16), ConstantsMismatchError, "heads: file has 12, this run needs 16", "papa estimate", id="check-compatible-heads"),
     pytest.param(
-        _call("papa.core.constants.load_constants", "/nonexistent/c.safetensors"), PapaError, "does not exist", "Create it with `papa estimate`", id="load-constants-missing"
+        _compatible(max_length=128),
+        ConstantsMismatchError,
+        "length L: file has 64, this run needs 128",
+        "papa estimate",
+        id="check-compatible-length",
     ),
-    pytest.param(_call("papa.core.models.pick_device", "gpu9"), PapaError, "Unknown device 'gpu9'", "Use cpu, cuda", id="pick-device-unknown"),
-    pytest.param(_call("papa.core.models.pick_device", "cuda:99"), PapaError, "'cuda:99'", "Use", id="pick-device-absent"),
-    pytest.param(_call("papa.core.heads.validate_ranking", "0,1", 1, 2), PapaError, "list of [layer, head] pairs", "papa rank", id="ranking-not-a-list"),
-    pytest.param(_call("papa.core.heads.validate_head_set", [[0, True]], 1, 2), PapaError, "pair of integers", "integer layer and head", id="head-set-boolean"),
-    pytest.param(_load_split("missing_split", split="validation"), DataError, "splits found: train", "Choose an existing split", id="load-split-missing"),
-    pytest.param(_load_split("malformed"), DataError, "Malformed JSON in train.jsonl line 2", "Fix the line", id="load-split-malformed"),
-    pytest.param(_load_split("bad_label", split="validation"), DataError, "label 5 is outside the label set of 2 names", "Use label ids 0..1", id="load-split-label-outside"),
+    pytest.param(
+        _compatible(relayout=False),
+        ConstantsMismatchError,
+        "relayout: file has True, this run needs False",
+        "papa estimate",
+        id="check-compatible-relayout",
+    ),
+    pytest.param(
+        _compatible(num_heads=16),
+        ConstantsMismatchError,
+        "heads: file has 12, this run needs 16",
+        "papa estimate",
+        id="check-compatible-heads",
+    ),
+    pytest.param(
+        _call("papa.core.constants.load_constants", "/nonexistent/c.safetensors"),
+        PapaError,
+        "does not exist",
+        "Create it with `papa estimate`",
+        id="load-constants-missing",
+    ),
+    pytest.param(
+        _call("papa.core.models.pick_device", "gpu9"),
+        PapaError,
+        "Unknown device 'gpu9'",
+        "Use cpu, cuda",
+        id="pick-device-unknown",
+    ),
+    pytest.param(
+        _call("papa.core.models.pick_device", "cuda:99"), PapaError, "'cuda:99'", "Use", id="pick-device-absent"
+    ),
+    pytest.param(
+        _call("papa.core.heads.validate_ranking", "0,1", 1, 2),
+        PapaError,
+        "list of [layer, head] pairs",
+        "papa rank",
+        id="ranking-not-a-list",
+    ),
+    pytest.param(
+        _call("papa.core.heads.validate_head_set", [[0, True]], 1, 2),
+        PapaError,
+        "pair of integers",
+        "integer layer and head",
+        id="head-set-boolean",
+    ),
+    pytest.param(
+        _load_split("missing_split", split="validation"),
+        DataError,
+        "splits found: train",
+        "Choose an existing split",
+        id="load-split-missing",
+    ),
+    pytest.param(
+        _load_split("malformed"),
+        DataError,
+        "Malformed JSON in train.jsonl line 2",
+        "Fix the line",
+        id="load-split-malformed",
+    ),
+    pytest.param(
+        _load_split("bad_label", split="validation"),
+        DataError,
+        "label 5 is outside the label set of 2 names",
+        "Use label ids 0..1",
+        id="load-split-label-outside",
+    ),
     pytest.param(_load_split("empty_split"), DataError, "is empty", "Fill it", id="load-split-empty"),
-    pytest.param(_load_split("ragged_tags", task="ner", split="validation"), DataError, "2 tokens but 1 ner_tags", "Give exactly one tag per token", id="load-split-ragged-tags"),
-    pytest.param(_call("papa.probing.data.get_task", "qqp"), PapaError, "Unknown task 'qqp'", "Use one of", id="get-task-unknown"),
-    pytest.param(_call("papa.core.heads.count_for", -1, 72), PapaError, "Head count -1 is outside [0, 72]", "72 heads", id="count-negative"),
-    pytest.param(_call("papa.core.heads.count_for", 1.25, 72), PapaError, "Head fraction 1.25 is outside [0, 1]", "Fractions run", id="count-fraction-above-one"),
-    pytest.param(_call("papa.core.heads.count_for", True, 72), PapaError, "True is not a head count", "integer count", id="count-bool"),
-    pytest.param(_call("papa.core.heads.validate_head_set", [[0, 1, 2]], 6, 12), PapaError, "is not a [layer, head] pair", "Write heads as [layer, head]", id="head-set-triple"),
-    pytest.param(_call("papa.core.heads.validate_head_set", [[0, 1], [0, 1]], 6, 12), PapaError, "more than once", "List each head once", id="head-set-duplicate"),
-    pytest.param(_call("papa.core.heads.first_k", [(0, 0)], 2), PapaError, "Head count 2 is outside [0, 1]", "covers 1 heads", id="first-k-too-many"),
+    pytest.param(
+        _load_split("ragged_tags", task="ner", split="validation"),
+        DataError,
+        "2 tokens but 1 ner_tags",
+        "Give exactly one tag per token",
+        id="load-split-ragged-tags",
+    ),
+    pytest.param(
+        _call("papa.probing.data.get_task", "qqp"), PapaError, "Unknown task 'qqp'", "Use one of", id="get-task-unknown"
+    ),
+    pytest.param(
+        _call("papa.core.heads.count_for", -1, 72),
+        PapaError,
+        "Head count -1 is outside [0, 72]",
+        "72 heads",
+        id="count-negative",
+    ),
+    pytest.param(
+        _call("papa.core.heads.count_for", 1.25, 72),
+        PapaError,
+        "Head fraction 1.25 is outside [0, 1]",
+        "Fractions run",
+        id="count-fraction-above-one",
+    ),
+    pytest.param(
+        _call("papa.core.heads.count_for", True, 72),
+        PapaError,
+        "True is not a head count",
+        "integer count",
+        id="count-bool",
+    ),
+    pytest.param(
+        _call("papa.core.heads.validate_head_set", [[0, 1, 2]], 6, 12),
+        PapaError,
+        "is not a [layer, head] pair",
+        "Write heads as [layer, head]",
+        id="head-set-triple",
+    ),
+    pytest.param(
+        _call("papa.core.heads.validate_head_set", [[0, 1], [0, 1]], 6, 12),
+        PapaError,
+        "more than once",
+        "List each head once",
+        id="head-set-duplicate",
+    ),
+    pytest.param(
+        _call("papa.core.heads.first_k", [(0, 0)], 2),
+        PapaError,
+        "Head count 2 is outside [0, 1]",
+        "covers 1 heads",
+        id="first-k-too-many",
+    ),
     pytest.param(_load_ranking("empty.json"), PapaError, "misses 72 heads", "papa rank", id="load-ranking-empty"),
     pytest.param(
-        _call("papa.probing.ranking.compute_ranking", "sorted", "minilm-l6"), PapaError, "Unknown ranking method 'sorted'", "Use one of gates", id="compute-ranking-unknown-method"
+        _call("papa.probing.ranking.compute_ranking", "sorted", "minilm-l6"),
+        PapaError,
+        "Unknown ranking method 'sorted'",
+        "Use one of gates",
+        id="compute-ranking-unknown-method",
     ),
-    pytest.param(_call("papa.core.layout.check_max_length", 0), PapaError, "at least 4, got 0", "The paper uses 64", id="max-length-zero"),
-    pytest.param(_call("papa.core.layout.check_max_length", 1024, 512), PapaError, "exceeds the model's 512 positions", "Use at most 512", id="max-length-above-positions"),
-    pytest.param(_call("papa.probing.data.subset", [1, 2, 3], 0, 0), PapaError, "must be a positive integer or None", "Pass a number", id="subset-zero"),
-    pytest.param(_call("papa.core.models.resolve_model_path", "papa-tests/no-such-model"), PapaError, "HF_HUB_OFFLINE is set", "Use the embedded model", id="hub-id-offline"),
     pytest.param(
-        _load_gpt2, UnsupportedArchitectureError, "Architecture 'gpt2' is not supported", "Add a row to papa.core.architectures.ADAPTERS", id="load-unsupported-architecture"
+        _call("papa.core.layout.check_max_length", 0),
+        PapaError,
+        "at least 4, got 0",
+        "The paper uses 64",
+        id="max-length-zero",
     ),
-    pytest.param(_estimate_on_gpt2, UnsupportedArchitectureError, "Architecture 'gpt2' is not supported", "Supported model types", id="estimate-unsupported-architecture"),
-    pytest.param(_call("papa.core.patching.load_patched", "/nonexistent/patched"), PapaError, "has no config.json", "save_pretrained", id="load-patched-missing"),
+    pytest.param(
+        _call("papa.core.layout.check_max_length", 1024, 512),
+        PapaError,
+        "exceeds the model's 512 positions",
+        "Use at most 512",
+        id="max-length-above-positions",
+    ),
+    pytest.param(
+        _call("papa.probing.data.subset", [1, 2, 3], 0, 0),
+        PapaError,
+        "must be a positive integer or None",
+        "Pass a number",
+        id="subset-zero",
+    ),
+    pytest.param(
+        _call("papa.core.models.resolve_model_path", "papa-tests/no-such-model"),
+        PapaError,
+        "HF_HUB_OFFLINE is set",
+        "Use the embedded model",
+        id="hub-id-offline",
+    ),
+    pytest.param(
+        _load_gpt2,
+        UnsupportedArchitectureError,
+        "Architecture 'gpt2' is not supported",
+        "Add a row to papa.core.architectures.ADAPTERS",
+        id="load-unsupported-architecture",
+    ),
+    pytest.param(
+        _estimate_on_gpt2,
+        UnsupportedArchitectureError,
+        "Architecture 'gpt2' is not supported",
+        "Supported model types",
+        id="estimate-unsupported-architecture",
+    ),
+    pytest.param(
+        _call("papa.core.patching.load_patched", "/nonexistent/patched"),
+        PapaError,
+        "has no config.json",
+        "save_pretrained",
+        id="load-patched-missing",
+    ),
 ]
 
 
@@ -694,4 +1162,6 @@ def test_corrupt_constants_are_typed(inputs):
             load_constants(inputs / "constants" / f"{name}.safetensors")
     other = load_constants(inputs / "constants" / "other_model.safetensors")
     with pytest.raises(ConstantsMismatchError):
-        other.check_compatible(fingerprint=load_constants(inputs / "constants" / "good.safetensors").meta["fingerprint"])
+        other.check_compatible(
+            fingerprint=load_constants(inputs / "constants" / "good.safetensors").meta["fingerprint"]
+        )

@@ -23,7 +23,8 @@ KEYS = ["model", "task", "ranking", "k"]
 
 
 def _places(data, result) -> dict[str, pd.DataFrame]:
-    """Every table of the results chapter that shows a score or a drop, keyed by (model, task, ranking, k) where it has one."""
+    """Every table of the results chapter that shows a score or a drop, keyed by (model, task, ranking, k) where it
+    has one."""
     paper = result.paper[~result.paper["task"].isin(["average", "common"])]
     return {
         "main": result.table.set_index(KEYS)[["score", "relative_drop", "relative_low", "relative_high"]],
@@ -49,7 +50,10 @@ def test_every_table_shows_the_basis_value(hand):
         key = (model, task, ranking, k)
         assert places["main"].loc[key, "relative_drop"] == cell["relative_drop"], key
         assert places["main"].loc[key, "score"] == cell["score"] == basis.score(model, task, ranking, k), key
-        assert places["gains"].loc[key, "relative_drop"] == cell["relative_drop"] and places["gains"].loc[key, "score"] == cell["score"]
+        assert (
+            places["gains"].loc[key, "relative_drop"] == cell["relative_drop"]
+            and places["gains"].loc[key, "score"] == cell["score"]
+        )
         at = "all" if k == TOTAL else "half" if k == TOTAL // 2 else None
         if at:
             assert places["paper"].loc[(model, task), f"drop_{at}"] == cell["relative_drop"], key
@@ -57,7 +61,9 @@ def test_every_table_shows_the_basis_value(hand):
             assert places["cells"].loc[key, "relative_drop"] == cell["relative_drop"], key
     for model, average in places["averages"].iterrows():  # the front page prints the paper table's averages
         row = result.paper[(result.paper["model"] == model) & (result.paper["task"] == "average")].iloc[0]
-        assert places["front"].loc[model, "drop, all heads constant"] == interval_text(average["drop_all"], row["drop_all_low"], row["drop_all_high"])
+        assert places["front"].loc[model, "drop, all heads constant"] == interval_text(
+            average["drop_all"], row["drop_all_low"], row["drop_all_high"]
+        )
     # the floors table's k = 0 score is the basis's k = 0 score
     for floor in data.floors.itertuples():
         assert floor.baseline == basis.score(floor.model, floor.task, "none", 0)
@@ -68,7 +74,9 @@ def test_a_tampered_probe_result_changes_every_place_it_feeds_and_nothing_else(h
     before = _places(data, result)
     # ma's seed 43 with every head constant: 0.70 → 0.60 (its dev predictions and its score, as a re-run would write)
     preds = _predictions(0.60, 43)
-    atomic_write_json(folder / "results" / f"ma__sst2__k{TOTAL}__s43.json", _record("ma", TOTAL, TOTAL, 43, preds, None, True))
+    atomic_write_json(
+        folder / "results" / f"ma__sst2__k{TOTAL}__s43.json", _record("ma", TOTAL, TOTAL, 43, preds, None, True)
+    )
     data_after = book_data(CONFIG, folder)
     after = _places(data_after, chapter_science(data_after, resamples=RESAMPLES))
     fed = ("ma", "sst2", "all", TOTAL)
@@ -80,8 +88,12 @@ def test_a_tampered_probe_result_changes_every_place_it_feeds_and_nothing_else(h
     assert before["paper"].loc[("mb", "sst2")].equals(after["paper"].loc[("mb", "sst2")])
     assert not before["paper"].loc[("ma", "sst2")].equals(after["paper"].loc[("ma", "sst2")])
     assert after["paper"].loc[("ma", "sst2"), "drop_all"] == after["cells"].loc[fed, "relative_drop"]
-    assert before["averages"].loc["mb"].equals(after["averages"].loc["mb"]) and not before["averages"].loc["ma"].equals(after["averages"].loc["ma"])
-    assert before["front"].loc["mb"].equals(after["front"].loc["mb"]) and not before["front"].loc["ma"].equals(after["front"].loc["ma"])
+    assert before["averages"].loc["mb"].equals(after["averages"].loc["mb"]) and not before["averages"].loc["ma"].equals(
+        after["averages"].loc["ma"]
+    )
+    assert before["front"].loc["mb"].equals(after["front"].loc["mb"]) and not before["front"].loc["ma"].equals(
+        after["front"].loc["ma"]
+    )
 
 
 def test_a_k0_score_within_noise_of_zero_gives_no_relative_drop():
@@ -119,7 +131,9 @@ def test_the_committed_default_book_shows_one_value_per_quantity():
         assert gain_drop == cell["relative_drop"] or (math.isnan(gain_drop) and math.isnan(cell["relative_drop"])), key
         if key in places["main"].index:
             main = places["main"].loc[key]
-            assert (main["score"], main["relative_drop"]) == (cell["score"], cell["relative_drop"]) or (math.isnan(main["relative_drop"]) and math.isnan(cell["relative_drop"]))
+            assert (main["score"], main["relative_drop"]) == (cell["score"], cell["relative_drop"]) or (
+                math.isnan(main["relative_drop"]) and math.isnan(cell["relative_drop"])
+            )
             checked += 1
     assert checked >= 60  # 3 models × 6 tasks × 4 counts of constant heads, less those no seed pairs
     paper = places["paper"]
@@ -127,11 +141,17 @@ def test_the_committed_default_book_shows_one_value_per_quantity():
         drop = paper.loc[(cell.model, cell.task), f"drop_{cell.at}"]
         assert drop == cell.relative_drop or (math.isnan(drop) and math.isnan(cell.relative_drop))
     for row in sensitivity_table(data).to_dict("records"):
-        total = int(basis.cells.loc[(basis.cells["model"] == row["model"]) & (basis.cells["ranking"] == "all"), "k"].iloc[0])
+        total = int(
+            basis.cells.loc[(basis.cells["model"] == row["model"]) & (basis.cells["ranking"] == "all"), "k"].iloc[0]
+        )
         official = basis.cell(row["model"], row["task"], "all", total)
-        assert row["drop official"] == official["relative_drop"] or (math.isnan(row["drop official"]) and math.isnan(official["relative_drop"]))
+        assert row["drop official"] == official["relative_drop"] or (
+            math.isnan(row["drop official"]) and math.isnan(official["relative_drop"])
+        )
         assert row["k=0 official"] == basis.score(row["model"], row["task"], "none", 0)
-    relative = P.relative_score_vs_constant_fraction(result.summary, data.floors, result.all_cells).set_index(["model", "k"])
+    relative = P.relative_score_vs_constant_fraction(result.summary, data.floors, result.all_cells).set_index(
+        ["model", "k"]
+    )
     averages = result.paper[result.paper["task"] == "average"].set_index("model")
     for model, row in averages.iterrows():
         total = int(result.cells.loc[result.cells["model"] == model, "total_heads"].iloc[0])

@@ -9,7 +9,18 @@ import torch
 
 from papa.core.errors import PapaError
 from papa.probing.features import Features
-from papa.probing.probe import CachedSource, ProbeConfig, SequenceProbe, SubsetSource, TokenProbe, build_probe, draw_from_pool, predict, seed_everything, train_probe
+from papa.probing.probe import (
+    CachedSource,
+    ProbeConfig,
+    SequenceProbe,
+    SubsetSource,
+    TokenProbe,
+    build_probe,
+    draw_from_pool,
+    predict,
+    seed_everything,
+    train_probe,
+)
 from papa.probing.stacked import ProbeStack, predict_stacked, stacked_logits
 from papa.probing.stacked_training import StackedMember, device_rng_state, train_stacked
 
@@ -77,17 +88,24 @@ def test_stacked_seeds_and_lrs_give_each_probe_its_train_probe_result(token):
     """Three seeds and two lrs in one stack (with dropout: each seed's own masks); the seeds stop at different
     epochs, so the stopped ones stay frozen while the others train."""
     source, dev = CachedSource(_features(token), float32=True), CachedSource(_features(token, 30, seed=1))
-    configs = [ProbeConfig(lr=lr, epochs=12, batch_size=8, seed=seed, patience=2, dropout=0.3) for lr in (3e-3, 3e-2) for seed in (5, 6, 7)]
+    configs = [
+        ProbeConfig(lr=lr, epochs=12, batch_size=8, seed=seed, patience=2, dropout=0.3)
+        for lr in (3e-3, 3e-2)
+        for seed in (5, 6, 7)
+    ]
     draws = [draw_from_pool(60, 40, 12, c.seed) for c in configs]
     together = _together(source, dev, token, configs, draws)
     for config, draw, (history, preds) in zip(configs, draws, zip(*together)):
         _assert_same(_alone(source, dev, token, config, *draw), (history, preds))
     trained = [len(h.epochs) for h in together[0]]
-    assert len(set(trained)) > 1 and min(trained) < 12  # some stopped early, at different epochs: freezing was exercised
+    assert (
+        len(set(trained)) > 1 and min(trained) < 12
+    )  # some stopped early, at different epochs: freezing was exercised
 
 
 def test_probes_with_unequal_training_sets_take_their_own_steps():
-    """One probe with 13 training examples beside one with 24 (batch 4): 4 and 6 steps an epoch, each its own Adam count."""
+    """One probe with 13 training examples beside one with 24 (batch 4): 4 and 6 steps an epoch, each its own Adam
+    count."""
     source, dev = CachedSource(_features(False), float32=True), CachedSource(_features(False, 30, seed=1))
     configs = [ProbeConfig(lr=1e-2, epochs=4, batch_size=4, seed=seed, patience=3) for seed in (1, 2)]
     draws = [draw_from_pool(60, 13, 10, 1), draw_from_pool(60, 24, 10, 2)]
@@ -115,7 +133,9 @@ def test_logits_do_not_depend_on_the_scoring_batch_and_equal_each_probes_own(tok
     own_logits, own_labels = stacked_logits(stack, source, own, batch_size=2)
     for i, examples in enumerate(own):
         rows = source.rows(examples)
-        assert (own_logits[i] - by_batch[0][i][rows]).abs().max() <= 1e-6 and torch.equal(own_labels[i], features.labels[rows])
+        assert (own_logits[i] - by_batch[0][i][rows]).abs().max() <= 1e-6 and torch.equal(
+            own_labels[i], features.labels[rows]
+        )
 
 
 def test_a_stack_refuses_probes_of_different_kinds_and_mismatched_settings():
@@ -124,6 +144,11 @@ def test_a_stack_refuses_probes_of_different_kinds_and_mismatched_settings():
     with pytest.raises(PapaError, match="The probes of a stack differ in shape"):
         ProbeStack([TokenProbe(S, H, C), TokenProbe(S, H, C + 1)])
     source = CachedSource(_features(False), float32=True)
-    members = [StackedMember(SequenceProbe(S, L, H, C), ProbeConfig(batch_size=b), torch.arange(10), device_rng_state("cpu")) for b in (4, 8)]
-    with pytest.raises(PapaError, match="The probes trained together must share epochs, batch_size, patience, probe_input, dropout"):
+    members = [
+        StackedMember(SequenceProbe(S, L, H, C), ProbeConfig(batch_size=b), torch.arange(10), device_rng_state("cpu"))
+        for b in (4, 8)
+    ]
+    with pytest.raises(
+        PapaError, match="The probes trained together must share epochs, batch_size, patience, probe_input, dropout"
+    ):
         train_stacked(members, source)

@@ -36,7 +36,9 @@ def _floor(wall, step_ms=4.0):
 
 
 def test_parts_are_medians_that_add_up_to_the_wall_time():
-    parts = _parts([_run(60.0, 40.0, 6.0, 2.0, 51.0), _run(70.0, 50.0, 6.0, 2.0, 61.0), _run(68.0, 48.0, 6.0, 2.0, 59.0)])
+    parts = _parts(
+        [_run(60.0, 40.0, 6.0, 2.0, 51.0), _run(70.0, 50.0, 6.0, 2.0, 61.0), _run(68.0, 48.0, 6.0, 2.0, 59.0)]
+    )
     assert parts["wall"] == 68.0
     assert parts["features (encoder passes, float32 copy, cache write)"] == 48.0
     assert parts["start-up (interpreter, imports, writing the result)"] == 68.0 - 59.0
@@ -54,7 +56,10 @@ def test_the_report_gives_the_speed_up_and_says_when_the_floor_rules_out_three_t
     assert "A / 3 = 22.7 s. The floor and those steps come to 21.0 s, which leaves 1.7 s for the rest" in text
     assert "(gathering the batches, the float32 copy, the cache write and evaluation: 12.0 s in B)" in text
     out = to_markdown(INFO, a, b, _floor(19.6, step_ms=5.0))
-    assert "A / 3 = 22.7 s. The floor and those steps come to 23.4 s, above A / 3: a 3× speed-up of this command is out of reach" in out
+    assert (
+        "A / 3 = 22.7 s. The floor and those steps come to 23.4 s, above A / 3: a 3× speed-up of this command is out "
+        "of reach" in out
+    )
     fast = to_markdown(INFO, a, _side([_run(20.0, 10.0, 2.0, 1.0, 15.0)]), _floor(15.0))
     assert "**Speed-up A/B = 3.40×** (target ≥ 3×: met)" in fast
 
@@ -64,7 +69,12 @@ def test_the_timed_command_is_the_issues_single_run():
     options = dict(zip(command[3::2], command[4::2]))
     assert command[:3] == ["-m", "papa.cli", "probe"] and options["--model"] == "minilm-l6"
     assert (options["--task"], options["--constant-heads"], options["--pool-examples"]) == ("sst2", "36", "2600")
-    assert (options["--max-train-examples"], options["--heldout-examples"], options["--epochs"], options["--patience"]) == ("2000", "200", "20", "3")
+    assert (
+        options["--max-train-examples"],
+        options["--heldout-examples"],
+        options["--epochs"],
+        options["--patience"],
+    ) == ("2000", "200", "20", "3")
     assert (options["--selection"], float(options["--lr"])) == ("heldout", 2e-4)
     assert options["--ranking"].endswith("minilm-l6__sst2__gates.json")
 
@@ -77,7 +87,9 @@ def test_a_baseline_this_clone_lacks_is_one_clear_error(tmp_path, monkeypatch):
         main(["--baseline", "0" * 40, "--markdown", str(tmp_path / "out.md")])
     message = str(stop.value)
     assert message.startswith(f"Cannot check out the baseline {'0' * 40!r}: ")
-    assert message.endswith("Run from a full clone (git fetch --unshallow) or pass --baseline with a commit this clone has.")
+    assert message.endswith(
+        "Run from a full clone (git fetch --unshallow) or pass --baseline with a commit this clone has."
+    )
     assert not (tmp_path / "out.md").exists()
 
 
@@ -85,5 +97,7 @@ def test_without_the_task_data_it_says_what_to_set(monkeypatch):
     from benchmarks.probe_run import main
 
     monkeypatch.delenv("PAPA_DATA_DIR", raising=False)
-    with pytest.raises(SystemExit, match=r"PAPA_DATA_DIR is unset: the run reads SST-2 from it\. Set it to the task data folder"):
+    with pytest.raises(
+        SystemExit, match=r"PAPA_DATA_DIR is unset: the run reads SST-2 from it\. Set it to the task data folder"
+    ):
         main([])

@@ -38,7 +38,10 @@ def _table_rows(html: str) -> tuple[list[str], list[list[str]]]:
     """The header texts and the cell texts (tags stripped) of the first table of ``html``."""
     table = html.split("<table", 1)[1].split("</table>", 1)[0]
     header = [re.sub(r"<[^>]+>", "", h).strip() for h in re.findall(r"<th[^>]*>(.*?)</th>", table, re.S)]
-    rows = [re.findall(r"<td[^>]*>(.*?)</td>", row, re.S) for row in re.findall(r"<tr[^>]*>(.*?)</tr>", table.split("<tbody>", 1)[1], re.S)]
+    rows = [
+        re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)
+        for row in re.findall(r"<tr[^>]*>(.*?)</tr>", table.split("<tbody>", 1)[1], re.S)
+    ]
     return header, rows
 
 
@@ -49,15 +52,23 @@ def test_the_built_pages_show_the_runs_numbers(built_book):
     seeds: dict[str, list[float]] = {}
     for record in sorted((runs / "artifacts" / "results").glob("probe__*.json")):
         seeds.setdefault(record.stem.rsplit("__s", 1)[0], []).append(json.loads(record.read_text())["score"])
-    assert len(seeds) == 6  # none, half and all of minilm-l6's heads constant on SST-2, and all heads in three other modes
+    assert (
+        len(seeds) == 6
+    )  # none, half and all of minilm-l6's heads constant on SST-2, and all heads in three other modes
     header, rows = _table_rows((built_book / "book" / "appendix.html").read_text())
     score_column = header.index("Score")
-    shown = {re.search(r'href="[^"]*/([^/"]+)\.html"', row[-1]).group(1): re.sub(r"<[^>]+>", "", row[score_column]) for row in rows}
+    shown = {
+        re.search(r'href="[^"]*/([^/"]+)\.html"', row[-1]).group(1): re.sub(r"<[^>]+>", "", row[score_column])
+        for row in rows
+    }
     for run_id, scores in seeds.items():
         assert shown[run_id] == f"{sum(scores) / len(scores):.3f}", run_id
     config = yaml.safe_load((built_book.parent.parent / "configs" / "smoke.yaml").read_text())["probe"]
     setup = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", (built_book / "book" / "setup.html").read_text()))
-    drawn = f"draws its own {config['max_train_examples']} training and {config['heldout_examples']} held-out examples from a pool of {config['pool_examples']} training examples"
+    drawn = (
+        f"draws its own {config['max_train_examples']} training and {config['heldout_examples']} held-out examples "
+        f"from a pool of {config['pool_examples']} training examples"
+    )
     assert drawn in setup and f"scored on at most {config['max_eval_examples']} validation examples" in setup
 
 

@@ -58,7 +58,9 @@ MEASURE = r"""
   var waited = 0;
   function wait() {
     var charts = document.querySelectorAll('div[id^="papa-vl-"]');
-    var done = Array.prototype.every.call(charts, function (c) { return c.querySelector("svg, canvas") || c.textContent.trim(); });
+    var done = Array.prototype.every.call(charts, function (c) {
+      return c.querySelector("svg, canvas") || c.textContent.trim();
+    });
     if (done || waited > 10000) { measure(); } else { waited += 250; setTimeout(wait, 250); }
   }
   window.addEventListener("load", function () { setTimeout(wait, 250); });
@@ -71,7 +73,9 @@ def layout(page: Path, profile: Path, width: int = WINDOW[0]) -> dict:
     """Load ``page`` in headless Chromium ``width`` px wide and return what the measuring script found."""
     source = page.read_text(encoding="utf-8")
     probe = page.with_name(page.stem + ".layout-check.html")
-    probe.write_text(source.replace("</body>", MEASURE + "</body>") if "</body>" in source else source + MEASURE, encoding="utf-8")
+    probe.write_text(
+        source.replace("</body>", MEASURE + "</body>") if "</body>" in source else source + MEASURE, encoding="utf-8"
+    )
     try:
         dom = dump_dom(
             probe.as_uri(),
@@ -111,13 +115,18 @@ def problems(name: str, found: dict) -> list[str]:
     """What a reader would trip over on one page (empty when the page reads well)."""
     out = []
     if found["scrollWidth"] > found["innerWidth"] + SLACK_PX:
-        out.append(f"{name}: the page scrolls sideways ({found['scrollWidth']} px wide in a {found['innerWidth']} px window)")
+        out.append(
+            f"{name}: the page scrolls sideways ({found['scrollWidth']} px wide in a {found['innerWidth']} px window)"
+        )
     column = found["column"]
     for figure in found["figures"]:
         if not figure["drawn"]:
             out.append(f"{name}: chart {figure['id']} was not drawn")
         elif figure["right"] > column["right"] + SLACK_PX or figure["left"] < column["left"] - SLACK_PX:
-            out.append(f"{name}: chart {figure['id']} ({figure['width']:.0f} px) reaches beyond the text column ({column['width']:.0f} px)")
+            out.append(
+                f"{name}: chart {figure['id']} ({figure['width']:.0f} px) reaches beyond the text column "
+                f"({column['width']:.0f} px)"
+            )
     if found["truncated"]:
         out.append(f"{name}: a truncated table ({found['truncated'][0]})")
     if found["badCells"]:
@@ -130,7 +139,8 @@ pytestmark = pytest.mark.book
 
 
 def test_the_measurement_sees_what_a_reader_sees(tmp_path):
-    """The checks themselves, on a hand-made page: a 1,900 px chart, a NaN cell and pandas' truncation note are found."""
+    """The checks themselves, on a hand-made page: a 1,900 px chart, a NaN cell and pandas' truncation note are
+    found."""
     page = tmp_path / "bad.html"
     page.write_text(
         '<html><body><main style="width:700px"><div id="papa-vl-wide"><svg width="1900" height="10"></svg></div>'
@@ -141,7 +151,10 @@ def test_the_measurement_sees_what_a_reader_sees(tmp_path):
     issues = problems("bad.html", found)
     assert any("scrolls sideways" in i for i in issues) and any("beyond the text column" in i for i in issues)
     assert any("truncated table (96 rows × 7 columns)" in i for i in issues) and any("['NaN']" in i for i in issues)
-    page.write_text('<html><body><main style="width:700px"><div id="papa-vl-ok"><svg width="600" height="10"></svg></div><table><tr><td>–</td></tr></table></main></body></html>')
+    page.write_text(
+        '<html><body><main style="width:700px"><div id="papa-vl-ok"><svg width="600" '
+        'height="10"></svg></div><table><tr><td>–</td></tr></table></main></body></html>'
+    )
     assert problems("good.html", layout(page, tmp_path / "profile")) == []
 
 

@@ -19,7 +19,15 @@ from papa.analysis.figure_kit import TEXT_WIDTH
 from papa.analysis.paper_figures import fig_better_models, fig_paper_scores, fig_relative_score
 from papa.book import interval_tables as IT
 from papa.book import tables as T
-from papa.book.science import chapter_science, convergence_summary, largest_drop, literal_comparison, model_drops_display_frame, random_summary, science_numbers
+from papa.book.science import (
+    chapter_science,
+    convergence_summary,
+    largest_drop,
+    literal_comparison,
+    model_drops_display_frame,
+    random_summary,
+    science_numbers,
+)
 from papa.book.studies import drop_checks, drop_checks_summary
 from papa.core.io import atomic_write_json
 from tests.hand_cells import book_data
@@ -37,7 +45,17 @@ def _predictions(accuracy: float, seed: int) -> list[int]:
     return out.tolist()
 
 
-def _record(model: str, k: int, total: int, seed: int, preds: list[int], ranking: str | None, converged: bool | None, lr: float = 1e-3, literal: bool = False) -> dict:
+def _record(
+    model: str,
+    k: int,
+    total: int,
+    seed: int,
+    preds: list[int],
+    ranking: str | None,
+    converged: bool | None,
+    lr: float = 1e-3,
+    literal: bool = False,
+) -> dict:
     accuracy = float(np.mean(np.array(preds) == np.array(LABELS)))
     heldout = not literal
     return {
@@ -59,8 +77,13 @@ def _record(model: str, k: int, total: int, seed: int, preds: list[int], ranking
         "score": accuracy,
         "metrics": {"accuracy": accuracy, "main": accuracy},
         "selected_epoch": 2,
-        "epochs": [{"epoch": e, "train_loss": 1.0 / e, **({"heldout_main": 0.5 + 0.01 * e} if heldout else {"main": accuracy})} for e in (1, 2, 3)],
-        "convergence": None if converged is None else {"converged": converged, "best_epoch": 2, "epochs_trained": 5, "stopped_early": converged},
+        "epochs": [
+            {"epoch": e, "train_loss": 1.0 / e, **({"heldout_main": 0.5 + 0.01 * e} if heldout else {"main": accuracy})}
+            for e in (1, 2, 3)
+        ],
+        "convergence": None
+        if converged is None
+        else {"converged": converged, "best_epoch": 2, "epochs_trained": 5, "stopped_early": converged},
         "dev": {"predictions": preds, "labels": LABELS, "label_names": ["negative", "positive"], "lengths": None},
         "floors": {"majority": {"accuracy": 0.5, "main": 0.5}},
         "timings": {"total": 1.0},
@@ -94,11 +117,19 @@ def write_grid(folder, random: bool = True, literal: bool = True, gated: tuple =
             base = _predictions(acc0, seed)
             half = list(base)
             half[int(np.flatnonzero(np.array(base) == np.array(LABELS))[0])] ^= 1  # one more wrong example
-            runs = {0: (base, None), 4: (half if acc_half is None else _predictions(acc_half, seed), f"{model}__sst2__gates.json")}
-            runs |= {7: (_predictions(acc78, seed), f"{model}__sst2__gates.json"), 8: (_predictions(acc_all, seed), None)}
+            runs = {
+                0: (base, None),
+                4: (half if acc_half is None else _predictions(acc_half, seed), f"{model}__sst2__gates.json"),
+            }
+            runs |= {
+                7: (_predictions(acc78, seed), f"{model}__sst2__gates.json"),
+                8: (_predictions(acc_all, seed), None),
+            }
             for k, (preds, ranking) in runs.items():
                 flag = flags.get((model, k, seed), True)
-                atomic_write_json(out / f"{model}__sst2__k{k}__s{seed}.json", _record(model, k, TOTAL, seed, preds, ranking, flag))
+                atomic_write_json(
+                    out / f"{model}__sst2__k{k}__s{seed}.json", _record(model, k, TOTAL, seed, preds, ranking, flag)
+                )
             if literal:
                 for k, acc in ((0, acc0 - 0.05), (8, acc_all - 0.10)):
                     record = _record(model, k, TOTAL, seed, _predictions(acc, seed + 7), None, None, literal=True)
@@ -106,7 +137,10 @@ def write_grid(folder, random: bool = True, literal: bool = True, gated: tuple =
         if random:
             for r in (1, 2):
                 preds = _predictions(ACCURACY[model][0] - 0.15, 100 + r)
-                atomic_write_json(out / f"{model}__sst2__k4__random-{r}__random__s42.json", _record(model, 4, TOTAL, 42, preds, f"{model}__sst2__random-{r}.json", True))
+                atomic_write_json(
+                    out / f"{model}__sst2__k4__random-{r}__random__s42.json",
+                    _record(model, 4, TOTAL, 42, preds, f"{model}__sst2__random-{r}.json", True),
+                )
 
 
 def _stats(folder, name: str) -> np.ndarray:
@@ -127,12 +161,24 @@ def test_main_table_intervals_are_paired_bootstraps(grid):
     row = result.table[(result.table["model"] == "ma") & (result.table["k"] == 8)].iloc[0]
     base = [_stats(folder, f"ma__sst2__k0__s{s}") for s in (42, 43, 44)]
     other = [_stats(folder, f"ma__sst2__k8__s{s}") for s in (42, 43, 44)]
-    expected = S.paired_bootstrap(base, other, "accuracy", resamples=RESAMPLES, rows=S.resample_rows(N, RESAMPLES, 0, "sst2:same"))  # its task and indices
+    expected = S.paired_bootstrap(
+        base, other, "accuracy", resamples=RESAMPLES, rows=S.resample_rows(N, RESAMPLES, 0, "sst2:same")
+    )  # its task and indices
     for column in ("difference", "low", "high", "relative_drop", "relative_low", "relative_high"):
         assert row[column] == expected[column], column
     assert row["score"] == pytest.approx(0.70) and row["real"] is True and row["converged"] == "3 of 3"
-    assert list(result.table.loc[result.table["model"] == "ma", "k"]) == [0, 4, 7, 8]  # 15/16 of 8 heads rounds to 8: shown once
-    assert result.table.loc[result.table["model"] == "mb", "converged"].tolist() == ["2 of 3", "3 of 3", "3 of 3", "2 of 3"]
+    assert list(result.table.loc[result.table["model"] == "ma", "k"]) == [
+        0,
+        4,
+        7,
+        8,
+    ]  # 15/16 of 8 heads rounds to 8: shown once
+    assert result.table.loc[result.table["model"] == "mb", "converged"].tolist() == [
+        "2 of 3",
+        "3 of 3",
+        "3 of 3",
+        "2 of 3",
+    ]
 
 
 def test_a_drop_whose_interval_includes_zero_is_not_real(grid):
@@ -144,12 +190,21 @@ def test_a_drop_whose_interval_includes_zero_is_not_real(grid):
 
 def test_non_converged_runs_are_left_out_and_counted(grid):
     _, data, result = grid
-    assert result.gate == {"runs": 28, "converged": 26, "not_converged": 1, "unknown": 1, "left_out": 2, "left_out_runs": ["mb__sst2__k0__s44", "mb__sst2__k8__s43"]}
+    assert result.gate == {
+        "runs": 28,
+        "converged": 26,
+        "not_converged": 1,
+        "unknown": 1,
+        "left_out": 2,
+        "left_out_runs": ["mb__sst2__k0__s44", "mb__sst2__k8__s43"],
+    }
     mb = result.table[result.table["model"] == "mb"].set_index("k")
     assert mb.loc[0, "n_seeds"] == 2 and mb.loc[8, "n_seeds"] == 2 and mb.loc[4, "n_seeds"] == 3
     assert all(r.endswith("26 of 28 probe results converged; the gate left out 2.") for r in result.claims["rule"])
     per_task, rising = convergence_summary(data)
-    assert per_task.set_index("model").loc["mb", ["runs", "converged", "still rising", "no held-out curve"]].tolist() == [14, 12, 1, 1]  # 12 gates runs and 2 random
+    assert per_task.set_index("model").loc[
+        "mb", ["runs", "converged", "still rising", "no held-out curve"]
+    ].tolist() == [14, 12, 1, 1]  # 12 gates runs and 2 random
     assert rising["run_id"].tolist() == ["mb__sst2__k0__s44"]
 
 
@@ -161,14 +216,18 @@ def test_claims_with_two_models(grid):
     assert claims.loc["1", "verdict"] == "reproduced"
     # all: ma 17.6%, mb 10% (paired over mb's converged seeds): a real drop whose interval lies above the paper's 8%
     full = V.judge(result.cells)["all"]
-    assert full["n"] == 2 and full["value"] == pytest.approx((0.15 / 0.85 + 0.09 / 0.90) / 2)  # ma 0.85 → 0.70, mb 0.90 → 0.81
+    assert full["n"] == 2 and full["value"] == pytest.approx(
+        (0.15 / 0.85 + 0.09 / 0.90) / 2
+    )  # ma 0.85 → 0.70, mb 0.90 → 0.81
     assert full["low"] > 0.08 and claims.loc["2a", "verdict"] == "reproduced with a larger effect"
     # the bound: ma's 17.6% is the largest drop, and its interval stays at or below 20%
     assert claims.loc["2b", "ours"].startswith("largest single drop 17.6% [15.1%, 20.0%] (ma, SST-2)")
     assert claims.loc["2b", "verdict"] == "reproduced"
     numbers = science_numbers(result, data)
     assert numbers["claim3_verdict"] == "not testable" and numbers["n_left_out"] == 2
-    assert numbers["drop_all_interval"] == f"[{full['low']:.1%}, {full['high']:.1%}]" and numbers["claim2_number"] == V.interval_text(full["value"], full["low"], full["high"])
+    assert numbers["drop_all_interval"] == f"[{full['low']:.1%}, {full['high']:.1%}]" and numbers[
+        "claim2_number"
+    ] == V.interval_text(full["value"], full["low"], full["high"])
 
 
 def test_every_shared_number_has_one_value(grid):
@@ -181,22 +240,43 @@ def test_every_shared_number_has_one_value(grid):
     main = result.table.set_index(["model", "task", "k"])
     for model in ("ma", "mb"):
         average = paper.loc[(model, "average")]
-        assert front.loc[model, "drop, all heads constant"] == V.interval_text(average["drop_all"], average["drop_all_low"], average["drop_all_high"])
-        assert front.loc[model, "drop, half of the heads constant (gates)"] == V.interval_text(average["drop_half"], average["drop_half_low"], average["drop_half_high"])
+        assert front.loc[model, "drop, all heads constant"] == V.interval_text(
+            average["drop_all"], average["drop_all_low"], average["drop_all_high"]
+        )
+        assert front.loc[model, "drop, half of the heads constant (gates)"] == V.interval_text(
+            average["drop_half"], average["drop_half_low"], average["drop_half_high"]
+        )
         common = paper.loc[(model, "common")]
-        assert (points.loc[model, "drop"], points.loc[model, "low"], points.loc[model, "score"]) == (common["drop_all"], common["drop_all_low"], common["score_0"])
-        assert f"{model} {V.interval_text(common['drop_all'], common['drop_all_low'], common['drop_all_high'])} at {common['score_0']:.3f}" in result.claims.iloc[3]["ours"]
+        assert (points.loc[model, "drop"], points.loc[model, "low"], points.loc[model, "score"]) == (
+            common["drop_all"],
+            common["drop_all_low"],
+            common["score_0"],
+        )
+        assert (
+            f"{model} {V.interval_text(common['drop_all'], common['drop_all_low'], common['drop_all_high'])} at "
+            f"{common['score_0']:.3f}" in result.claims.iloc[3]["ours"]
+        )
         for at, k in (("half", 4), ("all", 8)):
             cell_row = result.cells[(result.cells["model"] == model) & (result.cells["at"] == at)].iloc[0]
-            assert paper.loc[(model, "sst2"), f"drop_{at}"] == cell_row["relative_drop"] == main.loc[(model, "sst2", k), "relative_drop"]
+            assert (
+                paper.loc[(model, "sst2"), f"drop_{at}"]
+                == cell_row["relative_drop"]
+                == main.loc[(model, "sst2", k), "relative_drop"]
+            )
             assert paper.loc[(model, "sst2"), "score_0"] == cell_row["score_0"] == main.loc[(model, "sst2", 0), "score"]
-    relative = P.relative_score_vs_constant_fraction(result.summary, data.floors, result.all_cells).set_index(["model", "k"])
+    relative = P.relative_score_vs_constant_fraction(result.summary, data.floors, result.all_cells).set_index(
+        ["model", "k"]
+    )
     for model in ("ma", "mb"):  # figure (b) ends at 1 − the front page's drop
-        assert relative.loc[(model, 8), "relative_score"] == pytest.approx(1 - paper.loc[(model, "average"), "drop_all"], abs=1e-12)
+        assert relative.loc[(model, 8), "relative_score"] == pytest.approx(
+            1 - paper.loc[(model, "average"), "drop_all"], abs=1e-12
+        )
     overall = V.judge(result.cells)
     assert result.claims.iloc[1]["ours"].startswith(V.claim_numbers(overall)[1] + ";")
     numbers = science_numbers(result, data)
-    assert numbers["drop_all_mean"] == overall["all"]["value"] and numbers["claim1_number"] == V.claim_numbers(overall)[0]
+    assert (
+        numbers["drop_all_mean"] == overall["all"]["value"] and numbers["claim1_number"] == V.claim_numbers(overall)[0]
+    )
 
 
 def test_random_baseline_is_a_paired_bootstrap_against_pooled_random(grid):
@@ -214,7 +294,9 @@ def test_random_baseline_is_a_paired_bootstrap_against_pooled_random(grid):
 def test_literal_setting_beside_the_main_protocol(grid):
     _, data, result = grid
     table = literal_comparison(data, resamples=RESAMPLES).set_index("model")
-    assert table.loc["ma", "literal_k0"] == pytest.approx(0.80) and table.loc["ma", "literal_all"] == pytest.approx(0.60)
+    assert table.loc["ma", "literal_k0"] == pytest.approx(0.80) and table.loc["ma", "literal_all"] == pytest.approx(
+        0.60
+    )
     assert table.loc["ma", "literal_drop"] == pytest.approx(0.25) and table.loc["ma", "lr"] == 1e-3
     assert table.loc["ma", "main_drop"] == pytest.approx((0.85 - 0.70) / 0.85)
     cells = IT.literal_display(table.reset_index()).to_frame()
@@ -225,28 +307,60 @@ def test_the_largest_drop_is_read_again_under_every_setting(grid):
     """The results chapter's check of its largest drop: each probe setting that ran the pair, per seed, on the book's
     basis (converged seeds on both sides), with the same drop as the claims' cell."""
     _, data, result = grid
-    assert largest_drop(result) == ("ma", "sst2") and science_numbers(result, data)["drop_all_max_pair"] == "ma on SST-2"
+    assert (
+        largest_drop(result) == ("ma", "sst2") and science_numbers(result, data)["drop_all_max_pair"] == "ma on SST-2"
+    )
     checks = drop_checks(data, "ma", "sst2").set_index("setting")
     assert list(checks.index) == ["main grid", "literal"]  # the random study changes no probe setting: not a check
     main, literal = checks.loc["main grid"], checks.loc["literal"]
-    assert main["k0_scores"] == pytest.approx([0.85] * 3) and main["all_scores"] == pytest.approx([0.70] * 3) and main["lr"] == 1e-3
-    assert (main["change"], main["seeds"], main["apart"], main["epoch_reported"], main["epochs_trained"], main["cap"]) == ("", 3, True, "2", "5", 20)
-    assert (literal["change"], literal["epochs_trained"], literal["cap"]) == ("lr 2e-5, 15 epochs, final epoch", "15", 15)
+    assert (
+        main["k0_scores"] == pytest.approx([0.85] * 3)
+        and main["all_scores"] == pytest.approx([0.70] * 3)
+        and main["lr"] == 1e-3
+    )
+    assert (
+        main["change"],
+        main["seeds"],
+        main["apart"],
+        main["epoch_reported"],
+        main["epochs_trained"],
+        main["cap"],
+    ) == ("", 3, True, "2", "5", 20)
+    assert (literal["change"], literal["epochs_trained"], literal["cap"]) == (
+        "lr 2e-5, 15 epochs, final epoch",
+        "15",
+        15,
+    )
     assert literal["drop"] == pytest.approx(0.25) and literal["lr"] == 2e-5
     cells = pooled.select(result.cells, "all").set_index("model")
     assert main["drop"] == pytest.approx(cells.loc["ma", "relative_drop"])
-    mb = drop_checks(data, "mb", "sst2").set_index("setting").loc["main grid"]  # seed 44 failed the gate at k = 0, seed 43 at all heads
-    assert mb["seeds"] == 1 and mb["drop"] == pytest.approx(cells.loc["mb", "relative_drop"]) == pytest.approx((0.90 - 0.81) / 0.90)
+    mb = (
+        drop_checks(data, "mb", "sst2").set_index("setting").loc["main grid"]
+    )  # seed 44 failed the gate at k = 0, seed 43 at all heads
+    assert mb["seeds"] == 1 and mb["drop"] == pytest.approx(cells.loc["mb", "relative_drop"]) == pytest.approx(
+        (0.90 - 0.81) / 0.90
+    )
     assert drop_checks_summary(checks.reset_index()) == (
         "In every setting, every seed's score with every head constant lies below every seed's score at k = 0; "
         "the drop is 17.6% (the main grid; 3 seeds) and 25.0% (lr 2e-5, 15 epochs, final epoch; 3 seeds)"
     )
     mixed = checks.reset_index().assign(apart=[True, False])
-    assert drop_checks_summary(mixed).startswith("In 1 of 2 settings,") and drop_checks_summary(mixed.iloc[:0]) == "no run to check"
+    assert (
+        drop_checks_summary(mixed).startswith("In 1 of 2 settings,")
+        and drop_checks_summary(mixed.iloc[:0]) == "no run to check"
+    )
     shown = T.drop_checks_display(checks.reset_index()).to_frame()
-    assert list(shown["k = 0, per seed"]) == ["0.850, 0.850, 0.850", "0.800, 0.800, 0.800"] and list(shown["seeds apart?"]) == ["yes", "yes"]
-    assert list(shown["setting"]) == ["main grid", "the paper's literal setting (learning rate 2e-5, 15 epochs, final epoch)"]
-    assert drop_checks(data, "ma", "mnli").empty and "No run to check." in T.drop_checks_display(pd.DataFrame())._repr_html_()
+    assert list(shown["k = 0, per seed"]) == ["0.850, 0.850, 0.850", "0.800, 0.800, 0.800"] and list(
+        shown["seeds apart?"]
+    ) == ["yes", "yes"]
+    assert list(shown["setting"]) == [
+        "main grid",
+        "the paper's literal setting (learning rate 2e-5, 15 epochs, final epoch)",
+    ]
+    assert (
+        drop_checks(data, "ma", "mnli").empty
+        and "No run to check." in T.drop_checks_display(pd.DataFrame())._repr_html_()
+    )
 
 
 def test_a_study_at_a_fixed_lr_stays_out_of_the_main_grid(tmp_path):
@@ -255,16 +369,22 @@ def test_a_study_at_a_fixed_lr_stays_out_of_the_main_grid(tmp_path):
     write_grid(tmp_path, random=False, literal=False)
     for k, accuracy in ((0, 0.90), (8, 0.60)):
         for seed in (42, 43, 44):
-            atomic_write_json(tmp_path / "results" / f"ma__sst2__k{k}__lrnext__s{seed}.json", _record("ma", k, TOTAL, seed, _predictions(accuracy, seed), None, True, lr=2e-4))
+            atomic_write_json(
+                tmp_path / "results" / f"ma__sst2__k{k}__lrnext__s{seed}.json",
+                _record("ma", k, TOTAL, seed, _predictions(accuracy, seed), None, True, lr=2e-4),
+            )
     config = CONFIG | {"studies": [{"name": "lrnext", "models": ["ma"], "fractions": [0, 1], "lr": 2e-4}]}
     data = book_data(config, tmp_path)
     assert not data.main["run_id"].str.contains("lrnext").any() and set(data.main["lr"]) == {1e-3}
     assert len(data.studies["lrnext"]) and set(data.studies["lrnext"]["lr"]) == {2e-4}
     checks = drop_checks(data, "ma", "sst2").set_index("setting")
-    assert checks.loc["lrnext", "change"] == "lr 2e-4" and checks.loc["lrnext", "drop"] == pytest.approx((0.90 - 0.60) / 0.90)
+    assert checks.loc["lrnext", "change"] == "lr 2e-4" and checks.loc["lrnext", "drop"] == pytest.approx(
+        (0.90 - 0.60) / 0.90
+    )
     assert checks.loc["main grid", "drop"] == pytest.approx((0.85 - 0.70) / 0.85)
     assert drop_checks_summary(checks.reset_index()).endswith(
-        "the drop is 17.6% (the main grid; 3 seeds) and 33.3% (lr 2e-4; 3 seeds). The best-trained probe at k = 0 is not the main grid's:"
+        "the drop is 17.6% (the main grid; 3 seeds) and 33.3% (lr 2e-4; "
+        "3 seeds). The best-trained probe at k = 0 is not the main grid's:"
         " lr 2e-4 (3 seeds) scores 0.900 against 0.850, and loses more with every head constant"
     )
 
@@ -301,7 +421,12 @@ def test_front_page_frame_has_intervals(grid):
 def test_smoke_like_grid_without_random_literal_or_curves(tmp_path):
     """The smoke grid: final-epoch runs (no held-out curve), no random and no literal runs: every chapter function
     still answers, the claims say "not testable" and the gate says why."""
-    write_grid(tmp_path, random=False, literal=False, gated=tuple((m, k, s, None) for m in ACCURACY for k in (0, 4, 7, 8) for s in (42, 43, 44)))
+    write_grid(
+        tmp_path,
+        random=False,
+        literal=False,
+        gated=tuple((m, k, s, None) for m in ACCURACY for k in (0, 4, 7, 8) for s in (42, 43, 44)),
+    )
     data = book_data(CONFIG, tmp_path)
     result = chapter_science(data, resamples=50)
     assert result.gate["converged"] == 0 and result.gate["unknown"] == 24
@@ -312,7 +437,10 @@ def test_smoke_like_grid_without_random_literal_or_curves(tmp_path):
     assert literal.empty and "did not run" in IT.literal_display(literal)._repr_html_()
     numbers = science_numbers(result, data)
     assert math.isnan(numbers["drop_all_mean"]) and numbers["drop_all_interval"] == "(no interval)"
-    assert numbers["random_summary"] == "no seeded random ordering ran beside the gates ranking, so whether it beats random is not measured"
+    assert (
+        numbers["random_summary"]
+        == "no seeded random ordering ran beside the gates ranking, so whether it beats random is not measured"
+    )
     shown = IT.main_table_display(result.table)
     assert "nan" not in shown._repr_html_().lower()
     assert IT.verdicts_display(result.claims).to_frame().shape == (4, 6)
@@ -356,22 +484,45 @@ def test_chapters_execute_on_hand_made_runs(tmp_path, monkeypatch, smoke):
     """The results and controls chapters' code, on a grid with random and literal runs and one without them (and
     without a held-out curve): every cell runs, every glued name the prose cites exists, no cell shows nan."""
     if smoke:
-        write_grid(tmp_path, random=False, literal=False, gated=tuple((m, k, s, None) for m in ACCURACY for k in (0, 4, 7, 8) for s in (42, 43, 44)))
+        write_grid(
+            tmp_path,
+            random=False,
+            literal=False,
+            gated=tuple((m, k, s, None) for m in ACCURACY for k in (0, 4, 7, 8) for s in (42, 43, 44)),
+        )
         config = CONFIG | {"studies": []}
     else:
         write_grid(tmp_path, gated=(("mb", 0, 44, False),))
         config = CONFIG
-    atomic_write_json(tmp_path / "rankings" / "ma__sst2__gates.json", {"ranking": [[0, h] for h in range(4)] + [[1, h] for h in range(4)]})
+    atomic_write_json(
+        tmp_path / "rankings" / "ma__sst2__gates.json",
+        {"ranking": [[0, h] for h in range(4)] + [[1, h] for h in range(4)]},
+    )
     data = book_data(config, tmp_path)
     results = _run_chapter_cells("notebooks/04_results.md", data, monkeypatch)
     controls = _run_chapter_cells("notebooks/05_controls.md", data, monkeypatch)
     if smoke:
-        assert (results["claim1_verdict"], results["claim3_verdict"], results["n_converged"]) == ("not testable", "not testable", 0)
-        assert results["analogue_basis"] == "all 24 runs (none passed the convergence gate)" and controls["literal_studies"] == "none in this grid"
+        assert (results["claim1_verdict"], results["claim3_verdict"], results["n_converged"]) == (
+            "not testable",
+            "not testable",
+            0,
+        )
+        assert (
+            results["analogue_basis"] == "all 24 runs (none passed the convergence gate)"
+            and controls["literal_studies"] == "none in this grid"
+        )
     else:
-        assert (results["n_left_out"], results["claim3_verdict"], controls["n_literal_pairs"], controls["n_not_converged"]) == (1, "not testable", 2, 1)
+        assert (
+            results["n_left_out"],
+            results["claim3_verdict"],
+            controls["n_literal_pairs"],
+            controls["n_not_converged"],
+        ) == (1, "not testable", 2, 1)
         # ma 0.85 → 0.70 (17.6%) and mb 0.90 → 0.81 (10%): an average whose interval lies above the paper's 8%
-        assert results["drop_all_interval"].startswith("[") and results["claim2_verdict"] == "reproduced with a larger effect"
+        assert (
+            results["drop_all_interval"].startswith("[")
+            and results["claim2_verdict"] == "reproduced with a larger effect"
+        )
         assert results["claim2b_verdict"] == "reproduced"  # ma's 17.6% [15.1%, 20.0%] stays at or below 20%
 
 
@@ -391,5 +542,6 @@ def test_random_summary_counts_the_rankings_comparisons():
         "(on m and n, with half and 7/8 of the heads constant; the others show no real difference)"
     )
     assert random_summary(rows, "deviation") == (
-        "the deviation ranking beats the seeded random orderings in 1 of its 1 comparison and is worse in none (on m, with half of the heads constant)"
+        "the deviation ranking beats the seeded random orderings in 1 of its 1 comparison and is worse in none (on m, "
+        "with half of the heads constant)"
     )

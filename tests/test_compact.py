@@ -71,7 +71,9 @@ def test_compact_hidden_states_equal_the_padded_ones(arch, kind, heads):
             seen = torch.zeros(len(batch["input_ids"]), dtype=torch.long)
             for part in plan:
                 rows = {k: v[part.rows] for k, v in batch.items()}
-                compact = torch.stack(compact_forward(model, rows, part.slots, output_hidden_states=True).hidden_states, 1)  # [B, S, P, H]
+                compact = torch.stack(
+                    compact_forward(model, rows, part.slots, output_hidden_states=True).hidden_states, 1
+                )  # [B, S, P, H]
                 real = rows["attention_mask"][:, part.slots].bool()[:, None, :, None].expand_as(compact)
                 assert (compact - padded[part.rows][:, :, part.slots])[real].abs().max() <= 1e-5
                 seen[part.rows] += 1

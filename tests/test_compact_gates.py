@@ -99,7 +99,10 @@ def test_live_source_runs_padded_where_the_architecture_cannot_run_compact():
     encoded = papa_layout_batch("bert", "single")
     assert isinstance(live_source(_build("bert"), encoded, False, "cpu", train_mode=False), CompactLiveSource)
     assert type(live_source(_build("bert"), encoded, False, "cpu", train_mode=False, compact=False)) is LiveSource
-    assert type(live_source(_build("deberta"), papa_layout_batch("deberta", "single"), False, "cpu", train_mode=False)) is LiveSource
+    assert (
+        type(live_source(_build("deberta"), papa_layout_batch("deberta", "single"), False, "cpu", train_mode=False))
+        is LiveSource
+    )
 
 
 def _tiny_inputs(arch: str, task: str) -> TaskInputs:
@@ -111,7 +114,9 @@ def _tiny_inputs(arch: str, task: str) -> TaskInputs:
     return TaskInputs(spec, names, train, evals, list(range(24)), list(range(12)), L, True)
 
 
-def _same_training(lm: LoadedModel, inputs: TaskInputs, constants: torch.Tensor, config: ProbeConfig) -> tuple[list, list]:
+def _same_training(
+    lm: LoadedModel, inputs: TaskInputs, constants: torch.Tensor, config: ProbeConfig
+) -> tuple[list, list]:
     """``(padded, compact)`` rank_gates results on the same model, inputs and seed."""
     return [rank_gates(lm, inputs, constants, config, "cpu", compact=compact) for compact in (False, True)]
 
@@ -119,14 +124,20 @@ def _same_training(lm: LoadedModel, inputs: TaskInputs, constants: torch.Tensor,
 @pytest.mark.parametrize("task", ["sst2", "ner"])
 @pytest.mark.parametrize("arch", COMPACT_ARCHS)
 def test_compact_gate_training_gives_the_padded_lambdas_and_ranking(arch, task):
-    lm = LoadedModel(arch, without_dropout(_build(arch)), tokenizer=None, source="local", fingerprint="0123456789abcdef")
+    lm = LoadedModel(
+        arch, without_dropout(_build(arch)), tokenizer=None, source="local", fingerprint="0123456789abcdef"
+    )
     constants = torch.rand(LAYERS, HEADS, L, L, generator=torch.Generator().manual_seed(3)) + 0.01
-    (padded, padded_meta), (compact, compact_meta) = _same_training(lm, _tiny_inputs(arch, task), constants, ProbeConfig(lr=5e-2, epochs=2, batch_size=8, dropout=0.0))
+    (padded, padded_meta), (compact, compact_meta) = _same_training(
+        lm, _tiny_inputs(arch, task), constants, ProbeConfig(lr=5e-2, epochs=2, batch_size=8, dropout=0.0)
+    )
     want, got = torch.tensor(padded_meta["lambdas"]), torch.tensor(compact_meta["lambdas"])
     assert want.abs().max() > 1e-2  # the gates trained (λ starts at 0)
     assert (got - want).abs().max() <= ATOL
     assert compact == padded
-    assert [e["train_loss"] for e in compact_meta["epochs"]] == pytest.approx([e["train_loss"] for e in padded_meta["epochs"]], abs=ATOL)
+    assert [e["train_loss"] for e in compact_meta["epochs"]] == pytest.approx(
+        [e["train_loss"] for e in padded_meta["epochs"]], abs=ATOL
+    )
 
 
 @pytest.mark.data
@@ -138,7 +149,9 @@ def test_compact_gate_training_on_a_real_model_gives_the_padded_lambdas_and_rank
     inputs = prepare_inputs(lm, "sst2", 64, True, 48, 24)
     assert int(inputs.train["attention_mask"].sum(1).max()) < 40  # SST-2's sentences leave most of L = 64 as pad
     constants = torch.rand(lm.num_layers, lm.num_heads, 64, 64, generator=torch.Generator().manual_seed(0)) + 0.01
-    (padded, padded_meta), (compact, compact_meta) = _same_training(lm, inputs, constants, ProbeConfig(lr=1e-2, epochs=1, batch_size=16, dropout=0.0))
+    (padded, padded_meta), (compact, compact_meta) = _same_training(
+        lm, inputs, constants, ProbeConfig(lr=1e-2, epochs=1, batch_size=16, dropout=0.0)
+    )
     want, got = torch.tensor(padded_meta["lambdas"]), torch.tensor(compact_meta["lambdas"])
     assert want.abs().max() > 1e-3
     assert (got - want).abs().max() <= ATOL
@@ -152,5 +165,7 @@ def test_compact_token_labels_are_the_labelled_tokens_in_row_then_position_order
     encoded = papa_layout_batch(arch, "token")
     rows = torch.tensor([2, 0])
     _, labels = CompactLiveSource(_build(arch), encoded, True, "cpu", train_mode=False).batch(rows)
-    by_hand = [int(encoded["labels"][r, s]) for r in rows.tolist() for s in range(L) if encoded["labels"][r, s] != IGNORE_INDEX]
+    by_hand = [
+        int(encoded["labels"][r, s]) for r in rows.tolist() for s in range(L) if encoded["labels"][r, s] != IGNORE_INDEX
+    ]
     assert labels.tolist() == by_hand and len(by_hand) > 0

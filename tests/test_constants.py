@@ -107,7 +107,9 @@ def test_estimator_with_layout_holes_and_unobserved_cells():
     assert (cs.deviation.double() - deviation).abs().max() <= 1e-6
     # an explicit-loop check of single cells, including one involving a hole
     for layer, head, i, j in [(0, 0, 0, 0), (1, 3, 0, 15), (0, 2, 15, 8), (1, 1, 8, 9)]:
-        assert abs(float(cs.constants[layer, head, i, j]) - _loop_reference_cell(eager, holey, layer, head, i, j)) <= 1e-6
+        assert (
+            abs(float(cs.constants[layer, head, i, j]) - _loop_reference_cell(eager, holey, layer, head, i, j)) <= 1e-6
+        )
 
     short = _random_batch(5, 12, seed=3, max_real=7)  # positions 7.. are never real
     cs = estimate_constants(sdpa, short, batch_size=2)
@@ -225,7 +227,9 @@ def test_not_a_papa_file_and_missing_file(tmp_path):
 
 def test_check_compatible():
     cs = _constant_set(6)
-    assert cs.check_compatible(fingerprint="abc123", num_layers=LAYERS, num_heads=HEADS, max_length=6, relayout=True) is cs
+    assert (
+        cs.check_compatible(fingerprint="abc123", num_layers=LAYERS, num_heads=HEADS, max_length=6, relayout=True) is cs
+    )
     assert cs.check_compatible() is cs  # nothing asked, nothing checked
     with pytest.raises(ConstantsMismatchError, match="model weights"):
         cs.check_compatible(fingerprint="other")

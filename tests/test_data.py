@@ -43,7 +43,13 @@ PAIR_ROWS = [
     {"premise": "the dog ran", "hypothesis": "nothing moved", "label": 2, "idx": 1},
 ]
 CONLL_ROWS = [
-    {"id": "0", "tokens": ["the", "big", "cat", "sat"], "pos_tags": [0, 1, 1, 2], "chunk_tags": [0, 0, 0, 0], "ner_tags": [0, 1, 2, 0]},
+    {
+        "id": "0",
+        "tokens": ["the", "big", "cat", "sat"],
+        "pos_tags": [0, 1, 1, 2],
+        "chunk_tags": [0, 0, 0, 0],
+        "ner_tags": [0, 1, 2, 0],
+    },
     {"id": "1", "tokens": ["dogs", "run"], "pos_tags": [1, 2], "chunk_tags": [0, 0], "ner_tags": [1, 0]},
 ]
 CONLL_LABELS = {"pos_tags": POS_NAMES, "chunk_tags": ["O"], "ner_tags": NER_NAMES}
@@ -291,7 +297,12 @@ def test_real_validation_splits(data_dir):
 
 def test_a_key_given_twice_in_a_record_is_refused(tmp_path):
     """``{"label": 1, "label": 0}`` once trained on the last value silently (issue 35)."""
-    _write(tmp_path, "sst2", {"label": SST_NAMES}, {"train": [SST_ROWS[0], '{"sentence": "the cat sat", "label": 1, "label": 0}']})
+    _write(
+        tmp_path,
+        "sst2",
+        {"label": SST_NAMES},
+        {"train": [SST_ROWS[0], '{"sentence": "the cat sat", "label": 1, "label": 0}']},
+    )
     with pytest.raises(DataError, match=r"train\.jsonl line 2 .* gives the key 'label' twice"):
         load_task_split("sst2", "train", tmp_path)
 
@@ -305,7 +316,8 @@ def test_a_key_given_twice_in_labels_json_is_refused(tmp_path):
 
 
 def test_a_record_longer_than_the_bound_is_refused_without_reading_it_whole(tmp_path, monkeypatch):
-    """A 100 MB record once took tokenisation past 12.5 GB (issue 35): a record is read up to the bound, then refused."""
+    """A 100 MB record once took tokenisation past 12.5 GB (issue 35): a record is read up to the bound, then
+    refused."""
     monkeypatch.setattr(papa_data, "MAX_RECORD_CHARS", 50)
     long = json.dumps({"sentence": "word " * 20, "label": 1})  # 125 characters
     _write(tmp_path, "sst2", {"label": SST_NAMES}, {"train": [SST_ROWS[0], long]})

@@ -50,8 +50,15 @@ def test_scheduler_strings(text, spec):
         ("local:0", "--scheduler local:0: '0' is not a positive whole number. Use sequential, local:N"),
         ("local:two", "--scheduler local:two: 'two' is not a positive whole number"),
         ("slurm:-1", "--scheduler slurm:-1: '-1' is not a positive whole number"),
-        ("local", "Unknown --scheduler 'local'. Use sequential, local:N (N worker processes here), tcp://HOST:PORT (a running Dask scheduler) or slurm[:JOBS]."),
-        ("tcp://host", "--scheduler tcp://host: not a scheduler address. Write it as tcp://HOST:PORT, e.g. tcp://10.0.0.5:8786."),
+        (
+            "local",
+            "Unknown --scheduler 'local'. Use sequential, local:N (N worker processes here), tcp://HOST:PORT (a "
+            "running Dask scheduler) or slurm[:JOBS].",
+        ),
+        (
+            "tcp://host",
+            "--scheduler tcp://host: not a scheduler address. Write it as tcp://HOST:PORT, e.g. tcp://10.0.0.5:8786.",
+        ),
         ("tcp://host:99999", "--scheduler tcp://host:99999: not a scheduler address"),
     ],
 )
@@ -70,7 +77,13 @@ def test_option_errors():
 
 def test_no_scheduler_at_the_address(monkeypatch):
     monkeypatch.setattr(clusters, "CONNECT_TIMEOUT", "1s")
-    with pytest.raises(PapaError, match=r"^No Dask scheduler answers at tcp://127\.0\.0\.1:9 \(.*\)\. Start one \(dask scheduler\) or check the address and port\.$"):
+    with pytest.raises(
+        PapaError,
+        match=(
+            r"^No Dask scheduler answers at tcp://127\.0\.0\.1:9 \(.*\)\. "
+            r"Start one \(dask scheduler\) or check the address and port\.$"
+        ),
+    ):
         make_executor("tcp://127.0.0.1:9", lambda run: 0.0)
 
 
@@ -94,19 +107,49 @@ def test_keys_are_hashed_and_leftovers_are_this_runs_only(tmp_path):
     assert distributed.dask_key("probe__a__sst2__all__k6__cachee", 2) != distributed.dask_key(run.run_id, 2)
     scratch = tmp_path / "book" / "runs" / "g" / ".executing"
     assert distributed.attempt_leftovers(run, tmp_path) == []
-    for name in (f"{run.run_id}.1", f"{run.run_id}.12", f"{run.run_id}.ipynb", f"{run.run_id}.source.ipynb", f"{run.run_id}__x.1", f"{run.run_id}.1x", "other.1"):
+    for name in (
+        f"{run.run_id}.1",
+        f"{run.run_id}.12",
+        f"{run.run_id}.ipynb",
+        f"{run.run_id}.source.ipynb",
+        f"{run.run_id}__x.1",
+        f"{run.run_id}.1x",
+        "other.1",
+    ):
         (scratch / name).mkdir(parents=True)
     leftovers = sorted(p.name for p in distributed.attempt_leftovers(run, tmp_path))
-    assert leftovers == sorted([f"{run.run_id}.1", f"{run.run_id}.12", f"{run.run_id}.ipynb", f"{run.run_id}.source.ipynb"])
+    assert leftovers == sorted(
+        [f"{run.run_id}.1", f"{run.run_id}.12", f"{run.run_id}.ipynb", f"{run.run_id}.source.ipynb"]
+    )
 
 
 def test_local_workers_get_their_own_devices_and_threads():
     assert clusters.local_worker_options(2, 1, 3, ["4", "7"]) == [
-        {"nthreads": 1, "env": {"OMP_NUM_THREADS": "3", "MKL_NUM_THREADS": "3", "OPENBLAS_NUM_THREADS": "3", "CUDA_VISIBLE_DEVICES": "4"}, "resources": {"GPU": 1}},
-        {"nthreads": 1, "env": {"OMP_NUM_THREADS": "3", "MKL_NUM_THREADS": "3", "OPENBLAS_NUM_THREADS": "3", "CUDA_VISIBLE_DEVICES": "7"}, "resources": {"GPU": 1}},
+        {
+            "nthreads": 1,
+            "env": {
+                "OMP_NUM_THREADS": "3",
+                "MKL_NUM_THREADS": "3",
+                "OPENBLAS_NUM_THREADS": "3",
+                "CUDA_VISIBLE_DEVICES": "4",
+            },
+            "resources": {"GPU": 1},
+        },
+        {
+            "nthreads": 1,
+            "env": {
+                "OMP_NUM_THREADS": "3",
+                "MKL_NUM_THREADS": "3",
+                "OPENBLAS_NUM_THREADS": "3",
+                "CUDA_VISIBLE_DEVICES": "7",
+            },
+            "resources": {"GPU": 1},
+        },
     ]
     assert clusters.local_worker_options(1, 0, None, []) == [{"nthreads": 1, "env": {}}]
-    with pytest.raises(PapaError, match=r"^local:2 with --gpus-per-run 2 needs 4 CUDA devices, 3 visible\. Use fewer workers"):
+    with pytest.raises(
+        PapaError, match=r"^local:2 with --gpus-per-run 2 needs 4 CUDA devices, 3 visible\. Use fewer workers"
+    ):
         clusters.local_worker_options(2, 2, 1, ["0", "1", "2"])
 
 
@@ -126,31 +169,50 @@ def test_slurm_cluster_settings_and_walltime():
         walltime="1-00:00:00",
         python="python3",
         job_extra_directives=["--gres=gpu:1"],
-        job_script_prologue=["export OMP_NUM_THREADS=8", "export MKL_NUM_THREADS=8", "export OPENBLAS_NUM_THREADS=8", "module load cuda", "source .venv/bin/activate"],
+        job_script_prologue=[
+            "export OMP_NUM_THREADS=8",
+            "export MKL_NUM_THREADS=8",
+            "export OPENBLAS_NUM_THREADS=8",
+            "module load cuda",
+            "source .venv/bin/activate",
+        ],
         worker_extra_args=["--resources", "GPU=1"],
         queue="gpu",
         account="nlp",
     )
     defaults = clusters.slurm_cluster_kwargs({}, 0, None)
-    assert (defaults["job_cpu"], defaults["walltime"], defaults["worker_extra_args"], defaults["job_extra_directives"]) == (4, "04:00:00", [], [])
+    assert (
+        defaults["job_cpu"],
+        defaults["walltime"],
+        defaults["worker_extra_args"],
+        defaults["job_extra_directives"],
+    ) == (4, "04:00:00", [], [])
     assert "queue" not in defaults and "account" not in defaults
     assert [clusters.walltime_seconds(t) for t in ("1-02:03:04", "02:03:04", "03:04", "30")] == [93784, 7384, 184, 1800]
     assert clusters.walltime_warning("04:00:00", ("probe__x", 3 * 3600)) is None
-    assert clusters.walltime_warning("04:00:00", ("probe__x", 5 * 3600)).startswith("warning: the worker walltime 04:00:00 is shorter than the longest run (probe__x, about 5.0 h)")
+    assert clusters.walltime_warning("04:00:00", ("probe__x", 5 * 3600)).startswith(
+        "warning: the worker walltime 04:00:00 is shorter than the longest run (probe__x, about 5.0 h)"
+    )
     with pytest.raises(PapaError, match=r"^PAPA_SLURM_WALLTIME='4h' is not a SLURM time"):
         clusters.walltime_seconds("4h")
 
 
 def test_preflight_names_the_worker_that_differs():
     mine = distributed.fingerprint(str(ROOT))
-    assert mine["root_visible"] and len(mine["sources"]) == 64 and set(mine["versions"]) == set(distributed.FINGERPRINT_PACKAGES)
+    assert (
+        mine["root_visible"]
+        and len(mine["sources"]) == 64
+        and set(mine["versions"]) == set(distributed.FINGERPRINT_PACKAGES)
+    )
     assert distributed.fingerprint_problem("tcp://a:1", mine, dict(mine)) is None
     other = dict(mine, versions=dict(mine["versions"], torch="0.0.1"))
     assert str(distributed.fingerprint_problem("tcp://a:1", mine, other)).startswith(
-        f"Worker tcp://a:1 has different package versions: torch 0.0.1 (driver {mine['versions']['torch']}). Start the workers"
+        "Worker tcp://a:1 has different package versions: torch 0.0.1 "
+        f"(driver {mine['versions']['torch']}). Start the workers"
     )
     assert str(distributed.fingerprint_problem("tcp://a:1", mine, dict(mine, sources="0" * 64))) == (
-        "Worker tcp://a:1 runs different papa sources than the driver. Point the workers at the driver's checkout (same commit, same edits) and restart them."
+        "Worker tcp://a:1 runs different papa sources than the driver. Point the workers at the driver's checkout "
+        "(same commit, same edits) and restart them."
     )
     assert str(distributed.fingerprint_problem("tcp://a:1", mine, dict(mine, root_visible=False))).startswith(
         f"Worker tcp://a:1 cannot see the repository at {ROOT}. Workers need a shared filesystem"
@@ -166,7 +228,9 @@ def test_a_kernel_that_never_started_is_tried_once_more(tmp_path, monkeypatch):
         def execute(run, root):
             calls.append(run.run_id)
             if len(calls) <= kernel_failures:
-                raise PapaError(f"Run {run.run_id} failed (RuntimeError: Kernel died before replying to kernel_info)", "Read x")
+                raise PapaError(
+                    f"Run {run.run_id} failed (RuntimeError: Kernel died before replying to kernel_info)", "Read x"
+                )
             if notebook_fails:
                 raise PapaError(f"Run {run.run_id} failed (ValueError: bad)", "Read x")
             return 1.5
@@ -180,7 +244,11 @@ def test_a_kernel_that_never_started_is_tried_once_more(tmp_path, monkeypatch):
     assert distributed.run_attempt(flaky(2), run, str(tmp_path), None)[:2] == ("failed", 0.0)
     assert calls == ["r", "r"]  # tried once more, not twice
     calls.clear()
-    assert distributed.run_attempt(flaky(0, notebook_fails=True), run, str(tmp_path), None) == ("failed", 0.0, "Run r failed (ValueError: bad). Read x")
+    assert distributed.run_attempt(flaky(0, notebook_fails=True), run, str(tmp_path), None) == (
+        "failed",
+        0.0,
+        "Run r failed (ValueError: bad). Read x",
+    )
     assert calls == ["r"]  # a notebook failure is a result, never retried
 
 
@@ -246,10 +314,27 @@ def test_local_cluster_order_failures_killed_worker_and_gpu_slots(tmp_path, monk
     finally:
         executor.close()
     entries = Manifest(tmp_path / "manifest.json").entries
-    assert {r: e["status"] for r, e in entries.items()} == {"a": "ok", "b": "ok", "c": "failed", "e": "ok", "f": "ok", "controls": "ok"}
-    assert failed == {"c": "Run c failed (ValueError: broken on purpose). Read it", "d": "not run: depends on failed c", "results": "not run: depends on failed c"}
+    assert {r: e["status"] for r, e in entries.items()} == {
+        "a": "ok",
+        "b": "ok",
+        "c": "failed",
+        "e": "ok",
+        "f": "ok",
+        "controls": "ok",
+    }
+    assert failed == {
+        "c": "Run c failed (ValueError: broken on purpose). Read it",
+        "d": "not run: depends on failed c",
+        "results": "not run: depends on failed c",
+    }
     assert out.getvalue().count("lost b (its worker died: KilledWorker") == 1
-    assert sorted((tmp_path / "completions.log").read_text().split()) == ["a", "b", "controls", "e", "f"]  # b recorded once
+    assert sorted((tmp_path / "completions.log").read_text().split()) == [
+        "a",
+        "b",
+        "controls",
+        "e",
+        "f",
+    ]  # b recorded once
     folder = tmp_path / "book" / "runs" / "g"
     seen = {r: json.loads((folder / f"{r}.ipynb").read_text()) for r in "abef"}
     chapter = json.loads((folder / "controls.ipynb").read_text())
@@ -288,7 +373,10 @@ def test_a_second_driver_is_refused_before_any_cluster_starts(tmp_path, grids, d
 
 def _scores(name: str) -> dict:
     results = ROOT / "book" / "runs" / name / "artifacts" / "results"
-    return {p.name: (lambda d: (d["score"], d["metrics"]))(json.loads(p.read_text())) for p in sorted(results.glob("*.json"))}
+    return {
+        p.name: (lambda d: (d["score"], d["metrics"]))(json.loads(p.read_text()))
+        for p in sorted(results.glob("*.json"))
+    }
 
 
 def _kill_the_worker_running(run_id: str, grid: str, killed: list) -> None:
@@ -346,7 +434,9 @@ def test_threads_per_run_reach_a_sequential_runs_kernel_and_are_restored(monkeyp
     seen = {}
 
     def execute(run):
-        seen.update({name: os.environ.get(name) for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")})
+        seen.update(
+            {name: os.environ.get(name) for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")}
+        )
         if run.run_id == "bad":
             raise PapaError("it failed", "nothing to do")
         return 1.0

@@ -18,7 +18,24 @@ pytestmark = pytest.mark.data
 
 def test_estimate_cli_matches_official_formula(data_dir, tmp_path):
     out = tmp_path / "c.safetensors"
-    assert main(["estimate", "--model", "minilm-l6", "--task", "sst2", "--max-examples", "64", "--no-relayout", "--quiet", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "estimate",
+                "--model",
+                "minilm-l6",
+                "--task",
+                "sst2",
+                "--max-examples",
+                "64",
+                "--no-relayout",
+                "--quiet",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     constants = load_file(out)["constants"]
 
     sentences = [json.loads(line)["sentence"] for line in (data_dir / "sst2" / "train.jsonl").open()][:64]
@@ -27,7 +44,9 @@ def test_estimate_cli_matches_official_formula(data_dir, tmp_path):
     model = AutoModel.from_pretrained(folder, attn_implementation="eager").eval()
     enc = tokenizer(sentences, padding="max_length", truncation=True, max_length=64, return_tensors="pt")
     with torch.no_grad():
-        attentions = torch.stack(model(**enc, output_attentions=True).attentions, dim=1).double()  # [N, layers, heads, L, L]
+        attentions = torch.stack(
+            model(**enc, output_attentions=True).attentions, dim=1
+        ).double()  # [N, layers, heads, L, L]
     m = enc["attention_mask"].double()
     pattern = m[:, :, None] * m[:, None, :]  # [N, L, L]
     sums = (attentions * pattern[:, None, None]).sum(0)

@@ -11,8 +11,14 @@ def test_each_feature_set_of_the_default_plan_is_extracted_once():
     counts = feature_reuse(expand(load_config(ROOT / "configs" / "default.yaml")))
     assert counts["select_lr__minilm-l6__sst2"] == (1, 0)  # the k = 0 pool
     assert counts["probe__minilm-l6__sst2__none__k0__cached"] == (1, 1)  # reuses the pool, extracts the dev split
-    assert counts["probe__minilm-l6__sst2__none__k0__cached__embeddings"] == (0, 2)  # the attention-free floor: state 0 of k = 0
-    assert counts["probe__minilm-l6__sst2__none__k0__cached__literal"] == (0, 2)  # the literal setting reads the main features
+    assert counts["probe__minilm-l6__sst2__none__k0__cached__embeddings"] == (
+        0,
+        2,
+    )  # the attention-free floor: state 0 of k = 0
+    assert counts["probe__minilm-l6__sst2__none__k0__cached__literal"] == (
+        0,
+        2,
+    )  # the literal setting reads the main features
     assert counts["probe__minilm-l6__pos__none__k0__cached"] == (0, 2)  # POS reads NER's sentences
     assert counts["probe__minilm-l6__sst2__gates__k36__cached"] == (2, 0)  # a partial head set is its run's own
     assert "estimate__minilm-l6__sst2" not in counts and "results" not in counts

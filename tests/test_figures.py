@@ -16,7 +16,13 @@ from test_results import grid
 
 from papa.analysis.figure_kit import TEXT_WIDTH, Figure, glue_figure
 from papa.analysis.figures import fig_convergence, fig_score_vs_dynamic_heads
-from papa.analysis.offline import VEGA_BUNDLE_NAME, VEGALITE_MIMETYPE, enable_offline_renderer, offline_html, write_vega_bundle
+from papa.analysis.offline import (
+    VEGA_BUNDLE_NAME,
+    VEGALITE_MIMETYPE,
+    enable_offline_renderer,
+    offline_html,
+    write_vega_bundle,
+)
 from papa.analysis.results import epoch_table, floors_table, load_results, summarise
 from papa.analysis.run_figures import _downsample, fig_constants, fig_head_ranking
 from papa.core.errors import PapaError
@@ -70,7 +76,9 @@ def test_score_vs_dynamic_heads(tables):
     assert {r["ranking"] for r in scores} == {"gates"}
     assert {r["panel"] for r in rows} == {"minilm-l6 · SST-2", "minilm-l6 · POS (CoNLL-2003)", "bert · SST-2"}
     assert "pick_ranking" in json.dumps(spec)  # legend selection
-    assert spec["columns"] == 2 and spec["spec"]["layer"][1]["encoding"]["y"]["title"] == "score (accuracy)"  # three panels wrap in rows of two
+    assert (
+        spec["columns"] == 2 and spec["spec"]["layer"][1]["encoding"]["y"]["title"] == "score (accuracy)"
+    )  # three panels wrap in rows of two
 
 
 def test_floor_dashes_and_caption_come_from_one_specification(tables):
@@ -78,7 +86,10 @@ def test_floor_dashes_and_caption_come_from_one_specification(tables):
     summary, floors, _ = tables
     figure = fig_score_vs_dynamic_heads(summary, floors)
     dash = figure.chart.to_dict()["spec"]["layer"][2]["encoding"]["strokeDash"]
-    assert dash["scale"] == {"domain": ["majority class", "attention-free probe"], "range": [[8, 4], [2, 3]]}  # neither is solid
+    assert dash["scale"] == {
+        "domain": ["majority class", "attention-free probe"],
+        "range": [[8, 4], [2, 3]],
+    }  # neither is solid
     assert "Grey rules: the majority class floor (dashed); the attention-free probe floor (dotted)." in figure.caption
     assert "over 3 probe seeds" in figure.caption and "one colour per ranking (gates)" in figure.caption
     assert "(of 144 in bert and 72 in minilm-l6)" in figure.caption  # two models: the totals are named per model
@@ -117,7 +128,9 @@ def test_convergence(tables):
 def test_head_ranking():
     ranking = [(layer, head) for layer in range(2) for head in range(3)][::-1]
     figure = fig_head_ranking(ranking, 2, 3, k_values=[0, 3, 6], source="minilm-l6__mnli__gates")
-    assert figure.caption.startswith("Rank of every head (2 layers × 3 heads) in the gates ranking of minilm-l6 on MNLI:")  # names its task
+    assert figure.caption.startswith(
+        "Rank of every head (2 layers × 3 heads) in the gates ranking of minilm-l6 on MNLI:"
+    )  # names its task
     spec = valid(figure)
     rows = {(r["layer"], r["head"]): r for r in data_rows(spec) or spec["layer"][0]["data"]["values"]}
     assert rows[(1, 2)]["rank"] == 1 and rows[(1, 2)]["constant_from"] == "k = 3"
@@ -128,7 +141,10 @@ def test_head_ranking():
 def test_constants_downsampled_and_small():
     constants = torch.rand(2, 3, 64, 64).softmax(-1)
     figure = fig_constants(constants, [(0, 0), (1, 2)], max_cells=16, source="SST-2 (32 sentences)")
-    assert "of layer 0 head 0 and layer 1 head 2 (layers and heads count from 0), estimated on SST-2 (32 sentences)" in figure.caption
+    assert (
+        "of layer 0 head 0 and layer 1 head 2 (layers and heads count from 0), estimated on SST-2 (32 sentences)"
+        in figure.caption
+    )
     assert "at most 16 × 16 cells" in figure.caption
     spec = valid(figure)
     rows = data_rows(spec)
@@ -155,7 +171,11 @@ def test_a_figure_answers_as_its_chart():
     figure = Figure(chart, "A caption.", "fig-x")
     spec = figure.to_dict()
     assert sorted(spec) == ["$schema", "config", "data", "encoding", "mark"]  # the chart's own, nothing added
-    assert (spec["mark"], spec["encoding"], spec["data"]) == ({"type": "point"}, {"x": {"field": "a", "type": "quantitative"}}, {"values": [{"a": 1}]})
+    assert (spec["mark"], spec["encoding"], spec["data"]) == (
+        {"type": "point"},
+        {"x": {"field": "a", "type": "quantitative"}},
+        {"values": [{"a": 1}]},
+    )
     assert figure.properties(width=123).to_dict()["width"] == 123
     assert (figure.caption, figure.label) == ("A caption.", "fig-x")
     with pytest.raises(AttributeError):
@@ -182,7 +202,10 @@ def test_offline_renderer_html_has_no_url_and_calls_vega_embed():
     assert f'vegaEmbed("#{element}", spec, {{"actions": false' in html
     assert html.count("</script>") == 1  # the data's "</script>" is escaped
     fixed = offline_html(chart.to_dict(), "fixed")
-    assert fixed.startswith('<div id="fixed"></div>\n') and 'vegaEmbed("#fixed", spec, {"actions": false, "mode": "vega-lite"})' in fixed
+    assert (
+        fixed.startswith('<div id="fixed"></div>\n')
+        and 'vegaEmbed("#fixed", spec, {"actions": false, "mode": "vega-lite"})' in fixed
+    )
     shown = json.loads(re.search(r"var spec = (.*);\n", fixed).group(1).replace("<\\/", "</"))
     assert "$schema" not in shown  # the mode is given explicitly instead
     encoding = {"x": {"field": "a", "type": "quantitative"}, "tooltip": {"field": "b", "type": "nominal"}}
@@ -205,10 +228,15 @@ def test_write_vega_bundle(tmp_path):
     code = path.read_text()
     import vl_convert
 
-    header = f"/* papa offline Vega bundle: vega {vl_convert.get_vega_version()}, vega-lite {alt.SCHEMA_VERSION[1:].rsplit('.', 1)[0]}, "
+    header = (
+        f"/* papa offline Vega bundle: vega {vl_convert.get_vega_version()}, vega-lite "
+        f"{alt.SCHEMA_VERSION[1:].rsplit('.', 1)[0]}, "
+    )
     assert code.startswith(header)  # the installed Altair's Vega-Lite (major.minor)
     assert code.splitlines()[1] == "(function () {"  # its names stay inside one function
-    assert re.search(r"window\.vegaEmbed=[\w$]+;window\.vega=[\w$]+;\n\}\)\(\);\n$", code)  # sets the globals the pages call, last
+    assert re.search(
+        r"window\.vegaEmbed=[\w$]+;window\.vega=[\w$]+;\n\}\)\(\);\n$", code
+    )  # sets the globals the pages call, last
     assert path.stat().st_size > 100_000  # vega + vega-lite + vega-embed, not a loader stub
     assert not re.search(r"<script[^>]+src=|import\s*\(\s*['\"]https?:", code)  # nothing fetched at load
 
@@ -244,10 +272,16 @@ def test_paper_analogues_fit_and_say_their_verdict(tmp_path):
         valid(figure)
         assert svg_size(figure)[0] <= TEXT_WIDTH, figure.label
     bars = [r for r in data_rows(a.chart.to_dict()) if r["layer"] == "score" and r["k"] == 8 and r["model"] == "ma"]
-    assert bars[0]["low"] == pytest.approx(0.85 + result.differences.set_index(["model", "k"]).loc[("ma", 8), "low"], abs=1e-4)
+    assert bars[0]["low"] == pytest.approx(
+        0.85 + result.differences.set_index(["model", "k"]).loc[("ma", 8), "low"], abs=1e-4
+    )
     assert "one colour per model (ma, 8 heads and mb, 8 heads)" in a.caption
     assert "(n = 2)" in c.caption and "Verdict: not testable." in c.caption
-    assert [f.label for f in analogue_figures(result, data)] == ["fig-paper-scores", "fig-relative-score", "fig-better-models"]
+    assert [f.label for f in analogue_figures(result, data)] == [
+        "fig-paper-scores",
+        "fig-relative-score",
+        "fig-better-models",
+    ]
     with pytest.raises(PapaError, match="nothing to draw"):
         fig_relative_score(pd.DataFrame())
 
@@ -255,7 +289,10 @@ def test_paper_analogues_fit_and_say_their_verdict(tmp_path):
 def test_a_placeholder_figure_wraps_its_sentence_inside_the_text_column():
     from papa.book.science import placeholder_figure
 
-    why = "No run of the main grid scored the dev split after every epoch (the dev split is scored once, by the reported probe)."
+    why = (
+        "No run of the main grid scored the dev split after every "
+        "epoch (the dev split is scored once, by the reported probe)."
+    )
     figure = placeholder_figure("fig-x", why)
     assert figure.caption == why and svg_size(figure)[0] <= TEXT_WIDTH
 
@@ -264,12 +301,26 @@ def test_the_convergence_figure_draws_the_held_out_curve_when_the_dev_split_is_s
     from papa.analysis.figures import fig_convergence
 
     rows = [
-        {"run_id": f"r{k}{s}", "model": "m", "task": "sst2", "metric": "accuracy", "mode": "cached", "probe_input": "all", "k": k, "total_heads": 8, "seed": s, "epoch": e}
+        {
+            "run_id": f"r{k}{s}",
+            "model": "m",
+            "task": "sst2",
+            "metric": "accuracy",
+            "mode": "cached",
+            "probe_input": "all",
+            "k": k,
+            "total_heads": 8,
+            "seed": s,
+            "epoch": e,
+        }
         | {"train_loss": 1.0 / e, "score": float("nan"), "heldout": 0.5 + 0.01 * e + 0.001 * s}
         for k in (0, 8)
         for s in (1, 2)
         for e in (1, 2, 3)
     ]
     figure = fig_convergence(pd.DataFrame(rows), curve="heldout")
-    assert figure.caption.startswith("Held-out training score (accuracy) after every epoch") and "the dev split is scored once" in figure.caption
+    assert (
+        figure.caption.startswith("Held-out training score (accuracy) after every epoch")
+        and "the dev split is scored once" in figure.caption
+    )
     assert sorted(figure.chart.data["mean"].round(4).unique().tolist()) == [0.5115, 0.5215, 0.5315]

@@ -36,7 +36,12 @@ def cache(tmp_path, monkeypatch):
 def _features() -> Features:
     generator = torch.Generator().manual_seed(0)
     states = torch.randn(3, 2, 4, 5, generator=generator).half()
-    return Features(states, torch.tensor([0, 1, 1]), mask=torch.tensor([[1, 1, 0, 0]] * 3, dtype=torch.bool), positions=torch.arange(4))
+    return Features(
+        states,
+        torch.tensor([0, 1, 1]),
+        mask=torch.tensor([[1, 1, 0, 0]] * 3, dtype=torch.bool),
+        positions=torch.arange(4),
+    )
 
 
 def test_files_get_the_umask_permissions_not_0600(tmp_path):
@@ -69,7 +74,13 @@ def test_a_temporary_file_has_the_umask_permissions_while_it_is_written(tmp_path
 
 def test_remove_stale_temp_files_removes_only_papas_temporaries(tmp_path):
     papa_files = [tmp_path / ".manifest.json.ab_cd123.tmp", tmp_path / "artifacts" / ".x.safetensors.k2j3h4g5.tmp"]
-    others = [tmp_path / "notes.tmp", tmp_path / ".a.tmp", tmp_path / ".b.json.short.tmp", tmp_path / "result.json", tmp_path / ".m.json.ABCDEFGH.tmp"]
+    others = [
+        tmp_path / "notes.tmp",
+        tmp_path / ".a.tmp",
+        tmp_path / ".b.json.short.tmp",
+        tmp_path / "result.json",
+        tmp_path / ".m.json.ABCDEFGH.tmp",
+    ]
     for path in papa_files + others:
         path.parent.mkdir(exist_ok=True)
         path.write_text("x")
@@ -80,7 +91,11 @@ def test_remove_stale_temp_files_removes_only_papas_temporaries(tmp_path):
     os.utime(old, (1, 1))
     assert remove_stale_temp_files(tmp_path, min_age_s=3600) == [old]
     assert remove_stale_temp_files(tmp_path) == sorted(papa_files)
-    assert all(path.exists() for path in others) and (tmp_path / ".dir.abcdefgh.tmp").is_dir() and (tmp_path / ".link.abcdefgh.tmp").is_symlink()
+    assert (
+        all(path.exists() for path in others)
+        and (tmp_path / ".dir.abcdefgh.tmp").is_dir()
+        and (tmp_path / ".link.abcdefgh.tmp").is_symlink()
+    )
     assert remove_stale_temp_files(tmp_path / "nowhere") == []
 
 
@@ -130,7 +145,9 @@ def test_feature_cache_entry_without_key_is_a_miss(cache):
 
     tensors = _features().as_tensors()
     cache.mkdir(parents=True)
-    save_file(tensors, cache / "nokey.safetensors", metadata={"sha256": feature_files_sha(tensors), "version": "2"})  # an entry from before keys
+    save_file(
+        tensors, cache / "nokey.safetensors", metadata={"sha256": feature_files_sha(tensors), "version": "2"}
+    )  # an entry from before keys
     assert feature_cache.load_cached("nokey") is None
     assert not (cache / "nokey.safetensors").exists()
 
@@ -151,7 +168,9 @@ def _tiny_run():
     evals = tiny_batch([5, 16], seed=2)
     evals["labels"] = torch.tensor([1, 0])
     inputs = TaskInputs(get_task("sst2"), ["negative", "positive"], train, evals, list(range(6)), [0, 1], 16, True)
-    constants = ConstantSet(tiny_constants(), torch.ones(16, 16, dtype=torch.float64), torch.zeros(LAYERS, HEADS), {"sha256": "c0ffee"})
+    constants = ConstantSet(
+        tiny_constants(), torch.ones(16, 16, dtype=torch.float64), torch.zeros(LAYERS, HEADS), {"sha256": "c0ffee"}
+    )
     return lm, inputs, constants
 
 
@@ -175,11 +194,18 @@ def test_swapped_cache_entries_are_recomputed_not_read(cache):
     for name in heads:
         assert all(torch.equal(t, first[name][0].as_tensors()[k]) for k, t in again[name][0].as_tensors().items())
     reports = sorted(str(w.message) for w in caught if issubclass(w.category, FeatureCacheWarning))
-    assert reports == sorted(f"The feature-cache entry {x.name} does not belong to its name (it holds the features of key {y.stem}): it is recomputed" for x, y in ((a, b), (b, a)))
+    assert reports == sorted(
+        f"The feature-cache entry {x.name} does not belong to its name "
+        f"(it holds the features of key {y.stem}): it is recomputed"
+        for x, y in ((a, b), (b, a))
+    )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         third = {name: get_features(lm, inputs, "train", h, constants, "cpu") for name, h in heads.items()}
-    assert [hit for _, hit in third.values()] == [True, True] and caught == []  # reported once: the entries are right now
+    assert [hit for _, hit in third.values()] == [
+        True,
+        True,
+    ] and caught == []  # reported once: the entries are right now
     for name in heads:
         assert torch.equal(third[name][0].states, first[name][0].states)
 
@@ -207,7 +233,10 @@ def test_full_cache_disk_names_papa_cache_dir(cache, monkeypatch):
     monkeypatch.setattr(papa_io, "os", proxy)
     with pytest.raises(PapaError) as err:
         feature_cache.store_cached("key", _features())
-    assert str(err.value) == f"No space left to write {cache / 'key.safetensors'}. Free disk space there, or set PAPA_CACHE_DIR to a folder on a larger disk."
+    assert (
+        str(err.value) == f"No space left to write {cache / 'key.safetensors'}. Free disk "
+        "space there, or set PAPA_CACHE_DIR to a folder on a larger disk."
+    )
     assert list(cache.iterdir()) == []
 
 
@@ -217,7 +246,10 @@ def test_unwritable_cache_names_papa_cache_dir(tmp_path, monkeypatch):
     monkeypatch.setenv("PAPA_CACHE_DIR", str(blocker))
     with pytest.raises(PapaError) as err:
         feature_cache.store_cached("key", _features())
-    assert str(err.value) == f"Cannot create the feature cache {blocker / 'features'}: Not a directory. Set PAPA_CACHE_DIR to a writable folder."
+    assert (
+        str(err.value) == f"Cannot create the feature cache {blocker / 'features'}: "
+        "Not a directory. Set PAPA_CACHE_DIR to a writable folder."
+    )
 
 
 def test_a_killed_writer_leaves_a_umask_temporary_that_cleanup_removes(tmp_path):

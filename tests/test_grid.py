@@ -79,7 +79,13 @@ def test_runs_once_then_only_dependants_then_failures(tmp_path, grid, capsys, da
     (changed / "SHA256SUMS").write_text((data_dir / "SHA256SUMS").read_text().replace("sst2/", "sst2/x"))
     monkeypatch.setenv("PAPA_DATA_DIR", str(changed))
     # (the chapters too: the probes they read re-run)
-    assert {r.kind for r in stale_runs(load_config(config_path))[1]} == {"estimate", "rank", "probe", "results", "controls"}
+    assert {r.kind for r in stale_runs(load_config(config_path))[1]} == {
+        "estimate",
+        "rank",
+        "probe",
+        "results",
+        "controls",
+    }
     monkeypatch.setenv("PAPA_DATA_DIR", str(data_dir))
 
     touched = write_config(tmp_path, grid, probe={"epochs": 2})
@@ -129,7 +135,12 @@ def test_sigkill_loses_only_the_run_in_progress(tmp_path, grid, data_dir):
     completed: list[set[str]] = []
     for target in (1, 3):  # kill once after the first finished run, once after the third
         process = subprocess.Popen(
-            [sys.executable, "-m", "papa.cli", "grid", "run", str(config_path)], cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+            [sys.executable, "-m", "papa.cli", "grid", "run", str(config_path)],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
         )
         deadline = time.time() + 300
         done: set[str] = set()

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from papa.pipeline.estimate import DEFAULT_SECONDS, HUB_TRAIN_SIZES, PROBE_SECONDS_PER_EXAMPLE, PROBE_STARTUP_SECONDS, estimate_seconds, run_seconds_guess
+from papa.pipeline.estimate import (
+    DEFAULT_SECONDS,
+    HUB_TRAIN_SIZES,
+    PROBE_SECONDS_PER_EXAMPLE,
+    PROBE_STARTUP_SECONDS,
+    estimate_seconds,
+    run_seconds_guess,
+)
 from papa.pipeline.plan import Run
 from papa.pipeline.stamps import Manifest
 
@@ -90,13 +97,25 @@ def test_the_smoke_plan_exactly():
 
     runs = {r.run_id: r for r in expand(load_config(ROOT / "configs" / "smoke.yaml"))}
     art = "book/runs/smoke/artifacts"
-    estimate, rank, choose = "estimate__minilm-l6__sst2", "rank__minilm-l6__sst2__deviation", "select_lr__minilm-l6__sst2"
-    probes = ["probe__minilm-l6__sst2__none__k0__cached", "probe__minilm-l6__sst2__deviation__k36__cached", "probe__minilm-l6__sst2__all__k72__cached"]
+    estimate, rank, choose = (
+        "estimate__minilm-l6__sst2",
+        "rank__minilm-l6__sst2__deviation",
+        "select_lr__minilm-l6__sst2",
+    )
+    probes = [
+        "probe__minilm-l6__sst2__none__k0__cached",
+        "probe__minilm-l6__sst2__deviation__k36__cached",
+        "probe__minilm-l6__sst2__all__k72__cached",
+    ]
     replaced = [f"probe__minilm-l6__sst2__all__k72__cached__{mode}__replace" for mode in ("uniform", "zero", "mean")]
     assert list(runs) == [estimate, rank, choose, *probes, *replaced, "results", "controls", "replacements"]
     assert [runs[p].deps for p in probes] == [[choose], [estimate, choose, rank], [estimate, choose]]
-    assert [(runs[p].deps, runs[p].params["replacement"]) for p in replaced] == [([estimate, choose], m) for m in ("uniform", "zero", "mean")]
-    assert runs["results"].deps == [rank, choose, *probes, *replaced] and runs["results"].params == {"grid_config": "configs/smoke.yaml"}
+    assert [(runs[p].deps, runs[p].params["replacement"]) for p in replaced] == [
+        ([estimate, choose], m) for m in ("uniform", "zero", "mean")
+    ]
+    assert runs["results"].deps == [rank, choose, *probes, *replaced] and runs["results"].params == {
+        "grid_config": "configs/smoke.yaml"
+    }
     assert runs["replacements"].deps == runs["results"].deps
     lr_file = f"{art}/lr/minilm-l6__sst2.json"
     assert runs[choose].outputs == [lr_file]
@@ -117,7 +136,9 @@ def test_the_smoke_plan_exactly():
         out=lr_file,
     )
     constants = f"{art}/constants/minilm-l6__sst2.safetensors"
-    assert runs[estimate].params == dict(model="minilm-l6", task="sst2", max_examples=32, max_length=32, relayout=True, device="auto", out=constants)
+    assert runs[estimate].params == dict(
+        model="minilm-l6", task="sst2", max_examples=32, max_length=32, relayout=True, device="auto", out=constants
+    )
     assert runs[rank].params == dict(
         model="minilm-l6",
         task="sst2",
@@ -173,18 +194,27 @@ def test_the_lr_is_chosen_under_each_models_probe_cap_unless_set():
 
     config = load_config(ROOT / "configs" / "default.yaml")
     chosen = {r.run_id: r.params for r in expand(config) if r.kind == "select_lr"}
-    assert {rid.split("__")[1]: p["epochs"] for rid, p in chosen.items()} == {"minilm-l6": 20, "minilm-l3": 20, "mpnet-base": 20}
+    assert {rid.split("__")[1]: p["epochs"] for rid, p in chosen.items()} == {
+        "minilm-l6": 20,
+        "minilm-l3": 20,
+        "mpnet-base": 20,
+    }
     capped = copy.deepcopy(config)
     capped["probe"]["per_model"] = {"mpnet-base": {"epochs": 15}}
     chosen = {r.run_id: r.params for r in expand(capped) if r.kind == "select_lr"}
-    assert {rid.split("__")[1]: p["epochs"] for rid, p in chosen.items()} == {"minilm-l6": 20, "minilm-l3": 20, "mpnet-base": 15}
+    assert {rid.split("__")[1]: p["epochs"] for rid, p in chosen.items()} == {
+        "minilm-l6": 20,
+        "minilm-l3": 20,
+        "mpnet-base": 15,
+    }
     assert {tuple(p["seeds"]) for p in chosen.values()} == {(0,)} and 0 not in config["probe"]["seeds"]
     config["lr_selection"]["epochs"] = 7
     assert {r.params["epochs"] for r in expand(config) if r.kind == "select_lr"} == {7}
 
 
 def test_committed_results_match_the_result_record():
-    """Every committed result JSON is a :class:`papa.core.schema.ResultRecord`, and declares no field the record lacks."""
+    """Every committed result JSON is a :class:`papa.core.schema.ResultRecord`, and declares no field the record
+    lacks."""
     from papa.core.io import read_json_verified
     from papa.core.schema import ResultConfig, ResultRecord
     from papa.pipeline.plan import ROOT
@@ -194,7 +224,9 @@ def test_committed_results_match_the_result_record():
     for path in files:
         record = read_json_verified(path, "result")
         ResultRecord.model_validate(record)
-        assert set(record) <= set(ResultRecord.model_fields) and set(record["config"]) <= set(ResultConfig.model_fields), path.name
+        assert set(record) <= set(ResultRecord.model_fields) and set(record["config"]) <= set(
+            ResultConfig.model_fields
+        ), path.name
 
 
 def test_the_feature_cache_keeps_shared_sets_once_and_holds_one_runs_own_set_at_a_time():
@@ -203,12 +235,31 @@ def test_the_feature_cache_keeps_shared_sets_once_and_holds_one_runs_own_set_at_
     from papa.pipeline.estimate import cache_bytes, feature_set_bytes
 
     def probe(k, ranking="", examples=100, task="sst2"):
-        params = dict(model="minilm-l6", task=task, k=k, ranking=ranking, max_length=64, max_train_examples=examples, max_eval_examples=50, epochs=2, seeds=[1], mode="cached")
+        params = dict(
+            model="minilm-l6",
+            task=task,
+            k=k,
+            ranking=ranking,
+            max_length=64,
+            max_train_examples=examples,
+            max_eval_examples=50,
+            epochs=2,
+            seeds=[1],
+            mode="cached",
+        )
         return Run(f"p{k}{ranking}{task}", "probe", params)
 
     per_example = 7 * 64 * 384 * 2
     assert feature_set_bytes("minilm-l6", 1, 64) == per_example
-    runs = [probe(0), probe(0), probe(72), probe(36, "r.json"), probe(36, "s.json", examples=300), probe(0, task="ner"), probe(0, task="pos")]
+    runs = [
+        probe(0),
+        probe(0),
+        probe(72),
+        probe(36, "r.json"),
+        probe(36, "s.json", examples=300),
+        probe(0, task="ner"),
+        probe(0, task="pos"),
+    ]
     kept, held, unknown = cache_bytes(runs)
     # shared: sst2 k = 0 and k = all (100 train + 50 dev each), CoNLL k = 0 once for NER and POS
     assert kept == (150 + 150 + 150) * per_example and unknown == 0

@@ -1,5 +1,6 @@
-"""A run's kernel options (papa.pipeline.kernels): no transport warning on the terminal, the same outputs, and a cell's error
-still fails the run with its message. Each case runs papermill in a child process, whose stderr is the terminal's."""
+"""A run's kernel options (papa.pipeline.kernels): no transport warning on the terminal, the same outputs, and a
+cell's error still fails the run with its message. Each case runs papermill in a child process, whose stderr is the
+terminal's."""
 
 from __future__ import annotations
 
@@ -44,7 +45,8 @@ def test_a_cell_error_still_fails_the_run_with_its_message(tmp_path):
 
 
 def test_a_kernel_that_dies_still_fails_the_run_visibly(tmp_path):
-    """The kernel logs CRITICAL only (no transport warning, no shutdown interrupt): a dead kernel is papermill's error."""
+    """The kernel logs CRITICAL only (no transport warning, no shutdown interrupt): a dead kernel is papermill's
+    error."""
     done = _execute(tmp_path, "import os; os._exit(3)", "papermill_options()")
     assert done.returncode != 0
     assert "DeadKernelError" in done.stderr or "Kernel died" in done.stderr, done.stderr[-2000:]

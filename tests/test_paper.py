@@ -16,7 +16,17 @@ def _summary(scores: dict[tuple[str, str], dict[tuple[str, int], float]], total:
     rows = []
     for (model, task), by_k in scores.items():
         for (ranking, k), mean in by_k.items():
-            row = dict(model=model, task=task, ranking=ranking, k=k, fraction=k / total, total_heads=total, mode="cached", probe_input="all", metric="accuracy")
+            row = dict(
+                model=model,
+                task=task,
+                ranking=ranking,
+                k=k,
+                fraction=k / total,
+                total_heads=total,
+                mode="cached",
+                probe_input="all",
+                metric="accuracy",
+            )
             rows.append({**row, "mean": mean, "std": 0.01, "min": mean - 0.01, "max": mean + 0.01, "n_seeds": 3})
     return pd.DataFrame(rows, columns=SUMMARY_KEYS + ["mean", "std", "min", "max", "n_seeds"])
 
@@ -34,12 +44,17 @@ SCORES = {
     ("c", "t2"): _task(0.40, 0.40, 0.38),
 }
 FLOORS = pd.DataFrame(
-    [{"model": m, "task": t, "majority": 0.5, "attention_free": 0.45, "informative": (m, t) != ("a", "t2")} for m, t in SCORES],
+    [
+        {"model": m, "task": t, "majority": 0.5, "attention_free": 0.45, "informative": (m, t) != ("a", "t2")}
+        for m, t in SCORES
+    ],
 )
 
 
 def test_figure2_rows_run_from_all_heads_dynamic_to_none_with_floors():
-    differences = pd.DataFrame([{"model": "a", "task": "t1", "ranking": "all", "k": 8, "low": -0.1, "high": -0.06, "real": True}])
+    differences = pd.DataFrame(
+        [{"model": "a", "task": "t1", "ranking": "all", "k": 8, "low": -0.1, "high": -0.06, "real": True}]
+    )
     frame = paper.score_vs_dynamic_heads(_summary(SCORES), FLOORS, differences)
     line = frame[(frame["model"] == "a") & (frame["task"] == "t1")]
     assert line["ranking"].unique().tolist() == ["gates"]
@@ -77,7 +92,17 @@ def _cells(scores: dict) -> pd.DataFrame:
         base = by_k[("none", 0)]
         for at, key in (("half", ("gates", 4)), ("all", ("all", 8))):
             drop = (base - by_k[key]) / base
-            rows.append(cell(model, task, at, drop, spread(drop, 0.01), informative=bool(FLOORS.set_index(["model", "task"]).loc[(model, task), "informative"]), score_0=base))
+            rows.append(
+                cell(
+                    model,
+                    task,
+                    at,
+                    drop,
+                    spread(drop, 0.01),
+                    informative=bool(FLOORS.set_index(["model", "task"]).loc[(model, task), "informative"]),
+                    score_0=base,
+                )
+            )
     return cells(rows)
 
 
@@ -88,9 +113,17 @@ def test_better_models_lose_more_points_and_verdict():
     assert points["model"].tolist() == ["a", "b", "c"]
     assert points["drop"].tolist() == [pytest.approx(0.10), pytest.approx(0.10), pytest.approx(0.03 / 0.70)]
     assert points["score"].tolist() == [pytest.approx(0.80), pytest.approx(0.90), pytest.approx(0.70)]
-    assert points["low"].tolist() == [pytest.approx(0.10 - 0.0095), pytest.approx(0.10 - 0.0095), pytest.approx(0.03 / 0.70 - 0.0095)]
+    assert points["low"].tolist() == [
+        pytest.approx(0.10 - 0.0095),
+        pytest.approx(0.10 - 0.0095),
+        pytest.approx(0.03 / 0.70 - 0.0095),
+    ]
     assert points["n_tasks"].tolist() == [1, 1, 1] and verdict["tasks"] == ["t1"]
-    assert {k: v for k, v in verdict.items() if k != "tasks"} == pooled.claim3(points) and verdict["n"] == 3 and verdict["verdict"] == "inconclusive"
+    assert (
+        {k: v for k, v in verdict.items() if k != "tasks"} == pooled.claim3(points)
+        and verdict["n"] == 3
+        and verdict["verdict"] == "inconclusive"
+    )
     two = {key: value for key, value in SCORES.items() if key[0] != "c"}
     assert paper.better_models_lose_more(_cells(two))[1]["verdict"] == "not testable"
 
@@ -99,25 +132,50 @@ def test_paper_table_with_cells_shows_the_cells_drops_and_the_pooled_averages():
     table = paper.paper_table(_summary(SCORES), FLOORS, _cells(SCORES)).set_index(["model", "task"])
     assert table.loc[("b", "t2"), "drop_all"] == pytest.approx(0.10)
     average = table.loc[("b", "average")]
-    assert average["drop_all"] == pytest.approx((0.09 / 0.90 + 0.10) / 2) and average["drop_all_low"] == pytest.approx(average["drop_all"] - 0.0095)
+    assert average["drop_all"] == pytest.approx((0.09 / 0.90 + 0.10) / 2) and average["drop_all_low"] == pytest.approx(
+        average["drop_all"] - 0.0095
+    )
     common = table.loc[("b", "common")]
-    assert (common["drop_all"], common["score_0"], common["tasks"], common["n_tasks"]) == (pytest.approx(0.10), pytest.approx(0.90), "t1", 1)
+    assert (common["drop_all"], common["score_0"], common["tasks"], common["n_tasks"]) == (
+        pytest.approx(0.10),
+        pytest.approx(0.90),
+        "t1",
+        1,
+    )
 
 
 def test_paper_table_has_each_task_and_the_informative_average():
     table = paper.paper_table(_summary(SCORES), FLOORS, _cells(SCORES)).set_index(["model", "task"])
     assert table.loc[("b", "t2"), ["score_0", "score_half", "score_all"]].tolist() == [0.60, 0.57, 0.54]
-    assert table.loc[("b", "t2"), "drop_all"] == pytest.approx(0.10) and table.loc[("b", "t2"), "drop_half"] == pytest.approx(0.05)
+    assert table.loc[("b", "t2"), "drop_all"] == pytest.approx(0.10) and table.loc[
+        ("b", "t2"), "drop_half"
+    ] == pytest.approx(0.05)
     average = table.loc[("a", "average")]
-    assert (average["score_0"], average["drop_all"], average["max_drop_all"], average["n_tasks"]) == (0.80, pytest.approx(0.10), pytest.approx(0.10), 1)
+    assert (average["score_0"], average["drop_all"], average["max_drop_all"], average["n_tasks"]) == (
+        0.80,
+        pytest.approx(0.10),
+        pytest.approx(0.10),
+        1,
+    )
     assert table.loc[("b", "average"), "drop_half"] == pytest.approx((0.02 / 0.90 + 0.05) / 2)
-    assert table["paper_average_drop_all"].unique().tolist() == [0.08] and table["paper_max_drop_all"].unique().tolist() == [0.20]
+    assert table["paper_average_drop_all"].unique().tolist() == [0.08] and table[
+        "paper_max_drop_all"
+    ].unique().tolist() == [0.20]
 
 
 def test_convergence_table_reads_each_run():
-    results = {"r1": {"convergence": {"converged": True, "best_epoch": 4, "epochs_trained": 7, "stopped_early": True}}, "r2": {"convergence": None}}
+    results = {
+        "r1": {"convergence": {"converged": True, "best_epoch": 4, "epochs_trained": 7, "stopped_early": True}},
+        "r2": {"convergence": None},
+    }
     table = stats.convergence_table(results)
-    assert table.iloc[0].to_dict() == {"run_id": "r1", "converged": True, "best_epoch": 4, "epochs_trained": 7, "stopped_early": True}
+    assert table.iloc[0].to_dict() == {
+        "run_id": "r1",
+        "converged": True,
+        "best_epoch": 4,
+        "epochs_trained": 7,
+        "stopped_early": True,
+    }
     assert table["converged"].tolist() == [True, None] and math.isnan(table["best_epoch"].iloc[1])
     kept, summary = stats.convergence_gate(table)
     assert kept["run_id"].tolist() == ["r1"] and (summary["unknown"], summary["left_out_runs"]) == (1, ["r2"])

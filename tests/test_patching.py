@@ -125,7 +125,9 @@ def test_masked_rownorm():
     g = torch.Generator().manual_seed(0)
     c = torch.rand(3, 8, 8, generator=g)
     c[1, 2] = 0  # a row never observed: stays 0, no NaN
-    mask = torch.tensor([[1, 1, 1, 1, 1, 1, 1, 1], [1, 1, 1, 0, 0, 1, 0, 1], [1, 0, 0, 0, 0, 0, 0, 0]], dtype=torch.bool)
+    mask = torch.tensor(
+        [[1, 1, 1, 1, 1, 1, 1, 1], [1, 1, 1, 0, 0, 1, 0, 1], [1, 0, 0, 0, 0, 0, 0, 0]], dtype=torch.bool
+    )
     out = masked_rownorm(c, mask)
     assert out.shape == (3, 3, 8, 8) and not torch.isnan(out).any()
     for b in range(3):

@@ -9,7 +9,14 @@ import pytest
 from test_results import result
 
 from papa.book.data import BookData, book_data_from
-from papa.book.probe_checks import lr_choice_display, lr_choice_frame, lr_choice_numbers, lr_text, prediction_share_display, prediction_share_frame
+from papa.book.probe_checks import (
+    lr_choice_display,
+    lr_choice_frame,
+    lr_choice_numbers,
+    lr_text,
+    prediction_share_display,
+    prediction_share_frame,
+)
 
 
 def _choice(model: str, task: str, chosen: float, runs: list[tuple[float, float, int, int, bool]]) -> dict:
@@ -18,17 +25,36 @@ def _choice(model: str, task: str, chosen: float, runs: list[tuple[float, float,
         "task": task,
         "lr": chosen,
         "heldout": {str(lr): score for lr, score, *_ in runs},
-        "runs": [{"lr": lr, "seed": 0, "heldout": score, "best_epoch": best, "epochs_trained": trained, "converged": ok} for lr, score, best, trained, ok in runs],
+        "runs": [
+            {"lr": lr, "seed": 0, "heldout": score, "best_epoch": best, "epochs_trained": trained, "converged": ok}
+            for lr, score, best, trained, ok in runs
+        ],
     }
 
 
 def _data(lr_choices: dict | None = None, main: pd.DataFrame | None = None, records: dict | None = None) -> BookData:
     empty = pd.DataFrame()
-    main = main if main is not None else pd.DataFrame(columns=["model", "task", "k", "probe_input", "is_main", "run_id", "metric", "value"])
-    return BookData({"tasks": ["sst2", "cola"]}, main, main, empty, empty, empty, {}, {}, records or {}, lr_choices or {})
+    main = (
+        main
+        if main is not None
+        else pd.DataFrame(columns=["model", "task", "k", "probe_input", "is_main", "run_id", "metric", "value"])
+    )
+    return BookData(
+        {"tasks": ["sst2", "cola"]}, main, main, empty, empty, empty, {}, {}, records or {}, lr_choices or {}
+    )
 
 
-def _record(model: str, task: str, k: int, seed: int, score: float, size: int, epoch: int | None, epochs: int = 20, total: int = 72) -> dict:
+def _record(
+    model: str,
+    task: str,
+    k: int,
+    seed: int,
+    score: float,
+    size: int,
+    epoch: int | None,
+    epochs: int = 20,
+    total: int = 72,
+) -> dict:
     """A probe result of the main protocol (lr chosen, early stopping on held-out examples) with its reported epoch."""
     metric = "matthews_correlation" if task == "cola" else "accuracy"
     record = result(task, k, seed, score, model=model, total=total, metric=metric, epochs=epochs, train_examples=size)
@@ -37,13 +63,23 @@ def _record(model: str, task: str, k: int, seed: int, score: float, size: int, e
 
 
 CHOICES = {
-    "m__cola": _choice("m", "cola", 2e-4, [(2e-5, 0.0, 1, 4, True), (2e-4, 0.204, 4, 7, True), (1e-3, 0.077, 4, 7, True)]),
+    "m__cola": _choice(
+        "m", "cola", 2e-4, [(2e-5, 0.0, 1, 4, True), (2e-4, 0.204, 4, 7, True), (1e-3, 0.077, 4, 7, True)]
+    ),
     "m__sst2": _choice("m", "sst2", 2e-5, [(2e-5, 0.83, 20, 20, False), (2e-4, 0.80, 2, 5, True)]),
 }
 
 
 def test_lr_text_reads_as_written() -> None:
-    assert [lr_text(x) for x in (2e-5, 2e-4, 1e-3, 1.5e-4, 0.01, 0.1, 1.0)] == ["2e-5", "2e-4", "1e-3", "1.5e-4", "0.01", "0.1", "1"]
+    assert [lr_text(x) for x in (2e-5, 2e-4, 1e-3, 1.5e-4, 0.01, 0.1, 1.0)] == [
+        "2e-5",
+        "2e-4",
+        "1e-3",
+        "1.5e-4",
+        "0.01",
+        "0.1",
+        "1",
+    ]
 
 
 def test_lr_choice_table_cells_and_order() -> None:
@@ -51,35 +87,109 @@ def test_lr_choice_table_cells_and_order() -> None:
     assert list(frame["task"].unique()) == ["cola", "sst2"]  # by task id, as the other tables
     assert frame["chosen"].tolist() == [False, True, False, True, False]
     table = lr_choice_display(frame)
-    assert table.columns == ["task", "chosen lr", "held-out at lr 2e-5 (the paper's)", "held-out at lr 2e-4", "held-out at lr 1e-3"]
+    assert table.columns == [
+        "task",
+        "chosen lr",
+        "held-out at lr 2e-5 (the paper's)",
+        "held-out at lr 2e-4",
+        "held-out at lr 1e-3",
+    ]
     cola, sst2 = table.rows
-    assert sst2 == ["SST-2", "2e-5", "0.830 (epoch 20 of 20, at the cap)", "0.800 (epoch 2 of 5)", None]  # 1e-3 was no candidate
+    assert sst2 == [
+        "SST-2",
+        "2e-5",
+        "0.830 (epoch 20 of 20, at the cap)",
+        "0.800 (epoch 2 of 5)",
+        None,
+    ]  # 1e-3 was no candidate
     assert cola == ["CoLA", "2e-4", "0.000 (epoch 1 of 4)", "0.204 (epoch 4 of 7)", "0.077 (epoch 4 of 7)"]
 
 
 def test_lr_choice_numbers_count_flat_and_rising_paper_runs() -> None:
-    numbers = lr_choice_numbers(lr_choice_frame(_data(CHOICES | {"n__cola": _choice("n", "cola", 1e-3, [(2e-5, 0.0, 1, 4, True), (1e-3, 0.3, 3, 6, True)])})))
-    assert numbers == {"n_lr_pairs": 3, "n_lr_paper_chosen": 1, "n_lr_paper_flat": 2, "lr_paper_flat": "CoLA (m, n)", "n_lr_paper_rising": 1}
+    numbers = lr_choice_numbers(
+        lr_choice_frame(
+            _data(CHOICES | {"n__cola": _choice("n", "cola", 1e-3, [(2e-5, 0.0, 1, 4, True), (1e-3, 0.3, 3, 6, True)])})
+        )
+    )
+    assert numbers == {
+        "n_lr_pairs": 3,
+        "n_lr_paper_chosen": 1,
+        "n_lr_paper_flat": 2,
+        "lr_paper_flat": "CoLA (m, n)",
+        "n_lr_paper_rising": 1,
+    }
     assert lr_choice_numbers(lr_choice_frame(_data()))["lr_paper_flat"] == "none"
-    assert lr_choice_display(lr_choice_frame(_data(CHOICES | {"n__cola": CHOICES["m__cola"] | {"model": "n"}}))).columns[0] == "model"  # several models
+    assert (
+        lr_choice_display(lr_choice_frame(_data(CHOICES | {"n__cola": CHOICES["m__cola"] | {"model": "n"}}))).columns[0]
+        == "model"
+    )  # several models
     assert lr_choice_display(lr_choice_frame(_data())).rows == []
 
 
 def test_prediction_share_pools_seeds_and_skips_token_tasks() -> None:
     rows = [
-        {"model": "m", "task": "cola", "k": 0, "probe_input": "all", "is_main": True, "run_id": "a", "metric": "matthews_correlation", "value": 0.1},
-        {"model": "m", "task": "cola", "k": 0, "probe_input": "all", "is_main": True, "run_id": "b", "metric": "matthews_correlation", "value": 0.0},
-        {"model": "m", "task": "cola", "k": 0, "probe_input": "all", "is_main": True, "run_id": "e", "metric": "matthews_correlation", "value": 0.9},  # no predictions
-        {"model": "m", "task": "cola", "k": 36, "probe_input": "all", "is_main": True, "run_id": "c", "metric": "matthews_correlation", "value": 0.0},
-        {"model": "m", "task": "ner", "k": 0, "probe_input": "all", "is_main": True, "run_id": "d", "metric": "f1", "value": 0.5},
+        {
+            "model": "m",
+            "task": "cola",
+            "k": 0,
+            "probe_input": "all",
+            "is_main": True,
+            "run_id": "a",
+            "metric": "matthews_correlation",
+            "value": 0.1,
+        },
+        {
+            "model": "m",
+            "task": "cola",
+            "k": 0,
+            "probe_input": "all",
+            "is_main": True,
+            "run_id": "b",
+            "metric": "matthews_correlation",
+            "value": 0.0,
+        },
+        {
+            "model": "m",
+            "task": "cola",
+            "k": 0,
+            "probe_input": "all",
+            "is_main": True,
+            "run_id": "e",
+            "metric": "matthews_correlation",
+            "value": 0.9,
+        },  # no predictions
+        {
+            "model": "m",
+            "task": "cola",
+            "k": 36,
+            "probe_input": "all",
+            "is_main": True,
+            "run_id": "c",
+            "metric": "matthews_correlation",
+            "value": 0.0,
+        },
+        {
+            "model": "m",
+            "task": "ner",
+            "k": 0,
+            "probe_input": "all",
+            "is_main": True,
+            "run_id": "d",
+            "metric": "f1",
+            "value": 0.5,
+        },
     ]
     names = ["unacceptable", "acceptable"]
     records = {
         "a": {"dev": {"label_names": names, "labels": [1, 1, 0, 0], "predictions": [1, 1, 1, 0]}},
         "b": {"dev": {"label_names": names, "labels": [1, 1, 0, 0], "predictions": [1, 1, 1, 1]}},
         "e": {},
-        "c": {"dev": {"label_names": names, "labels": [1, 1, 0, 0], "predictions": [0, 0, 0, 0]}},  # k = 36: not counted
-        "d": {"dev": {"label_names": ["O", "B-PER"], "labels": [0, 1, 0], "predictions": [0, 0, 0], "lengths": [2, 1]}},  # flat tokens
+        "c": {
+            "dev": {"label_names": names, "labels": [1, 1, 0, 0], "predictions": [0, 0, 0, 0]}
+        },  # k = 36: not counted
+        "d": {
+            "dev": {"label_names": ["O", "B-PER"], "labels": [0, 1, 0], "predictions": [0, 0, 0], "lengths": [2, 1]}
+        },  # flat tokens
     }
     frame = prediction_share_frame(_data(main=pd.DataFrame(rows), records=records))
     assert frame.to_dict("records") == [
@@ -101,22 +211,45 @@ def test_size_studies_are_those_that_change_only_the_training_size():
     from papa.book.studies import size_studies
     from papa.pipeline.plan import ROOT, load_config
 
-    assert size_studies(load_config(ROOT / "configs" / "default.yaml")) == ["colamore"]  # not literal, cachedsmall or random (mpnetmore went with per_model: issue 25)
+    assert size_studies(load_config(ROOT / "configs" / "default.yaml")) == [
+        "colamore"
+    ]  # not literal, cachedsmall or random (mpnetmore went with per_model: issue 25)
     config = {
-        "probe": {"lr": "select", "epochs": 20, "selection": "heldout", "modes": ["cached"], "max_train_examples": 2000, "heldout_examples": 200},
+        "probe": {
+            "lr": "select",
+            "epochs": 20,
+            "selection": "heldout",
+            "modes": ["cached"],
+            "max_train_examples": 2000,
+            "heldout_examples": 200,
+        },
         "tasks": ["cola"],
         "models": ["m"],
     }
     more = {"name": "more", "max_train_examples": 8000, "pool_examples": 8551}
     assert size_studies(config | {"studies": [more]}) == ["more"]
-    assert size_studies(config | {"studies": [more | {"heldout_examples": 500}]}) == []  # early stopping on another held-out size
+    assert (
+        size_studies(config | {"studies": [more | {"heldout_examples": 500}]}) == []
+    )  # early stopping on another held-out size
     assert size_studies(config | {"studies": [more | {"max_eval_examples": 200}]}) == []  # another dev split
     assert size_studies(config | {"studies": [more | {"lr": 2e-5}]}) == []
     assert size_studies(config | {"studies": [{"name": "same", "seeds": [1]}]}) == []  # the main grid's size
-    budget = config | {"models": ["m", "big"], "probe": config["probe"] | {"per_model": {"big": {"max_train_examples": 1000, "epochs": 15}}}}
-    assert size_studies(budget | {"studies": [{"name": "bigmore", "models": ["big"], "max_train_examples": 2000}]}) == ["bigmore"]  # 2,000 is more than big's 1,000
-    assert size_studies(budget | {"studies": [{"name": "both", "max_train_examples": 2000}]}) == []  # m's main size: no change for m
-    assert size_studies(budget | {"studies": [{"name": "cap", "models": ["big"], "max_train_examples": 2000, "epochs": 20}]}) == []  # big's cap is 15
+    budget = config | {
+        "models": ["m", "big"],
+        "probe": config["probe"] | {"per_model": {"big": {"max_train_examples": 1000, "epochs": 15}}},
+    }
+    assert size_studies(budget | {"studies": [{"name": "bigmore", "models": ["big"], "max_train_examples": 2000}]}) == [
+        "bigmore"
+    ]  # 2,000 is more than big's 1,000
+    assert (
+        size_studies(budget | {"studies": [{"name": "both", "max_train_examples": 2000}]}) == []
+    )  # m's main size: no change for m
+    assert (
+        size_studies(
+            budget | {"studies": [{"name": "cap", "models": ["big"], "max_train_examples": 2000, "epochs": 20}]}
+        )
+        == []
+    )  # big's cap is 15
 
 
 def test_near_floor_pairs_sit_beside_their_checks() -> None:
@@ -127,9 +260,23 @@ def test_near_floor_pairs_sit_beside_their_checks() -> None:
     config = {
         "models": ["m", "big"],
         "tasks": ["cola", "sst2"],
-        "probe": {"lr": "select", "epochs": 20, "selection": "heldout", "modes": ["cached"], "max_train_examples": 2000, "heldout_examples": 200},
+        "probe": {
+            "lr": "select",
+            "epochs": 20,
+            "selection": "heldout",
+            "modes": ["cached"],
+            "max_train_examples": 2000,
+            "heldout_examples": 200,
+        },
         "studies": [
-            {"name": name, "models": ["m"], "tasks": ["cola"], "fractions": [0, 1], "max_train_examples": n, "pool_examples": 8551}
+            {
+                "name": name,
+                "models": ["m"],
+                "tasks": ["cola"],
+                "fractions": [0, 1],
+                "max_train_examples": n,
+                "pool_examples": 8551,
+            }
             for name, n in (("more", 8000), ("less", 1000), ("mid", 4000))
         ],
     }
@@ -141,14 +288,35 @@ def test_near_floor_pairs_sit_beside_their_checks() -> None:
         "c": (72, 42, 0.02, 2000, 3),
     }
     for name, size, value in (("more", 8000, 0.15), ("less", 1000, 0.3), ("mid", 4000, 0.12)):
-        runs |= {f"x__{name}__s42": (0, 42, value, size, 3), f"y__{name}__s42": (72, 42, value - 0.05 * (name == "more"), size, 3)}
+        runs |= {
+            f"x__{name}__s42": (0, 42, value, size, 3),
+            f"y__{name}__s42": (72, 42, value - 0.05 * (name == "more"), size, 3),
+        }
     records = {run_id: _record("m", "cola", *fields) for run_id, fields in runs.items()}
-    records["a"] |= {"dev": dev | {"predictions": [1, 1, 1, 1]}, "epochs": [{"epoch": 1, "train_loss": 0.6}, {"epoch": 2, "train_loss": 0.5}]}
-    records["b"] |= {"dev": dev | {"predictions": [1, 1, 1, 0]}, "epochs": [{"epoch": e, "train_loss": v} for e, v in ((1, 0.7), (2, 0.4), (3, 0.3))]}
+    records["a"] |= {
+        "dev": dev | {"predictions": [1, 1, 1, 1]},
+        "epochs": [{"epoch": 1, "train_loss": 0.6}, {"epoch": 2, "train_loss": 0.5}],
+    }
+    records["b"] |= {
+        "dev": dev | {"predictions": [1, 1, 1, 0]},
+        "epochs": [{"epoch": e, "train_loss": v} for e, v in ((1, 0.7), (2, 0.4), (3, 0.3))],
+    }
     everything = book_data_from(config, records, {})
-    studies = everything.studies  # the largest study of more examples wins; one of fewer than the main grid's never counts
+    studies = (
+        everything.studies
+    )  # the largest study of more examples wins; one of fewer than the main grid's never counts
     nan = float("nan")
-    columns = ["model", "task", "metric", "majority", "attention_free", "baseline", "baseline_low", "baseline_high", "informative"]
+    columns = [
+        "model",
+        "task",
+        "metric",
+        "majority",
+        "attention_free",
+        "baseline",
+        "baseline_low",
+        "baseline_high",
+        "informative",
+    ]
     floors = pd.DataFrame(
         [
             ("big", "cola", "matthews_correlation", 0.0, 0.1, 0.32, 0.28, 0.36, True),
@@ -183,23 +351,45 @@ def test_near_floor_pairs_sit_beside_their_checks() -> None:
         }
     ]
     assert near_floor_display(frame).rows == [
-        ["m", "CoLA", "0.050\u00a0[0.010,\u00a00.090]", "0.030 (attention-free)", "0.040 (epoch 1), 0.060", "0.65 → 0.40", "0.204"]
+        [
+            "m",
+            "CoLA",
+            "0.050\u00a0[0.010,\u00a00.090]",
+            "0.030 (attention-free)",
+            "0.040 (epoch 1), 0.060",
+            "0.65 → 0.40",
+            "0.204",
+        ]
         + ["87.5% (75.0% of the labels)", "0.150 (8,000 training examples)", "0.320 (big)"]
     ]
     assert near_floor_numbers(frame) == {"n_near_floor": 1, "near_floor_pairs": "CoLA (m)"}
-    both = near_floor_display(near_floor_frame(replace(everything, floors=floors.assign(informative=False), studies={})))
-    assert [(row[0], row[1], row[-1]) for row in both.rows] == [("big", "CoLA", "0.050 (m, not informative)"), ("m", "CoLA", "0.320 (big, not informative)"), ("m", "SST-2", None)]
+    both = near_floor_display(
+        near_floor_frame(replace(everything, floors=floors.assign(informative=False), studies={}))
+    )
+    assert [(row[0], row[1], row[-1]) for row in both.rows] == [
+        ("big", "CoLA", "0.050 (m, not informative)"),
+        ("m", "CoLA", "0.320 (big, not informative)"),
+        ("m", "SST-2", None),
+    ]
     assert both.rows[2][3] == "0.510 (majority)"  # no attention-free floor: the majority class's
     only_less = near_floor_frame(replace(data, studies={"less": studies["less"]}))
     assert only_less["more_data_setting"].tolist() == [None]
     empty = near_floor_frame(replace(everything, floors=floors.assign(informative=True), studies={}))
-    assert empty.empty and near_floor_display(empty).rows == [] and near_floor_numbers(empty) == {"n_near_floor": 0, "near_floor_pairs": "none"}
+    assert (
+        empty.empty
+        and near_floor_display(empty).rows == []
+        and near_floor_numbers(empty) == {"n_near_floor": 0, "near_floor_pairs": "none"}
+    )
 
 
 def test_share_cell_without_labels_shows_the_predictions_alone() -> None:
     from papa.book.probe_checks import _share_cell
 
-    assert (_share_cell(0.875, 0.75), _share_cell(0.875, float("nan")), _share_cell(float("nan"), 0.5)) == ("87.5% (75.0% of the labels)", "87.5%", None)
+    assert (_share_cell(0.875, 0.75), _share_cell(0.875, float("nan")), _share_cell(float("nan"), 0.5)) == (
+        "87.5% (75.0% of the labels)",
+        "87.5%",
+        None,
+    )
 
 
 def test_sensitivity_reads_each_model_against_its_own_main_grid_settings() -> None:
@@ -211,7 +401,8 @@ def test_sensitivity_reads_each_model_against_its_own_main_grid_settings() -> No
     config = {
         "models": ["m", "big"],
         "tasks": ["sst2"],
-        "probe": {"lr": "select", "epochs": 20, "selection": "heldout", "modes": ["cached"], "max_train_examples": 2000} | budget,
+        "probe": {"lr": "select", "epochs": 20, "selection": "heldout", "modes": ["cached"], "max_train_examples": 2000}
+        | budget,
         "studies": [{"name": "more", "max_train_examples": 2000}],
     }
 
@@ -225,11 +416,16 @@ def test_sensitivity_reads_each_model_against_its_own_main_grid_settings() -> No
         "m0__more__s42": ("m", 0, 0.8, 2000, 20),
         "mall__more__s42": ("m", 144, 0.78, 2000, 20),
     }
-    records = {run_id: _record(model, "sst2", k, 42, score, size, 4, epochs=epochs, total=144) for run_id, (model, k, score, size, epochs) in runs.items()}
+    records = {
+        run_id: _record(model, "sst2", k, 42, score, size, 4, epochs=epochs, total=144)
+        for run_id, (model, k, score, size, epochs) in runs.items()
+    }
     data = book_data_from(config, records, {})
     table = sensitivity_table(data)
     assert table[["study", "setting", "model", "k=0 official", "k=0 study"]].to_dict("records") == [
         {"study": "more", "setting": "2,000 training examples", "model": "big", "k=0 official": 0.8, "k=0 study": 0.84}
     ]
     assert table[["train examples official", "train examples study"]].values.tolist() == [[1000, 2000]]
-    assert table["drop official"].tolist() == [pytest.approx(0.1)] and table["drop study"].tolist() == [pytest.approx(0.04 / 0.84)]
+    assert table["drop official"].tolist() == [pytest.approx(0.1)] and table["drop study"].tolist() == [
+        pytest.approx(0.04 / 0.84)
+    ]

@@ -21,7 +21,13 @@ def recorded(monkeypatch):
 
     def fake_run_probe(model, task, constants, ranking, constant_heads, **kwargs):
         calls.append(dict(model=model, task=task, constant_heads=constant_heads, **kwargs))
-        return {"task": task, "metric": "accuracy", "score": 0.5, "config": {"constant_heads": 0}, "timings": {"total": 1.0}}
+        return {
+            "task": task,
+            "metric": "accuracy",
+            "score": 0.5,
+            "config": {"constant_heads": 0},
+            "timings": {"total": 1.0},
+        }
 
     monkeypatch.setattr(experiment, "run_probe", fake_run_probe)
     monkeypatch.setattr(models, "load_model", lambda name, device=None: SimpleNamespace(name=name))
@@ -32,13 +38,47 @@ def test_protocol_flags_reach_run_probe_and_the_lr_file_replaces_lr(recorded, tm
     lr_file = tmp_path / "lr.json"
     atomic_write_json(lr_file, {"model": "minilm-l6", "task": "sst2", "lr": 1e-3})
     out = tmp_path / "r_s{seed}.json"
-    argv = ["probe", "--task", "sst2", "--selection", "heldout", "--lr", "2e-5", "--lr-file", str(lr_file), "--patience", "2", "--pool-examples", "300"]
-    argv += ["--max-train-examples", "200", "--heldout-examples", "50", "--no-dev-every-epoch", "--eval-chunk-examples", "100", "--seed", "43", "--out", str(out)]
+    argv = [
+        "probe",
+        "--task",
+        "sst2",
+        "--selection",
+        "heldout",
+        "--lr",
+        "2e-5",
+        "--lr-file",
+        str(lr_file),
+        "--patience",
+        "2",
+        "--pool-examples",
+        "300",
+    ]
+    argv += [
+        "--max-train-examples",
+        "200",
+        "--heldout-examples",
+        "50",
+        "--no-dev-every-epoch",
+        "--eval-chunk-examples",
+        "100",
+        "--seed",
+        "43",
+        "--out",
+        str(out),
+    ]
     assert main(argv) == 0
     (call,) = recorded
     assert call["model"].name == "minilm-l6" and call["lr"] == 1e-3 and call["seed"] == 43
-    assert (call["patience"], call["pool_examples"], call["heldout_examples"], call["dev_every_epoch"], call["eval_chunk_examples"]) == (2, 300, 50, False, 100)
-    assert json.loads((tmp_path / "r_s43.json").read_text())["score"] == 0.5 and not (tmp_path / "r_s{seed}.json").exists()
+    assert (
+        call["patience"],
+        call["pool_examples"],
+        call["heldout_examples"],
+        call["dev_every_epoch"],
+        call["eval_chunk_examples"],
+    ) == (2, 300, 50, False, 100)
+    assert (
+        json.loads((tmp_path / "r_s43.json").read_text())["score"] == 0.5 and not (tmp_path / "r_s{seed}.json").exists()
+    )
 
 
 def test_without_an_lr_file_the_lr_flag_counts(recorded, tmp_path):

@@ -94,7 +94,14 @@ def test_same_seed_same_history():
 
 
 def tiny_model():
-    config = BertConfig(vocab_size=120, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37, max_position_embeddings=64)
+    config = BertConfig(
+        vocab_size=120,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=37,
+        max_position_embeddings=64,
+    )
     torch.manual_seed(0)
     return AutoModel.from_config(copy.deepcopy(config), attn_implementation="sdpa").eval()
 
@@ -262,7 +269,9 @@ def test_heldout_training_never_sees_heldout_examples():
             return super().batch(indices)
 
     probe = SequenceProbe(3, 8, 16, 2, dropout=0.0)
-    score = lambda model: {"main": float((predict(model, SubsetSource(source, held))[0] == labels[held]).float().mean())}  # noqa: E731
+    score = lambda model: {
+        "main": float((predict(model, SubsetSource(source, held))[0] == labels[held]).float().mean())
+    }  # noqa: E731
     history = train_probe(probe, Spy(source, fit), score, ProbeConfig(lr=1e-2, epochs=2, batch_size=8), heldout=score)
     assert set(seen) == set(fit.tolist()) and not set(seen) & set(held.tolist())
     assert all("heldout_main" in record for record in history.epochs)
@@ -271,7 +280,17 @@ def test_heldout_training_never_sees_heldout_examples():
 @pytest.mark.data
 def test_run_probe_reports_the_epoch_chosen_on_heldout_training_data(data_dir, tmp_path, monkeypatch):
     monkeypatch.setenv("PAPA_CACHE_DIR", str(tmp_path))
-    result = run_probe("minilm-l6", "sst2", epochs=4, lr=1e-3, max_train_examples=60, max_eval_examples=40, max_length=32, selection="heldout", heldout_fraction=0.25)
+    result = run_probe(
+        "minilm-l6",
+        "sst2",
+        epochs=4,
+        lr=1e-3,
+        max_train_examples=60,
+        max_eval_examples=40,
+        max_length=32,
+        selection="heldout",
+        heldout_fraction=0.25,
+    )
     best = max(result["epochs"], key=lambda r: (r["heldout_main"], -r["epoch"]))
     assert result["selected_epoch"] == best["epoch"] and result["score"] == best["main"]
     assert result["config"]["selection"] == "heldout" and result["config"]["heldout_fraction"] == 0.25
@@ -407,7 +426,13 @@ def test_early_stopping_stops_after_patience_epochs_without_a_gain_and_keeps_the
     states, mask, labels = separable(32)
     score, calls = scripted([0.5, 0.6, 0.7, 0.7, 0.65, 0.7, 0.9, 0.9])
     probe = SequenceProbe(3, 8, 16, 2, dropout=0.0)
-    history = train_probe(probe, ArraySource(states, mask, labels), None, ProbeConfig(lr=1e-2, epochs=8, batch_size=8, patience=3), heldout=score)
+    history = train_probe(
+        probe,
+        ArraySource(states, mask, labels),
+        None,
+        ProbeConfig(lr=1e-2, epochs=8, batch_size=8, patience=3),
+        heldout=score,
+    )
     assert [r["epoch"] for r in history.epochs] == [1, 2, 3, 4, 5, 6]  # epochs 4, 5, 6 bring no strict gain over 0.7
     assert (history.best_epoch, history.stopped_early) == (3, True)
     assert all(torch.equal(history.best_state[name], calls[2][name]) for name in calls[2])  # the probe of epoch 3
@@ -426,7 +451,13 @@ def test_early_stopping_stops_after_patience_epochs_without_a_gain_and_keeps_the
 def test_a_curve_still_rising_at_the_cap_is_not_converged():
     states, mask, labels = separable(32)
     score, _ = scripted([0.5, 0.6, 0.6, 0.6, 0.7])
-    history = train_probe(SequenceProbe(3, 8, 16, 2), ArraySource(states, mask, labels), None, ProbeConfig(lr=1e-2, epochs=5, batch_size=8, patience=3), heldout=score)
+    history = train_probe(
+        SequenceProbe(3, 8, 16, 2),
+        ArraySource(states, mask, labels),
+        None,
+        ProbeConfig(lr=1e-2, epochs=5, batch_size=8, patience=3),
+        heldout=score,
+    )
     assert (len(history.epochs), history.best_epoch, history.stopped_early) == (5, 5, False)
     conv = convergence(history.epochs, 3, 5)
     assert (conv["converged"], conv["best_epoch"], conv["stopped_early"]) == (False, 5, False)
@@ -460,7 +491,17 @@ def test_pooled_protocol_end_to_end(data_dir, tmp_path, monkeypatch):
 
     monkeypatch.setenv("PAPA_CACHE_DIR", str(tmp_path))
     lm = load_model("minilm-l6")
-    common = dict(epochs=6, lr=1e-3, max_train_examples=40, max_eval_examples=30, max_length=32, selection="heldout", patience=2, pool_examples=64, heldout_examples=16)
+    common = dict(
+        epochs=6,
+        lr=1e-3,
+        max_train_examples=40,
+        max_eval_examples=30,
+        max_length=32,
+        selection="heldout",
+        patience=2,
+        pool_examples=64,
+        heldout_examples=16,
+    )
     runs = [run_probe(lm, "sst2", seed=seed, dev_every_epoch=False, **common) for seed in (1, 2)]
     assert runs[0]["data"]["fit_indices_sha"] != runs[1]["data"]["fit_indices_sha"]
     assert runs[1]["feature_cache_hits"] == {"train": True, "eval": True}
@@ -468,15 +509,37 @@ def test_pooled_protocol_end_to_end(data_dir, tmp_path, monkeypatch):
         conv, dev = result["convergence"], result["dev"]
         assert result["selected_epoch"] == conv["best_epoch"] and conv["epochs_trained"] == len(result["epochs"])
         assert conv["converged"] == (conv["epochs_trained"] - conv["best_epoch"] >= 2)
-        assert (result["data"]["pool_examples"], result["data"]["train_examples"], result["data"]["heldout_examples"]) == (64, 40, 16)
+        assert (
+            result["data"]["pool_examples"],
+            result["data"]["train_examples"],
+            result["data"]["heldout_examples"],
+        ) == (64, 40, 16)
         assert len(dev["predictions"]) == len(dev["labels"]) == 30
         assert compute_task_metrics("sst2", dev["predictions"], dev["labels"]) == result["metrics"]
     with_dev = run_probe(lm, "sst2", seed=1, dev_every_epoch=True, **common)  # dev scored per epoch: same numbers
-    assert with_dev["metrics"] == runs[0]["metrics"] and with_dev["epochs"][with_dev["selected_epoch"] - 1]["main"] == runs[0]["score"]
-    chunked = run_probe(lm, "sst2", seed=1, dev_every_epoch=False, eval_chunk_examples=7, use_cache=False, **common)  # 5 chunks
+    assert (
+        with_dev["metrics"] == runs[0]["metrics"]
+        and with_dev["epochs"][with_dev["selected_epoch"] - 1]["main"] == runs[0]["score"]
+    )
+    chunked = run_probe(
+        lm, "sst2", seed=1, dev_every_epoch=False, eval_chunk_examples=7, use_cache=False, **common
+    )  # 5 chunks
     assert chunked["dev"] == runs[0]["dev"] and chunked["metrics"] == runs[0]["metrics"]
-    literal = run_probe(lm, "sst2", seed=1, epochs=3, lr=2e-5, max_train_examples=40, max_eval_examples=30, max_length=32, pool_examples=64, heldout_examples=16)
-    assert literal["data"]["fit_indices_sha"] == runs[0]["data"]["fit_indices_sha"]  # the literal setting trains on the seed's same draw
+    literal = run_probe(
+        lm,
+        "sst2",
+        seed=1,
+        epochs=3,
+        lr=2e-5,
+        max_train_examples=40,
+        max_eval_examples=30,
+        max_length=32,
+        pool_examples=64,
+        heldout_examples=16,
+    )
+    assert (
+        literal["data"]["fit_indices_sha"] == runs[0]["data"]["fit_indices_sha"]
+    )  # the literal setting trains on the seed's same draw
     assert (len(literal["epochs"]), literal["selected_epoch"], literal["convergence"]) == (3, 3, None)
     no_dev = run_probe(lm, "sst2", seed=1, dev_every_epoch=False, score_dev=False, **common)
     assert no_dev["score"] is None and no_dev["dev"] is None and "eval" not in no_dev["feature_cache_hits"]
@@ -489,10 +552,17 @@ def test_ner_and_pos_share_their_features(data_dir, tmp_path, monkeypatch):
     common = dict(epochs=1, max_train_examples=24, max_eval_examples=12, max_length=32)
     ner = run_probe(lm, "ner", **common)
     pos = run_probe(lm, "pos", **common)
-    assert ner["feature_cache_hits"] == {"train": False, "eval": False} and pos["feature_cache_hits"] == {"train": True, "eval": True}
+    assert ner["feature_cache_hits"] == {"train": False, "eval": False} and pos["feature_cache_hits"] == {
+        "train": True,
+        "eval": True,
+    }
     assert ner["dev"]["lengths"] == pos["dev"]["lengths"] and ner["dev"]["labels"] != pos["dev"]["labels"]
-    assert pos["dev"]["label_names"][:2] != ner["dev"]["label_names"][:2] and max(pos["dev"]["labels"]) > 8  # POS tags, not NER's 9
-    chunked = run_probe(lm, "pos", dev_every_epoch=False, eval_chunk_examples=5, **common)  # the same probe, dev scored in 3 chunks
+    assert (
+        pos["dev"]["label_names"][:2] != ner["dev"]["label_names"][:2] and max(pos["dev"]["labels"]) > 8
+    )  # POS tags, not NER's 9
+    chunked = run_probe(
+        lm, "pos", dev_every_epoch=False, eval_chunk_examples=5, **common
+    )  # the same probe, dev scored in 3 chunks
     assert chunked["dev"] == pos["dev"] and chunked["metrics"] == pos["metrics"]
 
 
@@ -504,8 +574,23 @@ def test_lr_is_chosen_on_heldout_training_examples_and_saved(data_dir, tmp_path,
     monkeypatch.setenv("PAPA_CACHE_DIR", str(tmp_path))
     extracted = []
     original = experiment.get_features
-    monkeypatch.setattr(experiment, "get_features", lambda lm, inputs, split, *a, **k: (extracted.append(split), original(lm, inputs, split, *a, **k))[1])
-    choice = select_lr("minilm-l6", "sst2", lrs=(2e-5, 1e-2), seeds=(1, 2), epochs=3, patience=1, pool_examples=64, max_train_examples=40, heldout_examples=16, max_length=32)
+    monkeypatch.setattr(
+        experiment,
+        "get_features",
+        lambda lm, inputs, split, *a, **k: (extracted.append(split), original(lm, inputs, split, *a, **k))[1],
+    )
+    choice = select_lr(
+        "minilm-l6",
+        "sst2",
+        lrs=(2e-5, 1e-2),
+        seeds=(1, 2),
+        epochs=3,
+        patience=1,
+        pool_examples=64,
+        max_train_examples=40,
+        heldout_examples=16,
+        max_length=32,
+    )
     assert set(extracted) == {"train"}  # the dev split is never encoded into features, let alone scored
     assert len(choice["runs"]) == 4 and set(choice["heldout"]) == {"2e-05", "0.01"}
     means = {lr: sum(r["heldout"] for r in choice["runs"] if r["lr"] == lr) / 2 for lr in (2e-5, 1e-2)}
@@ -521,7 +606,9 @@ def test_random_orderings_are_seeded_permutations_of_every_head():
     from papa.core.models import LoadedModel
     from papa.probing.ranking import compute_ranking, split_method
 
-    model = AutoModel.from_config(BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=3, num_attention_heads=4, intermediate_size=8))
+    model = AutoModel.from_config(
+        BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=3, num_attention_heads=4, intermediate_size=8)
+    )
     lm = LoadedModel("tiny", model, None, "local", "0" * 16)
     one, meta = compute_ranking("random-1", lm, device="cpu")
     assert sorted(one) == all_heads(3, 4) and (meta["method"], meta["seed"]) == ("random", 1)

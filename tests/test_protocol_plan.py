@@ -39,8 +39,23 @@ PROTOCOL = {
         "per_model": {"minilm-l3": {"pool_examples": 1300, "max_train_examples": 1000, "epochs": 15}},
     },
     "studies": [
-        {"name": "random", "chapter": "results", "models": ["minilm-l6"], "fractions": ["1/2"], "methods": ["random-1", "random-2"], "seeds": [42]},
-        {"name": "literal", "fractions": [0, 1], "seeds": [42], "lr": 2.0e-5, "epochs": 15, "patience": None, "selection": "final"},
+        {
+            "name": "random",
+            "chapter": "results",
+            "models": ["minilm-l6"],
+            "fractions": ["1/2"],
+            "methods": ["random-1", "random-2"],
+            "seeds": [42],
+        },
+        {
+            "name": "literal",
+            "fractions": [0, 1],
+            "seeds": [42],
+            "lr": 2.0e-5,
+            "epochs": 15,
+            "patience": None,
+            "selection": "final",
+        },
     ],
 }
 
@@ -58,7 +73,12 @@ def _runs(tmp_path, config: dict = PROTOCOL) -> dict[str, Run]:
 def test_lr_select_adds_one_select_lr_run_per_model_and_task_that_the_probes_read(tmp_path):
     runs = _runs(tmp_path)
     chosen = sorted(r for r in runs if r.startswith("select_lr__"))
-    assert chosen == ["select_lr__minilm-l3__ner", "select_lr__minilm-l3__sst2", "select_lr__minilm-l6__ner", "select_lr__minilm-l6__sst2"]
+    assert chosen == [
+        "select_lr__minilm-l3__ner",
+        "select_lr__minilm-l3__sst2",
+        "select_lr__minilm-l6__ner",
+        "select_lr__minilm-l6__sst2",
+    ]
     choice = runs["select_lr__minilm-l3__sst2"].params
     # the grid's lr grid, and the pool and draws of the model's own settings
     assert (choice["lrs"], choice["epochs"], choice["patience"]) == ([2.0e-5, 1.0e-3], 4, 3)
@@ -77,10 +97,25 @@ def test_lr_select_adds_one_select_lr_run_per_model_and_task_that_the_probes_rea
 def test_protocol_settings_reach_the_probe_runs_with_per_model_and_per_task_values(tmp_path):
     runs = _runs(tmp_path)
     l6 = runs["probe__minilm-l6__ner__gates__k36__cached"].params
-    assert (l6["pool_examples"], l6["max_train_examples"], l6["heldout_examples"], l6["epochs"]) == (2600, 2000, 200, 20)
-    assert (l6["patience"], l6["selection"], l6["dev_every_epoch"], l6["max_eval_examples"]) == (3, "heldout", False, 1000)
+    assert (l6["pool_examples"], l6["max_train_examples"], l6["heldout_examples"], l6["epochs"]) == (
+        2600,
+        2000,
+        200,
+        20,
+    )
+    assert (l6["patience"], l6["selection"], l6["dev_every_epoch"], l6["max_eval_examples"]) == (
+        3,
+        "heldout",
+        False,
+        1000,
+    )
     l3 = runs["probe__minilm-l3__sst2__all__k36__cached"].params
-    assert (l3["pool_examples"], l3["max_train_examples"], l3["epochs"], l3["max_eval_examples"]) == (1300, 1000, 15, None)
+    assert (l3["pool_examples"], l3["max_train_examples"], l3["epochs"], l3["max_eval_examples"]) == (
+        1300,
+        1000,
+        15,
+        None,
+    )
     # a study's own value wins over the model's
     assert runs["probe__minilm-l3__sst2__all__k36__cached__literal"].params["epochs"] == 15
 
@@ -109,7 +144,11 @@ def _bad(tmp_path, path: str, value) -> str:
     ("path", "value", "message"),
     [
         ("probe.selection", "final", "probe.selection: patience and lr: select choose on held-out training examples"),
-        ("probe.heldout_examples", None, "probe.pool_examples: a training pool needs max_train_examples and heldout_examples"),
+        (
+            "probe.heldout_examples",
+            None,
+            "probe.pool_examples: a training pool needs max_train_examples and heldout_examples",
+        ),
         ("probe.eval_chunk_examples", 500, "probe.eval_chunk_examples must"),
         ("studies.0.methods", ["random-one"], "Unknown ranking method 'random-one'"),
         ("probe.per_model", {"mpnet-base": {"epochs": 3}}, "'mpnet-base' is not one of the grid's models"),
@@ -165,7 +204,12 @@ def test_the_estimate_extracts_a_shared_feature_set_once(tmp_path, monkeypatch):
 
 
 def test_a_notebook_checks_its_parameters_against_the_schema():
-    namespace = {"__annotations__": {"model": str, "task": str, "max_examples": "Optional[int]"}, "model": "minilm-l6", "task": "sst2", "max_examples": 0}
+    namespace = {
+        "__annotations__": {"model": str, "task": str, "max_examples": "Optional[int]"},
+        "model": "minilm-l6",
+        "task": "sst2",
+        "max_examples": 0,
+    }
     namespace["__annotations__"].update(max_length=int, relayout=bool, device=str, out=str)
     namespace.update(max_length=64, relayout=True, device="auto", out="c.safetensors")
     with pytest.raises(PapaError) as info:
@@ -206,7 +250,20 @@ def test_the_dry_run_sizes_every_run_offline(tmp_path, monkeypatch):
     assert examples == 2600 + 872 and size == examples * 7 * 32 * 384 * 2  # [examples, layers + 1, L, hidden] float16
     assert run_size(runs["select_lr__minilm-l3__sst2"]) == (1300, 1300 * 4 * 32 * 384 * 2)
     assert run_size(runs["estimate__minilm-l6__sst2"]) == (2000, 0)  # the schema default, below the split size
-    assert run_size(Run("p", "probe", dict(runs["probe__minilm-l6__sst2__gates__k36__cached"].params, max_train_examples=10**9, pool_examples=None)))[0] == 67349 + 872
+    assert (
+        run_size(
+            Run(
+                "p",
+                "probe",
+                dict(
+                    runs["probe__minilm-l6__sst2__gates__k36__cached"].params,
+                    max_train_examples=10**9,
+                    pool_examples=None,
+                ),
+            )
+        )[0]
+        == 67349 + 872
+    )
     config = json.loads(json.dumps(PROTOCOL))
     config.update(name=f"dry-{tmp_path.name[-8:]}".lower().replace("_", "-"), tasks=["sst2"], models=["minilm-l6"])
     config["probe"]["per_model"] = {}
@@ -218,5 +275,11 @@ def test_the_dry_run_sizes_every_run_offline(tmp_path, monkeypatch):
     assert run_grid(path, dry_run=True, out=out) == 0
     lines = out.getvalue().splitlines()
     at = lines.index(next(line for line in lines if "would run probe__minilm-l6__sst2__none__k0__cached:" in line))
-    assert lines[at + 1].strip().startswith("3,472 examples, features ≤ 0.60 GB (disk: above the memory budget, streamed), ~")
-    assert lines[at + 1].strip().endswith("on 2 CPU cores, extracts 1, reuses 1 feature set")  # the pool: select_lr's, which runs first
+    assert (
+        lines[at + 1]
+        .strip()
+        .startswith("3,472 examples, features ≤ 0.60 GB (disk: above the memory budget, streamed), ~")
+    )
+    assert (
+        lines[at + 1].strip().endswith("on 2 CPU cores, extracts 1, reuses 1 feature set")
+    )  # the pool: select_lr's, which runs first

@@ -26,7 +26,11 @@ def _commands() -> list[list[str]]:
             line = line.split("  #")[0].strip()
             if not line.startswith("papa "):
                 continue
-            line = line.replace("[--as-is]", "--as-is").replace("CONFIG", "configs/smoke.yaml").replace("random-<seed>", "random-1")
+            line = (
+                line.replace("[--as-is]", "--as-is")
+                .replace("CONFIG", "configs/smoke.yaml")
+                .replace("random-<seed>", "random-1")
+            )
             words = [word.split("|")[0] for word in shlex.split(line)[1:]]
             commands.append(words)
     return commands

@@ -83,7 +83,9 @@ def test_a_link_that_stays_inside_the_runs_folder_is_followed(grid):
     (folder / "artifacts" / "lr").symlink_to(folder / "lr-store", target_is_directory=True)
     out = io.StringIO()
     assert run_grid(path, dry_run=True, out=out) == 0
-    assert "12 to execute" in out.getvalue()  # the smoke grid: an estimate, a ranking, an lr choice, six probes, three chapters
+    assert (
+        "12 to execute" in out.getvalue()
+    )  # the smoke grid: an estimate, a ranking, an lr choice, six probes, three chapters
 
 
 def _sealed_chapters(config: dict, folder, key: str | None = None) -> dict:

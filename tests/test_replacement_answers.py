@@ -14,7 +14,9 @@ from tests.hand_cells import cell
 
 
 def _cells(rows: list[tuple[str, str, str, str, float, list[float]]]) -> pd.DataFrame:
-    return pd.DataFrame([cell(model, task, at, drop, samples) | {"replacement": mode} for mode, model, task, at, drop, samples in rows])
+    return pd.DataFrame(
+        [cell(model, task, at, drop, samples) | {"replacement": mode} for mode, model, task, at, drop, samples in rows]
+    )
 
 
 def test_an_extra_drop_is_the_difference_resample_by_resample():
@@ -22,7 +24,9 @@ def test_an_extra_drop_is_the_difference_resample_by_resample():
     differences, so a shift common to both sides cancels where independent intervals would overlap."""
     papa = [0.00, 0.10, 0.20, 0.30]
     uniform = [0.05, 0.15, 0.25, 0.35]  # always 5 points more, though the two ranges overlap
-    extra = RP.extra_drops(_cells([("papa", "m", "sst2", "all", 0.15, papa), ("uniform", "m", "sst2", "all", 0.20, uniform)]))
+    extra = RP.extra_drops(
+        _cells([("papa", "m", "sst2", "all", 0.15, papa), ("uniform", "m", "sst2", "all", 0.20, uniform)])
+    )
     assert len(extra) == 1
     row = extra.iloc[0]
     assert (row.drop_papa, row.relative_drop, row.replacement) == (0.15, 0.20, "uniform")
@@ -55,15 +59,24 @@ def test_pooled_extra_averages_informative_pairs_and_every_answer_follows_the_ru
     extra = RP.extra_drops(cells)
     mean = RP.pooled_extra(extra, "mean", "all")
     assert (mean["n"], mean["tasks"]) == (2, ["mrpc", "sst2"])
-    assert mean["value"] == pytest.approx(0.08) and mean["low"] == pytest.approx(0.08) and mean["high"] == pytest.approx(0.08)
+    assert (
+        mean["value"] == pytest.approx(0.08)
+        and mean["low"] == pytest.approx(0.08)
+        and mean["high"] == pytest.approx(0.08)
+    )
     zero = RP.pooled_extra(extra, "zero", "all")
-    assert zero["value"] == pytest.approx(((0.40 - 0.02) + (0.30 - 0.04)) / 2)  # cola (papa 0.5, zero 0.0) is not informative
+    assert zero["value"] == pytest.approx(
+        ((0.40 - 0.02) + (0.30 - 0.04)) / 2
+    )  # cola (papa 0.5, zero 0.0) is not informative
     uniform = RP.pooled_extra(extra, "uniform", "all")  # resampled means 0.045, 0.005, −0.035: the interval holds 0
     assert uniform["value"] == pytest.approx(0.005) and uniform["low"] < 0 < uniform["high"]
     table = RP.answers(extra, "all").set_index("replacement")
     assert table.loc["mean", "answer"] == "yes" and table.loc["zero", "answer"] == "yes"
     assert table.loc["uniform", "answer"] == "no difference shown"
-    assert table.loc["uniform", "reason"] == ("The extra drop's interval [-3.3, +4.3] points over 2 model/task pairs holds 0: uniform may do as well as PAPA's constant.")
+    assert table.loc["uniform", "reason"] == (
+        "The extra drop's interval [-3.3, +4.3] points over 2 model/task "
+        "pairs holds 0: uniform may do as well as PAPA's constant."
+    )
     assert list(table["question"]) == list(RP.QUESTIONS.values())
 
 
@@ -84,5 +97,8 @@ def test_pooled_by_model_reads_each_modes_informative_cells():
     rows = [("papa", "m", t, "all", d, [d, d]) for t, d in (("sst2", 0.1), ("mrpc", 0.3))]
     rows += [("zero", "m", "sst2", "all", 0.5, [0.4, 0.6])]
     table = RP.pooled_by_model(_cells(rows))
-    assert list(zip(table["replacement"], table["value"], table["n"])) == [("papa", pytest.approx(0.2), 2), ("zero", 0.5, 1)]
+    assert list(zip(table["replacement"], table["value"], table["n"])) == [
+        ("papa", pytest.approx(0.2), 2),
+        ("zero", 0.5, 1),
+    ]
     assert table.loc[1, "low"] == pytest.approx(0.405) and table.loc[1, "high"] == pytest.approx(0.595)

@@ -21,17 +21,34 @@ CONFIG = {
     "tasks": ["sst2"],
     "rank": {"methods": ["gates"]},
     "probe": {"lr": "select", "epochs": 20, "selection": "heldout", "modes": ["cached"], "max_train_examples": 2000},
-    "studies": [{"name": "replace", "chapter": "replacements", "fractions": ["1/2", 1], "replacements": ["uniform", "zero", "mean"]}],
+    "studies": [
+        {
+            "name": "replace",
+            "chapter": "replacements",
+            "fractions": ["1/2", 1],
+            "replacements": ["uniform", "zero", "mean"],
+        }
+    ],
 }
 
 
 def _write(folder) -> None:
     out = folder / "results"
     for seed in (42, 43, 44):
-        atomic_write_json(out / f"ma__sst2__k0__s{seed}.json", _record("ma", 0, TOTAL, seed, _predictions(0.90, seed), None, True))
+        atomic_write_json(
+            out / f"ma__sst2__k0__s{seed}.json", _record("ma", 0, TOTAL, seed, _predictions(0.90, seed), None, True)
+        )
         for mode, accuracies in ACCURACY.items():
             for k, accuracy in zip((4, 8), accuracies):
-                record = _record("ma", k, TOTAL, seed, _predictions(accuracy, seed + 10 * k), "ma__sst2__gates.json" if k == 4 else None, True)
+                record = _record(
+                    "ma",
+                    k,
+                    TOTAL,
+                    seed,
+                    _predictions(accuracy, seed + 10 * k),
+                    "ma__sst2__gates.json" if k == 4 else None,
+                    True,
+                )
                 record["config"]["replacement"] = mode
                 suffix = "" if mode == "papa" else f"__{mode}__replace"
                 atomic_write_json(out / f"ma__sst2__k{k}{suffix}__s{seed}.json", record)
@@ -58,7 +75,9 @@ def test_the_main_grid_holds_papa_only_and_every_mode_pairs_with_its_k0_runs(sci
     # the zero mode's interval at all heads is stats.paired_bootstrap of its runs against the main k = 0 runs
     base = [S.run_statistics(data.records[f"ma__sst2__k0__s{s}"]) for s in (42, 43, 44)]
     zero = [S.run_statistics(data.records[f"ma__sst2__k8__zero__replace__s{s}"]) for s in (42, 43, 44)]
-    expected = S.paired_bootstrap(base, zero, "accuracy", rows=S.resample_rows(len(base[0]), S.RESAMPLES, 0, "sst2:same"))
+    expected = S.paired_bootstrap(
+        base, zero, "accuracy", rows=S.resample_rows(len(base[0]), S.RESAMPLES, 0, "sst2:same")
+    )
     assert cells.loc[("zero", "all"), "relative_low"] == expected["relative_low"]
     assert cells.loc[("zero", "all"), "relative_high"] == expected["relative_high"]
 
@@ -69,7 +88,9 @@ def test_extra_drops_and_answers(science):
     assert extra.loc[("zero", "all"), "extra"] == pytest.approx((0.85 - 0.60) / 0.90)
     assert extra.loc[("uniform", "all"), "extra"] == pytest.approx((0.85 - 0.86) / 0.90)
     answers = result.answers.set_index("replacement")
-    assert answers.loc["zero", "answer"] == "yes" and answers.loc["mean", "answer"] == "yes"  # 25 and 15 points more, on 400 examples
+    assert (
+        answers.loc["zero", "answer"] == "yes" and answers.loc["mean", "answer"] == "yes"
+    )  # 25 and 15 points more, on 400 examples
     # uniform keeps 4 examples more than PAPA's constant on every seed: a small, consistent gain over the same examples
     assert answers.loc["uniform", "answer"] == "the reverse" and answers.loc["uniform", "high"] < 0
     numbers = RPG.replacement_numbers(result, CONFIG)

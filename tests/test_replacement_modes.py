@@ -36,7 +36,11 @@ PROJECTIONS = {
     "mpnet": ("encoder.layer", "attention.attn.o"),
 }
 #: per architecture: from one layer, the module whose first input is the layer's hidden states, and its V projection
-VALUES = {"bert": ("attention.self", "value"), "deberta-v2": ("attention.self", "value_proj"), "mpnet": ("attention.attn", "v")}
+VALUES = {
+    "bert": ("attention.self", "value"),
+    "deberta-v2": ("attention.self", "value_proj"),
+    "mpnet": ("attention.attn", "v"),
+}
 
 
 def _get(module: torch.nn.Module, dotted: str) -> torch.nn.Module:
@@ -102,7 +106,9 @@ def test_uniform_is_the_mean_of_v_over_the_real_tokens(arch, heads):
     module, value = VALUES[arch]
 
     def mean_of_v(layer, head, hidden):
-        v = _get(_layers(model, arch)[layer], f"{module}.{value}")(hidden)[..., head * HEAD_DIM : (head + 1) * HEAD_DIM]  # [B, L, d]
+        v = _get(_layers(model, arch)[layer], f"{module}.{value}")(hidden)[
+            ..., head * HEAD_DIM : (head + 1) * HEAD_DIM
+        ]  # [B, L, d]
         return ((v * m).sum(1, keepdim=True) / m.sum(1, keepdim=True)) * m  # the mean at real rows, 0 at pads
 
     with _written_heads(model, arch, heads, mean_of_v):
@@ -146,7 +152,10 @@ def _naive_means(model, arch, encoded):
     seen = torch.zeros(L, dtype=torch.float64)
     outputs = {}
     handles = [
-        _get(layer, PROJECTIONS[arch][1]).register_forward_pre_hook(lambda module, args, i=i: outputs.__setitem__(i, args[0][0])) for i, layer in enumerate(_layers(model, arch))
+        _get(layer, PROJECTIONS[arch][1]).register_forward_pre_hook(
+            lambda module, args, i=i: outputs.__setitem__(i, args[0][0])
+        )
+        for i, layer in enumerate(_layers(model, arch))
     ]
     try:
         for x in range(encoded["input_ids"].shape[0]):
@@ -203,7 +212,14 @@ def test_compact_passes_equal_padded_ones_in_every_mode(arch, mode, layout):
         _compact_equals_padded(model, batch, heads, mode, means)
 
 
-SENTENCES = ["a fine film", "the plot is dull and far too long", "it rains", "what a waste of two hours of my life", "brilliant", "not bad at all, really"]
+SENTENCES = [
+    "a fine film",
+    "the plot is dull and far too long",
+    "it rains",
+    "what a waste of two hours of my life",
+    "brilliant",
+    "not bad at all, really",
+]
 
 
 @pytest.fixture(scope="module", params=["minilm-l6", "mpnet-base"])
@@ -234,7 +250,8 @@ def test_a_bad_mode_name_and_missing_means_are_one_clear_error_each():
         patch_constant_heads(model, constants, SOME, replacement="resample")
     assert str(bad.value) == "Unknown replacement 'resample'. Use one of papa, uniform, zero, mean."
     missing = (
-        "The replacement 'mean' needs the heads' mean outputs, and these constants hold none (estimated before they were stored). "
+        "The replacement 'mean' needs the heads' mean outputs, and "
+        "these constants hold none (estimated before they were stored). "
         "Re-run `papa estimate` for this model and task to write them."
     )
     with pytest.raises(PapaError) as no_means:
@@ -255,15 +272,22 @@ def test_a_bad_mode_name_and_missing_means_are_one_clear_error_each():
 
 def test_means_are_saved_under_the_files_digest_and_older_files_still_load(tmp_path):
     model = _build("bert")
-    estimated = estimate_constants(model, papa_layout_batch("bert", "pair", rows=6), batch_size=4, meta={"task": "sst2"})
+    estimated = estimate_constants(
+        model, papa_layout_batch("bert", "pair", rows=6), batch_size=4, meta={"task": "sst2"}
+    )
     path = save_constants(tmp_path / "c.safetensors", estimated)
     loaded = load_constants(path)
     assert torch.equal(loaded.output_means, estimated.output_means)
-    old = save_constants(tmp_path / "old.safetensors", ConstantSet(estimated.constants, estimated.counts, estimated.deviation, {"task": "sst2"}))
+    old = save_constants(
+        tmp_path / "old.safetensors",
+        ConstantSet(estimated.constants, estimated.counts, estimated.deviation, {"task": "sst2"}),
+    )
     assert load_constants(old).output_means is None and load_constants(old).meta["sha256"] != loaded.meta["sha256"]
     data = bytearray(path.read_bytes())
     header_length = int.from_bytes(data[:8], "little")
-    data[8 + header_length + json.loads(data[8 : 8 + header_length])["output_means"]["data_offsets"][0]] ^= 0xFF  # a byte of the means
+    data[8 + header_length + json.loads(data[8 : 8 + header_length])["output_means"]["data_offsets"][0]] ^= (
+        0xFF  # a byte of the means
+    )
     (tmp_path / "bad.safetensors").write_bytes(bytes(data))
     with pytest.raises(CorruptFileError, match="fails its checksum"):
         load_constants(tmp_path / "bad.safetensors")

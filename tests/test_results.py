@@ -43,7 +43,10 @@ def result(
     metrics = {metric: score, "main": score}
     if metric == "combined":
         metrics.update(accuracy=score + 0.01, f1=score - 0.01)
-    history = [{"epoch": e, "train_loss": 1.0 / e, **{m: v - 0.1 * (epochs - e) for m, v in metrics.items()}} for e in range(1, epochs + 1)]
+    history = [
+        {"epoch": e, "train_loss": 1.0 / e, **{m: v - 0.1 * (epochs - e) for m, v in metrics.items()}}
+        for e in range(1, epochs + 1)
+    ]
     return {
         "config": {
             "model": model,
@@ -64,7 +67,13 @@ def result(
         "score": score,
         "metrics": metrics,
         "epochs": history,
-        "floors": {"majority": {metric: majority, "main": majority, **({"accuracy": majority, "f1": majority} if metric == "combined" else {})}},
+        "floors": {
+            "majority": {
+                metric: majority,
+                "main": majority,
+                **({"accuracy": majority, "f1": majority} if metric == "combined" else {}),
+            }
+        },
         "timings": {"total": 3.5},
         "data": {"train_examples": train_examples, "eval_examples": 100},
     }
@@ -156,7 +165,15 @@ def test_epoch_table(tmp_path):
 
 
 def grid(
-    tmp_path, baseline=(0.80, 0.82, 0.84), half=(0.79, 0.81, 0.83), full=(0.70, 0.72, 0.74), free=(0.55, 0.56, 0.57), majority=0.5, task="sst2", model="minilm-l6", total=72
+    tmp_path,
+    baseline=(0.80, 0.82, 0.84),
+    half=(0.79, 0.81, 0.83),
+    full=(0.70, 0.72, 0.74),
+    free=(0.55, 0.56, 0.57),
+    majority=0.5,
+    task="sst2",
+    model="minilm-l6",
+    total=72,
 ) -> Path:
     runs = {}
     for seed, (b, h, f, e) in enumerate(zip(baseline, half, full, free), start=1):
@@ -193,7 +210,15 @@ def test_floors_table_informative_flags(tmp_path):
     # sst2: baseline 0.82 ± 0.02 vs floors max(0.5, 0.56): gap 0.26 > margin 0.04 → informative
     grid(tmp_path / "g", task="sst2")
     # cola: baseline 0.10 ± 0.02 vs attention-free 0.09: gap 0.01 < margin 0.04 → not informative
-    grid(tmp_path / "g", task="cola", baseline=(0.08, 0.10, 0.12), half=(0.08, 0.1, 0.1), full=(0.0, 0.01, 0.02), free=(0.08, 0.09, 0.10), majority=0.0)
+    grid(
+        tmp_path / "g",
+        task="cola",
+        baseline=(0.08, 0.10, 0.12),
+        half=(0.08, 0.1, 0.1),
+        full=(0.0, 0.01, 0.02),
+        free=(0.08, 0.09, 0.10),
+        majority=0.0,
+    )
     # mrpc: majority 0.81 beats the attention-free floor; baseline 0.815 → gap 0.005 < 0.01 → not informative
     grid(tmp_path / "g", task="mrpc", baseline=(0.815,) * 3, free=(0.6,) * 3, majority=0.81)
     df = load_results(tmp_path / "g")
@@ -228,22 +253,44 @@ def test_sensitivity_table_by_hand(tmp_path):
     main = study_frame(tidy, config)
     assert set(main["lr"]) == {2e-5}  # the tuned runs are not mixed into the main grid
     data = book_data_from(config, read_results(tmp_path), {})
-    assert data.studies["tuned"]["run_id"].tolist() == study_frame(tidy, config, config["studies"][0])["run_id"].tolist()
+    assert (
+        data.studies["tuned"]["run_id"].tolist() == study_frame(tidy, config, config["studies"][0])["run_id"].tolist()
+    )
     row = sensitivity_table(data).iloc[0]
     assert row["setting"] == "lr 1e-3, 4 epochs, epoch chosen on held-out training data"
     assert row["k=0 official"] == pytest.approx(0.802) and row["k=all official"] == pytest.approx(0.722)
     assert row["drop official"] == pytest.approx(0.08 / 0.802)
     assert row["drop study"] == pytest.approx(0.02 / 0.902)
-    assert row["k=0 change beyond seed range"] and row["k=all change beyond seed range"] and row["mean epoch reported"] == 3
+    assert (
+        row["k=0 change beyond seed range"]
+        and row["k=all change beyond seed range"]
+        and row["mean epoch reported"] == 3
+    )
 
 
 def test_still_rising_by_hand():
     from papa.book.data import still_rising
 
     def run(run_id, scores):
-        return [{"run_id": run_id, "model": "minilm-l6", "task": "sst2", "k": 0, "seed": 1, "probe_input": "all", "epoch": e + 1, "score": s} for e, s in enumerate(scores)]
+        return [
+            {
+                "run_id": run_id,
+                "model": "minilm-l6",
+                "task": "sst2",
+                "k": 0,
+                "seed": 1,
+                "probe_input": "all",
+                "epoch": e + 1,
+                "score": s,
+            }
+            for e, s in enumerate(scores)
+        ]
 
-    epochs = pd.DataFrame(run("rising", [0.5, 0.6, 0.7, 0.8, 0.85, 0.9]) + run("flat", [0.7, 0.71, 0.7, 0.7, 0.701, 0.7]) + run("short", [0.1, 0.2, 0.3, 0.4]))
+    epochs = pd.DataFrame(
+        run("rising", [0.5, 0.6, 0.7, 0.8, 0.85, 0.9])
+        + run("flat", [0.7, 0.71, 0.7, 0.7, 0.701, 0.7])
+        + run("short", [0.1, 0.2, 0.3, 0.4])
+    )
     table = still_rising(epochs).set_index("run_id")
     assert table.loc["rising", "late_gain"] == pytest.approx(0.85 - 0.6) and table.loc["rising", "rising"]
     assert not table.loc["flat", "rising"] and "short" not in table.index  # fewer than 2 × 3 epochs: not judged
@@ -255,15 +302,24 @@ def test_sensitivity_table_names_the_whole_split_and_skips_what_is_not_its_own(t
 
     runs = {}
     for seed in (1, 2):
-        for size, (k0, kall), tag in ((1000, (0.80, 0.72), ""), (67349, (0.85, 0.84), "__fulldata"), (8000, (0.83, 0.82), "__more")):
+        for size, (k0, kall), tag in (
+            (1000, (0.80, 0.72), ""),
+            (67349, (0.85, 0.84), "__fulldata"),
+            (8000, (0.83, 0.82), "__more"),
+        ):
             runs[f"p0{tag}__s{seed}"] = result(k=0, seed=seed, score=k0 + 0.001 * seed, train_examples=size)
             runs[f"pa{tag}__s{seed}"] = result(k=72, seed=seed, score=kall + 0.001 * seed, train_examples=size)
-        runs[f"pf__floorfull__s{seed}"] = result(k=0, seed=seed, score=0.7, probe_input="embeddings", train_examples=67349)
+        runs[f"pf__floorfull__s{seed}"] = result(
+            k=0, seed=seed, score=0.7, probe_input="embeddings", train_examples=67349
+        )
     config = {
         "models": ["minilm-l6"],
         "tasks": ["sst2"],
         "probe": {"lr": 2e-5, "epochs": 2, "max_train_examples": 1000, "modes": ["cached"]},
-        "studies": [{"name": "fulldata", "max_train_examples": None}, {"name": "floorfull", "max_train_examples": None, "probe_input": "embeddings"}],
+        "studies": [
+            {"name": "fulldata", "max_train_examples": None},
+            {"name": "floorfull", "max_train_examples": None, "probe_input": "embeddings"},
+        ],
     }
 
     def table(names):
@@ -274,7 +330,9 @@ def test_sensitivity_table_names_the_whole_split_and_skips_what_is_not_its_own(t
     rows = table(["p0", "pa", "pf"])
     assert rows["study"].tolist() == ["fulldata"]  # the embeddings-only study is not a row of its own
     assert rows.iloc[0]["setting"] == "the whole training split (67,349 examples)"
-    assert rows.iloc[0]["k=0 study"] == pytest.approx(0.8515) and rows.iloc[0]["drop study"] == pytest.approx(0.01 / 0.8515)
+    assert rows.iloc[0]["k=0 study"] == pytest.approx(0.8515) and rows.iloc[0]["drop study"] == pytest.approx(
+        0.01 / 0.8515
+    )
     # before fulldata has run, it has no row: the 8000-example runs of another study are not borrowed
     assert table(["p0__s", "pa__s", "__more"]).empty
 
@@ -285,7 +343,10 @@ def test_sensitivity_table_names_the_whole_split_and_skips_what_is_not_its_own(t
 def test_epoch_table_and_tidy_frame_without_a_per_epoch_dev_curve(tmp_path):
     """dev_every_epoch=False: the epochs hold only the held-out score; the tidy frame carries the convergence flag."""
     early = result(seed=1) | {
-        "epochs": [{"epoch": 1, "train_loss": 0.9, "heldout_main": 0.6}, {"epoch": 2, "train_loss": 0.5, "heldout_main": 0.7}],
+        "epochs": [
+            {"epoch": 1, "train_loss": 0.9, "heldout_main": 0.6},
+            {"epoch": 2, "train_loss": 0.5, "heldout_main": 0.7},
+        ],
         "convergence": {"converged": False, "best_epoch": 2, "epochs_trained": 2, "stopped_early": False},
         "dev": {"predictions": [1, 0, 1], "labels": [1, 1, 1], "label_names": ["a", "b"], "lengths": None},
     }
@@ -297,7 +358,9 @@ def test_epoch_table_and_tidy_frame_without_a_per_epoch_dev_curve(tmp_path):
     tidy = load_results(tmp_path).drop_duplicates("run_id").set_index("run_id")
     assert tidy.loc["early", "converged"] is False and tidy.loc["final", "converged"] is None
     assert tidy.loc["final", "selected_epoch"] is None or math.isnan(tidy.loc["final", "selected_epoch"])
-    assert not any(isinstance(v, list) for v in load_results(tmp_path).to_numpy().ravel())  # dev predictions stay in the records
+    assert not any(
+        isinstance(v, list) for v in load_results(tmp_path).to_numpy().ravel()
+    )  # dev predictions stay in the records
 
 
 def test_book_data_keeps_the_records_and_reads_the_chosen_lr(tmp_path):
@@ -305,8 +368,20 @@ def test_book_data_keeps_the_records_and_reads_the_chosen_lr(tmp_path):
     from tests.hand_cells import book_data
 
     (tmp_path / "results").mkdir()
-    write(tmp_path / "results", {"a": result(seed=1, lr=1e-3, epochs=20), "b": result(task="cola", seed=1, lr=2e-4, epochs=20, metric="matthews_correlation")})
-    config = {"name": "x", "models": ["minilm-l6"], "tasks": ["sst2", "cola"], "rank": {"methods": ["gates"]}, "probe": {"lr": "select", "epochs": 20, "max_train_examples": 1000}}
+    write(
+        tmp_path / "results",
+        {
+            "a": result(seed=1, lr=1e-3, epochs=20),
+            "b": result(task="cola", seed=1, lr=2e-4, epochs=20, metric="matthews_correlation"),
+        },
+    )
+    config = {
+        "name": "x",
+        "models": ["minilm-l6"],
+        "tasks": ["sst2", "cola"],
+        "rank": {"methods": ["gates"]},
+        "probe": {"lr": "select", "epochs": 20, "max_train_examples": 1000},
+    }
     data = book_data(config, tmp_path)
     assert sorted(data.main["lr"].unique()) == [2e-4, 1e-3] and set(data.records) == {"a", "b"}
     assert data.records["a"]["config"]["lr"] == 1e-3
@@ -324,8 +399,19 @@ def test_study_frame_applies_per_model_settings(tmp_path):
         "mp_other_cap": result(seed=2, lr=2e-4, epochs=20, train_examples=1000, model="mpnet-base", total=144),
     }
     write(tmp_path / "results", runs)
-    probe = {"lr": "select", "epochs": 20, "max_train_examples": 2000, "per_model": {"mpnet-base": {"epochs": 15, "max_train_examples": 1000}}}
-    config = {"name": "x", "models": ["minilm-l6", "mpnet-base"], "tasks": ["sst2"], "rank": {"methods": ["gates"]}, "probe": probe}
+    probe = {
+        "lr": "select",
+        "epochs": 20,
+        "max_train_examples": 2000,
+        "per_model": {"mpnet-base": {"epochs": 15, "max_train_examples": 1000}},
+    }
+    config = {
+        "name": "x",
+        "models": ["minilm-l6", "mpnet-base"],
+        "tasks": ["sst2"],
+        "rank": {"methods": ["gates"]},
+        "probe": probe,
+    }
     assert sorted(book_data(config, tmp_path).main["run_id"].unique()) == ["l6", "mp"]
 
 
@@ -333,7 +419,9 @@ def test_floors_table_with_intervals_asks_the_lower_bound_to_clear_the_floor(tmp
     """With a k = 0 interval, a task is informative when its lower bound lies above the higher floor *and* the
     seed-spread margin holds; a task without one keeps the margin rule alone."""
     grid(tmp_path / "g", task="sst2")  # baseline 0.82, floors max(0.5, 0.56)
-    grid(tmp_path / "g", task="cola", baseline=(0.05, 0.05, 0.05), free=(0.0,) * 3, majority=0.0)  # no spread: margin rule says yes
+    grid(
+        tmp_path / "g", task="cola", baseline=(0.05, 0.05, 0.05), free=(0.0,) * 3, majority=0.0
+    )  # no spread: margin rule says yes
     df = load_results(tmp_path / "g")
     assert floors_table(df).set_index("task").loc["cola", "informative"]
     intervals = {("minilm-l6", "cola", "cached"): (-0.01, 0.11), ("minilm-l6", "sst2", "cached"): (0.561, 0.9)}
@@ -343,8 +431,12 @@ def test_floors_table_with_intervals_asks_the_lower_bound_to_clear_the_floor(tmp
     intervals[("minilm-l6", "sst2", "cached")] = (0.56, 0.9)  # on the floor is not above it
     assert not floors_table(df, intervals=intervals).set_index("task").loc["sst2", "informative"]
     grid(tmp_path / "h", task="cola", baseline=(0.0, 0.0, 0.15), free=(0.0,) * 3, majority=0.0)  # mean 0.05, std 0.087
-    spread = floors_table(load_results(tmp_path / "h"), intervals={("minilm-l6", "cola", "cached"): (0.02, 0.08)}).iloc[0]
-    assert spread["baseline_low"] == 0.02 and not spread["informative"]  # the interval clears 0, two seeds learned nothing
+    spread = floors_table(load_results(tmp_path / "h"), intervals={("minilm-l6", "cola", "cached"): (0.02, 0.08)}).iloc[
+        0
+    ]
+    assert (
+        spread["baseline_low"] == 0.02 and not spread["informative"]
+    )  # the interval clears 0, two seeds learned nothing
 
 
 def test_baseline_intervals_bootstrap_the_k0_score_over_dev_examples():
@@ -354,9 +446,19 @@ def test_baseline_intervals_bootstrap_the_k0_score_over_dev_examples():
         return {"metric": "accuracy", "dev": {"predictions": predictions, "labels": labels, "label_names": ["a", "b"]}}
 
     labels = [0, 1] * 50
-    records = {"p1": record(labels, labels), "p2": record(labels, labels), "q1": record([0] * 100, labels), "r1": {"metric": "accuracy"}}
+    records = {
+        "p1": record(labels, labels),
+        "p2": record(labels, labels),
+        "q1": record([0] * 100, labels),
+        "r1": {"metric": "accuracy"},
+    }
     rows = [("m", "sst2", "p1"), ("m", "sst2", "p2"), ("m", "cola", "q1"), ("m", "mrpc", "r1")]
-    main = pd.DataFrame([{"model": m, "task": t, "mode": "cached", "k": 0, "probe_input": "all", "is_main": True, "run_id": r} for m, t, r in rows])
+    main = pd.DataFrame(
+        [
+            {"model": m, "task": t, "mode": "cached", "k": 0, "probe_input": "all", "is_main": True, "run_id": r}
+            for m, t, r in rows
+        ]
+    )
     found = baseline_intervals(records, main)
     assert found[("m", "sst2", "cached")] == (1.0, 1.0)  # always right, on every resample
     low, high = found[("m", "cola", "cached")]  # one class of two, half the labels: accuracy 0.5
@@ -365,4 +467,6 @@ def test_baseline_intervals_bootstrap_the_k0_score_over_dev_examples():
     records["p2"] = {**record(labels, labels), "data": {"eval_indices_sha": "other"}}
     assert ("m", "sst2", "cached") not in baseline_intervals(records, main)  # the seeds scored different dev examples
     records["p2"] = {"metric": "accuracy"}
-    assert ("m", "sst2", "cached") not in baseline_intervals(records, main)  # one seed without predictions: none for the group
+    assert ("m", "sst2", "cached") not in baseline_intervals(
+        records, main
+    )  # one seed without predictions: none for the group

@@ -91,7 +91,10 @@ def test_the_grid_is_up_to_date_and_every_output_is_stamped(grid):
     assert _stale(config) == {}
     assert "0 to execute" in _dry_run(path)
     stamp = stamps.read_stamp(stamps.stamp_path(folder, ESTIMATE))
-    assert set(stamp["outputs"]) == {f"book/runs/{config['name']}/artifacts/constants/minilm-l6__sst2.safetensors", f"book/runs/{config['name']}/{ESTIMATE}.ipynb"}
+    assert set(stamp["outputs"]) == {
+        f"book/runs/{config['name']}/artifacts/constants/minilm-l6__sst2.safetensors",
+        f"book/runs/{config['name']}/{ESTIMATE}.ipynb",
+    }
     notebook = json.loads((folder / f"{ESTIMATE}.ipynb").read_text())
     assert notebook["metadata"]["papa"] == {"run_id": ESTIMATE, "key": stamp["key"]}
     assert json.loads((folder / "grid.json").read_text())["config"] == str(path.resolve())
@@ -107,7 +110,10 @@ def test_a_run_killed_between_its_artefact_and_its_stamp_is_re_executed_after_th
         data[-10] ^= 0xFF  # the 64-example constants (any other bytes)
         constants.write_bytes(bytes(data))
         stale = _stale(config)
-        assert stale[ESTIMATE] == [f"output not proven (book/runs/{config['name']}/artifacts/constants/minilm-l6__sst2.safetensors differs from what the run wrote)"]
+        assert stale[ESTIMATE] == [
+            f"output not proven (book/runs/{config['name']}/artifacts/constants/minilm-l6__sst2.safetensors "
+            "differs from what the run wrote)"
+        ]
         assert stale[RANK] == [f"upstream {ESTIMATE} re-runs"] and stale[KALL] == [f"upstream {ESTIMATE} re-runs"]
         assert K0 not in stale  # the k = 0 probe reads no constants
         assert set(stale) == {ESTIMATE, RANK, KALL, "results", "controls"}
@@ -180,7 +186,11 @@ def test_a_config_reusing_the_grid_name_is_refused_before_anything_is_written(gr
     for dry_run in (True, False):
         with pytest.raises(PapaError) as caught:
             run_grid(other, dry_run=dry_run, out=io.StringIO())
-        assert caught.value.problem == f"The runs folder book/runs/{config['name']} serves the config {config['_path']}, not {other.resolve()} (both are named {config['name']!r})"
+        assert (
+            caught.value.problem
+            == f"The runs folder book/runs/{config['name']} serves the config {config['_path']}, not {other.resolve()} "
+            f"(both are named {config['name']!r})"
+        )
         assert f"rename it (name: {config['name']}-2) or pass --replace" in caught.value.hint
     assert {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()} == before
     assert run_grid(other, dry_run=True, out=io.StringIO(), replace=True) == 0  # the explicit take-over is allowed
@@ -243,7 +253,9 @@ def test_only_refuses_a_run_whose_upstream_is_stale(grid):
         before = {p: p.stat().st_mtime_ns for p in folder.rglob("*") if p.is_file()}
         with pytest.raises(PapaError, match=f"--only '{KALL}' selects runs whose upstream runs are stale: {ESTIMATE}"):
             run_grid(path, only=KALL, out=io.StringIO())
-        assert {p: p.stat().st_mtime_ns for p in folder.rglob("*") if p.is_file() and p.name != ".lock.owner"} == {p: t for p, t in before.items() if p.name != ".lock.owner"}
+        assert {p: p.stat().st_mtime_ns for p in folder.rglob("*") if p.is_file() and p.name != ".lock.owner"} == {
+            p: t for p, t in before.items() if p.name != ".lock.owner"
+        }
     assert _stale(config) == {}
 
 
@@ -263,12 +275,20 @@ def test_prune_removes_exactly_the_files_of_runs_the_narrowed_config_no_longer_h
     result, stamp and manifest entry as not in the plan; --prune removes exactly those, and every run the config
     still has stays proven (only the new probe and the chapters that read the probes are stale)."""
     path, config, folder = grid
-    kall = [folder / f"{KALL}.ipynb", stamps.stamp_path(folder, KALL), *folder.glob(f"artifacts/results/{KALL}__s*.json")]
+    kall = [
+        folder / f"{KALL}.ipynb",
+        stamps.stamp_path(folder, KALL),
+        *folder.glob(f"artifacts/results/{KALL}__s*.json"),
+    ]
     with _Saved(path, folder / "manifest.json", folder / "grid.json", *kall):
         narrowed = yaml.safe_load(path.read_text())
         narrowed["probe"]["fractions"] = [0, "1/2"]
         path.write_text(yaml.safe_dump(narrowed))
-        kept = {p: p.read_bytes() for p in folder.rglob("*") if p.is_file() and p not in kall and p.name not in ("manifest.json", "grid.json", ".lock", ".lock.owner")}
+        kept = {
+            p: p.read_bytes()
+            for p in folder.rglob("*")
+            if p.is_file() and p not in kall and p.name not in ("manifest.json", "grid.json", ".lock", ".lock.owner")
+        }
         report = _dry_run(path)
         assert f"not in the plan: {len(kall)} files and 1 manifest entries (--prune removes them)" in report
         assert {line.split(": ", 1)[1] for line in report.splitlines() if line.startswith("    not in the plan: ")} == {
@@ -282,6 +302,10 @@ def test_prune_removes_exactly_the_files_of_runs_the_narrowed_config_no_longer_h
         assert {p: p.read_bytes() for p in kept} == kept and all(p.is_file() for p in kept)
         narrowed_config = load_config(path)
         half = next(r.run_id for r in grid_status(narrowed_config).runs if r.kind == "probe" and r.params["k"] == 36)
-        assert set(_stale(narrowed_config)) == {half, "results", "controls"}  # the new probe, and the chapters that read the probes
+        assert set(_stale(narrowed_config)) == {
+            half,
+            "results",
+            "controls",
+        }  # the new probe, and the chapters that read the probes
         assert KALL not in stamps.Manifest(folder / "manifest.json").entries
     assert _stale(config) == {}  # the original config, its files put back: up to date again

@@ -34,8 +34,11 @@ SELECT = "select_lr__minilm-l6__sst2"
 
 @pytest.fixture
 def grid(tmp_path, monkeypatch):
-    """``(config path, config, runs folder)`` of the smoke grid's plan under a new name, whose runs folder is made by hand (removed after)."""
-    monkeypatch.setenv("PAPA_CACHE_DIR", str(tmp_path / "cache"))  # a runner's start cleans the feature cache's old temp files
+    """``(config path, config, runs folder)`` of the smoke grid's plan under a new name, whose runs folder is made
+    by hand (removed after)."""
+    monkeypatch.setenv(
+        "PAPA_CACHE_DIR", str(tmp_path / "cache")
+    )  # a runner's start cleans the feature cache's old temp files
     name = f"test-folder-{uuid.uuid4().hex[:8]}"
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(dict(SMOKE, name=name)))
@@ -71,7 +74,9 @@ def _dry_run(path: Path) -> str:
 def test_dry_run_names_what_no_run_of_the_plan_wrote_and_prune_removes_exactly_that(grid, tmp_path):
     path, config, folder = grid
     kept = _plan_files(config)
-    kept.append(_write(folder / "probe__minilm-l6__sst2__none__k0__cached.failed.ipynb"))  # a plan run's failed attempt: read it
+    kept.append(
+        _write(folder / "probe__minilm-l6__sst2__none__k0__cached.failed.ipynb")
+    )  # a plan run's failed attempt: read it
     stamps.Manifest(folder / "manifest.json").save()
     manifest = stamps.Manifest(folder / "manifest.json")
     manifest.entries = {"estimate__minilm-l6__sst2": {"status": "ok"}, LEFTOVER: {"status": "ok", "seconds": 3.0}}
@@ -89,21 +94,32 @@ def test_dry_run_names_what_no_run_of_the_plan_wrote_and_prune_removes_exactly_t
     link = folder / "artifacts" / "linked.json"
     link.symlink_to(outside)
     leftovers.append(link)
-    temp = _write(folder / "artifacts" / "results" / ".p.json.abcd1234.tmp")  # papa's temporary file: not the plan's business
+    temp = _write(
+        folder / "artifacts" / "results" / ".p.json.abcd1234.tmp"
+    )  # papa's temporary file: not the plan's business
 
     report = _dry_run(path)
     assert f"not in the plan: {len(leftovers)} files and 1 manifest entries (--prune removes them)" in report
-    listed = {line.split("not in the plan: ", 1)[1] for line in report.splitlines() if line.startswith("    not in the plan: ")}
+    listed = {
+        line.split("not in the plan: ", 1)[1]
+        for line in report.splitlines()
+        if line.startswith("    not in the plan: ")
+    }
     assert listed == {str(p.relative_to(folder)) for p in leftovers} | {f"manifest entry {LEFTOVER}"}
     assert all(p.exists() or p.is_symlink() for p in leftovers)  # a dry run removes nothing
 
     out = io.StringIO()  # a run without --prune counts them and keeps them
     assert run_grid(path, only="no-such-run", out=out) == 0
-    assert f"not in the plan: {len(leftovers)} files and 1 manifest entries (--dry-run lists them, --prune removes them)" in out.getvalue()
+    assert (
+        f"not in the plan: {len(leftovers)} files and 1 manifest entries (--dry-run lists them, --prune removes them)"
+        in out.getvalue()
+    )
     assert all(p.exists() or p.is_symlink() for p in leftovers)
 
     out = io.StringIO()
-    assert run_grid(path, only="no-such-run", prune=True, out=out) == 0  # --only selects nothing: only the pruning happens
+    assert (
+        run_grid(path, only="no-such-run", prune=True, out=out) == 0
+    )  # --only selects nothing: only the pruning happens
     assert f"removed, not in the plan: {len(leftovers)} files and 1 manifest entries" in out.getvalue()
     assert f"    removed: {LEFTOVER}.ipynb" in out.getvalue()
     assert not any(p.exists() or p.is_symlink() for p in leftovers)
@@ -177,7 +193,9 @@ def test_a_run_titled_before_its_kind_got_its_title_is_refreshed_not_re_executed
     _executed_before_the_title_changed(run, config)
     status = grid_status(config)
     rid = run.run_id
-    stamps.seal(run, status.keys[rid][0], status.components[rid], status.displays[rid], status.keys[rid][1], 1.0, folder)
+    stamps.seal(
+        run, status.keys[rid][0], status.components[rid], status.displays[rid], status.keys[rid][1], 1.0, folder
+    )
     notebook = ROOT / run_notebook_path(run)
     assert title_is_stale(notebook, run.params, ROOT)
 
@@ -188,6 +206,8 @@ def test_a_run_titled_before_its_kind_got_its_title_is_refreshed_not_re_executed
     assert run_grid(path, only="no-such-run", out=out) == 0
     assert f"refreshes the text of {rid} (title changed; not re-executed)" in out.getvalue()
     title = heading(json.loads(notebook.read_text()))
-    assert title == run_title(run.params, ROOT) and title.startswith("Learning rate — minilm-l6 · SST-2 · chosen among ")
+    assert title == run_title(run.params, ROOT) and title.startswith(
+        "Learning rate — minilm-l6 · SST-2 · chosen among "
+    )
     status = grid_status(config)
     assert rid not in status.reasons and status.refresh == []  # proven, and its title is now right

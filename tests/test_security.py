@@ -16,13 +16,20 @@ from papa.core.heads import load_ranking
 from papa.core.io import read_json_verified
 from papa.core.models import NO_CUSTOM_CODE, check_model_folder, load_model, resolve_model_path
 
-CUSTOM_CODE_HINT = "Use a model whose architecture transformers ships (bert, roberta, deberta, ...); papa loads every model with trust_remote_code=False."
+CUSTOM_CODE_HINT = (
+    "Use a model whose architecture transformers ships (bert, roberta, "
+    "deberta, ...); papa loads every model with trust_remote_code=False."
+)
 
 
 def _evil_folder(folder, marker, config=None):
     """A model folder whose config asks for its own code, and whose code writes ``marker`` when run."""
     folder.mkdir()
-    config = config or {"model_type": "evil", "auto_map": {"AutoConfig": "evil.EvilConfig", "AutoModel": "evil.EvilModel"}, "architectures": ["EvilModel"]}
+    config = config or {
+        "model_type": "evil",
+        "auto_map": {"AutoConfig": "evil.EvilConfig", "AutoModel": "evil.EvilModel"},
+        "architectures": ["EvilModel"],
+    }
     (folder / "config.json").write_text(json.dumps(config))
     (folder / "evil.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
     return folder
@@ -43,7 +50,8 @@ def test_custom_code_folder_is_refused_before_transformers(tmp_path, monkeypatch
     with pytest.raises(PapaError) as err:
         load_model(str(folder))
     assert str(err.value) == (
-        f"The model {folder} needs custom code (model_type 'evil' is unknown to transformers and its config.json has an auto_map), "
+        f"The model {folder} needs custom code (model_type 'evil' is "
+        "unknown to transformers and its config.json has an auto_map), "
         f"and papa never runs code shipped with a model. {CUSTOM_CODE_HINT}"
     )
     assert not marker.exists()
@@ -63,17 +71,26 @@ def test_each_sign_of_custom_code_is_refused(tmp_path, monkeypatch, config, reas
     _transformers_must_not_be_asked(monkeypatch)
     with pytest.raises(PapaError) as err:
         load_model(str(folder))
-    assert str(err.value) == f"The model {folder} needs custom code ({reason}), and papa never runs code shipped with a model. {CUSTOM_CODE_HINT}"
+    assert (
+        str(err.value) == f"The model {folder} needs custom code ({reason}), and papa "
+        f"never runs code shipped with a model. {CUSTOM_CODE_HINT}"
+    )
     assert not marker.exists()
 
 
 def test_custom_tokenizer_code_is_refused(tmp_path):
     folder = tmp_path / "model"
     BertModel(BertConfig(**TINY_BERT)).save_pretrained(folder)
-    (folder / "tokenizer_config.json").write_text(json.dumps({"auto_map": {"AutoTokenizer": ["evil.EvilTokenizer", None]}}))
+    (folder / "tokenizer_config.json").write_text(
+        json.dumps({"auto_map": {"AutoTokenizer": ["evil.EvilTokenizer", None]}})
+    )
     with pytest.raises(PapaError) as err:
         check_model_folder(folder, "mine")
-    assert str(err.value) == f"The model mine needs custom code (its tokenizer_config.json has an auto_map), and papa never runs code shipped with a model. {CUSTOM_CODE_HINT}"
+    assert (
+        str(err.value)
+        == "The model mine needs custom code (its tokenizer_config.json has an auto_map), and papa never runs code "
+        f"shipped with a model. {CUSTOM_CODE_HINT}"
+    )
 
 
 class _WritesMarker:
@@ -96,8 +113,10 @@ def test_pickled_weights_are_refused_never_unpickled(tmp_path, monkeypatch):
     with pytest.raises(PapaError) as err:
         load_model(str(folder))
     assert str(err.value) == (
-        f"The model {folder} has only pickled weights (pytorch_model.bin), and papa never unpickles (it could run code). "
-        "Convert the weights to safetensors where you trust them: load the model and call model.save_pretrained(folder) (which writes model.safetensors)."
+        f"The model {folder} has only pickled weights (pytorch_model.bin), "
+        "and papa never unpickles (it could run code). "
+        "Convert the weights to safetensors where you trust them: load the model and call "
+        "model.save_pretrained(folder) (which writes model.safetensors)."
     )
     assert not marker.exists()
 
@@ -128,11 +147,17 @@ def test_folder_without_weights(tmp_path):
     BertConfig(**TINY_BERT).save_pretrained(tmp_path)
     with pytest.raises(PapaError) as err:
         check_model_folder(tmp_path, "bare")
-    assert str(err.value) == "The model bare has no weights (no *.safetensors file). Point --model at a folder written by save_pretrained."
+    assert (
+        str(err.value) == "The model bare has no weights (no *.safetensors file). Point --model at a folder written by "
+        "save_pretrained."
+    )
 
 
 # -- files papa did not write --------------------------------------------------------------------
-FOREIGN_RANKING_HINT = "Check the path: pass a ranking written by papa (recompute it with `papa rank`). Do not delete this file: nothing shows papa wrote it."
+FOREIGN_RANKING_HINT = (
+    "Check the path: pass a ranking written by papa (recompute it with "
+    "`papa rank`). Do not delete this file: nothing shows papa wrote it."
+)
 
 
 def test_a_system_file_as_ranking_is_not_a_papa_file(tmp_path):
@@ -168,7 +193,11 @@ def test_edited_papa_file_hint_does_not_say_delete(tmp_path):
     path.write_text(path.read_text().replace("[\n      0,\n      0\n    ]", "[\n      0,\n      1\n    ]"))
     with pytest.raises(PapaError) as err:
         read_json_verified(path, "ranking", "recompute it with `papa rank`")
-    assert str(err.value) == f"The ranking {path} fails its checksum. It was edited or corrupted after papa wrote it: recompute it with `papa rank` (papa replaces the file)."
+    assert (
+        str(err.value)
+        == f"The ranking {path} fails its checksum. It was edited or corrupted after papa wrote it: recompute it with "
+        "`papa rank` (papa replaces the file)."
+    )
 
 
 def test_checksum_can_be_required(tmp_path):
@@ -179,7 +208,8 @@ def test_checksum_can_be_required(tmp_path):
         read_json_verified(path, "manifest", require_checksum=True)
     assert str(err.value) == (
         f"{path} is not a papa manifest file (no sha256 checksum). "
-        "Check the path: pass a manifest written by papa (write it again with papa). Do not delete this file: nothing shows papa wrote it."
+        "Check the path: pass a manifest written by papa (write it again "
+        "with papa). Do not delete this file: nothing shows papa wrote it."
     )
 
 
@@ -191,7 +221,8 @@ def test_trust_remote_code_false_is_a_second_wall(tmp_path, monkeypatch):
     with pytest.raises(PapaError) as err:
         load_model(str(folder))
     assert str(err.value) == (
-        f"The model {folder} needs custom code (transformers cannot read its config without it), and papa never runs code shipped with a model. {CUSTOM_CODE_HINT}"
+        f"The model {folder} needs custom code (transformers cannot read its config without it), and papa never runs "
+        f"code shipped with a model. {CUSTOM_CODE_HINT}"
     )
     assert not marker.exists()
 
@@ -205,7 +236,8 @@ def test_a_cached_hub_config_with_custom_code_is_refused(tmp_path, monkeypatch):
     with pytest.raises(PapaError) as err:
         load_model("someone/evil-model")
     assert str(err.value) == (
-        "The model someone/evil-model needs custom code (model_type 'evil' is unknown to transformers and its config.json has an auto_map), "
+        "The model someone/evil-model needs custom code (model_type 'evil' is unknown to transformers and its "
+        "config.json has an auto_map), "
         f"and papa never runs code shipped with a model. {CUSTOM_CODE_HINT}"
     )
     assert not marker.exists()

@@ -33,7 +33,9 @@ def _tiny_inputs(pool: int = 40) -> tuple[LoadedModel, TaskInputs]:
     evals = tiny_batch([(5 + 3 * i) % 16 + 1 for i in range(23)], seed=4)
     evals["labels"] = (evals["input_ids"][:, 1] > 50).long()
     lm = LoadedModel("tiny", _model(), tokenizer=None, source="local", fingerprint="0123456789abcdef")
-    return lm, TaskInputs(get_task("sst2"), ["negative", "positive"], train, evals, list(range(pool)), list(range(23)), 16, True)
+    return lm, TaskInputs(
+        get_task("sst2"), ["negative", "positive"], train, evals, list(range(pool)), list(range(23)), 16, True
+    )
 
 
 def _stable(result: dict) -> dict:
@@ -41,7 +43,10 @@ def _stable(result: dict) -> dict:
 
 
 def _without_losses(result: dict) -> dict:
-    return {**_stable(result), "epochs": [{k: v for k, v in record.items() if k != "train_loss"} for record in result["epochs"]]}
+    return {
+        **_stable(result),
+        "epochs": [{k: v for k, v in record.items() if k != "train_loss"} for record in result["epochs"]],
+    }
 
 
 @pytest.mark.parametrize("chunk", [None, 5], ids=["whole-dev", "dev-in-chunks"])
@@ -65,7 +70,9 @@ def test_faithful_seeds_run_together_give_each_seed_its_own_result(tmp_path, mon
     """Faithful mode (the live encoder in train mode, dropout on): each seed's dropout draws come from its own seed."""
     monkeypatch.setenv("PAPA_CACHE_DIR", str(tmp_path))
     lm, inputs = _tiny_inputs(pool=16)
-    protocol = dict(model=lm, inputs=inputs, mode="faithful", epochs=2, lr=1e-3, batch_size=4, device="cpu", max_train_examples=16)
+    protocol = dict(
+        model=lm, inputs=inputs, mode="faithful", epochs=2, lr=1e-3, batch_size=4, device="cpu", max_train_examples=16
+    )
     together = run_probes(seeds=[5, 6], **protocol)
     alone = [run_probe(seed=seed, **protocol) for seed in (5, 6)]
     assert [_stable(r) for r in together] == [_stable(r) for r in alone]
@@ -75,7 +82,18 @@ def test_faithful_seeds_run_together_give_each_seed_its_own_result(tmp_path, mon
 def test_an_lr_grid_shares_the_features_and_keeps_lr_major_order(tmp_path, monkeypatch):
     monkeypatch.setenv("PAPA_CACHE_DIR", str(tmp_path))
     lm, inputs = _tiny_inputs()
-    protocol = dict(model=lm, inputs=inputs, epochs=4, batch_size=4, device="cpu", selection="heldout", patience=2, pool_examples=40, max_train_examples=24, heldout_examples=8)
+    protocol = dict(
+        model=lm,
+        inputs=inputs,
+        epochs=4,
+        batch_size=4,
+        device="cpu",
+        selection="heldout",
+        patience=2,
+        pool_examples=40,
+        max_train_examples=24,
+        heldout_examples=8,
+    )
     grid = run_probes(seeds=[1, 2], lrs=[1e-3, 2e-5], dev_every_epoch=False, score_dev=False, **protocol)
     assert [(r["config"]["lr"], r["config"]["seed"]) for r in grid] == [(1e-3, 1), (1e-3, 2), (2e-5, 1), (2e-5, 2)]
     alone = run_probe(seed=2, lr=2e-5, dev_every_epoch=False, score_dev=False, **protocol)
@@ -169,7 +187,11 @@ def _adam_trajectory(fused: bool, steps: int = 300) -> list[torch.Tensor]:
     probe = SequenceProbe(3, 16, 32, 4)
     params = list(probe.parameters())
     config = ProbeConfig(lr=1e-3)
-    optimizer = make_optimizer(params, config) if fused else torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
+    optimizer = (
+        make_optimizer(params, config)
+        if fused
+        else torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
+    )
     g = torch.Generator().manual_seed(1)
     for _ in range(steps):
         states, mask = torch.randn(8, 3, 16, 32, generator=g), torch.ones(8, 16, dtype=torch.bool)
@@ -208,9 +230,26 @@ def test_shared_seeds_on_real_data_equal_seed_by_seed_runs(data_dir, tmp_path, m
     monkeypatch.setenv("PAPA_CACHE_DIR", str(tmp_path))
     lm = load_model("minilm-l6")
     for task in ("sst2", "pos"):
-        common = dict(epochs=4, lr=1e-3, max_train_examples=40, max_eval_examples=30, max_length=32, selection="heldout", patience=2, pool_examples=64, heldout_examples=16)
+        common = dict(
+            epochs=4,
+            lr=1e-3,
+            max_train_examples=40,
+            max_eval_examples=30,
+            max_length=32,
+            selection="heldout",
+            patience=2,
+            pool_examples=64,
+            heldout_examples=16,
+        )
         together = run_probes(lm, task, seeds=[1, 2], dev_every_epoch=False, eval_chunk_examples=11, **common)
-        alone = [run_probe(lm, task, seed=seed, dev_every_epoch=False, eval_chunk_examples=11, **common) for seed in (1, 2)]
-        for a, b in zip(together, alone):  # token tasks pad each probe's token rows to the stack's widest: the losses sum in
+        alone = [
+            run_probe(lm, task, seed=seed, dev_every_epoch=False, eval_chunk_examples=11, **common) for seed in (1, 2)
+        ]
+        for a, b in zip(
+            together, alone
+        ):  # token tasks pad each probe's token rows to the stack's widest: the losses sum in
             assert _without_losses(a) == _without_losses(b)  # another order, so they agree to float rounding only
-            assert all(abs(x["train_loss"] - y["train_loss"]) <= 1e-6 * y["train_loss"] for x, y in zip(a["epochs"], b["epochs"]))
+            assert all(
+                abs(x["train_loss"] - y["train_loss"]) <= 1e-6 * y["train_loss"]
+                for x, y in zip(a["epochs"], b["epochs"])
+            )

@@ -1,4 +1,5 @@
-"""Issue 35: a user-supplied name is text wherever the book renders it, and a failed build leaves the pages as they were.
+"""Issue 35: a user-supplied name is text wherever the book renders it, and a failed build leaves the pages as
+they were.
 
 A model folder named with HTML, a MyST directive and a newline goes through every generated page and the run title;
 each page must parse to the same Markdown structure as with a plain name (no tag, role, directive or block comes
@@ -27,7 +28,9 @@ from papa.pipeline.plan import ROOT, Run, load_config
 
 EVIL = '<img src=x onerror="window.PWNED=1">"><script>window.PWNED=2</script>\n```{literalinclude} /.git/config\n```'
 PLAIN = "/opt/models/plainmodel"  # a folder too: shown by its display name and its path
-MD = create_md_parser(MdParserConfig(enable_extensions={"dollarmath", "amsmath", "colon_fence", "deflist"}), RendererHTML)
+MD = create_md_parser(
+    MdParserConfig(enable_extensions={"dollarmath", "amsmath", "colon_fence", "deflist"}), RendererHTML
+)
 
 
 def _structure(markdown: str) -> list[str]:
@@ -42,8 +45,15 @@ def _structure(markdown: str) -> list[str]:
 def _pages(model: str, folder: Path) -> dict[str, str]:
     """The generated pages and run titles that show a model, for a grid of that one model."""
     config = load_config(ROOT / "configs" / "smoke.yaml")
-    config = {**config, "models": [model], "studies": [], "probe": {**config["probe"], "per_model": {model: {"epochs": 3}}}}
-    params = dict(model=model, task="sst2", k=2, mode="cached", seeds=[42], probe_input="all", ranking="r/x__gates.json")
+    config = {
+        **config,
+        "models": [model],
+        "studies": [],
+        "probe": {**config["probe"], "per_model": {model: {"epochs": 3}}},
+    }
+    params = dict(
+        model=model, task="sst2", k=2, mode="cached", seeds=[42], probe_input="all", ranking="r/x__gates.json"
+    )
     run_id = f"probe__{model_display(model)}__sst2__gates__k2__cached"
     runs = [Run(run_id, "probe", params | {"out": f"results/{run_id}__s{{seed}}.json"})]
     rows = run_index.appendix_rows(config, runs, {}, folder)
@@ -51,7 +61,11 @@ def _pages(model: str, folder: Path) -> dict[str, str]:
     pages = {re.sub(r"probes-.*\.md$", "probes.md", str(path.relative_to(folder))): text for path, text in written}
     pages["setup.md"] = setup_page(config)
     pages["run.md"] = f"# {run_title(params, folder)}\n\nText.\n"
-    for kind, extra in (("rank", {"method": "gates"}), ("estimate", {"max_examples": 10}), ("select_lr", {"lrs": [0.1]})):
+    for kind, extra in (
+        ("rank", {"method": "gates"}),
+        ("estimate", {"max_examples": 10}),
+        ("select_lr", {"lrs": [0.1]}),
+    ):
         pages[f"{kind}.md"] = f"# {run_title({'model': model, 'task': 'sst2', **extra}, folder)}\n"
     return pages
 
@@ -77,7 +91,11 @@ def test_a_model_folder_holding_markup_is_text_on_every_page(tmp_path):
         if name.endswith(".md"):
             assert _structure(text) == _structure(plain[name]), name  # the name changed no block, role or tag
             html = MD.render(text)
-            assert "<img" not in html and "<script" not in html and "literalinclude" not in "".join(t.info for t in MD.parse(text) if t.type == "fence"), name
+            assert (
+                "<img" not in html
+                and "<script" not in html
+                and "literalinclude" not in "".join(t.info for t in MD.parse(text) if t.type == "fence")
+            ), name
         assert not re.search(r"^\s*```\{literalinclude", text, re.MULTILINE), name  # only ever inside a code span
     assert "PWNED" in evil["run.md"] and model_display(EVIL) in evil["run.md"]  # the name is shown, as text
     assert fill("setup", "model-other", model=EVIL).count("\n") == 0
@@ -128,9 +146,14 @@ def test_no_element_or_script_comes_from_the_name_in_chromium(tmp_path):
         (book / f"{name}.md").parent.mkdir(parents=True, exist_ok=True)
         (book / f"{name}.md").write_text(re.sub(r"\{doc\}`[^`]*`", "a link", source))  # pages this book lacks
     (book / "index.md").write_text("# Index\n\nText.\n")
-    (book / "_toc.yml").write_text("format: jb-book\nroot: index\nchapters:\n" + "".join(f"  - file: {n}\n" for n in names))
+    (book / "_toc.yml").write_text(
+        "format: jb-book\nroot: index\nchapters:\n" + "".join(f"  - file: {n}\n" for n in names)
+    )
     book_sphinx = "sphinx:\n  extra_extensions: [papa.book.sphinx_titles]\n"  # as the book's _config.yml
-    (book / "_config.yml").write_text('title: escaping\nexecute:\n  execute_notebooks: "off"\nparse:\n  myst_enable_extensions: [dollarmath, colon_fence, deflist]\n' + book_sphinx)
+    (book / "_config.yml").write_text(
+        'title: escaping\nexecute:\n  execute_notebooks: "off"\nparse:\n  myst_enable_extensions: [dollarmath, '
+        "colon_fence, deflist]\n" + book_sphinx
+    )
     command = [str(Path(sys.executable).parent / "jupyter-book"), "build", str(book), "-W", "-n", "--keep-going"]
     build = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
@@ -142,7 +165,8 @@ def test_no_element_or_script_comes_from_the_name_in_chromium(tmp_path):
             found = browser.evaluate(
                 "({pwned: window.PWNED || 0, imgs: document.querySelectorAll('img[src=\"x\"]').length,"
                 " scripts: [...document.scripts].filter(s => s.text.includes('PWNED')).length,"
-                " shown: document.body.innerText.includes('window.PWNED'), config: document.body.innerText.includes('[core]')})"
+                " shown: document.body.innerText.includes('window.PWNED'), config: "
+                "document.body.innerText.includes('[core]')})"
             )
             assert found == {"pwned": 0, "imgs": 0, "scripts": 0, "shown": True, "config": False}, (name, found)
     finally:

@@ -36,8 +36,22 @@ def test_all_wrong_to_all_right_is_a_real_gain_of_one():
     base = [stats.example_statistics("accuracy", [1, 0, 0, 1, 0], labels)]
     other = [stats.example_statistics("accuracy", labels, labels)]
     out = stats.paired_bootstrap(base, other, "accuracy", resamples=200)
-    assert (out["base_score"], out["score"], out["difference"], out["low"], out["high"], out["real"]) == (0.0, 1.0, 1.0, 1.0, 1.0, True)
-    assert (out["n_examples"], out["n_base"], out["n_runs"], out["resamples"], out["seed_min"], out["seed_max"]) == (5, 1, 1, 200, 1.0, 1.0)
+    assert (out["base_score"], out["score"], out["difference"], out["low"], out["high"], out["real"]) == (
+        0.0,
+        1.0,
+        1.0,
+        1.0,
+        1.0,
+        True,
+    )
+    assert (out["n_examples"], out["n_base"], out["n_runs"], out["resamples"], out["seed_min"], out["seed_max"]) == (
+        5,
+        1,
+        1,
+        200,
+        1.0,
+        1.0,
+    )
 
 
 def test_one_changed_example_of_four_is_not_real():
@@ -46,7 +60,11 @@ def test_one_changed_example_of_four_is_not_real():
     labels = [1, 1, 0, 0]
     base_preds, other_preds = [1, 1, 1, 1], [1, 0, 1, 1]
     out = stats.paired_bootstrap(
-        [stats.example_statistics("accuracy", base_preds, labels)], [stats.example_statistics("accuracy", other_preds, labels)], "accuracy", resamples=500, seed=3
+        [stats.example_statistics("accuracy", base_preds, labels)],
+        [stats.example_statistics("accuracy", other_preds, labels)],
+        "accuracy",
+        resamples=500,
+        seed=3,
     )
     assert out["difference"] == -0.25 and out["high"] == 0.0 and out["real"] is False
     low, high = _naive([base_preds], [other_preds], labels, accuracy_score, 500, seed=3)
@@ -60,7 +78,11 @@ def test_accuracy_with_three_seeds_matches_the_naive_loop():
     base = [np.where(rng.random(60) < 0.8, labels, (labels + 1) % 3) for _ in range(3)]
     other = [np.where(rng.random(60) < 0.6, labels, (labels + 2) % 3) for _ in range(3)]
     out = stats.paired_bootstrap(
-        [stats.example_statistics("accuracy", p, labels) for p in base], [stats.example_statistics("accuracy", p, labels) for p in other], "accuracy", resamples=100, seed=11
+        [stats.example_statistics("accuracy", p, labels) for p in base],
+        [stats.example_statistics("accuracy", p, labels) for p in other],
+        "accuracy",
+        resamples=100,
+        seed=11,
     )
     low, high = _naive(base, other, labels, accuracy_score, 100, seed=11)
     assert out["low"] == pytest.approx(low, abs=1e-12) and out["high"] == pytest.approx(high, abs=1e-12)
@@ -80,15 +102,24 @@ def test_mcc_is_recomputed_on_every_resample(classes: int):
     other = [np.where(rng.random(40) < 0.55, labels, rng.integers(0, classes, 40)) for _ in range(2)]
     to_stats = lambda preds: stats.example_statistics("matthews_correlation", preds, labels, num_labels=classes)  # noqa: E731
     for preds in base + other:
-        assert stats.metric_from_sums("matthews_correlation", to_stats(preds).sum(0)) == pytest.approx(matthews_corrcoef(labels, preds), abs=1e-12)
-    out = stats.paired_bootstrap([to_stats(p) for p in base], [to_stats(p) for p in other], "matthews_correlation", resamples=50, seed=5)
+        assert stats.metric_from_sums("matthews_correlation", to_stats(preds).sum(0)) == pytest.approx(
+            matthews_corrcoef(labels, preds), abs=1e-12
+        )
+    out = stats.paired_bootstrap(
+        [to_stats(p) for p in base], [to_stats(p) for p in other], "matthews_correlation", resamples=50, seed=5
+    )
     low, high = _naive(base, other, labels, matthews_corrcoef, 50, seed=5)
     assert out["low"] == pytest.approx(low, abs=1e-12) and out["high"] == pytest.approx(high, abs=1e-12)
 
 
 def test_mcc_of_a_constant_prediction_is_zero():
     labels = [0, 1, 1, 0]
-    assert stats.metric_from_sums("matthews_correlation", stats.example_statistics("matthews_correlation", [1, 1, 1, 1], labels).sum(0)) == 0.0
+    assert (
+        stats.metric_from_sums(
+            "matthews_correlation", stats.example_statistics("matthews_correlation", [1, 1, 1, 1], labels).sum(0)
+        )
+        == 0.0
+    )
 
 
 def test_combined_and_f1_match_scikit_learn():
@@ -97,9 +128,18 @@ def test_combined_and_f1_match_scikit_learn():
     sums = stats.example_statistics("combined", preds, labels).sum(0)
     f1 = f1_score(labels, preds)
     assert stats.metric_from_sums("f1", sums) == pytest.approx(f1, abs=1e-15)
-    assert stats.metric_from_sums("combined", sums) == pytest.approx((accuracy_score(labels, preds) + f1) / 2, abs=1e-15)
-    out = stats.paired_bootstrap([stats.example_statistics("combined", labels, labels)], [stats.example_statistics("combined", preds, labels)], "combined", resamples=100)
-    low, high = _naive([labels], [preds], labels, lambda y, p: (accuracy_score(y, p) + f1_score(y, p, zero_division=0)) / 2, 100)
+    assert stats.metric_from_sums("combined", sums) == pytest.approx(
+        (accuracy_score(labels, preds) + f1) / 2, abs=1e-15
+    )
+    out = stats.paired_bootstrap(
+        [stats.example_statistics("combined", labels, labels)],
+        [stats.example_statistics("combined", preds, labels)],
+        "combined",
+        resamples=100,
+    )
+    low, high = _naive(
+        [labels], [preds], labels, lambda y, p: (accuracy_score(y, p) + f1_score(y, p, zero_division=0)) / 2, 100
+    )
     assert out["low"] == pytest.approx(low, abs=1e-12) and out["high"] == pytest.approx(high, abs=1e-12)
 
 
@@ -117,13 +157,20 @@ def test_token_statistics_match_papa_metrics():
     assert stats.metric_from_sums("f1", ner.sum(0), token=True) == pytest.approx(expected, abs=1e-15) == 2 * 2 / (4 + 4)
     pos = stats.example_statistics("accuracy", flat(preds), flat(refs), lengths)
     assert pos.tolist() == [[3, 4], [1, 2], [4, 5]]
-    assert stats.metric_from_sums("accuracy", pos.sum(0), token=True) == compute_task_metrics("pos", preds, refs)["accuracy"] == 8 / 11
+    assert (
+        stats.metric_from_sums("accuracy", pos.sum(0), token=True)
+        == compute_task_metrics("pos", preds, refs)["accuracy"]
+        == 8 / 11
+    )
     with pytest.raises(PapaError, match="The sentence lengths add up to 10 tokens, but there are 11"):
         stats.example_statistics("accuracy", flat(preds), flat(refs), [4, 2, 4])
 
 
 def test_runs_on_different_dev_examples_are_refused():
-    a, b = stats.example_statistics("accuracy", [1, 0], [1, 1]), stats.example_statistics("accuracy", [1, 0, 1], [1, 1, 1])
+    a, b = (
+        stats.example_statistics("accuracy", [1, 0], [1, 1]),
+        stats.example_statistics("accuracy", [1, 0, 1], [1, 1, 1]),
+    )
     with pytest.raises(PapaError, match="The runs score 2 and 3 dev examples"):
         stats.paired_bootstrap([a], [b], "accuracy")
 
@@ -137,8 +184,22 @@ def test_a_resample_count_out_of_range_is_one_clear_error():
 
 
 def _result(k: int, seed: int, preds: list[int], labels: list[int]) -> dict:
-    config = {"model": "m", "constant_heads": k, "total_heads": 8, "ranking": "m__sst2__gates.json" if 0 < k < 8 else None, "seed": seed, "mode": "cached", "lr": 2e-5}
-    return {"config": config, "task": "sst2", "metric": "accuracy", "data": {"eval_indices_sha": "abc"}, "dev": {"predictions": preds, "labels": labels}}
+    config = {
+        "model": "m",
+        "constant_heads": k,
+        "total_heads": 8,
+        "ranking": "m__sst2__gates.json" if 0 < k < 8 else None,
+        "seed": seed,
+        "mode": "cached",
+        "lr": 2e-5,
+    }
+    return {
+        "config": config,
+        "task": "sst2",
+        "metric": "accuracy",
+        "data": {"eval_indices_sha": "abc"},
+        "dev": {"predictions": preds, "labels": labels},
+    }
 
 
 def test_paired_differences_pairs_each_k_with_k0_of_the_same_model_and_task():
@@ -164,7 +225,14 @@ def test_convergence_gate_counts_and_leaves_out():
     frame = pd.DataFrame({"run_id": ["a", "b", "c", "d"], "converged": [True, False, None, True]})
     kept, summary = stats.convergence_gate(frame)
     assert kept["run_id"].tolist() == ["a", "d"]
-    assert summary == {"runs": 4, "converged": 2, "not_converged": 1, "unknown": 1, "left_out": 2, "left_out_runs": ["b", "c"]}
+    assert summary == {
+        "runs": 4,
+        "converged": 2,
+        "not_converged": 1,
+        "unknown": 1,
+        "left_out": 2,
+        "left_out_runs": ["b", "c"],
+    }
 
 
 def test_claim3_with_two_models_is_not_testable():
@@ -178,15 +246,27 @@ def test_claim3_with_three_models_can_only_be_inconclusive():
     assert out["pearson"] == pytest.approx(12 / math.sqrt(156), abs=1e-12)  # centred x ∝ (-1, 0, 1), y ∝ (-5, -2, 7)
     assert (out["n"], out["direction"], out["verdict"]) == (3, "better models lose more", "inconclusive")
     out = pooled.claim3(pd.DataFrame({"model": ["a", "b", "c"], "score": [0.7, 0.8, 0.9], "drop": [0.02, 0.05, 0.01]}))
-    assert out["spearman"] == pytest.approx(-0.5) and out["p_value"] == pytest.approx(3 / 6) and out["direction"] == "better models lose less"  # P(ρ ≤ −0.5) = 3/6
+    assert (
+        out["spearman"] == pytest.approx(-0.5)
+        and out["p_value"] == pytest.approx(3 / 6)
+        and out["direction"] == "better models lose less"
+    )  # P(ρ ≤ −0.5) = 3/6
 
 
 def test_claim3_with_four_ordered_models():
     scores = [0.6, 0.7, 0.8, 0.9]
     out = pooled.claim3(pd.DataFrame({"score": scores, "drop": [0.01, 0.02, 0.03, 0.08]}))
-    assert (out["spearman"], out["p_value"], out["verdict"]) == (pytest.approx(1.0), pytest.approx(1 / 24), "reproduced")
+    assert (out["spearman"], out["p_value"], out["verdict"]) == (
+        pytest.approx(1.0),
+        pytest.approx(1 / 24),
+        "reproduced",
+    )
     out = pooled.claim3(pd.DataFrame({"score": scores, "drop": [0.08, 0.03, 0.02, 0.01]}))
-    assert (out["spearman"], out["p_value"], out["verdict"]) == (pytest.approx(-1.0), pytest.approx(1 / 24), "contradicted")
+    assert (out["spearman"], out["p_value"], out["verdict"]) == (
+        pytest.approx(-1.0),
+        pytest.approx(1 / 24),
+        "contradicted",
+    )
 
 
 def test_seeded_random_orderings_are_pooled_and_paired_by_probe_seed():
@@ -207,18 +287,37 @@ def test_a_seed_the_gate_left_out_at_k_is_left_out_at_k0_too():
     k = 0 run would make the lost seed's low score look like a real gain of 1/6."""
     labels = [1, 0, 1, 1, 0, 0]
     worse = [0, 1, 0, 1, 0, 0]  # 3 of 6 right
-    results = {"a0": _result(0, 42, labels, labels), "b0": _result(0, 43, worse, labels), "c0": _result(0, 44, labels, labels)}
+    results = {
+        "a0": _result(0, 42, labels, labels),
+        "b0": _result(0, 43, worse, labels),
+        "c0": _result(0, 44, labels, labels),
+    }
     results |= {"a4": _result(4, 42, labels, labels), "c4": _result(4, 44, labels, labels)}
     row = stats.paired_differences(results, resamples=300).iloc[0]
-    assert (row["base_score"], row["score"], row["difference"], row["low"], row["high"], row["real"]) == (1.0, 1.0, 0.0, 0.0, 0.0, False)
+    assert (row["base_score"], row["score"], row["difference"], row["low"], row["high"], row["real"]) == (
+        1.0,
+        1.0,
+        0.0,
+        0.0,
+        0.0,
+        False,
+    )
     assert (row["n_base"], row["n_runs"], row["n_unpaired"]) == (2, 2, 1)
     labels, worse = labels * 5, worse * 5  # 30 examples: pooled, the lost seed's errors make a "real" gain
     unpaired = stats.paired_bootstrap(
-        [stats.example_statistics("accuracy", p, labels) for p in (labels, worse, labels)], [stats.example_statistics("accuracy", labels, labels)] * 2, "accuracy", resamples=300
+        [stats.example_statistics("accuracy", p, labels) for p in (labels, worse, labels)],
+        [stats.example_statistics("accuracy", labels, labels)] * 2,
+        "accuracy",
+        resamples=300,
     )
     assert unpaired["difference"] == pytest.approx(1 / 6) and unpaired["real"]  # what the pairing prevents
     with pytest.raises(PapaError, match="No run at k shares a probe seed"):
-        stats.paired_bootstrap([stats.example_statistics("accuracy", labels, labels)], [stats.example_statistics("accuracy", labels, labels)], "accuracy", pairs=[])
+        stats.paired_bootstrap(
+            [stats.example_statistics("accuracy", labels, labels)],
+            [stats.example_statistics("accuracy", labels, labels)],
+            "accuracy",
+            pairs=[],
+        )
 
 
 def test_a_relative_drop_from_a_score_at_or_below_zero_is_undefined():
@@ -231,12 +330,20 @@ def test_a_relative_drop_from_a_score_at_or_below_zero_is_undefined():
     other = [stats.example_statistics("matthews_correlation", [1, 0, 1, 0], labels, num_labels=2)]  # MCC 1
     out = stats.paired_bootstrap(base, other, "matthews_correlation", resamples=100)
     assert out["base_score"] == 0.0 and math.isnan(out["relative_drop"]) and math.isnan(out["relative_low"])
-    assert math.isnan(relative_drop(0.0, -0.01)) and math.isnan(relative_drop(0.5, 0.0)) and relative_drop(0.45, 0.5) == pytest.approx(0.1)
+    assert (
+        math.isnan(relative_drop(0.0, -0.01))
+        and math.isnan(relative_drop(0.5, 0.0))
+        and relative_drop(0.45, 0.5) == pytest.approx(0.1)
+    )
 
 
 def test_claim3_above_nine_models_uses_seeded_random_orderings():
     """Twelve models in perfect order: ρ = 1, and no random ordering of 20,000 reaches it (exact p = 1/12!)."""
-    points = pd.DataFrame({"model": [f"m{i}" for i in range(12)], "score": np.linspace(0.6, 0.9, 12), "drop": np.linspace(0.01, 0.2, 12)})
+    points = pd.DataFrame(
+        {"model": [f"m{i}" for i in range(12)], "score": np.linspace(0.6, 0.9, 12), "drop": np.linspace(0.01, 0.2, 12)}
+    )
     out = pooled.claim3(points)
-    assert (out["n"], out["spearman"], out["verdict"]) == (12, pytest.approx(1.0), "reproduced") and out["p_value"] == 1 / 20001
+    assert (out["n"], out["spearman"], out["verdict"]) == (12, pytest.approx(1.0), "reproduced") and out[
+        "p_value"
+    ] == 1 / 20001
     assert pooled.claim3(points) == out  # seeded: the same p every time

@@ -70,7 +70,11 @@ def test_streamed_features_equal_in_ram(cache, monkeypatch, token_task):
     assert streamed.streamed and streamed.file.parent == cache and TEMP_NAME.fullmatch(streamed.file.name)
     assert streamed.file.name.startswith(".streamed.safetensors.")
     ram_tensors, disk_tensors = in_ram.as_tensors(), streamed.as_tensors()
-    assert sorted(ram_tensors) == sorted(disk_tensors) == (["example", "labels", "states"] if token_task else ["labels", "mask", "positions", "states"])
+    assert (
+        sorted(ram_tensors)
+        == sorted(disk_tensors)
+        == (["example", "labels", "states"] if token_task else ["labels", "mask", "positions", "states"])
+    )
     for name, tensor in ram_tensors.items():
         assert disk_tensors[name].dtype == tensor.dtype and torch.equal(disk_tensors[name], tensor), name
     assert streamed.num_examples == in_ram.num_examples == 12 - 6 * token_task
@@ -112,9 +116,15 @@ def test_streamed_features_move_into_the_cache_and_are_mapped_back(cache, monkey
     gc.collect()
     assert entry.exists()  # adopted: no longer deleted with the object
     expected = in_ram.as_tensors()
-    assert {name: torch.equal(t, expected[name]) for name, t in load_file(entry).items()} == dict.fromkeys(expected, True)  # a valid safetensors file
+    assert {name: torch.equal(t, expected[name]) for name, t in load_file(entry).items()} == dict.fromkeys(
+        expected, True
+    )  # a valid safetensors file
     metadata, _ = feature_files.read_file(entry)
-    assert metadata["key"] == key and metadata["parts"] == key.parts_json and metadata["version"] == str(feature_cache.FEATURES_VERSION) == "3"
+    assert (
+        metadata["key"] == key
+        and metadata["parts"] == key.parts_json
+        and metadata["version"] == str(feature_cache.FEATURES_VERSION) == "3"
+    )
     monkeypatch.setenv("PAPA_MEMORY_BUDGET_GB", TINY_BUDGET)
     mapped = load_cached(key)
     assert mapped.file == entry and all(torch.equal(t, expected[name]) for name, t in mapped.as_tensors().items())
@@ -138,8 +148,10 @@ def test_too_little_disk_is_refused_naming_papa_cache_dir(cache, monkeypatch):
         extract_features(_model(), _sequence_inputs(), token_task=False)
     # 12 examples x 3 states x 16 positions x 32 hidden x 2 bytes = 36,864 bytes
     assert str(err.value) == (
-        f"Caching encoder features would need 0.00 GB, above the memory budget of 0.00 GB, so they stream to disk, but PAPA_CACHE_DIR ({cache.parent}) has only 0.00 GB free. "
-        "Free disk space there, set PAPA_CACHE_DIR to a folder on a larger disk, or lower max_train_examples / max_eval_examples."
+        "Caching encoder features would need 0.00 GB, above the memory budget of 0.00 GB, so they stream to disk, but "
+        f"PAPA_CACHE_DIR ({cache.parent}) has only 0.00 GB free. "
+        "Free disk space there, set PAPA_CACHE_DIR to a folder on a "
+        "larger disk, or lower max_train_examples / max_eval_examples."
     )
     assert not cache.exists()  # nothing written, not even the folder
 
@@ -158,7 +170,10 @@ def test_disk_full_while_streaming_names_papa_cache_dir(cache, monkeypatch):
     monkeypatch.setattr(extraction, "STREAM_WINDOW", 5)  # compact passes stream a window of rows at a time
     with pytest.raises(PapaError) as err:
         extract_features(_model(), _sequence_inputs(), token_task=False, batch_size=5)
-    assert str(err.value) == f"No space left to write {cache}. Free disk space there, or set PAPA_CACHE_DIR to a folder on a larger disk."
+    assert (
+        str(err.value)
+        == f"No space left to write {cache}. Free disk space there, or set PAPA_CACHE_DIR to a folder on a larger disk."
+    )
     assert calls == [5, 5] and list(cache.iterdir()) == []
 
 
@@ -171,7 +186,9 @@ def _tiny_run():
     train = _sequence_inputs()
     evals = tiny_batch([5, 16, 9, 2], seed=4)
     evals["labels"] = torch.tensor([1, 0, 0, 1])
-    return lm, TaskInputs(get_task("sst2"), ["negative", "positive"], train, evals, list(range(12)), list(range(4)), 16, True)
+    return lm, TaskInputs(
+        get_task("sst2"), ["negative", "positive"], train, evals, list(range(12)), list(range(4)), 16, True
+    )
 
 
 def test_a_run_above_the_memory_budget_streams_and_scores_as_in_ram(cache, monkeypatch):
@@ -233,7 +250,10 @@ def test_a_run_records_its_cache_entries_and_only_partial_head_sets_are_released
     result = run_probe(model=lm, inputs=inputs, epochs=1, lr=1e-3, batch_size=4, seed=5, device="cpu")
     entries = sorted(p.stem for p in cache.glob("*.safetensors"))
     assert sorted(result["feature_cache_keys"]) == entries and len(entries) == 2  # train and dev
-    partial, none, every = ({"config": {"constant_heads": k, "total_heads": 8}, "feature_cache_keys": [key]} for k, key in zip((3, 0, 8), "abc"))
+    partial, none, every = (
+        {"config": {"constant_heads": k, "total_heads": 8}, "feature_cache_keys": [key]}
+        for k, key in zip((3, 0, 8), "abc")
+    )
     for key in "abc":
         store_cached(key, extract_features(_model(), _sequence_inputs(4), token_task=False, batch_size=4))
     assert release_private_features([partial, none, every]) == 1
@@ -248,7 +268,11 @@ def test_a_faithful_run_that_fails_after_patching_leaves_the_encoder_unpatched(m
     lm, inputs = _tiny_run()
     heads = [[0, 0], [1, 1]]
     monkeypatch.setattr(experiment, "resolve_heads", lambda *args: (len(heads), heads))
-    fake = {"constants": torch.full((LAYERS, HEADS, L, L), 1 / L), "output_means": None, "check_compatible": lambda *a: None}
+    fake = {
+        "constants": torch.full((LAYERS, HEADS, L, L), 1 / L),
+        "output_means": None,
+        "check_compatible": lambda *a: None,
+    }
     monkeypatch.setattr(experiment, "load_constants", lambda path: type("C", (), fake)())
     with pytest.raises(PapaError, match=r"The pool holds 12 training examples, fewer than the 12 \+ 4"):
         experiment.run_probe(

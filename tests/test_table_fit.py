@@ -26,7 +26,8 @@ window.addEventListener("load", function () {
   document.querySelectorAll("body > div.column > .papa-table-wrap").forEach(function (wrap) {
     var w = wrap.getBoundingClientRect();
     wrap.querySelectorAll("th").forEach(function (th) {
-      out.push([wrap.getAttribute("data-name"), th.textContent.trim(), th.getBoundingClientRect().right - w.left, w.width]);
+      out.push([wrap.getAttribute("data-name"), th.textContent.trim(),
+                th.getBoundingClientRect().right - w.left, w.width]);
     });
   });
   document.body.setAttribute("data-headers", JSON.stringify(out));
@@ -40,7 +41,9 @@ def tables(tmp_path_factory):
     write_grid(folder)
     science = chapter_science(book_data(CONFIG, folder), resamples=RESAMPLES)
     real_names = {"ma": "mpnet-base", "mb": "minilm-l6"}  # the book's longest model names
-    rename = lambda frame: frame.assign(model=frame["model"].map(lambda m: real_names.get(m, m))) if "model" in frame else frame  # noqa: E731
+    rename = lambda frame: (
+        frame.assign(model=frame["model"].map(lambda m: real_names.get(m, m))) if "model" in frame else frame
+    )  # noqa: E731
     return {
         "main": IT.main_table_display(rename(science.table)),
         "random": IT.random_display(rename(science.random)),
@@ -53,7 +56,9 @@ def tables(tmp_path_factory):
 def test_no_deciding_column_hides_behind_a_sideways_scroll_at_1280_px(tables, tmp_path):
     body = "".join(
         f'<div class="column" style="width:{COLUMN_PX}px;font-family:sans-serif;font-size:16px">'
-        + table._repr_html_().replace('<div class="papa-table-wrap">', f'<div class="papa-table-wrap" data-name="{name}">', 1)
+        + table._repr_html_().replace(
+            '<div class="papa-table-wrap">', f'<div class="papa-table-wrap" data-name="{name}">', 1
+        )
         + "</div>"
         for name, table in tables.items()
     )
@@ -64,10 +69,18 @@ def test_no_deciding_column_hides_behind_a_sideways_scroll_at_1280_px(tables, tm
     assert found, "the measuring script did not run"
     headers = json.loads(html.unescape(found.group(1)))
     assert {name for name, *_ in headers} == set(tables)
-    hidden = [f"{name}: {header} ends at {right:.0f} px of {width:.0f}" for name, header, right, width in headers if header in DECIDING and right > width + 1]
+    hidden = [
+        f"{name}: {header} ends at {right:.0f} px of {width:.0f}"
+        for name, header, right, width in headers
+        if header in DECIDING and right > width + 1
+    ]
     assert not hidden, hidden
     shown = {(name, header) for name, header, *_ in headers}
-    assert ("main", "relative drop [95% interval]") in shown and ("main", "real?") in shown and ("random", "verdict") in shown
+    assert (
+        ("main", "relative drop [95% interval]") in shown
+        and ("main", "real?") in shown
+        and ("random", "verdict") in shown
+    )
 
 
 def test_the_folded_columns_are_under_more_columns_with_the_keys(tables):
@@ -75,7 +88,20 @@ def test_the_folded_columns_are_under_more_columns_with_the_keys(tables):
     folded = page.split('<details class="papa-table-more">', 1)[1]
     assert folded.startswith("<summary>More columns: difference to k = 0 [95% interval], seed range, seeds</summary>")
     heads = re.findall(r"<th[^>]*>([^<]*)</th>", folded)
-    assert heads == ["model", "task", "constant heads", "ranking", "difference to k = 0 [95% interval]", "seed range", "seeds"]
+    assert heads == [
+        "model",
+        "task",
+        "constant heads",
+        "ranking",
+        "difference to k = 0 [95% interval]",
+        "seed range",
+        "seeds",
+    ]
     main = re.findall(r"<th[^>]*>([^<]*)</th>", page.split("<details", 1)[0])
     assert "seed range" not in main and "relative drop [95% interval]" in main
-    assert list(tables["main"].to_frame().columns)[-4:] == ["real?", "seed range", "seeds", "converged seeds"]  # every column for tests
+    assert list(tables["main"].to_frame().columns)[-4:] == [
+        "real?",
+        "seed range",
+        "seeds",
+        "converged seeds",
+    ]  # every column for tests

@@ -28,23 +28,43 @@ def test_cell_formats():
     assert score_spread(0.81234, 0.02) == f"0.812{NBSP}±{NBSP}0.020"  # one unbreakable cell
     assert score_spread(0.0, 0.0) == f"0.000{NBSP}±{NBSP}0.000"
     assert score_spread(0.8, math.nan) == "0.800" and score_spread(math.nan, 0.1) is None
-    assert score_interval(0.81, 0.8, 0.84) == f"0.810{NBSP}[0.800,{NBSP}0.840]" and score_interval(0.81, None, 0.84) == "0.810"
+    assert (
+        score_interval(0.81, 0.8, 0.84) == f"0.810{NBSP}[0.800,{NBSP}0.840]"
+        and score_interval(0.81, None, 0.84) == "0.810"
+    )
 
 
 def test_missing_cells_are_dashes_with_a_footnote_and_nothing_is_truncated():
-    frame = pd.DataFrame({"name": [f"run {i}" for i in range(205)], "drop": [0.043] * 204 + [math.nan], "score": [0.333333] * 205})
-    shown = table(frame, {"drop": "percent", "name": "text", "score": "score"}, {"drop": "relative drop"}, {"drop": "the k = all run failed"})
+    frame = pd.DataFrame(
+        {"name": [f"run {i}" for i in range(205)], "drop": [0.043] * 204 + [math.nan], "score": [0.333333] * 205}
+    )
+    shown = table(
+        frame,
+        {"drop": "percent", "name": "text", "score": "score"},
+        {"drop": "relative drop"},
+        {"drop": "the k = all run failed"},
+    )
     html = shown._repr_html_()
     assert shown.columns == ["relative drop", "name", "score"]  # key columns in the order asked
     assert len(re.findall(r"<tr>", html)) == 1 + 205  # header and every row
     assert cells(html)[:3] == ["4.3%", "run 0", "0.333"]
     assert f"<td>{DASH}<sup>a</sup></td>" in html and f"<sup>a</sup>{NBSP}{DASH}: the k = all run failed" in html
     assert not BAD.search(html) and "<th></th>" not in html  # no NaN, no truncation note, no index column
-    assert "white-space:nowrap" in html and "overflow-x:auto" in html  # cells stay on one line; a wide table scrolls in its box
+    assert (
+        "white-space:nowrap" in html and "overflow-x:auto" in html
+    )  # cells stay on one line; a wide table scrolls in its box
 
 
 def test_auto_table_turns_the_index_into_columns_and_formats_by_kind():
-    frame = pd.DataFrame({"task": ["sst2", "cola"], "k": [0, 36], "relative_drop": [0.0, 0.07585], "mean": [0.9, math.nan], "real": [True, False]}).set_index("task")
+    frame = pd.DataFrame(
+        {
+            "task": ["sst2", "cola"],
+            "k": [0, 36],
+            "relative_drop": [0.0, 0.07585],
+            "mean": [0.9, math.nan],
+            "real": [True, False],
+        }
+    ).set_index("task")
     shown = auto_table(frame)
     assert shown.columns == ["task", "k", "relative drop", "mean", "real"]
     assert shown.rows == [["SST-2", "0", "0.0%", "0.900", "yes"], ["CoLA", "36", "7.6%", None, "no"]]
@@ -64,16 +84,36 @@ def test_scores_display_one_cell_per_k(tmp_path):
     shown = scores_display(summarise(load_results(grid(tmp_path))))
     frame = shown.to_frame()
     assert shown.columns == ["task", "ranking", "k = 0", "k = 36", "k = 72 (all)"]
-    assert frame.iloc[0].tolist() == ["SST-2", "gates", f"0.820{NBSP}±{NBSP}0.020", f"0.810{NBSP}±{NBSP}0.020", f"0.720{NBSP}±{NBSP}0.020"]
+    assert frame.iloc[0].tolist() == [
+        "SST-2",
+        "gates",
+        f"0.820{NBSP}±{NBSP}0.020",
+        f"0.810{NBSP}±{NBSP}0.020",
+        f"0.720{NBSP}±{NBSP}0.020",
+    ]
 
 
 def test_floors_display_names_the_model_when_there_are_several_and_dashes_a_missing_floor(tmp_path):
-    runs = {f"{m}_{s}": result(model=m, seed=s, score=0.8 + 0.001 * s) for m in ("minilm-l6", "minilm-l3") for s in (1, 2)}
+    runs = {
+        f"{m}_{s}": result(model=m, seed=s, score=0.8 + 0.001 * s) for m in ("minilm-l6", "minilm-l3") for s in (1, 2)
+    }
     two = floors_display(floors_table(load_results(write(tmp_path / "two", runs))))
     assert two.columns[:2] == ["model", "task"] and ["minilm-l3", "SST-2"] == two.rows[0][:2]
-    one = floors_display(floors_table(load_results(write(tmp_path / "one", {k: v for k, v in runs.items() if "l6" in k}))))
-    assert one.columns == ["task", "informative", "metric", "majority class", "attention-free probe", "k = 0 probe", "k = 0, 95% interval"]
-    assert one.rows == [["SST-2", "yes", "accuracy", "0.500", None, f"0.802{NBSP}±{NBSP}0.001", None]]  # no interval given: margin rule
+    one = floors_display(
+        floors_table(load_results(write(tmp_path / "one", {k: v for k, v in runs.items() if "l6" in k})))
+    )
+    assert one.columns == [
+        "task",
+        "informative",
+        "metric",
+        "majority class",
+        "attention-free probe",
+        "k = 0 probe",
+        "k = 0, 95% interval",
+    ]
+    assert one.rows == [
+        ["SST-2", "yes", "accuracy", "0.500", None, f"0.802{NBSP}±{NBSP}0.001", None]
+    ]  # no interval given: margin rule
     assert "converged (or none ran)" in one._repr_html_() and not BAD.search(one._repr_html_())
 
 
@@ -81,7 +121,11 @@ def test_retained_gains_display_puts_drop_and_gain_first(tmp_path):
     records = read_results(grid(tmp_path))
     for record in records.values():  # 100 dev examples, the first round(100 × score) of them right
         right = round(100 * record["score"])
-        record["dev"] = {"predictions": [1] * right + [0] * (100 - right), "labels": [1] * 100, "label_names": ["a", "b"]}
+        record["dev"] = {
+            "predictions": [1] * right + [0] * (100 - right),
+            "labels": [1] * 100,
+            "label_names": ["a", "b"],
+        }
     shown = retained_gains_display(retained_gains(build_basis(load_results(records), records)))
     assert shown.columns[:5] == ["task", "ranking", "k", "relative drop", "retained gain"]
     full = [row for row in shown.rows if row[2] == "72"][0]
@@ -95,7 +139,10 @@ def test_an_empty_result_is_an_empty_table():
 
     shown = rising_display(pd.DataFrame())
     assert shown.rows == [] and shown.columns[0] == "run"
-    assert shown._repr_html_() == '<p class="papa-table-empty"><em>Nothing to show: no run of this grid belongs in this table.</em></p>'
+    assert (
+        shown._repr_html_()
+        == '<p class="papa-table-empty"><em>Nothing to show: no run of this grid belongs in this table.</em></p>'
+    )
 
 
 # -- the tables with intervals (issue 14) ---------------------------------------------------------------------
@@ -104,8 +151,50 @@ def _main_rows() -> pd.DataFrame:
 
     rows = [
         ("m", "sst2", "none", 0, 0.0, 8, "accuracy", 0.85, 0.01, 0.84, 0.86, 3) + (math.nan,) * 6 + (None, math.nan),
-        ("m", "sst2", "gates", 4, 0.5, 8, "accuracy", 0.848, 0.0, 0.848, 0.848, 3, -0.0025, -0.0075, 0.0, 0.0029, 0.0, 0.0088, False, 400),
-        ("m", "sst2", "all", 8, 1.0, 8, "accuracy", 0.70, math.nan, 0.70, 0.70, 1, -0.15, -0.1713, -0.13, 0.1765, 0.153, 0.2, True, 400),
+        (
+            "m",
+            "sst2",
+            "gates",
+            4,
+            0.5,
+            8,
+            "accuracy",
+            0.848,
+            0.0,
+            0.848,
+            0.848,
+            3,
+            -0.0025,
+            -0.0075,
+            0.0,
+            0.0029,
+            0.0,
+            0.0088,
+            False,
+            400,
+        ),
+        (
+            "m",
+            "sst2",
+            "all",
+            8,
+            1.0,
+            8,
+            "accuracy",
+            0.70,
+            math.nan,
+            0.70,
+            0.70,
+            1,
+            -0.15,
+            -0.1713,
+            -0.13,
+            0.1765,
+            0.153,
+            0.2,
+            True,
+            400,
+        ),
     ]
     frame = pd.DataFrame(rows, columns=MAIN_COLUMNS)
     return frame.assign(converged=["3 of 3", "2 of 3", "1 of 1"])
@@ -140,43 +229,111 @@ def test_verdicts_and_paper_table_display():
     from papa.analysis.paper import paper_table
     from papa.book.interval_tables import paper_table_display, verdicts_display
 
-    claims = pd.DataFrame([("1. Half", "≈0–2%", "1.3% [0.1%, 2.0%]", "reproduced", "Upper end 2.0%.", "rule")], columns=["claim", "paper", "ours", "verdict", "reason", "rule"])
-    assert verdicts_display(claims).columns == ["claim", "verdict", "our runs (pooled 95% interval)", "why", "the paper", "rule and runs counted"]
-    summary = pd.DataFrame(
-        [("m", "sst2", r, k, k / 8, 8, "cached", "all", "accuracy", s, 0.0, s, s, 3) for r, k, s in (("none", 0, 0.8), ("gates", 4, 0.78), ("all", 8, 0.72))],
-        columns=["model", "task", "ranking", "k", "fraction", "total_heads", "mode", "probe_input", "metric", "mean", "std", "min", "max", "n_seeds"],
+    claims = pd.DataFrame(
+        [("1. Half", "≈0–2%", "1.3% [0.1%, 2.0%]", "reproduced", "Upper end 2.0%.", "rule")],
+        columns=["claim", "paper", "ours", "verdict", "reason", "rule"],
     )
-    floors = pd.DataFrame({"model": ["m"], "task": ["sst2"], "informative": [True], "majority": [0.5], "attention_free": [0.6]})
-    drops = hand_cells([hand_cell("m", "sst2", "half", 0.025, [0.02, 0.03]), hand_cell("m", "sst2", "all", 0.10, [0.09, 0.11])])
+    assert verdicts_display(claims).columns == [
+        "claim",
+        "verdict",
+        "our runs (pooled 95% interval)",
+        "why",
+        "the paper",
+        "rule and runs counted",
+    ]
+    summary = pd.DataFrame(
+        [
+            ("m", "sst2", r, k, k / 8, 8, "cached", "all", "accuracy", s, 0.0, s, s, 3)
+            for r, k, s in (("none", 0, 0.8), ("gates", 4, 0.78), ("all", 8, 0.72))
+        ],
+        columns=[
+            "model",
+            "task",
+            "ranking",
+            "k",
+            "fraction",
+            "total_heads",
+            "mode",
+            "probe_input",
+            "metric",
+            "mean",
+            "std",
+            "min",
+            "max",
+            "n_seeds",
+        ],
+    )
+    floors = pd.DataFrame(
+        {"model": ["m"], "task": ["sst2"], "informative": [True], "majority": [0.5], "attention_free": [0.6]}
+    )
+    drops = hand_cells(
+        [hand_cell("m", "sst2", "half", 0.025, [0.02, 0.03]), hand_cell("m", "sst2", "all", 0.10, [0.09, 0.11])]
+    )
     shown = paper_table_display(paper_table(summary, floors, drops)).to_frame()
     assert shown["task"].tolist() == ["SST-2", "average of its informative tasks"]
     assert shown.iloc[0][["drop, half", "drop, all"]].tolist() == ["2.5%", "10.0%"]  # a task's drop: the cell's
     # the average: the pooled drop with the 2.5th and 97.5th percentiles of its two resampled drops (numpy's linear
     # interpolation: 2.025% and 2.975%, 9.05% and 10.95%, each printed to one decimal from its float)
-    assert shown.iloc[1][["drop, half", "drop, all", "largest drop, all"]].tolist() == [f"2.5%{NBSP}[2.0%,{NBSP}3.0%]", f"10.0%{NBSP}[9.0%,{NBSP}10.9%]", "10.0%"]
+    assert shown.iloc[1][["drop, half", "drop, all", "largest drop, all"]].tolist() == [
+        f"2.5%{NBSP}[2.0%,{NBSP}3.0%]",
+        f"10.0%{NBSP}[9.0%,{NBSP}10.9%]",
+        "10.0%",
+    ]
 
 
 def test_constant_heads_are_named_by_the_papers_fraction():
     from papa.book.table_format import heads_words
 
-    assert [heads_words(k, 36) for k in (0, 18, 32, 34, 36)] == ["0 of 36 (none)", "18 of 36 (1/2)", f"32 of 36 (≈{NBSP}7/8)", f"34 of 36 (≈{NBSP}15/16)", "36 of 36 (all)"]
+    assert [heads_words(k, 36) for k in (0, 18, 32, 34, 36)] == [
+        "0 of 36 (none)",
+        "18 of 36 (1/2)",
+        f"32 of 36 (≈{NBSP}7/8)",
+        f"34 of 36 (≈{NBSP}15/16)",
+        "36 of 36 (all)",
+    ]
     assert heads_words(5, 36) == "5 of 36 (5/36)" and heads_words(63, 72) == "63 of 72 (7/8)"
 
 
 def test_no_number_shows_a_negative_zero():
     from papa.book.table_format import percent, score, signed, with_interval
 
-    assert (score(-0.0001), percent(-0.00001), signed(-0.0004), signed(0.0004), signed(-0.002)) == ("0.000", "0.0%", "0.000", "0.000", "-0.002")
-    assert with_interval(signed, -0.0001, -0.0102, 0.0001) == f"0.000{NBSP}[-0.010,{NBSP}0.000]" and with_interval(percent, -0.00001, -0.01, 0.0) == f"0.0%{NBSP}[-1.0%,{NBSP}0.0%]"
+    assert (score(-0.0001), percent(-0.00001), signed(-0.0004), signed(0.0004), signed(-0.002)) == (
+        "0.000",
+        "0.0%",
+        "0.000",
+        "0.000",
+        "-0.002",
+    )
+    assert (
+        with_interval(signed, -0.0001, -0.0102, 0.0001) == f"0.000{NBSP}[-0.010,{NBSP}0.000]"
+        and with_interval(percent, -0.00001, -0.01, 0.0) == f"0.0%{NBSP}[-1.0%,{NBSP}0.0%]"
+    )
 
 
 def test_every_score_table_labels_each_share_by_its_real_counts():
     from papa.book.tables import scores_display
 
-    rows = [("s", 36, k, r) for k, r in ((0, "none"), (32, "gates"), (36, "all"))] + [("b", 72, k, r) for k, r in ((0, "none"), (63, "gates"), (72, "all"))]
+    rows = [("s", 36, k, r) for k, r in ((0, "none"), (32, "gates"), (36, "all"))] + [
+        ("b", 72, k, r) for k, r in ((0, "none"), (63, "gates"), (72, "all"))
+    ]
     summary = pd.DataFrame(
         [(m, "sst2", r, k, k / t, t, "cached", "all", "accuracy", 0.8, 0.01, 0.79, 0.81, 3) for m, t, k, r in rows],
-        columns=["model", "task", "ranking", "k", "fraction", "total_heads", "mode", "probe_input", "metric", "mean", "std", "min", "max", "n_seeds"],
+        columns=[
+            "model",
+            "task",
+            "ranking",
+            "k",
+            "fraction",
+            "total_heads",
+            "mode",
+            "probe_input",
+            "metric",
+            "mean",
+            "std",
+            "min",
+            "max",
+            "n_seeds",
+        ],
     )
     columns = scores_display(summary).columns
     assert columns[-3:] == ["no head constant", f"≈{NBSP}7/8 of the heads (32 of 36, 63 of 72)", "all heads constant"]
@@ -186,8 +343,22 @@ def test_retained_gain_of_an_uninformative_task_is_not_shown():
     from papa.book.tables import NOISY_GAIN, retained_gains_display
 
     gains = pd.DataFrame(
-        [("m", "cola", "all", 8, 1.0, 0.01, 3, 1.0, float("nan"), False), ("m", "sst2", "all", 8, 1.0, 0.7, 3, 0.1, 0.6, True)],
-        columns=["model", "task", "ranking", "k", "fraction", "score", "n_pairs", "relative_drop", "retained_gain", "informative"],
+        [
+            ("m", "cola", "all", 8, 1.0, 0.01, 3, 1.0, float("nan"), False),
+            ("m", "sst2", "all", 8, 1.0, 0.7, 3, 0.1, 0.6, True),
+        ],
+        columns=[
+            "model",
+            "task",
+            "ranking",
+            "k",
+            "fraction",
+            "score",
+            "n_pairs",
+            "relative_drop",
+            "retained_gain",
+            "informative",
+        ],
     )
     shown = retained_gains_display(gains)
     column = shown.columns.index("retained gain")

@@ -27,11 +27,16 @@ VERDICTS += ("not reproduced", "not testable")
 
 def test_the_pooled_interval_is_the_percentile_interval_of_the_average_on_every_resample():
     a, b = np.array([0.0, 0.1, 0.2, 0.3]), np.array([0.4, 0.2, 0.0, 0.2])
-    frame = cells([cell("m", "sst2", "all", 0.15, a), cell("m", "mnli", "all", 0.2, b), cell("m", "cola", "all", NAN, [0.1] * 4)])
+    frame = cells(
+        [cell("m", "sst2", "all", 0.15, a), cell("m", "mnli", "all", 0.2, b), cell("m", "cola", "all", NAN, [0.1] * 4)]
+    )
     out = pooled.pooled_drop(frame)
     averages = (a + b) / 2  # [0.2, 0.15, 0.1, 0.25]
     assert (out["value"], out["n"], out["excluded"], out["tasks"]) == (pytest.approx(0.175), 2, 1, ["mnli", "sst2"])
-    assert (out["low"], out["high"]) == (pytest.approx(np.quantile(averages, 0.025)), pytest.approx(np.quantile(averages, 0.975)))
+    assert (out["low"], out["high"]) == (
+        pytest.approx(np.quantile(averages, 0.025)),
+        pytest.approx(np.quantile(averages, 0.975)),
+    )
     assert (out["low"], out["high"]) == (pytest.approx(0.10375), pytest.approx(0.24625))
 
 
@@ -51,9 +56,15 @@ def test_one_cell_pooled_is_its_paired_bootstrap_interval():
     rng = np.random.default_rng(3)
     base, other = rng.random(300) < 0.8, rng.random(300) < 0.7
     rows = stats.resample_rows(300, 500, 0, "dev-a")
-    out = stats.paired_bootstrap([_accuracy_stats(base)], [_accuracy_stats(other)], "accuracy", resamples=500, rows=rows)
+    out = stats.paired_bootstrap(
+        [_accuracy_stats(base)], [_accuracy_stats(other)], "accuracy", resamples=500, rows=rows
+    )
     pooled_one = pooled.pooled_drop(cells([cell("m", "sst2", "all", out["relative_drop"], out["relative_samples"])]))
-    assert (pooled_one["value"], pooled_one["low"], pooled_one["high"]) == (out["relative_drop"], pytest.approx(out["relative_low"]), pytest.approx(out["relative_high"]))
+    assert (pooled_one["value"], pooled_one["low"], pooled_one["high"]) == (
+        out["relative_drop"],
+        pytest.approx(out["relative_low"]),
+        pytest.approx(out["relative_high"]),
+    )
 
 
 def test_each_dev_set_has_its_own_resample_stream_and_a_shared_one_is_shared():
@@ -68,7 +79,8 @@ JOINT = {"t1": (0.70, 0.10, 0.05, 0.15), "t2": (0.80, 0.10, 0.00, 0.10)}
 
 def test_the_pooled_interval_covers_the_true_average_about_95_percent_of_the_time():
     """Two tasks with known per-example distributions (true relative drops 0.05/0.80 and 0.10/0.90): over 200 seeded
-    draws of 300 dev examples per task, the pooled 95% interval holds the true average drop in 92–98% of them (±2 binomial standard errors)."""
+    draws of 300 dev examples per task, the pooled 95% interval holds the true average drop in 92–98% of them (±2
+    binomial standard errors)."""
     truth = np.mean([(p11 + p10 - (p11 + p01)) / (p11 + p10) for p11, p10, p01, _ in JOINT.values()])
     rng = np.random.default_rng(2026)
     covered, draws, n, resamples = 0, 200, 300, 200
@@ -77,7 +89,13 @@ def test_the_pooled_interval_covers_the_true_average_about_95_percent_of_the_tim
         for task, probabilities in JOINT.items():
             outcome = rng.choice(4, size=n, p=probabilities)  # 0: (1,1), 1: (1,0), 2: (0,1), 3: (0,0)
             base, other = np.isin(outcome, (0, 1)), np.isin(outcome, (0, 2))
-            found = stats.paired_bootstrap([_accuracy_stats(base)], [_accuracy_stats(other)], "accuracy", resamples=resamples, rows=stats.resample_rows(n, resamples, draw, task))
+            found = stats.paired_bootstrap(
+                [_accuracy_stats(base)],
+                [_accuracy_stats(other)],
+                "accuracy",
+                resamples=resamples,
+                rows=stats.resample_rows(n, resamples, draw, task),
+            )
             rows.append(cell("m", task, "all", found["relative_drop"], found["relative_samples"]))
         out = pooled.pooled_drop(cells(rows))
         covered += out["low"] <= truth <= out["high"]
@@ -104,8 +122,13 @@ def test_claim1_rule(value, low, high, verdict):
 
 
 def test_claim1_reasons_say_which_end_decides():
-    assert V.claim1_verdict(0.01, -0.01, 0.04)[1] == "The whole interval of the average drop lies at or below 5% (upper end 4.0%)."
-    assert V.claim1_verdict(0.04, 0.01, 0.07)[1] == "The average drop 4.0% is at most 5%, but its interval reaches 7.0%."
+    assert (
+        V.claim1_verdict(0.01, -0.01, 0.04)[1]
+        == "The whole interval of the average drop lies at or below 5% (upper end 4.0%)."
+    )
+    assert (
+        V.claim1_verdict(0.04, 0.01, 0.07)[1] == "The average drop 4.0% is at most 5%, but its interval reaches 7.0%."
+    )
 
 
 @pytest.mark.parametrize(
@@ -132,7 +155,10 @@ def test_claim2_reason_names_the_direction():
 
 
 def _bound(*drops: tuple[float, float, float]) -> pd.DataFrame:
-    rows = [{"model": "m", "task": t, "relative_drop": d, "relative_low": lo, "relative_high": hi} for t, (d, lo, hi) in zip(("cola", "sst2", "mnli"), drops)]
+    rows = [
+        {"model": "m", "task": t, "relative_drop": d, "relative_low": lo, "relative_high": hi}
+        for t, (d, lo, hi) in zip(("cola", "sst2", "mnli"), drops)
+    ]
     return pd.DataFrame(rows, columns=["model", "task", "relative_drop", "relative_low", "relative_high"])
 
 
@@ -174,7 +200,10 @@ def test_claim3_rule(drops, verdict):
 
 def test_claim3_reason_at_three_models_says_the_floor_of_p():
     better = pooled.claim3(pd.DataFrame({"drop": [0.01, 0.02, 0.05], "score": [0.7, 0.8, 0.9]}))
-    assert V.claim3_verdict(better)[1] == "Spearman ρ = +1.00 over 3 models, but one-sided exact p = 0.167 (with 3 models the smallest possible p is 1/6)."
+    assert (
+        V.claim3_verdict(better)[1] == "Spearman ρ = +1.00 over 3 models, but one-sided exact p "
+        "= 0.167 (with 3 models the smallest possible p is 1/6)."
+    )
 
 
 def test_intervals_are_written_without_negative_zero_and_an_undefined_one_as_a_dash():
@@ -189,18 +218,45 @@ def _grid() -> pd.DataFrame:
     rows = []
     for model, score, (sst, ner) in (("a", 0.70, (0.04, 0.00)), ("b", 0.80, (0.08, 0.01)), ("c", 0.90, (0.14, 0.04))):
         for task, drop in (("sst2", sst), ("ner", ner)):
-            rows += [cell(model, task, "half", drop / 4, spread(drop / 4, 0.01), score_0=score), cell(model, task, "all", drop, spread(drop, 0.01), score_0=score)]
+            rows += [
+                cell(model, task, "half", drop / 4, spread(drop / 4, 0.01), score_0=score),
+                cell(model, task, "all", drop, spread(drop, 0.01), score_0=score),
+            ]
         cola = NAN if model == "a" else 0.3
-        rows += [cell(model, "cola", at, cola, spread(0.3, 0.1) if model != "a" else [NAN] * 101, informative=False, score_0=0.1) for at in ("half", "all")]
+        rows += [
+            cell(
+                model,
+                "cola",
+                at,
+                cola,
+                spread(0.3, 0.1) if model != "a" else [NAN] * 101,
+                informative=False,
+                score_0=0.1,
+            )
+            for at in ("half", "all")
+        ]
     return cells(rows)
 
 
 def test_claims_table_reads_the_pooled_drops():
-    claims = V.claims_table(_grid(), {"runs": 10, "converged": 9, "left_out": 1}).set_index(pd.Index(["1", "2a", "2b", "3"]))
-    assert V.judge(_grid())["all"]["value"] == pytest.approx(0.31 / 6) and claims.loc["2a", "verdict"] == "reproduced with a smaller effect"
-    assert claims.loc["1", "verdict"] == "reproduced" and claims.loc["3", "verdict"] == "points the paper's way, not significant"
-    assert claims.loc["2a", "ours"].startswith("5.2% [") and claims.loc["2a", "ours"].endswith("average relative drop over 6 informative model/task pairs")
-    assert claims.loc["2b", "ours"].startswith("largest single drop 14.0% [13.1%, 15.0%] (c, SST-2)") and claims.loc["2b", "verdict"] == "reproduced"
+    claims = V.claims_table(_grid(), {"runs": 10, "converged": 9, "left_out": 1}).set_index(
+        pd.Index(["1", "2a", "2b", "3"])
+    )
+    assert (
+        V.judge(_grid())["all"]["value"] == pytest.approx(0.31 / 6)
+        and claims.loc["2a", "verdict"] == "reproduced with a smaller effect"
+    )
+    assert (
+        claims.loc["1", "verdict"] == "reproduced"
+        and claims.loc["3", "verdict"] == "points the paper's way, not significant"
+    )
+    assert claims.loc["2a", "ours"].startswith("5.2% [") and claims.loc["2a", "ours"].endswith(
+        "average relative drop over 6 informative model/task pairs"
+    )
+    assert (
+        claims.loc["2b", "ours"].startswith("largest single drop 14.0% [13.1%, 15.0%] (c, SST-2)")
+        and claims.loc["2b", "verdict"] == "reproduced"
+    )
     assert (
         "a 2.0% [" in claims.loc["3", "ours"]
         and " at 0.700" in claims.loc["3", "ours"]
@@ -212,10 +268,18 @@ def test_claims_table_reads_the_pooled_drops():
 def test_sensitivity_every_task_and_per_family():
     table = V.sensitivity(_grid()).set_index("basis")
     informative, every, sentence, token = (table.iloc[i] for i in range(4))
-    assert (informative["n_all"], every["n_all"], every["excluded"], sentence["n_all"], token["n_all"]) == (6, 8, 2, 3, 3)
+    assert (informative["n_all"], every["n_all"], every["excluded"], sentence["n_all"], token["n_all"]) == (
+        6,
+        8,
+        2,
+        3,
+        3,
+    )
     assert every["claim2"].startswith(f"{V.percent_text((0.31 + 0.6) / 8)} [")
     assert (sentence["claim2_verdict"], token["claim2_verdict"]) == ("reproduced", "reproduced with a smaller effect")
-    assert sentence["paper"].startswith("none: the paper states no average per task family") and informative["paper"].startswith("little or no drop at half")
+    assert sentence["paper"].startswith("none: the paper states no average per task family") and informative[
+        "paper"
+    ].startswith("little or no drop at half")
 
 
 def test_the_method_chapter_states_every_verdict_and_threshold_before_the_results():
@@ -231,5 +295,8 @@ def test_the_method_chapter_states_every_verdict_and_threshold_before_the_result
 def test_claim3_with_two_models_has_no_rho_and_says_so():
     two = _grid()[_grid()["model"] != "c"]
     claims = V.claims_table(two, {"runs": 4, "converged": 4, "left_out": 0})
-    assert claims.iloc[3]["ours"].startswith("no ρ (2 models); drop at k = 0 score, per model over NER (CoNLL-2003), SST-2: a 2.0% [1.0%, 2.9%] at 0.700, b 4.5% [")
+    assert claims.iloc[3]["ours"].startswith(
+        "no ρ (2 models); drop at k = 0 score, per model over NER "
+        "(CoNLL-2003), SST-2: a 2.0% [1.0%, 2.9%] at 0.700, b 4.5% ["
+    )
     assert claims.iloc[3]["verdict"] == "not testable"

@@ -40,7 +40,13 @@ RESULT = {
     "epochs": [{"epoch": 1, "train_loss": 0.69}, {"epoch": 2, "train_loss": 0.5}],
     "timings": {"total": 10.2, "train": 6.5},
     "feature_cache_hits": {"train": False},
-    "provenance": {"git_commit": "abc-dirty", "device": "cpu:x86_64x2", "seconds": 10.2, "seed": 42, "weights_fingerprint": "4f2d"},
+    "provenance": {
+        "git_commit": "abc-dirty",
+        "device": "cpu:x86_64x2",
+        "seconds": 10.2,
+        "seed": 42,
+        "weights_fingerprint": "4f2d",
+    },
     "sha256": "0" * 64,
 }
 
@@ -72,15 +78,24 @@ def test_nested_fields_keep_their_path_and_a_tolerance_admits_small_differences_
     found, largest = diff_values(RESULT, remade)
     assert [d.field for d in found] == ["epochs[0].train_loss"]
     assert diff_values(RESULT, remade, tolerance=1e-6)[0] == []
-    assert diff_values(RESULT, remade, tolerance=1e-6)[1] == pytest.approx(3e-7, rel=1e-3) == pytest.approx(largest, rel=1e-3)
+    assert (
+        diff_values(RESULT, remade, tolerance=1e-6)[1]
+        == pytest.approx(3e-7, rel=1e-3)
+        == pytest.approx(largest, rel=1e-3)
+    )
 
 
 def test_a_changed_head_order_names_each_moved_position():
     ranking = {"ranking": [[0, 1], [2, 3], [1, 0]], "meta": {"method": "gates", "lambdas": [[0.1, 0.2]]}}
     swapped = {"ranking": [[0, 1], [1, 0], [2, 3]], "meta": ranking["meta"]}
     found, _ = diff_values(ranking, swapped)
-    assert [d.words() for d in found] == ["ranking[1]: committed [2, 3], re-made [1, 0]", "ranking[2]: committed [1, 0], re-made [2, 3]"]
-    assert diff_values(ranking, {"ranking": ranking["ranking"][:2], "meta": ranking["meta"]})[0] == [Difference("ranking", ranking["ranking"], ranking["ranking"][:2])]
+    assert [d.words() for d in found] == [
+        "ranking[1]: committed [2, 3], re-made [1, 0]",
+        "ranking[2]: committed [1, 0], re-made [2, 3]",
+    ]
+    assert diff_values(ranking, {"ranking": ranking["ranking"][:2], "meta": ranking["meta"]})[0] == [
+        Difference("ranking", ranking["ranking"], ranking["ranking"][:2])
+    ]
 
 
 def test_constants_are_compared_by_their_largest_difference_and_their_meta(tmp_path):
@@ -98,7 +113,9 @@ def test_constants_are_compared_by_their_largest_difference_and_their_meta(tmp_p
     assert found == [Difference("constants[1, 2, 0, 3] (max |Δ|)", 0.0, 0.25, 0.25)]
     assert largest == 0.25
     assert diff_files(tmp_path / "a.safetensors", tmp_path / "b.safetensors", tolerance=0.5) == ([], 0.25)
-    assert diff_files(tmp_path / "a.safetensors", tmp_path / "missing.safetensors")[0] == [Difference("(file)", "present", "missing: the re-execution did not write it")]
+    assert diff_files(tmp_path / "a.safetensors", tmp_path / "missing.safetensors")[0] == [
+        Difference("(file)", "present", "missing: the re-execution did not write it")
+    ]
 
 
 # -- the sanitizer ----------------------------------------------------------------------------------------------------
@@ -110,14 +127,32 @@ def _sanitized(text: str) -> str:
 
 
 def test_the_sanitizer_removes_paths_devices_addresses_and_durations():
-    here = "{'device': 'cpu', 'seconds': 1.25} cpu:x86_64x2 wrote /tmp/papa-verify-ab12/book/runs/x.json <Figure at 0x7f3a2c1d5e80> in 3.4 s"
-    there = "{'device': 'cuda', 'seconds': 0.07} cuda:NVIDIA H200 wrote /home/me/book/runs/x.json <Figure at 0x55d1e2f3a4b0> in 12.0 s"
-    assert _sanitized(here) == _sanitized(there) == "{'device': 'DEVICE', 'seconds': SECONDS} DEVICE wrote PATH/x.json <Figure at 0xADDRESS> in SECONDS s"
+    here = (
+        "{'device': 'cpu', 'seconds': 1.25} cpu:x86_64x2 wrote "
+        "/tmp/papa-verify-ab12/book/runs/x.json <Figure at 0x7f3a2c1d5e80> in 3.4 s"
+    )
+    there = (
+        "{'device': 'cuda', 'seconds': 0.07} cuda:NVIDIA H200 wrote /home/me/book/runs/x.json <Figure at "
+        "0x55d1e2f3a4b0> in 12.0 s"
+    )
+    assert (
+        _sanitized(here)
+        == _sanitized(there)
+        == "{'device': 'DEVICE', 'seconds': SECONDS} DEVICE wrote PATH/x.json <Figure at 0xADDRESS> in SECONDS s"
+    )
 
 
 def test_the_sanitizer_never_blurs_a_number():
-    table = "      lr   score  epoch  epochs trained  majority floor\n42  0.001  0.8125      4               7          0.5092\nhalf: 1/2, sha256 9814187a7903564c"
-    for changed in (table.replace("0.8125", "0.8126"), table.replace("1/2", "1/3"), table.replace("9814187a", "9814187b"), table.replace("  4  ", "  5  ")):
+    table = (
+        "      lr   score  epoch  epochs trained  majority floor\n42  0.001  0.8125      4               7          "
+        "0.5092\nhalf: 1/2, sha256 9814187a7903564c"
+    )
+    for changed in (
+        table.replace("0.8125", "0.8126"),
+        table.replace("1/2", "1/3"),
+        table.replace("9814187a", "9814187b"),
+        table.replace("  4  ", "  5  "),
+    ):
         assert changed != table
         assert _sanitized(changed) != _sanitized(table)
     assert _sanitized(table) == table
@@ -134,12 +169,22 @@ def _plan_with_outputs(tmp_path: Path) -> tuple[list[Run], dict[str, dict]]:
         (tmp_path / f"book/runs/smoke/{run.run_id}.ipynb").parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / f"book/runs/smoke/{run.run_id}.ipynb").write_text("{}")
         outputs = {rel: "0" * 64 for rel in run.outputs}
-        stamps[run.run_id] = {"run_id": run.run_id, "key": f"k{number}", "seconds": 100.0 - number, "outputs": outputs, "components": {"params": run.params}}
+        stamps[run.run_id] = {
+            "run_id": run.run_id,
+            "key": f"k{number}",
+            "seconds": 100.0 - number,
+            "outputs": outputs,
+            "components": {"params": run.params},
+        }
         atomic_write_json(stamp_path(tmp_path / "book/runs/smoke", run.run_id), stamps[run.run_id])
         for rel in run.outputs:
             (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
-            commit = "324e87c3a5d5-dirty" if run.run_id == "probe__minilm-l6__sst2__all__k72__cached" else "7a8912112a76"
-            (tmp_path / rel).write_text(json.dumps({"provenance": {"git_commit": commit}}) if rel.endswith(".json") else "")
+            commit = (
+                "324e87c3a5d5-dirty" if run.run_id == "probe__minilm-l6__sst2__all__k72__cached" else "7a8912112a76"
+            )
+            (tmp_path / rel).write_text(
+                json.dumps({"provenance": {"git_commit": commit}}) if rel.endswith(".json") else ""
+            )
     return plan, stamps
 
 
@@ -154,7 +199,10 @@ def test_a_sample_takes_one_run_of_each_kind_first_and_a_dirty_run_before_the_ch
         "probe__minilm-l6__sst2__all__k72__cached__mean__replace",  # then the cheapest (the fewest recorded seconds)
     ]
     assert len(select_runs(plan, stamps, sample=50, root=tmp_path)) == 9  # the chapters are never verified
-    assert [r.run_id for r in select_runs(plan, stamps, pattern="rank,*k0*", root=tmp_path)] == ["rank__minilm-l6__sst2__deviation", "probe__minilm-l6__sst2__none__k0__cached"]
+    assert [r.run_id for r in select_runs(plan, stamps, pattern="rank,*k0*", root=tmp_path)] == [
+        "rank__minilm-l6__sst2__deviation",
+        "probe__minilm-l6__sst2__none__k0__cached",
+    ]
     assert dirty_runs(plan, tmp_path) == {"probe__minilm-l6__sst2__all__k72__cached": ["324e87c3a5d5-dirty"]}
 
 
@@ -212,12 +260,20 @@ def test_the_verified_section_counts_current_records_and_lists_every_mismatch_wi
     for record in records:
         atomic_write_json(verification_path(folder, record["run_id"]), record)
     assert sorted(read_records(folder)) == sorted(r["run_id"] for r in records)
-    text = "\n".join(_verified_section(load_config(ROOT / "configs" / "smoke.yaml"), folder, [r.run_id for r in plan], tmp_path))
+    text = "\n".join(
+        _verified_section(load_config(ROOT / "configs" / "smoke.yaml"), folder, [r.run_id for r in plan], tmp_path)
+    )
     assert "re-executed 3 of the book's 9 estimate, rank, lr-choice and probe runs" in text
     assert "(numbers exactly). 2 matched, 1 differed." in text
-    assert "- 3 runs on AMD EPYC, 2 cores, device cpu:x86_64x2, Python 3.11.7, numpy 2.4.6, torch 2.13.0+cpu, transformers 5.24.0 (papa at `7a8912112a76`), 2026-12-04" in text
+    assert (
+        "- 3 runs on AMD EPYC, 2 cores, device cpu:x86_64x2, Python 3.11.7, numpy 2.4.6, torch 2.13.0+cpu, "
+        "transformers 5.24.0 (papa at `7a8912112a76`), 2026-12-04" in text
+    )
     assert "1 older records are not counted" in text
-    row = "| `probe__minilm-l6__sst2__none__k0__cached` | score, metrics.main, nbval Cell 5: Cell outputs differ | 0.0125 | since the run: code of papa.probing.train changed |"
+    row = (
+        "| `probe__minilm-l6__sst2__none__k0__cached` | score, metrics.main, nbval Cell 5: Cell outputs differ | "
+        "0.0125 | since the run: code of papa.probing.train changed |"
+    )
     assert row in text
     assert "1 of the book's runs were computed in a working tree with uncommitted changes" in text
     assert "- `probe__minilm-l6__sst2__all__k72__cached`: `324e87c3a5d5-dirty`" in text
@@ -232,19 +288,34 @@ def test_without_records_or_dirty_runs_the_section_says_so(tmp_path):
     assert "No run of the book was computed in a working tree with uncommitted changes" in text
     plan, _ = _plan_with_outputs(tmp_path)
     out = io.StringIO()
-    assert report_dirty_runs(config, [r.run_id for r in plan], tmp_path, out) == ["probe__minilm-l6__sst2__all__k72__cached"]
-    assert out.getvalue() == "warning: 1 runs were computed in a working tree with uncommitted changes (-dirty): probe__minilm-l6__sst2__all__k72__cached\n"
+    assert report_dirty_runs(config, [r.run_id for r in plan], tmp_path, out) == [
+        "probe__minilm-l6__sst2__all__k72__cached"
+    ]
+    assert (
+        out.getvalue() == "warning: 1 runs were computed in a working tree with uncommitted changes (-dirty): "
+        "probe__minilm-l6__sst2__all__k72__cached\n"
+    )
 
 
 # -- re-executions ----------------------------------------------------------------------------------------------------
 #: Runs of :data:`CI_SAMPLE` known not to reproduce bit for bit, with the measured difference: strict xfails, so that
 #: the test fails as soon as one matches again (after the default grid re-runs) and the entry must go.
-KNOWN_MISMATCHES: dict[str, str] = {}  # none since the re-run (the old estimate's 8.9e-7 came from another session's run)
+KNOWN_MISMATCHES: dict[
+    str, str
+] = {}  # none since the re-run (the old estimate's 8.9e-7 came from another session's run)
 
 
 @pytest.mark.data
 @pytest.mark.slow
-@pytest.mark.parametrize("run_id", [pytest.param(r, marks=pytest.mark.xfail(strict=True, reason=KNOWN_MISMATCHES[r])) if r in KNOWN_MISMATCHES else r for r in CI_SAMPLE])
+@pytest.mark.parametrize(
+    "run_id",
+    [
+        pytest.param(r, marks=pytest.mark.xfail(strict=True, reason=KNOWN_MISMATCHES[r]))
+        if r in KNOWN_MISMATCHES
+        else r
+        for r in CI_SAMPLE
+    ],
+)
 def test_the_ci_sample_of_committed_default_runs_reproduces_exactly(run_id, tmp_path):
     """`make test` verifies these committed default-grid runs on every commit: they must match exactly."""
     out = io.StringIO()
@@ -262,7 +333,9 @@ def _smoke_copy(tmp_path: Path) -> Path:
     (copy / "configs").mkdir(parents=True)
     shutil.copy2(ROOT / "configs" / "smoke.yaml", copy / "configs" / "smoke.yaml")
     shutil.copytree(ROOT / "notebooks", copy / "notebooks")
-    shutil.copytree(smoke, copy / "book" / "runs" / "smoke", ignore=shutil.ignore_patterns(".executing", ".lock*", "verified"))
+    shutil.copytree(
+        smoke, copy / "book" / "runs" / "smoke", ignore=shutil.ignore_patterns(".executing", ".lock*", "verified")
+    )
     return copy
 
 
@@ -278,7 +351,9 @@ def test_a_tampered_score_a_tampered_table_and_a_changed_head_order_fail_naming_
     result.write_text(json.dumps(dict(data, score=data["score"] + 0.0625)))
     notebook = folder / "probe__minilm-l6__sst2__none__k0__cached.ipynb"
     nb = nbformat.read(notebook, as_version=4)
-    table = next(c for c in nb.cells if "nbval-check-output" in c.metadata.get("tags", []) and "majority floor" in c.source)
+    table = next(
+        c for c in nb.cells if "nbval-check-output" in c.metadata.get("tags", []) and "majority floor" in c.source
+    )
     table.outputs[0]["data"]["text/plain"] = table.outputs[0]["data"]["text/plain"].replace("0.", "9.", 1)
     position = [c for c in nb.cells if c.cell_type == "code"].index(table)  # nbval numbers the code cells
     nbformat.write(nb, notebook)
@@ -288,17 +363,32 @@ def test_a_tampered_score_a_tampered_table_and_a_changed_head_order_fail_naming_
     ranking.write_text(json.dumps(heads))
     records = tmp_path / "records"
     out = io.StringIO()
-    status = verify_grid(copy / "configs" / "smoke.yaml", pattern="probe__minilm-l6__sst2__none__k0__cached,rank__", out=out, records=records, root=copy)
+    status = verify_grid(
+        copy / "configs" / "smoke.yaml",
+        pattern="probe__minilm-l6__sst2__none__k0__cached,rank__",
+        out=out,
+        records=records,
+        root=copy,
+    )
     text = out.getvalue()
     assert status == 1, text
-    score = f"FAILED probe__minilm-l6__sst2__none__k0__cached: score differs (committed {data['score'] + 0.0625}, re-made {data['score']}, |Δ| 0.0625)"
+    score = (
+        f"FAILED probe__minilm-l6__sst2__none__k0__cached: score differs (committed {data['score'] + 0.0625}, re-made "
+        f"{data['score']}, |Δ| 0.0625)"
+    )
     assert score in text
     first, second = heads["ranking"][0], heads["ranking"][1]
-    assert f"FAILED rank__minilm-l6__sst2__deviation: ranking[0] differs (committed {first}, re-made {second}); ranking[1] differs (committed {second}, re-made {first})" in text
+    assert (
+        f"FAILED rank__minilm-l6__sst2__deviation: ranking[0] differs (committed {first}, re-made {second}); "
+        f"ranking[1] differs (committed {second}, re-made {first})" in text
+    )
     probe = json.loads((records / "probe__minilm-l6__sst2__none__k0__cached.json").read_text())
     assert probe["fields"] == ["score"] and probe["largest_difference"] == pytest.approx(0.0625)
     assert probe["nbval"]["passed"] is False and probe["nbval"]["failed_cells"][0].startswith(f"Cell {position}: ")
-    assert probe["causes"] == ["committed output edited after the run: book/runs/smoke/artifacts/results/probe__minilm-l6__sst2__none__k0__cached__s42.json"]
+    assert probe["causes"] == [
+        "committed output edited after the run: "
+        "book/runs/smoke/artifacts/results/probe__minilm-l6__sst2__none__k0__cached__s42.json"
+    ]
 
 
 @pytest.mark.data
