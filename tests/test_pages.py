@@ -465,7 +465,7 @@ def test_reproducibility_page_names_what_is_left_past_the_grids_time_aim(tmp_pat
         "- notebook start-up",
         "- evaluation",
     ]  # 1.5, 1.0, 0.5, 0.4, 0.1 min
-    assert "- evaluation, 0.1 min: score every seed's probe in one pass over the dev features." in page
+    assert "- evaluation, 0.1 min: every seed's probe is already scored in one pass over the dev features." in page
     monkeypatch.setitem(pages.TIME_AIMS, "g", 10.0)
     assert "That is within this grid's aim of 10 minutes on two CPU cores." in _reproducibility(
         {"name": "g"}, [], root=tmp_path
@@ -754,3 +754,39 @@ def test_the_code_state_line_counts_fingerprints_per_module_not_commits(tmp_path
     _stamp(tmp_path, "probe__m__t", {"papa.core.a": "9", "papa.probing.c": "3"})
     many = _code_states(tmp_path, ["estimate__m__t", "probe__m__t"])
     assert "1 of the 3 papa modules they import have more than one fingerprint across the runs (`papa.core.a`)" in many
+
+
+def test_a_chapters_studies_are_timed_beside_the_grids_sum_against_their_own_aim(tmp_path, monkeypatch):
+    """The runs of studies with an aim of their own (the replacements chapter's) leave the grid's sum, which is what
+    the grid's aim is about, and are timed on a line of their own; the chapter glues the same minutes."""
+    from papa.book import pages
+    from papa.book.replacement_pages import study_cost
+    from papa.pipeline import plan
+
+    runs = tmp_path / "book" / "runs" / "g"
+    manifest = {
+        "probe__a__none__k0__cached": {"seconds": 120.0, "status": "ok"},
+        "probe__a__all__k2__cached__zero__swap": {"seconds": 30.0, "status": "ok"},
+        "probe__a__all__k2__cached__mean__swapbase": {"seconds": 48.0, "status": "ok"},
+        "probe__a__all__k2__cached__swapless": {"seconds": 600.0, "status": "ok"},
+    }
+    atomic_write_json(runs / "manifest.json", {"runs": manifest})
+    studies = [
+        {"name": "swap", "chapter": "replacements"},
+        {"name": "swapbase", "chapter": "replacements"},
+        {"name": "swapless", "chapter": "controls"},
+    ]
+    config = {"name": "g", "studies": studies}
+    monkeypatch.setitem(pages.TIME_AIMS, "g", 20.0)
+    page = _reproducibility(config, [], root=tmp_path)
+    assert "The grid's runs took 12.0 minutes of wall time in all" in page  # 120 + 600 s: the controls study counts
+    assert (
+        "The sums above leave out the 2 runs of the studies the replacements chapter reports: they took 1.3 minutes "
+        "beside them, against their own aim of 60 minutes on two CPU cores." in page
+    )
+    monkeypatch.setattr(plan, "ROOT", tmp_path)
+    assert study_cost(config) == {
+        "replacement_study_runs": "2",
+        "replacement_study_minutes": "1.3",
+        "replacement_study_aim": "60",
+    }

@@ -17,7 +17,7 @@ from papa.book.templates import Markdown, fill
 from papa.book.words import plural
 from papa.core.io import read_json_verified
 from papa.pipeline.executed import code_span, myst_text
-from papa.pipeline.plan import ROOT, count_probe_runs, probe_run_id
+from papa.pipeline.plan import ROOT, STUDY_AIMS, TIME_AIMS, chapter_study_runs, count_probe_runs, probe_run_id
 
 _piece = partial(fill, "reproducibility")
 
@@ -84,7 +84,16 @@ def _reproducibility(config: dict, stale: list[str], root: Path = ROOT, run_ids:
             "",
         ]
     if manifest:
-        lines += _budget(manifest, results, stale, TIME_AIMS.get(config["name"]))
+        own = {chapter: chapter_study_runs(config, manifest, chapter) for chapter in STUDY_AIMS}
+        aside = {run_id for run_ids in own.values() for run_id in run_ids}
+        main = {run_id: entry for run_id, entry in manifest.items() if run_id not in aside}
+        main_results = {key: result for key, result in results.items() if probe_run_id(key) not in aside}
+        lines += _budget(main, main_results, stale, TIME_AIMS.get(config["name"]))
+        for chapter, run_ids in own.items():
+            if run_ids:
+                seconds = sum(float(manifest[run_id].get("seconds") or 0) for run_id in run_ids)
+                minutes, aim = f"{seconds / 60:.1f}", f"{STUDY_AIMS[chapter]:.0f}"
+                lines += [_piece("study-time", runs=len(run_ids), chapter=chapter, minutes=minutes, aim=aim), ""]
     lines += _verified_section(config, runs_dir, run_ids, root)
     lines += ["## Runs", "", "| run | status | seconds |", "|---|---|---:|"]
     for run_id, entry in sorted(manifest.items()):
@@ -198,11 +207,6 @@ def _benchmark_command(table: str) -> str:
         if line.startswith("- command: `python -m benchmarks."):
             return " ".join(line.split("`")[1].split()[:3])
     return "python -m benchmarks.run"
-
-
-#: Wall-time aims, in minutes on two CPU cores, of the grids the book is built from (issue 25: the default grid in
-#: four hours).
-TIME_AIMS = {"default": 240.0}
 
 
 def _over_aim(total: float, aim: float, parts: dict, kinds: dict[str, list[float]], overhead: float) -> list[str]:

@@ -18,6 +18,8 @@ from papa.analysis.basis import Basis, build_basis
 from papa.analysis.figure_kit import AXIS_PX, TEXT_WIDTH, Figure, clean, finish, glue_figure, legend, words
 from papa.book.data import BookData, headline_ranking
 from papa.book.table_format import Table, key_text, model_task_kinds, percent, table
+from papa.core.io import read_json_verified
+from papa.pipeline.plan import STUDY_AIMS, chapter_study_runs, runs_dir
 
 AT_WORDS = {"half": "half of the heads", "all": "every head"}
 
@@ -76,6 +78,7 @@ def replacement_numbers(science: ReplacementScience, config: dict) -> dict[str, 
     examples the constants and means average."""
     examples = int((config.get("estimate") or {}).get("max_examples", 2000))
     numbers = {"replacement_runs": science.words, "estimate_examples": f"{examples:,}"}
+    numbers |= study_cost(config)
     for row in science.answers.itertuples(index=False):
         key = f"q_{row.replacement}"
         numbers[f"{key}_question"] = row.question
@@ -83,6 +86,20 @@ def replacement_numbers(science: ReplacementScience, config: dict) -> dict[str, 
         numbers[f"{key}_number"] = _interval(row.extra, row.low, row.high, unit=" points")
         numbers[f"{key}_reason"] = row.reason
     return numbers
+
+
+def study_cost(config: dict) -> dict[str, str]:
+    """What the chapter's studies cost: ``replacement_study_runs`` (how many of their runs the grid's manifest
+    holds), ``replacement_study_minutes`` (their notebooks' wall time summed, as the reproducibility page sums it)
+    and ``replacement_study_aim`` (:data:`~papa.pipeline.plan.STUDY_AIMS`)."""
+    path = runs_dir(config) / "manifest.json"
+    manifest = read_json_verified(path, "manifest")["runs"] if path.is_file() else {}
+    run_ids = chapter_study_runs(config, manifest, "replacements")
+    seconds = sum(float(manifest[run_id].get("seconds") or 0) for run_id in run_ids)
+    aim = f"{STUDY_AIMS['replacements']:.0f}"
+    return {"replacement_study_runs": str(len(run_ids)), "replacement_study_minutes": f"{seconds / 60:.1f}"} | {
+        "replacement_study_aim": aim
+    }
 
 
 def mode_drops_display(science: ReplacementScience) -> Table:

@@ -284,6 +284,19 @@ def grid_chapters(config: dict) -> list[str]:
     return [chapter for chapter in schema.CHAPTERS if chapter in ("results", "controls") or chapter in named]
 
 
+#: Wall-time aims, in minutes on two CPU cores: of the grids the book is built from (issue 25: the default grid in
+#: four hours; the runs of studies with an aim of their own left out), and of a chapter's studies (issue 33).
+TIME_AIMS = {"default": 240.0}
+STUDY_AIMS = {"replacements": 60.0}
+
+
+def chapter_study_runs(config: dict, run_ids: Iterable[str], chapter: str) -> list[str]:
+    """The runs of ``run_ids`` that belong to the studies reported in ``chapter`` (a study's runs end in
+    ``__<study>``; the k = 0 runs they share with the main grid are the main grid's)."""
+    names = [study["name"] for study in config.get("studies", []) if study.get("chapter") == chapter]
+    return [run_id for run_id in run_ids if any(run_id.endswith(f"__{name}") for name in names)]
+
+
 def probe_run_id(result_key: str) -> str:
     """The probe run (one executed probe notebook) a probe result belongs to: its key ``<run id>__s<seed>``
     without the seed."""
