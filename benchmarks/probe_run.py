@@ -56,13 +56,16 @@ OFFLINE = {
 }
 
 
-def probe_command(out: Path, relative: bool = False) -> list[str]:
+def probe_command(out: Path, relative: bool = False, tree: Path = ROOT) -> list[str]:
     """The issue's ``papa probe`` command, writing its result to ``out`` (``relative``: artifact paths from the
-    repository root)."""
+    repository root). The constants are ``tree``'s own committed file: each side's code checks the weights
+    fingerprint its own way (the baseline hashed the file, this tree hashes the tensors), and the matrices are the same;
+    both sides read this tree's ranking, so they make the same heads constant."""
     artifacts = ARTIFACTS.relative_to(ROOT) if relative else ARTIFACTS
+    constants = (tree / ARTIFACTS.relative_to(ROOT) if tree != ROOT else artifacts) / "constants"
     return [
         *("-m", "papa.cli", "probe", "--model", MODEL, "--task", TASK),
-        *("--constants", str(artifacts / "constants" / f"{MODEL}__{TASK}.safetensors")),
+        *("--constants", str(constants / f"{MODEL}__{TASK}.safetensors")),
         *("--ranking", str(artifacts / "rankings" / f"{MODEL}__{TASK}__gates.json")),
         *("--constant-heads", str(K), "--pool-examples", str(POOL), "--max-train-examples", str(TRAIN)),
         *("--heldout-examples", str(HELDOUT), "--epochs", str(EPOCHS), "--patience", str(PATIENCE)),
@@ -118,7 +121,7 @@ def probe_run(tree: Path) -> dict:
     """One run of the command from ``tree`` with a fresh cache: wall seconds, the result's timings and score."""
     with tempfile.TemporaryDirectory() as cache:
         out = Path(cache) / "result.json"
-        wall, _ = _timed(probe_command(out), tree, cache)
+        wall, _ = _timed(probe_command(out, tree=tree), tree, cache)
         result = json.loads(out.read_text())
     return {
         "wall": wall,
