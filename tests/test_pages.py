@@ -784,6 +784,8 @@ def test_a_chapters_studies_are_timed_beside_the_grids_sum_against_their_own_aim
         "The sums above leave out the 2 runs of the studies the replacements chapter reports: they took 1.3 minutes "
         "beside them, against their own aim of 60 minutes on two CPU cores." in page
     )
+    assert plan.chapter_study_minutes(config, manifest, "replacements") == (2, (30.0 + 48.0) / 60)
+    assert plan.chapter_study_minutes(config, manifest, "results") == (0, 0.0)
     monkeypatch.setattr(plan, "ROOT", tmp_path)
     assert study_cost(config) == {
         "replacement_study_runs": "2",

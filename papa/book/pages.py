@@ -17,7 +17,15 @@ from papa.book.templates import Markdown, fill
 from papa.book.words import plural
 from papa.core.io import read_json_verified
 from papa.pipeline.executed import code_span, myst_text
-from papa.pipeline.plan import ROOT, STUDY_AIMS, TIME_AIMS, chapter_study_runs, count_probe_runs, probe_run_id
+from papa.pipeline.plan import (
+    ROOT,
+    STUDY_AIMS,
+    TIME_AIMS,
+    chapter_study_minutes,
+    chapter_study_runs,
+    count_probe_runs,
+    probe_run_id,
+)
 
 _piece = partial(fill, "reproducibility")
 
@@ -91,9 +99,9 @@ def _reproducibility(config: dict, stale: list[str], root: Path = ROOT, run_ids:
         lines += _budget(main, main_results, stale, TIME_AIMS.get(config["name"]))
         for chapter, run_ids in own.items():
             if run_ids:
-                seconds = sum(float(manifest[run_id].get("seconds") or 0) for run_id in run_ids)
-                minutes, aim = f"{seconds / 60:.1f}", f"{STUDY_AIMS[chapter]:.0f}"
-                lines += [_piece("study-time", runs=len(run_ids), chapter=chapter, minutes=minutes, aim=aim), ""]
+                runs, minutes = chapter_study_minutes(config, manifest, chapter)
+                aim = f"{STUDY_AIMS[chapter]:.0f}"
+                lines += [_piece("study-time", runs=runs, chapter=chapter, minutes=f"{minutes:.1f}", aim=aim), ""]
     lines += _verified_section(config, runs_dir, run_ids, root)
     lines += ["## Runs", "", "| run | status | seconds |", "|---|---|---:|"]
     for run_id, entry in sorted(manifest.items()):

@@ -19,7 +19,7 @@ from papa.analysis.figure_kit import AXIS_PX, TEXT_WIDTH, Figure, clean, finish,
 from papa.book.data import BookData, headline_ranking
 from papa.book.table_format import Table, key_text, model_task_kinds, percent, table
 from papa.core.io import read_json_verified
-from papa.pipeline.plan import STUDY_AIMS, chapter_study_runs, runs_dir
+from papa.pipeline.plan import STUDY_AIMS, chapter_study_minutes, runs_dir
 
 AT_WORDS = {"half": "half of the heads", "all": "every head"}
 
@@ -94,11 +94,12 @@ def study_cost(config: dict) -> dict[str, str]:
     and ``replacement_study_aim`` (:data:`~papa.pipeline.plan.STUDY_AIMS`)."""
     path = runs_dir(config) / "manifest.json"
     manifest = read_json_verified(path, "manifest")["runs"] if path.is_file() else {}
-    run_ids = chapter_study_runs(config, manifest, "replacements")
-    seconds = sum(float(manifest[run_id].get("seconds") or 0) for run_id in run_ids)
+    runs, minutes = chapter_study_minutes(config, manifest, "replacements")
     aim = f"{STUDY_AIMS['replacements']:.0f}"
-    return {"replacement_study_runs": str(len(run_ids)), "replacement_study_minutes": f"{seconds / 60:.1f}"} | {
-        "replacement_study_aim": aim
+    return {
+        "replacement_study_runs": str(runs),
+        "replacement_study_minutes": f"{minutes:.1f}",
+        "replacement_study_aim": aim,
     }
 
 

@@ -297,6 +297,14 @@ def chapter_study_runs(config: dict, run_ids: Iterable[str], chapter: str) -> li
     return [run_id for run_id in run_ids if any(run_id.endswith(f"__{name}") for name in names)]
 
 
+def chapter_study_minutes(config: dict, manifest: dict[str, dict], chapter: str) -> tuple[int, float]:
+    """``(runs, minutes)``: how many of the manifest's runs belong to ``chapter``'s studies
+    (:func:`chapter_study_runs`) and their notebooks' wall time summed, in minutes; the one sum the
+    reproducibility page and the chapter both print."""
+    run_ids = chapter_study_runs(config, manifest, chapter)
+    return len(run_ids), sum(float(manifest[run_id].get("seconds") or 0) for run_id in run_ids) / 60
+
+
 def probe_run_id(result_key: str) -> str:
     """The probe run (one executed probe notebook) a probe result belongs to: its key ``<run id>__s<seed>``
     without the seed."""
