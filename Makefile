@@ -39,7 +39,7 @@ browser:
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 	  $$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 
-# ruff (lint and format) and the packages' one-way imports (import-linter, [tool.importlinter]).
+# ruff (lint and format), and one-way imports (import-linter, [tool.importlinter]): between the packages and inside each.
 lint: $(STAMP)
 	$(VENV)/bin/ruff check papa tests benchmarks
 	$(VENV)/bin/ruff format --check papa tests benchmarks
