@@ -79,16 +79,6 @@ class ProbeStack(nn.Module):
             for param in params.values():
                 param.data = param.data.clone()
 
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        for tensor in self.stacked.values():
-            tensor.grad = None
-
-    def hand_gradients(self, member: int) -> None:
-        """Give the stack's ``member``-th probe its slice of the stacked gradients (bound stacks)."""
-        params = self._parameters_of[self.members[member]]
-        for name, tensor in self.stacked.items():
-            params[name].grad = tensor.grad[member]
-
     def forward(
         self,
         states: torch.Tensor,

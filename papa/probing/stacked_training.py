@@ -2,15 +2,15 @@
 
 Each probe (a seed; during the lr choice, an (lr, seed) pair) is a :class:`StackedMember`: its probe, initialised as
 alone, its config (own lr), its own training and held-out examples, and the device's random state right after its
-initialisation. Per step one forward, backward and optimizer pass serve every probe still training, each on its own
-batch (:class:`~papa.probing.stacked.ProbeStack`):
+initialisation. Per step every probe still training takes its own batch, gathered together, and its own forward
+(:func:`_each_logits`: on the CPU, per-probe products beat one batched product per layer), under one backward:
 
 * data order: each probe's own ``torch.Generator`` seeded with its seed, one ``randperm`` per epoch, as alone;
 * dropout: each probe's masks come from its own random stream (its device state swapped in for its draw:
   :class:`DropoutStreams`), so they are the masks it gets alone;
 * the update: each probe keeps its own AdamW (:func:`~papa.probing.probe.make_optimizer`: own lr, moments, step
-  count) over its parameters, views of the stacked ones; after the shared backward it receives its gradient slice and
-  steps. A stopped probe leaves the stack (:meth:`ProbeStack.restack`) and never changes again; a probe without a
+  count) over its parameters, views of the stacked ones; the shared backward fills its own gradients, and it steps.
+  A stopped probe leaves the stack (:meth:`ProbeStack.restack`) and never changes again; a probe without a
   batch at a step (fewer examples) gets no step, so its Adam step count stays its own;
 * per epoch the held-out examples (each probe its own) and the dev split (shared) are scored in one pass each
   (:func:`~papa.probing.stacked.predict_stacked`); each probe applies :func:`~papa.probing.probe.train_probe`'s early
@@ -190,21 +190,42 @@ def _train_epoch(
         sizes = real.sum(1).tolist()
         dropout = streams.masks(stack.members, sizes, index.shape[1], hidden) if stack.dropout > 0 else None
         inputs = [x.to(device) for x in inputs]
-        logits = stack(*inputs, dropout=dropout)  # [R, M, labels]
+        probes = [members[r].probe for r in stack.members]
+        logits = _each_logits(probes, stack.sequence, inputs, dropout)  # [R, M, labels]
         per_row = F.cross_entropy(logits.flatten(0, 1), labels.flatten().to(device), reduction="none").view(real.shape)
         real = real.to(device)
         loss = (per_row * real).sum(1) / real.sum(1).clamp(min=1)  # [R]: each probe's mean over its own rows
-        stack.zero_grad()
+        for r in stack.members:
+            optimizers[r].zero_grad(set_to_none=True)
         loss.sum().backward()
         values = loss.detach().tolist()
         for i, r in enumerate(stack.members):
             if sizes[i]:
-                stack.hand_gradients(i)
                 optimizers[r].step()
-                optimizers[r].zero_grad(set_to_none=True)
                 totals[i] += values[i]
                 counts[i] += 1
     return [total / max(count, 1) for total, count in zip(totals, counts)]
+
+
+def _each_logits(
+    probes: Sequence[nn.Module], sequence: bool, inputs: list, dropout: torch.Tensor | None
+) -> torch.Tensor:
+    """Logits ``[R, M, labels]``: each probe on its own rows, with its own parameters (the stack's bound views), as
+    :class:`~papa.probing.probe.SequenceProbe` / :class:`~papa.probing.probe.TokenProbe` compute them alone, with
+    ``dropout [R, M, H]`` as the multiplier after the tanh. Measured (``benchmarks/stack_step.py``): on the CPU one
+    batched product per layer for all probes (:meth:`ProbeStack.forward`) costs 2 to 3 times this per probe, so the
+    probes train in lockstep, each with its own products, under one backward."""
+    out = []
+    for i, probe in enumerate(probes):
+        if sequence:
+            states, mask, positions = inputs[0][i], inputs[1][i], inputs[2]
+            weights = probe.position_weights if positions is None else probe.position_weights[:, positions]
+            weights = weights[None] * mask[:, None, :].to(states.dtype)  # [M, S, P]
+            hidden = torch.tanh(probe.dense(torch.einsum("bsl,bslh->bsh", weights, states).flatten(1)))
+        else:
+            hidden = torch.tanh(probe.dense(inputs[0][i].flatten(1)))
+        out.append(probe.classifier(hidden if dropout is None else hidden * dropout[i]))
+    return torch.stack(out)
 
 
 def _record(history: TrainHistory, record: dict, member: StackedMember, config: ProbeConfig, epoch: int) -> bool:
