@@ -73,12 +73,21 @@ class SequenceProbe(nn.Module):
         self.dropout = nn.Dropout(dropout)
         self.classifier = nn.Linear(hidden, num_labels)
 
-    def forward(self, states: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
-        """``positions [P]``: the positions ``states``/``mask`` hold when not all ``L`` (cached features)."""
+    def forward(
+        self,
+        states: torch.Tensor,
+        mask: torch.Tensor,
+        positions: torch.Tensor | None = None,
+        dropout_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """``positions [P]``: the positions ``states``/``mask`` hold when not all ``L`` (cached features).
+        ``dropout_mask [B, H]``: the multiplier after the tanh in place of :attr:`dropout` (a mask drawn from the
+        probe's own random stream while it trains beside others: :mod:`papa.probing.stacked_training`)."""
         position_weights = self.position_weights if positions is None else self.position_weights[:, positions]
         weights = position_weights[None] * mask[:, None, :].to(states.dtype)  # [B, S, P]
         pooled = torch.einsum("bsl,bslh->bsh", weights, states).flatten(1)  # [B, S*H]
-        return self.classifier(self.dropout(torch.tanh(self.dense(pooled))))
+        hidden = torch.tanh(self.dense(pooled))
+        return self.classifier(self.dropout(hidden) if dropout_mask is None else hidden * dropout_mask)
 
 
 class TokenProbe(nn.Module):
@@ -89,8 +98,11 @@ class TokenProbe(nn.Module):
         self.dense = nn.Linear(num_states * hidden, hidden)
         self.classifier = nn.Linear(hidden, num_labels)
 
-    def forward(self, states: torch.Tensor) -> torch.Tensor:
-        return self.classifier(torch.tanh(self.dense(states.flatten(1))))
+    def forward(self, states: torch.Tensor, dropout_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """``dropout_mask [T, H]``: a multiplier after the tanh (as :class:`SequenceProbe`'s; the official token
+        probe has no dropout, so only a stacked training with dropout passes one)."""
+        hidden = torch.tanh(self.dense(states.flatten(1)))
+        return self.classifier(hidden if dropout_mask is None else hidden * dropout_mask)
 
 
 class FeatureSource(Protocol):

@@ -210,21 +210,14 @@ def _train_epoch(
 def _each_logits(
     probes: Sequence[nn.Module], sequence: bool, inputs: list, dropout: torch.Tensor | None
 ) -> torch.Tensor:
-    """Logits ``[R, M, labels]``: each probe on its own rows, with its own parameters (the stack's bound views), as
-    :class:`~papa.probing.probe.SequenceProbe` / :class:`~papa.probing.probe.TokenProbe` compute them alone, with
-    ``dropout [R, M, H]`` as the multiplier after the tanh. Measured (``benchmarks/stack_step.py``): on the CPU one
-    batched product per layer for all probes (:meth:`ProbeStack.forward`) costs 2 to 3 times this per probe, so the
-    probes train in lockstep, each with its own products, under one backward."""
+    """Logits ``[R, M, labels]``: each probe's own forward on its own rows, with ``dropout [R, M, H]`` as its
+    multiplier after the tanh (``dropout_mask``). Measured (``benchmarks/stack_step.py``): on the CPU one batched
+    product per layer for all probes (:meth:`ProbeStack.forward`) costs 2 to 3 times this per probe, so the probes
+    train in lockstep, each with its own products, under one backward."""
     out = []
     for i, probe in enumerate(probes):
-        if sequence:
-            states, mask, positions = inputs[0][i], inputs[1][i], inputs[2]
-            weights = probe.position_weights if positions is None else probe.position_weights[:, positions]
-            weights = weights[None] * mask[:, None, :].to(states.dtype)  # [M, S, P]
-            hidden = torch.tanh(probe.dense(torch.einsum("bsl,bslh->bsh", weights, states).flatten(1)))
-        else:
-            hidden = torch.tanh(probe.dense(inputs[0][i].flatten(1)))
-        out.append(probe.classifier(hidden if dropout is None else hidden * dropout[i]))
+        rows = (inputs[0][i], inputs[1][i], inputs[2]) if sequence else (inputs[0][i],)
+        out.append(probe(*rows, dropout_mask=None if dropout is None else dropout[i]))
     return torch.stack(out)
 
 
