@@ -16,7 +16,8 @@ from typing import Annotated, Any, Union, get_args, get_origin
 from pydantic import BaseModel
 
 from papa.core.errors import PapaError
-from papa.core.schema import DEFAULT_BATCH_SIZE, EstimateParams, ProbeParams, RankParams
+from papa.core.fields import DEFAULT_BATCH_SIZE
+from papa.core.schema import EstimateParams, ProbeParams, RankParams
 
 
 def _count(minimum: int, bound: str = ""):
@@ -236,8 +237,8 @@ def cmd_grid_verify(args) -> int:
 def cmd_grid_schema(args) -> int:
     import json
 
+    from papa.core.grid_schema import GridConfig
     from papa.core.io import atomic_write_text
-    from papa.core.schema import GridConfig
 
     text = json.dumps(GridConfig.model_json_schema(), indent=2) + "\n"
     if args.out:

@@ -31,8 +31,8 @@ from papa.book.run_index import (
 from papa.book.setup_page import heads_words, lr_words, setup_page
 from papa.book.words import and_list, count, duration, fraction_words
 from papa.cli import build_parser
+from papa.core.fields import CHAPTERS
 from papa.core.io import atomic_write_json
-from papa.core.schema import CHAPTERS
 from papa.pipeline.plan import ROOT, Run, load_config
 
 RERUN = ROOT / "book" / "rerun.md"

@@ -1,5 +1,6 @@
-"""The typed schema (papa/core/schema.py): every bad config value is one PapaError naming its YAML path,
-before anything is written; slugs that are safe paths; the JSON Schema; the offline plan of the paper grid.
+"""The typed schema (papa/core/fields.py, schema.py, grid_schema.py): every bad config value is one PapaError
+naming its YAML path, before anything is written; slugs that are safe paths; the JSON Schema;
+the offline plan of the paper grid.
 
 Every config here is synthetic and tiny; nothing executes a notebook.
 """
@@ -16,8 +17,9 @@ import yaml
 
 from papa.cli import build_parser, main
 from papa.core.errors import PapaError
+from papa.core.grid_schema import GridConfig
 from papa.core.names import MAX_RUN_ID, MAX_SLUG, run_id, slug
-from papa.core.schema import RUN_PARAMS, EstimateParams, GridConfig, ProbeParams, RankParams
+from papa.core.schema import RUN_PARAMS, EstimateParams, ProbeParams, RankParams
 from papa.pipeline.plan import ROOT, expand, head_count, load_config
 
 NAME = "schema-test-bad"  # a grid name no test ever runs: its folder must never appear
@@ -489,14 +491,14 @@ def test_the_notebooks_declare_exactly_the_params_models_fields():
 
 
 def test_the_schemas_names_equal_the_probing_modules():
-    from papa.core import schema
-    from papa.probing import data, experiment, probe, ranking
+    from papa.core import fields as schema_fields
+    from papa.probing import data, probe, ranking, run_training
 
-    assert schema.TASKS == tuple(data.TASKS)
-    assert schema.METHODS == tuple(ranking.METHODS)
-    assert schema.SELECTIONS == tuple(probe.SELECTIONS)
-    assert schema.PROBE_INPUTS == tuple(probe.PROBE_INPUTS)
-    assert schema.MODES == tuple(experiment.MODES)
+    assert schema_fields.TASKS == tuple(data.TASKS)
+    assert schema_fields.METHODS == tuple(ranking.METHODS)
+    assert schema_fields.SELECTIONS == tuple(probe.SELECTIONS)
+    assert schema_fields.PROBE_INPUTS == tuple(probe.PROBE_INPUTS)
+    assert schema_fields.MODES == tuple(run_training.MODES)
 
 
 # --- slugs and run ids ------------------------------------------------------------------------------------------------

@@ -50,7 +50,7 @@ class BookData:
 
 
 def _study_settings(config: dict, study: dict, model: str | None = None) -> dict:
-    """Effective probe settings, as :func:`papa.core.schema.study_settings` merges them: the probe section, then
+    """Effective probe settings, as :func:`papa.core.grid_schema.study_settings` merges them: the probe section, then
     ``probe.per_model[model]``, then the study's own keys."""
     probe = dict(config["probe"])
     if model is not None:

@@ -20,7 +20,7 @@ from papa.book.data import BookData, load_book_data
 from papa.book.science import Science, chapter_science
 from papa.book.words import and_list, plural, task_name
 from papa.core.errors import PapaError
-from papa.core.schema import study_settings
+from papa.core.grid_schema import study_settings
 from papa.pipeline.plan import grid_model
 
 #: The probe settings that make a protocol (with the grid's max_length, layout, data seed, constants, ranking and lr

@@ -19,8 +19,8 @@ from pathlib import Path
 
 from papa.book.assets import stage_assets
 from papa.core.errors import PapaError
+from papa.core.fields import TASKS
 from papa.core.io import atomic_write_text
-from papa.core.schema import TASKS
 from papa.pipeline import study as S
 from papa.pipeline.estimate import _format
 from papa.pipeline.executed import visible

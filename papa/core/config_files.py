@@ -1,7 +1,8 @@
 """Reading grid YAML strictly and wording schema errors as one :class:`PapaError`.
 
 * :func:`read_yaml`: a repeated key is an error (plain YAML keeps the last silently), with both line numbers.
-* :func:`validate` checks data against a model of :mod:`papa.core.schema` and turns the first pydantic error into
+* :func:`validate` checks data against a model of :mod:`papa.core.schema` or :mod:`papa.core.grid_schema` and turns
+  the first pydantic error into
   ``<where>: <path> <problem>. <hint>``, the path as in the YAML (``studies[2].lr``) or the flag (``--max-length``).
 """
 
@@ -14,7 +15,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from papa.core.errors import PapaError
-from papa.core.schema import MODES, ConfigValueError
+from papa.core.fields import MODES, ConfigValueError
 
 M = TypeVar("M", bound=BaseModel)
 SCHEMA_HINT = "See configs/grid.schema.json (`papa grid schema`) for every key and its type."

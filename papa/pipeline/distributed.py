@@ -38,7 +38,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from papa.core.errors import PapaError
-from papa.core.schema import CHAPTERS
+from papa.core.fields import CHAPTERS
 from papa.pipeline import clusters
 from papa.pipeline.clusters import default_threads, start_cluster, thread_environment
 from papa.pipeline.executors import Executor, Outcome, SequentialExecutor

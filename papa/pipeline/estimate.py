@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from papa.core.schema import CHAPTERS
+from papa.core.fields import CHAPTERS
 from papa.pipeline.plan import Run, head_count
 
 if TYPE_CHECKING:

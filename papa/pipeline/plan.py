@@ -1,6 +1,6 @@
 """A grid config (``configs/*.yaml``) → its validated form and the dependency-ordered list of runs.
 
-The config is checked against :class:`papa.core.schema.GridConfig` before anything runs (every bad
+The config is checked against :class:`papa.core.grid_schema.GridConfig` before anything runs (every bad
 value is one :class:`PapaError` naming its YAML path); each run's parameters are a params model of
 :mod:`papa.core.schema` dumped to a dict, so no field list is copied here. Run ids and artefact
 names are slugs (:mod:`papa.core.names`): a hub id such as ``microsoft/deberta-base`` or a local
@@ -24,8 +24,9 @@ from typing import Any
 from papa.core import schema
 from papa.core.config_files import read_yaml, validate
 from papa.core.errors import PapaError
+from papa.core.fields import CHAPTERS, SELECT, parse_fraction
+from papa.core.grid_schema import GridConfig, study_settings
 from papa.core.names import run_id, slug
-from papa.core.schema import SELECT, GridConfig, parse_fraction, study_settings
 
 
 def project_root(start: Path | None = None) -> Path:
@@ -279,9 +280,9 @@ def expand(config: dict | GridConfig, path: str | None = None) -> Plan:
 
 def grid_chapters(config: dict) -> list[str]:
     """The chapter runs of a grid: results and controls always, and every other chapter of
-    :data:`papa.core.schema.CHAPTERS` that one of its studies names (``chapter: replacements``)."""
+    :data:`papa.core.fields.CHAPTERS` that one of its studies names (``chapter: replacements``)."""
     named = {study.get("chapter") for study in config.get("studies", [])}
-    return [chapter for chapter in schema.CHAPTERS if chapter in ("results", "controls") or chapter in named]
+    return [chapter for chapter in CHAPTERS if chapter in ("results", "controls") or chapter in named]
 
 
 #: Wall-time aims, in minutes on two CPU cores: of the grids the book is built from (issue 25: the default grid in

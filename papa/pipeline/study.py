@@ -26,7 +26,8 @@ import yaml
 
 from papa.core.config_files import read_yaml, validate
 from papa.core.errors import PapaError
-from papa.core.schema import MAX_NAME_LENGTH, GridConfig, parse_fraction
+from papa.core.fields import MAX_NAME_LENGTH, parse_fraction
+from papa.core.grid_schema import GridConfig
 from papa.pipeline.estimate import _format, estimate_seconds
 from papa.pipeline.plan import ROOT, config_dict, expand, head_count
 

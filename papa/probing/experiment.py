@@ -22,45 +22,24 @@ NER and POS share sentences: their cached features are keyed by the CoNLL folder
 
 from __future__ import annotations
 
-import hashlib
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
-from pathlib import Path
-
-import torch
 
 from papa.core.constants import ConstantSet, load_constants
 from papa.core.errors import PapaError
-from papa.core.head_patch import get_replacement
 from papa.core.heads import all_heads, count_for, first_k, load_ranking
 from papa.core.models import LoadedModel, load_model, pick_device
 from papa.core.patching import patch_constant_heads, unpatch
-from papa.core.provenance import provenance
 from papa.probing.extraction import get_features
 from papa.probing.probe import (
-    SELECTIONS,
     CachedSource,
     LiveSource,
     ProbeConfig,
-    SubsetSource,
-    build_probe,
-    convergence,
-    draw_from_pool,
-    predict,
-    seed_everything,
-    select_epoch,
-    split_heldout,
-    train_probe,
 )
-from papa.probing.stacked import ProbeStack, predict_eval_in_chunks, predict_stacked
-from papa.probing.stacked_training import StackedMember, device_rng_state, train_stacked
-from papa.probing.task_inputs import TaskInputs, floors, make_evaluator, prepare_inputs, score_predictions
-
-#: The patience that defines ``converged`` for held-out runs trained without early stopping.
-CONVERGENCE_PATIENCE = 3
-
-MODES = ("cached", "faithful")
+from papa.probing.result_record import result_record
+from papa.probing.run_training import ProbeProtocol, train_one, train_together
+from papa.probing.stacked import predict_eval_in_chunks
+from papa.probing.task_inputs import TaskInputs, prepare_inputs, score_predictions
 
 
 def resolve_heads(
@@ -105,63 +84,6 @@ def run_probe(
     )[0]
 
 
-@dataclass(frozen=True)
-class _Protocol:
-    """How every probe of a :func:`run_probes` call is trained and scored (its settings beside the probe's own)."""
-
-    mode: str
-    replacement: str
-    selection: str
-    heldout_fraction: float
-    data_seed: int
-    pool_examples: int | None
-    max_train_examples: int | None
-    heldout_examples: int | None
-    dev_every_epoch: bool
-    score_dev: bool
-    eval_chunk_examples: int | None
-    epochs: int
-    patience: int | None
-    use_cache: bool
-
-    @property
-    def pooled(self) -> bool:
-        return self.pool_examples is not None
-
-    @property
-    def chunked(self) -> bool:
-        return self.eval_chunk_examples is not None
-
-    def check(self) -> None:
-        if self.mode not in MODES:
-            raise PapaError(f"Unknown mode {self.mode!r}", f"Use one of {', '.join(MODES)}.")
-        get_replacement(self.replacement, has_output_means=True)  # the name only; means: with the constants
-        if self.selection not in SELECTIONS:
-            raise PapaError(f"Unknown epoch selection {self.selection!r}", f"Use one of {', '.join(SELECTIONS)}.")
-        chunk = self.eval_chunk_examples
-        if self.chunked and (
-            self.mode != "cached"
-            or self.dev_every_epoch
-            or isinstance(chunk, bool)
-            or not isinstance(chunk, int)
-            or chunk < 1
-        ):
-            raise PapaError(
-                f"eval_chunk_examples={chunk!r} needs a positive integer, cached mode and dev_every_epoch false",
-                "Score the dev split in chunks only with the main grid's protocol.",
-            )
-        if (self.patience is not None or not self.score_dev) and self.selection != "heldout":
-            raise PapaError(
-                "patience and score_dev=False need selection: heldout",
-                "Set selection: heldout (the epoch is chosen on held-out training examples).",
-            )
-        if self.pooled and (self.heldout_examples is None or self.max_train_examples is None):
-            raise PapaError(
-                "A training pool needs max_train_examples and heldout_examples (what each seed draws)",
-                "Set e.g. max_train_examples: 2000, heldout_examples: 200.",
-            )
-
-
 def run_probes(
     model: str | LoadedModel = "minilm-l6",
     task: str = "sst2",
@@ -201,7 +123,7 @@ def run_probes(
     hold its share of the shared work. ``replacement``: what replaces the ``k`` heads
     (:data:`papa.core.head_patch.REPLACEMENTS`; ``mean`` needs constants estimated with their mean outputs)."""
     started = time.perf_counter()
-    protocol = _Protocol(
+    protocol = ProbeProtocol(
         mode, replacement, selection, heldout_fraction, data_seed, pool_examples, max_train_examples, heldout_examples,
         dev_every_epoch, score_dev, eval_chunk_examples, epochs, patience, use_cache,
     )  # fmt: skip
@@ -283,10 +205,10 @@ def run_probes(
             eval_source = LiveSource(lm.model, inputs.eval, inputs.spec.is_token_task, torch_device, False, probe_input)
         shared["features"] = time.perf_counter() - t0
         if mode == "cached":
-            runs = _train_together(lm, inputs, configs, protocol, train_pool, eval_source, torch_device)
+            runs = train_together(lm, inputs, configs, protocol, train_pool, eval_source, torch_device)
         else:
             runs = [
-                _train_one(lm, inputs, config, protocol, train_pool, eval_source, torch_device) for config in configs
+                train_one(lm, inputs, config, protocol, train_pool, eval_source, torch_device) for config in configs
             ]
         t0 = time.perf_counter()
         if score_dev and protocol.chunked:
@@ -322,215 +244,8 @@ def run_probes(
         }
         timings["total"] = run["seconds"] + share["features"] + share["eval"] + overhead
         results.append(
-            _result(lm, inputs, config, protocol, run, (k, heads, ranking, constants), cache, timings, torch_device)
+            result_record(
+                lm, inputs, config, protocol, run, (k, heads, ranking, constants), cache, timings, torch_device
+            )
         )
     return results
-
-
-def _draw(
-    inputs: TaskInputs, config: ProbeConfig, protocol: _Protocol, num_examples: int
-) -> tuple[torch.Tensor | None, torch.Tensor | None, dict]:
-    """A probe's training examples ``fit`` (None: all of the training source) and held-out examples ``held`` (None:
-    none scored), indices into the training source, and the record of its draw from the pool."""
-    if protocol.pooled:  # the seed's own draw; with selection "final" (the literal setting) held-out goes unused
-        fit, held = draw_from_pool(num_examples, protocol.max_train_examples, protocol.heldout_examples, config.seed)
-        digest = lambda xs: hashlib.sha256(
-            ",".join(str(inputs.train_indices[i]) for i in xs.tolist()).encode()
-        ).hexdigest()[:16]  # noqa: E731
-        drawn = {
-            "pool_examples": num_examples,
-            "train_examples": len(fit),
-            "heldout_examples": len(held),
-            "fit_indices_sha": digest(fit),
-            "heldout_indices_sha": digest(held),
-        }
-    elif protocol.selection == "heldout":
-        (fit, held), drawn = split_heldout(num_examples, protocol.heldout_fraction, protocol.data_seed), {}
-    else:
-        fit, held, drawn = None, None, {}
-    return fit, (held if protocol.selection == "heldout" else None), drawn
-
-
-def _build(lm: LoadedModel, inputs: TaskInputs, config: ProbeConfig, torch_device) -> torch.nn.Module:
-    """The probe of ``config``, initialised from its seed (as every route builds it), on ``torch_device``."""
-    seed_everything(config.seed)
-    model_config = lm.model.config
-    probe = build_probe(
-        inputs.spec.is_token_task,
-        model_config.num_hidden_layers + 1,
-        inputs.max_length,
-        model_config.hidden_size,
-        len(inputs.label_names),
-        config,
-    )
-    return probe.to(torch_device)
-
-
-def _train_together(
-    lm: LoadedModel,
-    inputs: TaskInputs,
-    configs: list[ProbeConfig],
-    protocol: _Protocol,
-    train_pool: CachedSource,
-    eval_source,
-    torch_device,
-) -> list[dict]:
-    """Draw, train as one stacked model (:func:`~papa.probing.stacked_training.train_stacked`) and score in one pass
-    (unless the dev split is chunked) every probe of a cached run; ``seconds``, ``seconds_dev``: equal shares."""
-    started = time.perf_counter()
-    members, records = [], []
-    for config in configs:
-        fit, held, drawn = _draw(inputs, config, protocol, train_pool.num_examples)
-        probe = _build(lm, inputs, config, torch_device)
-        metrics = None if held is None else _metrics(inputs, {k: v[held] for k, v in inputs.train.items()})
-        fit = torch.arange(train_pool.num_examples) if fit is None else fit
-        members.append(StackedMember(probe, config, fit, device_rng_state(torch_device), held, metrics))
-        records.append(drawn)
-    histories = train_stacked(
-        members, train_pool, (eval_source, _metrics(inputs, None)) if protocol.dev_every_epoch else None
-    )
-    probes = [member.probe for member in members]
-    if protocol.selection == "heldout":
-        for probe, history in zip(probes, histories):
-            probe.load_state_dict(history.best_state)  # the reported probe: the best held-out epoch's
-    t0 = time.perf_counter()
-    scored = [({}, None)] * len(probes)
-    if protocol.score_dev and not protocol.chunked:
-        scored = [
-            score_predictions(inputs, preds, labels)
-            for preds, labels in zip(*predict_stacked(ProbeStack(probes), eval_source))
-        ]
-    seconds_dev = (time.perf_counter() - t0) / len(probes)
-    seconds = (time.perf_counter() - started) / len(probes)
-    return [
-        {
-            "probe": probe,
-            "history": history,
-            "chosen": select_epoch(history.epochs, protocol.selection),
-            "drawn": drawn,
-            "metrics": metrics,
-            "dev": dev,
-        }
-        | {"seconds_dev": seconds_dev, "seconds": seconds}
-        for probe, history, drawn, (metrics, dev) in zip(probes, histories, records, scored)
-    ]
-
-
-def _metrics(inputs: TaskInputs, encoded: dict[str, torch.Tensor] | None):
-    """``(predictions, labels) → metrics`` on the examples ``encoded`` (None: the dev split)."""
-    return lambda preds, labels: score_predictions(inputs, preds, labels, encoded)[0]
-
-
-def _train_one(
-    lm: LoadedModel, inputs: TaskInputs, config: ProbeConfig, protocol: _Protocol, train_pool, eval_source, torch_device
-) -> dict:
-    """Draw, train (:func:`~papa.probing.probe.train_probe`) and score one probe (faithful mode: the live encoder)."""
-    started = time.perf_counter()
-    fit, held, drawn = _draw(inputs, config, protocol, train_pool.num_examples)
-    heldout = None
-    if held is not None:
-        scoring_source = LiveSource(
-            lm.model, inputs.train, inputs.spec.is_token_task, torch_device, False, config.probe_input
-        )
-        heldout = make_evaluator(
-            inputs, SubsetSource(scoring_source, held), {k_: v[held] for k_, v in inputs.train.items()}
-        )
-    train_source = train_pool if fit is None else SubsetSource(train_pool, fit)
-    probe = _build(lm, inputs, config, torch_device)
-    history = train_probe(
-        probe,
-        train_source,
-        make_evaluator(inputs, eval_source) if protocol.dev_every_epoch else None,
-        config,
-        heldout=heldout,
-    )
-    chosen = select_epoch(history.epochs, protocol.selection)
-    if protocol.selection == "heldout":
-        probe.load_state_dict(history.best_state)  # the reported probe: the best held-out epoch's
-    t0 = time.perf_counter()
-    score_now = protocol.score_dev and not protocol.chunked
-    metrics, dev = score_predictions(inputs, *predict(probe, eval_source)) if score_now else ({}, None)
-    run = {
-        "probe": probe,
-        "history": history,
-        "chosen": chosen,
-        "drawn": drawn,
-        "metrics": metrics,
-        "dev": dev,
-        "seconds_dev": time.perf_counter() - t0,
-    }
-    run["seconds"] = time.perf_counter() - started
-    return run
-
-
-def _result(
-    lm: LoadedModel,
-    inputs: TaskInputs,
-    config: ProbeConfig,
-    protocol: _Protocol,
-    run: dict,
-    head_set: tuple,
-    cache: dict,
-    timings: dict,
-    torch_device,
-) -> dict:
-    """The result record of one probe (module docstring); ``head_set``: ``(k, heads, ranking, constants)``."""
-    k, heads, ranking, constants = head_set
-    result_config = {
-        "model": lm.name,
-        "task": inputs.spec.name,
-        "constant_heads": k,
-        "total_heads": lm.num_layers * lm.num_heads,
-        "ranking": Path(ranking).name if ranking else None,
-        "constants": Path(constants).name if constants else None,
-        "mode": protocol.mode,
-        "replacement": protocol.replacement,
-        "seed": config.seed,
-        **{key: value for key, value in vars(config).items() if key != "seed"},
-        "max_length": inputs.max_length,
-        "relayout": inputs.relayout,
-        "data_seed": protocol.data_seed,
-        "selection": protocol.selection,
-        **(
-            {"heldout_fraction": protocol.heldout_fraction}
-            if protocol.selection == "heldout" and not protocol.pooled
-            else {}
-        ),
-        **(
-            {"pool_examples": protocol.pool_examples, "heldout_examples": protocol.heldout_examples}
-            if protocol.pooled
-            else {}
-        ),
-        "dev_every_epoch": protocol.dev_every_epoch,
-    }
-    history, metrics = run["history"], run["metrics"]
-    converged = (
-        convergence(history.epochs, protocol.patience or CONVERGENCE_PATIENCE, protocol.epochs)
-        if protocol.selection == "heldout"
-        else None
-    )
-    return {
-        "config": result_config,
-        "task": inputs.spec.name,
-        "metric": inputs.spec.main_metric,
-        "score": metrics.get("main"),
-        "metrics": metrics,
-        "selected_epoch": run["chosen"]["epoch"],
-        "epochs": history.epochs,
-        "convergence": converged,
-        "dev": run["dev"],
-        "floors": {"majority": floors(inputs)},
-        "heads": [list(h) for h in heads],
-        "feature_cache_hits": dict(cache["hits"]),
-        "feature_cache_keys": list(dict.fromkeys(cache["keys"])) if protocol.use_cache else [],
-        "timings": {key: round(value, 3) for key, value in timings.items()},
-        "data": {**inputs.data_record(), **run["drawn"]},
-        "provenance": dict(provenance(torch_device, config.seed, timings["total"]), weights_fingerprint=lm.fingerprint),
-    }
-
-
-def save_result(path: str | Path, result: dict) -> Path:
-    """Write a result JSON atomically, with a checksum (read back by :mod:`papa.analysis.results`)."""
-    from papa.core.io import atomic_write_json
-
-    return atomic_write_json(path, result)
