@@ -94,7 +94,7 @@ _LAZY_NAMES = {
     "run_probe": "papa.probing.experiment",
     "run_probes": "papa.probing.experiment",
     "protocol_text": "papa.probing.protocol",
-    "save_result": "papa.probing.result_record",
+    "save_result": "papa.probing.run_training",
 }
 
 

@@ -36,8 +36,7 @@ from papa.probing.probe import (
     LiveSource,
     ProbeConfig,
 )
-from papa.probing.result_record import result_record
-from papa.probing.run_training import ProbeProtocol, train_one, train_together
+from papa.probing.run_training import ProbeProtocol, result_record, train_one, train_together
 from papa.probing.stacked import predict_eval_in_chunks
 from papa.probing.task_inputs import TaskInputs, prepare_inputs, score_predictions
 

@@ -6,7 +6,8 @@ training and dev scores under one :class:`ProbeProtocol`.
 * :func:`train_one` (``faithful`` mode): one probe on the live encoder (:func:`~papa.probing.probe.train_probe`).
 
 Either gives per probe ``{"probe", "history", "chosen", "drawn", "metrics", "dev", "seconds_dev", "seconds"}``, what
-:func:`papa.probing.result_record.result_record` turns into its result.
+:func:`result_record` turns into its result record (schema: :class:`papa.core.schema.ResultRecord`);
+:func:`save_result` writes one.
 """
 
 from __future__ import annotations
@@ -14,12 +15,14 @@ from __future__ import annotations
 import hashlib
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
 from papa.core.errors import PapaError
 from papa.core.head_patch import get_replacement
 from papa.core.models import LoadedModel
+from papa.core.provenance import provenance
 from papa.probing.probe import (
     SELECTIONS,
     CachedSource,
@@ -27,6 +30,7 @@ from papa.probing.probe import (
     ProbeConfig,
     SubsetSource,
     build_probe,
+    convergence,
     draw_from_pool,
     predict,
     seed_everything,
@@ -36,12 +40,12 @@ from papa.probing.probe import (
 )
 from papa.probing.stacked import ProbeStack, predict_stacked
 from papa.probing.stacked_training import StackedMember, device_rng_state, train_stacked
-from papa.probing.task_inputs import TaskInputs, make_evaluator, score_predictions
+from papa.probing.task_inputs import TaskInputs, floors, make_evaluator, score_predictions
 
 #: The patience that defines ``converged`` for held-out runs trained without early stopping.
 CONVERGENCE_PATIENCE = 3
 
-
+#: How a run gets its features: cached (once, eval mode) or faithful (the live encoder, train mode).
 MODES = ("cached", "faithful")
 
 
@@ -242,3 +246,76 @@ def train_one(
     }
     run["seconds"] = time.perf_counter() - started
     return run
+
+
+def result_record(
+    lm: LoadedModel,
+    inputs: TaskInputs,
+    config: ProbeConfig,
+    protocol: ProbeProtocol,
+    run: dict,
+    head_set: tuple,
+    cache: dict,
+    timings: dict,
+    torch_device,
+) -> dict:
+    """The result record of one probe (module docstring); ``head_set``: ``(k, heads, ranking, constants)``."""
+    k, heads, ranking, constants = head_set
+    result_config = {
+        "model": lm.name,
+        "task": inputs.spec.name,
+        "constant_heads": k,
+        "total_heads": lm.num_layers * lm.num_heads,
+        "ranking": Path(ranking).name if ranking else None,
+        "constants": Path(constants).name if constants else None,
+        "mode": protocol.mode,
+        "replacement": protocol.replacement,
+        "seed": config.seed,
+        **{key: value for key, value in vars(config).items() if key != "seed"},
+        "max_length": inputs.max_length,
+        "relayout": inputs.relayout,
+        "data_seed": protocol.data_seed,
+        "selection": protocol.selection,
+        **(
+            {"heldout_fraction": protocol.heldout_fraction}
+            if protocol.selection == "heldout" and not protocol.pooled
+            else {}
+        ),
+        **(
+            {"pool_examples": protocol.pool_examples, "heldout_examples": protocol.heldout_examples}
+            if protocol.pooled
+            else {}
+        ),
+        "dev_every_epoch": protocol.dev_every_epoch,
+    }
+    history, metrics = run["history"], run["metrics"]
+    converged = (
+        convergence(history.epochs, protocol.patience or CONVERGENCE_PATIENCE, protocol.epochs)
+        if protocol.selection == "heldout"
+        else None
+    )
+    return {
+        "config": result_config,
+        "task": inputs.spec.name,
+        "metric": inputs.spec.main_metric,
+        "score": metrics.get("main"),
+        "metrics": metrics,
+        "selected_epoch": run["chosen"]["epoch"],
+        "epochs": history.epochs,
+        "convergence": converged,
+        "dev": run["dev"],
+        "floors": {"majority": floors(inputs)},
+        "heads": [list(h) for h in heads],
+        "feature_cache_hits": dict(cache["hits"]),
+        "feature_cache_keys": list(dict.fromkeys(cache["keys"])) if protocol.use_cache else [],
+        "timings": {key: round(value, 3) for key, value in timings.items()},
+        "data": {**inputs.data_record(), **run["drawn"]},
+        "provenance": dict(provenance(torch_device, config.seed, timings["total"]), weights_fingerprint=lm.fingerprint),
+    }
+
+
+def save_result(path: str | Path, result: dict) -> Path:
+    """Write a result JSON atomically, with a checksum (read back by :mod:`papa.analysis.results`)."""
+    from papa.core.io import atomic_write_json
+
+    return atomic_write_json(path, result)
