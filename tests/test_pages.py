@@ -28,7 +28,7 @@ from papa.book.run_index import (
     run_index_pages,
     write_pages,
 )
-from papa.book.setup_page import heads_words, lr_words, setup_page
+from papa.book.setup_page import constant_share_words, lr_words, setup_page
 from papa.book.words import and_list, count, duration, fraction_words
 from papa.cli import build_parser
 from papa.core.fields import CHAPTERS
@@ -52,8 +52,8 @@ def test_words():
     ]
     assert [duration(s) for s in (None, 42.3, 754, 7300)] == ["", "42 s", "12.6 min", "2.0 h"]
     assert [lr_words(x) for x in (2e-5, 1e-3, 0.01, 2.0e-4)] == ["2e-5", "1e-3", "0.01", "2e-4"]
-    assert heads_words([0, "1/2", 1]) == "none, half and all of the heads constant"
-    assert heads_words([0]) == "no head constant"
+    assert constant_share_words([0, "1/2", 1]) == "none, half and all of the heads constant"
+    assert constant_share_words([0]) == "no head constant"
 
 
 # -- the sidebar -------------------------------------------------------------------------------------

@@ -67,7 +67,7 @@ def _protocol(settings: dict) -> Markdown:
     return _piece("protocol", data=data, length=length, rate=rate)
 
 
-def heads_words(fractions) -> str:
+def constant_share_words(fractions) -> str:
     """``[0, "1/2", "7/8", 1]`` → ``"none, half, 7/8 and all of the heads constant"``."""
     words = [fraction_words(f) for f in sorted(fractions, key=lambda f: Fraction(str(f)))]
     if words == ["none"]:
@@ -86,7 +86,7 @@ def _study(study: dict, config: dict) -> Markdown:
     named = Markdown(and_list(model(m, code=True) for m in models))
     parts = [_piece("study-models", models=named, tasks=and_list(tasks))]
     if "fractions" in study:
-        parts.append(_piece("study-fractions", heads=heads_words(study["fractions"])))
+        parts.append(_piece("study-fractions", heads=constant_share_words(study["fractions"])))
     if study.get("probe_input", "all") != "all":
         parts.append(_piece("study-floor"))
     if "methods" in study:
@@ -183,7 +183,7 @@ def setup_page(config: dict) -> str:
         protocol=_protocol(probe),
         seeds=seed_text,
         dev=_dev_words(probe.get("max_eval_examples")),
-        heads=heads_words(probe.get("fractions", [0, 1])),
+        heads=constant_share_words(probe.get("fractions", [0, 1])),
         modes=and_list(probe.get("modes", ["cached"])),
         selection=_piece("selection-final" if probe.get("selection", "final") == "final" else "selection-heldout"),
         lr_select=lr_select,
