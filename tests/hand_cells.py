@@ -62,10 +62,10 @@ def spread(centre: float, width: float, n: int = 101) -> np.ndarray:
 
 
 def book_data(config: dict, folder: Path):
-    """:class:`papa.book.data.BookData` of a loaded grid ``config`` from every result under an artefacts ``folder``
+    """:class:`papa.book.load.BookData` of a loaded grid ``config`` from every result under an artefacts ``folder``
     (``results/``, ``rankings/``), without the plan (hand-made runs, a copied runs folder)."""
     from papa.analysis.results import read_results
-    from papa.book.data import book_data_from
+    from papa.book.load import book_data_from
     from papa.core.io import read_json_verified
 
     paths = sorted((folder / "rankings").glob("*.json"))

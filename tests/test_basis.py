@@ -11,11 +11,11 @@ import pandas as pd
 import pytest
 from test_chapters_science import CONFIG, RESAMPLES, TOTAL, _predictions, _record, write_grid
 
-from papa.analysis import paper as P
+from papa.analysis import analogues as P
 from papa.analysis.basis import build_basis, claim_cells, retained_gains
+from papa.analysis.claims import interval_text
 from papa.analysis.results import load_results
-from papa.analysis.verdicts import interval_text
-from papa.book.science import chapter_science, model_drops_display_frame
+from papa.book.chapter_answers import chapter_science, model_drops_display_frame
 from papa.core.io import atomic_write_json
 from tests.hand_cells import book_data
 

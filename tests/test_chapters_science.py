@@ -1,4 +1,4 @@
-"""The results and controls chapters' science (papa.analysis.findings, papa.book.science) on hand-made result
+"""The results and controls chapters' science (papa.analysis.drop_tables, papa.book.chapter_answers) on hand-made result
 records: synthetic dev predictions written to a tmp folder as the runner writes them, read back as the chapters
 do. The main table's intervals are stats.paired_bootstrap's exactly; the claim rules give the verdicts written
 here by hand; non-converged runs are left out and counted; everything works without random or literal runs."""
@@ -11,15 +11,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from papa.analysis import paper as P
-from papa.analysis import pooled
-from papa.analysis import stats as S
-from papa.analysis import verdicts as V
+from papa.analysis import analogues as P
+from papa.analysis import bootstrap as S
+from papa.analysis import claims as V
+from papa.analysis import pooled_drops
+from papa.analysis.analogue_figures import fig_better_models, fig_paper_scores, fig_relative_score
 from papa.analysis.figure_kit import TEXT_WIDTH
-from papa.analysis.paper_figures import fig_better_models, fig_paper_scores, fig_relative_score
 from papa.book import interval_tables as IT
 from papa.book import tables as T
-from papa.book.science import (
+from papa.book.chapter_answers import (
     chapter_science,
     convergence_summary,
     largest_drop,
@@ -332,7 +332,7 @@ def test_the_largest_drop_is_read_again_under_every_setting(grid):
         15,
     )
     assert literal["drop"] == pytest.approx(0.25) and literal["lr"] == 2e-5
-    cells = pooled.select(result.cells, "all").set_index("model")
+    cells = pooled_drops.select(result.cells, "all").set_index("model")
     assert main["drop"] == pytest.approx(cells.loc["ma", "relative_drop"])
     mb = (
         drop_checks(data, "mb", "sst2").set_index("setting").loc["main grid"]
@@ -456,11 +456,11 @@ def _run_chapter_cells(path: str, data, monkeypatch) -> dict:
     import myst_nb
 
     import papa
-    import papa.book.data
+    import papa.book.load
 
     glued: dict = {}
     monkeypatch.setattr(myst_nb, "glue", lambda name, value, display=True: glued.__setitem__(name, value))
-    monkeypatch.setattr(papa.book.data, "load_book_data", lambda _: data)
+    monkeypatch.setattr(papa.book.load, "load_book_data", lambda _: data)
     text = Path(path).read_text(encoding="utf-8")
     namespace: dict = {"grid_config": "configs/hand.yaml", "papa": papa}
     for cell in re.findall(r"```\{code-cell\}\n(.*?)```", text, re.S):

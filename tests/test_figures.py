@@ -256,17 +256,17 @@ def test_paper_analogues_fit_and_say_their_verdict(tmp_path):
     from its data (the models with their heads, the claim-3 n and verdict)."""
     from test_chapters_science import CONFIG, write_grid
 
-    from papa.analysis import paper
-    from papa.analysis.paper_figures import fig_better_models, fig_paper_scores, fig_relative_score
-    from papa.book.science import analogue_figures, chapter_science, placeholder_figure
+    from papa.analysis import analogues
+    from papa.analysis.analogue_figures import fig_better_models, fig_paper_scores, fig_relative_score
+    from papa.book.chapter_answers import analogue_figures, chapter_science, placeholder_figure
     from tests.hand_cells import book_data
 
     write_grid(tmp_path)
     data = book_data(CONFIG, tmp_path)
     result = chapter_science(data, resamples=50)
-    points = paper.score_vs_dynamic_heads(result.summary, data.floors, result.all_cells)
+    points = analogues.score_vs_dynamic_heads(result.summary, data.floors, result.all_cells)
     a = fig_paper_scores(points, "gates")
-    b = fig_relative_score(paper.relative_score_vs_constant_fraction(result.summary, data.floors, result.all_cells))
+    b = fig_relative_score(analogues.relative_score_vs_constant_fraction(result.summary, data.floors, result.all_cells))
     c = fig_better_models(*result.better)
     for figure in (a, b, c, placeholder_figure("fig-x", "Nothing to draw.")):
         valid(figure)
@@ -287,7 +287,7 @@ def test_paper_analogues_fit_and_say_their_verdict(tmp_path):
 
 
 def test_a_placeholder_figure_wraps_its_sentence_inside_the_text_column():
-    from papa.book.science import placeholder_figure
+    from papa.book.chapter_answers import placeholder_figure
 
     why = (
         "No run of the main grid scored the dev split after every "

@@ -68,7 +68,7 @@ def test_a_code_line_stales_exactly_the_runs_that_execute_it(monkeypatch):
         after = _keys(monkeypatch, {module: "\n_EXTRA = 1\n"})
         assert {rid for rid in before if before[rid] != after[rid]} == {"results-run", "controls-run"}, module
     # the statistics, the data of the book and the plan: the replacements chapter reads them too
-    for module in ("analysis/stats.py", "analysis/findings.py", "pipeline/plan.py", "book/data.py"):
+    for module in ("analysis/bootstrap.py", "analysis/drop_tables.py", "pipeline/plan.py", "book/load.py"):
         after = _keys(monkeypatch, {module: "\n_EXTRA = 1\n"})
         assert {rid for rid in before if before[rid] != after[rid]} == {
             "results-run",
@@ -111,9 +111,9 @@ def test_a_code_line_stales_exactly_the_runs_that_execute_it(monkeypatch):
 def test_static_graph_follows_lazy_names_attributes_and_local_imports():
     tree = ast.parse("import papa\nx = papa.compute_ranking\ny = papa.book\n")
     modules = papa_modules(tree)
-    assert {"papa", "papa.probing.ranking", "papa.book"} <= set(modules) and "papa.book.data" not in modules
-    assert {"papa.book", "papa.book.data", "papa.analysis.results"} <= set(
-        papa_modules(ast.parse("from papa.book import data\n"))
+    assert {"papa", "papa.probing.ranking", "papa.book"} <= set(modules) and "papa.book.load" not in modules
+    assert {"papa.book", "papa.book.load", "papa.analysis.results"} <= set(
+        papa_modules(ast.parse("from papa.book import load\n"))
     )
     assert "papa.cli" not in modules
     assert "papa.pipeline.runner" not in papa_modules(ast.parse("import papa\n"))

@@ -1,4 +1,4 @@
-"""The paper's figure and table analogues (papa.analysis.paper) on a hand-made summary."""
+"""The paper's figure and table analogues (papa.analysis.analogues) on a hand-made summary."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import pandas as pd
 import pytest
 
-from papa.analysis import paper, pooled, stats
+from papa.analysis import analogues, bootstrap, pooled_drops
 from papa.analysis.results import SUMMARY_KEYS
 from tests.hand_cells import cell, cells, spread
 
@@ -55,7 +55,7 @@ def test_figure2_rows_run_from_all_heads_dynamic_to_none_with_floors():
     differences = pd.DataFrame(
         [{"model": "a", "task": "t1", "ranking": "all", "k": 8, "low": -0.1, "high": -0.06, "real": True}]
     )
-    frame = paper.score_vs_dynamic_heads(_summary(SCORES), FLOORS, differences)
+    frame = analogues.score_vs_dynamic_heads(_summary(SCORES), FLOORS, differences)
     line = frame[(frame["model"] == "a") & (frame["task"] == "t1")]
     assert line["ranking"].unique().tolist() == ["gates"]
     assert line["dynamic_heads"].tolist() == [8, 4, 1, 0] and line["score"].tolist() == [0.80, 0.80, 0.76, 0.72]
@@ -77,7 +77,7 @@ def _all_cells(scores: dict) -> pd.DataFrame:
 
 
 def test_relative_score_averages_informative_tasks_only():
-    frame = paper.relative_score_vs_constant_fraction(_summary(SCORES), FLOORS, _all_cells(SCORES))
+    frame = analogues.relative_score_vs_constant_fraction(_summary(SCORES), FLOORS, _all_cells(SCORES))
     a = frame[frame["model"] == "a"].set_index("k")
     assert a["relative_score"].to_dict() == {0: 1.0, 4: 1.0, 7: pytest.approx(0.95), 8: pytest.approx(0.9)}
     assert a["n_tasks"].unique().tolist() == [1] and a["tasks"].unique().tolist() == ["t1"]
@@ -107,7 +107,7 @@ def _cells(scores: dict) -> pd.DataFrame:
 
 
 def test_better_models_lose_more_points_and_verdict():
-    points, verdict = paper.better_models_lose_more(_cells(SCORES))
+    points, verdict = analogues.better_models_lose_more(_cells(SCORES))
     # t2 is not informative for model a, so every model's point averages t1 alone (the tasks all models share):
     # otherwise b's and c's averages would fall with t2's lower scores and decide the correlation
     assert points["model"].tolist() == ["a", "b", "c"]
@@ -120,16 +120,16 @@ def test_better_models_lose_more_points_and_verdict():
     ]
     assert points["n_tasks"].tolist() == [1, 1, 1] and verdict["tasks"] == ["t1"]
     assert (
-        {k: v for k, v in verdict.items() if k != "tasks"} == pooled.claim3(points)
+        {k: v for k, v in verdict.items() if k != "tasks"} == pooled_drops.claim3(points)
         and verdict["n"] == 3
         and verdict["verdict"] == "inconclusive"
     )
     two = {key: value for key, value in SCORES.items() if key[0] != "c"}
-    assert paper.better_models_lose_more(_cells(two))[1]["verdict"] == "not testable"
+    assert analogues.better_models_lose_more(_cells(two))[1]["verdict"] == "not testable"
 
 
 def test_paper_table_with_cells_shows_the_cells_drops_and_the_pooled_averages():
-    table = paper.paper_table(_summary(SCORES), FLOORS, _cells(SCORES)).set_index(["model", "task"])
+    table = analogues.paper_table(_summary(SCORES), FLOORS, _cells(SCORES)).set_index(["model", "task"])
     assert table.loc[("b", "t2"), "drop_all"] == pytest.approx(0.10)
     average = table.loc[("b", "average")]
     assert average["drop_all"] == pytest.approx((0.09 / 0.90 + 0.10) / 2) and average["drop_all_low"] == pytest.approx(
@@ -145,7 +145,7 @@ def test_paper_table_with_cells_shows_the_cells_drops_and_the_pooled_averages():
 
 
 def test_paper_table_has_each_task_and_the_informative_average():
-    table = paper.paper_table(_summary(SCORES), FLOORS, _cells(SCORES)).set_index(["model", "task"])
+    table = analogues.paper_table(_summary(SCORES), FLOORS, _cells(SCORES)).set_index(["model", "task"])
     assert table.loc[("b", "t2"), ["score_0", "score_half", "score_all"]].tolist() == [0.60, 0.57, 0.54]
     assert table.loc[("b", "t2"), "drop_all"] == pytest.approx(0.10) and table.loc[
         ("b", "t2"), "drop_half"
@@ -168,7 +168,7 @@ def test_convergence_table_reads_each_run():
         "r1": {"convergence": {"converged": True, "best_epoch": 4, "epochs_trained": 7, "stopped_early": True}},
         "r2": {"convergence": None},
     }
-    table = stats.convergence_table(results)
+    table = bootstrap.convergence_table(results)
     assert table.iloc[0].to_dict() == {
         "run_id": "r1",
         "converged": True,
@@ -177,5 +177,5 @@ def test_convergence_table_reads_each_run():
         "stopped_early": True,
     }
     assert table["converged"].tolist() == [True, None] and math.isnan(table["best_epoch"].iloc[1])
-    kept, summary = stats.convergence_gate(table)
+    kept, summary = bootstrap.convergence_gate(table)
     assert kept["run_id"].tolist() == ["r1"] and (summary["unknown"], summary["left_out_runs"]) == (1, ["r2"])

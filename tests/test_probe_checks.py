@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 from test_results import result
 
-from papa.book.data import BookData, book_data_from
+from papa.book.load import BookData, book_data_from
 from papa.book.probe_checks import (
     lr_choice_display,
     lr_choice_frame,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from papa.analysis import stats as S
+from papa.analysis import bootstrap as S
 from papa.book import replacement_pages as RPG
 from papa.core.io import atomic_write_json
 from tests.hand_cells import book_data

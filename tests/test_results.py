@@ -232,7 +232,7 @@ def test_floors_table_informative_flags(tmp_path):
 
 
 def test_sensitivity_table_by_hand(tmp_path):
-    from papa.book.data import book_data_from, study_frame
+    from papa.book.load import book_data_from, study_frame
     from papa.book.studies import sensitivity_table
 
     runs = {}
@@ -269,7 +269,7 @@ def test_sensitivity_table_by_hand(tmp_path):
 
 
 def test_still_rising_by_hand():
-    from papa.book.data import still_rising
+    from papa.book.load import still_rising
 
     def run(run_id, scores):
         return [
@@ -297,7 +297,7 @@ def test_still_rising_by_hand():
 
 
 def test_sensitivity_table_names_the_whole_split_and_skips_what_is_not_its_own(tmp_path):
-    from papa.book.data import book_data_from, study_frame
+    from papa.book.load import book_data_from, study_frame
     from papa.book.studies import sensitivity_table
 
     runs = {}

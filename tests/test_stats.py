@@ -1,4 +1,4 @@
-"""Paired bootstrap intervals, the convergence gate and the claim-3 rule (papa.analysis.stats) on hand-made numbers.
+"""Paired bootstrap intervals, the convergence gate and the claim-3 rule (papa.analysis.bootstrap) on hand-made numbers.
 
 The bootstrap is checked against a naive loop over the documented resamples (rows of
 ``default_rng(seed).integers(0, N, size=(R, N))``), recomputing each metric with scikit-learn or papa's own
@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 
-from papa.analysis import pooled, stats
+from papa.analysis import bootstrap, pooled_drops
 from papa.core.errors import PapaError
 
 
@@ -33,9 +33,9 @@ def _naive(base_preds, other_preds, labels, score, resamples, seed=0, level=0.95
 
 def test_all_wrong_to_all_right_is_a_real_gain_of_one():
     labels = [0, 1, 1, 0, 1]
-    base = [stats.example_statistics("accuracy", [1, 0, 0, 1, 0], labels)]
-    other = [stats.example_statistics("accuracy", labels, labels)]
-    out = stats.paired_bootstrap(base, other, "accuracy", resamples=200)
+    base = [bootstrap.example_statistics("accuracy", [1, 0, 0, 1, 0], labels)]
+    other = [bootstrap.example_statistics("accuracy", labels, labels)]
+    out = bootstrap.paired_bootstrap(base, other, "accuracy", resamples=200)
     assert (out["base_score"], out["score"], out["difference"], out["low"], out["high"], out["real"]) == (
         0.0,
         1.0,
@@ -59,9 +59,9 @@ def test_one_changed_example_of_four_is_not_real():
     (3/4)^4 = 32% of resamples miss it, so the upper end is exactly 0: not real."""
     labels = [1, 1, 0, 0]
     base_preds, other_preds = [1, 1, 1, 1], [1, 0, 1, 1]
-    out = stats.paired_bootstrap(
-        [stats.example_statistics("accuracy", base_preds, labels)],
-        [stats.example_statistics("accuracy", other_preds, labels)],
+    out = bootstrap.paired_bootstrap(
+        [bootstrap.example_statistics("accuracy", base_preds, labels)],
+        [bootstrap.example_statistics("accuracy", other_preds, labels)],
         "accuracy",
         resamples=500,
         seed=3,
@@ -77,9 +77,9 @@ def test_accuracy_with_three_seeds_matches_the_naive_loop():
     labels = rng.integers(0, 3, 60)
     base = [np.where(rng.random(60) < 0.8, labels, (labels + 1) % 3) for _ in range(3)]
     other = [np.where(rng.random(60) < 0.6, labels, (labels + 2) % 3) for _ in range(3)]
-    out = stats.paired_bootstrap(
-        [stats.example_statistics("accuracy", p, labels) for p in base],
-        [stats.example_statistics("accuracy", p, labels) for p in other],
+    out = bootstrap.paired_bootstrap(
+        [bootstrap.example_statistics("accuracy", p, labels) for p in base],
+        [bootstrap.example_statistics("accuracy", p, labels) for p in other],
         "accuracy",
         resamples=100,
         seed=11,
@@ -90,8 +90,10 @@ def test_accuracy_with_three_seeds_matches_the_naive_loop():
     assert out["difference"] == pytest.approx(np.mean(per_seed), abs=1e-12)
     assert (out["seed_min"], out["seed_max"]) == (pytest.approx(min(per_seed)), pytest.approx(max(per_seed)))
     assert high < 0 and out["real"] is True  # about 80% → 60%: the naive loop's interval lies below 0
-    same = [stats.example_statistics("accuracy", p, labels) for p in base]
-    assert stats.paired_bootstrap(same, same, "accuracy", resamples=100, seed=11)["real"] is False  # no change at all
+    same = [bootstrap.example_statistics("accuracy", p, labels) for p in base]
+    assert (
+        bootstrap.paired_bootstrap(same, same, "accuracy", resamples=100, seed=11)["real"] is False
+    )  # no change at all
 
 
 @pytest.mark.parametrize("classes", [2, 3])
@@ -100,12 +102,12 @@ def test_mcc_is_recomputed_on_every_resample(classes: int):
     labels = rng.integers(0, classes, 40)
     base = [np.where(rng.random(40) < 0.75, labels, rng.integers(0, classes, 40)) for _ in range(2)]
     other = [np.where(rng.random(40) < 0.55, labels, rng.integers(0, classes, 40)) for _ in range(2)]
-    to_stats = lambda preds: stats.example_statistics("matthews_correlation", preds, labels, num_labels=classes)  # noqa: E731
+    to_stats = lambda preds: bootstrap.example_statistics("matthews_correlation", preds, labels, num_labels=classes)  # noqa: E731
     for preds in base + other:
-        assert stats.metric_from_sums("matthews_correlation", to_stats(preds).sum(0)) == pytest.approx(
+        assert bootstrap.metric_from_sums("matthews_correlation", to_stats(preds).sum(0)) == pytest.approx(
             matthews_corrcoef(labels, preds), abs=1e-12
         )
-    out = stats.paired_bootstrap(
+    out = bootstrap.paired_bootstrap(
         [to_stats(p) for p in base], [to_stats(p) for p in other], "matthews_correlation", resamples=50, seed=5
     )
     low, high = _naive(base, other, labels, matthews_corrcoef, 50, seed=5)
@@ -115,8 +117,8 @@ def test_mcc_is_recomputed_on_every_resample(classes: int):
 def test_mcc_of_a_constant_prediction_is_zero():
     labels = [0, 1, 1, 0]
     assert (
-        stats.metric_from_sums(
-            "matthews_correlation", stats.example_statistics("matthews_correlation", [1, 1, 1, 1], labels).sum(0)
+        bootstrap.metric_from_sums(
+            "matthews_correlation", bootstrap.example_statistics("matthews_correlation", [1, 1, 1, 1], labels).sum(0)
         )
         == 0.0
     )
@@ -125,15 +127,15 @@ def test_mcc_of_a_constant_prediction_is_zero():
 def test_combined_and_f1_match_scikit_learn():
     labels = [1, 1, 0, 0, 1, 0, 1, 1]
     preds = [1, 0, 0, 1, 1, 0, 1, 0]
-    sums = stats.example_statistics("combined", preds, labels).sum(0)
+    sums = bootstrap.example_statistics("combined", preds, labels).sum(0)
     f1 = f1_score(labels, preds)
-    assert stats.metric_from_sums("f1", sums) == pytest.approx(f1, abs=1e-15)
-    assert stats.metric_from_sums("combined", sums) == pytest.approx(
+    assert bootstrap.metric_from_sums("f1", sums) == pytest.approx(f1, abs=1e-15)
+    assert bootstrap.metric_from_sums("combined", sums) == pytest.approx(
         (accuracy_score(labels, preds) + f1) / 2, abs=1e-15
     )
-    out = stats.paired_bootstrap(
-        [stats.example_statistics("combined", labels, labels)],
-        [stats.example_statistics("combined", preds, labels)],
+    out = bootstrap.paired_bootstrap(
+        [bootstrap.example_statistics("combined", labels, labels)],
+        [bootstrap.example_statistics("combined", preds, labels)],
         "combined",
         resamples=100,
     )
@@ -151,36 +153,40 @@ def test_token_statistics_match_papa_metrics():
     preds = [[1, 2, 0, 0], [0, 1], [3, 4, 0, 0, 1]]
     flat = lambda seqs: [t for s in seqs for t in s]  # noqa: E731
     lengths = [len(s) for s in refs]
-    ner = stats.example_statistics("f1", flat(preds), flat(refs), lengths, names)
+    ner = bootstrap.example_statistics("f1", flat(preds), flat(refs), lengths, names)
     assert ner.tolist() == [[1, 1, 2], [0, 1, 0], [1, 2, 2]]  # (correct, predicted, true) spans per sentence
     expected = compute_task_metrics("ner", preds, refs, names)["f1"]
-    assert stats.metric_from_sums("f1", ner.sum(0), token=True) == pytest.approx(expected, abs=1e-15) == 2 * 2 / (4 + 4)
-    pos = stats.example_statistics("accuracy", flat(preds), flat(refs), lengths)
+    assert (
+        bootstrap.metric_from_sums("f1", ner.sum(0), token=True)
+        == pytest.approx(expected, abs=1e-15)
+        == 2 * 2 / (4 + 4)
+    )
+    pos = bootstrap.example_statistics("accuracy", flat(preds), flat(refs), lengths)
     assert pos.tolist() == [[3, 4], [1, 2], [4, 5]]
     assert (
-        stats.metric_from_sums("accuracy", pos.sum(0), token=True)
+        bootstrap.metric_from_sums("accuracy", pos.sum(0), token=True)
         == compute_task_metrics("pos", preds, refs)["accuracy"]
         == 8 / 11
     )
     with pytest.raises(PapaError, match="The sentence lengths add up to 10 tokens, but there are 11"):
-        stats.example_statistics("accuracy", flat(preds), flat(refs), [4, 2, 4])
+        bootstrap.example_statistics("accuracy", flat(preds), flat(refs), [4, 2, 4])
 
 
 def test_runs_on_different_dev_examples_are_refused():
     a, b = (
-        stats.example_statistics("accuracy", [1, 0], [1, 1]),
-        stats.example_statistics("accuracy", [1, 0, 1], [1, 1, 1]),
+        bootstrap.example_statistics("accuracy", [1, 0], [1, 1]),
+        bootstrap.example_statistics("accuracy", [1, 0, 1], [1, 1, 1]),
     )
     with pytest.raises(PapaError, match="The runs score 2 and 3 dev examples"):
-        stats.paired_bootstrap([a], [b], "accuracy")
+        bootstrap.paired_bootstrap([a], [b], "accuracy")
 
 
 def test_a_resample_count_out_of_range_is_one_clear_error():
-    statistics = [stats.example_statistics("accuracy", [1, 0], [1, 1])]
+    statistics = [bootstrap.example_statistics("accuracy", [1, 0], [1, 1])]
     with pytest.raises(PapaError, match=r"^Bootstrap resamples 0 out of range"):
-        stats.paired_bootstrap(statistics, statistics, "accuracy", resamples=0)
+        bootstrap.paired_bootstrap(statistics, statistics, "accuracy", resamples=0)
     with pytest.raises(PapaError, match=r"^Bootstrap resamples 0 out of range"):
-        stats.score_interval(statistics, "accuracy", resamples=0)
+        bootstrap.score_interval(statistics, "accuracy", resamples=0)
 
 
 def _result(k: int, seed: int, preds: list[int], labels: list[int]) -> dict:
@@ -212,7 +218,7 @@ def test_paired_differences_pairs_each_k_with_k0_of_the_same_model_and_task():
         "a8": _result(8, 42, [0, 1, 0, 0, 1, 1], labels),
         "b8": _result(8, 43, [0, 1, 0, 0, 1, 1], labels),
     }
-    table = stats.paired_differences(results, resamples=400)
+    table = bootstrap.paired_differences(results, resamples=400)
     assert table[["ranking", "k", "fraction"]].values.tolist() == [["gates", 4, 0.5], ["all", 8, 1.0]]
     assert table["base_score"].tolist() == [pytest.approx(11 / 12)] * 2
     assert table["score"].tolist() == [pytest.approx(11 / 12), 0.0]
@@ -223,7 +229,7 @@ def test_paired_differences_pairs_each_k_with_k0_of_the_same_model_and_task():
 
 def test_convergence_gate_counts_and_leaves_out():
     frame = pd.DataFrame({"run_id": ["a", "b", "c", "d"], "converged": [True, False, None, True]})
-    kept, summary = stats.convergence_gate(frame)
+    kept, summary = bootstrap.convergence_gate(frame)
     assert kept["run_id"].tolist() == ["a", "d"]
     assert summary == {
         "runs": 4,
@@ -236,16 +242,20 @@ def test_convergence_gate_counts_and_leaves_out():
 
 
 def test_claim3_with_two_models_is_not_testable():
-    out = pooled.claim3(pd.DataFrame({"model": ["a", "b"], "score": [0.7, 0.9], "drop": [0.01, 0.05]}))
+    out = pooled_drops.claim3(pd.DataFrame({"model": ["a", "b"], "score": [0.7, 0.9], "drop": [0.01, 0.05]}))
     assert out["verdict"] == "not testable" and out["n"] == 2 and math.isnan(out["spearman"])
 
 
 def test_claim3_with_three_models_can_only_be_inconclusive():
-    out = pooled.claim3(pd.DataFrame({"model": ["a", "b", "c"], "score": [0.7, 0.8, 0.9], "drop": [0.01, 0.02, 0.05]}))
+    out = pooled_drops.claim3(
+        pd.DataFrame({"model": ["a", "b", "c"], "score": [0.7, 0.8, 0.9], "drop": [0.01, 0.02, 0.05]})
+    )
     assert out["spearman"] == pytest.approx(1.0) and out["p_value"] == pytest.approx(1 / 6)
     assert out["pearson"] == pytest.approx(12 / math.sqrt(156), abs=1e-12)  # centred x ∝ (-1, 0, 1), y ∝ (-5, -2, 7)
     assert (out["n"], out["direction"], out["verdict"]) == (3, "better models lose more", "inconclusive")
-    out = pooled.claim3(pd.DataFrame({"model": ["a", "b", "c"], "score": [0.7, 0.8, 0.9], "drop": [0.02, 0.05, 0.01]}))
+    out = pooled_drops.claim3(
+        pd.DataFrame({"model": ["a", "b", "c"], "score": [0.7, 0.8, 0.9], "drop": [0.02, 0.05, 0.01]})
+    )
     assert (
         out["spearman"] == pytest.approx(-0.5)
         and out["p_value"] == pytest.approx(3 / 6)
@@ -255,13 +265,13 @@ def test_claim3_with_three_models_can_only_be_inconclusive():
 
 def test_claim3_with_four_ordered_models():
     scores = [0.6, 0.7, 0.8, 0.9]
-    out = pooled.claim3(pd.DataFrame({"score": scores, "drop": [0.01, 0.02, 0.03, 0.08]}))
+    out = pooled_drops.claim3(pd.DataFrame({"score": scores, "drop": [0.01, 0.02, 0.03, 0.08]}))
     assert (out["spearman"], out["p_value"], out["verdict"]) == (
         pytest.approx(1.0),
         pytest.approx(1 / 24),
         "reproduced",
     )
-    out = pooled.claim3(pd.DataFrame({"score": scores, "drop": [0.08, 0.03, 0.02, 0.01]}))
+    out = pooled_drops.claim3(pd.DataFrame({"score": scores, "drop": [0.08, 0.03, 0.02, 0.01]}))
     assert (out["spearman"], out["p_value"], out["verdict"]) == (
         pytest.approx(-1.0),
         pytest.approx(1 / 24),
@@ -275,7 +285,7 @@ def test_seeded_random_orderings_are_pooled_and_paired_by_probe_seed():
     for name, ordering, seed, preds in (("r1", 1, 43, [0, 0, 1, 1, 0, 0]), ("r2", 2, 42, [1, 0, 1, 1, 0, 0])):
         results[name] = _result(4, seed, preds, labels)
         results[name]["config"]["ranking"] = f"m__sst2__random-{ordering}.json"
-    table = stats.paired_differences(results, resamples=100)
+    table = bootstrap.paired_differences(results, resamples=100)
     assert table[["ranking", "k", "n_base", "n_runs"]].values.tolist() == [["random", 4, 2, 2]]
     # seed 43: 5/6 → 5/6 (0); seed 42: 6/6 → 6/6 (0): paired by seed, not by position
     assert (table["seed_min"].item(), table["seed_max"].item()) == (0.0, 0.0)
@@ -293,7 +303,7 @@ def test_a_seed_the_gate_left_out_at_k_is_left_out_at_k0_too():
         "c0": _result(0, 44, labels, labels),
     }
     results |= {"a4": _result(4, 42, labels, labels), "c4": _result(4, 44, labels, labels)}
-    row = stats.paired_differences(results, resamples=300).iloc[0]
+    row = bootstrap.paired_differences(results, resamples=300).iloc[0]
     assert (row["base_score"], row["score"], row["difference"], row["low"], row["high"], row["real"]) == (
         1.0,
         1.0,
@@ -304,17 +314,17 @@ def test_a_seed_the_gate_left_out_at_k_is_left_out_at_k0_too():
     )
     assert (row["n_base"], row["n_runs"], row["n_unpaired"]) == (2, 2, 1)
     labels, worse = labels * 5, worse * 5  # 30 examples: pooled, the lost seed's errors make a "real" gain
-    unpaired = stats.paired_bootstrap(
-        [stats.example_statistics("accuracy", p, labels) for p in (labels, worse, labels)],
-        [stats.example_statistics("accuracy", labels, labels)] * 2,
+    unpaired = bootstrap.paired_bootstrap(
+        [bootstrap.example_statistics("accuracy", p, labels) for p in (labels, worse, labels)],
+        [bootstrap.example_statistics("accuracy", labels, labels)] * 2,
         "accuracy",
         resamples=300,
     )
     assert unpaired["difference"] == pytest.approx(1 / 6) and unpaired["real"]  # what the pairing prevents
     with pytest.raises(PapaError, match="No run at k shares a probe seed"):
-        stats.paired_bootstrap(
-            [stats.example_statistics("accuracy", labels, labels)],
-            [stats.example_statistics("accuracy", labels, labels)],
+        bootstrap.paired_bootstrap(
+            [bootstrap.example_statistics("accuracy", labels, labels)],
+            [bootstrap.example_statistics("accuracy", labels, labels)],
             "accuracy",
             pairs=[],
         )
@@ -326,9 +336,9 @@ def test_a_relative_drop_from_a_score_at_or_below_zero_is_undefined():
     from papa.analysis.results import relative_drop
 
     labels = [1, 0, 1, 0]
-    base = [stats.example_statistics("matthews_correlation", [0, 1, 1, 0], labels, num_labels=2)]  # MCC 0
-    other = [stats.example_statistics("matthews_correlation", [1, 0, 1, 0], labels, num_labels=2)]  # MCC 1
-    out = stats.paired_bootstrap(base, other, "matthews_correlation", resamples=100)
+    base = [bootstrap.example_statistics("matthews_correlation", [0, 1, 1, 0], labels, num_labels=2)]  # MCC 0
+    other = [bootstrap.example_statistics("matthews_correlation", [1, 0, 1, 0], labels, num_labels=2)]  # MCC 1
+    out = bootstrap.paired_bootstrap(base, other, "matthews_correlation", resamples=100)
     assert out["base_score"] == 0.0 and math.isnan(out["relative_drop"]) and math.isnan(out["relative_low"])
     assert (
         math.isnan(relative_drop(0.0, -0.01))
@@ -342,8 +352,8 @@ def test_claim3_above_nine_models_uses_seeded_random_orderings():
     points = pd.DataFrame(
         {"model": [f"m{i}" for i in range(12)], "score": np.linspace(0.6, 0.9, 12), "drop": np.linspace(0.01, 0.2, 12)}
     )
-    out = pooled.claim3(points)
+    out = pooled_drops.claim3(points)
     assert (out["n"], out["spearman"], out["verdict"]) == (12, pytest.approx(1.0), "reproduced") and out[
         "p_value"
     ] == 1 / 20001
-    assert pooled.claim3(points) == out  # seeded: the same p every time
+    assert pooled_drops.claim3(points) == out  # seeded: the same p every time

@@ -13,7 +13,7 @@ import pytest
 from headless import dump_dom
 
 from papa.book import interval_tables as IT
-from papa.book.science import chapter_science
+from papa.book.chapter_answers import chapter_science
 from tests.hand_cells import book_data
 from tests.test_chapters_science import CONFIG, RESAMPLES, write_grid
 

@@ -13,7 +13,7 @@ from test_results import grid, result, write
 
 from papa.analysis.basis import build_basis, retained_gains
 from papa.analysis.results import floors_table, load_results, read_results, summarise
-from papa.book.data import floors_display
+from papa.book.load import floors_display
 from papa.book.table_format import DASH, NBSP, auto_table, enable_table_display, score_interval, score_spread, table
 from papa.book.tables import retained_gains_display, scores_display
 
@@ -147,7 +147,7 @@ def test_an_empty_result_is_an_empty_table():
 
 # -- the tables with intervals (issue 14) ---------------------------------------------------------------------
 def _main_rows() -> pd.DataFrame:
-    from papa.analysis.findings import MAIN_COLUMNS
+    from papa.analysis.drop_tables import MAIN_COLUMNS
 
     rows = [
         ("m", "sst2", "none", 0, 0.0, 8, "accuracy", 0.85, 0.01, 0.84, 0.86, 3) + (math.nan,) * 6 + (None, math.nan),
@@ -226,7 +226,7 @@ def test_main_table_display_cells():
 
 
 def test_verdicts_and_paper_table_display():
-    from papa.analysis.paper import paper_table
+    from papa.analysis.analogues import paper_table
     from papa.book.interval_tables import paper_table_display, verdicts_display
 
     claims = pd.DataFrame(

@@ -1,5 +1,5 @@
-"""Pooled intervals and the claims' verdicts (papa.analysis.pooled, papa.analysis.verdicts) on hand-made numbers: the
-pooled interval is a percentile interval of the average itself, it covers a known average about 95% of the time,
+"""Pooled intervals and the claims' verdicts (papa.analysis.pooled_drops, papa.analysis.claims) on hand-made numbers:
+the pooled interval is a percentile interval of the average itself, it covers a known average about 95% of the time,
 every branch of every verdict rule gives the verdict written here by hand, and the method chapter states the rules."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from papa.analysis import pooled, stats
-from papa.analysis import verdicts as V
+from papa.analysis import bootstrap, pooled_drops
+from papa.analysis import claims as V
 from tests.hand_cells import cell, cells, spread
 
 NAN = math.nan
@@ -30,7 +30,7 @@ def test_the_pooled_interval_is_the_percentile_interval_of_the_average_on_every_
     frame = cells(
         [cell("m", "sst2", "all", 0.15, a), cell("m", "mnli", "all", 0.2, b), cell("m", "cola", "all", NAN, [0.1] * 4)]
     )
-    out = pooled.pooled_drop(frame)
+    out = pooled_drops.pooled_drop(frame)
     averages = (a + b) / 2  # [0.2, 0.15, 0.1, 0.25]
     assert (out["value"], out["n"], out["excluded"], out["tasks"]) == (pytest.approx(0.175), 2, 1, ["mnli", "sst2"])
     assert (out["low"], out["high"]) == (
@@ -42,9 +42,9 @@ def test_the_pooled_interval_is_the_percentile_interval_of_the_average_on_every_
 
 def test_a_resample_without_a_drop_leaves_its_cell_out_and_counts_it():
     frame = cells([cell("m", "sst2", "all", 0.1, [0.1, 0.2]), cell("m", "cola", "all", 0.3, [0.3, NAN])])
-    out = pooled.pooled_drop(frame)
+    out = pooled_drops.pooled_drop(frame)
     assert (out["value"], out["n"], out["excluded"]) == (pytest.approx(0.1), 1, 1)
-    empty = pooled.pooled_drop(frame.iloc[:0])
+    empty = pooled_drops.pooled_drop(frame.iloc[:0])
     assert (empty["n"], math.isnan(empty["value"]), math.isnan(empty["low"])) == (0, True, True)
 
 
@@ -55,11 +55,13 @@ def _accuracy_stats(correct: np.ndarray) -> np.ndarray:
 def test_one_cell_pooled_is_its_paired_bootstrap_interval():
     rng = np.random.default_rng(3)
     base, other = rng.random(300) < 0.8, rng.random(300) < 0.7
-    rows = stats.resample_rows(300, 500, 0, "dev-a")
-    out = stats.paired_bootstrap(
+    rows = bootstrap.resample_rows(300, 500, 0, "dev-a")
+    out = bootstrap.paired_bootstrap(
         [_accuracy_stats(base)], [_accuracy_stats(other)], "accuracy", resamples=500, rows=rows
     )
-    pooled_one = pooled.pooled_drop(cells([cell("m", "sst2", "all", out["relative_drop"], out["relative_samples"])]))
+    pooled_one = pooled_drops.pooled_drop(
+        cells([cell("m", "sst2", "all", out["relative_drop"], out["relative_samples"])])
+    )
     assert (pooled_one["value"], pooled_one["low"], pooled_one["high"]) == (
         out["relative_drop"],
         pytest.approx(out["relative_low"]),
@@ -68,9 +70,9 @@ def test_one_cell_pooled_is_its_paired_bootstrap_interval():
 
 
 def test_each_dev_set_has_its_own_resample_stream_and_a_shared_one_is_shared():
-    a, b = stats.resample_rows(50, 4, 0, "sha-a"), stats.resample_rows(50, 4, 0, "sha-b")
-    assert (a == stats.resample_rows(50, 4, 0, "sha-a")).all() and not (a == b).all()
-    assert (stats.resample_rows(50, 4, 0) == np.random.default_rng(0).integers(0, 50, size=(4, 50))).all()
+    a, b = bootstrap.resample_rows(50, 4, 0, "sha-a"), bootstrap.resample_rows(50, 4, 0, "sha-b")
+    assert (a == bootstrap.resample_rows(50, 4, 0, "sha-a")).all() and not (a == b).all()
+    assert (bootstrap.resample_rows(50, 4, 0) == np.random.default_rng(0).integers(0, 50, size=(4, 50))).all()
 
 
 #: The known joint distribution of (correct at k = 0, correct at k) per task: P(1,1), P(1,0), P(0,1), P(0,0).
@@ -89,15 +91,15 @@ def test_the_pooled_interval_covers_the_true_average_about_95_percent_of_the_tim
         for task, probabilities in JOINT.items():
             outcome = rng.choice(4, size=n, p=probabilities)  # 0: (1,1), 1: (1,0), 2: (0,1), 3: (0,0)
             base, other = np.isin(outcome, (0, 1)), np.isin(outcome, (0, 2))
-            found = stats.paired_bootstrap(
+            found = bootstrap.paired_bootstrap(
                 [_accuracy_stats(base)],
                 [_accuracy_stats(other)],
                 "accuracy",
                 resamples=resamples,
-                rows=stats.resample_rows(n, resamples, draw, task),
+                rows=bootstrap.resample_rows(n, resamples, draw, task),
             )
             rows.append(cell("m", task, "all", found["relative_drop"], found["relative_samples"]))
-        out = pooled.pooled_drop(cells(rows))
+        out = pooled_drops.pooled_drop(cells(rows))
         covered += out["low"] <= truth <= out["high"]
     assert truth == pytest.approx((0.05 / 0.80 + 0.10 / 0.90) / 2)
     assert 0.92 <= covered / draws <= 0.98, covered  # 187 of 200 with these seeds
@@ -194,12 +196,12 @@ def test_claim2_bound_reason_names_the_pair():
 )
 def test_claim3_rule(drops, verdict):
     scores = [0.6, 0.7, 0.8, 0.9][: len(drops)]
-    better = pooled.claim3(pd.DataFrame({"drop": drops, "score": scores}))
+    better = pooled_drops.claim3(pd.DataFrame({"drop": drops, "score": scores}))
     assert V.claim3_verdict(better)[0] == verdict
 
 
 def test_claim3_reason_at_three_models_says_the_floor_of_p():
-    better = pooled.claim3(pd.DataFrame({"drop": [0.01, 0.02, 0.05], "score": [0.7, 0.8, 0.9]}))
+    better = pooled_drops.claim3(pd.DataFrame({"drop": [0.01, 0.02, 0.05], "score": [0.7, 0.8, 0.9]}))
     assert (
         V.claim3_verdict(better)[1] == "Spearman ρ = +1.00 over 3 models, but one-sided exact p "
         "= 0.167 (with 3 models the smallest possible p is 1/6)."
@@ -289,7 +291,7 @@ def test_the_method_chapter_states_every_verdict_and_threshold_before_the_result
         assert f"*{verdict}*" in method[rules:].replace("\n   ", " ").replace("\n", " "), verdict
     for threshold in (V.HALF_MAX_DROP, V.PAPER_DROP_ALL, V.MAX_DROP_ALL):
         assert f"{threshold:.0%}".replace("%", "\\%") in method[rules:] or f"{threshold:.0%}" in method[rules:]
-    assert f"{stats.RESAMPLES:,} times (seed 0" in " ".join(method.split())
+    assert f"{bootstrap.RESAMPLES:,} times (seed 0" in " ".join(method.split())
 
 
 def test_claim3_with_two_models_has_no_rho_and_says_so():

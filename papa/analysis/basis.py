@@ -9,7 +9,7 @@ set of runs by :func:`build_basis`, in this order:
 2. **scores and floors**: ``summary`` (:func:`papa.analysis.results.summarise`) and ``floors``
    (:func:`papa.analysis.results.floors_table`, informativeness included) of the kept runs only. A *score* is
    the mean of the seeds kept at that k.
-3. **paired differences**: :func:`papa.analysis.stats.paired_differences` of the kept runs' records. A *drop*
+3. **paired differences**: :func:`papa.analysis.bootstrap.paired_differences` of the kept runs' records. A *drop*
    pairs the probe seeds kept at both k = 0 and k, on the same dev examples.
 4. **cells**: one row per model × task × ranking × k > 0 (:data:`CELL_COLUMNS`): the scores ``score_0`` and
    ``score`` (step 2), the paired seeds' means ``paired_score_0``/``paired_score`` that the drop is computed from
@@ -30,8 +30,8 @@ from fractions import Fraction
 import numpy as np
 import pandas as pd
 
+from papa.analysis import bootstrap as S
 from papa.analysis import results as R
-from papa.analysis import stats as S
 from papa.core.errors import PapaError
 from papa.core.heads import count_for
 
@@ -55,7 +55,7 @@ def task_family(task: str) -> str:
 
 def gate_runs(tidy: pd.DataFrame) -> tuple[set[str], dict]:
     """The convergence gate over the runs of ``tidy`` (one row per run × metric, with ``converged``):
-    ``(kept run ids, summary)`` of :func:`papa.analysis.stats.convergence_gate` (a run without a held-out
+    ``(kept run ids, summary)`` of :func:`papa.analysis.bootstrap.convergence_gate` (a run without a held-out
     curve counts as *unknown* and is left out)."""
     columns = ["run_id", "converged"]
     runs = tidy.drop_duplicates("run_id")[columns] if len(tidy) else pd.DataFrame(columns=columns)

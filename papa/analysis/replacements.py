@@ -6,11 +6,12 @@ with that replacement's runs at half and at all heads (``papa``: the main grid's
 is read exactly as the results chapter reads PAPA's: the same convergence gate, the same pairing by probe seed with
 the same k = 0 runs, the same bootstrap over dev examples.
 
-**Paired across modes.** Every dev set is resampled on one stream (:func:`papa.analysis.stats.resample_rows`),
+**Paired across modes.** Every dev set is resampled on one stream (:func:`papa.analysis.bootstrap.resample_rows`),
 so on resample ``r`` the cells of two modes at the same model, task and k drop on the same dev examples. A mode's
 *extra drop* over PAPA, ``drop(mode) − drop(papa)`` in relative-drop points, thus has the percentile interval of
 its R resampled differences, and a pooled extra drop (the mean over a model's informative tasks, or over every
-model's) the percentile interval of the R resampled means, as :func:`papa.analysis.pooled.pooled_drop` pools drops.
+model's) the percentile interval of the R resampled means, as :func:`papa.analysis.pooled_drops.pooled_drop` pools
+drops.
 
 **The three questions**, each answered by one rule on the pooled extra drop's 95% interval ``[low, high]``,
 stated in the method chapter before any result (:data:`QUESTIONS`, :func:`answer`):
@@ -30,7 +31,7 @@ import numpy as np
 import pandas as pd
 
 from papa.analysis.basis import Basis, claim_cells
-from papa.analysis.pooled import pooled_drop
+from papa.analysis.pooled_drops import pooled_drop
 
 #: The alternatives to PAPA's constant, each with the question it answers (in the chapter's order).
 QUESTIONS: dict[str, str] = {
@@ -127,7 +128,7 @@ def answers(extra: pd.DataFrame, at: str = "all") -> pd.DataFrame:
 
 def pooled_by_model(cells: pd.DataFrame) -> pd.DataFrame:
     """Per model, mode and ``at``: the mean relative drop over the model's informative tasks with its pooled 95%
-    interval (:func:`papa.analysis.pooled.pooled_drop`), and the tasks averaged."""
+    interval (:func:`papa.analysis.pooled_drops.pooled_drop`), and the tasks averaged."""
     rows = []
     for (model, mode, at), group in cells.groupby(["model", "replacement", "at"], sort=True):
         p = pooled_drop(group[group["informative"]])

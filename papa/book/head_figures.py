@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from papa.analysis.figure_kit import Figure, task_name
 from papa.analysis.run_figures import fig_constants, fig_head_ranking
-from papa.book.data import BookData
+from papa.book.load import BookData
 from papa.core.constants import load_constants
 from papa.pipeline.plan import runs_dir
 

@@ -27,7 +27,7 @@ def _heads(frame: pd.DataFrame) -> list[str]:
 
 
 def main_table_display(main: pd.DataFrame) -> Table:
-    """:func:`papa.analysis.findings.main_table` for reading: per model, task and number of constant heads, the
+    """:func:`papa.analysis.drop_tables.main_table` for reading: per model, task and number of constant heads, the
     score ± seed std, the paired difference to k = 0 with its interval, the relative drop with its interval,
     real?, and how many seeds converged (when the frame has a ``converged`` column)."""
     spread = [
@@ -64,7 +64,8 @@ def main_table_display(main: pd.DataFrame) -> Table:
 
 
 def random_display(baseline: pd.DataFrame) -> Table:
-    """:func:`papa.analysis.findings.random_baseline` for reading: does a ranking beat the seeded random orderings?"""
+    """:func:`papa.analysis.drop_tables.random_baseline` for reading: does a ranking beat the seeded random
+    orderings?"""
     frame = key_text(baseline).assign(
         heads=_heads(baseline),
         difference_cell=_cells(T.signed, baseline["difference"], baseline["low"], baseline["high"]),
@@ -84,7 +85,7 @@ def random_display(baseline: pd.DataFrame) -> Table:
 
 
 def verdicts_display(claims: pd.DataFrame) -> Table:
-    """:func:`papa.analysis.verdicts.claims_table` for reading: the verdict, the number it rests on with its pooled
+    """:func:`papa.analysis.claims.claims_table` for reading: the verdict, the number it rests on with its pooled
     interval, why, the paper's number and the rule."""
     kinds = dict.fromkeys(["claim", "verdict", "ours", "reason", "paper", "rule"], "text")
     headers = {"ours": "our runs (pooled 95% interval)", "reason": "why", "paper": "the paper"}
@@ -93,7 +94,7 @@ def verdicts_display(claims: pd.DataFrame) -> Table:
 
 
 def verdict_sensitivity_display(frame: pd.DataFrame) -> Table:
-    """:func:`papa.analysis.verdicts.sensitivity` for reading: per basis, each claim's number and verdict, and the
+    """:func:`papa.analysis.claims.sensitivity` for reading: per basis, each claim's number and verdict, and the
     paper's number for that basis."""
     kinds = {"basis": "text", "n_all": "int", "claim1": text, "claim1_verdict": "text", "claim2": text}
     kinds |= {"claim2_verdict": "text", "claim3": text, "claim3_verdict": "text", "paper": "text"}
@@ -108,7 +109,7 @@ def verdict_sensitivity_display(frame: pd.DataFrame) -> Table:
 
 
 def paper_table_display(frame: pd.DataFrame) -> Table:
-    """:func:`papa.analysis.paper.paper_table` for reading: per model and task (and each model's average over its
+    """:func:`papa.analysis.analogues.paper_table` for reading: per model and task (and each model's average over its
     informative tasks, and over the tasks every model has, claim 3's point) the scores at k = 0, ½ and all, the
     relative drops (the averages with their pooled 95% intervals), beside the paper's 8% and ≤ 20%."""
     if "n_tasks" in frame:  # a model without an informative task has no average to show
@@ -142,7 +143,7 @@ def paper_table_display(frame: pd.DataFrame) -> Table:
 
 
 def literal_display(comparison: pd.DataFrame) -> Table:
-    """:func:`papa.book.science.literal_comparison` for reading: both protocols' drops with intervals first."""
+    """:func:`papa.book.chapter_answers.literal_comparison` for reading: both protocols' drops with intervals first."""
     c = comparison
     frame = key_text(c).assign(
         main_drop_cell=_cells(percent, c["main_drop"], c["main_low"], c["main_high"]),
@@ -165,7 +166,7 @@ def literal_display(comparison: pd.DataFrame) -> Table:
 
 
 def convergence_display(per_task: pd.DataFrame) -> Table:
-    """:func:`papa.book.science.convergence_summary`'s per-task counts for reading."""
+    """:func:`papa.book.chapter_answers.convergence_summary`'s per-task counts for reading."""
     kinds = model_task_kinds(per_task) | dict.fromkeys(
         ["runs", "converged", "still rising", "no held-out curve"], "int"
     )

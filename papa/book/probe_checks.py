@@ -14,7 +14,7 @@ import pandas as pd
 
 from papa.analysis.figure_kit import task_name
 from papa.book import table_format as T
-from papa.book.data import BookData
+from papa.book.load import BookData
 from papa.book.studies import sensitivity_table, size_studies
 from papa.book.words import lr_text
 

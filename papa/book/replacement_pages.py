@@ -16,7 +16,7 @@ import pandas as pd
 from papa.analysis import replacements as RP
 from papa.analysis.basis import Basis, build_basis
 from papa.analysis.figure_kit import AXIS_PX, TEXT_WIDTH, Figure, clean, finish, glue_figure, legend, words
-from papa.book.data import BookData, headline_ranking
+from papa.book.load import BookData, headline_ranking
 from papa.book.table_format import Table, key_text, model_task_kinds, percent, table
 from papa.core.io import read_json_verified
 from papa.pipeline.plan import STUDY_AIMS, chapter_study_minutes, runs_dir

@@ -7,7 +7,7 @@ import pandas as pd
 
 from papa.analysis import results as R
 from papa.analysis.basis import Basis, k0_and_all
-from papa.book.data import BookData, _study_settings
+from papa.book.load import BookData, _study_settings
 from papa.book.words import and_list, lr_text, plural
 
 
@@ -76,7 +76,7 @@ def _probe_change(config: dict, study: dict, model: str, whole_split: int | None
 
 def _study_bases(data: BookData) -> list[tuple[dict, Basis]]:
     """Each study that ran and trains some model's full probe otherwise than the main grid (:func:`_probe_change`),
-    with its runs on the book's basis (:meth:`papa.book.data.BookData.study_basis`, built once)."""
+    with its runs on the book's basis (:meth:`papa.book.load.BookData.study_basis`, built once)."""
     out = []
     for study in data.config.get("studies", []):
         frame = data.studies.get(study["name"])

@@ -2,7 +2,7 @@
 match.
 
 :func:`study_chapter` loads a study grid's runs and the book's committed runs, each into its own
-:class:`~papa.book.science.Science` (the results chapter's tables, analogues and verdicts); the two are never
+:class:`~papa.book.chapter_answers.Science` (the results chapter's tables, analogues and verdicts); the two are never
 pooled. :func:`protocol_differences` says, per book model, what of the protocol differs (sizes cut by a budget,
 another ``max_length`` ...): only a book model whose protocol matches is compared (:func:`comparison_frame`); the
 others are named with their differences. ``notebooks/07_study.md`` is the thin notebook that shows it.
@@ -16,8 +16,8 @@ from typing import Any
 import pandas as pd
 
 from papa.book import table_format as T
-from papa.book.data import BookData, load_book_data
-from papa.book.science import Science, chapter_science
+from papa.book.chapter_answers import Science, chapter_science
+from papa.book.load import BookData, load_book_data
 from papa.book.words import and_list, plural, task_name
 from papa.core.errors import PapaError
 from papa.core.grid_schema import study_settings

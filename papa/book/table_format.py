@@ -62,7 +62,7 @@ def signed(value: Any, digits: int = 3) -> str | None:
 def nominal_fraction(k: int, total: int) -> tuple[Fraction, bool]:
     """The share of the heads that ``k`` of ``total`` stands for, and whether it is exact: the paper's fraction
     (½, ⅞, 15/16) whose rounded count is ``k`` (``(7/8, False)`` for 32 of 36), else ``k / total`` exactly."""
-    from papa.analysis.findings import MAIN_FRACTIONS, _k_of
+    from papa.analysis.drop_tables import MAIN_FRACTIONS, _k_of
 
     k, total = int(k), int(total)
     paper = (f for f in MAIN_FRACTIONS if 0 < f < 1 and _k_of(f, total) == k)

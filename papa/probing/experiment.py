@@ -16,7 +16,7 @@ The main grid's protocol (issue 14; :mod:`papa.probing.protocol` chooses its lr)
 * ``dev_every_epoch=False``: the dev split is scored once, by the reported probe (it never chooses anything).
 
 Every result stores ``dev``: the reported probe's dev predictions and labels as lists of ints (token tasks: flat over
-labelled tokens, ``lengths`` per sentence) and ``label_names``, for :mod:`papa.analysis.stats`' paired bootstrap.
+labelled tokens, ``lengths`` per sentence) and ``label_names``, for :mod:`papa.analysis.bootstrap`' paired bootstrap.
 NER and POS share sentences: their cached features are keyed by the CoNLL folder and relabelled on load.
 """
 

@@ -1,5 +1,5 @@
 """Data for the paper's figures and tables, beside its claims (issue 14): tidy frames that
-:mod:`papa.analysis.paper_figures` draws, from a basis's seed means (``summary``), floors and cells
+:mod:`papa.analysis.analogue_figures` draws, from a basis's seed means (``summary``), floors and cells
 (:mod:`papa.analysis.basis`: converged runs only).
 
 * (a) :func:`score_vs_dynamic_heads` — Figure 2: per task, the score against the number of input-dependent
@@ -21,9 +21,9 @@ import numpy as np
 import pandas as pd
 
 from papa.analysis.basis import rows_of
-from papa.analysis.pooled import claim3, claim3_points, pooled_drop, select
+from papa.analysis.claims import MAX_DROP_ALL, PAPER_DROP_ALL
+from papa.analysis.pooled_drops import claim3, claim3_points, pooled_drop, select
 from papa.analysis.results import SHARED_RANKINGS, main_mode
-from papa.analysis.verdicts import MAX_DROP_ALL, PAPER_DROP_ALL
 from papa.core.heads import count_for
 
 
@@ -96,8 +96,8 @@ def better_models_lose_more(cells: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
     """(c) ``(points, verdict)`` from :func:`papa.analysis.basis.claim_cells`: one point per model with ``drop``
     (the pooled average relative drop with all heads constant, with its interval ``low``/``high``) and ``score``
     (average k = 0 score), ``n_tasks``, both over the informative tasks that *every* model has
-    (:func:`papa.analysis.pooled.claim3_points`; the verdict's ``tasks`` lists them); and the statistics of
-    :func:`papa.analysis.pooled.claim3` (fewer than 3 models: "not testable"). The claims table reads the same."""
+    (:func:`papa.analysis.pooled_drops.claim3_points`; the verdict's ``tasks`` lists them); and the statistics of
+    :func:`papa.analysis.pooled_drops.claim3` (fewer than 3 models: "not testable"). The claims table reads the same."""
     frame, common = claim3_points(cells)
     return frame, {**claim3(frame), "tasks": common}
 
@@ -116,7 +116,7 @@ def paper_table(
     row carries the paper's ``paper_average_drop_all`` (8 %) and ``paper_max_drop_all`` (20 %).
 
     Scores are ``summary``'s seed means; every drop is a cell of ``cells`` (:func:`papa.analysis.basis.claim_cells`,
-    the book's one basis), the average row's drops are :func:`papa.analysis.pooled.pooled_drop` with their
+    the book's one basis), the average row's drops are :func:`papa.analysis.pooled_drops.pooled_drop` with their
     intervals (``drop_half_low`` ...) and a second row per model, ``task = "common"``, holds claim 3's point (the
     average over the informative tasks every model has)."""
     rows = _rows(summary)

@@ -14,15 +14,15 @@ from dataclasses import dataclass
 import altair as alt
 import pandas as pd
 
-from papa.analysis import findings as F
-from papa.analysis import paper as P
-from papa.analysis import pooled
-from papa.analysis import stats as S
-from papa.analysis import verdicts as V
+from papa.analysis import analogues as P
+from papa.analysis import bootstrap as S
+from papa.analysis import claims as V
+from papa.analysis import drop_tables as F
+from papa.analysis import pooled_drops
+from papa.analysis.analogue_figures import fig_better_models, fig_paper_scores, fig_relative_score
 from papa.analysis.basis import build_basis, claim_cells, k0_and_all
 from papa.analysis.figure_kit import AXIS_PX, TEXT_WIDTH, Figure, finish
-from papa.analysis.paper_figures import fig_better_models, fig_paper_scores, fig_relative_score
-from papa.book.data import BookData, headline_ranking, still_rising
+from papa.book.load import BookData, headline_ranking, still_rising
 from papa.book.words import and_list, fraction_words, plural, task_name
 
 #: The paper's literal setting (the ``literal`` studies): lr, epochs, epoch selection.
@@ -33,7 +33,7 @@ LITERAL = (2e-5, 15, "final")
 class Science:
     """What the results chapter shows; every table is a pandas frame, every score and drop read from the main grid's
     :class:`~papa.analysis.basis.Basis` (converged runs; drops paired by probe seed): a cell of it, or a
-    :func:`papa.analysis.pooled.pooled_drop` of the claims' cells."""
+    :func:`papa.analysis.pooled_drops.pooled_drop` of the claims' cells."""
 
     ranking: str
     differences: pd.DataFrame  # paired differences to k = 0 of the basis's runs (stats.paired_differences)
@@ -44,7 +44,7 @@ class Science:
     random: pd.DataFrame  # findings.random_baseline
     better: tuple[pd.DataFrame, dict]  # paper.better_models_lose_more of the cells (claim 3's points, statistics)
     claims: pd.DataFrame  # verdicts.claims_table
-    model_drops: pd.DataFrame  # pooled.model_drops of the cells
+    model_drops: pd.DataFrame  # pooled_drops.model_drops of the cells
     cells: pd.DataFrame  # basis.claim_cells: the cells the claims average (at half and all heads)
     all_cells: pd.DataFrame  # basis.cells: every model, task, ranking and k > 0
     sensitivity: pd.DataFrame  # verdicts.sensitivity
@@ -90,7 +90,7 @@ def chapter_science(data: BookData, ranking: str | None = None, resamples: int =
         random=F.random_baseline(_records(data, set(basis.runs["run_id"])), resamples=resamples),
         better=P.better_models_lose_more(cells),
         claims=V.claims_table(cells, basis.gate),
-        model_drops=pooled.model_drops(cells),
+        model_drops=pooled_drops.model_drops(cells),
         cells=cells,
         all_cells=basis.cells,
         sensitivity=V.sensitivity(cells),
@@ -137,7 +137,7 @@ def science_numbers(result: Science, data: BookData) -> dict:
 
 def _largest_cell(result: Science) -> pd.Series | None:
     """The claims' cell with every head constant whose relative drop is largest, or None without one."""
-    full = pooled.select(result.cells, "all").dropna(subset=["relative_drop"])
+    full = pooled_drops.select(result.cells, "all").dropna(subset=["relative_drop"])
     return None if full.empty else full.loc[full["relative_drop"].idxmax()]
 
 
@@ -197,7 +197,7 @@ def placeholder_figure(label: str, why: str) -> Figure:
 
 
 def analogue_figures(result: Science, data: BookData) -> list[Figure]:
-    """The paper's analogues (a)–(c) drawn from ``result.basis``'s runs (:mod:`papa.analysis.paper_figures`), each
+    """The paper's analogues (a)–(c) drawn from ``result.basis``'s runs (:mod:`papa.analysis.analogue_figures`), each
     replaced by a :func:`placeholder_figure` when its data is empty (e.g. no informative task)."""
     summary, floors, cells, ranking = result.summary, data.floors, result.all_cells, result.ranking
     points = P.score_vs_dynamic_heads(summary, floors, cells) if len(summary) else pd.DataFrame(columns=["ranking"])
@@ -262,7 +262,7 @@ def literal_comparison(data: BookData, resamples: int = S.RESAMPLES) -> pd.DataF
 def epoch_curves(data: BookData) -> tuple[str, pd.DataFrame]:
     """``(curve, climbing)``: the per-epoch curve the main grid's runs recorded ("score", the dev score, where runs
     scored it every epoch, else "heldout", the held-out training score) and, per run, whether that curve still climbs
-    over its last epochs (:func:`papa.book.data.still_rising`)."""
+    over its last epochs (:func:`papa.book.load.still_rising`)."""
     curve = "score" if data.epochs["score"].notna().any() else "heldout"
     return curve, still_rising(data.epochs, curve=curve)
 

@@ -200,8 +200,9 @@ def paired_bootstrap(
     ``relative_drop`` = (base − other) / base with ``relative_low``/``relative_high`` (the same resamples),
     ``base_score``, ``score``, the per-seed differences' ``seed_min``/``seed_max`` over ``pairs``, ``n_examples``,
     ``n_base``, ``n_runs``, ``n_unpaired``, ``resamples`` and ``relative_samples`` (the relative drop on every
-    resample ``[R]``, NaN where a resample's k = 0 score is ≤ 0: the pooled intervals of :mod:`papa.analysis.pooled`
-    average them). ``rows`` (``[R, N]``, :func:`resample_rows`) fixes the resamples; by default they come from ``seed``.
+    resample ``[R]``, NaN where a resample's k = 0 score is ≤ 0: the pooled intervals of
+    :mod:`papa.analysis.pooled_drops` average them). ``rows`` (``[R, N]``, :func:`resample_rows`) fixes the resamples;
+    by default they come from ``seed``.
 
     ``pairs`` (``(i, j)``: base run ``i`` and other run ``j`` share a probe seed, hence its training draw): when
     given, only paired runs enter both sides (a base run may pair several times, e.g. with seeded random
@@ -273,7 +274,7 @@ def paired_differences(results: dict[str, dict], resamples: int = RESAMPLES, see
     :func:`paired_bootstrap`. Seeded random orderings (``random-1``, ``random-2`` ...) are pooled as ``random``.
     Runs without dev predictions are skipped. Each dev set draws its resamples from its own stream
     (:func:`resample_rows` with ``dev_set`` = the runs' ``data.eval_indices_sha``, else the task), so every model and
-    k of a task is resampled on the same draws and the pooled drops of :mod:`papa.analysis.pooled` stay paired."""
+    k of a task is resampled on the same draws and the pooled drops of :mod:`papa.analysis.pooled_drops` stay paired."""
     from papa.analysis.results import ranking_method
 
     groups: dict[tuple, list[dict]] = {}

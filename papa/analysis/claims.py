@@ -3,8 +3,8 @@ smaller or larger effect, *points the paper's way* or *against the paper, not si
 testable*) and derived by a rule the method chapter states before the results (issue 26).
 
 Every rule reads the pooled average relative drop and its bootstrap interval ``[low, high]``
-(:func:`papa.analysis.pooled.pooled_drop`), or, for claim 3, Spearman's ρ with its exact one-sided p
-(:func:`papa.analysis.pooled.claim3`):
+(:func:`papa.analysis.pooled_drops.pooled_drop`), or, for claim 3, Spearman's ρ with its exact one-sided p
+(:func:`papa.analysis.pooled_drops.claim3`):
 
 * **Claim 1**, half of the heads constant costs little or nothing (the paper: ≈ 0–2 %). *reproduced* when
   ``high`` ≤ :data:`HALF_MAX_DROP` (the average drop is shown to be small); *not reproduced* when ``low`` >
@@ -30,7 +30,7 @@ from collections.abc import Mapping
 import pandas as pd
 
 from papa.analysis.figure_kit import task_name
-from papa.analysis.pooled import claim3, claim3_points, pooled_drop, select
+from papa.analysis.pooled_drops import claim3, claim3_points, pooled_drop, select
 
 #: Claim 1: "little or no drop" is an average relative drop of at most this.
 HALF_MAX_DROP = 0.05
@@ -168,7 +168,7 @@ def largest_drop_text(cells: pd.DataFrame) -> str:
 
 
 def claim3_verdict(better: Mapping) -> tuple[str, str]:
-    """Claim 3's verdict and reason from :func:`papa.analysis.pooled.claim3`'s dict (``n``, ``spearman``,
+    """Claim 3's verdict and reason from :func:`papa.analysis.pooled_drops.claim3`'s dict (``n``, ``spearman``,
     ``p_value``)."""
     n, rho, p = int(better.get("n", 0)), better.get("spearman", math.nan), better.get("p_value", math.nan)
     if n < 3:
@@ -191,7 +191,7 @@ def claim3_verdict(better: Mapping) -> tuple[str, str]:
 
 
 def judge(cells: pd.DataFrame, informative: bool | None = True, families: list[str] | None = None) -> dict:
-    """The claims on one basis (``informative``, ``families``: :func:`papa.analysis.pooled.select`): per claim
+    """The claims on one basis (``informative``, ``families``: :func:`papa.analysis.pooled_drops.select`): per claim
     (:data:`CLAIM_KEYS`) the verdict and ``<key>_reason``, and the numbers: ``half``/``all`` (:func:`pooled_drop`
     dicts), ``bound`` (the all-heads cells claim 2's bound reads), ``points``/``common`` (claim 3's per-model
     points and the tasks they average) and ``better`` (claim 3's dict)."""

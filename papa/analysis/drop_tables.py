@@ -1,10 +1,10 @@
-"""The results chapter's tables with intervals (the claims' verdicts are in :mod:`papa.analysis.verdicts`):
+"""The results chapter's tables with intervals (the claims' verdicts are in :mod:`papa.analysis.claims`):
 
 * :func:`main_table` — per model, task and k (0, ½, ⅞, 15/16, all): the seed mean and spread, the paired
   difference to k = 0 with its 95 % bootstrap interval, the relative drop with its interval, and whether the
   difference is *real* (its interval excludes 0);
 * :func:`random_baseline` — at ½ and ⅞ of the heads: each ranking against the pooled seeded random orderings,
-  on the same dev examples (:func:`papa.analysis.stats.paired_bootstrap` of ranking − random).
+  on the same dev examples (:func:`papa.analysis.bootstrap.paired_bootstrap` of ranking − random).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from fractions import Fraction
 
 import pandas as pd
 
+from papa.analysis.bootstrap import paired_bootstrap, run_statistics
 from papa.analysis.results import ranking_method
-from papa.analysis.stats import paired_bootstrap, run_statistics
 from papa.core.heads import count_for
 
 #: The fractions of constant heads of the main table (the paper's).
@@ -83,7 +83,7 @@ def random_baseline(records: Mapping[str, dict], resamples: int = 2000) -> pd.Da
     """Does a ranking beat random? At each of :data:`RANDOM_FRACTIONS`, per model and task with seeded random orderings
     (``random-<n>``, pooled as ``random``): one row per other ranking (gates, deviation ...) with its seed-mean
     ``score``, the pooled random ``random_score``, their ``n_runs``/``n_random``, and the paired bootstrap
-    (:func:`papa.analysis.stats.paired_bootstrap`, base = the random runs, other = the ranking's runs, on the same
+    (:func:`papa.analysis.bootstrap.paired_bootstrap`, base = the random runs, other = the ranking's runs, on the same
     dev examples) ``difference`` = ranking − random with ``low``/``high``; ``verdict`` "beats random" when the
     interval lies above 0, "worse than random" below 0, else "no real difference".
 

@@ -5,10 +5,10 @@ Every drop averaged here is a cell of :mod:`papa.analysis.basis` (its ``claim_ce
 drop paired by probe seed); this module only pools them.
 
 **Pooled interval** (:func:`pooled_drop`): the bootstrap resamples each dev set within itself (every task's own
-examples, :func:`papa.analysis.stats.resample_rows`: one stream per dev set, so every model and k of a task, and
+examples, :func:`papa.analysis.bootstrap.resample_rows`: one stream per dev set, so every model and k of a task, and
 NER and POS, which share their sentences, are resampled on the same draws: paired across k and models). On each
 of the R resamples every cell's relative drop is recomputed (``relative_samples``) and the cells are averaged; the
-interval is the 2.5 and 97.5 percentiles of those R averages. R = :data:`papa.analysis.stats.RESAMPLES` (2,000),
+interval is the 2.5 and 97.5 percentiles of those R averages. R = :data:`papa.analysis.bootstrap.RESAMPLES` (2,000),
 seed 0.
 """
 

@@ -1,4 +1,4 @@
-"""The paper's figures, redrawn from our runs (issue 14): the data of :mod:`papa.analysis.paper` as
+"""The paper's figures, redrawn from our runs (issue 14): the data of :mod:`papa.analysis.analogues` as
 :class:`~papa.analysis.figure_kit.Figure` objects whose captions are written from the same data.
 
 * :func:`fig_paper_scores` — (a) the Figure 2 analogue: per task, the score against the number of
@@ -28,7 +28,7 @@ def _need(frame: pd.DataFrame, what: str) -> None:
 
 
 def fig_paper_scores(points: pd.DataFrame, ranking: str = "gates", label: str = "fig-paper-scores") -> Figure:
-    """(a) ``points`` from :func:`papa.analysis.paper.score_vs_dynamic_heads`, drawn for one ``ranking``: one panel
+    """(a) ``points`` from :func:`papa.analysis.analogues.score_vs_dynamic_heads`, drawn for one ``ranking``: one panel
     per task, x = input-dependent heads, one colour per model; vertical bars are the 95 % interval of the paired
     difference to k = 0, placed on the k = 0 score; grey rules are each model's floors (dash by floor)."""
     rows = points[points["ranking"] == ranking]
@@ -74,7 +74,7 @@ def fig_paper_scores(points: pd.DataFrame, ranking: str = "gates", label: str = 
 
 
 def fig_relative_score(frame: pd.DataFrame, label: str = "fig-relative-score") -> Figure:
-    """(b) ``frame`` from :func:`papa.analysis.paper.relative_score_vs_constant_fraction`: x = fraction of heads
+    """(b) ``frame`` from :func:`papa.analysis.analogues.relative_score_vs_constant_fraction`: x = fraction of heads
     constant, y = score relative to k = 0 averaged over the model's informative tasks, one line per model."""
     _need(frame, "the relative score")
     x = alt.X("fraction:Q", axis=alt.Axis(format="%"), title="heads constant (% of the model's heads)")
@@ -95,12 +95,12 @@ def fig_relative_score(frame: pd.DataFrame, label: str = "fig-relative-score") -
 
 
 def fig_better_models(points: pd.DataFrame, verdict: dict, label: str = "fig-better-models") -> Figure:
-    """(c) ``(points, verdict)`` from :func:`papa.analysis.paper.better_models_lose_more`: one point per model,
+    """(c) ``(points, verdict)`` from :func:`papa.analysis.analogues.better_models_lose_more`: one point per model,
     x = its pooled average relative drop with all heads constant (horizontal bar: the pooled 95 % interval,
     ``low``/``high``), y = its average k = 0 score, both over the informative tasks every model has
     (``verdict["tasks"]``); the caption gives the correlation, its n and the claim-3 verdict
-    (:func:`papa.analysis.verdicts.claim3_verdict`)."""
-    from papa.analysis.verdicts import claim3_verdict
+    (:func:`papa.analysis.claims.claim3_verdict`)."""
+    from papa.analysis.claims import claim3_verdict
 
     _need(points, "claim 3")
     data = clean(points)
