@@ -15,7 +15,7 @@ from papa.analysis import analogues as P
 from papa.analysis.basis import build_basis, claim_cells, retained_gains
 from papa.analysis.claims import interval_text
 from papa.analysis.results import load_results
-from papa.book.chapter_answers import chapter_science, model_drops_display_frame
+from papa.book.chapter_answers import build_answers, model_drops_display_frame
 from papa.core.io import atomic_write_json
 from tests.hand_cells import book_data
 
@@ -40,7 +40,7 @@ def _places(data, result) -> dict[str, pd.DataFrame]:
 def hand(tmp_path):
     write_grid(tmp_path, random=False, literal=False)
     data = book_data(CONFIG, tmp_path)
-    return tmp_path, data, chapter_science(data, resamples=RESAMPLES)
+    return tmp_path, data, build_answers(data, resamples=RESAMPLES)
 
 
 def test_every_table_shows_the_basis_value(hand):
@@ -78,7 +78,7 @@ def test_a_tampered_probe_result_changes_every_place_it_feeds_and_nothing_else(h
         folder / "results" / f"ma__sst2__k{TOTAL}__s43.json", _record("ma", TOTAL, TOTAL, 43, preds, None, True)
     )
     data_after = book_data(CONFIG, folder)
-    after = _places(data_after, chapter_science(data_after, resamples=RESAMPLES))
+    after = _places(data_after, build_answers(data_after, resamples=RESAMPLES))
     fed = ("ma", "sst2", "all", TOTAL)
     for name in ("main", "cells", "gains"):
         changed = {key for key in before[name].index if not before[name].loc[[key]].equals(after[name].loc[[key]])}
@@ -122,7 +122,7 @@ def test_the_committed_default_book_shows_one_value_per_quantity():
     from tests.hand_cells import book_data
 
     data = book_data(load_config(ROOT / "configs" / "default.yaml"), ROOT / "book" / "runs" / "default" / "artifacts")
-    result = chapter_science(data)
+    result = build_answers(data)
     basis, places = data.basis, _places(data, result)
     checked = 0
     for (model, task, ranking, k), cell in basis.cells.set_index(KEYS).iterrows():

@@ -20,13 +20,13 @@ from papa.analysis.figure_kit import TEXT_WIDTH
 from papa.book import interval_tables as IT
 from papa.book import tables as T
 from papa.book.chapter_answers import (
-    chapter_science,
+    answer_numbers,
+    build_answers,
     convergence_summary,
     largest_drop,
     literal_comparison,
     model_drops_display_frame,
     random_summary,
-    science_numbers,
 )
 from papa.book.studies import drop_checks, drop_checks_summary
 from papa.core.io import atomic_write_json
@@ -153,7 +153,7 @@ def _stats(folder, name: str) -> np.ndarray:
 def grid(tmp_path):
     write_grid(tmp_path, gated=(("mb", 0, 44, False), ("mb", 8, 43, None)))
     data = book_data(CONFIG, tmp_path)
-    return tmp_path, data, chapter_science(data, resamples=RESAMPLES)
+    return tmp_path, data, build_answers(data, resamples=RESAMPLES)
 
 
 def test_main_table_intervals_are_paired_bootstraps(grid):
@@ -223,7 +223,7 @@ def test_claims_with_two_models(grid):
     # the bound: ma's 17.6% is the largest drop, and its interval stays at or below 20%
     assert claims.loc["2b", "ours"].startswith("largest single drop 17.6% [15.1%, 20.0%] (ma, SST-2)")
     assert claims.loc["2b", "verdict"] == "reproduced"
-    numbers = science_numbers(result, data)
+    numbers = answer_numbers(result, data)
     assert numbers["claim3_verdict"] == "not testable" and numbers["n_left_out"] == 2
     assert numbers["drop_all_interval"] == f"[{full['low']:.1%}, {full['high']:.1%}]" and numbers[
         "claim2_number"
@@ -273,7 +273,7 @@ def test_every_shared_number_has_one_value(grid):
         )
     overall = V.judge(result.cells)
     assert result.claims.iloc[1]["ours"].startswith(V.claim_numbers(overall)[1] + ";")
-    numbers = science_numbers(result, data)
+    numbers = answer_numbers(result, data)
     assert (
         numbers["drop_all_mean"] == overall["all"]["value"] and numbers["claim1_number"] == V.claim_numbers(overall)[0]
     )
@@ -307,9 +307,7 @@ def test_the_largest_drop_is_read_again_under_every_setting(grid):
     """The results chapter's check of its largest drop: each probe setting that ran the pair, per seed, on the book's
     basis (converged seeds on both sides), with the same drop as the claims' cell."""
     _, data, result = grid
-    assert (
-        largest_drop(result) == ("ma", "sst2") and science_numbers(result, data)["drop_all_max_pair"] == "ma on SST-2"
-    )
+    assert largest_drop(result) == ("ma", "sst2") and answer_numbers(result, data)["drop_all_max_pair"] == "ma on SST-2"
     checks = drop_checks(data, "ma", "sst2").set_index("setting")
     assert list(checks.index) == ["main grid", "literal"]  # the random study changes no probe setting: not a check
     main, literal = checks.loc["main grid"], checks.loc["literal"]
@@ -428,14 +426,14 @@ def test_smoke_like_grid_without_random_literal_or_curves(tmp_path):
         gated=tuple((m, k, s, None) for m in ACCURACY for k in (0, 4, 7, 8) for s in (42, 43, 44)),
     )
     data = book_data(CONFIG, tmp_path)
-    result = chapter_science(data, resamples=50)
+    result = build_answers(data, resamples=50)
     assert result.gate["converged"] == 0 and result.gate["unknown"] == 24
     assert set(result.claims["verdict"]) == {"not testable"}
     assert result.basis == "all 24 runs (none passed the convergence gate)" and len(result.summary)
     assert result.random.empty and "No seeded random ordering ran" in IT.random_display(result.random)._repr_html_()
     literal = literal_comparison(data, resamples=50)
     assert literal.empty and "did not run" in IT.literal_display(literal)._repr_html_()
-    numbers = science_numbers(result, data)
+    numbers = answer_numbers(result, data)
     assert math.isnan(numbers["drop_all_mean"]) and numbers["drop_all_interval"] == "(no interval)"
     assert (
         numbers["random_summary"]

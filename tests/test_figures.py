@@ -258,12 +258,12 @@ def test_paper_analogues_fit_and_say_their_verdict(tmp_path):
 
     from papa.analysis import analogues
     from papa.analysis.analogue_figures import fig_better_models, fig_paper_scores, fig_relative_score
-    from papa.book.chapter_answers import analogue_figures, chapter_science, placeholder_figure
+    from papa.book.chapter_answers import analogue_figures, build_answers, placeholder_figure
     from tests.hand_cells import book_data
 
     write_grid(tmp_path)
     data = book_data(CONFIG, tmp_path)
-    result = chapter_science(data, resamples=50)
+    result = build_answers(data, resamples=50)
     points = analogues.score_vs_dynamic_heads(result.summary, data.floors, result.all_cells)
     a = fig_paper_scores(points, "gates")
     b = fig_relative_score(analogues.relative_score_vs_constant_fraction(result.summary, data.floors, result.all_cells))

@@ -59,7 +59,7 @@ def science(tmp_path_factory):
     folder = tmp_path_factory.mktemp("replace")
     _write(folder)
     data = book_data(CONFIG, folder)
-    return folder, data, RPG.replacement_science(data)
+    return folder, data, RPG.replacement_answers(data)
 
 
 def test_the_main_grid_holds_papa_only_and_every_mode_pairs_with_its_k0_runs(science):

@@ -13,7 +13,7 @@ import pytest
 from headless import dump_dom
 
 from papa.book import interval_tables as IT
-from papa.book.chapter_answers import chapter_science
+from papa.book.chapter_answers import build_answers
 from tests.hand_cells import book_data
 from tests.test_chapters_science import CONFIG, RESAMPLES, write_grid
 
@@ -39,7 +39,7 @@ window.addEventListener("load", function () {
 def tables(tmp_path_factory):
     folder = tmp_path_factory.mktemp("fit")
     write_grid(folder)
-    science = chapter_science(book_data(CONFIG, folder), resamples=RESAMPLES)
+    science = build_answers(book_data(CONFIG, folder), resamples=RESAMPLES)
     real_names = {"ma": "mpnet-base", "mb": "minilm-l6"}  # the book's longest model names
     rename = lambda frame: (
         frame.assign(model=frame["model"].map(lambda m: real_names.get(m, m))) if "model" in frame else frame

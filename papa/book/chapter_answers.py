@@ -1,8 +1,8 @@
 """The results and controls chapters' answers with intervals, computed once per grid from :class:`BookData`.
 
-:func:`chapter_science` reads the main grid's one basis (converged runs, drops paired by probe seed on their dev
+:func:`build_answers` reads the main grid's one basis (converged runs, drops paired by probe seed on their dev
 predictions) and builds the main table, the random baseline, the paper's analogues (a)–(d) and the claims.
-:func:`literal_comparison` and :func:`convergence_summary` feed the controls chapter; :func:`science_numbers` the
+:func:`literal_comparison` and :func:`convergence_summary` feed the controls chapter; :func:`answer_numbers` the
 prose and the front page.
 """
 
@@ -30,7 +30,7 @@ LITERAL = (2e-5, 15, "final")
 
 
 @dataclass
-class Science:
+class ChapterAnswers:
     """What the results chapter shows; every table is a pandas frame, every score and drop read from the main grid's
     :class:`~papa.analysis.basis.Basis` (converged runs; drops paired by probe seed): a cell of it, or a
     :func:`papa.analysis.pooled_drops.pooled_drop` of the claims' cells."""
@@ -71,7 +71,7 @@ def _converged_counts(table: pd.DataFrame, main: pd.DataFrame) -> pd.DataFrame:
     return table.assign(converged=[words.get(key) for key in keys])
 
 
-def chapter_science(data: BookData, ranking: str | None = None, resamples: int = S.RESAMPLES) -> Science:
+def build_answers(data: BookData, ranking: str | None = None, resamples: int = S.RESAMPLES) -> ChapterAnswers:
     """Everything the results chapter shows, read from the main grid's one basis (``data.basis``: converged runs,
     each drop paired by probe seed); only when no run converged are the claims not testable."""
     basis = data.basis if resamples == S.RESAMPLES else build_basis(data.main, data.records, resamples)
@@ -80,7 +80,7 @@ def chapter_science(data: BookData, ranking: str | None = None, resamples: int =
     cells = claim_cells(basis, ranking)
     if not basis.gated:
         cells = cells.iloc[:0]
-    return Science(
+    return ChapterAnswers(
         ranking=ranking,
         differences=basis.differences,
         table=_converged_counts(table, data.main),
@@ -98,7 +98,7 @@ def chapter_science(data: BookData, ranking: str | None = None, resamples: int =
     )
 
 
-def science_numbers(result: Science, data: BookData) -> dict:
+def answer_numbers(result: ChapterAnswers, data: BookData) -> dict:
     """The numbers the prose and the front page cite, every one from ``result.cells``: per claim its verdict
     (``claim{i}_verdict``), the number it rests on with its pooled interval (``claim{i}_number``), one sentence why
     (``claim{i}_reason``) and the table's text (``claim{i}_ours``); the gate's counts; the pooled drops at half and
@@ -135,13 +135,13 @@ def science_numbers(result: Science, data: BookData) -> dict:
     return numbers
 
 
-def _largest_cell(result: Science) -> pd.Series | None:
+def _largest_cell(result: ChapterAnswers) -> pd.Series | None:
     """The claims' cell with every head constant whose relative drop is largest, or None without one."""
     full = pooled_drops.select(result.cells, "all").dropna(subset=["relative_drop"])
     return None if full.empty else full.loc[full["relative_drop"].idxmax()]
 
 
-def largest_drop(result: Science) -> tuple[str, str] | None:
+def largest_drop(result: ChapterAnswers) -> tuple[str, str] | None:
     """``(model, task)`` of the largest relative drop with every head constant among the claims' cells
     (``drop_all_max``), or None without one."""
     row = _largest_cell(result)
@@ -168,7 +168,7 @@ def random_summary(random: pd.DataFrame, ranking: str) -> str:
     return f"{said} and is worse in {worse or 'none'} ({where}{rest}"
 
 
-def model_drops_display_frame(result: Science) -> pd.DataFrame:
+def model_drops_display_frame(result: ChapterAnswers) -> pd.DataFrame:
     """The front page's per-model table: heads, and the pooled drops at half and all heads with their pooled bootstrap
     intervals, each with the number of informative pairs it averages (a pair without a paired drop at half, no seed
     converged on both sides, is not averaged there); the paper's table's average rows show the same numbers."""
@@ -196,7 +196,7 @@ def placeholder_figure(label: str, why: str) -> Figure:
     return finish(chart, why, label)
 
 
-def analogue_figures(result: Science, data: BookData) -> list[Figure]:
+def analogue_figures(result: ChapterAnswers, data: BookData) -> list[Figure]:
     """The paper's analogues (a)–(c) drawn from ``result.basis``'s runs (:mod:`papa.analysis.analogue_figures`), each
     replaced by a :func:`placeholder_figure` when its data is empty (e.g. no informative task)."""
     summary, floors, cells, ranking = result.summary, data.floors, result.all_cells, result.ranking

@@ -224,7 +224,7 @@ def floors_display(floors: pd.DataFrame) -> T.Table:
 
 def headline_numbers(data: BookData) -> dict:
     """The counts and names the results chapter's prose cites (the drops and verdicts come from
-    :func:`papa.book.chapter_answers.science_numbers`, on the one basis of every drop)."""
+    :func:`papa.book.chapter_answers.answer_numbers`, on the one basis of every drop)."""
     ranking = headline_ranking(data.config)
     informative = data.floors[data.floors["informative"]]
     uninformative = data.floors[~data.floors["informative"]]

@@ -41,7 +41,7 @@ def replacement_bases(data: BookData) -> dict[str, Basis]:
 
 
 @dataclass(frozen=True)
-class ReplacementScience:
+class ReplacementAnswers:
     """The chapter's numbers: every mode's claim cells, the extra drops over PAPA, the pooled drops per model and
     the three answers at all heads."""
 
@@ -53,7 +53,7 @@ class ReplacementScience:
     words: str  # which runs, in words
 
 
-def replacement_science(data: BookData) -> ReplacementScience:
+def replacement_answers(data: BookData) -> ReplacementAnswers:
     ranking = headline_ranking(data.config)
     bases = replacement_bases(data)
     cells = RP.replacement_cells(bases, ranking)
@@ -61,7 +61,7 @@ def replacement_science(data: BookData) -> ReplacementScience:
     modes = [m for m in bases if m != "papa"]
     n_runs = sum(int(bases[m].runs.loc[bases[m].runs["replacement"] == m, "run_id"].nunique()) for m in modes)
     runs_words = f"{n_runs} converged probe results of {words(modes)}" if modes else "no run of another mode yet"
-    return ReplacementScience(ranking, cells, extra, RP.pooled_by_model(cells), RP.answers(extra, "all"), runs_words)
+    return ReplacementAnswers(ranking, cells, extra, RP.pooled_by_model(cells), RP.answers(extra, "all"), runs_words)
 
 
 def _interval(value: float, low: float, high: float, unit: str = "%") -> str:
@@ -72,7 +72,7 @@ def _interval(value: float, low: float, high: float, unit: str = "%") -> str:
     return f"{value * 100:+.1f}{unit}{span}" if unit != "%" else f"{value * 100:.1f}%{span.replace('+', '')}"
 
 
-def replacement_numbers(science: ReplacementScience, config: dict) -> dict[str, str]:
+def replacement_numbers(science: ReplacementAnswers, config: dict) -> dict[str, str]:
     """The chapter's glue: per question (``q_<mode>``) the question, its answer, its pooled extra drop with interval
     in points and its reason; ``replacement_runs`` says which runs, ``estimate_examples`` how many training
     examples the constants and means average."""
@@ -103,7 +103,7 @@ def study_cost(config: dict) -> dict[str, str]:
     }
 
 
-def mode_drops_display(science: ReplacementScience) -> Table:
+def mode_drops_display(science: ReplacementAnswers) -> Table:
     """Per model, task and ``at``: each mode's relative drop with its 95% interval, paired with the same k = 0
     runs (one column per mode)."""
     cells = science.cells
@@ -121,7 +121,7 @@ def mode_drops_display(science: ReplacementScience) -> Table:
     return table(wide.where(wide.notna(), None), kinds, headers={"heads": "constant"}, missing=missing)
 
 
-def by_model_display(science: ReplacementScience) -> Table:
+def by_model_display(science: ReplacementAnswers) -> Table:
     """Per model, ``at`` and mode: the mean relative drop over the model's informative tasks with its pooled
     interval, and the tasks it averages."""
     by = science.by_model
@@ -133,7 +133,7 @@ def by_model_display(science: ReplacementScience) -> Table:
     return table(frame, kinds, headers=headers)
 
 
-def answers_display(science: ReplacementScience) -> Table:
+def answers_display(science: ReplacementAnswers) -> Table:
     """The three questions at every head constant: answer, pooled extra drop over PAPA (points) and reason."""
     a = science.answers
     frame = a.assign(number=[_interval(*v, unit=" points") for v in zip(a["extra"], a["low"], a["high"])])
@@ -141,7 +141,7 @@ def answers_display(science: ReplacementScience) -> Table:
     return table(frame, kinds, headers={"number": "extra drop over PAPA [95% interval]", "n": "pairs"})
 
 
-def glue_replacement_figure(science: ReplacementScience) -> None:
+def glue_replacement_figure(science: ReplacementAnswers) -> None:
     """Glue :func:`fig_replacements`, or, while no mode has a pooled drop, a sentence saying so in its place."""
     from myst_nb import glue
 
@@ -153,7 +153,7 @@ def glue_replacement_figure(science: ReplacementScience) -> None:
         glue("fig-replacements-caption", "The modes side by side (none yet).", display=False)
 
 
-def fig_replacements(science: ReplacementScience, label: str = "fig-replacements") -> Figure:
+def fig_replacements(science: ReplacementAnswers, label: str = "fig-replacements") -> Figure:
     """Per model: each mode's mean relative drop over its informative tasks with its pooled 95% interval, one
     colour per share of heads constant."""
     frame = science.by_model.dropna(subset=["value"])

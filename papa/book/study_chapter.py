@@ -2,10 +2,10 @@
 match.
 
 :func:`study_chapter` loads a study grid's runs and the book's committed runs, each into its own
-:class:`~papa.book.chapter_answers.Science` (the results chapter's tables, analogues and verdicts); the two are never
-pooled. :func:`protocol_differences` says, per book model, what of the protocol differs (sizes cut by a budget,
-another ``max_length`` ...): only a book model whose protocol matches is compared (:func:`comparison_frame`); the
-others are named with their differences. ``notebooks/07_study.md`` is the thin notebook that shows it.
+:class:`~papa.book.chapter_answers.ChapterAnswers` (the results chapter's tables, analogues and verdicts); the two
+are never pooled. :func:`protocol_differences` says, per book model, what of the protocol differs (sizes cut by a
+budget, another ``max_length`` ...): only a book model whose protocol matches is compared (:func:`comparison_frame`);
+the others are named with their differences. ``notebooks/07_study.md`` is the thin notebook that shows it.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 import pandas as pd
 
 from papa.book import table_format as T
-from papa.book.chapter_answers import Science, chapter_science
+from papa.book.chapter_answers import ChapterAnswers, build_answers
 from papa.book.load import BookData, load_book_data
 from papa.book.words import and_list, plural, task_name
 from papa.core.errors import PapaError
@@ -82,12 +82,12 @@ class StudyChapter:
     cannot be read, ``book_missing`` says why), with each book model's protocol differences (empty: compared)."""
 
     data: BookData
-    science: Science
+    science: ChapterAnswers
     model: str
     tasks: list[str]
     book_config: str
     book: BookData | None = None
-    book_science: Science | None = None
+    book_science: ChapterAnswers | None = None
     book_missing: str = ""
     differences: dict[str, list[str]] = field(default_factory=dict)
     coverage: dict[str, list[str]] = field(default_factory=dict)
@@ -101,12 +101,12 @@ class StudyChapter:
 def study_chapter(grid_config: str, book_config: str = "configs/default.yaml") -> StudyChapter:
     """A study's chapter data: its own science, and the book's beside it (read from the book's committed runs)."""
     data = load_book_data(grid_config)
-    science = chapter_science(data)
+    science = build_answers(data)
     model, tasks = data.config["models"][0], list(data.config["tasks"])
     chapter = StudyChapter(data, science, model, tasks, book_config)
     try:
         chapter.book = load_book_data(book_config)
-        chapter.book_science = chapter_science(chapter.book, science.ranking)
+        chapter.book_science = build_answers(chapter.book, science.ranking)
     except PapaError as err:
         chapter.book_missing = str(err)
         return chapter
