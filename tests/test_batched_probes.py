@@ -152,3 +152,24 @@ def test_a_stack_refuses_probes_of_different_kinds_and_mismatched_settings():
         PapaError, match="The probes trained together must share epochs, batch_size, patience, probe_input, dropout"
     ):
         train_stacked(members, source)
+
+
+def test_a_dropout_mask_replaces_the_probes_own_dropout_by_that_multiplier():
+    """``dropout_mask`` multiplies the tanh output in place of ``nn.Dropout`` (what the stacked training passes: each
+    probe's own mask, drawn from its own random stream): by hand on a sequence and a token probe."""
+    torch.manual_seed(3)
+    sequence, token = SequenceProbe(3, 5, 4, 2, dropout=0.5), TokenProbe(3, 4, 2)
+    states, mask = torch.randn(2, 3, 5, 4), torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]])
+    drop = torch.tensor([[2.0, 0.0, 2.0, 2.0], [0.0, 2.0, 2.0, 0.0]])
+    pooled = torch.einsum("bsl,bslh->bsh", sequence.position_weights[None] * mask[:, None, :].float(), states)
+    hidden = torch.tanh(sequence.dense(pooled.flatten(1)))
+    sequence.train()  # its own dropout would draw a mask: the given one is used instead, and no random number is drawn
+    before = torch.get_rng_state()
+    assert torch.equal(sequence(states, mask, dropout_mask=drop), sequence.classifier(hidden * drop))
+    assert torch.equal(torch.get_rng_state(), before)
+    sequence.eval()
+    assert torch.equal(sequence(states, mask), sequence.classifier(hidden))
+    rows = torch.randn(4, 3, 4)
+    hidden = torch.tanh(token.dense(rows.flatten(1)))
+    assert torch.equal(token(rows, dropout_mask=drop.repeat(2, 1)), token.classifier(hidden * drop.repeat(2, 1)))
+    assert torch.equal(token(rows), token.classifier(hidden))
