@@ -51,7 +51,8 @@ MODES = ("cached", "faithful")
 
 @dataclass(frozen=True)
 class ProbeProtocol:
-    """How every probe of a :func:`run_probes` call is trained and scored (its settings beside the probe's own)."""
+    """How every probe of a :func:`~papa.probing.experiment.run_probes` call is trained and scored (its settings
+    beside the probe's own)."""
 
     mode: str
     replacement: str
