@@ -297,18 +297,6 @@ def differences_text(record: dict) -> str:
 
 # -- a grid ----------------------------------------------------------------------------------------------------------
 def _not_rewritten(config: dict, committed: list[Run], out) -> list[Run]:
-    """The committed runs that a grid runner working now leaves alone: those up to date with their key (it re-executes
-    only stale runs and what reads them), so their outputs and their upstream outputs stay as committed."""
-    from papa.pipeline.runner import grid_status
-
-    status = grid_status(config)
-    fresh = [r for r in committed if r.run_id not in status.reasons]
-    words = f"{len(fresh)} of its {len(committed)} committed runs are up to date and are the ones verified"
-    print(f"a runner is working on grid {config['name']}: {words}", file=out, flush=True)
-    return fresh
-
-
-def _not_rewritten(config: dict, committed: list[Run], out) -> list[Run]:
     """The committed runs that a grid runner working now leaves alone: those up to date with their key (it
     re-executes only stale runs and what reads them), so their outputs and their upstream outputs stay as committed."""
     from papa.pipeline.runner import grid_status
