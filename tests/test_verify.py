@@ -411,5 +411,33 @@ def test_while_a_runner_holds_the_grid_only_the_runs_it_will_not_rewrite_are_ver
     text = out.getvalue()
     assert status == 0, text
     assert re.search(r"a runner is working on grid smoke: (\d+) of its \1 committed runs", text) is None, text
-    assert "are up to date and are the ones verified" in text
+    assert "a runner is working on grid smoke: " in text and " committed runs are up to date" in text
     assert sorted(p.name for p in tmp_path.glob("*.json")) == ["rank__minilm-l6__sst2__deviation.json"]
+
+
+@pytest.mark.data
+def test_a_sample_is_drawn_from_the_up_to_date_runs_only(tmp_path, monkeypatch):
+    """A stale run re-executes changed code, so a sample never takes it, even as the cheapest of its kind; an explicit
+    --runs choice still can."""
+    from types import SimpleNamespace
+
+    from papa.pipeline import runner, verify
+
+    copy = _smoke_copy(tmp_path)
+    stale = {"estimate__minilm-l6__sst2": ["code of papa.core.constants changed"]}
+    monkeypatch.setattr(runner, "grid_status", lambda config: SimpleNamespace(reasons=stale))
+    verified: list[str] = []
+
+    def record(run, *args):  # the choice is under test, not the re-execution
+        verified.append(run.run_id)
+        return {"matched": True, "largest_difference": 0.0, "nbval": {"checked_cells": 1}, "seconds": 0.0}
+
+    monkeypatch.setattr(verify, "verify_run", record)
+    out = io.StringIO()
+    assert verify_grid(copy / "configs" / "smoke.yaml", sample=50, out=out, records=tmp_path, root=copy) == 0
+    assert "grid smoke samples its up-to-date runs: " in out.getvalue()
+    assert verified and "estimate__minilm-l6__sst2" not in verified
+    assert {r.split("__")[0] for r in verified} == {"rank", "select_lr", "probe"}
+    verified.clear()
+    verify_grid(copy / "configs" / "smoke.yaml", pattern="estimate__", out=out, records=tmp_path, root=copy)
+    assert verified == ["estimate__minilm-l6__sst2"]

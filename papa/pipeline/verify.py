@@ -296,15 +296,14 @@ def differences_text(record: dict) -> str:
 
 
 # -- a grid ----------------------------------------------------------------------------------------------------------
-def _not_rewritten(config: dict, committed: list[Run], out) -> list[Run]:
-    """The committed runs that a grid runner working now leaves alone: those up to date with their key (it
-    re-executes only stale runs and what reads them), so their outputs and their upstream outputs stay as committed."""
+def _up_to_date(config: dict, committed: list[Run], why: str, out) -> list[Run]:
+    """The committed runs that are up to date with their key (a stale run would re-execute changed code, so its
+    outputs say nothing about reproducing the committed ones); prints how many, after ``why``."""
     from papa.pipeline.runner import grid_status
 
     status = grid_status(config)
     fresh = [r for r in committed if r.run_id not in status.reasons]
-    words = f"{len(fresh)} of its {len(committed)} committed runs are up to date and are the ones verified"
-    print(f"a runner is working on grid {config['name']}: {words}", file=out, flush=True)
+    print(f"{why}: {len(fresh)} of its {len(committed)} committed runs are up to date", file=out, flush=True)
     return fresh
 
 
@@ -318,8 +317,9 @@ def verify_grid(
     records: Path | None = None,
     root: Path = ROOT,
 ) -> int:
-    """Verify the chosen committed runs of a grid (:func:`select_runs`), print one line per run and write each record
-    into ``records`` (default: the runs folder's ``verified/``); returns 0 when every run matched, else 1."""
+    """Verify the chosen committed runs of a grid (:func:`select_runs`; a ``sample``, or any choice while a runner holds
+    the grid, only among the runs up to date with their key), print one line per run and write each record into
+    ``records`` (default: the runs folder's ``verified/``); returns 0 when every run matched, else 1."""
     out = out or sys.stdout
     if tolerance < 0:
         hint = "Pass an absolute tolerance such as 1e-5 (0: the values must be equal)."
@@ -338,7 +338,12 @@ def verify_grid(
         committed = stamped_runs(folder)
         by_id = {r.run_id: r for r in committed}
         stamps = {r.run_id: read_stamp(stamp_path(folder, r.run_id)) for r in committed}
-        candidates = committed if lock else _not_rewritten(config, committed, out)
+        if lock is None:  # a runner re-executes the stale runs alone, so the up-to-date ones stay as committed
+            candidates = _up_to_date(config, committed, f"a runner is working on grid {config['name']}", out)
+        elif sample is not None:  # a sample reproduces the book as it stands: never a run waiting to re-execute
+            candidates = _up_to_date(config, committed, f"grid {config['name']} samples its up-to-date runs", out)
+        else:
+            candidates = committed
         chosen = select_runs(candidates, stamps, pattern, sample, root)
         if not chosen:
             what = f" matching {pattern!r}" if pattern else ""
