@@ -12,7 +12,8 @@ from pathlib import Path
 import jupytext
 import pytest
 
-from papa.pipeline.executed import clean_executed, run_title, study_words, task_name
+from papa.analysis import figure_kit
+from papa.pipeline.executed import TASK_NAMES, clean_executed, run_title, study_words, task_name
 from papa.pipeline.notebook import read_source
 from papa.pipeline.plan import NOTEBOOKS, ROOT
 
@@ -141,7 +142,7 @@ PROBE = {
                 task="ner",
                 out="r/probe__minilm-l6__ner__none__k0__cached__embeddings__s{seed}.json",
             ),
-            "Probe — minilm-l6 · CoNLL-2003 NER · attention-free floor (embedding layer only) · seeds 42, 43, 44",
+            "Probe — minilm-l6 · NER (CoNLL-2003) · attention-free floor (embedding layer only) · seeds 42, 43, 44",
         ),
         (
             dict(
@@ -160,7 +161,7 @@ PROBE = {
         ),
         (
             {"model": "minilm-l6", "task": "pos", "max_examples": 1000, "max_length": 64},
-            "Constants — minilm-l6 · CoNLL-2003 POS · 1,000 training examples",
+            "Constants — minilm-l6 · POS (CoNLL-2003) · 1,000 training examples",
         ),
         (
             {
@@ -197,10 +198,11 @@ def test_display_names():
         "SST-2",
         "MRPC",
         "MNLI",
-        "CoNLL-2003 NER",
-        "CoNLL-2003 POS",
+        "NER (CoNLL-2003)",
+        "POS (CoNLL-2003)",
         "other",
     ]
+    assert TASK_NAMES == figure_kit.TASK_NAMES  # one vocabulary: run titles name tasks as the chapters and figures do
     assert study_words("cachedsmall") == "cached, small (the faithful check's counterpart)"
     assert study_words("moredata8k") == "8,000 training examples"
     assert study_words("unlisted") == "unlisted"

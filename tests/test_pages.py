@@ -517,8 +517,8 @@ TASK_ROWS = {
     "cola": "| CoLA |",
     "mrpc": "| MRPC |",
     "mnli": "| MNLI |",
-    "ner": "| CoNLL-2003 NER |",
-    "pos": "| CoNLL-2003 POS |",
+    "ner": "| NER (CoNLL-2003) |",
+    "pos": "| POS (CoNLL-2003) |",
 }
 
 
@@ -559,7 +559,7 @@ def test_setup_page_words_for_the_default_grid():
         "controls chapter)" in page
     )
     assert "- **cached, small (the faithful check's counterpart)** (study `cachedsmall`" in page
-    assert "| CoNLL-2003 NER | one label per word | entity-level micro F1 | CoNLL-2003 |" in page
+    assert "| NER (CoNLL-2003) | one label per word | entity-level micro F1 | CoNLL-2003 |" in page
 
 
 # -- the front page ----------------------------------------------------------------------------------

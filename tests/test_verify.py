@@ -20,6 +20,7 @@ from nbval.plugin import get_sanitize_patterns
 
 from papa.cli import build_parser
 from papa.core.io import atomic_write_json
+from papa.pipeline import verify
 from papa.pipeline.output_diff import Difference, diff_files, diff_values
 from papa.pipeline.plan import ROOT, Run, expand, load_config
 from papa.pipeline.verify import SANITIZER, dirty_runs, read_records, select_runs, verify_grid
@@ -298,30 +299,30 @@ def test_without_records_or_dirty_runs_the_section_says_so(tmp_path):
 
 
 # -- re-executions ----------------------------------------------------------------------------------------------------
-#: Runs of :data:`CI_SAMPLE` known not to reproduce bit for bit, with the measured difference: strict xfails, so that
-#: the test fails as soon as one matches again (after the default grid re-runs) and the entry must go.
-KNOWN_MISMATCHES: dict[
-    str, str
-] = {}  # none since the re-run (the old estimate's 8.9e-7 came from another session's run)
+#: How far a float tensor (constants, deviations, mean outputs) re-made on another CPU may be from the committed one:
+#: a CPU of the same model name whose torch kernels differ (AVX2 against AVX-512) sums in another order. Measured:
+#: 3.1e-7 (``estimate__minilm-l3__sst2``'s mean outputs, on an AVX-512 machine against the committed run), and 0 on
+#: the machine that made the runs (the book's verification records). Far below any difference the book shows.
+TENSOR_ROUNDING = 1e-5
 
 
 @pytest.mark.data
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    "run_id",
-    [
-        pytest.param(r, marks=pytest.mark.xfail(strict=True, reason=KNOWN_MISMATCHES[r]))
-        if r in KNOWN_MISMATCHES
-        else r
-        for r in CI_SAMPLE
-    ],
-)
+@pytest.mark.parametrize("run_id", CI_SAMPLE)
 def test_the_ci_sample_of_committed_default_runs_reproduces_exactly(run_id, tmp_path):
-    """`make test` verifies these committed default-grid runs on every commit: they must match exactly."""
+    """`make test` verifies these committed default-grid runs on every commit, on whatever CPU it gets: every score,
+    lr choice, head order, count and setting must be equal; a float tensor may differ only at rounding
+    (:data:`TENSOR_ROUNDING`), and then nbval's text of it (the constants' checksum) may differ too."""
     out = io.StringIO()
     status = verify_grid(ROOT / "configs" / "default.yaml", pattern=run_id, out=out, records=tmp_path)
     record = json.loads((tmp_path / f"{run_id}.json").read_text())
-    assert status == 0 and record["matched"] and record["largest_difference"] == 0.0, out.getvalue()
+    rounded = [d for d in record["differences"] if d["field"].endswith("(max |Δ|)")]
+    assert len(record["fields"]) == len(rounded), out.getvalue()  # nothing but float tensors differs
+    assert all(d["size"] <= TENSOR_ROUNDING for d in rounded), out.getvalue()
+    if rounded:  # the checksum cell is the estimate's one checked cell
+        assert record["kind"] == "estimate" and record["nbval"]["checked_cells"] == 1, out.getvalue()
+    else:
+        assert status == 0 and record["matched"] and record["largest_difference"] == 0.0, out.getvalue()
 
 
 def _smoke_copy(tmp_path: Path) -> Path:
@@ -416,6 +417,15 @@ def test_while_a_runner_holds_the_grid_only_the_runs_it_will_not_rewrite_are_ver
 
 
 @pytest.mark.data
+def test_a_record_names_the_cpu_kernels_its_floats_came_from(monkeypatch):
+    """Two CPUs of one model name can differ at rounding: the record says which vector kernels torch used."""
+    import torch
+
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")
+    monkeypatch.setattr(verify.os, "cpu_count", lambda: 2)
+    assert re.fullmatch(r".+, 2 cores, AVX2", verify._machine())
+
+
 def test_a_sample_is_drawn_from_the_up_to_date_runs_only(tmp_path, monkeypatch):
     """A stale run re-executes changed code, so a sample never takes it, even as the cheapest of its kind; an explicit
     --runs choice still can."""

@@ -86,9 +86,7 @@ def _reproducibility(config: dict, stale: list[str], root: Path = ROOT, run_ids:
             f"- {plural(len(devices), 'device')}: {', '.join(devices)}",
             _piece("probe-runs", probe_runs=count_probe_runs(results), probe_results=len(results), minutes=minutes),
             "",
-            "What could still vary between machines: the device and its kernels (CPU vs GPU, thread count), "
-            "and library versions; on one CPU with the same versions the same seed gives the same scores (a test "
-            "checks it in two processes).",
+            _piece("machines-vary"),
             "",
         ]
     if manifest:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from papa.pipeline.executed import study_words, task_name
+from papa.analysis.figure_kit import task_name
+from papa.pipeline.executed import study_words
 
 _SMALL = ["no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve"]
 

@@ -16,8 +16,9 @@ from pathlib import Path, PurePath
 
 _VOLATILE_NB = ("start_time", "end_time", "duration", "input_path", "output_path", "environment_variables")
 
-#: Display names of the tasks, as the papers and data cards write them.
-TASK_NAMES = dict(cola="CoLA", sst2="SST-2", mrpc="MRPC", mnli="MNLI", ner="CoNLL-2003 NER", pos="CoNLL-2003 POS")
+#: Display names of the tasks in run titles: the book's one vocabulary, :data:`papa.analysis.figure_kit.TASK_NAMES`
+#: (the pipeline cannot import the analysis; a test keeps the two equal).
+TASK_NAMES = dict(cola="CoLA", sst2="SST-2", mrpc="MRPC", mnli="MNLI", ner="NER (CoNLL-2003)", pos="POS (CoNLL-2003)")
 
 #: The studies of the grid configs in words (a study's run ids end in ``__<name>``); a study not
 #: listed here is described by its settings.

@@ -216,7 +216,11 @@ def _edited(run: Run, stamp: dict, root: Path) -> list[str]:
 
 
 def _machine() -> str:
-    """The CPU model and core count (``/proc/cpuinfo`` on Linux), else the architecture."""
+    """The CPU model (``/proc/cpuinfo`` on Linux, else the architecture), its core count and the vector kernels
+    torch picks on it (``AVX2``, ``AVX512``): two CPUs of one model name with other kernels sum in another order,
+    so their float tensors differ at rounding (``AMD EPYC, 2 cores, AVX512``)."""
+    import torch
+
     model = platform.machine()
     try:
         lines = Path("/proc/cpuinfo").read_text().splitlines()
@@ -224,7 +228,7 @@ def _machine() -> str:
         model = names[0] if names else model
     except OSError:
         pass
-    return f"{model}, {os.cpu_count()} cores"
+    return f"{model}, {os.cpu_count()} cores, {torch.backends.cpu.get_cpu_capability()}"
 
 
 def verify_run(
