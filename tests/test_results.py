@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from papa.analysis.results import (
-    difference_is_real,
+    beyond_seed_range,
     epoch_table,
     floors_table,
     load_results,
@@ -98,13 +98,13 @@ def test_relative_drop_and_retained_gain_by_hand():
     assert math.isnan(relative_drop(0.1, 0.0))
 
 
-def test_difference_is_real_needs_more_than_the_seed_spread():
-    assert difference_is_real([0.80, 0.82, 0.81], [0.70, 0.71])  # gap 0.105 > ranges 0.02, 0.01
-    assert not difference_is_real([0.80, 0.90], [0.84, 0.86])  # gap 0.02 < range 0.10
-    assert not difference_is_real([0.80, 0.84], [0.80, 0.76])  # gap 0.04 == range 0.04: not more
-    assert difference_is_real([0.8], [0.79])  # one seed each: ranges 0
+def test_beyond_seed_range_needs_more_than_the_seed_spread():
+    assert beyond_seed_range([0.80, 0.82, 0.81], [0.70, 0.71])  # gap 0.105 > ranges 0.02, 0.01
+    assert not beyond_seed_range([0.80, 0.90], [0.84, 0.86])  # gap 0.02 < range 0.10
+    assert not beyond_seed_range([0.80, 0.84], [0.80, 0.76])  # gap 0.04 == range 0.04: not more
+    assert beyond_seed_range([0.8], [0.79])  # one seed each: ranges 0
     with pytest.raises(PapaError):
-        difference_is_real([], [0.5])
+        beyond_seed_range([], [0.5])
 
 
 def test_ranking_method_from_file_name():
@@ -470,3 +470,27 @@ def test_baseline_intervals_bootstrap_the_k0_score_over_dev_examples():
     assert ("m", "sst2", "cached") not in baseline_intervals(
         records, main
     )  # one seed without predictions: none for the group
+
+
+def test_a_study_comparison_names_its_rule_beyond_seed_range_not_real():
+    """The cached-vs-faithful table's yes/no is the seed-range rule, in a column that says so (the bootstrap's
+    "real?" is another rule)."""
+    from papa.book.studies import compare
+
+    def runs(values: list[float]) -> pd.DataFrame:
+        return pd.DataFrame(
+            {
+                "model": "m",
+                "task": "sst2",
+                "ranking": "none",
+                "k": 0,
+                "probe_input": "all",
+                "is_main": True,
+                "value": values,
+            }
+        )
+
+    out = compare(runs([0.80, 0.82]), runs([0.70, 0.71, 0.72]), "cached", "faithful")
+    assert bool(out.loc[0, "beyond_seed_range"]) and "real" not in out
+    assert out.loc[0, "difference"] == pytest.approx(0.71 - 0.81)
+    assert not compare(runs([0.80, 0.90]), runs([0.84]), "cached", "faithful").loc[0, "beyond_seed_range"]

@@ -86,8 +86,16 @@ def interval_text(value: float, low: float, high: float) -> str:
 
 
 def percent_text(value: float) -> str:
+    """``0.046`` → ``"4.6%"``; never ``"-0.0%"``."""
     text = f"{value:.1%}"
     return "0.0%" if text == "-0.0%" else text
+
+
+def points_text(value: float) -> str:
+    """A difference of rates in signed percentage points: ``0.012`` → ``"+1.2"``; a value that rounds to zero
+    without a sign (``"0.0"``, never ``"-0.0"`` or ``"+0.0"``)."""
+    text = f"{value * 100:+.1f}"
+    return "0.0" if text in ("+0.0", "-0.0") else text
 
 
 def claim1_verdict(value: float, low: float, high: float) -> tuple[str, str]:

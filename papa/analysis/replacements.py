@@ -31,6 +31,7 @@ import numpy as np
 import pandas as pd
 
 from papa.analysis.basis import Basis, claim_cells
+from papa.analysis.claims import points_text
 from papa.analysis.pooled_drops import pooled_drop
 
 #: The alternatives to PAPA's constant, each with the question it answers (in the chapter's order).
@@ -104,7 +105,7 @@ def answer_reason(replacement: str, pooled: Mapping[str, float], verdict: str) -
     """One sentence saying why ``verdict`` follows from ``pooled`` (rates as percentage points of relative drop)."""
     if verdict == "not testable":
         return f"No informative task has a paired drop for both PAPA's constant and {replacement}."
-    span = f"[{pooled['low'] * 100:+.1f}, {pooled['high'] * 100:+.1f}] points"
+    span = f"[{points_text(pooled['low'])}, {points_text(pooled['high'])}] points"
     pairs = f"over {pooled['n']} model/task pairs"
     if verdict in ("yes", "the reverse"):
         more, side = ("more", "above") if verdict == "yes" else ("less", "below")

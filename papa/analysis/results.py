@@ -4,7 +4,7 @@ One probing run (:func:`papa.probing.experiment.run_probe`) is one JSON file. :f
 folder of them into a tidy table (one row per run × metric of the reported epoch); :func:`summarise`
 aggregates the main metric over seeds; :func:`floors_table` says which tasks can show anything at all (the
 k = 0 probe must beat the floors). The small pure functions :func:`relative_drop`, :func:`retained_gain` and
-:func:`difference_is_real` hold the arithmetic of drops and gains.
+:func:`beyond_seed_range` hold the arithmetic of drops and gains.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def retained_gain(score_k: float, score_0: float, floor: float) -> float:
     return (score_k - floor) / (score_0 - floor) if score_0 > floor else math.nan
 
 
-def difference_is_real(a_scores: Sequence[float], b_scores: Sequence[float]) -> bool:
+def beyond_seed_range(a_scores: Sequence[float], b_scores: Sequence[float]) -> bool:
     """A difference is real only when it exceeds the seed spread.
 
     True when ``|mean(a) − mean(b)|`` is larger than the larger of the two seed ranges
@@ -54,7 +54,7 @@ def difference_is_real(a_scores: Sequence[float], b_scores: Sequence[float]) -> 
     """
     a, b = np.asarray(a_scores, dtype=float), np.asarray(b_scores, dtype=float)
     if a.size == 0 or b.size == 0:
-        raise PapaError("difference_is_real needs at least one score on each side", "Pass the per-seed scores.")
+        raise PapaError("beyond_seed_range needs at least one score on each side", "Pass the per-seed scores.")
     return bool(abs(a.mean() - b.mean()) > max(np.ptp(a), np.ptp(b)))
 
 

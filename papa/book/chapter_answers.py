@@ -24,9 +24,10 @@ from papa.analysis.basis import build_basis, claim_cells, k0_and_all
 from papa.analysis.figure_kit import AXIS_PX, TEXT_WIDTH, Figure, finish
 from papa.book.load import BookData, headline_ranking, still_rising
 from papa.book.words import and_list, fraction_words, plural, task_name
+from papa.core.fields import PAPER_EPOCHS, PAPER_LR
 
 #: The paper's literal setting (the ``literal`` studies): lr, epochs, epoch selection.
-LITERAL = (2e-5, 15, "final")
+LITERAL = (PAPER_LR, PAPER_EPOCHS, "final")
 
 
 @dataclass

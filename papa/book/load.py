@@ -12,6 +12,7 @@ from papa.analysis import results as R
 from papa.analysis.basis import Basis, build_basis
 from papa.analysis.figure_kit import metric_name, task_name
 from papa.book import table_format as T
+from papa.core.fields import DEFAULT_TRAIN_EXAMPLES, PAPER_EPOCHS, PAPER_LR
 from papa.core.io import read_json_verified
 from papa.pipeline.plan import ROOT, count_probe_runs, load_config
 
@@ -55,14 +56,14 @@ def _study_settings(config: dict, study: dict, model: str | None = None) -> dict
     probe = dict(config["probe"])
     if model is not None:
         probe.update((probe.get("per_model") or {}).get(model) or {})
-    lr = study.get("lr", probe.get("lr", 2e-5))
+    lr = study.get("lr", probe.get("lr", PAPER_LR))
     return {
         "lr": lr if isinstance(lr, str) else float(lr),  # "select": chosen per model and task, any value
-        "epochs": int(study.get("epochs", probe.get("epochs", 15))),
+        "epochs": int(study.get("epochs", probe.get("epochs", PAPER_EPOCHS))),
         "modes": study.get("modes", probe.get("modes", ["cached"])),
         "replacements": study.get("replacements", probe.get("replacements", ["papa"])),
         "tasks": study.get("tasks", config["tasks"]),
-        "train_examples": study.get("max_train_examples", probe.get("max_train_examples", 1000)),
+        "train_examples": study.get("max_train_examples", probe.get("max_train_examples", DEFAULT_TRAIN_EXAMPLES)),
         "selection": study.get("selection", probe.get("selection", "final")),
         "heldout_examples": study.get("heldout_examples", probe.get("heldout_examples")),
         "models": study.get("models", config["models"]),
@@ -229,7 +230,7 @@ def headline_numbers(data: BookData) -> dict:
     informative = data.floors[data.floors["informative"]]
     uninformative = data.floors[~data.floors["informative"]]
     label = (lambda m, t: f"{m}/{t}") if len(data.models) > 1 else (lambda m, t: t)
-    size = data.config["probe"].get("max_train_examples", 1000)
+    size = data.config["probe"].get("max_train_examples", DEFAULT_TRAIN_EXAMPLES)
     return {
         "config_name": data.config["name"],
         # a probe run is one executed probe notebook; it writes one probe result per seed (count_probe_runs)

@@ -17,9 +17,7 @@ from papa.book import table_format as T
 from papa.book.load import BookData
 from papa.book.studies import sensitivity_table, size_studies
 from papa.book.words import lr_text
-
-#: The paper's probe learning rate, one of the candidates.
-PAPER_LR = 2e-5
+from papa.core.fields import PAPER_LR
 
 
 def lr_choice_frame(data: BookData) -> pd.DataFrame:

@@ -15,6 +15,7 @@ import pandas as pd
 
 from papa.analysis import replacements as RP
 from papa.analysis.basis import Basis, build_basis
+from papa.analysis.claims import points_text
 from papa.analysis.figure_kit import AXIS_PX, TEXT_WIDTH, Figure, clean, finish, glue_figure, legend, words
 from papa.book.load import BookData, headline_ranking
 from papa.book.table_format import Table, key_text, model_task_kinds, percent, table
@@ -68,8 +69,8 @@ def _interval(value: float, low: float, high: float, unit: str = "%") -> str:
     """``"12.3% [4.5, 20.1]"`` (a drop in percent), ``"+1.2 points [-0.3, +2.7]"`` (``unit`` " points"); "–"."""
     if value is None or math.isnan(value):
         return "–"
-    span = "" if math.isnan(low) or math.isnan(high) else f" [{low * 100:+.1f}, {high * 100:+.1f}]"
-    return f"{value * 100:+.1f}{unit}{span}" if unit != "%" else f"{value * 100:.1f}%{span.replace('+', '')}"
+    span = "" if math.isnan(low) or math.isnan(high) else f" [{points_text(low)}, {points_text(high)}]"
+    return f"{points_text(value)}{unit}{span}" if unit != "%" else f"{percent(value)}{span.replace('+', '')}"
 
 
 def replacement_numbers(science: ReplacementAnswers, config: dict) -> dict[str, str]:

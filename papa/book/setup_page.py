@@ -11,6 +11,7 @@ from functools import partial
 from papa.book.studies import size_studies
 from papa.book.templates import Markdown, code, fill, join, model, pieces
 from papa.book.words import and_list, count, fraction_words, lr_text, plural, study_words, task_name
+from papa.core.fields import DEFAULT_TRAIN_EXAMPLES, PAPER_EPOCHS, PAPER_LR
 
 _piece = partial(fill, "setup")
 #: The models the book describes (a piece ``model-<name>`` of the template each); another model is named by its id.
@@ -51,18 +52,18 @@ def _dev_words(value) -> Markdown:
 
 def _protocol(settings: dict) -> Markdown:
     """How a probe trains and what it reports, from one set of probe settings."""
-    epochs = count(int(settings.get("epochs", 15)), "epoch")
+    epochs = count(int(settings.get("epochs", PAPER_EPOCHS)), "epoch")
     if settings.get("pool_examples"):
         keys = ("max_train_examples", "heldout_examples", "pool_examples")
         train, heldout, pool = (f"{int(settings[key]):,}" for key in keys)
         data = _piece("data-pool", train=train, heldout=heldout, pool=pool)
     else:
-        data = _piece("data-subset", size=_size(settings.get("max_train_examples", 1000)))
+        data = _piece("data-subset", size=_size(settings.get("max_train_examples", DEFAULT_TRAIN_EXAMPLES)))
     if settings.get("patience"):
         length = _piece("length-patience", patience=count(int(settings["patience"]), "epoch"), epochs=epochs)
     else:
         length = _piece("length-fixed", epochs=epochs)
-    lr = settings.get("lr", 2e-5)
+    lr = settings.get("lr", PAPER_LR)
     rate = _piece("rate-select") if lr == "select" else _piece("rate", lr=lr_words(lr))
     return _piece("protocol", data=data, length=length, rate=rate)
 
@@ -162,8 +163,8 @@ def setup_page(config: dict) -> str:
     methods = rank.get("methods", ["gates"])
     gates = Markdown("")
     if "gates" in methods:
-        examples = f"{int(rank.get('max_train_examples', 1000)):,}"
-        epochs, lr = count(int(rank.get("epochs", 15)), "epoch"), lr_words(rank.get("lr", 2e-5))
+        examples = f"{int(rank.get('max_train_examples', DEFAULT_TRAIN_EXAMPLES)):,}"
+        epochs, lr = count(int(rank.get("epochs", PAPER_EPOCHS)), "epoch"), lr_words(rank.get("lr", PAPER_LR))
         gates = _piece("gates", epochs=epochs, lr=lr, examples=examples)
     choice = config.get("lr_selection", {})
     lr_select = Markdown("")
@@ -205,10 +206,13 @@ def _differences(config: dict) -> Markdown:
     if all(m in EMBEDDED for m in models):
         encoders = count(len(models), "sentence-embedding model")
         bullets.append(_piece("differ-models", n_encoders=encoders, n_models=count(len(models), "model")))
-    if small(probe.get("max_train_examples", 1000)):
+    if small(probe.get("max_train_examples", DEFAULT_TRAIN_EXAMPLES)):
         bullets.append(_piece("differ-sizes"))
-    gate_size, epochs, lr = rank.get("max_train_examples", 1000), int(rank.get("epochs", 15)), rank.get("lr", 2e-5)
-    if "gates" in rank.get("methods", ["gates"]) and (epochs < 15 or float(lr) != 2e-5 or small(gate_size)):
+    gate_size, epochs = rank.get("max_train_examples", DEFAULT_TRAIN_EXAMPLES), int(rank.get("epochs", PAPER_EPOCHS))
+    lr = rank.get("lr", PAPER_LR)
+    if "gates" in rank.get("methods", ["gates"]) and (
+        epochs < PAPER_EPOCHS or float(lr) != PAPER_LR or small(gate_size)
+    ):
         examples = "all" if gate_size is None else f"{int(gate_size):,}"
         bullets.append(_piece("differ-gates", epochs=count(epochs, "epoch"), lr=lr_words(lr), examples=examples))
     if "cached" in probe.get("modes", ["cached"]):

@@ -7,6 +7,7 @@ import pandas as pd
 
 from papa.analysis import results as R
 from papa.analysis.basis import Basis, k0_and_all
+from papa.analysis.claims import percent_text
 from papa.book.load import BookData, _study_settings
 from papa.book.words import and_list, lr_text, plural
 
@@ -24,7 +25,7 @@ def compare(a: pd.DataFrame, b: pd.DataFrame, label_a: str, label_b: str) -> pd.
         mean_a, mean_b = sum(va) / len(va), sum(vb) / len(vb)
         row = {"model": key[0], "task": key[1], "ranking": key[2], "k": int(key[3]), label_a: mean_a, label_b: mean_b}
         row |= {f"{label_a} seeds": len(va), f"{label_b} seeds": len(vb), "difference": mean_b - mean_a}
-        rows.append(row | {"real": R.difference_is_real(va, vb)})
+        rows.append(row | {"beyond_seed_range": R.beyond_seed_range(va, vb)})
     return pd.DataFrame(rows)
 
 
@@ -94,8 +95,7 @@ def sensitivity_table(data: BookData) -> pd.DataFrame:
     epochs, epoch selection or training size) × model × task: the k = 0 and all-heads scores and the relative drop
     under the official setting (``data.basis``) and under the study's (its own basis), each the paired seeds' means
     and the cell's drop (:func:`papa.analysis.basis.k0_and_all`), and whether each score's change exceeds the seed
-    range of both settings (:func:`papa.analysis.results.difference_is_real`: "beyond seed range", not the
-    bootstrap's "real")."""
+    range of both settings (:func:`papa.analysis.results.beyond_seed_range`, not the bootstrap's "real")."""
     rows = []
     for study, basis in _study_bases(data):
         for model, task in sorted(set(zip(basis.runs["model"], basis.runs["task"]))):
@@ -112,7 +112,7 @@ def sensitivity_table(data: BookData) -> pd.DataFrame:
             for side, name in ((official, "official"), (ours, "study")):
                 row |= {f"k=0 {name}": side["k0"], f"k=all {name}": side["all"], f"drop {name}": side["drop"]}
             for k, scores in (("0", "k0_scores"), ("all", "all_scores")):
-                row[f"k={k} change beyond seed range"] = R.difference_is_real(official[scores], ours[scores])
+                row[f"k={k} change beyond seed range"] = R.beyond_seed_range(official[scores], ours[scores])
             rows.append(row | {"mean epoch reported": float(ours["runs"]["selected_epoch"].astype(float).mean())})
     return pd.DataFrame(rows)
 
@@ -191,7 +191,7 @@ def drop_checks_summary(checks: pd.DataFrame) -> str:
     where = "In every setting" if apart == len(checks) else f"In {apart} of {len(checks)} settings"
     seeds = lambda n: f"{n} {plural(n, 'seed')}"
     setting = lambda row: "the main grid" if row.setting == "main grid" else row.change
-    drops = and_list(f"{row.drop:.1%} ({setting(row)}; {seeds(row.seeds)})" for row in checks.itertuples())
+    drops = and_list(f"{percent_text(row.drop)} ({setting(row)}; {seeds(row.seeds)})" for row in checks.itertuples())
     below = "every seed's score with every head constant lies below every seed's score at k = 0"
     sentence = f"{where}, {below}; the drop is {drops}"
     best, main = checks.loc[checks["k0"].idxmax()], checks[checks["setting"] == "main grid"]

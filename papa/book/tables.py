@@ -136,10 +136,11 @@ def sensitivity_display(sensitivity: pd.DataFrame) -> Table:
 
 
 def compare_display(comparison: pd.DataFrame, label_a: str, label_b: str) -> Table:
-    """:func:`papa.book.studies.compare` for reading: the difference and whether it is real first."""
-    kinds = model_task_kinds(comparison) | {"ranking": "text", "k": "int", "difference": "score", "real": "yes/no"}
+    """:func:`papa.book.studies.compare` for reading: the difference and whether it exceeds the seed range first."""
+    kinds = model_task_kinds(comparison) | {"ranking": "text", "k": "int", "difference": "score"}
+    kinds["beyond_seed_range"] = "yes/no"
     kinds |= {label_a: "score", label_b: "score", f"{label_a} seeds": "int", f"{label_b} seeds": "int"}
-    headers = {"difference": f"difference ({label_b} − {label_a})", "real": "beyond seed range?"}
+    headers = {"difference": f"difference ({label_b} − {label_a})", "beyond_seed_range": "beyond seed range?"}
     return table(key_text(comparison), kinds, headers, notes=[T.SEED_RANGE_NOTE])
 
 
