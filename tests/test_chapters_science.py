@@ -22,12 +22,11 @@ from papa.book import tables as T
 from papa.book.chapter_answers import (
     answer_numbers,
     build_answers,
-    convergence_summary,
     largest_drop,
-    literal_comparison,
     model_drops_display_frame,
     random_summary,
 )
+from papa.book.controls_chapter import convergence_summary, literal_comparison
 from papa.book.studies import drop_checks, drop_checks_summary
 from papa.core.io import atomic_write_json
 from tests.hand_cells import book_data

@@ -1,9 +1,9 @@
-"""The results and controls chapters' answers with intervals, computed once per grid from :class:`BookData`.
+"""The results chapter's answers with intervals, computed once per grid from :class:`BookData`.
 
 :func:`build_answers` reads the main grid's one basis (converged runs, drops paired by probe seed on their dev
 predictions) and builds the main table, the random baseline, the paper's analogues (a)–(d) and the claims.
-:func:`literal_comparison` and :func:`convergence_summary` feed the controls chapter; :func:`answer_numbers` the
-prose and the front page.
+:func:`answer_numbers` gives the prose and the front page their numbers; the controls chapter's own are in
+:mod:`papa.book.controls_chapter`.
 """
 
 from __future__ import annotations
@@ -20,14 +20,10 @@ from papa.analysis import claims as V
 from papa.analysis import drop_tables as F
 from papa.analysis import pooled_drops
 from papa.analysis.analogue_figures import fig_better_models, fig_paper_scores, fig_relative_score
-from papa.analysis.basis import build_basis, claim_cells, k0_and_all
+from papa.analysis.basis import build_basis, claim_cells
 from papa.analysis.figure_kit import AXIS_PX, TEXT_WIDTH, Figure, finish
-from papa.book.load import BookData, headline_ranking, still_rising
+from papa.book.load import BookData, headline_ranking
 from papa.book.words import and_list, fraction_words, plural, task_name
-from papa.core.fields import PAPER_EPOCHS, PAPER_LR
-
-#: The paper's literal setting (the ``literal`` studies): lr, epochs, epoch selection.
-LITERAL = (PAPER_LR, PAPER_EPOCHS, "final")
 
 
 @dataclass
@@ -52,12 +48,12 @@ class ChapterAnswers:
     paper: pd.DataFrame  # paper.paper_table of the basis's scores and cells
 
 
-def _flag(value: object) -> bool | None:
+def converged_flag(value: object) -> bool | None:
     """A convergence flag as True, False or None (no held-out curve), whatever pandas made of it."""
     return None if value is None or (not isinstance(value, (bool, str)) and pd.isna(value)) else bool(value)
 
 
-def _records(data: BookData, run_ids: set[str]) -> dict[str, dict]:
+def records_of(data: BookData, run_ids: set[str]) -> dict[str, dict]:
     return {run_id: data.records[run_id] for run_id in sorted(run_ids) if run_id in data.records}
 
 
@@ -65,7 +61,7 @@ def _converged_counts(table: pd.DataFrame, main: pd.DataFrame) -> pd.DataFrame:
     runs = main.drop_duplicates("run_id")
     runs = runs[runs["probe_input"] == "all"]
     runs = runs.assign(ranking=runs["ranking"].where(~runs["ranking"].str.startswith("random"), "random"))
-    converged = lambda s: int(sum(_flag(x) is True for x in s))
+    converged = lambda s: int(sum(converged_flag(x) is True for x in s))
     counts = runs.groupby(["model", "task", "ranking", "k"])["converged"].agg(converged=converged, runs="size")
     words = {key: f"{c} of {n}" for key, (c, n) in counts.iterrows()}
     keys = zip(table["model"], table["task"], table["ranking"], table["k"])
@@ -88,7 +84,7 @@ def build_answers(data: BookData, ranking: str | None = None, resamples: int = S
         gate=basis.gate,
         basis=basis.words,
         summary=basis.summary,
-        random=F.random_baseline(_records(data, set(basis.runs["run_id"])), resamples=resamples),
+        random=F.random_baseline(records_of(data, set(basis.runs["run_id"])), resamples=resamples),
         better=P.better_models_lose_more(cells),
         claims=V.claims_table(cells, basis.gate),
         model_drops=pooled_drops.model_drops(cells),
@@ -215,72 +211,3 @@ def analogue_figures(result: ChapterAnswers, data: BookData) -> list[Figure]:
         "fig-better-models": "No informative task with k = 0 and all-heads runs: no point to draw.",
     }
     return [draw() if ready else placeholder_figure(label, why[label]) for label, ready, draw in figures]
-
-
-# --- the controls chapter --------------------------------------------------------------------------------------
-
-
-def literal_studies(config: dict) -> list[str]:
-    """The names of the studies that run the paper's literal setting (:data:`LITERAL`) in cached mode."""
-    lr, epochs, selection = LITERAL
-    names = []
-    for study in config.get("studies", []):
-        study_lr = study.get("lr")
-        same_lr = isinstance(study_lr, (int, float)) and round(float(study_lr), 12) == lr
-        same = same_lr and study.get("epochs") == epochs and study.get("selection") == selection
-        if same and "faithful" not in study.get("modes", ["cached"]):
-            names.append(study["name"])
-    return names
-
-
-def literal_comparison(data: BookData, resamples: int = S.RESAMPLES) -> pd.DataFrame:
-    """Per model and task: the main protocol's k = 0 and all-heads scores and relative drop with its interval (the
-    book's basis, ``data.basis``), beside the paper's literal setting's (lr 2e-5, 15 epochs, final epoch: no
-    held-out curve, so every literal run counts); ``lr`` is the main protocol's chosen lr. Empty without a
-    literal run."""
-    names = [name for name in literal_studies(data.config) if name in data.studies and len(data.studies[name])]
-    sides = ("k0", "all", "drop", "low", "high", "real")
-    columns = ["model", "task", "lr", *(f"main_{x}" for x in sides), *(f"literal_{x}" for x in sides), "literal_seeds"]
-    out = []
-    m = data.main
-    for name in names:
-        default = resamples == S.RESAMPLES
-        literal = data.study_basis(name) if default else build_basis(data.studies[name], data.records, resamples)
-        for model, task in sorted(set(zip(literal.runs["model"], literal.runs["task"]))):
-            lit, main = k0_and_all(literal, model, task), k0_and_all(data.basis, model, task)
-            if lit is None:
-                continue
-            lrs = m.loc[(m["model"] == model) & (m["task"] == task) & (m["k"] == 0), "lr"].dropna().unique()
-            record = {"model": model, "task": task, "lr": float(lrs[0]) if len(lrs) == 1 else math.nan}
-            for prefix, side in (("main", main), ("literal", lit)):
-                none = {x: None if x == "real" else math.nan for x in sides}
-                record |= {f"{prefix}_{x}": (side or none)[x] for x in sides}
-            record["literal_seeds"] = len(lit["seeds"])
-            out.append(record)
-    return pd.DataFrame(out, columns=columns).sort_values(["model", "task"], ignore_index=True)
-
-
-def epoch_curves(data: BookData) -> tuple[str, pd.DataFrame]:
-    """``(curve, climbing)``: the per-epoch curve the main grid's runs recorded ("score", the dev score, where runs
-    scored it every epoch, else "heldout", the held-out training score) and, per run, whether that curve still climbs
-    over its last epochs (:func:`papa.book.load.still_rising`)."""
-    curve = "score" if data.epochs["score"].notna().any() else "heldout"
-    return curve, still_rising(data.epochs, curve=curve)
-
-
-def convergence_summary(data: BookData) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """``(per model and task, still rising)``: how many of the main grid's runs converged, still rose at the cap
-    (not converged) or have no held-out curve, with the mean epochs trained; and one row per run that still rose."""
-    table = S.convergence_table(_records(data, set(data.main["run_id"])))
-    runs = data.main.drop_duplicates("run_id")[["run_id", "model", "task", "ranking", "k", "seed", "probe_input"]]
-    merged = runs.merge(table, on="run_id", how="left")
-    rows = []
-    for (model, task), group in merged.groupby(["model", "task"], sort=True):
-        flags = [_flag(x) for x in group["converged"]]
-        trained = pd.to_numeric(group["epochs_trained"], errors="coerce")
-        counts = [sum(x is True for x in flags), sum(x is False for x in flags), sum(x is None for x in flags)]
-        rows.append([model, task, len(group), *counts, float(trained.mean()) if trained.notna().any() else math.nan])
-    columns = ["model", "task", "runs", "converged", "still rising", "no held-out curve", "mean epochs trained"]
-    rising = merged[[_flag(x) is False for x in merged["converged"]]]
-    rising = rising[["run_id", "model", "task", "ranking", "k", "seed", "best_epoch", "epochs_trained"]]
-    return pd.DataFrame(rows, columns=columns), rising.reset_index(drop=True)

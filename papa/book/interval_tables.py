@@ -143,7 +143,7 @@ def paper_table_display(frame: pd.DataFrame) -> Table:
 
 
 def literal_display(comparison: pd.DataFrame) -> Table:
-    """:func:`papa.book.chapter_answers.literal_comparison` for reading: both protocols' drops with intervals first."""
+    """:func:`papa.book.controls_chapter.literal_comparison` for reading: both protocols' drops with intervals first."""
     c = comparison
     frame = key_text(c).assign(
         main_drop_cell=_cells(percent, c["main_drop"], c["main_low"], c["main_high"]),
@@ -166,7 +166,7 @@ def literal_display(comparison: pd.DataFrame) -> Table:
 
 
 def convergence_display(per_task: pd.DataFrame) -> Table:
-    """:func:`papa.book.chapter_answers.convergence_summary`'s per-task counts for reading."""
+    """:func:`papa.book.controls_chapter.convergence_summary`'s per-task counts for reading."""
     kinds = model_task_kinds(per_task) | dict.fromkeys(
         ["runs", "converged", "still rising", "no held-out curve"], "int"
     )

@@ -135,8 +135,11 @@ def sensitivity_display(sensitivity: pd.DataFrame) -> Table:
     return table(frame, kinds, headers, {"drop official": NOISY_DROP, "drop study": NOISY_DROP}, notes)
 
 
-def compare_display(comparison: pd.DataFrame, label_a: str, label_b: str) -> Table:
-    """:func:`papa.book.studies.compare` for reading: the difference and whether it exceeds the seed range first."""
+def compare_display(comparison: pd.DataFrame | None, label_a: str, label_b: str, empty: str = "") -> Table:
+    """:func:`papa.book.studies.compare` for reading: the difference and whether it exceeds the seed range first;
+    ``empty`` says why there is no table when ``comparison`` is None."""
+    if comparison is None:
+        return Table([], [], empty=empty)
     kinds = model_task_kinds(comparison) | {"ranking": "text", "k": "int", "difference": "score"}
     kinds["beyond_seed_range"] = "yes/no"
     kinds |= {label_a: "score", label_b: "score", f"{label_a} seeds": "int", f"{label_b} seeds": "int"}
