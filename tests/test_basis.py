@@ -13,9 +13,9 @@ from test_chapters_science import CONFIG, RESAMPLES, TOTAL, _predictions, _recor
 
 from papa.analysis import analogues as P
 from papa.analysis.basis import build_basis, claim_cells, retained_gains
-from papa.analysis.claims import interval_text
 from papa.analysis.results import load_results
 from papa.book.chapter_answers import build_answers, model_drops_display_frame
+from papa.book.table_format import interval_text
 from papa.core.io import atomic_write_json
 from tests.hand_cells import book_data
 

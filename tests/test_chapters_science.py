@@ -17,6 +17,7 @@ from papa.analysis import claims as V
 from papa.analysis import pooled_drops
 from papa.analysis.analogue_figures import fig_better_models, fig_paper_scores, fig_relative_score
 from papa.analysis.figure_kit import TEXT_WIDTH
+from papa.book import claim_texts as CT
 from papa.book import interval_tables as IT
 from papa.book import tables as T
 from papa.book.chapter_answers import (
@@ -28,6 +29,7 @@ from papa.book.chapter_answers import (
 )
 from papa.book.controls_chapter import convergence_summary, literal_comparison
 from papa.book.studies import drop_checks, drop_checks_summary
+from papa.book.table_format import interval_text
 from papa.core.io import atomic_write_json
 from tests.hand_cells import book_data
 
@@ -226,7 +228,7 @@ def test_claims_with_two_models(grid):
     assert numbers["claim3_verdict"] == "not testable" and numbers["n_left_out"] == 2
     assert numbers["drop_all_interval"] == f"[{full['low']:.1%}, {full['high']:.1%}]" and numbers[
         "claim2_number"
-    ] == V.interval_text(full["value"], full["low"], full["high"])
+    ] == interval_text(full["value"], full["low"], full["high"])
 
 
 def test_every_shared_number_has_one_value(grid):
@@ -239,10 +241,10 @@ def test_every_shared_number_has_one_value(grid):
     main = result.table.set_index(["model", "task", "k"])
     for model in ("ma", "mb"):
         average = paper.loc[(model, "average")]
-        assert front.loc[model, "drop, all heads constant"] == V.interval_text(
+        assert front.loc[model, "drop, all heads constant"] == interval_text(
             average["drop_all"], average["drop_all_low"], average["drop_all_high"]
         )
-        assert front.loc[model, "drop, half of the heads constant (gates)"] == V.interval_text(
+        assert front.loc[model, "drop, half of the heads constant (gates)"] == interval_text(
             average["drop_half"], average["drop_half_low"], average["drop_half_high"]
         )
         common = paper.loc[(model, "common")]
@@ -252,7 +254,7 @@ def test_every_shared_number_has_one_value(grid):
             common["score_0"],
         )
         assert (
-            f"{model} {V.interval_text(common['drop_all'], common['drop_all_low'], common['drop_all_high'])} at "
+            f"{model} {interval_text(common['drop_all'], common['drop_all_low'], common['drop_all_high'])} at "
             f"{common['score_0']:.3f}" in result.claims.iloc[3]["ours"]
         )
         for at, k in (("half", 4), ("all", 8)):
@@ -271,10 +273,10 @@ def test_every_shared_number_has_one_value(grid):
             1 - paper.loc[(model, "average"), "drop_all"], abs=1e-12
         )
     overall = V.judge(result.cells)
-    assert result.claims.iloc[1]["ours"].startswith(V.claim_numbers(overall)[1] + ";")
+    assert result.claims.iloc[1]["ours"].startswith(CT.claim_numbers(overall)[1] + ";")
     numbers = answer_numbers(result, data)
     assert (
-        numbers["drop_all_mean"] == overall["all"]["value"] and numbers["claim1_number"] == V.claim_numbers(overall)[0]
+        numbers["drop_all_mean"] == overall["all"]["value"] and numbers["claim1_number"] == CT.claim_numbers(overall)[0]
     )
 
 
@@ -396,7 +398,11 @@ def test_the_analogues_draw_from_the_converged_runs(grid):
     assert cell["n_pairs"] == 1 and cell["relative_drop"] == pytest.approx((0.90 - 0.81) / 0.90)
     relative = P.relative_score_vs_constant_fraction(result.summary, data.floors, result.all_cells)
     points = P.score_vs_dynamic_heads(result.summary, data.floors, result.all_cells)
-    figures = [fig_paper_scores(points, "gates"), fig_relative_score(relative), fig_better_models(*result.better)]
+    figures = [
+        fig_paper_scores(points, "gates"),
+        fig_relative_score(relative),
+        fig_better_models(*result.better, CT.verdict_sentence("claim3", V.claim3_verdict(result.better[1]))),
+    ]
     drawn = [r for r in data_rows(figures[1].chart.to_dict()) if r["model"] == "mb" and r["k"] == 8]
     assert [r["relative_score"] for r in drawn] == [pytest.approx(1 - cell["relative_drop"], abs=5e-5)]
     better = {r["model"]: r["drop"] for r in data_rows(figures[2].chart.to_dict()) if "drop" in r}

@@ -257,7 +257,7 @@ def test_paper_analogues_fit_and_say_their_verdict(tmp_path):
     from test_chapters_science import CONFIG, write_grid
 
     from papa.analysis import analogues
-    from papa.analysis.analogue_figures import fig_better_models, fig_paper_scores, fig_relative_score
+    from papa.analysis.analogue_figures import fig_paper_scores, fig_relative_score
     from papa.book.chapter_answers import analogue_figures, build_answers, placeholder_figure
     from tests.hand_cells import book_data
 
@@ -267,7 +267,7 @@ def test_paper_analogues_fit_and_say_their_verdict(tmp_path):
     points = analogues.score_vs_dynamic_heads(result.summary, data.floors, result.all_cells)
     a = fig_paper_scores(points, "gates")
     b = fig_relative_score(analogues.relative_score_vs_constant_fraction(result.summary, data.floors, result.all_cells))
-    c = fig_better_models(*result.better)
+    c = analogue_figures(result, data)[2]  # drawn with claim 3's verdict in words
     for figure in (a, b, c, placeholder_figure("fig-x", "Nothing to draw.")):
         valid(figure)
         assert svg_size(figure)[0] <= TEXT_WIDTH, figure.label

@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from papa.analysis import replacements as RP
+from papa.book.replacement_pages import answer_reason
 from tests.hand_cells import cell
 
 
@@ -73,7 +74,7 @@ def test_pooled_extra_averages_informative_pairs_and_every_answer_follows_the_ru
     table = RP.answers(extra, "all").set_index("replacement")
     assert table.loc["mean", "answer"] == "yes" and table.loc["zero", "answer"] == "yes"
     assert table.loc["uniform", "answer"] == "no difference shown"
-    assert table.loc["uniform", "reason"] == (
+    assert answer_reason("uniform", table.loc["uniform"], "no difference shown") == (
         "The extra drop's interval [-3.3, +4.3] points over 2 model/task "
         "pairs holds 0: uniform may do as well as PAPA's constant."
     )

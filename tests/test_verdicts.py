@@ -13,6 +13,8 @@ import pytest
 
 from papa.analysis import bootstrap, pooled_drops
 from papa.analysis import claims as V
+from papa.book import claim_texts as CT
+from papa.book.table_format import interval_text, percent
 from tests.hand_cells import cell, cells, spread
 
 NAN = math.nan
@@ -120,16 +122,17 @@ def test_the_pooled_interval_covers_the_true_average_about_95_percent_of_the_tim
     ],
 )
 def test_claim1_rule(value, low, high, verdict):
-    assert V.claim1_verdict(value, low, high)[0] == verdict
+    assert V.claim1_verdict(value, low, high).label == verdict
 
 
 def test_claim1_reasons_say_which_end_decides():
     assert (
-        V.claim1_verdict(0.01, -0.01, 0.04)[1]
+        CT.reason("claim1", V.claim1_verdict(0.01, -0.01, 0.04))
         == "The whole interval of the average drop lies at or below 5% (upper end 4.0%)."
     )
     assert (
-        V.claim1_verdict(0.04, 0.01, 0.07)[1] == "The average drop 4.0% is at most 5%, but its interval reaches 7.0%."
+        CT.reason("claim1", V.claim1_verdict(0.04, 0.01, 0.07))
+        == "The average drop 4.0% is at most 5%, but its interval reaches 7.0%."
     )
 
 
@@ -148,11 +151,11 @@ def test_claim1_reasons_say_which_end_decides():
     ],
 )
 def test_claim2_average_rule(value, low, high, verdict):
-    assert V.claim2_verdict(value, low, high)[0] == verdict
+    assert V.claim2_verdict(value, low, high).label == verdict
 
 
 def test_claim2_reason_names_the_direction():
-    verdict, reason = V.claim2_verdict(0.046, 0.028, 0.063)
+    reason = CT.reason("claim2", V.claim2_verdict(0.046, 0.028, 0.063))
     assert reason == "A real drop, smaller than the paper's 8%: the whole interval lies below it (upper end 6.3%)."
 
 
@@ -175,11 +178,11 @@ def _bound(*drops: tuple[float, float, float]) -> pd.DataFrame:
     ],
 )
 def test_claim2_bound_rule(drops, verdict):
-    assert V.claim2_bound_verdict(_bound(*drops))[0] == verdict
+    assert V.claim2_bound_verdict(_bound(*drops)).label == verdict
 
 
 def test_claim2_bound_reason_names_the_pair():
-    reason = V.claim2_bound_verdict(_bound((0.347, 0.239, 0.462), (0.05, 0.01, 0.09)))[1]
+    reason = CT.reason("claim2b", V.claim2_bound_verdict(_bound((0.347, 0.239, 0.462), (0.05, 0.01, 0.09))))
     assert reason == "m on CoLA alone is shown to lose more than 20% (lower end 23.9%)."
 
 
@@ -197,19 +200,19 @@ def test_claim2_bound_reason_names_the_pair():
 def test_claim3_rule(drops, verdict):
     scores = [0.6, 0.7, 0.8, 0.9][: len(drops)]
     better = pooled_drops.claim3(pd.DataFrame({"drop": drops, "score": scores}))
-    assert V.claim3_verdict(better)[0] == verdict
+    assert V.claim3_verdict(better).label == verdict
 
 
 def test_claim3_reason_at_three_models_says_the_floor_of_p():
     better = pooled_drops.claim3(pd.DataFrame({"drop": [0.01, 0.02, 0.05], "score": [0.7, 0.8, 0.9]}))
     assert (
-        V.claim3_verdict(better)[1] == "Spearman ρ = +1.00 over 3 models, but one-sided exact p "
+        CT.reason("claim3", V.claim3_verdict(better)) == "Spearman ρ = +1.00 over 3 models, but one-sided exact p "
         "= 0.167 (with 3 models the smallest possible p is 1/6)."
     )
 
 
 def test_intervals_are_written_without_negative_zero_and_an_undefined_one_as_a_dash():
-    assert V.interval_text(-0.00001, -0.01, 0.0) == "0.0% [-1.0%, 0.0%]" and V.interval_text(NAN, 0, 1) == "–"
+    assert interval_text(-0.00001, -0.01, 0.0) == "0.0% [-1.0%, 0.0%]" and interval_text(NAN, 0, 1) == "–"
 
 
 # -- the claims and the sensitivity table on hand-made cells --------------------------------------------------
@@ -241,7 +244,7 @@ def _grid() -> pd.DataFrame:
 
 
 def test_claims_table_reads_the_pooled_drops():
-    claims = V.claims_table(_grid(), {"runs": 10, "converged": 9, "left_out": 1}).set_index(
+    claims = CT.claims_table(_grid(), {"runs": 10, "converged": 9, "left_out": 1}).set_index(
         pd.Index(["1", "2a", "2b", "3"])
     )
     assert (
@@ -268,7 +271,7 @@ def test_claims_table_reads_the_pooled_drops():
 
 
 def test_sensitivity_every_task_and_per_family():
-    table = V.sensitivity(_grid()).set_index("basis")
+    table = CT.sensitivity(_grid()).set_index("basis")
     informative, every, sentence, token = (table.iloc[i] for i in range(4))
     assert (informative["n_all"], every["n_all"], every["excluded"], sentence["n_all"], token["n_all"]) == (
         6,
@@ -277,7 +280,7 @@ def test_sensitivity_every_task_and_per_family():
         3,
         3,
     )
-    assert every["claim2"].startswith(f"{V.percent_text((0.31 + 0.6) / 8)} [")
+    assert every["claim2"].startswith(f"{percent((0.31 + 0.6) / 8)} [")
     assert (sentence["claim2_verdict"], token["claim2_verdict"]) == ("reproduced", "reproduced with a smaller effect")
     assert sentence["paper"].startswith("none: the paper states no average per task family") and informative[
         "paper"
@@ -296,7 +299,7 @@ def test_the_method_chapter_states_every_verdict_and_threshold_before_the_result
 
 def test_claim3_with_two_models_has_no_rho_and_says_so():
     two = _grid()[_grid()["model"] != "c"]
-    claims = V.claims_table(two, {"runs": 4, "converged": 4, "left_out": 0})
+    claims = CT.claims_table(two, {"runs": 4, "converged": 4, "left_out": 0})
     assert claims.iloc[3]["ours"].startswith(
         "no ρ (2 models); drop at k = 0 score, per model over NER "
         "(CoNLL-2003), SST-2: a 2.0% [1.0%, 2.9%] at 0.700, b 4.5% ["

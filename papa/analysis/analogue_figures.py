@@ -94,14 +94,14 @@ def fig_relative_score(frame: pd.DataFrame, label: str = "fig-relative-score") -
     return finish(chart, caption, label)
 
 
-def fig_better_models(points: pd.DataFrame, verdict: dict, label: str = "fig-better-models") -> Figure:
+def fig_better_models(
+    points: pd.DataFrame, verdict: dict, verdict_words: str, label: str = "fig-better-models"
+) -> Figure:
     """(c) ``(points, verdict)`` from :func:`papa.analysis.analogues.better_models_lose_more`: one point per model,
     x = its pooled average relative drop with all heads constant (horizontal bar: the pooled 95 % interval,
     ``low``/``high``), y = its average k = 0 score, both over the informative tasks every model has
-    (``verdict["tasks"]``); the caption gives the correlation, its n and the claim-3 verdict
-    (:func:`papa.analysis.claims.claim3_verdict`)."""
-    from papa.analysis.claims import claim3_verdict
-
+    (``verdict["tasks"]``); the caption gives the correlation, its n and ``verdict_words``, the claim-3 verdict in
+    words (:func:`papa.book.claim_texts.verdict_sentence`)."""
     _need(points, "claim 3")
     data = clean(points)
     scale = alt.Scale(zero=False, padding=30)
@@ -122,11 +122,10 @@ def fig_better_models(points: pd.DataFrame, verdict: dict, label: str = "fig-bet
         stat += f" Pearson r = {verdict['pearson']:+.2f}, one-sided exact p = {verdict['p_value']:.3f}."
     tasks = verdict.get("tasks") or []
     over = "the informative tasks every model has" + (f" ({words([task_name(t) for t in tasks])})" if tasks else "")
-    said, reason = claim3_verdict(verdict)
     caption = (
         f'The paper\'s claim 3, "better models lose more": one point per model (n = {n}), its average k = 0 score '
         "against its average relative drop with every head constant (bar: the pooled 95% bootstrap interval of that "
         f"average), both over {over}, so that no model's average moves by which tasks it has. The claim predicts "
-        f"points rising to the right.{stat} Verdict: {said}. {reason}"
+        f"points rising to the right.{stat} {verdict_words}"
     )
     return finish(chart, caption, label)

@@ -31,7 +31,6 @@ import numpy as np
 import pandas as pd
 
 from papa.analysis.basis import Basis, claim_cells
-from papa.analysis.claims import points_text
 from papa.analysis.pooled_drops import pooled_drop
 
 #: The alternatives to PAPA's constant, each with the question it answers (in the chapter's order).
@@ -101,29 +100,15 @@ def answer(pooled: Mapping[str, float]) -> str:
     return "no difference shown"
 
 
-def answer_reason(replacement: str, pooled: Mapping[str, float], verdict: str) -> str:
-    """One sentence saying why ``verdict`` follows from ``pooled`` (rates as percentage points of relative drop)."""
-    if verdict == "not testable":
-        return f"No informative task has a paired drop for both PAPA's constant and {replacement}."
-    span = f"[{points_text(pooled['low'])}, {points_text(pooled['high'])}] points"
-    pairs = f"over {pooled['n']} model/task pairs"
-    if verdict in ("yes", "the reverse"):
-        more, side = ("more", "above") if verdict == "yes" else ("less", "below")
-        lead = f"{replacement.capitalize()} loses {more} than PAPA's constant {pairs}"
-        return f"{lead}: the extra drop's interval {span} lies {side} 0."
-    return f"The extra drop's interval {span} {pairs} holds 0: {replacement} may do as well as PAPA's constant."
-
-
 def answers(extra: pd.DataFrame, at: str = "all") -> pd.DataFrame:
     """One row per question (:data:`QUESTIONS`) at ``at``, pooled over every model's informative tasks: the pooled
-    extra drop with its interval, the pairs it averages, the answer and its reason."""
+    extra drop with its interval, the pairs it averages and the answer (the book words its reason)."""
     rows = []
     for mode, question in QUESTIONS.items():
         p = pooled_extra(extra, mode, at)
         verdict = answer(p)
         row = {"question": question, "replacement": mode, "at": at, "extra": p["value"], "low": p["low"]}
-        row |= {"high": p["high"], "n": p["n"], "models": ", ".join(p["models"]), "answer": verdict}
-        rows.append(row | {"reason": answer_reason(mode, p, verdict)})
+        rows.append(row | {"high": p["high"], "n": p["n"], "models": ", ".join(p["models"]), "answer": verdict})
     return pd.DataFrame(rows)
 
 

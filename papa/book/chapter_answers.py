@@ -16,13 +16,15 @@ import pandas as pd
 
 from papa.analysis import analogues as P
 from papa.analysis import bootstrap as S
-from papa.analysis import claims as V
 from papa.analysis import drop_tables as F
 from papa.analysis import pooled_drops
 from papa.analysis.analogue_figures import fig_better_models, fig_paper_scores, fig_relative_score
 from papa.analysis.basis import build_basis, claim_cells
+from papa.analysis.claims import CLAIM_KEYS, claim3_verdict, judge
 from papa.analysis.figure_kit import AXIS_PX, TEXT_WIDTH, Figure, finish
+from papa.book import claim_texts as CT
 from papa.book.load import BookData, headline_ranking
+from papa.book.table_format import interval_text, percent
 from papa.book.words import and_list, fraction_words, plural, task_name
 
 
@@ -86,11 +88,11 @@ def build_answers(data: BookData, ranking: str | None = None, resamples: int = S
         summary=basis.summary,
         random=F.random_baseline(records_of(data, set(basis.runs["run_id"])), resamples=resamples),
         better=P.better_models_lose_more(cells),
-        claims=V.claims_table(cells, basis.gate),
+        claims=CT.claims_table(cells, basis.gate),
         model_drops=pooled_drops.model_drops(cells),
         cells=cells,
         all_cells=basis.cells,
-        sensitivity=V.sensitivity(cells),
+        sensitivity=CT.sensitivity(cells),
         paper=P.paper_table(basis.summary, basis.floors, cells, ranking) if len(basis.summary) else pd.DataFrame(),
     )
 
@@ -114,8 +116,8 @@ def answer_numbers(result: ChapterAnswers, data: BookData) -> dict:
         "pooled_resamples": f"{resamples:,}",
         "pooled_seed": "0",
     }
-    judged = V.judge(result.cells)
-    for key, row, number in zip(V.CLAIM_KEYS, result.claims.itertuples(), V.claim_numbers(judged)):
+    judged = judge(result.cells)
+    for key, row, number in zip(CLAIM_KEYS, result.claims.itertuples(), CT.claim_numbers(judged)):
         numbers[f"{key}_verdict"] = row.verdict
         numbers[f"{key}_ours"] = row.ours
         numbers[f"{key}_reason"] = row.reason
@@ -146,7 +148,7 @@ def largest_drop(result: ChapterAnswers) -> tuple[str, str] | None:
 
 
 def _interval(low: float, high: float) -> str:
-    p = V.percent_text
+    p = percent
     return "(no interval)" if math.isnan(low) or math.isnan(high) else f"[{p(low)}, {p(high)}]"
 
 
@@ -171,8 +173,8 @@ def model_drops_display_frame(result: ChapterAnswers) -> pd.DataFrame:
     converged on both sides, is not averaged there); the paper's table's average rows show the same numbers."""
     rows = []
     for r in result.model_drops.itertuples():
-        half = V.interval_text(r.drop_half, r.drop_half_low, r.drop_half_high)
-        full = V.interval_text(r.drop_all, r.drop_all_low, r.drop_all_high)
+        half = interval_text(r.drop_half, r.drop_half_low, r.drop_half_high)
+        full = interval_text(r.drop_all, r.drop_all_low, r.drop_all_high)
         rows.append([r.model, int(r.total_heads), half, int(r.n_tasks_half), full, int(r.n_tasks_all)])
     half_header = f"drop, half of the heads constant ({result.ranking})"
     columns = ["model", "heads", half_header, "pairs, half", "drop, all heads constant", "pairs, all"]
@@ -200,10 +202,11 @@ def analogue_figures(result: ChapterAnswers, data: BookData) -> list[Figure]:
     points = P.score_vs_dynamic_heads(summary, floors, cells) if len(summary) else pd.DataFrame(columns=["ranking"])
     relative = P.relative_score_vs_constant_fraction(summary, floors, cells, ranking) if len(summary) else []
     points_c, verdict = result.better  # the claims table's points and verdict (converged runs), never recomputed
+    verdict_words = CT.verdict_sentence("claim3", claim3_verdict(verdict))
     figures = (
         ("fig-paper-scores", len(points[points["ranking"] == ranking]), lambda: fig_paper_scores(points, ranking)),
         ("fig-relative-score", len(relative), lambda: fig_relative_score(relative)),
-        ("fig-better-models", len(points_c), lambda: fig_better_models(points_c, verdict)),
+        ("fig-better-models", len(points_c), lambda: fig_better_models(points_c, verdict, verdict_words)),
     )
     why = {
         "fig-paper-scores": f"No run of the {ranking} ranking to draw.",

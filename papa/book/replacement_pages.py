@@ -8,6 +8,7 @@ Every mode's drops come from a :class:`~papa.analysis.basis.Basis` of its own ru
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import altair as alt
@@ -15,10 +16,9 @@ import pandas as pd
 
 from papa.analysis import replacements as RP
 from papa.analysis.basis import Basis, build_basis
-from papa.analysis.claims import points_text
 from papa.analysis.figure_kit import AXIS_PX, TEXT_WIDTH, Figure, clean, finish, glue_figure, legend, words
 from papa.book.load import BookData, headline_ranking
-from papa.book.table_format import Table, key_text, model_task_kinds, percent, table
+from papa.book.table_format import Table, key_text, model_task_kinds, percent, points_text, table
 from papa.core.io import read_json_verified
 from papa.pipeline.plan import STUDY_AIMS, chapter_study_minutes, runs_dir
 
@@ -50,7 +50,7 @@ class ReplacementAnswers:
     cells: pd.DataFrame  # papa.analysis.replacements.replacement_cells
     extra: pd.DataFrame  # papa.analysis.replacements.extra_drops
     by_model: pd.DataFrame  # papa.analysis.replacements.pooled_by_model
-    answers: pd.DataFrame  # papa.analysis.replacements.answers at all heads
+    answers: pd.DataFrame  # papa.analysis.replacements.answers at all heads, with each answer's reason
     words: str  # which runs, in words
 
 
@@ -62,7 +62,23 @@ def replacement_answers(data: BookData) -> ReplacementAnswers:
     modes = [m for m in bases if m != "papa"]
     n_runs = sum(int(bases[m].runs.loc[bases[m].runs["replacement"] == m, "run_id"].nunique()) for m in modes)
     runs_words = f"{n_runs} converged probe results of {words(modes)}" if modes else "no run of another mode yet"
-    return ReplacementAnswers(ranking, cells, extra, RP.pooled_by_model(cells), RP.answers(extra, "all"), runs_words)
+    answers = RP.answers(extra, "all")
+    answers["reason"] = [answer_reason(row.replacement, row._asdict(), row.answer) for row in answers.itertuples()]
+    return ReplacementAnswers(ranking, cells, extra, RP.pooled_by_model(cells), answers, runs_words)
+
+
+def answer_reason(replacement: str, pooled: Mapping[str, float], verdict: str) -> str:
+    """One sentence saying why ``verdict`` (:func:`papa.analysis.replacements.answer`) follows from ``pooled``
+    (``low``, ``high``, ``n``; rates as percentage points of relative drop)."""
+    if verdict == "not testable":
+        return f"No informative task has a paired drop for both PAPA's constant and {replacement}."
+    span = f"[{points_text(pooled['low'])}, {points_text(pooled['high'])}] points"
+    pairs = f"over {pooled['n']} model/task pairs"
+    if verdict in ("yes", "the reverse"):
+        more, side = ("more", "above") if verdict == "yes" else ("less", "below")
+        lead = f"{replacement.capitalize()} loses {more} than PAPA's constant {pairs}"
+        return f"{lead}: the extra drop's interval {span} lies {side} 0."
+    return f"The extra drop's interval {span} {pairs} holds 0: {replacement} may do as well as PAPA's constant."
 
 
 def _interval(value: float, low: float, high: float, unit: str = "%") -> str:

@@ -7,8 +7,8 @@ import pandas as pd
 
 from papa.analysis import results as R
 from papa.analysis.basis import Basis, k0_and_all
-from papa.analysis.claims import percent_text
 from papa.book.load import BookData, _study_settings
+from papa.book.table_format import percent
 from papa.book.words import and_list, lr_text, plural
 
 
@@ -191,7 +191,7 @@ def drop_checks_summary(checks: pd.DataFrame) -> str:
     where = "In every setting" if apart == len(checks) else f"In {apart} of {len(checks)} settings"
     seeds = lambda n: f"{n} {plural(n, 'seed')}"
     setting = lambda row: "the main grid" if row.setting == "main grid" else row.change
-    drops = and_list(f"{percent_text(row.drop)} ({setting(row)}; {seeds(row.seeds)})" for row in checks.itertuples())
+    drops = and_list(f"{percent(row.drop)} ({setting(row)}; {seeds(row.seeds)})" for row in checks.itertuples())
     below = "every seed's score with every head constant lies below every seed's score at k = 0"
     sentence = f"{where}, {below}; the drop is {drops}"
     best, main = checks.loc[checks["k0"].idxmax()], checks[checks["setting"] == "main grid"]

@@ -110,6 +110,21 @@ def with_interval(cell: Callable[[Any], str | None], value: Any, low: Any, high:
     return f"{cell(value)}{interval}"
 
 
+def interval_text(value: Any, low: Any, high: Any) -> str:
+    """A drop and its interval in running text: ``"4.6% [2.8%, 6.3%]"`` (never ``-0.0%``); the drop alone without
+    an interval; ``"–"`` without a value."""
+    if is_missing(value):
+        return DASH
+    interval = "" if is_missing(low) or is_missing(high) else f" [{percent(low)}, {percent(high)}]"
+    return f"{percent(value)}{interval}"
+
+
+def points_text(value: Any) -> str:
+    """A difference of rates in signed percentage points: ``0.012`` → ``"+1.2"``; a value that rounds to zero
+    without a sign (``"0.0"``)."""
+    return str(signed(float(value) * 100, 1))
+
+
 def score_interval(mean: Any, low: Any, high: Any) -> str | None:
     """``"0.812 [0.800, 0.840]"``; the mean alone when the interval is missing."""
     return with_interval(score, mean, low, high)
