@@ -324,3 +324,14 @@ def test_the_convergence_figure_draws_the_held_out_curve_when_the_dev_split_is_s
         and "the dev split is scored once" in figure.caption
     )
     assert sorted(figure.chart.data["mean"].round(4).unique().tolist()) == [0.5115, 0.5215, 0.5315]
+
+
+def test_glue_figures_glues_each_chart_and_caption_in_order(monkeypatch):
+    import myst_nb
+
+    from papa.book.load import glue_figures
+
+    glued = []
+    monkeypatch.setattr(myst_nb, "glue", lambda name, value, display=True: glued.append((name, display)))
+    glue_figures([Figure(alt.Chart().mark_point(), f"Caption {i}.", f"fig-{i}") for i in (1, 2)])
+    assert glued == [("fig-1", False), ("fig-1-caption", False), ("fig-2", False), ("fig-2-caption", False)]

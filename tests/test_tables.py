@@ -375,3 +375,16 @@ def test_a_relative_drop_from_a_k0_score_within_noise_of_zero_is_a_dash_with_a_n
     column = shown.columns.index("relative drop [95% interval]")
     assert shown.rows[2][column] is None and shown.rows[1][column] == f"0.3%{NBSP}[0.0%,{NBSP}0.9%]"
     assert "the k = 0 score is within noise of zero" in repr(shown)
+
+
+def test_an_empty_paper_table_says_so_in_one_sentence():
+    from papa.book.interval_tables import paper_table_display
+
+    assert "No run to tabulate." in paper_table_display(pd.DataFrame())._repr_html_()
+
+
+def test_a_study_whose_book_cannot_be_read_shows_one_sentence_in_each_book_table():
+    from papa.book import study_chapter as SC
+
+    chapter = SC.StudyChapter(None, None, "m", ["sst2"], "configs/missing.yaml", book_missing="no such file")
+    assert SC.protocol_table(chapter) == SC.book_claims_table(chapter) == SC.BOOK_UNREADABLE

@@ -111,7 +111,12 @@ def verdict_sensitivity_display(frame: pd.DataFrame) -> Table:
 def paper_table_display(frame: pd.DataFrame) -> Table:
     """:func:`papa.analysis.analogues.paper_table` for reading: per model and task (and each model's average over its
     informative tasks, and over the tasks every model has, claim 3's point) the scores at k = 0, ½ and all, the
-    relative drops (the averages with their pooled 95% intervals), beside the paper's 8% and ≤ 20%."""
+    relative drops (the averages with their pooled 95% intervals), beside the paper's 8% and ≤ 20%; a sentence
+    without a run."""
+    if not len(frame):
+        out = table(frame, {"task": "text"})
+        out.empty = "No run to tabulate."
+        return out
     if "n_tasks" in frame:  # a model without an informative task has no average to show
         frame = frame[~(frame["task"].isin(["average", "common"]) & (frame["n_tasks"].fillna(0) == 0))]
     shown = key_text(frame)

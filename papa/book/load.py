@@ -4,13 +4,14 @@ the text."""
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import pandas as pd
 
 from papa.analysis import results as R
 from papa.analysis.basis import Basis, build_basis
-from papa.analysis.figure_kit import metric_name, task_name
+from papa.analysis.figure_kit import Figure, glue_figure, metric_name, task_name
 from papa.book import table_format as T
 from papa.core.fields import DEFAULT_TRAIN_EXAMPLES, PAPER_EPOCHS, PAPER_LR
 from papa.core.io import read_json_verified
@@ -260,6 +261,12 @@ def glue_numbers(numbers: dict) -> None:
         if isinstance(value, float):
             value = "n/a" if math.isnan(value) else T.percent(value) if key.startswith("drop") else T.score(value)
         glue(key, value, display=False)
+
+
+def glue_figures(figures: Iterable[Figure]) -> None:
+    """Glue each figure's chart and caption (:func:`papa.analysis.figure_kit.glue_figure`)."""
+    for figure in figures:
+        glue_figure(figure)
 
 
 def layer_table(data: BookData) -> pd.DataFrame:

@@ -15,8 +15,10 @@ from typing import Any
 
 import pandas as pd
 
+from papa.analysis.figure_kit import Figure
 from papa.book import table_format as T
-from papa.book.chapter_answers import ChapterAnswers, build_answers
+from papa.book.chapter_answers import ChapterAnswers, analogue_figures, build_answers
+from papa.book.interval_tables import verdicts_display
 from papa.book.load import BookData, load_book_data
 from papa.book.words import and_list, plural, task_name
 from papa.core.errors import PapaError
@@ -33,6 +35,8 @@ RANK_KEYS = {"epochs": "gate epochs", "lr": "gate lr", "max_train_examples": "ga
 RANK_KEYS |= {"max_eval_examples": "gate dev examples", "seed": "gate seed"}
 SECTION_KEYS = {"estimate": {"max_examples": "constants' examples"}, "rank": RANK_KEYS}
 SECTION_KEYS["lr_selection"] = {"lrs": "lrs tried", "seeds": "lr-selection seeds", "epochs": "lr-selection cap"}
+#: What stands in a table's place when the book's runs cannot be read (``study_beside`` says why).
+BOOK_UNREADABLE = "The book's runs could not be read."
 
 
 def _words(value: Any) -> str:
@@ -78,14 +82,16 @@ def coverage_notes(study: dict, model: str, book: dict, book_model: str) -> list
 
 @dataclass
 class StudyChapter:
-    """A study's own results (``data``, ``science``) and the book's (``book``, ``book_science``; None when its runs
-    cannot be read, ``book_missing`` says why), with each book model's protocol differences (empty: compared)."""
+    """A study's own results (``data``, ``science``, and the paper's analogues drawn from them) and the book's
+    (``book``, ``book_science``; None when its runs cannot be read, ``book_missing`` says why), with each book
+    model's protocol differences (empty: compared)."""
 
     data: BookData
     science: ChapterAnswers
     model: str
     tasks: list[str]
     book_config: str
+    analogues: list[Figure] = field(default_factory=list)
     book: BookData | None = None
     book_science: ChapterAnswers | None = None
     book_missing: str = ""
@@ -103,7 +109,7 @@ def study_chapter(grid_config: str, book_config: str = "configs/default.yaml") -
     data = load_book_data(grid_config)
     science = build_answers(data)
     model, tasks = data.config["models"][0], list(data.config["tasks"])
-    chapter = StudyChapter(data, science, model, tasks, book_config)
+    chapter = StudyChapter(data, science, model, tasks, book_config, analogue_figures(science, data))
     try:
         chapter.book = load_book_data(book_config)
         chapter.book_science = build_answers(chapter.book, science.ranking)
@@ -156,6 +162,17 @@ def comparison_display(frame: pd.DataFrame) -> T.Table:
         "Each row from its own grid's converged runs, paired by probe seed; the 95% intervals are over dev examples."
     ]
     return T.table(shown, kinds, headers, missing, notes=notes)
+
+
+def protocol_table(chapter: StudyChapter) -> T.Table | str:
+    """:func:`protocol_frame` for reading, or :data:`BOOK_UNREADABLE`."""
+    return protocol_display(protocol_frame(chapter)) if chapter.book is not None else BOOK_UNREADABLE
+
+
+def book_claims_table(chapter: StudyChapter) -> T.Table | str:
+    """The book's own claims table (its results chapter's, not recomputed with this model), or
+    :data:`BOOK_UNREADABLE`."""
+    return verdicts_display(chapter.book_science.claims) if chapter.book_science is not None else BOOK_UNREADABLE
 
 
 def protocol_frame(chapter: StudyChapter) -> pd.DataFrame:
