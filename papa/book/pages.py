@@ -51,20 +51,15 @@ def _reproducibility(config: dict, stale: list[str], root: Path = ROOT, run_ids:
     lines = [
         "# Reproducibility",
         "",
-        f"Every number in this book comes from the runs of {code_span(f'configs/{name}.yaml')}, listed below with the "
-        "provenance each run recorded. Rerun them with `make book` (only missing or stale runs execute) or one "
-        "at a time with papermill: {doc}`rerun` says how.",
+        _piece("intro", config=Markdown(code_span(f"configs/{name}.yaml"))),
         "",
     ]
     if stale:
-        if len(stale) > 1:
-            what = f"{len(stale)} runs are stale (their code, data, parameters or environment changed since they ran)"
-            what += " and are shown as they were: "
-        else:
-            what = "1 run is stale (its code, data, parameters or environment changed since it ran) and is shown as it"
-            what += " was: "
-        listed = ", ".join(code_span(s) for s in stale[:20]) + (" …" if len(stale) > 20 else "")
-        lines += [":::{warning}", what + listed, ":::", ""]
+        listed = Markdown(", ".join(code_span(s) for s in stale[:20]) + (" …" if len(stale) > 20 else ""))
+        what = (
+            _piece("stale-one", runs=listed) if len(stale) == 1 else _piece("stale-many", count=len(stale), runs=listed)
+        )
+        lines += [":::{warning}", what, ":::", ""]
     if results:
         first = next(iter(results.values()))["provenance"]
         packages = myst_text(", ".join(f"{k} {v}" for k, v in first["packages"].items()))
@@ -110,12 +105,7 @@ def _reproducibility(config: dict, stale: list[str], root: Path = ROOT, run_ids:
         "",
         "## Speed",
         "",
-        "The tables below compare papa's ways of running the same computation. Their words: *SDPA* is PyTorch's "
-        "fused attention kernel (`scaled_dot_product_attention`), which transformers uses by default; the *fast path* "
-        "is papa's patched attention, which runs SDPA on the heads that stay input-dependent and one batched matrix "
-        "product for the constant ones; *prune_qk* (`papa.prune_qk`) also drops the query and key weights of the "
-        "constant heads, which no longer need them; *VmHWM* is the peak memory the process held (Linux's high-water "
-        "mark of its resident memory). *A* and *B* are a comparison's two sides.",
+        _piece("speed"),
         "",
     ]
     bench = sorted((root / "benchmarks").glob("results-*.md"))
@@ -123,12 +113,16 @@ def _reproducibility(config: dict, stale: list[str], root: Path = ROOT, run_ids:
         for path in bench:
             text = "\n" + path.read_text(encoding="utf-8")
             lines += [
-                f"From `{path.relative_to(root)}` (written by `{_benchmark_command(text)}`):",
+                _piece(
+                    "bench-from",
+                    path=Markdown(code_span(str(path.relative_to(root)))),
+                    command=Markdown(code_span(_benchmark_command(text))),
+                ),
                 text.replace("\n# ", "\n### ").replace("\n## ", "\n#### ").replace("|A−B|", "\\|A−B\\|"),
                 "",
             ]
     else:
-        lines += ["No benchmark table yet: run `make bench`.", ""]
+        lines += [_piece("bench-none"), ""]
     return "\n".join(lines) + "\n"
 
 
@@ -257,7 +251,7 @@ def _budget(manifest: dict, results: dict, stale: list[str] = (), aim: float | N
     lines = [
         "## Where the time goes",
         "",
-        f"The grid's runs took {total / 60:.1f} minutes of wall time in all (each run's notebook, from the manifest):",
+        _piece("time-sum", minutes=f"{total / 60:.1f}"),
         "",
         "| runs | count | minutes |",
         "|---|---:|---:|",
@@ -266,11 +260,19 @@ def _budget(manifest: dict, results: dict, stale: list[str] = (), aim: float | N
     stale_here = [run_id for run_id in stale if run_id in manifest]
     if stale_here:
         old = sum(float(manifest[run_id].get("seconds") or 0) for run_id in stale_here)
+        n_current = len(manifest) - len(stale_here)
+        stale_words, current = (
+            f"{n} {plural(n, noun)}" for n, noun in ((len(stale_here), "stale run"), (n_current, "current run"))
+        )
         lines += [
             "",
-            f"Of that sum, {old / 60:.1f} minutes are the last recorded durations of the {len(stale_here)} "
-            f"{plural(len(stale_here), 'stale run')}; the {len(manifest) - len(stale_here)} "
-            f"{plural(len(manifest) - len(stale_here), 'current run')} took {(total - old) / 60:.1f} minutes.",
+            _piece(
+                "time-stale",
+                old=f"{old / 60:.1f}",
+                stale=stale_words,
+                current=current,
+                rest=f"{(total - old) / 60:.1f}",
+            ),
         ]
     kind_order = [k for k in ("estimate", "rank", "select_lr", "probe") if any(k in row for row in by_model.values())]
     if by_model and kind_order:
