@@ -9,15 +9,18 @@ are sections of the appendix, so the theme shows them collapsed under it instead
 from __future__ import annotations
 
 import re
+from functools import partial
 from pathlib import Path
 
 from papa.book.table_format import score as score_text
+from papa.book.templates import Markdown, fill
 from papa.book.words import lr_text
 from papa.core.io import atomic_write_text, read_json_verified
 from papa.pipeline.executed import code_span, model_markdown, myst_text
 from papa.pipeline.plan import ROOT, grid_chapters
 
 _KIND_CAPTIONS = {"estimate": "Constants", "rank": "Rankings", "select_lr": "Learning rates", "probe": "Probes"}
+_piece = partial(fill, "appendix")
 _KIND_WORDS = {"estimate": "constant-matrix estimates", "rank": "head rankings", "select_lr": "learning-rate choices"}
 _KIND_WORDS["probe"] = "probes"
 
@@ -153,21 +156,10 @@ def _table(rows: list[dict], title: str, option: str, script: str) -> list[str]:
 def _appendix(config: dict, rows: list[dict]) -> str:
     """The appendix: the groups of runs (the sidebar's sections under this page), then one table of every run."""
     groups = _run_groups([row["page"].rsplit("/", 1)[1] for row in rows])  # captions: words and model slugs only
-    config_file = code_span(f"configs/{config['name']}.yaml")
+    config_file = Markdown(code_span(f"configs/{config['name']}.yaml"))
     listed = ", ".join(f"{{doc}}`{caption} </{group_page(caption)}>` ({len(runs)})" for caption, runs in groups.items())
-    by_group = f"By group (each group's page lists its runs, and so does the sidebar under it): {listed}."
-    lines = [
-        "# Appendix: every run",
-        "",
-        f"Every run of {config_file} that this book renders: {len(rows)} executed notebooks. "
-        "Each was executed by papermill from a text notebook in `notebooks/`, with the parameters shown first on its "
-        "page.",
-        "",
-        by_group if groups else "No run has been executed yet.",
-        "",
-        "Click a column to sort by it; type in the search box to filter (for example `SST-2 gates`).",
-        "",
-    ]
+    by_group = _piece("by-group", listed=Markdown(listed)) if groups else _piece("no-runs")
+    lines = [_piece("appendix", config=config_file, count=len(rows), groups=by_group)]
     return "\n".join(lines + _table(rows, "Every run.", ":name: runs-index", "../_static/papa-itables.js"))
 
 
@@ -175,15 +167,9 @@ def _group(config: dict, caption: str, rows: list[dict]) -> str:
     """One group's page: what its runs are, and their table."""
     kind = next(k for k, c in _KIND_CAPTIONS.items() if caption.split(" — ")[0] == c)
     model = caption.split(" — ")[1] if " — " in caption else None
-    what = _KIND_WORDS[kind] + (f" of {code_span(model)}" if model else "")
-    config_file = code_span(f"configs/{config['name']}.yaml")
-    lines = [
-        f"# {myst_text(caption)}",
-        "",
-        f"The {len(rows)} {what} of {config_file}, one executed notebook each: the sidebar lists them under "
-        "this page, and {doc}`/book/appendix` lists every run of the grid in one table.",
-        "",
-    ]
+    what = Markdown(_KIND_WORDS[kind] + (f" of {code_span(model)}" if model else ""))
+    config_file = Markdown(code_span(f"configs/{config['name']}.yaml"))
+    lines = [_piece("group", caption=caption, count=len(rows), what=what, config=config_file)]
     return "\n".join(lines + _table(rows, f"{caption}.", ":class: papa-itable", "../../_static/papa-itables.js"))
 
 
