@@ -97,10 +97,11 @@ CONFIG = {
     "models": ["ma", "mb"],
     "tasks": ["sst2"],
     "rank": {"methods": ["gates"]},
-    "probe": {"lr": "select", "epochs": 20, "selection": "heldout", "modes": ["cached"], "max_train_examples": 2000},
+    "probe": {"lr": "select", "epochs": 20, "selection": "heldout", "modes": ["cached"], "max_train_examples": 2000}
+    | {"patience": 3, "pool_examples": 2600, "heldout_examples": 200},
     "studies": [
         {"name": "random", "fractions": ["1/2"], "methods": ["random-1", "random-2"], "seeds": [42]},
-        {"name": "literal", "fractions": [0, 1], "lr": 2e-5, "epochs": 15, "selection": "final"},
+        {"name": "literal", "fractions": [0, 1], "lr": 2e-5, "epochs": 15, "selection": "final", "patience": None},
     ],
 }
 #: Accuracy per model at k = 0, half (gates), 7/8 (gates) and all heads constant.

@@ -222,7 +222,10 @@ def test_size_studies_are_those_that_change_only_the_training_size():
             "modes": ["cached"],
             "max_train_examples": 2000,
             "heldout_examples": 200,
+            "pool_examples": 2600,
+            "patience": 3,
         },
+        "name": "hand",
         "tasks": ["cola"],
         "models": ["m"],
     }
@@ -267,7 +270,10 @@ def test_near_floor_pairs_sit_beside_their_checks() -> None:
             "modes": ["cached"],
             "max_train_examples": 2000,
             "heldout_examples": 200,
+            "pool_examples": 2600,
+            "patience": 3,
         },
+        "name": "hand",
         "studies": [
             {
                 "name": name,
@@ -402,8 +408,10 @@ def test_sensitivity_reads_each_model_against_its_own_main_grid_settings() -> No
         "models": ["m", "big"],
         "tasks": ["sst2"],
         "probe": {"lr": "select", "epochs": 20, "selection": "heldout", "modes": ["cached"], "max_train_examples": 2000}
+        | {"patience": 3, "pool_examples": 2600, "heldout_examples": 200}
         | budget,
         "studies": [{"name": "more", "max_train_examples": 2000}],
+        "name": "hand",
     }
 
     runs = {  # run id: (model, k, score, training examples, epochs)

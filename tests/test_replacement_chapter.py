@@ -20,7 +20,8 @@ CONFIG = {
     "models": ["ma"],
     "tasks": ["sst2"],
     "rank": {"methods": ["gates"]},
-    "probe": {"lr": "select", "epochs": 20, "selection": "heldout", "modes": ["cached"], "max_train_examples": 2000},
+    "probe": {"lr": "select", "epochs": 20, "selection": "heldout", "modes": ["cached"], "max_train_examples": 2000}
+    | {"patience": 3, "pool_examples": 2600, "heldout_examples": 200},
     "studies": [
         {
             "name": "replace",

@@ -38,6 +38,7 @@ def result(
     epochs=2,
     lr=2e-5,
     train_examples=1000,
+    selection="final",
 ) -> dict:
     """A result dict in the format of papa.probing.experiment.run_probe."""
     metrics = {metric: score, "main": score}
@@ -61,6 +62,7 @@ def result(
             "epochs": epochs,
             "batch_size": 16,
             "probe_input": probe_input,
+            "selection": selection,
         },
         "task": task,
         "metric": metric,
@@ -231,6 +233,10 @@ def test_floors_table_informative_flags(tmp_path):
     assert floors.loc["sst2", "majority"] == 0.5 and floors.loc["sst2", "baseline_n"] == 3
 
 
+#: What a grid config needs beside ``lr: select``: early stopping on a held-out draw from a training pool.
+HELDOUT = {"selection": "heldout", "patience": 3, "pool_examples": 2600, "heldout_examples": 200}
+
+
 def test_sensitivity_table_by_hand(tmp_path):
     from papa.book.load import book_data_from, study_frame
     from papa.book.studies import sensitivity_table
@@ -245,6 +251,7 @@ def test_sensitivity_table_by_hand(tmp_path):
             runs[f"probe__sst2__k{k}__tuned__s{seed}"] = r  # a study's runs carry its name (papa.pipeline.plan.expand)
     tidy = load_results(write(tmp_path, runs))
     config = {
+        "name": "x",
         "models": ["minilm-l6"],
         "tasks": ["sst2"],
         "probe": {"lr": 2e-5, "epochs": 2, "max_train_examples": 1000, "modes": ["cached"]},
@@ -313,6 +320,7 @@ def test_sensitivity_table_names_the_whole_split_and_skips_what_is_not_its_own(t
             k=0, seed=seed, score=0.7, probe_input="embeddings", train_examples=67349
         )
     config = {
+        "name": "x",
         "models": ["minilm-l6"],
         "tasks": ["sst2"],
         "probe": {"lr": 2e-5, "epochs": 2, "max_train_examples": 1000, "modes": ["cached"]},
@@ -371,8 +379,8 @@ def test_book_data_keeps_the_records_and_reads_the_chosen_lr(tmp_path):
     write(
         tmp_path / "results",
         {
-            "a": result(seed=1, lr=1e-3, epochs=20),
-            "b": result(task="cola", seed=1, lr=2e-4, epochs=20, metric="matthews_correlation"),
+            "a": result(seed=1, lr=1e-3, epochs=20, selection="heldout"),
+            "b": result(task="cola", seed=1, lr=2e-4, epochs=20, metric="matthews_correlation", selection="heldout"),
         },
     )
     config = {
@@ -380,7 +388,7 @@ def test_book_data_keeps_the_records_and_reads_the_chosen_lr(tmp_path):
         "models": ["minilm-l6"],
         "tasks": ["sst2", "cola"],
         "rank": {"methods": ["gates"]},
-        "probe": {"lr": "select", "epochs": 20, "max_train_examples": 1000},
+        "probe": {"lr": "select", "epochs": 20, "max_train_examples": 1000} | HELDOUT,
     }
     data = book_data(config, tmp_path)
     assert sorted(data.main["lr"].unique()) == [2e-4, 1e-3] and set(data.records) == {"a", "b"}
@@ -394,9 +402,13 @@ def test_study_frame_applies_per_model_settings(tmp_path):
 
     (tmp_path / "results").mkdir()
     runs = {
-        "l6": result(seed=1, lr=1e-3, epochs=20, train_examples=2000),
-        "mp": result(seed=1, lr=2e-4, epochs=15, train_examples=1000, model="mpnet-base", total=144),
-        "mp_other_cap": result(seed=2, lr=2e-4, epochs=20, train_examples=1000, model="mpnet-base", total=144),
+        "l6": result(seed=1, lr=1e-3, epochs=20, train_examples=2000, selection="heldout"),
+        "mp": result(
+            seed=1, lr=2e-4, epochs=15, train_examples=1000, model="mpnet-base", total=144, selection="heldout"
+        ),
+        "mp_other_cap": result(
+            seed=2, lr=2e-4, epochs=20, train_examples=1000, model="mpnet-base", total=144, selection="heldout"
+        ),
     }
     write(tmp_path / "results", runs)
     probe = {
@@ -404,7 +416,7 @@ def test_study_frame_applies_per_model_settings(tmp_path):
         "epochs": 20,
         "max_train_examples": 2000,
         "per_model": {"mpnet-base": {"epochs": 15, "max_train_examples": 1000}},
-    }
+    } | HELDOUT
     config = {
         "name": "x",
         "models": ["minilm-l6", "mpnet-base"],

@@ -13,9 +13,9 @@ from papa.analysis import results as R
 from papa.analysis.basis import Basis, build_basis
 from papa.analysis.figure_kit import Figure, glue_figure, metric_name, task_name
 from papa.book import table_format as T
-from papa.core.fields import DEFAULT_TRAIN_EXAMPLES, PAPER_EPOCHS, PAPER_LR
+from papa.core.grid_schema import study_settings
 from papa.core.io import read_json_verified
-from papa.pipeline.plan import ROOT, count_probe_runs, load_config
+from papa.pipeline.plan import ROOT, config_dict, count_probe_runs, grid_model, load_config
 
 
 # -- data for the chapters ---------------------------------------------------------------------------
@@ -51,23 +51,18 @@ class BookData:
         return [t for t in self.config["tasks"] if t in set(self.main["task"])]
 
 
-def _study_settings(config: dict, study: dict, model: str | None = None) -> dict:
-    """Effective probe settings, as :func:`papa.core.grid_schema.study_settings` merges them: the probe section, then
-    ``probe.per_model[model]``, then the study's own keys."""
-    probe = dict(config["probe"])
-    if model is not None:
-        probe.update((probe.get("per_model") or {}).get(model) or {})
-    lr = study.get("lr", probe.get("lr", PAPER_LR))
-    return {
-        "lr": lr if isinstance(lr, str) else float(lr),  # "select": chosen per model and task, any value
-        "epochs": int(study.get("epochs", probe.get("epochs", PAPER_EPOCHS))),
-        "modes": study.get("modes", probe.get("modes", ["cached"])),
-        "replacements": study.get("replacements", probe.get("replacements", ["papa"])),
-        "tasks": study.get("tasks", config["tasks"]),
-        "train_examples": study.get("max_train_examples", probe.get("max_train_examples", DEFAULT_TRAIN_EXAMPLES)),
-        "selection": study.get("selection", probe.get("selection", "final")),
-        "heldout_examples": study.get("heldout_examples", probe.get("heldout_examples")),
-        "models": study.get("models", config["models"]),
+def study_probe_settings(config: dict, study: dict, model: str | None = None) -> dict:
+    """The probe settings ``study`` (an entry of ``config["studies"]``; ``{}``: the main grid) runs ``model`` with,
+    as the runs get them (:func:`papa.core.grid_schema.study_settings`: the probe section, then
+    ``probe.per_model[model]``, then the study's own keys), with the study's ``tasks`` and ``models``."""
+    grid = grid_model(config)
+    typed = next((s for s in grid.studies if s.name == study.get("name")), None) if study else None
+    settings = study_settings(grid, typed, model)
+    keys = ("lr", "epochs", "modes", "replacements", "selection", "heldout_examples")
+    return {key: settings[key] for key in keys} | {
+        "train_examples": settings["max_train_examples"],
+        "tasks": study.get("tasks") or config["tasks"],
+        "models": study.get("models") or config["models"],
     }
 
 
@@ -83,7 +78,7 @@ def probe_setting_studies(config: dict) -> list[str]:
     names = []
     for study in config.get("studies", []):
         for model in study.get("models", config["models"]):
-            settings, official = _study_settings(config, study, model), _study_settings(config, {}, model)
+            settings, official = study_probe_settings(config, study, model), study_probe_settings(config, {}, model)
             if any(settings[key] != official[key] for key in _PROBE_SETTINGS):
                 names.append(study["name"])
                 break
@@ -104,8 +99,8 @@ def study_frame(tidy: pd.DataFrame, config: dict, study: dict | None = None) -> 
         for name in probe_setting_studies(config):
             tidy = tidy[~tidy["run_id"].str.contains(f"__{name}__s", regex=False)]
     parts = []
-    for model in _study_settings(config, study or {})["models"]:
-        s = _study_settings(config, study or {}, model)
+    for model in study_probe_settings(config, study or {})["models"]:
+        s = study_probe_settings(config, study or {}, model)
         same_lr = True if isinstance(s["lr"], str) else tidy["lr"].astype(float).round(12) == round(s["lr"], 12)
         keep = same_lr & (tidy["model"] == model) & (tidy["epochs"] == s["epochs"])
         keep &= (tidy["selection"] == s["selection"]) & tidy["mode"].isin(s["modes"])
@@ -164,7 +159,9 @@ def book_data_from(
 ) -> BookData:
     """:class:`BookData` from result records (``{run id: result}``, kept whole: their dev predictions feed the
     intervals), rankings (``{stem: [(layer, head), ...]}``) and lr choices (``{"<model>__<task>": choice}``).
-    The main grid's scores and floors are its :class:`~papa.analysis.basis.Basis`'s (converged runs only)."""
+    The main grid's scores and floors are its :class:`~papa.analysis.basis.Basis`'s (converged runs only).
+    ``config`` is validated as a :class:`~papa.core.grid_schema.GridConfig` and read with every default filled in."""
+    config = config_dict(grid_model(config)) | {k: v for k, v in config.items() if k.startswith("_")}
     tidy = R.load_results(records)
     main = study_frame(tidy, config)
     epochs = R.epoch_table(records)
@@ -231,7 +228,7 @@ def headline_numbers(data: BookData) -> dict:
     informative = data.floors[data.floors["informative"]]
     uninformative = data.floors[~data.floors["informative"]]
     label = (lambda m, t: f"{m}/{t}") if len(data.models) > 1 else (lambda m, t: t)
-    size = data.config["probe"].get("max_train_examples", DEFAULT_TRAIN_EXAMPLES)
+    size = data.config["probe"]["max_train_examples"]
     return {
         "config_name": data.config["name"],
         # a probe run is one executed probe notebook; it writes one probe result per seed (count_probe_runs)

@@ -7,7 +7,7 @@ import pandas as pd
 
 from papa.analysis import results as R
 from papa.analysis.basis import Basis, k0_and_all
-from papa.book.load import BookData, _study_settings
+from papa.book.load import BookData, study_probe_settings
 from papa.book.table_format import percent
 from papa.book.words import and_list, lr_text, plural
 
@@ -69,7 +69,10 @@ def _probe_change(config: dict, study: dict, model: str, whole_split: int | None
     """How ``study`` trains ``model``'s full probe otherwise than the main grid, in words (:func:`_describe`): its lr,
     epochs, epoch selection or training size; "" when it changes none of them, probes another input, or runs in
     another mode (then it is no setting of the same probe)."""
-    settings, official = _study_settings(config, study, model), _study_settings(config, {}, model)  # per model
+    settings, official = (
+        study_probe_settings(config, study, model),
+        study_probe_settings(config, {}, model),
+    )  # per model
     if study.get("probe_input", "all") != "all" or settings["modes"] != official["modes"]:
         return ""
     return _describe(settings, official, whole_split)
@@ -133,7 +136,7 @@ def size_studies(config: dict) -> list[str]:
         if not (set(study) <= _SIZE_KEYS and models):
             return False
         for model in models:
-            mine, main = _study_settings(config, study, model), _study_settings(config, {}, model)
+            mine, main = study_probe_settings(config, study, model), study_probe_settings(config, {}, model)
             if any(mine[key] != main[key] for key in same) or mine["train_examples"] == main["train_examples"]:
                 return False
         return True
