@@ -15,11 +15,11 @@ from papa.analysis import analogues as P
 from papa.analysis import bootstrap as S
 from papa.analysis import claims as V
 from papa.analysis import pooled_drops
-from papa.analysis.analogue_figures import fig_better_models, fig_paper_scores, fig_relative_score
 from papa.analysis.figure_kit import TEXT_WIDTH
 from papa.book import claim_texts as CT
 from papa.book import interval_tables as IT
 from papa.book import tables as T
+from papa.book.analogue_figures import fig_better_models, fig_paper_scores, fig_relative_score
 from papa.book.chapter_answers import (
     answer_numbers,
     build_answers,

@@ -257,7 +257,7 @@ def test_paper_analogues_fit_and_say_their_verdict(tmp_path):
     from test_chapters_science import CONFIG, write_grid
 
     from papa.analysis import analogues
-    from papa.analysis.analogue_figures import fig_paper_scores, fig_relative_score
+    from papa.book.analogue_figures import fig_paper_scores, fig_relative_score
     from papa.book.chapter_answers import analogue_figures, build_answers, placeholder_figure
     from tests.hand_cells import book_data
 

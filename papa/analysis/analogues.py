@@ -1,5 +1,5 @@
 """Data for the paper's figures and tables, beside its claims (issue 14): tidy frames that
-:mod:`papa.analysis.analogue_figures` draws, from a basis's seed means (``summary``), floors and cells
+:mod:`papa.book.analogue_figures` draws, from a basis's seed means (``summary``), floors and cells
 (:mod:`papa.analysis.basis`: converged runs only).
 
 * (a) :func:`score_vs_dynamic_heads` — Figure 2: per task, the score against the number of input-dependent

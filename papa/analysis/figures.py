@@ -6,7 +6,7 @@ the chapters cross-reference.
 * :func:`fig_score_vs_dynamic_heads` — the paper's Figure 2: score vs number of input-dependent heads;
 * :func:`fig_convergence` — dev score per epoch for k = 0 and k = all.
 
-The paper's analogues (a)–(c) are in :mod:`papa.analysis.analogue_figures`, a ranking's heatmap and constant
+The paper's analogues (a)–(c) are in :mod:`papa.book.analogue_figures`, a ranking's heatmap and constant
 matrices in :mod:`papa.analysis.run_figures`, the shared pieces in :mod:`papa.analysis.figure_kit`.
 """
 

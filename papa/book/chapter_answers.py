@@ -18,11 +18,11 @@ from papa.analysis import analogues as P
 from papa.analysis import bootstrap as S
 from papa.analysis import drop_tables as F
 from papa.analysis import pooled_drops
-from papa.analysis.analogue_figures import fig_better_models, fig_paper_scores, fig_relative_score
 from papa.analysis.basis import build_basis, claim_cells
 from papa.analysis.claims import CLAIM_KEYS, claim3_verdict, judge
 from papa.analysis.figure_kit import AXIS_PX, TEXT_WIDTH, Figure, finish
 from papa.book import claim_texts as CT
+from papa.book.analogue_figures import fig_better_models, fig_paper_scores, fig_relative_score
 from papa.book.load import BookData, headline_ranking
 from papa.book.table_format import interval_text, percent
 from papa.book.words import and_list, fraction_words, plural, task_name
@@ -196,7 +196,7 @@ def placeholder_figure(label: str, why: str) -> Figure:
 
 
 def analogue_figures(result: ChapterAnswers, data: BookData) -> list[Figure]:
-    """The paper's analogues (a)–(c) drawn from ``result.basis``'s runs (:mod:`papa.analysis.analogue_figures`), each
+    """The paper's analogues (a)–(c) drawn from ``result.basis``'s runs (:mod:`papa.book.analogue_figures`), each
     replaced by a :func:`placeholder_figure` when its data is empty (e.g. no informative task)."""
     summary, floors, cells, ranking = result.summary, data.floors, result.all_cells, result.ranking
     points = P.score_vs_dynamic_heads(summary, floors, cells) if len(summary) else pd.DataFrame(columns=["ranking"])
