@@ -116,3 +116,25 @@ def test_the_tables_and_the_figure_show_every_mode(science):
     drawn = {(v["replacement"], v["constant"]): v["value"] for v in values}
     assert drawn[("mean", "every head")] == pytest.approx(round((0.90 - 0.70) / 0.90, 4))
     assert np.isclose(len(drawn), 8)
+
+
+@pytest.mark.data
+def test_the_committed_replacement_study_reads_papas_drops_from_the_results_basis():
+    """The default grid's committed runs: in the replacements chapter, PAPA's drop at half and at all heads is the
+    results chapter's claim cell (one basis), and every other mode's cell pairs with the same k = 0 runs (the same
+    k = 0 score). Every committed result is read, so the check holds while the grid is re-running."""
+    import math
+
+    from papa.book.chapter_answers import build_answers
+    from papa.pipeline.plan import ROOT, load_config
+
+    data = book_data(load_config(ROOT / "configs" / "default.yaml"), ROOT / "book" / "runs" / "default" / "artifacts")
+    science, claims = RPG.replacement_answers(data), build_answers(data).cells.set_index(["model", "task", "at"])
+    cells = science.cells.set_index(["model", "task", "at"])
+    papa, others = cells[cells["replacement"] == "papa"], cells[cells["replacement"] != "papa"]
+    assert len(papa) == len(claims) and len(others)  # the study's committed runs have cells of their own
+    for key, row in claims.iterrows():
+        drop = papa.loc[key, "relative_drop"]
+        assert drop == row["relative_drop"] or (math.isnan(drop) and math.isnan(row["relative_drop"])), key
+    for key, row in others.iterrows():
+        assert row["score_0"] == papa.loc[key, "score_0"], (key, row["replacement"])
