@@ -260,10 +260,9 @@ def _budget(manifest: dict, results: dict, stale: list[str] = (), aim: float | N
     stale_here = [run_id for run_id in stale if run_id in manifest]
     if stale_here:
         old = sum(float(manifest[run_id].get("seconds") or 0) for run_id in stale_here)
-        n_current = len(manifest) - len(stale_here)
-        stale_words, current = (
-            f"{n} {plural(n, noun)}" for n, noun in ((len(stale_here), "stale run"), (n_current, "current run"))
-        )
+        n_stale, n_current = len(stale_here), len(manifest) - len(stale_here)
+        stale_words = f"{n_stale} {plural(n_stale, 'stale run')}"
+        current = f"{n_current} {plural(n_current, 'current run')}"
         lines += [
             "",
             _piece(

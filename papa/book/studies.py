@@ -69,10 +69,8 @@ def _probe_change(config: dict, study: dict, model: str, whole_split: int | None
     """How ``study`` trains ``model``'s full probe otherwise than the main grid, in words (:func:`_describe`): its lr,
     epochs, epoch selection or training size; "" when it changes none of them, probes another input, or runs in
     another mode (then it is no setting of the same probe)."""
-    settings, official = (
-        study_probe_settings(config, study, model),
-        study_probe_settings(config, {}, model),
-    )  # per model
+    settings = study_probe_settings(config, study, model)
+    official = study_probe_settings(config, {}, model)  # the main grid's, for the same model
     if study.get("probe_input", "all") != "all" or settings["modes"] != official["modes"]:
         return ""
     return _describe(settings, official, whole_split)
