@@ -305,3 +305,29 @@ def test_claim3_with_two_models_has_no_rho_and_says_so():
         "(CoNLL-2003), SST-2: a 2.0% [1.0%, 2.9%] at 0.700, b 4.5% ["
     )
     assert claims.iloc[3]["verdict"] == "not testable"
+
+
+def test_every_branch_of_every_rule_has_its_sentence_and_no_sentence_is_unreachable():
+    """Each hand-made case above, worded by the book: every (claim, branch) the rules reach has a template that
+    fills without a missing value, and every template is reached by some case."""
+    reached = {}
+    for value, low, high in [(0.01, -0.01, 0.04), (0.09, 0.06, 0.12), (0.04, 0.01, 0.07), (0.06, 0.03, 0.09)]:
+        reached["claim1", V.claim1_verdict(value, low, high).case] = V.claim1_verdict(value, low, high)
+    reached["claim1", "no_cells"] = V.claim1_verdict(NAN, NAN, NAN)
+    for value, low, high in [(NAN, NAN, NAN), (-0.05, -0.08, -0.02), (0.02, -0.01, 0.05), (-0.01, -0.03, 0.01)]:
+        reached["claim2", V.claim2_verdict(value, low, high).case] = V.claim2_verdict(value, low, high)
+    for value, low, high in [(0.12, 0.09, 0.15), (0.046, 0.028, 0.063), (0.08, 0.05, 0.11)]:
+        reached["claim2", V.claim2_verdict(value, low, high).case] = V.claim2_verdict(value, low, high)
+    for drops in [(), ((0.347, 0.239, 0.462),), ((0.10, 0.05, 0.15),), ((0.15, 0.05, 0.25),), ((0.25, 0.15, 0.35),)]:
+        verdict = V.claim2_bound_verdict(_bound(*drops))
+        reached["claim2b", verdict.case] = verdict
+    for drops in [[0.01, 0.05], [0.01, 0.02, 0.03, 0.08], [0.08, 0.03, 0.02, 0.01], [0.01, 0.02, 0.05]]:
+        better = pooled_drops.claim3(pd.DataFrame({"drop": drops, "score": [0.6, 0.7, 0.8, 0.9][: len(drops)]}))
+        reached["claim3", V.claim3_verdict(better).case] = V.claim3_verdict(better)
+    for drops in [[0.05, 0.02, 0.01], [0.02, 0.02, 0.02]]:
+        better = pooled_drops.claim3(pd.DataFrame({"drop": drops, "score": [0.7, 0.8, 0.9]}))
+        reached["claim3", V.claim3_verdict(better).case] = V.claim3_verdict(better)
+    assert set(reached) == set(CT.REASONS)
+    for (key, _), verdict in reached.items():
+        sentence = CT.reason(key, verdict)
+        assert sentence.endswith(".") and "{" not in sentence and verdict.label in VERDICTS, sentence
