@@ -778,6 +778,10 @@ def test_a_chapters_studies_are_timed_beside_the_grids_sum_against_their_own_aim
     ]
     config = {"name": "g", "studies": studies}
     monkeypatch.setitem(pages.TIME_AIMS, "g", 20.0)
+    verified_among = []
+    monkeypatch.setattr(pages, "_verified_section", lambda c, d, run_ids, root: verified_among.append(run_ids) or [])
+    assert _reproducibility(config, [], root=tmp_path, run_ids=list(manifest))
+    assert verified_among == [list(manifest)]  # the book's runs, not the last study's (a loop once rebound the name)
     page = _reproducibility(config, [], root=tmp_path)
     assert "The grid's runs took 12.0 minutes of wall time in all" in page  # 120 + 600 s: the controls study counts
     assert (

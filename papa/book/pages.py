@@ -90,8 +90,8 @@ def _reproducibility(config: dict, stale: list[str], root: Path = ROOT, run_ids:
         main = {run_id: entry for run_id, entry in manifest.items() if run_id not in aside}
         main_results = {key: result for key, result in results.items() if probe_run_id(key) not in aside}
         lines += _budget(main, main_results, stale, TIME_AIMS.get(config["name"]))
-        for chapter, run_ids in own.items():
-            if run_ids:
+        for chapter, study_runs in own.items():
+            if study_runs:
                 runs, minutes = chapter_study_minutes(config, manifest, chapter)
                 aim = f"{STUDY_AIMS[chapter]:.0f}"
                 lines += [_piece("study-time", runs=runs, chapter=chapter, minutes=f"{minutes:.1f}", aim=aim), ""]
