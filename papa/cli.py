@@ -231,7 +231,7 @@ def cmd_grid(args) -> int:
 def cmd_grid_verify(args) -> int:
     from papa.pipeline.verify import verify_grid
 
-    return verify_grid(args.config, pattern=args.runs, **_pick(args, "sample device tolerance"))
+    return verify_grid(args.config, pattern=args.runs, **_pick(args, "sample device tolerance kernels"))
 
 
 def cmd_grid_schema(args) -> int:
@@ -324,6 +324,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--device", type=_device, default=None, help=device)
     tolerance = "absolute tolerance for numbers, across devices (default: 0, equal)"
     g.add_argument("--tolerance", type=_tolerance, default=0.0, help=tolerance)
+    kernels = "re-execute with torch's, MKL's and oneDNN's kernels of this instruction set: avx2 (what a CPU without"
+    kernels += " AVX-512 picks; default: this CPU's own)"
+    g.add_argument("--kernels", default=None, help=kernels)
     g.set_defaults(func=cmd_grid_verify)
 
     g = grid.add_parser("schema", help="write the JSON Schema of grid configs (for editors)")

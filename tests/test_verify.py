@@ -19,6 +19,7 @@ from conftest import skip_or_fail
 from nbval.plugin import get_sanitize_patterns
 
 from papa.cli import build_parser
+from papa.core.errors import PapaError
 from papa.core.io import atomic_write_json
 from papa.pipeline import verify
 from papa.pipeline.output_diff import Difference, diff_files, diff_values
@@ -214,6 +215,56 @@ def test_the_command_line_refuses_both_selections_and_a_negative_tolerance():
     for bad in (["--runs", "probe", "--sample", "2"], ["--tolerance", "-1"], ["--sample", "0"]):
         with pytest.raises(SystemExit):
             parser.parse_args(["grid", "verify", "configs/smoke.yaml", *bad])
+
+
+def test_a_run_notebook_whose_markdown_cells_carry_no_tags_is_parameterised(tmp_path):
+    """The runner's text refresh writes markdown cells without tags (valid nbformat); papermill's parameterisation
+    read every cell's tags, so verifying such a run (every NER and POS run after their titles changed) crashed."""
+    import nbformat
+
+    run = Run("probe__m__pos__none__k0__cached", "probe", {"k": 0}, grid="g")
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell("# Probe — m · POS (CoNLL-2003)"), nbformat.v4.new_code_cell("k = 3")]
+    nb.cells[1].metadata["tags"] = ["parameters"]
+    nb.metadata["kernelspec"] = {"name": "python3", "language": "python", "display_name": "Python 3"}
+    assert "tags" not in nb.cells[0].metadata
+    path = tmp_path / "book" / "runs" / "g" / f"{run.run_id}.ipynb"
+    path.parent.mkdir(parents=True)
+    nbformat.write(nb, path)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    prepared = nbformat.read(verify._prepare(run, {"components": {"params": {"k": 0}}}, {}, scratch, None, tmp_path), 4)
+    injected = [c for c in prepared.cells if "injected-parameters" in c.metadata.tags]
+    assert len(injected) == 1 and "k = 0" in injected[0].source
+    assert [c.source for c in prepared.cells if c.cell_type == "markdown"] == ["# Probe — m · POS (CoNLL-2003)"]
+
+
+def test_forced_avx2_kernels_reach_the_kernel_and_the_record_and_an_unknown_name_is_one_clear_error(
+    tmp_path, monkeypatch
+):
+    """``--kernels avx2`` re-executes with the AVX2 kernels of torch, MKL and oneDNN (a run made on a CPU without
+    AVX-512 is then re-made equal on one with it: measured on probe__minilm-l3__mnli__gates__k18__cached, whose train
+    losses differed at 2e-7 with this CPU's own kernels); the record's machine says the kernels were forced."""
+    seen = {}
+
+    def fake_run(command, cwd, env, capture_output, text):
+        seen.update(env)
+        return type("Done", (), {"returncode": 0, "stdout": "", "stderr": ""})()
+
+    monkeypatch.setattr(verify.subprocess, "run", fake_run)
+    verify._nbval(tmp_path / "n.ipynb", tmp_path, "avx2")
+    assert {k: seen[k] for k in verify.KERNEL_ENV["avx2"]} == {
+        "ATEN_CPU_CAPABILITY": "avx2",
+        "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+        "ONEDNN_MAX_CPU_ISA": "AVX2",
+    }
+    assert verify._machine("avx2").endswith(" cores, AVX2 (forced)")
+    args = build_parser().parse_args(["grid", "verify", "configs/smoke.yaml", "--kernels", "avx2"])
+    assert args.kernels == "avx2"
+    with pytest.raises(PapaError) as caught:
+        verify_grid(ROOT / "configs" / "smoke.yaml", kernels="sse4", out=io.StringIO())
+    assert str(caught.value.problem) == "Unknown kernels 'sse4'"
+    assert "Use one of avx2, or leave --kernels out." in str(caught.value)
 
 
 # -- the reproducibility page ------------------------------------------------------------------------------------------

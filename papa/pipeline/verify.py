@@ -21,6 +21,9 @@ For each chosen run (an estimate, rank, select_lr or probe run with a stamp and 
    differed, nbval's cells, and what may explain a difference (papa code or library versions that changed since
    the run, a committed output edited after it ran).
 
+``kernels="avx2"``: torch's, MKL's and oneDNN's AVX2 kernels (:data:`KERNEL_ENV`), so that an AVX-512 CPU re-makes
+exactly a run made on a CPU without AVX-512 (its own kernels differ there at float rounding, train losses at 1e-7).
+
 A run matches when nbval passed (or ``tolerance`` > 0) and no field differs. The book's reproducibility page reads
 the records (:func:`read_records`) in its "Verified" section.
 """
@@ -139,17 +142,25 @@ def select_runs(
     return chosen
 
 
+#: The environment that makes torch (ATen), MKL and oneDNN use one instruction set's kernels, by ``--kernels`` name.
+KERNEL_ENV = {
+    "avx2": {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"},
+}
+
+
 # -- one run ----------------------------------------------------------------------------------------------------------
 def _prepare(run: Run, stamp: dict, by_id: dict[str, Run], scratch: Path, device: str | None, root: Path) -> Path:
     """The committed notebook in ``scratch``, parameterised as the stamp recorded (``device`` replacing the run's),
     with the committed outputs of its upstream runs at their paths; returns the notebook's path there."""
     import nbformat
+    from papermill.iorw import load_notebook_node
     from papermill.parameterize import parameterize_notebook
 
     params = dict((stamp.get("components") or {}).get("params") or run.params)
     if device:
         params["device"] = device
-    nb = parameterize_notebook(nbformat.read(root / run_notebook_path(run), as_version=4), params)
+    # papermill's reader: a cell without tags (a markdown cell the runner's text refresh wrote) gets empty ones
+    nb = parameterize_notebook(load_notebook_node(str(root / run_notebook_path(run))), params)
     for dep in run.deps:
         for rel in by_id[dep].outputs:
             if not (root / rel).is_file():
@@ -163,10 +174,11 @@ def _prepare(run: Run, stamp: dict, by_id: dict[str, Run], scratch: Path, device
     return notebook
 
 
-def _nbval(notebook: Path, scratch: Path) -> tuple[bool, list[str], str]:
+def _nbval(notebook: Path, scratch: Path, kernels: str | None = None) -> tuple[bool, list[str], str]:
     """Run ``pytest --nbval-lax`` on ``notebook`` in ``scratch``: (passed, the failed cells with nbval's reason, the
-    tail of pytest's output). The kernel imports this papa and reads the data this process would."""
-    env = dict(os.environ, PAPA_CACHE_DIR=str(scratch / "cache"))
+    tail of pytest's output). The kernel imports this papa and reads the data this process would, with
+    :data:`KERNEL_ENV`'s ``kernels`` (None: the CPU's own)."""
+    env = dict(os.environ, PAPA_CACHE_DIR=str(scratch / "cache"), **KERNEL_ENV.get(kernels or "", {}))
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PACKAGE.parent), env.get("PYTHONPATH", "")]))
     for name in ("PAPA_DATA_DIR", "PAPA_MODEL_CACHE"):
         if env.get(name, "").strip():
@@ -215,7 +227,7 @@ def _edited(run: Run, stamp: dict, root: Path) -> list[str]:
     return [rel for rel in run.outputs if (root / rel).is_file() and written.get(rel) != sha256_file(root / rel)]
 
 
-def _machine() -> str:
+def _machine(kernels: str | None = None) -> str:
     """The CPU model (``/proc/cpuinfo`` on Linux, else the architecture), its core count and the vector kernels
     torch picks on it (``AVX2``, ``AVX512``): two CPUs of one model name with other kernels sum in another order,
     so their float tensors differ at rounding (``AMD EPYC, 2 cores, AVX512``)."""
@@ -228,13 +240,21 @@ def _machine() -> str:
         model = names[0] if names else model
     except OSError:
         pass
-    return f"{model}, {os.cpu_count()} cores, {torch.backends.cpu.get_cpu_capability()}"
+    picked = f"{kernels.upper()} (forced)" if kernels else torch.backends.cpu.get_cpu_capability()
+    return f"{model}, {os.cpu_count()} cores, {picked}"
 
 
 def verify_run(
-    run: Run, stamp: dict, by_id: dict[str, Run], device: str | None = None, tolerance: float = 0.0, root: Path = ROOT
+    run: Run,
+    stamp: dict,
+    by_id: dict[str, Run],
+    device: str | None = None,
+    tolerance: float = 0.0,
+    root: Path = ROOT,
+    kernels: str | None = None,
 ) -> dict:
-    """Re-execute ``run`` in a scratch folder and compare (the module docstring); returns its verification record."""
+    """Re-execute ``run`` in a scratch folder (with ``kernels``: :data:`KERNEL_ENV`) and compare (the module
+    docstring); returns its verification record."""
     import nbformat
 
     from papa.core.models import pick_device
@@ -247,7 +267,7 @@ def verify_run(
         notebook = _prepare(run, stamp, by_id, scratch, device, root)
         cells = [c for c in nbformat.read(notebook, as_version=4).cells if c.cell_type == "code"]
         checked = sum(CHECK_TAG in c.get("metadata", {}).get("tags", []) for c in cells)
-        passed, failed_cells, tail = _nbval(notebook, scratch)
+        passed, failed_cells, tail = _nbval(notebook, scratch, kernels)
         differences: list[tuple[str, Difference]] = []
         largest = 0.0
         for rel in run.outputs:
@@ -267,7 +287,7 @@ def verify_run(
         "kind": run.kind,
         "key": stamp["key"],
         "verified_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "machine": _machine(),
+        "machine": _machine(kernels),
         "device": device_description(pick_device(device or run.params.get("device"))),
         "python": platform.python_version(),
         "packages": package_versions(),
@@ -320,11 +340,15 @@ def verify_grid(
     out=None,
     records: Path | None = None,
     root: Path = ROOT,
+    kernels: str | None = None,
 ) -> int:
     """Verify the chosen committed runs of a grid (:func:`select_runs`; a ``sample``, or any choice while a runner holds
     the grid, only among the runs up to date with their key), print one line per run and write each record into
-    ``records`` (default: the runs folder's ``verified/``); returns 0 when every run matched, else 1."""
+    ``records`` (default: the runs folder's ``verified/``); ``kernels``: re-execute with :data:`KERNEL_ENV`'s kernels;
+    returns 0 when every run matched, else 1."""
     out = out or sys.stdout
+    if kernels is not None and kernels not in KERNEL_ENV:
+        raise PapaError(f"Unknown kernels {kernels!r}", f"Use one of {', '.join(KERNEL_ENV)}, or leave --kernels out.")
     if tolerance < 0:
         hint = "Pass an absolute tolerance such as 1e-5 (0: the values must be equal)."
         raise PapaError(f"--tolerance must be 0 or more, got {tolerance}", hint)
@@ -358,7 +382,7 @@ def verify_grid(
         print(f"grid {config['name']}: verifying {len(chosen)} committed runs{across}", file=out, flush=True)
         failed = []
         for number, run in enumerate(chosen, 1):
-            record = verify_run(run, stamps[run.run_id], by_id, device, tolerance, root)
+            record = verify_run(run, stamps[run.run_id], by_id, device, tolerance, root, kernels)
             path = records / f"{run.run_id}.json" if records else verification_path(folder, run.run_id)
             atomic_write_json(path, record)
             verdict = "matched" if record["matched"] else "DIFFERED"
