@@ -267,6 +267,38 @@ def test_forced_avx2_kernels_reach_the_kernel_and_the_record_and_an_unknown_name
     assert "Use one of avx2, or leave --kernels out." in str(caught.value)
 
 
+def test_runs_that_differ_only_at_float_rounding_get_the_kernels_hint(tmp_path, monkeypatch):
+    """A re-made run whose numbers differ at 1e-7 with nbval passing is what another CPU's vector kernels give: the
+    summary says so and names --kernels; a real difference (a score) gets no such hint."""
+    copy = _smoke_copy(tmp_path)
+    sizes = {"estimate__minilm-l6__sst2": 2e-7, "rank__minilm-l6__sst2__deviation": 0.05}
+
+    def remade(run, stamp, by_id, device, tolerance, root, kernels):
+        size = sizes[run.run_id]
+        nbval = {"passed": size < 1e-5, "checked_cells": 1, "failed_cells": []}
+        differences = [{"field": "epochs[0].train_loss", "committed": "1.0", "remade": "1.0", "size": size}]
+        return _record(
+            run.run_id,
+            stamp["key"],
+            matched=False,
+            largest_difference=size,
+            nbval=nbval,
+            differences=differences,
+            fields=["epochs[0].train_loss"],
+            seconds=1.0,
+        )
+
+    monkeypatch.setattr(verify, "verify_run", remade)
+    out = io.StringIO()
+    pattern = "estimate__minilm-l6__sst2,rank__minilm-l6__sst2__deviation"
+    status = verify_grid(copy / "configs" / "smoke.yaml", pattern=pattern, out=out, records=tmp_path, root=copy)
+    assert status == 1
+    assert out.getvalue().endswith(
+        "  1 of them differ only at float rounding (at most 1e-05), as runs made on a CPU with other vector kernels "
+        "do: try --kernels avx2 (runs made without AVX-512)\n"
+    )
+
+
 # -- the reproducibility page ------------------------------------------------------------------------------------------
 def _record(run_id: str, key: str, matched: bool = True, **extra) -> dict:
     record = {
