@@ -384,8 +384,9 @@ def test_without_records_or_dirty_runs_the_section_says_so(tmp_path):
 # -- re-executions ----------------------------------------------------------------------------------------------------
 #: How far a float tensor (constants, deviations, mean outputs) re-made on another CPU may be from the committed one:
 #: a CPU of the same model name whose torch kernels differ (AVX2 against AVX-512) sums in another order. Measured:
-#: 3.1e-7 (``estimate__minilm-l3__sst2``'s mean outputs, on an AVX-512 machine against the committed run), and 0 on
-#: the machine that made the runs (the book's verification records). Far below any difference the book shows.
+#: 3.1e-7 (``estimate__minilm-l3__sst2``'s mean outputs, on an AVX-512 machine against the committed run) and 2e-7 to
+#: 6e-7 in train losses (two MNLI probes; equal with ``--kernels avx2``), and 0 on the machine that made the runs.
+#: Far below any difference the book shows.
 TENSOR_ROUNDING = 1e-5
 
 
@@ -394,16 +395,21 @@ TENSOR_ROUNDING = 1e-5
 @pytest.mark.parametrize("run_id", CI_SAMPLE)
 def test_the_ci_sample_of_committed_default_runs_reproduces_exactly(run_id, tmp_path):
     """`make test` verifies these committed default-grid runs on every commit, on whatever CPU it gets: every score,
-    lr choice, head order, count and setting must be equal; a float tensor may differ only at rounding
-    (:data:`TENSOR_ROUNDING`), and then nbval's text of it (the constants' checksum) may differ too."""
+    lr choice, head order, count and setting must be equal; a float tensor or a probe's train loss may differ only at
+    rounding (:data:`TENSOR_ROUNDING`: other vector kernels sum in another order), and then nbval's text of a tensor
+    (the constants' checksum) may differ too."""
     out = io.StringIO()
     status = verify_grid(ROOT / "configs" / "default.yaml", pattern=run_id, out=out, records=tmp_path)
     record = json.loads((tmp_path / f"{run_id}.json").read_text())
-    rounded = [d for d in record["differences"] if d["field"].endswith("(max |Δ|)")]
-    assert len(record["fields"]) == len(rounded), out.getvalue()  # nothing but float tensors differs
-    assert all(d["size"] <= TENSOR_ROUNDING for d in rounded), out.getvalue()
-    if rounded:  # the checksum cell is the estimate's one checked cell
+    fields = [field.split(": ")[-1] for field in record["fields"]]
+    tensors = [field for field in fields if field.endswith("(max |Δ|)")]
+    losses = [field for field in fields if field.endswith("train_loss")]  # summed in another order, scores equal
+    assert len(fields) == len(tensors) + len(losses), out.getvalue()  # nothing else differs
+    assert record["largest_difference"] <= TENSOR_ROUNDING, out.getvalue()
+    if tensors:  # the checksum cell is the estimate's one checked cell
         assert record["kind"] == "estimate" and record["nbval"]["checked_cells"] == 1, out.getvalue()
+    elif losses:  # no checked cell shows a train loss
+        assert record["nbval"]["passed"], out.getvalue()
     else:
         assert status == 0 and record["matched"] and record["largest_difference"] == 0.0, out.getvalue()
 
