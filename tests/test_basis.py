@@ -157,3 +157,13 @@ def test_the_committed_default_book_shows_one_value_per_quantity():
         total = int(result.cells.loc[result.cells["model"] == model, "total_heads"].iloc[0])
         if not math.isnan(row["drop_all"]):
             assert relative.loc[(model, total), "relative_score"] == pytest.approx(1 - row["drop_all"], abs=1e-12)
+    # a floor still rising: the mean of the attention-free runs the gate left out, only where none converged
+    free = data.main[(data.main["k"] == 0) & (data.main["probe_input"] == "embeddings") & data.main["is_main"]]
+    kept = set(basis.runs["run_id"])
+    for floor in data.floors.itertuples():
+        runs = free[(free["model"] == floor.model) & (free["task"] == floor.task)]
+        left_out = runs[~runs["run_id"].isin(kept)]
+        assert floor.attention_free_rising == (len(runs) > 0 and len(left_out) == len(runs)), floor
+        if floor.attention_free_rising:
+            assert floor.attention_free == pytest.approx(left_out["value"].astype(float).mean())
+    assert data.floors["attention_free_rising"].any()  # mpnet-base POS and SST-2 in the committed runs

@@ -435,7 +435,7 @@ def test_smoke_like_grid_without_random_literal_or_curves(tmp_path):
     result = build_answers(data, resamples=50)
     assert result.gate["converged"] == 0 and result.gate["unknown"] == 24
     assert set(result.claims["verdict"]) == {"not testable"}
-    assert result.basis == "all 24 runs (none passed the convergence gate)" and len(result.summary)
+    assert result.basis == "all 24 probe results (none passed the convergence gate)" and len(result.summary)
     assert result.random.empty and "No seeded random ordering ran" in IT.random_display(result.random)._repr_html_()
     literal = literal_comparison(data, resamples=50)
     assert literal.empty and "did not run" in IT.literal_display(literal)._repr_html_()
@@ -512,7 +512,7 @@ def test_chapters_execute_on_hand_made_runs(tmp_path, monkeypatch, smoke):
             0,
         )
         assert (
-            results["analogue_basis"] == "all 24 runs (none passed the convergence gate)"
+            results["analogue_basis"] == "all 24 probe results (none passed the convergence gate)"
             and controls["literal_studies"] == "none in this grid"
         )
     else:
@@ -542,10 +542,11 @@ def test_random_summary_counts_the_rankings_comparisons():
         columns=["model", "task", "fraction", "ranking", "verdict"],
     )
     assert random_summary(rows, "gates") == (
-        "the gates ranking beats the seeded random orderings in 1 of its 3 comparisons and is worse in 1 "
-        "(on m and n, with half and 7/8 of the heads constant; the others show no real difference)"
+        "the gates ranking beats the seeded random orderings in 1 of its 3 comparisons (m SST-2 at half) and is worse "
+        "in 1 (n CoLA at half); the comparisons are on m and n, with half and 7/8 of the heads constant, and the "
+        "others show no real difference"
     )
     assert random_summary(rows, "deviation") == (
-        "the deviation ranking beats the seeded random orderings in 1 of its 1 comparison and is worse in none (on m, "
-        "with half of the heads constant)"
+        "the deviation ranking beats the seeded random orderings in 1 of its 1 comparison (m SST-2 at half) and is "
+        "worse in none; the comparisons are on m, with half of the heads constant"
     )

@@ -407,7 +407,10 @@ def test_reproducibility_page_words_its_environment_and_time(tmp_path):
     )  # per run, not per seed
     assert "- papa 0.1.0, commits `aaa`, `bbb-dirty` (`-dirty`: the working tree had uncommitted changes;" in page
     assert "- device: cpu:x86_64x2" in page
-    assert "- 2 probe runs (3 probe results, one per seed), 3.0 minutes of probing in all" in page
+    assert (
+        "- 2 probe runs (3 probe results, one per seed): 3.0 minutes inside them (features, training and evaluation, "
+        "as the results files time them; the runs' wall times, start-up included, are summed below)" in page
+    )
     assert "Inside the 2 probe runs (3 probe results): " in page and "probing run" not in page
     assert "The grid's runs took 4.0 minutes of wall time in all" in page and "| probe | 2 | 4.0 |" in page
     assert (

@@ -437,3 +437,14 @@ def test_sensitivity_reads_each_model_against_its_own_main_grid_settings() -> No
     assert table["drop official"].tolist() == [pytest.approx(0.1)] and table["drop study"].tolist() == [
         pytest.approx(0.04 / 0.84)
     ]
+
+
+def test_candidates_that_round_to_one_score_show_the_digits_that_tell_them_apart() -> None:
+    """mpnet-base POS: 0.9292 against 0.9289 read "0.929" in every column, so the choice looked arbitrary; a model
+    and task whose candidates tie at 3 digits get the digits that separate them (every column of that row)."""
+    choices = {"m__sst2": CHOICES["m__sst2"]}
+    runs = choices["m__sst2"]["runs"]
+    choices["m__sst2"] = choices["m__sst2"] | {"runs": [runs[0] | {"heldout": 0.92921}, runs[1] | {"heldout": 0.92889}]}
+    (row,) = lr_choice_display(lr_choice_frame(_data(choices))).rows
+    assert [cell.split(" ")[0] for cell in row[2:4]] == ["0.9292", "0.9289"]
+    assert lr_choice_display(lr_choice_frame(_data(CHOICES))).rows[1][2].startswith("0.830 ")  # apart at 3 digits

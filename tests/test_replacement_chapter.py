@@ -138,3 +138,8 @@ def test_the_committed_replacement_study_reads_papas_drops_from_the_results_basi
         assert drop == row["relative_drop"] or (math.isnan(drop) and math.isnan(row["relative_drop"])), key
     for key, row in others.iterrows():
         assert row["score_0"] == papa.loc[key, "score_0"], (key, row["replacement"])
+    ran, bases = RPG.replacement_runs(data), RPG.replacement_bases(data)
+    kept = sum(int(b.runs["run_id"][b.runs["replacement"] == m].nunique()) for m, b in bases.items() if m != "papa")
+    total = int(ran.loc[ran["replacement"] != "papa", "run_id"].nunique())
+    assert science.words.startswith(f"{kept} converged probe results of uniform, mean and zero")
+    assert science.words.endswith(f" ({total - kept} of {total} left out: not converged)") == (total > kept)

@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from papa.analysis.results import (
+    attention_free_values,
     beyond_seed_range,
     epoch_table,
     floors_table,
@@ -506,3 +507,20 @@ def test_a_study_comparison_names_its_rule_beyond_seed_range_not_real():
     assert bool(out.loc[0, "beyond_seed_range"]) and "real" not in out
     assert out.loc[0, "difference"] == pytest.approx(0.71 - 0.81)
     assert not compare(runs([0.80, 0.90]), runs([0.84]), "cached", "faithful").loc[0, "beyond_seed_range"]
+
+
+def test_a_pair_whose_attention_free_probes_all_rose_to_the_cap_is_floored_by_them_not_by_the_majority(tmp_path):
+    """mpnet-base POS: every attention-free run still rose at its cap, and the floor fell back to the majority class
+    (0.169), far below those runs' 0.86, so the pair looked informative by a margin it may not have. Their mean is a
+    lower bound of the converged floor: it is the floor, marked as still rising."""
+    df = load_results(grid(tmp_path))  # baseline 0.82 ± 0.02 (margin 0.04), attention-free 0.56, majority 0.5
+    kept = df[df["probe_input"] != "embeddings"]  # the gate left no attention-free run
+    rising = attention_free_values(df[df["probe_input"] == "embeddings"].assign(value=[0.79, 0.80, 0.81]))
+    assert rising == {("minilm-l6", "sst2", "cached"): [0.79, 0.80, 0.81]}
+    alone = floors_table(kept).iloc[0]
+    assert math.isnan(alone["attention_free"]) and not alone["attention_free_rising"] and alone["informative"]
+    floor = floors_table(kept, rising=rising).iloc[0]
+    assert floor["attention_free"] == pytest.approx(0.80) and floor["attention_free_rising"]
+    assert not floor["informative"]  # 0.82 − 0.80 is inside the margin
+    converged = floors_table(df, rising=rising).iloc[0]  # a converged floor is never replaced
+    assert converged["attention_free"] == pytest.approx(0.56) and not converged["attention_free_rising"]

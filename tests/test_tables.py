@@ -114,7 +114,8 @@ def test_floors_display_names_the_model_when_there_are_several_and_dashes_a_miss
     assert one.rows == [
         ["SST-2", "yes", "accuracy", "0.500", None, f"0.802{NBSP}±{NBSP}0.001", None]
     ]  # no interval given: margin rule
-    assert "converged (or none ran)" in one._repr_html_() and not BAD.search(one._repr_html_())
+    assert "attention-free probe (embedding layer only) of this pair ran" in one._repr_html_()
+    assert not BAD.search(one._repr_html_())
 
 
 def test_retained_gains_display_puts_drop_and_gain_first(tmp_path):
@@ -305,9 +306,21 @@ def test_no_number_shows_a_negative_zero():
         "-0.002",
     )
     assert (
-        with_interval(signed, -0.0001, -0.0102, 0.0001) == f"0.000{NBSP}[-0.010,{NBSP}0.000]"
+        with_interval(signed, -0.0001, -0.0102, 0.0) == f"0.000{NBSP}[-0.010,{NBSP}0.000]"
         and with_interval(percent, -0.00001, -0.01, 0.0) == f"0.0%{NBSP}[-1.0%,{NBSP}0.0%]"
     )
+
+
+def test_an_interval_end_near_zero_shows_which_side_of_zero_it_lies():
+    """A verdict reads whether an interval excludes 0: "[0.000, +0.036] beats random" beside "[0.000, +0.003] no
+    real difference" hid it, so an end that is not 0 gets up to three more digits; a value keeps its digits."""
+    from papa.book.table_format import interval_text, percent, signed, with_interval
+
+    assert with_interval(signed, 0.018, 0.0004, 0.036) == f"+0.018{NBSP}[+0.0004,{NBSP}+0.036]"
+    assert with_interval(signed, 0.001, -0.00002, 0.003) == f"+0.001{NBSP}[-0.00002,{NBSP}+0.003]"
+    assert with_interval(signed, 0.0001, -0.0102, 0.0001) == f"0.000{NBSP}[-0.010,{NBSP}+0.0001]"
+    assert with_interval(percent, 0.01, 1e-9, 0.02) == f"1.0%{NBSP}[0.0%,{NBSP}2.0%]"  # beyond three digits: zero
+    assert interval_text(0.012, -0.0004, 0.02) == "1.2% [-0.04%, 2.0%]"
 
 
 def test_every_score_table_labels_each_share_by_its_real_counts():

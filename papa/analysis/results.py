@@ -218,13 +218,27 @@ def summarise(df: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out, columns=SUMMARY_KEYS + ["mean", "std", "min", "max", "n_seeds"])
 
 
-def floors_table(df: pd.DataFrame, intervals: Mapping[tuple, tuple[float, float]] | None = None) -> pd.DataFrame:
+def attention_free_values(df: pd.DataFrame) -> dict[tuple, list[float]]:
+    """Per (model, task, mode): the main scores of ``df``'s main-grid attention-free probes at k = 0."""
+    rows = df[(df["k"] == 0) & (df["probe_input"] == "embeddings") & df["is_main"]] if len(df) else df
+    groups = rows.groupby(["model", "task", "mode"], sort=True)["value"] if len(rows) else {}
+    return {key: [float(v) for v in values] for key, values in groups}
+
+
+def floors_table(
+    df: pd.DataFrame,
+    intervals: Mapping[tuple, tuple[float, float]] | None = None,
+    rising: Mapping[tuple, list[float]] | None = None,
+) -> pd.DataFrame:
     """Per model, task and mode: the floors, the k = 0 baseline, and whether the task is informative.
 
     * ``majority``: the main metric of always predicting the majority class (the ``majority`` column of ``df``);
     * ``attention_free`` (``_std``, ``_n``): mean main score of the k = 0 runs with
       ``probe_input == "embeddings"`` (the probe sees no attention at all);
-    * ``baseline`` (``_std``, ``_n``): mean main score of the k = 0 runs with ``probe_input == "all"``.
+    * ``baseline`` (``_std``, ``_n``): mean main score of the k = 0 runs with ``probe_input == "all"``;
+    * ``attention_free_rising``: no attention-free run of ``df`` (the converged ones) is there, so the floor is the
+      mean of ``rising`` (``{(model, task, mode): scores}``, runs still rising at their epoch cap): a lower bound of
+      the converged floor, closer to it than the majority class alone.
 
     Rule: a task is ``informative`` when the k = 0 probe clearly beats the higher floor
     ``max(majority, attention_free)`` (a missing attention-free floor is left out of the max), over seeds *and*
@@ -242,6 +256,9 @@ def floors_table(df: pd.DataFrame, intervals: Mapping[tuple, tuple[float, float]
         row["majority"] = float(majority.get((model, task, mode), math.nan))
         for name, probe_input in (("attention_free", "embeddings"), ("baseline", "all")):
             values = group.loc[group["probe_input"] == probe_input, "value"].astype(float)
+            if name == "attention_free":
+                row["attention_free_rising"] = not len(values) and bool((rising or {}).get((model, task, mode)))
+                values = pd.Series((rising or {})[(model, task, mode)]) if row["attention_free_rising"] else values
             row[name] = values.mean() if len(values) else math.nan
             row[f"{name}_std"] = values.std(ddof=1) if len(values) > 1 else math.nan
             row[f"{name}_n"] = int(len(values))
@@ -251,7 +268,8 @@ def floors_table(df: pd.DataFrame, intervals: Mapping[tuple, tuple[float, float]
         clears_margin = not math.isnan(row["baseline"]) and row["baseline"] - floor > row["margin"]
         row["informative"] = bool(clears_margin and (math.isnan(row["baseline_low"]) or row["baseline_low"] > floor))
         rows.append(row)
-    columns = "model task mode metric majority attention_free attention_free_std attention_free_n baseline".split()
+    columns = "model task mode metric majority attention_free attention_free_std attention_free_n".split()
+    columns += ["attention_free_rising", "baseline"]
     columns += ["baseline_std", "baseline_n", "baseline_low", "baseline_high", "margin", "informative"]
     return pd.DataFrame(rows, columns=columns)
 

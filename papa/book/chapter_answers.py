@@ -158,13 +158,22 @@ def random_summary(random: pd.DataFrame, ranking: str) -> str:
     rows = random[random["ranking"] == ranking] if len(random) else random
     if not len(rows):
         return f"no seeded random ordering ran beside the {ranking} ranking, so whether it beats random is not measured"
-    beats, worse = int((rows["verdict"] == "beats random").sum()), int((rows["verdict"] == "worse than random").sum())
+
+    def which(verdict: str) -> tuple[int, str]:
+        hits = rows[rows["verdict"] == verdict]
+        named = (
+            f"{m} {task_name(t)} at {fraction_words(f)}"
+            for m, t, f in zip(hits["model"], hits["task"], hits["fraction"])
+        )
+        return len(hits), f" ({and_list(named)})" if len(hits) else ""
+
+    (beats, won), (worse, lost) = which("beats random"), which("worse than random")
     fractions = and_list(fraction_words(f) for f in sorted(set(rows["fraction"])))
-    where = f"on {and_list(sorted(set(rows['model'])))}, with {fractions} of the heads constant"
+    where = f"the comparisons are on {and_list(sorted(set(rows['model'])))}, with {fractions} of the heads constant"
     comparisons = f"{len(rows)} {plural(len(rows), 'comparison')}"
-    said = f"the {ranking} ranking beats the seeded random orderings in {beats} of its {comparisons}"
-    rest = "; the others show no real difference)" if len(rows) - beats - worse else ")"
-    return f"{said} and is worse in {worse or 'none'} ({where}{rest}"
+    said = f"the {ranking} ranking beats the seeded random orderings in {beats} of its {comparisons}{won}"
+    rest = ", and the others show no real difference" if len(rows) - beats - worse else ""
+    return f"{said} and is worse in {worse or 'none'}{lost}; {where}{rest}"
 
 
 def model_drops_display_frame(result: ChapterAnswers) -> pd.DataFrame:

@@ -74,7 +74,7 @@ def random_display(baseline: pd.DataFrame) -> Table:
     kinds = model_task_kinds(frame) | {"heads": "text", "k": "int", "ranking": "text", "score": "score"}
     kinds |= {"random_score": "score", "difference_cell": text, "verdict": "text", "runs": "text"}
     headers = {"heads": "constant heads", "score": "ranking's score", "random_score": "random's score"}
-    headers |= {"difference_cell": "ranking − random [95% interval]", "runs": "runs (ranking / random)"}
+    headers |= {"difference_cell": "ranking − random [95% interval]", "runs": "probe results (ranking / random)"}
     note = (
         "Both sides score the same dev examples; the interval is a paired bootstrap over them (each side's runs"
         " pooled). beats random: the interval lies above 0."
@@ -143,7 +143,8 @@ def paper_table_display(frame: pd.DataFrame) -> Table:
             f"The paper: {average:.0%} average relative drop with all heads constant, at most {most:.0%} on a task."
         )
     missing = {"max_drop_all": "given on each model's average row only", "score_half": "not run"}
-    missing |= {"drop_half": "not run, or no paired interval", "score_all": "not shown on claim 3's row"}
+    no_drop = "not run, no paired interval, or the k = 0 score is within noise of zero (the ratio is not shown)"
+    missing |= {"drop_half": no_drop, "drop_all": no_drop, "score_all": "not shown on claim 3's row"}
     return table(shown, kinds, headers, missing, notes, details=["score_half", "score_all"])
 
 
@@ -176,7 +177,8 @@ def convergence_display(per_task: pd.DataFrame) -> Table:
         ["runs", "converged", "still rising", "no held-out curve"], "int"
     )
     kinds["mean epochs trained"] = lambda v: None if is_missing(v) else f"{float(v):.1f}"
-    return table(key_text(per_task), kinds, missing={"mean epochs trained": "no run recorded a held-out curve"})
+    missing = {"mean epochs trained": "no run recorded a held-out curve"}
+    return table(key_text(per_task), kinds, {"runs": "probe results"}, missing)
 
 
 def still_rising_display(rising: pd.DataFrame) -> Table:

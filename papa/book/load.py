@@ -192,7 +192,10 @@ def floors_display(floors: pd.DataFrame) -> T.Table:
     """The floors table for reading: one row per (model and) task, means ± seed std, and the verdict."""
     f = floors
     frame = f.assign(
-        free=[T.score_spread(m, s) for m, s in zip(f["attention_free"], f["attention_free_std"])],
+        free=[
+            None if T.is_missing(m) else f"{T.score_spread(m, s)}{' (still rising)' if rising is True else ''}"
+            for m, s, rising in zip(f["attention_free"], f["attention_free_std"], f["attention_free_rising"])
+        ],
         base=[T.score_spread(m, s) for m, s in zip(f["baseline"], f["baseline_std"])],
         interval=[
             None if T.is_missing(lo) else f"[{lo:.3f}, {hi:.3f}]"
@@ -206,14 +209,16 @@ def floors_display(floors: pd.DataFrame) -> T.Table:
     headers = {"informative": "informative", "majority": "majority class", "free": "attention-free probe"}
     headers |= {"base": "k = 0 probe", "interval": "k = 0, 95% interval"}
     missing = {
-        "free": "no attention-free probe (embedding layer only) of this pair converged (or none ran): the higher floor"
-        " is the majority class",
+        "free": "no attention-free probe (embedding layer only) of this pair ran: the higher floor is the majority"
+        " class",
         "base": "no k = 0 probe of this pair converged (or none ran)",
         "interval": "not every seed stored its dev predictions: informative by the seed-spread margin alone",
     }
     notes = [
         "Every floor and score here is a mean over the converged runs only (the book's basis); ± is the standard"
-        " deviation over those probe seeds, and a score without ± comes from a single seed.",
+        " deviation over those probe seeds, and a score without ± comes from a single seed. Still rising: no"
+        " attention-free probe of the pair converged, so its floor is the mean of those still rising at their epoch"
+        " cap, a lower bound of the converged floor (and closer to it than the majority class alone).",
         "The interval is a 95% bootstrap interval over dev examples (seeds pooled). Informative: the k = 0 mean exceeds"
         " the higher floor by more than twice the seed spread (and at least 0.01), and the interval's lower bound lies"
         " above it.",

@@ -36,12 +36,18 @@ def lr_choice_frame(data: BookData) -> pd.DataFrame:
     return frame.sort_values(["model", "task", "lr", "seed"], ignore_index=True)  # as the other tables: model, task
 
 
-def _cell(group: pd.DataFrame) -> str:
+def _cell(group: pd.DataFrame, digits: int = 3) -> str:
     """``0.204 (epoch 4 of 7)``, with ``, at the cap`` when the curve still rose; seeds joined by ``; ``."""
     cap = lambda r: "" if r.converged else ", at the cap"
     return "; ".join(
-        f"{r.heldout:.3f} (epoch {r.best_epoch} of {r.epochs_trained}{cap(r)})" for r in group.itertuples()
+        f"{r.heldout:.{digits}f} (epoch {r.best_epoch} of {r.epochs_trained}{cap(r)})" for r in group.itertuples()
     )
+
+
+def _digits(scores: pd.Series) -> int:
+    """3, or up to 6 where 3 would show different held-out scores of one model and task (the choice) as equal."""
+    distinct = scores.nunique()
+    return next((d for d in range(3, 7) if scores.round(d).nunique() == distinct), 6)
 
 
 def lr_choice_display(frame: pd.DataFrame) -> T.Table:
@@ -55,7 +61,8 @@ def lr_choice_display(frame: pd.DataFrame) -> T.Table:
     for (model, task), group in frame.groupby(["model", "task"], sort=False):
         chosen = group.loc[group["chosen"], "lr"]
         row = {"model": model, "task": task_name(task), "chosen_lr": lr_text(chosen.iloc[0]) if len(chosen) else None}
-        row |= {lr: _cell(group[group["lr"] == lr]) if (group["lr"] == lr).any() else None for lr in lrs}
+        digits = _digits(group["heldout"])
+        row |= {lr: _cell(group[group["lr"] == lr], digits) if (group["lr"] == lr).any() else None for lr in lrs}
         rows.append(row)
     kinds = T.model_task_kinds(frame) | {"chosen_lr": "text"}
     kinds |= {lr: T.text for lr in lrs}

@@ -18,20 +18,25 @@ from papa.analysis import replacements as RP
 from papa.analysis.basis import Basis, build_basis
 from papa.analysis.figure_kit import AXIS_PX, TEXT_WIDTH, Figure, clean, finish, glue_figure, legend, words
 from papa.book.load import BookData, headline_ranking
-from papa.book.table_format import Table, key_text, model_task_kinds, percent, points_text, table
+from papa.book.table_format import Table, interval_text, key_text, model_task_kinds, percent, points_text, table
 from papa.core.io import read_json_verified
 from papa.pipeline.plan import STUDY_AIMS, chapter_study_minutes, runs_dir
 
 AT_WORDS = {"half": "half of the heads", "all": "every head"}
 
 
+def replacement_runs(data: BookData) -> pd.DataFrame:
+    """Every run of this chapter's studies (``chapter: replacements``), converged or not (tidy rows)."""
+    studies = [s["name"] for s in data.config.get("studies", []) if s.get("chapter") == "replacements"]
+    frames = [data.studies[name] for name in studies if name in data.studies]
+    return pd.concat(frames) if frames else data.main.iloc[:0]
+
+
 def replacement_bases(data: BookData) -> dict[str, Basis]:
     """Per mode, its basis: ``papa`` is the main grid's; every other mode's joins its runs (from the studies of
     this chapter, ``chapter: replacements``) to the main grid's k = 0 runs, so its drops pair with the same k = 0
     seeds as PAPA's."""
-    studies = [s["name"] for s in data.config.get("studies", []) if s.get("chapter") == "replacements"]
-    frames = [data.studies[name] for name in studies if name in data.studies]
-    runs = pd.concat(frames) if frames else data.main.iloc[:0]
+    runs = replacement_runs(data)
     base = data.main[data.main["k"] == 0]
     bases = {"papa": data.basis}
     for mode in RP.QUESTIONS:
@@ -61,7 +66,10 @@ def replacement_answers(data: BookData) -> ReplacementAnswers:
     extra = RP.extra_drops(cells)
     modes = [m for m in bases if m != "papa"]
     n_runs = sum(int(bases[m].runs.loc[bases[m].runs["replacement"] == m, "run_id"].nunique()) for m in modes)
-    runs_words = f"{n_runs} converged probe results of {words(modes)}" if modes else "no run of another mode yet"
+    ran = replacement_runs(data)
+    n_all = int(ran.loc[ran["replacement"].isin(modes), "run_id"].nunique()) if len(ran) else 0
+    left = f" ({n_all - n_runs} of {n_all} left out: not converged)" if n_all > n_runs else ""
+    runs_words = f"{n_runs} converged probe results of {words(modes)}{left}" if modes else "no run of another mode yet"
     answers = RP.answers(extra, "all")
     answers["reason"] = [answer_reason(row.replacement, row._asdict(), row.answer) for row in answers.itertuples()]
     return ReplacementAnswers(ranking, cells, extra, RP.pooled_by_model(cells), answers, runs_words)
@@ -127,14 +135,19 @@ def mode_drops_display(science: ReplacementAnswers) -> Table:
     if cells.empty:
         return table(pd.DataFrame(), {"task": "text"})
     drops = zip(cells["relative_drop"], cells["relative_low"], cells["relative_high"])
-    cell_text = [None if math.isnan(d) else f"{percent(d)} [{percent(lo)}, {percent(hi)}]" for d, lo, hi in drops]
+    cell_text = [None if math.isnan(d) else interval_text(d, lo, hi) for d, lo, hi in drops]
     pivot = dict(index=["model", "task", "at"], columns="replacement", values="cell", aggfunc="first")
     wide = cells.assign(cell=cell_text).pivot_table(**pivot).reset_index()
     modes = [m for m in RP.MODES if m in wide.columns]
+    ran = set(zip(cells["model"], cells["at"], cells["replacement"]))  # a mode not run at a model's count of heads
+    for m in modes:
+        wide[m] = [
+            v if (model, at, m) in ran else "not run" for model, at, v in zip(wide["model"], wide["at"], wide[m])
+        ]
     wide = key_text(wide).assign(heads=[AT_WORDS[a] for a in wide["at"]])
     # text: a drop and its interval may wrap
     kinds = model_task_kinds(wide) | {"heads": "text"} | {m: "text" for m in modes}
-    missing = {m: "no converged pair of runs, or a k = 0 score not clear of 0" for m in modes}
+    missing = {m: "no converged pair of runs, or a k = 0 score within noise of zero" for m in modes}
     return table(wide.where(wide.notna(), None), kinds, headers={"heads": "constant"}, missing=missing)
 
 

@@ -101,13 +101,28 @@ def score_spread(mean: Any, spread: Any) -> str | None:
     return str(score(mean)) + ("" if is_missing(spread) else f"{NBSP}±{NBSP}{score(spread)}")
 
 
-def with_interval(cell: Callable[[Any], str | None], value: Any, low: Any, high: Any) -> str | None:
-    """``cell(value)`` followed, when both ends are there, by ``[cell(low), cell(high)]``, with non-breaking
-    spaces (one line): ``"0.812 [0.800, 0.840]"``; None without a value."""
+def _is_zero_text(cell: str | None) -> bool:
+    return cell is not None and re.fullmatch(r"0(\.0*)?%?", cell) is not None
+
+
+def interval_end(cell: Callable[..., str | None], value: Any) -> str | None:
+    """An interval's end as ``cell`` writes it, with up to three more digits when it would read as zero but is not:
+    whether an interval excludes 0 (a verdict) stays visible (``signed(0.0004)`` → ``"+0.0004"``, not ``"0.000"``)."""
+    text = cell(value)
+    if is_missing(value) or not _is_zero_text(text) or float(value) == 0.0:
+        return text
+    digits = len(text.rstrip("%").partition(".")[2])
+    finer = (cell(value, more) for more in (digits + 1, digits + 2, digits + 3))
+    return next((t for t in finer if not _is_zero_text(t)), text)
+
+
+def with_interval(cell: Callable[..., str | None], value: Any, low: Any, high: Any) -> str | None:
+    """``cell(value)`` followed, when both ends are there, by ``[low, high]`` (:func:`interval_end`), with
+    non-breaking spaces (one line): ``"0.812 [0.800, 0.840]"``; None without a value."""
     if is_missing(value):
         return None
-    interval = "" if is_missing(low) or is_missing(high) else f"{NBSP}[{cell(low)},{NBSP}{cell(high)}]"
-    return f"{cell(value)}{interval}"
+    ends = "" if is_missing(low) or is_missing(high) else f"{interval_end(cell, low)},{NBSP}{interval_end(cell, high)}"
+    return f"{cell(value)}{f'{NBSP}[{ends}]' if ends else ''}"
 
 
 def interval_text(value: Any, low: Any, high: Any) -> str:
@@ -115,7 +130,9 @@ def interval_text(value: Any, low: Any, high: Any) -> str:
     an interval; ``"–"`` without a value."""
     if is_missing(value):
         return DASH
-    interval = "" if is_missing(low) or is_missing(high) else f" [{percent(low)}, {percent(high)}]"
+    interval = (
+        "" if is_missing(low) or is_missing(high) else f" [{interval_end(percent, low)}, {interval_end(percent, high)}]"
+    )
     return f"{percent(value)}{interval}"
 
 

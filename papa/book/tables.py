@@ -78,9 +78,16 @@ def retained_gains_display(gains: pd.DataFrame) -> Table:
     kinds = model_task_kinds(gains) | {"ranking": "text", "k": "int", "relative_drop": "percent"}
     kinds |= {"retained_gain": "percent", "score": "score", "n_pairs": "int", "informative": "yes/no"}
     headers = {"relative_drop": "relative drop", "retained_gain": "retained gain", "score": "mean score"}
-    headers |= {"n_pairs": "seeds paired", "informative": "informative task"}
+    headers |= {"n_pairs": "pairs of probe results", "informative": "informative task"}
     missing = {"retained_gain": NOISY_GAIN, "relative_drop": NOISY_DROP}
-    return table(key_text(gains.drop(columns=["fraction"], errors="ignore")), kinds, headers, missing)
+    missing["score"] = "the seeded random orderings, pooled: each ordering's score is in the random-baseline table"
+    note = (
+        "The drop and the gain compare the paired scores (each run with the k = 0 run of its probe seed); the mean"
+        " score is over every converged seed, so where fewer seeds pair (each random ordering ran with one probe seed)"
+        " it can differ from the paired one, even in which side of the k = 0 score it lies. A retained gain above 100%"
+        " is a score above k = 0's; where the k = 0 gain over the floor is small (a few points), it moves a lot."
+    )
+    return table(key_text(gains.drop(columns=["fraction"], errors="ignore")), kinds, headers, missing, [note])
 
 
 def layer_display(layers: pd.DataFrame) -> Table:
