@@ -257,8 +257,9 @@ def floors_table(
         for name, probe_input in (("attention_free", "embeddings"), ("baseline", "all")):
             values = group.loc[group["probe_input"] == probe_input, "value"].astype(float)
             if name == "attention_free":
-                row["attention_free_rising"] = not len(values) and bool((rising or {}).get((model, task, mode)))
-                values = pd.Series((rising or {})[(model, task, mode)]) if row["attention_free_rising"] else values
+                still = (rising or {}).get((model, task, mode), [])
+                row["attention_free_rising"] = bool(still) and not len(values)
+                values = pd.Series(still) if row["attention_free_rising"] else values
             row[name] = values.mean() if len(values) else math.nan
             row[f"{name}_std"] = values.std(ddof=1) if len(values) > 1 else math.nan
             row[f"{name}_n"] = int(len(values))

@@ -193,7 +193,7 @@ def floors_display(floors: pd.DataFrame) -> T.Table:
     f = floors
     frame = f.assign(
         free=[
-            None if T.is_missing(m) else f"{T.score_spread(m, s)}{' (still rising)' if rising is True else ''}"
+            None if T.is_missing(m) else f"{T.score_spread(m, s)}{' (still rising)' if bool(rising) else ''}"
             for m, s, rising in zip(f["attention_free"], f["attention_free_std"], f["attention_free_rising"])
         ],
         base=[T.score_spread(m, s) for m, s in zip(f["baseline"], f["baseline_std"])],

@@ -32,11 +32,10 @@ def replacement_runs(data: BookData) -> pd.DataFrame:
     return pd.concat(frames) if frames else data.main.iloc[:0]
 
 
-def replacement_bases(data: BookData) -> dict[str, Basis]:
-    """Per mode, its basis: ``papa`` is the main grid's; every other mode's joins its runs (from the studies of
-    this chapter, ``chapter: replacements``) to the main grid's k = 0 runs, so its drops pair with the same k = 0
-    seeds as PAPA's."""
-    runs = replacement_runs(data)
+def replacement_bases(data: BookData, runs: pd.DataFrame | None = None) -> dict[str, Basis]:
+    """Per mode, its basis: ``papa`` is the main grid's; every other mode's joins its runs (``runs``, default
+    :func:`replacement_runs`) to the main grid's k = 0 runs, so its drops pair with the same k = 0 seeds as PAPA's."""
+    runs = replacement_runs(data) if runs is None else runs
     base = data.main[data.main["k"] == 0]
     bases = {"papa": data.basis}
     for mode in RP.QUESTIONS:
@@ -61,12 +60,12 @@ class ReplacementAnswers:
 
 def replacement_answers(data: BookData) -> ReplacementAnswers:
     ranking = headline_ranking(data.config)
-    bases = replacement_bases(data)
+    ran = replacement_runs(data)
+    bases = replacement_bases(data, ran)
     cells = RP.replacement_cells(bases, ranking)
     extra = RP.extra_drops(cells)
     modes = [m for m in bases if m != "papa"]
     n_runs = sum(int(bases[m].runs.loc[bases[m].runs["replacement"] == m, "run_id"].nunique()) for m in modes)
-    ran = replacement_runs(data)
     n_all = int(ran.loc[ran["replacement"].isin(modes), "run_id"].nunique()) if len(ran) else 0
     left = f" ({n_all - n_runs} of {n_all} left out: not converged)" if n_all > n_runs else ""
     runs_words = f"{n_runs} converged probe results of {words(modes)}{left}" if modes else "no run of another mode yet"
