@@ -8,6 +8,8 @@ import pandas as pd
 import pytest
 
 from papa.analysis import analogues, bootstrap, pooled_drops
+from papa.analysis.basis import gate_runs
+from papa.analysis.claims import claim3_verdict
 from papa.analysis.results import SUMMARY_KEYS
 from tests.hand_cells import cell, cells, spread
 
@@ -122,10 +124,10 @@ def test_better_models_lose_more_points_and_verdict():
     assert (
         {k: v for k, v in verdict.items() if k != "tasks"} == pooled_drops.claim3(points)
         and verdict["n"] == 3
-        and verdict["verdict"] == "inconclusive"
+        and claim3_verdict(verdict).label == "points the paper's way, not significant"
     )
     two = {key: value for key, value in SCORES.items() if key[0] != "c"}
-    assert analogues.better_models_lose_more(_cells(two))[1]["verdict"] == "not testable"
+    assert claim3_verdict(analogues.better_models_lose_more(_cells(two))[1]).label == "not testable"
 
 
 def test_paper_table_with_cells_shows_the_cells_drops_and_the_pooled_averages():
@@ -177,5 +179,5 @@ def test_convergence_table_reads_each_run():
         "stopped_early": True,
     }
     assert table["converged"].tolist() == [True, None] and math.isnan(table["best_epoch"].iloc[1])
-    kept, summary = bootstrap.convergence_gate(table)
-    assert kept["run_id"].tolist() == ["r1"] and (summary["unknown"], summary["left_out_runs"]) == (1, ["r2"])
+    kept, summary = gate_runs(table)
+    assert kept == {"r1"} and (summary["unknown"], summary["left_out_runs"]) == (1, ["r2"])

@@ -44,7 +44,7 @@ def test_a_mode_without_papa_or_without_a_drop_has_no_extra_drop():
     assert RP.extra_drops(_cells(rows)).empty
 
 
-def test_pooled_extra_averages_informative_pairs_and_every_answer_follows_the_rule():
+def test_answers_average_informative_pairs_and_follow_the_rule():
     rows = []
     for task, papa, mean, zero, uniform in (("sst2", 0.02, 0.10, 0.40, 0.01), ("mrpc", 0.04, 0.12, 0.30, 0.06)):
         rows += [
@@ -58,20 +58,19 @@ def test_pooled_extra_averages_informative_pairs_and_every_answer_follows_the_ru
     cells = _cells(rows)
     cells.loc[cells["task"] == "cola", "informative"] = False  # left out of every pooled number
     extra = RP.extra_drops(cells)
-    mean = RP.pooled_extra(extra, "mean", "all")
-    assert (mean["n"], mean["tasks"]) == (2, ["mrpc", "sst2"])
+    table = RP.answers(extra, "all").set_index("replacement")
+    mean = table.loc["mean"]
+    assert (mean["n"], mean["models"]) == (2, "m")
     assert (
-        mean["value"] == pytest.approx(0.08)
+        mean["extra"] == pytest.approx(0.08)
         and mean["low"] == pytest.approx(0.08)
         and mean["high"] == pytest.approx(0.08)
     )
-    zero = RP.pooled_extra(extra, "zero", "all")
-    assert zero["value"] == pytest.approx(
+    assert table.loc["zero", "extra"] == pytest.approx(
         ((0.40 - 0.02) + (0.30 - 0.04)) / 2
     )  # cola (papa 0.5, zero 0.0) is not informative
-    uniform = RP.pooled_extra(extra, "uniform", "all")  # resampled means 0.045, 0.005, −0.035: the interval holds 0
-    assert uniform["value"] == pytest.approx(0.005) and uniform["low"] < 0 < uniform["high"]
-    table = RP.answers(extra, "all").set_index("replacement")
+    uniform = table.loc["uniform"]  # resampled means 0.045, 0.005, −0.035: the interval holds 0
+    assert uniform["extra"] == pytest.approx(0.005) and uniform["low"] < 0 < uniform["high"]
     assert table.loc["mean", "answer"] == "yes" and table.loc["zero", "answer"] == "yes"
     assert table.loc["uniform", "answer"] == "no difference shown"
     assert answer_reason("uniform", table.loc["uniform"], "no difference shown") == (

@@ -1,16 +1,5 @@
-"""Data for the paper's figures and tables, beside its claims (issue 14): tidy frames that
-:mod:`papa.book.analogue_figures` draws, from a basis's seed means (``summary``), floors and cells
-(:mod:`papa.analysis.basis`: converged runs only).
-
-* (a) :func:`score_vs_dynamic_heads` — Figure 2: per task, the score against the number of input-dependent
-  (not constant) heads, one line per model and ranking, with the majority and attention-free floors;
-* (b) :func:`relative_score_vs_constant_fraction` — per model, the score relative to k = 0 averaged over the
-  informative tasks, against the fraction of constant heads;
-* (c) :func:`better_models_lose_more` — one point per model (x: average relative drop with all heads constant,
-  y: average k = 0 score, both over that model's informative tasks) and the claim-3 verdict with its n;
-* (d) :func:`paper_table` — per model and task, the scores at k = 0, ½ and all with the relative drops, and
-  each model's average over its informative tasks, beside the paper's 8 % average and ≤ 20 % maximum.
-"""
+"""Data for the paper's figures and tables beside its claims (issue 14), from a basis's seed means (``summary``),
+floors and cells (:mod:`papa.analysis.basis`): tidy frames (a)–(d) that :mod:`papa.book.analogue_figures` draws."""
 
 from __future__ import annotations
 
@@ -36,11 +25,9 @@ def _informative(floors: pd.DataFrame) -> set[tuple[str, str]]:
 
 
 def score_vs_dynamic_heads(summary: pd.DataFrame, floors: pd.DataFrame, cells: pd.DataFrame) -> pd.DataFrame:
-    """(a) One row per model × task × ranking × k: ``dynamic_heads`` = total − k, ``score`` (seed mean),
-    ``seed_min``/``seed_max``, the floors ``majority``/``attention_free`` of that model and task, and from
-    ``cells`` (:attr:`papa.analysis.basis.Basis.cells`) the 95 % interval of the paired difference to k = 0
-    shifted onto the k = 0 score (``low``/``high``; k = 0 itself: NaN) and ``real``. The shared rows (k = 0,
-    k = all) are repeated under every ranking, so each line runs from all heads input-dependent to none."""
+    """(a) The paper's Figure 2: one row per model × task × ranking × k (k = 0 and all repeated under every ranking)
+    with ``dynamic_heads`` = total − k, the seed mean ``score`` and range, the floors, and the cell's 95% interval of
+    the paired difference shifted onto the k = 0 score (``low``/``high``) with ``real``."""
     rows = _rows(summary)
     floor_of = floors.set_index(["model", "task"])[["majority", "attention_free"]]
     out = []
@@ -65,11 +52,8 @@ def score_vs_dynamic_heads(summary: pd.DataFrame, floors: pd.DataFrame, cells: p
 def relative_score_vs_constant_fraction(
     summary: pd.DataFrame, floors: pd.DataFrame, cells: pd.DataFrame, ranking: str = "gates"
 ) -> pd.DataFrame:
-    """(b) Per model and k: ``relative_score`` = 1 − the cell's paired relative drop (1 at k = 0), averaged over
-    the model's informative tasks, against ``fraction`` = k / total (constant heads); ``n_tasks`` and ``tasks``
-    say what was averaged. ``cells``: :attr:`papa.analysis.basis.Basis.cells` of the runs ``summary`` summarises
-    (so the curve ends at 1 − the front page's drop); a task without a drop at some k (no seed pairs, or its k = 0
-    score within noise of zero) is left out at that k."""
+    """(b) Per model and k: ``relative_score`` = 1 − the cell's relative drop (1 at k = 0), averaged over the
+    model's informative tasks that have a drop at that k (``n_tasks``, ``tasks``), against ``fraction`` = k / total."""
     rows = _rows(summary)
     keep = _informative(floors)
     drops = {(c.model, c.task, c.ranking, int(c.k)): c.relative_drop for c in cells.itertuples()}
@@ -93,11 +77,9 @@ def relative_score_vs_constant_fraction(
 
 
 def better_models_lose_more(cells: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
-    """(c) ``(points, verdict)`` from :func:`papa.analysis.basis.claim_cells`: one point per model with ``drop``
-    (the pooled average relative drop with all heads constant, with its interval ``low``/``high``) and ``score``
-    (average k = 0 score), ``n_tasks``, both over the informative tasks that *every* model has
-    (:func:`papa.analysis.pooled_drops.claim3_points`; the verdict's ``tasks`` lists them); and the statistics of
-    :func:`papa.analysis.pooled_drops.claim3` (fewer than 3 models: "not testable"). The claims table reads the same."""
+    """(c) Claim 3 from :func:`papa.analysis.basis.claim_cells`: the points of
+    :func:`papa.analysis.pooled_drops.claim3_points` and the statistics of :func:`papa.analysis.pooled_drops.claim3`
+    with the common ``tasks``."""
     frame, common = claim3_points(cells)
     return frame, {**claim3(frame), "tasks": common}
 
@@ -110,18 +92,14 @@ def _mean_at(by_task: pd.DataFrame, k: int, ranking: str) -> float:
 def paper_table(
     summary: pd.DataFrame, floors: pd.DataFrame, cells: pd.DataFrame, ranking: str = "gates"
 ) -> pd.DataFrame:
-    """(d) Per model and task: ``score_0``, ``score_half`` (½ of the heads constant, ``ranking``),
-    ``score_all``, ``drop_half`` and ``drop_all`` (relative drops), ``informative``; then per model a row
-    ``task = "average"`` over its informative tasks, whose ``max_drop_all`` is the largest per-task drop. Every
-    row carries the paper's ``paper_average_drop_all`` (8 %) and ``paper_max_drop_all`` (20 %).
-
-    Scores are ``summary``'s seed means; every drop is a cell of ``cells`` (:func:`papa.analysis.basis.claim_cells`,
-    the book's one basis), the average row's drops are :func:`papa.analysis.pooled_drops.pooled_drop` with their
-    intervals (``drop_half_low`` ...) and a second row per model, ``task = "common"``, holds claim 3's point (the
-    average over the informative tasks every model has)."""
+    """(d) Per model and task: the scores at k = 0, ½ (``ranking``) and all heads, the cells' drops
+    (:func:`papa.analysis.basis.claim_cells`) and ``informative``; per model an ``average`` row over its informative
+    tasks (pooled drops with intervals, ``max_drop_all``) and a ``common`` row with claim 3's point; every row with
+    the paper's ``paper_average_drop_all`` and ``paper_max_drop_all``."""
     rows = _rows(summary)
     keep = _informative(floors)
     by_cell = dict(zip(zip(cells["model"], cells["task"], cells["at"]), cells["relative_drop"]))
+    points, common = claim3_points(cells)
     out = []
     for model, group in rows.groupby("model", sort=True):
         total = int(group["total_heads"].iloc[0])
@@ -143,7 +121,6 @@ def paper_table(
         for at in ("half", "all"):
             p = pooled_drop(select(mine, at))
             average |= {f"drop_{at}": p["value"], f"drop_{at}_low": p["low"], f"drop_{at}_high": p["high"]}
-        points, common = claim3_points(cells)
         point = points[points["model"] == model]
         if len(point) and len(points) > 1:
             p = point.iloc[0]

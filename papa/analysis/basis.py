@@ -1,23 +1,10 @@
 """The book's one basis: the only place that turns result records into scores, floors and drops.
 
-Every score, floor, drop, interval and count that a page shows is read from one :class:`Basis`, built once per
-set of runs by :func:`build_basis`, in this order:
-
-1. **gate**: the convergence gate (:func:`gate_runs`) keeps the runs whose held-out curve stopped rising before
-   the epoch cap. A set of runs of which *none* passes (the paper's literal final-epoch setting has no held-out
-   curve at all) is kept whole, ``gated`` is False, and :attr:`Basis.words` says so.
-2. **scores and floors**: ``summary`` (:func:`papa.analysis.results.summarise`) and ``floors``
-   (:func:`papa.analysis.results.floors_table`, informativeness included) of the kept runs only. A *score* is
-   the mean of the seeds kept at that k.
-3. **paired differences**: :func:`papa.analysis.bootstrap.paired_differences` of the kept runs' records. A *drop*
-   pairs the probe seeds kept at both k = 0 and k, on the same dev examples.
-4. **cells**: one row per model × task × ranking × k > 0 (:data:`CELL_COLUMNS`): the scores ``score_0`` and
-   ``score`` (step 2), the paired seeds' means ``paired_score_0``/``paired_score`` that the drop is computed from
-   (they differ from the scores only where a seed converged on one side), the drop with its 95% interval, and
-   :func:`claim_cells` labels those the claims average ``at`` = "half" / "all".
-
-A relative drop ``(s̄₀ − s̄ₖ) / s̄₀`` is shown only where its denominator is clear of zero: on every
-bootstrap resample the k = 0 score is above 0 (else its interval is undefined, and so, here, is the drop).
+:func:`build_basis` reads one set of runs once: the convergence gate (:func:`gate_runs`; a set of which no run passes,
+as the literal final-epoch setting, is kept whole with ``gated`` False), the kept runs' seed means (``summary``) and
+``floors``, their ``differences`` to k = 0 (:func:`papa.analysis.bootstrap.paired_differences`, paired by probe seed
+on the same dev examples) and one cell per model × task × ranking × k > 0 (:data:`CELL_COLUMNS`). A relative drop is
+shown only where the k = 0 score is above 0 on every bootstrap resample.
 """
 
 from __future__ import annotations
@@ -54,19 +41,22 @@ def task_family(task: str) -> str:
 
 
 def gate_runs(tidy: pd.DataFrame) -> tuple[set[str], dict]:
-    """The convergence gate over the runs of ``tidy`` (one row per run × metric, with ``converged``):
-    ``(kept run ids, summary)`` of :func:`papa.analysis.bootstrap.convergence_gate` (a run without a held-out
-    curve counts as *unknown* and is left out)."""
-    columns = ["run_id", "converged"]
-    runs = tidy.drop_duplicates("run_id")[columns] if len(tidy) else pd.DataFrame(columns=columns)
-    kept, summary = S.convergence_gate(runs.astype({"converged": object}))
-    return set(kept["run_id"]), summary
+    """The convergence gate over the runs of ``tidy`` (one row per run × metric, with ``converged``): the ids of
+    the converged runs, and a summary counting ``runs``, ``converged``, ``not_converged`` (the held-out curve still
+    rose at the epoch cap), ``unknown`` (no held-out curve), ``left_out`` and ``left_out_runs`` (their ids)."""
+    runs = tidy.drop_duplicates("run_id") if len(tidy) else pd.DataFrame(columns=["run_id", "converged"])
+    flags = runs["converged"].astype(object)
+    converged = flags.map(lambda x: x is True or x is np.True_)
+    not_converged = int(flags.map(lambda x: x is False or x is np.False_).sum())
+    left = sorted(runs.loc[~converged, "run_id"])
+    summary = {"runs": len(runs), "converged": int(converged.sum()), "not_converged": not_converged}
+    summary |= {"unknown": len(runs) - int(converged.sum()) - not_converged, "left_out": len(left)}
+    return set(runs.loc[converged, "run_id"]), summary | {"left_out_runs": left}
 
 
 def baseline_intervals(records: Mapping[str, dict], runs: pd.DataFrame, resamples: int = S.RESAMPLES) -> dict:
-    """Per (model, task, mode): the 95% bootstrap interval over dev examples of the k = 0 probe's seed-mean
-    score, from the dev predictions of ``runs``' k = 0 runs on all states. A group has none unless every run
-    stores its dev predictions and all score the same dev examples."""
+    """Per (model, task, mode): the 95% bootstrap interval over dev examples of the full k = 0 probe's seed-mean
+    score; none unless every run stores its dev predictions, all on the same dev examples."""
     rows = runs[(runs["k"] == 0) & (runs["probe_input"] == "all") & runs["is_main"]]
     intervals = {}
     for (model, task, mode), group in rows.groupby(["model", "task", "mode"], sort=True):
@@ -88,7 +78,7 @@ class Basis:
 
     words: str  # which runs, in words ("the 412 converged probe results")
     gated: bool  # False when no run had a held-out curve (kept whole)
-    gate: dict  # stats.convergence_gate's summary over every run
+    gate: dict  # gate_runs' summary over every run
     runs: pd.DataFrame  # the kept runs (one row per run × metric)
     summary: pd.DataFrame  # seed means of the kept runs (results.summarise)
     floors: pd.DataFrame  # results.floors_table of the kept runs
@@ -136,9 +126,8 @@ def _cells(differences: pd.DataFrame, summary: pd.DataFrame, floors: pd.DataFram
 
 
 def build_basis(runs: pd.DataFrame, records: Mapping[str, dict], resamples: int = S.RESAMPLES) -> Basis:
-    """The basis of ``runs`` (a tidy frame of one probe setting in one execution mode:
-    :func:`papa.analysis.results.load_results` rows) with their ``records`` (run id → result record, with dev
-    predictions)."""
+    """The basis of ``runs`` (:func:`papa.analysis.results.load_results` rows of one probe setting in one execution
+    mode) with their ``records`` (run id → result record)."""
     modes = sorted(set(runs["mode"].dropna())) if len(runs) else []
     if len(modes) > 1:
         what = f"One basis reads one execution mode, but these runs hold {', '.join(modes)}"
@@ -169,9 +158,8 @@ def claim_cells(basis: Basis, ranking: str) -> pd.DataFrame:
 
 
 def retained_gains(basis: Basis) -> pd.DataFrame:
-    """Per model, task, ranking and k > 0: the score (the basis's), the relative drop of the cell, and the
-    retained gain ``(s̄ₖ − f) / (s̄₀ − f)`` over the higher floor ``f``, of the paired scores the drop is
-    computed from. NaN for a pair that is not informative (its k = 0 score does not clear the floor)."""
+    """Per model, task, ranking and k > 0: the score, the cell's relative drop, and the retained gain
+    ``(s̄ₖ − f) / (s̄₀ − f)`` of its paired scores over the higher floor ``f`` (NaN for a pair not informative)."""
     floors = basis.floors.set_index(["model", "task"])
     rows = []
     for cell in basis.cells.itertuples(index=False):
@@ -188,9 +176,8 @@ def retained_gains(basis: Basis) -> pd.DataFrame:
 
 
 def k0_and_all(basis: Basis, model: str, task: str) -> dict | None:
-    """One model × task's k = 0 and all-heads sides on ``basis``: the scores ``k0``/``all`` (the basis's), the paired
-    seeds (``seeds``), their scores in seed order and means (``paired_k0``/``paired_all``), and the cell's relative
-    drop with its interval; None without both sides paired."""
+    """One model × task's k = 0 and all-heads sides: the scores ``k0``/``all``, the paired ``seeds`` with their
+    scores and means (``paired_k0``/``paired_all``), and the cell's relative drop; None without both sides paired."""
     runs = basis.runs[(basis.runs["model"] == model) & (basis.runs["task"] == task) & basis.runs["is_main"]]
     runs = runs[runs["probe_input"] == "all"]
     base, full = runs[runs["ranking"] == "none"], runs[runs["ranking"] == "all"]

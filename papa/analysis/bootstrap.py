@@ -1,23 +1,12 @@
-"""Intervals and verdicts the book can stand behind: paired bootstrap differences to k = 0 on the same dev
-examples, the convergence gate, and the claim-3 rule ("better models lose more").
+"""Bootstrap intervals over dev examples: of a seed-mean score (:func:`score_interval`) and of its paired difference
+to k = 0 (:func:`paired_bootstrap`, :func:`paired_differences`).
 
-**Per-example statistics.** Every task metric is a function of sums over dev examples of a small count
-vector (:func:`example_statistics`, ``[N, D]``), so a bootstrap resample only re-weights rows:
-
-* ``accuracy`` (SST-2, MNLI): ``(correct, 1)``;
-* ``matthews_correlation`` (CoLA): the example's one-hot confusion cell, ``C x C`` columns (the multi-class
-  MCC of scikit-learn, from the summed confusion matrix);
-* ``combined`` (MRPC; also ``f1``): ``(tp, fp, fn, tn)`` for the positive label 1; ``combined`` = (accuracy + F1) / 2;
-* token ``f1`` (NER): per sentence ``(correct spans, predicted spans, true spans)`` (seqeval's default mode, as
-  :mod:`papa.probing.metrics`), F1 = 2 correct / (predicted + true);
-* token ``accuracy`` (POS): per sentence ``(correct tokens, tokens)``.
-
-**Paired bootstrap** (:func:`paired_bootstrap`): the runs at k = 0 and at k score the same dev examples. The seeds
-are pooled by resampling examples and averaging the seeds' metrics inside each resample: resample ``r`` draws
-``N`` examples with replacement (row ``r`` of ``rng.integers(0, N, size=(R, N))`` with
-``rng = numpy.random.default_rng(seed)``), every seed's metric is computed on it at k = 0 and at k, and the
-difference of the two seed means is recorded. The interval is the 2.5 and 97.5 percentiles of the ``R``
-differences (numpy's default linear interpolation); a difference is *real* only when its interval excludes 0.
+Every metric is a function of sums over dev examples of a per-example count vector (:func:`example_statistics`,
+``[N, D]``), so a resample only re-weights rows: ``(correct, 1)`` for accuracy, the one-hot confusion cell
+(``C × C``) for MCC, ``(tp, fp, fn, tn)`` of label 1 for F1 and ``combined``, and per sentence ``(correct,
+predicted, true spans)`` for NER's F1 (seqeval's default mode) or ``(correct tokens, tokens)`` for POS. A resample
+draws ``N`` examples with replacement (:func:`resample_rows`); an interval is the 2.5 and 97.5 percentiles of the
+``R`` resampled values, and a difference is *real* only when its interval excludes 0.
 """
 
 from __future__ import annotations
@@ -29,10 +18,11 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
+from papa.analysis.results import ranking_family
 from papa.core.errors import PapaError
 from papa.probing.data import get_task
 
-#: Statistic layouts by (kind, metric): see the module docstring.
+#: The metrics with per-example statistics (the module docstring).
 SEQUENCE_METRICS = ("accuracy", "matthews_correlation", "combined", "f1")
 TOKEN_METRICS = ("f1", "accuracy")
 RESAMPLES = 2000
@@ -134,17 +124,9 @@ def _interval(samples: np.ndarray) -> tuple[float, float]:
     return float(low), float(high)
 
 
-def _check_bootstrap(resamples: int) -> None:
-    if resamples < 1:
-        raise PapaError(f"Bootstrap resamples {resamples} out of range", "Use e.g. resamples=2000.")
-
-
 def resample_rows(n: int, resamples: int = RESAMPLES, seed: int = 0, dev_set: str | None = None) -> np.ndarray:
-    """The bootstrap draws ``[R, N]``: row ``r`` holds the ``N`` example indices of resample ``r``, drawn with
-    replacement. Without ``dev_set`` from ``numpy.random.default_rng(seed)``; with it (the checksum of a dev set's
-    example indices) from ``default_rng([seed, CRC-32 of dev_set])``, so every dev set has its own stream and the
-    runs scored on one dev set (every model and k of a task, and NER and POS, which share their sentences) share
-    their resamples."""
+    """The bootstrap draws ``[R, N]`` (row ``r``: the example indices of resample ``r``) from ``default_rng(seed)``, or
+    with a ``dev_set`` from ``default_rng([seed, CRC-32 of dev_set])``: one stream per dev set, shared by its runs."""
     rng = np.random.default_rng(seed if dev_set is None else [seed, zlib.crc32(dev_set.encode("utf-8"))])
     return rng.integers(0, n, size=(resamples, n), dtype=np.int64)
 
@@ -155,6 +137,8 @@ def _resampled_means(
     """Per stack of per-seed statistics ``[S, N, D]`` (all on the same ``N`` dev examples): the seed-mean metric
     on each of ``resamples`` bootstrap resamples of the examples ``[R]``; every stack sees the same resamples
     (``rows [R, N]``, default :func:`resample_rows` of ``seed``)."""
+    if resamples < 1:
+        raise PapaError(f"Bootstrap resamples {resamples} out of range", "Use e.g. resamples=2000.")
     n = stacks[0].shape[1]
     rows = resample_rows(n, resamples, seed) if rows is None else rows
     if rows.shape != (resamples, n):
@@ -177,7 +161,6 @@ def score_interval(
     """The seed-mean ``metric`` of runs on the same dev examples (one ``[N, D]`` statistics array per seed, as
     :func:`example_statistics`), with its 95% bootstrap interval over dev examples: ``score``, ``low``, ``high``."""
     stack = _stack(per_seed, "to score")
-    _check_bootstrap(resamples)
     (means,) = _resampled_means([stack], metric, token, resamples, seed)
     low, high = _interval(means)
     return {"score": float(metric_from_sums(metric, stack.sum(1), token).mean()), "low": low, "high": high}
@@ -195,21 +178,13 @@ def paired_bootstrap(
 ) -> dict:
     """The difference ``other − base`` of the seed-mean metric, with a 95% bootstrap interval over dev examples.
 
-    ``base``/``other``: one ``[N, D]`` statistics array per seed (:func:`example_statistics`) at k = 0 and at k, on
-    the same ``N`` dev examples. Returns ``difference``, ``low``, ``high``, ``real`` (the interval excludes 0),
-    ``relative_drop`` = (base − other) / base with ``relative_low``/``relative_high`` (the same resamples),
-    ``base_score``, ``score``, the per-seed differences' ``seed_min``/``seed_max`` over ``pairs``, ``n_examples``,
-    ``n_base``, ``n_runs``, ``n_unpaired``, ``resamples`` and ``relative_samples`` (the relative drop on every
-    resample ``[R]``, NaN where a resample's k = 0 score is ≤ 0: the pooled intervals of
-    :mod:`papa.analysis.pooled_drops` average them). ``rows`` (``[R, N]``, :func:`resample_rows`) fixes the resamples;
-    by default they come from ``seed``.
-
-    ``pairs`` (``(i, j)``: base run ``i`` and other run ``j`` share a probe seed, hence its training draw): when
-    given, only paired runs enter both sides (a base run may pair several times, e.g. with seeded random
-    orderings of one probe seed), so a seed that the convergence gate left out on one side is left out on the
-    other too; otherwise the seed-to-seed spread would enter the difference, where a bootstrap over examples
-    cannot see it. Without ``pairs`` every run counts on its side (paired in order for the seed range).
-    The relative drop and its interval are undefined (NaN) when the k = 0 score (or a resample's) is ≤ 0.
+    ``base``/``other``: one ``[N, D]`` statistics array per seed at k = 0 and at k, on the same dev examples;
+    ``rows [R, N]`` (:func:`resample_rows`) fixes the resamples, else they come from ``seed``. ``pairs``
+    (``(i, j)``: base run ``i`` and other run ``j`` share a probe seed): only paired runs enter either side, so the
+    seed-to-seed spread stays out of the difference; without them every run counts (paired in order for the seed
+    range). Returns the scores, ``difference`` with ``low``/``high`` and ``real``, ``relative_drop`` with
+    ``relative_low``/``relative_high`` and its ``[R]`` ``relative_samples`` (NaN where a k = 0 score is ≤ 0), the
+    per-seed differences' ``seed_min``/``seed_max``, and the counts.
     """
     b, o = _stack(base, "at k = 0"), _stack(other, "at k")
     unpaired = 0
@@ -224,7 +199,6 @@ def paired_bootstrap(
     if b.shape[1:] != o.shape[1:]:
         fix = "Compare runs on the same dev examples (the whole dev split)."
         raise PapaError(f"The runs score {b.shape[1]} and {o.shape[1]} dev examples", fix)
-    _check_bootstrap(resamples)
     n = b.shape[1]
     base_seeds, other_seeds = metric_from_sums(metric, b.sum(1), token), metric_from_sums(metric, o.sum(1), token)
     base_score, score = float(base_seeds.mean()), float(other_seeds.mean())
@@ -269,14 +243,10 @@ def run_statistics(result: dict) -> np.ndarray:
 
 
 def paired_differences(results: dict[str, dict], resamples: int = RESAMPLES, seed: int = 0) -> pd.DataFrame:
-    """For every (model, task, ranking, k > 0) group of runs, :func:`paired_bootstrap` against the same model and
-    task's k = 0 runs (same probe settings and dev examples). One row per group: the group keys and the fields of
-    :func:`paired_bootstrap`. Seeded random orderings (``random-1``, ``random-2`` ...) are pooled as ``random``.
-    Runs without dev predictions are skipped. Each dev set draws its resamples from its own stream
-    (:func:`resample_rows` with ``dev_set`` = the runs' ``data.eval_indices_sha``, else the task), so every model and
-    k of a task is resampled on the same draws and the pooled drops of :mod:`papa.analysis.pooled_drops` stay paired."""
-    from papa.analysis.results import ranking_method
-
+    """For every (model, task, ranking, k > 0) group of runs with dev predictions, :func:`paired_bootstrap` against
+    the same model and task's k = 0 runs (same probe settings and dev examples), paired by probe seed: one row per
+    group, its keys and the bootstrap's fields. Seeded random orderings are pooled as ``random``. Every dev set
+    draws from its own stream (:func:`resample_rows`), so all models and k of a task share their resamples."""
     groups: dict[tuple, list[dict]] = {}
     for result in results.values():
         if not result.get("dev"):
@@ -285,9 +255,7 @@ def paired_differences(results: dict[str, dict], resamples: int = RESAMPLES, see
         k, total = int(c["constant_heads"]), int(c["total_heads"])
         dev_sha = (result.get("data") or {}).get("eval_indices_sha")
         setting = (c.get("mode"), c.get("probe_input", "all"), c.get("lr"), c.get("selection", "final"), dev_sha)
-        ranking = ranking_method(c.get("ranking"), k, total)
-        ranking = "random" if ranking.startswith("random") else ranking
-        groups.setdefault((c["model"], result["task"], ranking, k, total, setting), []).append(result)
+        groups.setdefault((c["model"], result["task"], ranking_family(c), k, total, setting), []).append(result)
     rows = []
     order = lambda item: (item[0][0], item[0][1], item[0][3], item[0][2], str(item[0][5]))
     for (model, task, ranking, k, total, setting), runs in sorted(groups.items(), key=order):
@@ -312,36 +280,9 @@ def paired_differences(results: dict[str, dict], resamples: int = RESAMPLES, see
     return pd.DataFrame(rows)
 
 
-# --- the convergence gate -------------------------------------------------------------------------
-
-
 def convergence_table(results: dict[str, dict]) -> pd.DataFrame:
     """One row per run: ``run_id``, ``converged`` (None for a run without a held-out curve), ``best_epoch``,
-    ``epochs_trained``, ``stopped_early`` (from each result's ``convergence`` record). Merge it into
-    :func:`papa.analysis.results.load_results` on ``run_id`` before :func:`convergence_gate`."""
+    ``epochs_trained``, ``stopped_early`` (from each result's ``convergence`` record)."""
     keys = ["converged", "best_epoch", "epochs_trained", "stopped_early"]
     rows = [[run_id, *((r.get("convergence") or {}).get(key) for key in keys)] for run_id, r in results.items()]
     return pd.DataFrame(rows, columns=["run_id", *keys])
-
-
-def convergence_gate(frame: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
-    """Keep the rows of converged runs; return ``(kept, summary)``.
-
-    ``frame["converged"]`` is True (converged), False (the held-out curve still rose at the end) or missing/None
-    (a run without a held-out curve, e.g. the paper's literal final-epoch setting: *unknown*, also left out).
-    ``summary``: ``runs``, ``converged``, ``not_converged``, ``unknown``, ``left_out`` (= runs − converged) and
-    ``left_out_runs`` (their ``run_id`` where the frame has one).
-    """
-    flags = frame["converged"] if "converged" in frame else pd.Series([None] * len(frame), index=frame.index)
-    converged = flags.map(lambda x: x is True or x is np.True_)
-    not_converged = flags.map(lambda x: x is False or x is np.False_)
-    left = frame[~converged]
-    summary = {
-        "runs": int(len(frame)),
-        "converged": int(converged.sum()),
-        "not_converged": int(not_converged.sum()),
-        "unknown": int(len(frame) - converged.sum() - not_converged.sum()),
-        "left_out": int(len(left)),
-        "left_out_runs": sorted(left["run_id"].tolist()) if "run_id" in left else [],
-    }
-    return frame[converged], summary

@@ -1,28 +1,10 @@
-"""The paper's three claims judged from pooled intervals: each claim's :class:`Verdict` is one of :data:`VERDICTS`,
-derived by a rule the method chapter states before the results (issue 26). No prose here: a verdict carries the
-rule's branch that gave it (``case``) and the numbers that branch read (``facts``); the book words them
-(:mod:`papa.book.claim_texts`).
+"""The paper's three claims judged from pooled intervals (issue 26), by the rules the method chapter states before
+the results: each claim's :class:`Verdict` is one of :data:`VERDICTS`. No prose here: a verdict carries the rule's
+branch that gave it (``case``) and the numbers that branch read (``facts``); :mod:`papa.book.claim_texts` words them.
 
-Every rule reads the pooled average relative drop and its bootstrap interval ``[low, high]``
-(:func:`papa.analysis.pooled_drops.pooled_drop`), or, for claim 3, Spearman's ρ with its exact one-sided p
-(:func:`papa.analysis.pooled_drops.claim3`):
-
-* **Claim 1**, half of the heads constant costs little or nothing (the paper: ≈ 0–2 %). *reproduced* when
-  ``high`` ≤ :data:`HALF_MAX_DROP` (the average drop is shown to be small); *not reproduced* when ``low`` >
-  :data:`HALF_MAX_DROP`; else *points the paper's way, not significant* when the average itself is ≤
-  :data:`HALF_MAX_DROP`, *points against the paper, not significant* when it is above.
-* **Claim 2a**, every head constant costs a modest drop on average (the paper: 8 %). *not reproduced* when
-  ``high`` < 0 (a real gain); with ``low`` ≤ 0 (no real drop) *points the paper's way, not significant* when the
-  average is > 0, else *points against the paper, not significant*; with a real drop: *reproduced with a larger
-  effect* when ``low`` > :data:`PAPER_DROP_ALL`, *reproduced with a smaller effect* when ``high`` <
-  :data:`PAPER_DROP_ALL`, else *reproduced* (the interval holds 8 %).
-* **Claim 2b**, at most :data:`MAX_DROP_ALL` on any task: *not reproduced* when some task's ``low`` is above it,
-  *reproduced* when every task's ``high`` is at or below it, else not significant by whether every task's own
-  drop is at most :data:`MAX_DROP_ALL`.
-* **Claim 3**, better models lose more: *reproduced* when ρ > 0 with p < :data:`ALPHA`; *not reproduced* when ρ < 0
-  with P(ρ_perm ≤ ρ) < :data:`ALPHA`; else *points the paper's way, not significant* when ρ > 0, *points against
-  the paper, not significant* when ρ ≤ 0 or undefined (no variation).
-* Any claim without the numbers it needs (no informative task, fewer than 3 models) is *not testable*.
+Claims 1, 2a and 2b read the pooled average relative drop and its bootstrap interval ``[low, high]``
+(:func:`papa.analysis.pooled_drops.pooled_drop`) or each task's; claim 3 reads Spearman's ρ with its exact one-sided
+p (:func:`papa.analysis.pooled_drops.claim3`). A claim without the numbers it needs is *not testable*.
 """
 
 from __future__ import annotations
@@ -104,7 +86,7 @@ def _nan(*values: float) -> bool:
 
 
 def claim1_verdict(value: float, low: float, high: float) -> Verdict:
-    """Claim 1 from the pooled drop at half the heads."""
+    """Claim 1 from the pooled drop at half the heads: is it shown to be at most :data:`HALF_MAX_DROP`?"""
     if _nan(value, low, high):
         return Verdict(NOT_TESTABLE, "no_cells")
     facts = {"value": value, "low": low, "high": high, "limit": HALF_MAX_DROP}
@@ -118,7 +100,7 @@ def claim1_verdict(value: float, low: float, high: float) -> Verdict:
 
 
 def claim2_verdict(value: float, low: float, high: float) -> Verdict:
-    """Claim 2's first part, the average, from the pooled drop with every head constant."""
+    """Claim 2a from the pooled drop with every head constant: a real drop, against :data:`PAPER_DROP_ALL`."""
     if _nan(value, low, high):
         return Verdict(NOT_TESTABLE, "no_cells")
     facts = {"value": value, "low": low, "high": high, "paper": PAPER_DROP_ALL}
@@ -169,10 +151,9 @@ def claim3_verdict(better: Mapping) -> Verdict:
 
 
 def judge(cells: pd.DataFrame, informative: bool | None = True, families: list[str] | None = None) -> dict:
-    """The claims on one basis (``informative``, ``families``: :func:`papa.analysis.pooled_drops.select`): per claim
-    (:data:`CLAIM_KEYS`) its :class:`Verdict`, and the numbers: ``half``/``all`` (:func:`pooled_drop` dicts),
-    ``bound`` (the all-heads cells claim 2's bound reads), ``points``/``common`` (claim 3's per-model points and the
-    tasks they average) and ``better`` (claim 3's dict)."""
+    """The claims on one basis (``informative``, ``families``: :func:`papa.analysis.pooled_drops.select`): each
+    claim's :class:`Verdict` (:data:`CLAIM_KEYS`) and what they read: ``half``/``all`` (pooled drops), ``bound``
+    (claim 2b's cells), ``points``/``common``/``better`` (claim 3's points, their tasks and statistics)."""
     half, full = (pooled_drop(select(cells, at, informative, families)) for at in ("half", "all"))
     bound = select(cells, "all", informative, families)
     points, common = claim3_points(cells, informative, families)

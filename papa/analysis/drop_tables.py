@@ -1,11 +1,5 @@
-"""The results chapter's tables with intervals (the claims' verdicts are in :mod:`papa.analysis.claims`):
-
-* :func:`main_table` — per model, task and k (0, ½, ⅞, 15/16, all): the seed mean and spread, the paired
-  difference to k = 0 with its 95 % bootstrap interval, the relative drop with its interval, and whether the
-  difference is *real* (its interval excludes 0);
-* :func:`random_baseline` — at ½ and ⅞ of the heads: each ranking against the pooled seeded random orderings,
-  on the same dev examples (:func:`papa.analysis.bootstrap.paired_bootstrap` of ranking − random).
-"""
+"""The results chapter's tables with intervals: :func:`main_table` (per model, task and fraction of constant heads)
+and :func:`random_baseline` (each ranking against the seeded random orderings)."""
 
 from __future__ import annotations
 
@@ -15,8 +9,8 @@ from fractions import Fraction
 
 import pandas as pd
 
-from papa.analysis.bootstrap import paired_bootstrap, run_statistics
-from papa.analysis.results import ranking_method
+from papa.analysis.bootstrap import RESAMPLES, paired_bootstrap, run_statistics
+from papa.analysis.results import ranking_family, ranking_method
 from papa.core.heads import count_for
 
 #: The fractions of constant heads of the main table (the paper's).
@@ -37,15 +31,9 @@ def _k_of(fraction: Fraction, total: int) -> int:
 
 
 def main_table(summary: pd.DataFrame, cells: pd.DataFrame, ranking: str = "gates") -> pd.DataFrame:
-    """Per model and task, one row per fraction of :data:`MAIN_FRACTIONS` (k = 0 ``none``, ``ranking`` in between,
-    k = all ``all``): columns :data:`MAIN_COLUMNS`.
-
-    ``score``, ``std``, ``seed_min``/``seed_max``, ``n_seeds``: the seed mean and spread of :func:`summarise`.
-    ``difference``, ``low``, ``high``, ``real``, ``relative_drop``, ``relative_low``/``relative_high``,
-    ``n_examples``: the cell of ``cells`` (:attr:`papa.analysis.basis.Basis.cells`, the full probe's) with the same
-    model, task, ranking and k, copied as they are (NaN / None at k = 0 or where no seed pairs).
-    Only runs of the full probe (``probe_input == "all"``) count.
-    """
+    """Per model and task of the full probe, one row per fraction of :data:`MAIN_FRACTIONS` (:data:`MAIN_COLUMNS`):
+    the seed mean and spread of ``summary``, and the paired columns of the cell of ``cells`` with the same model,
+    task, ranking and k (NaN / None at k = 0 or where no seed pairs)."""
     rows = summary[summary["probe_input"] == "all"]
     diffs = cells.set_index(_KEYS) if len(cells) else None
     out = []
@@ -69,34 +57,17 @@ def main_table(summary: pd.DataFrame, cells: pd.DataFrame, ranking: str = "gates
     return pd.DataFrame(out, columns=MAIN_COLUMNS)
 
 
-# --- the random baseline -------------------------------------------------------------------------------------
-
-
-def _family(result: dict) -> tuple[str, int, int]:
-    c = result["config"]
-    k, total = int(c["constant_heads"]), int(c["total_heads"])
-    name = ranking_method(c.get("ranking"), k, total)
-    return ("random" if name.startswith("random") else name), k, total
-
-
-def random_baseline(records: Mapping[str, dict], resamples: int = 2000) -> pd.DataFrame:
-    """Does a ranking beat random? At each of :data:`RANDOM_FRACTIONS`, per model and task with seeded random orderings
-    (``random-<n>``, pooled as ``random``): one row per other ranking (gates, deviation ...) with its seed-mean
-    ``score``, the pooled random ``random_score``, their ``n_runs``/``n_random``, and the paired bootstrap
-    (:func:`papa.analysis.bootstrap.paired_bootstrap`, base = the random runs, other = the ranking's runs, on the same
-    dev examples) ``difference`` = ranking − random with ``low``/``high``; ``verdict`` "beats random" when the
-    interval lies above 0, "worse than random" below 0, else "no real difference".
-
-    ``records``: the result records of the full probe (runs without dev predictions are skipped).
-    """
+def random_baseline(records: Mapping[str, dict], resamples: int = RESAMPLES) -> pd.DataFrame:
+    """Does a ranking beat random? At each of :data:`RANDOM_FRACTIONS`, per model and task with seeded random
+    orderings: one row per other ranking with both seed-mean scores and run counts, the paired bootstrap difference
+    ranking − random with its interval, and the ``verdict`` that interval gives."""
     groups: dict[tuple, list[dict]] = {}
     for result in records.values():
         c = result["config"]
         if not result.get("dev") or c.get("probe_input", "all") != "all":
             continue
-        family, k, total = _family(result)
-        key = (c["model"], result["task"], c.get("mode"), k, total)
-        groups.setdefault(key, {}).setdefault(family, []).append(result)
+        key = (c["model"], result["task"], c.get("mode"), int(c["constant_heads"]), int(c["total_heads"]))
+        groups.setdefault(key, {}).setdefault(ranking_family(c), []).append(result)
     out = []
     for (model, task, mode, k, total), by_family in sorted(groups.items(), key=lambda item: tuple(map(str, item[0]))):
         if "random" not in by_family or not any(k == _k_of(f, total) for f in RANDOM_FRACTIONS):

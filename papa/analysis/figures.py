@@ -1,14 +1,6 @@
-"""The book's figures: Altair charts that fit the text column (at most :data:`TEXT_WIDTH` pixels wide: facets
-wrap, legends sit below the plot), each a :class:`~papa.analysis.figure_kit.Figure` with a caption written from
-the same encodings and data (so the text cannot say "dashed" where the legend draws a solid line) and the label
-the chapters cross-reference.
-
-* :func:`fig_score_vs_dynamic_heads` — the paper's Figure 2: score vs number of input-dependent heads;
-* :func:`fig_convergence` — dev score per epoch for k = 0 and k = all.
-
-The paper's analogues (a)–(c) are in :mod:`papa.book.analogue_figures`, a ranking's heatmap and constant
-matrices in :mod:`papa.analysis.run_figures`, the shared pieces in :mod:`papa.analysis.figure_kit`.
-"""
+"""The book's score figures (:func:`fig_score_vs_dynamic_heads`, the paper's Figure 2, and :func:`fig_convergence`):
+Altair charts that fit the text column, each a :class:`~papa.analysis.figure_kit.Figure` whose caption is written
+from the same encodings and data."""
 
 from __future__ import annotations
 
@@ -38,19 +30,11 @@ def tooltips(columns: str, *extra) -> list:
     return [alt.Tooltip(f"{c}:Q", format=".4f") for c in columns.split()] + list(extra)
 
 
-# --- figures -----------------------------------------------------------------------------------
-
-
 def fig_score_vs_dynamic_heads(
     summary: pd.DataFrame, floors: pd.DataFrame, label: str = "fig-score-vs-heads"
 ) -> Figure:
-    """Figure 2 analogue: mean score (band: min–max over seeds) vs input-dependent heads, one panel per
-    task (model × task with several models), colour = ranking (click the legend to highlight one);
-    grey rules are the floors, each with its own dash (:data:`FLOOR_STYLES`).
-
-    ``summary`` from :func:`papa.analysis.results.summarise`, ``floors`` from
-    :func:`papa.analysis.results.floors_table`. The k = 0 baseline is drawn as the start of every ranking's line.
-    """
+    """Figure 2 analogue: mean score (band: min–max over seeds) vs input-dependent heads, one panel per model × task,
+    colour = ranking, grey rules = the floors (:data:`FLOOR_STYLES`); ``summary`` and ``floors`` of a basis."""
     rows = summary[summary["mode"] == main_mode(summary)]
     rows = rows[rows["probe_input"] == "all"]
     chosen_mode = rows["mode"].iloc[0] if len(rows) else None
@@ -103,11 +87,8 @@ def fig_score_vs_dynamic_heads(
 
 
 def fig_convergence(epochs: pd.DataFrame, label: str = "fig-convergence", curve: str = "score") -> Figure:
-    """Score per epoch (mean, band min–max over seeds) for k = 0 and k = all, one panel per task: ``curve`` "score"
-    draws the dev score, "heldout" the score on held-out training examples (the curve early stopping reads).
-
-    ``epochs`` from :func:`papa.analysis.results.epoch_table`.
-    """
+    """Score per epoch (mean, band min–max over seeds) for k = 0 and k = all, one panel per task, from ``epochs``
+    (:func:`papa.analysis.results.epoch_table`): the dev ``score`` or the ``heldout`` curve early stopping reads."""
     rows = epochs[epochs["mode"] == main_mode(epochs)]
     rows = rows[(rows["probe_input"] == "all") & ((rows["k"] == 0) | (rows["k"] == rows["total_heads"]))]
     rows = rows.assign(condition=np.where(rows["k"] == 0, K0_LABEL, KALL_LABEL))

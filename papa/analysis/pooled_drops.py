@@ -1,15 +1,10 @@
-"""Pooled numbers with intervals of their own (issue 26): the average relative drop over many model/task pairs
-with a bootstrap interval of that average, and claim 3, "better models lose more", on the same per-model averages.
+"""Pooled numbers with intervals of their own (issue 26): the average relative drop over many cells of
+:func:`papa.analysis.basis.claim_cells` with a bootstrap interval of that average, and claim 3's statistics.
 
-Every drop averaged here is a cell of :mod:`papa.analysis.basis` (its ``claim_cells``: the converged runs, each
-drop paired by probe seed); this module only pools them.
-
-**Pooled interval** (:func:`pooled_drop`): the bootstrap resamples each dev set within itself (every task's own
-examples, :func:`papa.analysis.bootstrap.resample_rows`: one stream per dev set, so every model and k of a task, and
-NER and POS, which share their sentences, are resampled on the same draws: paired across k and models). On each
-of the R resamples every cell's relative drop is recomputed (``relative_samples``) and the cells are averaged; the
-interval is the 2.5 and 97.5 percentiles of those R averages. R = :data:`papa.analysis.bootstrap.RESAMPLES` (2,000),
-seed 0.
+**Pooled interval** (:func:`pooled_drop`): every dev set is resampled on its own stream
+(:func:`papa.analysis.bootstrap.resample_rows`), so cells of one task (any model, any k) share their resamples; on
+each of the R resamples the cells' relative drops (``samples``) are averaged, and the interval is the 2.5 and 97.5
+percentiles of those R averages.
 """
 
 from __future__ import annotations
@@ -23,10 +18,8 @@ import pandas as pd
 
 
 def pooled_drop(cells: pd.DataFrame) -> dict:
-    """The average relative drop over ``cells`` (rows of :func:`papa.analysis.basis.claim_cells`) with the 95%
-    percentile bootstrap interval of that average: ``value``, ``low``, ``high``, ``n`` (cells averaged),
-    ``excluded`` (cells whose drop is undefined: a k = 0 score ≤ 0 on the dev set or on a resample), ``models``,
-    ``tasks`` (sorted, of the cells averaged). Without a cell: NaN and ``n`` = 0."""
+    """The average relative drop over ``cells`` with its 95% interval: ``value``, ``low``, ``high``, ``n`` (cells
+    averaged), ``excluded`` (cells whose drop is undefined), and the ``models`` and ``tasks`` averaged."""
     kept = cells[cells["relative_drop"].notna()]
     out = {"n": int(len(kept)), "excluded": int(len(cells) - len(kept))}
     out |= {"models": sorted(set(kept["model"])), "tasks": sorted(set(kept["task"]))}
@@ -49,9 +42,8 @@ def select(cells: pd.DataFrame, at: str, informative: bool | None = True, famili
 
 
 def model_drops(cells: pd.DataFrame) -> pd.DataFrame:
-    """Per model: :func:`pooled_drop` at half and at all heads over its informative cells. Columns: model,
-    total_heads, ``drop_half``, ``drop_half_low``, ``drop_half_high``, ``n_tasks_half``, the same for ``all``,
-    and ``tasks`` (the tasks averaged at all heads, comma-separated)."""
+    """Per model: :func:`pooled_drop` at half and at all heads over its informative cells (``drop_half``, its
+    ``_low``/``_high``, ``n_tasks_half``, the same for ``all``) and the ``tasks`` averaged at all heads."""
     out = []
     for model, group in cells.groupby("model", sort=True):
         record: dict = {"model": model, "total_heads": int(group["total_heads"].iloc[0])}
@@ -68,9 +60,8 @@ def model_drops(cells: pd.DataFrame) -> pd.DataFrame:
 def claim3_points(
     cells: pd.DataFrame, informative: bool | None = True, families: Iterable[str] | None = None
 ) -> tuple[pd.DataFrame, list[str]]:
-    """Claim 3's points from the all-heads cells: one per model, its :func:`pooled_drop` (``drop``, ``low``,
-    ``high``) and its mean k = 0 score (``score``), both over the tasks that *every* model has (so that no model's
-    average rises or falls by which tasks it has), and ``n_tasks``. Returns ``(points, the common tasks)``."""
+    """``(points, common tasks)``: per model, its :func:`pooled_drop` with all heads constant (``drop``, ``low``,
+    ``high``) and mean k = 0 ``score`` over the tasks that *every* model has, and ``n_tasks``."""
     rows = select(cells, "all", informative, families)
     rows = rows[rows["relative_drop"].notna()]
     models = sorted(set(rows["model"]))
@@ -85,13 +76,6 @@ def claim3_points(
     return pd.DataFrame(out, columns=["model", "drop", "low", "high", "score", "n_tasks"]), common
 
 
-# --- claim 3: better models lose more --------------------------------------------------------------
-
-
-def _ranks(values: np.ndarray) -> np.ndarray:
-    return pd.Series(values).rank(method="average").to_numpy()
-
-
 def _pearson(x: np.ndarray, y: np.ndarray) -> float:
     x, y = x - x.mean(), y - y.mean()
     denominator = math.sqrt(float((x * x).sum() * (y * y).sum()))
@@ -102,7 +86,7 @@ def spearman_exact_p(x: Sequence[float], y: Sequence[float]) -> tuple[float, flo
     """Spearman's ρ and its one-sided permutation p-value P(ρ_perm ≥ ρ): exact over all ``n!`` orderings of
     ``y`` for ``n`` ≤ 9, else over :data:`PERMUTATIONS` seeded random orderings plus the observed one, so
     p ≥ 1/20,001 (ties by average ranks)."""
-    rx, ry = _ranks(np.asarray(x, float)), _ranks(np.asarray(y, float))
+    rx, ry = (pd.Series(np.asarray(v, float)).rank(method="average").to_numpy() for v in (x, y))
     rho = _pearson(rx, ry)
     if math.isnan(rho):
         return rho, math.nan
@@ -118,30 +102,17 @@ def spearman_exact_p(x: Sequence[float], y: Sequence[float]) -> tuple[float, flo
 PERMUTATIONS = 20000
 
 
-def claim3(points: pd.DataFrame, alpha: float = 0.05) -> dict:
-    """The claim-3 verdict from one point per model: ``drop`` (average relative drop with all heads constant)
-    and ``score`` (average k = 0 score). "Better models lose more" predicts a positive association.
-
-    Fewer than 3 models: ``"not testable"`` (two points always give ρ = ±1). Otherwise Spearman's ρ (with its
-    exact one-sided permutation p-value) and Pearson's r over the ``n`` models; ``"reproduced"`` when ρ > 0 with
-    p < ``alpha``, ``"contradicted"`` when ρ < 0 with P(ρ_perm ≤ ρ) < ``alpha``, else ``"inconclusive"``. With
-    3 models the smallest possible p is 1/6, so 3 models can at most say ``"inconclusive"`` with a direction.
-    """
+def claim3(points: pd.DataFrame) -> dict:
+    """Claim 3's statistics from one point per model (``drop``, ``score``): ``n``, Spearman's ``spearman`` with the
+    one-sided exact ``p_value`` in its own direction (1 for ρ = 0), and Pearson's ``pearson``; NaN below 3 models
+    (two points always give ρ = ±1). The verdict is :func:`papa.analysis.claims.claim3_verdict`'s."""
     frame = points.dropna(subset=["drop", "score"])
-    n = int(len(frame))
-    out = {"n": n, "spearman": math.nan, "pearson": math.nan, "p_value": math.nan}
-    out |= {"direction": "none", "verdict": "not testable"}
-    if n < 3:
+    out = {"n": int(len(frame)), "spearman": math.nan, "pearson": math.nan, "p_value": math.nan}
+    if len(frame) < 3:
         return out
     x, y = frame["score"].to_numpy(float), frame["drop"].to_numpy(float)
     rho, p_greater = spearman_exact_p(x, y)
-    _, p_less = spearman_exact_p(x, -y)
     out.update(spearman=rho, pearson=_pearson(x, y))
     if math.isnan(rho) or rho == 0:
-        out.update(p_value=1.0, verdict="inconclusive")
-        return out
-    out["direction"] = "better models lose more" if rho > 0 else "better models lose less"
-    p = p_greater if rho > 0 else p_less
-    out["p_value"] = p
-    out["verdict"] = ("reproduced" if rho > 0 else "contradicted") if p < alpha else "inconclusive"
-    return out
+        return out | {"p_value": 1.0}
+    return out | {"p_value": p_greater if rho > 0 else spearman_exact_p(x, -y)[1]}

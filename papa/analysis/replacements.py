@@ -1,25 +1,10 @@
 """Which replacement matters (issue 33): PAPA's constant against uniform attention, a zero output and the head's
-mean output, on the book's one basis.
+mean output, each read on its own :class:`~papa.analysis.basis.Basis` (the main grid's k = 0 runs with that mode's
+runs), so every mode's drop is gated, paired and resampled exactly as PAPA's.
 
-Each replacement's drops are the cells of its own :class:`~papa.analysis.basis.Basis`: the main grid's k = 0 runs
-with that replacement's runs at half and at all heads (``papa``: the main grid's basis itself). So every mode's drop
-is read exactly as the results chapter reads PAPA's: the same convergence gate, the same pairing by probe seed with
-the same k = 0 runs, the same bootstrap over dev examples.
-
-**Paired across modes.** Every dev set is resampled on one stream (:func:`papa.analysis.bootstrap.resample_rows`),
-so on resample ``r`` the cells of two modes at the same model, task and k drop on the same dev examples. A mode's
-*extra drop* over PAPA, ``drop(mode) − drop(papa)`` in relative-drop points, thus has the percentile interval of
-its R resampled differences, and a pooled extra drop (the mean over a model's informative tasks, or over every
-model's) the percentile interval of the R resampled means, as :func:`papa.analysis.pooled_drops.pooled_drop` pools
-drops.
-
-**The three questions**, each answered by one rule on the pooled extra drop's 95% interval ``[low, high]``,
-stated in the method chapter before any result (:data:`QUESTIONS`, :func:`answer`):
-
-* ``low > 0``: **yes** — the alternative loses more than PAPA's constant, so what PAPA keeps matters;
-* ``high < 0``: **the reverse** — the alternative loses less than PAPA's constant;
-* otherwise: **no difference shown** — the interval holds 0 (the alternative may do as well);
-* without a paired informative cell: **not testable**.
+Every dev set is resampled on one stream, so a mode's *extra drop* over PAPA, ``drop(mode) − drop(papa)``, has the
+percentile interval of its R resampled differences, and a pooled extra drop that of the R resampled means. Each
+question (:data:`QUESTIONS`) is answered by its pooled extra drop's interval (:func:`answer`).
 """
 
 from __future__ import annotations
@@ -81,16 +66,9 @@ def _sorted(frame: pd.DataFrame, by: list[str]) -> pd.DataFrame:
     return frame.sort_values(by, key=key, ignore_index=True)
 
 
-def pooled_extra(extra: pd.DataFrame, replacement: str, at: str) -> dict:
-    """The mean extra drop of ``replacement`` over PAPA across the informative (model, task) pairs at ``at``, with
-    the percentile interval of its resampled means (``value``, ``low``, ``high``, ``n``, ``models``, ``tasks``)."""
-    rows = extra[(extra["replacement"] == replacement) & (extra["at"] == at) & extra["informative"]]
-    return pooled_drop(rows.assign(relative_drop=rows["extra"]))
-
-
 def answer(pooled: Mapping[str, float]) -> str:
-    """The answer to a question from its pooled extra drop (the module docstring's rule): "yes", "the reverse",
-    "no difference shown" or "not testable"."""
+    """The answer from a pooled extra drop: "yes" (its interval lies above 0: the alternative loses more than PAPA's
+    constant), "the reverse" (below 0), "no difference shown" (it holds 0) or "not testable" (no informative pair)."""
     if not pooled.get("n"):
         return "not testable"
     if pooled["low"] > 0:
@@ -101,11 +79,12 @@ def answer(pooled: Mapping[str, float]) -> str:
 
 
 def answers(extra: pd.DataFrame, at: str = "all") -> pd.DataFrame:
-    """One row per question (:data:`QUESTIONS`) at ``at``, pooled over every model's informative tasks: the pooled
-    extra drop with its interval, the pairs it averages and the answer (the book words its reason)."""
+    """One row per question (:data:`QUESTIONS`) at ``at``: the mean extra drop over every model's informative tasks
+    with its interval, the pairs it averages and the :func:`answer`."""
     rows = []
     for mode, question in QUESTIONS.items():
-        p = pooled_extra(extra, mode, at)
+        mine = extra[(extra["replacement"] == mode) & (extra["at"] == at) & extra["informative"]]
+        p = pooled_drop(mine.assign(relative_drop=mine["extra"]))
         verdict = answer(p)
         row = {"question": question, "replacement": mode, "at": at, "extra": p["value"], "low": p["low"]}
         rows.append(row | {"high": p["high"], "n": p["n"], "models": ", ".join(p["models"]), "answer": verdict})

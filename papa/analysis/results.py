@@ -1,11 +1,6 @@
-"""Result files → tidy tables and floors.
-
-One probing run (:func:`papa.probing.experiment.run_probe`) is one JSON file. :func:`load_results` turns a
-folder of them into a tidy table (one row per run × metric of the reported epoch); :func:`summarise`
-aggregates the main metric over seeds; :func:`floors_table` says which tasks can show anything at all (the
-k = 0 probe must beat the floors). The small pure functions :func:`relative_drop`, :func:`retained_gain` and
-:func:`beyond_seed_range` hold the arithmetic of drops and gains.
-"""
+"""Result files → tidy tables and floors: :func:`load_results` (one row per run × metric of the reported epoch),
+:func:`summarise` (the main metric over seeds), :func:`floors_table` (which tasks the k = 0 probe can show anything
+on), and the arithmetic of drops and gains."""
 
 from __future__ import annotations
 
@@ -29,8 +24,6 @@ TIDY_COLUMNS = RUN_COLUMNS + ["metric", "value", "is_main", "majority", "seconds
 #: Group keys of :func:`summarise` (``total_heads`` and ``metric`` follow from model and task).
 SUMMARY_KEYS = ["model", "task", "ranking", "k", "fraction", "total_heads", "mode", "probe_input", "metric"]
 
-# --- pure arithmetic ---------------------------------------------------------------------------
-
 
 def relative_drop(score_k: float, score_0: float) -> float:
     """``(score_0 − score_k) / score_0``: the share of the k = 0 score lost (NaN when ``score_0`` ≤ 0: an MCC of
@@ -39,35 +32,21 @@ def relative_drop(score_k: float, score_0: float) -> float:
 
 
 def retained_gain(score_k: float, score_0: float, floor: float) -> float:
-    """``(score_k − floor) / (score_0 − floor)``: the share of the gain over the floor kept at k.
-
-    NaN when ``score_0 <= floor`` (there is no gain to keep).
-    """
+    """``(score_k − floor) / (score_0 − floor)``: the share of the gain over the floor kept at k (NaN without one)."""
     return (score_k - floor) / (score_0 - floor) if score_0 > floor else math.nan
 
 
 def beyond_seed_range(a_scores: Sequence[float], b_scores: Sequence[float]) -> bool:
-    """A difference is real only when it exceeds the seed spread.
-
-    True when ``|mean(a) − mean(b)|`` is larger than the larger of the two seed ranges
-    (``max − min`` over seeds). With one seed on both sides the ranges are 0, so any difference counts.
-    """
+    """Whether ``|mean(a) − mean(b)|`` exceeds the larger of the two seed ranges (``max − min``; 0 for one seed)."""
     a, b = np.asarray(a_scores, dtype=float), np.asarray(b_scores, dtype=float)
     if a.size == 0 or b.size == 0:
         raise PapaError("beyond_seed_range needs at least one score on each side", "Pass the per-seed scores.")
     return bool(abs(a.mean() - b.mean()) > max(np.ptp(a), np.ptp(b)))
 
 
-# --- loading -----------------------------------------------------------------------------------
-
-
 def read_results(folder: str | Path) -> dict[str, dict]:
-    """Every result JSON under ``folder`` (recursively, checksums verified) as ``{run_id: result}``.
-
-    JSON files that are not results (no ``config`` and ``score``, e.g. rankings) are skipped; a
-    result that fails its checksum raises :class:`papa.core.errors.CorruptFileError`. ``run_id`` is
-    the file stem, or the path relative to ``folder`` (without ``.json``) when stems repeat.
-    """
+    """Every result JSON under ``folder`` (recursively, checksums verified; other JSON skipped) as ``{run_id: result}``:
+    ``run_id`` is the file stem, or the path relative to ``folder`` without ``.json`` when stems repeat."""
     root = Path(folder)
     if not root.is_dir():
         raise PapaError(f"The results folder {root} does not exist", "Run the grid first, or check the path.")
@@ -105,6 +84,12 @@ def ranking_method(ranking_file: str | None, k: int, total: int | None = None) -
     return name.rsplit("__", 1)[-1]
 
 
+def ranking_family(config: Mapping) -> str:
+    """A run config's :func:`ranking_method`, its seeded random orderings (``random-<n>``) pooled as ``random``."""
+    name = ranking_method(config.get("ranking"), int(config["constant_heads"]), int(config["total_heads"]))
+    return "random" if name.startswith("random") else name
+
+
 def _run_fields(run_id: str, result: dict) -> dict:
     config = result["config"]
     k, total = int(config["constant_heads"]), int(config["total_heads"])
@@ -131,16 +116,9 @@ def _run_fields(run_id: str, result: dict) -> dict:
 
 
 def load_results(folder: str | Path | Mapping[str, dict]) -> pd.DataFrame:
-    """Tidy table of a results folder: one row per run × metric of the reported epoch (the final
-    one, or the one chosen on held-out training data: ``selection``, ``selected_epoch``).
-
-    ``converged`` is the run's convergence flag (None without a held-out curve). The per-example dev
-    predictions stay in the result records (:func:`read_results`), never in this table.
-
-    Columns: :data:`TIDY_COLUMNS`. ``metric`` is the metric's own name (the duplicate ``main`` key
-    is dropped); ``is_main`` marks the task's main metric; ``majority`` is that metric's value for
-    the majority-class floor; ``seconds`` is the run's total time.
-    """
+    """Tidy table of result records: one row per run × metric of the reported epoch (:data:`TIDY_COLUMNS`;
+    ``converged`` None without a held-out curve, ``is_main`` marks the task's main metric, ``majority`` its
+    majority-class floor, ``seconds`` the run's total time)."""
     rows = []
     for run_id, result in _as_results(folder).items():
         run = _run_fields(run_id, result)
@@ -164,11 +142,7 @@ def load_results(folder: str | Path | Mapping[str, dict]) -> pd.DataFrame:
 
 def epoch_table(folder_or_results: str | Path | Mapping[str, dict]) -> pd.DataFrame:
     """One row per run × epoch: run fields, ``epoch``, ``train_loss``, ``score`` (the main dev metric) and
-    ``heldout`` (the main metric on held-out training examples).
-
-    A run trained with ``dev_every_epoch=False`` has no per-epoch dev score: its ``score`` is NaN (and a run
-    without held-out scoring has NaN ``heldout``); epochs without a train loss give NaN too.
-    """
+    ``heldout`` (on held-out training examples); NaN where a run did not record one."""
     rows = []
     for run_id, result in _as_results(folder_or_results).items():
         run = _run_fields(run_id, result)
@@ -190,16 +164,9 @@ def _float(value: object) -> float:
     return math.nan if value is None else float(value)
 
 
-# --- aggregation -------------------------------------------------------------------------------
-
-
 def summarise(df: pd.DataFrame) -> pd.DataFrame:
-    """Main metric over seeds per (model, task, ranking, k, fraction, mode, probe_input).
-
-    Columns: :data:`SUMMARY_KEYS` + ``mean``, ``std`` (ddof=1, NaN for one seed), ``min``, ``max``,
-    ``n_seeds``. Raises :class:`PapaError` when a group mixes probe settings (lr, epochs, train
-    examples) or holds one seed twice: filter the table first.
-    """
+    """The main metric over seeds per :data:`SUMMARY_KEYS`: ``mean``, ``std`` (ddof=1), ``min``, ``max``,
+    ``n_seeds``. A group that mixes probe settings or repeats a seed is an error."""
     main = df[df["is_main"]]
     out = []
     for keys, group in main.groupby(SUMMARY_KEYS, sort=True, dropna=False):
@@ -230,24 +197,11 @@ def floors_table(
     intervals: Mapping[tuple, tuple[float, float]] | None = None,
     rising: Mapping[tuple, list[float]] | None = None,
 ) -> pd.DataFrame:
-    """Per model, task and mode: the floors, the k = 0 baseline, and whether the task is informative.
-
-    * ``majority``: the main metric of always predicting the majority class (the ``majority`` column of ``df``);
-    * ``attention_free`` (``_std``, ``_n``): mean main score of the k = 0 runs with
-      ``probe_input == "embeddings"`` (the probe sees no attention at all);
-    * ``baseline`` (``_std``, ``_n``): mean main score of the k = 0 runs with ``probe_input == "all"``;
-    * ``attention_free_rising``: no attention-free run of ``df`` (the converged ones) is there, so the floor is the
-      mean of ``rising`` (``{(model, task, mode): scores}``, runs still rising at their epoch cap): a lower bound of
-      the converged floor, closer to it than the majority class alone.
-
-    Rule: a task is ``informative`` when the k = 0 probe clearly beats the higher floor
-    ``max(majority, attention_free)`` (a missing attention-free floor is left out of the max), over seeds *and*
-    over dev examples: ``baseline − floor`` exceeds ``margin = max(2 × baseline_std, 2 × attention_free_std, 0.01)``
-    (a missing std, e.g. one seed, counts as 0), and, given ``intervals`` (``{(model, task, mode): (low, high)}``,
-    the 95% bootstrap interval over dev examples of the k = 0 score,
-    :func:`papa.analysis.basis.baseline_intervals`; columns ``baseline_low``/``baseline_high``), the interval's
-    lower bound lies above the floor. Only then can replacing attention lose anything measurable.
-    """
+    """Per model, task and mode: the ``majority`` floor, the ``attention_free`` floor (k = 0 probes on embeddings
+    only; without one, the mean of ``rising``'s still-rising scores, marked ``attention_free_rising``), the k = 0
+    ``baseline`` (each with ``_std``, ``_n``), and ``informative``: the baseline beats the higher floor by more than
+    ``margin = max(2 × baseline_std, 2 × attention_free_std, 0.01)``, and the lower end of its bootstrap interval
+    over dev examples (``intervals``, :func:`papa.analysis.basis.baseline_intervals`) lies above that floor."""
     main = df[df["is_main"]]
     majority = main.groupby(["model", "task", "mode"])["majority"].mean()
     rows = []
