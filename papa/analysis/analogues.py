@@ -11,7 +11,7 @@ import pandas as pd
 
 from papa.analysis.basis import rows_of
 from papa.analysis.claims import MAX_DROP_ALL, PAPER_DROP_ALL
-from papa.analysis.pooled_drops import claim3, claim3_points, pooled_drop, select
+from papa.analysis.pooled_drops import DROP_COLUMNS, claim3, claim3_points, model_drops
 from papa.analysis.results import SHARED_RANKINGS, main_mode
 from papa.core.heads import count_for
 
@@ -100,6 +100,7 @@ def paper_table(
     keep = _informative(floors)
     by_cell = dict(zip(zip(cells["model"], cells["task"], cells["at"]), cells["relative_drop"]))
     points, common = claim3_points(cells)
+    drops = model_drops(cells).set_index("model")[DROP_COLUMNS]
     out = []
     for model, group in rows.groupby("model", sort=True):
         total = int(group["total_heads"].iloc[0])
@@ -112,15 +113,12 @@ def paper_table(
             per_task.append(record | {"informative": (model, task) in keep})
         informative = pd.DataFrame([r for r in per_task if r["informative"]])
         average = {"model": model, "task": "average", "informative": True}
-        for column in ("score_0", "score_half", "score_all", "drop_half", "drop_all"):
+        for column in ("score_0", "score_half", "score_all"):
             average[column] = float(informative[column].mean()) if len(informative) else math.nan
         average["max_drop_all"] = float(informative["drop_all"].max()) if len(informative) else math.nan
         average["n_tasks"] = int(len(informative))
+        average |= drops.reindex([model]).iloc[0].to_dict()  # pooled over its informative tasks
         extra = []
-        mine = cells[cells["model"] == model]
-        for at in ("half", "all"):
-            p = pooled_drop(select(mine, at))
-            average |= {f"drop_{at}": p["value"], f"drop_{at}_low": p["low"], f"drop_{at}_high": p["high"]}
         point = points[points["model"] == model]
         if len(point) and len(points) > 1:
             p = point.iloc[0]

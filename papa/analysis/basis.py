@@ -21,6 +21,7 @@ from papa.analysis import bootstrap as S
 from papa.analysis import results as R
 from papa.core.errors import PapaError
 from papa.core.heads import count_for
+from papa.probing.data import get_task
 
 #: Columns of :attr:`Basis.cells` (``samples``: the relative drop on every resample, an ``[R]`` array per cell).
 CELL_COLUMNS = (
@@ -32,8 +33,6 @@ CELL_COLUMNS = (
 def task_family(task: str) -> str:
     """``"token"`` for a token-level task, ``"sentence"`` for a sentence-level one, ``"other"`` for a task papa
     does not know (from the task's spec, :func:`papa.probing.data.get_task`)."""
-    from papa.probing.data import get_task
-
     try:
         return "token" if get_task(task).is_token_task else "sentence"
     except PapaError:
@@ -187,20 +186,13 @@ def k0_and_all(basis: Basis, model: str, task: str) -> dict | None:
     total = int(full["total_heads"].iloc[0])
     cell = basis.cell(model, task, "all", total)
     pick = lambda frame: frame.set_index("seed").loc[seeds, "value"].astype(float).tolist()
-    paired_k0, paired_all = float(np.mean(pick(base))), float(np.mean(pick(full)))
-    has = cell is not None
-    return {
-        "seeds": seeds,
-        "k0_scores": pick(base),
-        "all_scores": pick(full),
-        "k0": basis.score(model, task, "none", 0),
-        "all": basis.score(model, task, "all", total),
-        "paired_k0": paired_k0,
-        "paired_all": paired_all,
-        # without stored dev predictions there is no bootstrap: the same paired drop, from the seeds' scores
-        "drop": cell["relative_drop"] if has else R.relative_drop(paired_all, paired_k0),
-        "low": cell["relative_low"] if has else math.nan,
-        "high": cell["relative_high"] if has else math.nan,
-        "real": bool(cell["real"]) if has else None,
-        "runs": pd.concat([base[base["seed"].isin(seeds)], full[full["seed"].isin(seeds)]]),
-    }
+    k0_scores, all_scores = pick(base), pick(full)
+    paired_k0, paired_all = float(np.mean(k0_scores)), float(np.mean(all_scores))
+    out = {"seeds": seeds, "k0_scores": k0_scores, "all_scores": all_scores, "k0": basis.score(model, task, "none", 0)}
+    out |= {"all": basis.score(model, task, "all", total), "paired_k0": paired_k0, "paired_all": paired_all}
+    if cell is None:  # no stored dev predictions, no bootstrap: the same paired drop, from the seeds' scores
+        out |= {"drop": R.relative_drop(paired_all, paired_k0), "low": math.nan, "high": math.nan, "real": None}
+    else:
+        out |= {"drop": cell["relative_drop"], "low": cell["relative_low"], "high": cell["relative_high"]}
+        out["real"] = bool(cell["real"])
+    return out | {"runs": pd.concat([base[base["seed"].isin(seeds)], full[full["seed"].isin(seeds)]])}

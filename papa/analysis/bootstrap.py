@@ -18,7 +18,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from papa.analysis.results import ranking_family
+from papa.analysis.results import ranking_family, relative_drop
 from papa.core.errors import PapaError
 from papa.probing.data import get_task
 
@@ -179,12 +179,10 @@ def paired_bootstrap(
     """The difference ``other − base`` of the seed-mean metric, with a 95% bootstrap interval over dev examples.
 
     ``base``/``other``: one ``[N, D]`` statistics array per seed at k = 0 and at k, on the same dev examples;
-    ``rows [R, N]`` (:func:`resample_rows`) fixes the resamples, else they come from ``seed``. ``pairs``
-    (``(i, j)``: base run ``i`` and other run ``j`` share a probe seed): only paired runs enter either side, so the
-    seed-to-seed spread stays out of the difference; without them every run counts (paired in order for the seed
-    range). Returns the scores, ``difference`` with ``low``/``high`` and ``real``, ``relative_drop`` with
-    ``relative_low``/``relative_high`` and its ``[R]`` ``relative_samples`` (NaN where a k = 0 score is ≤ 0), the
-    per-seed differences' ``seed_min``/``seed_max``, and the counts.
+    ``rows [R, N]`` (:func:`resample_rows`) fixes the resamples, else they come from ``seed``. Given ``pairs``
+    (``(i, j)``: base run ``i`` and run ``j`` share a probe seed) only paired runs count, so the seed-to-seed spread
+    stays out of the difference. Returns the scores, ``difference`` with ``low``/``high`` and ``real``, the relative
+    drop with its interval and ``[R]`` ``relative_samples`` (NaN where a k = 0 score is ≤ 0), and the counts.
     """
     b, o = _stack(base, "at k = 0"), _stack(other, "at k")
     unpaired = 0
@@ -195,40 +193,23 @@ def paired_bootstrap(
             raise PapaError("No run at k shares a probe seed with a run at k = 0", fix)
         unpaired = len(b) + len(o) - len({i for i, _ in pairs}) - len({j for _, j in pairs})
         b, o = b[[i for i, _ in pairs]], o[[j for _, j in pairs]]
-        pairs = [(n, n) for n in range(len(pairs))]
     if b.shape[1:] != o.shape[1:]:
         fix = "Compare runs on the same dev examples (the whole dev split)."
         raise PapaError(f"The runs score {b.shape[1]} and {o.shape[1]} dev examples", fix)
-    n = b.shape[1]
     base_seeds, other_seeds = metric_from_sums(metric, b.sum(1), token), metric_from_sums(metric, o.sum(1), token)
     base_score, score = float(base_seeds.mean()), float(other_seeds.mean())
-    pairs = list(pairs) if pairs is not None else [(i, i) for i in range(min(len(b), len(o)))]
-    paired = np.array([other_seeds[j] - base_seeds[i] for i, j in pairs]) if pairs else np.array([math.nan])
+    paired = np.array([y - x for x, y in zip(base_seeds, other_seeds)])  # the (re-ordered) pairs, in order
     m_base, m_other = _resampled_means([b, o], metric, token, resamples, seed, rows)
     differences = m_other - m_base
     with np.errstate(divide="ignore", invalid="ignore"):
         relative = np.where(m_base > 0, (m_base - m_other) / m_base, math.nan)
     low, high = _interval(differences)
     rel_low, rel_high = _interval(relative) if np.isfinite(relative).all() else (math.nan, math.nan)
-    return {
-        "base_score": base_score,
-        "score": score,
-        "difference": score - base_score,
-        "low": low,
-        "high": high,
-        "real": bool(low > 0 or high < 0),
-        "relative_drop": (base_score - score) / base_score if base_score > 0 else math.nan,
-        "relative_low": rel_low,
-        "relative_high": rel_high,
-        "seed_min": float(paired.min()),
-        "seed_max": float(paired.max()),
-        "n_examples": int(n),
-        "n_base": int(len(b)),
-        "n_runs": int(len(o)),
-        "n_unpaired": int(unpaired),
-        "resamples": int(resamples),
-        "relative_samples": relative,
-    }
+    out = {"base_score": base_score, "score": score, "difference": score - base_score, "low": low, "high": high}
+    out |= {"real": bool(low > 0 or high < 0), "relative_drop": relative_drop(score, base_score)}
+    out |= {"relative_low": rel_low, "relative_high": rel_high, "seed_min": float(paired.min())}
+    out |= {"seed_max": float(paired.max()), "n_examples": int(b.shape[1]), "n_base": len(b), "n_runs": len(o)}
+    return out | {"n_unpaired": int(unpaired), "resamples": int(resamples), "relative_samples": relative}
 
 
 def run_statistics(result: dict) -> np.ndarray:
@@ -263,13 +244,12 @@ def paired_differences(results: dict[str, dict], resamples: int = RESAMPLES, see
         if k == 0 or not base:
             continue
         base_runs, other_runs = (sorted(rs, key=lambda r: r["config"]["seed"]) for rs in (base, runs))
-        token = bool(base_runs[0]["dev"].get("lengths"))
         position = {r["config"]["seed"]: i for i, r in enumerate(base_runs)}
         seeds = [r["config"]["seed"] for r in other_runs]
         pairs = [(position[s], j) for j, s in enumerate(seeds) if s in position]
         if not pairs:
             continue  # no common seed (the gate left them out): no paired interval
-        metric = base_runs[0]["metric"]
+        metric, token = base_runs[0]["metric"], bool(base_runs[0]["dev"].get("lengths"))
         # the task's data folder: NER and POS share theirs
         dev_set = f"{get_task(task).local_folder}:{setting[4]}" if setting[4] else task
         base_stats, other_stats = [run_statistics(r) for r in base_runs], [run_statistics(r) for r in other_runs]

@@ -73,8 +73,7 @@ BASES = (
 @dataclass(frozen=True)
 class Verdict:
     """A claim's verdict: ``label`` (one of :data:`VERDICTS`), the rule's branch that gave it (``case``) and the
-    numbers that branch read (``facts``: drops and interval ends as fractions, a pair's ``model``/``task``, or
-    claim 3's ``n``, ``rho`` and ``p``)."""
+    numbers that branch read (``facts``: fractions, a pair's ``model``/``task``, or claim 3's ``n``, ``rho``, ``p``)."""
 
     label: str
     case: str

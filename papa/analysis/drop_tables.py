@@ -23,7 +23,6 @@ MAIN_COLUMNS = (
 ).split()
 #: The paired columns :func:`main_table` copies from a cell.
 _PAIRED = ["difference", "low", "high", "relative_drop", "relative_low", "relative_high", "n_examples"]
-_KEYS = ["model", "task", "ranking", "k"]
 
 
 def _k_of(fraction: Fraction, total: int) -> int:
@@ -35,7 +34,7 @@ def main_table(summary: pd.DataFrame, cells: pd.DataFrame, ranking: str = "gates
     the seed mean and spread of ``summary``, and the paired columns of the cell of ``cells`` with the same model,
     task, ranking and k (NaN / None at k = 0 or where no seed pairs)."""
     rows = summary[summary["probe_input"] == "all"]
-    diffs = cells.set_index(_KEYS) if len(cells) else None
+    diffs = cells.set_index(["model", "task", "ranking", "k"]) if len(cells) else None
     out = []
     for (model, task), group in rows.groupby(["model", "task"], sort=True):
         total = int(group["total_heads"].iloc[0])

@@ -43,9 +43,7 @@ def fig_score_vs_dynamic_heads(
     scores = scores.assign(layer="score", dynamic=scores["total_heads"] - scores["k"])
     totals = sorted(int(t) for t in scores["total_heads"].unique())
     totals_by_model = scores.groupby("model")["total_heads"].first()
-    scores = scores[
-        ["layer", "model", "task", "ranking", "k", "dynamic", "metric", *"mean std min max n_seeds".split()]
-    ]
+    scores = scores["layer model task ranking k dynamic metric mean std min max n_seeds".split()]
     metric_of = scores.groupby(["model", "task"])["metric"].first()
     melt = dict(id_vars=["model", "task"], value_vars=list(FLOOR_STYLES), var_name="floor", value_name="value")
     lines = floors[floors["mode"] == chosen_mode].melt(**melt).dropna(subset=["value"])

@@ -41,6 +41,10 @@ def select(cells: pd.DataFrame, at: str, informative: bool | None = True, famili
     return cells[keep]
 
 
+#: The pooled drop columns of :func:`model_drops`.
+DROP_COLUMNS = [f"drop_{at}{end}" for at in ("half", "all") for end in ("", "_low", "_high")]
+
+
 def model_drops(cells: pd.DataFrame) -> pd.DataFrame:
     """Per model: :func:`pooled_drop` at half and at all heads over its informative cells (``drop_half``, its
     ``_low``/``_high``, ``n_tasks_half``, the same for ``all``) and the ``tasks`` averaged at all heads."""
@@ -51,10 +55,8 @@ def model_drops(cells: pd.DataFrame) -> pd.DataFrame:
             p = pooled_drop(select(group, at))
             record |= {f"drop_{at}": p["value"], f"drop_{at}_low": p["low"], f"drop_{at}_high": p["high"]}
             record[f"n_tasks_{at}"] = p["n"]
-        record["tasks"] = ", ".join(p["tasks"])  # the tasks at all heads
-        out.append(record)
-    drops = [f"drop_{at}{s}" for at in ("half", "all") for s in ("", "_low", "_high")]
-    return pd.DataFrame(out, columns=["model", "total_heads", *drops, "n_tasks_half", "n_tasks_all", "tasks"])
+        out.append(record | {"tasks": ", ".join(p["tasks"])})  # the tasks at all heads
+    return pd.DataFrame(out, columns=["model", "total_heads", *DROP_COLUMNS, "n_tasks_half", "n_tasks_all", "tasks"])
 
 
 def claim3_points(

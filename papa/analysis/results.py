@@ -124,19 +124,13 @@ def load_results(folder: str | Path | Mapping[str, dict]) -> pd.DataFrame:
         run = _run_fields(run_id, result)
         main = result.get("metric")
         majority = (result.get("floors") or {}).get("majority") or {}
+        seconds = (result.get("timings") or {}).get("total", math.nan)
         for metric, value in result["metrics"].items():
             if metric == "main":
                 continue
-            rows.append(
-                {
-                    **run,
-                    "metric": metric,
-                    "value": float(value),
-                    "is_main": metric == main,
-                    "majority": float(majority[metric]) if metric in majority else math.nan,
-                    "seconds": (result.get("timings") or {}).get("total", math.nan),
-                }
-            )
+            floor = float(majority[metric]) if metric in majority else math.nan
+            row = {"metric": metric, "value": float(value), "is_main": metric == main, "majority": floor}
+            rows.append(run | row | {"seconds": seconds})
     return pd.DataFrame(rows, columns=TIDY_COLUMNS)
 
 
@@ -147,16 +141,9 @@ def epoch_table(folder_or_results: str | Path | Mapping[str, dict]) -> pd.DataFr
     for run_id, result in _as_results(folder_or_results).items():
         run = _run_fields(run_id, result)
         for record in result.get("epochs") or []:
-            rows.append(
-                {
-                    **run,
-                    "epoch": int(record["epoch"]),
-                    "train_loss": _float(record.get("train_loss")),
-                    "score": _float(record.get("main")),
-                    "heldout": _float(record.get("heldout_main")),
-                    "metric": result.get("metric"),
-                }
-            )
+            curve = [_float(record.get(key)) for key in ("train_loss", "main", "heldout_main")]
+            values = dict(zip(("train_loss", "score", "heldout"), curve), metric=result.get("metric"))
+            rows.append(run | {"epoch": int(record["epoch"])} | values)
     return pd.DataFrame(rows, columns=RUN_COLUMNS + ["epoch", "train_loss", "score", "heldout", "metric"])
 
 
@@ -200,8 +187,9 @@ def floors_table(
     """Per model, task and mode: the ``majority`` floor, the ``attention_free`` floor (k = 0 probes on embeddings
     only; without one, the mean of ``rising``'s still-rising scores, marked ``attention_free_rising``), the k = 0
     ``baseline`` (each with ``_std``, ``_n``), and ``informative``: the baseline beats the higher floor by more than
-    ``margin = max(2 × baseline_std, 2 × attention_free_std, 0.01)``, and the lower end of its bootstrap interval
-    over dev examples (``intervals``, :func:`papa.analysis.basis.baseline_intervals`) lies above that floor."""
+    ``margin = max(2 × baseline_std, 2 × attention_free_std, 0.01)`` (a missing std counts as 0), and the lower end
+    of its bootstrap interval over dev examples, where ``intervals`` has one
+    (:func:`papa.analysis.basis.baseline_intervals`), lies above that floor."""
     main = df[df["is_main"]]
     majority = main.groupby(["model", "task", "mode"])["majority"].mean()
     rows = []
@@ -223,10 +211,9 @@ def floors_table(
         clears_margin = not math.isnan(row["baseline"]) and row["baseline"] - floor > row["margin"]
         row["informative"] = bool(clears_margin and (math.isnan(row["baseline_low"]) or row["baseline_low"] > floor))
         rows.append(row)
-    columns = "model task mode metric majority attention_free attention_free_std attention_free_n".split()
-    columns += ["attention_free_rising", "baseline"]
-    columns += ["baseline_std", "baseline_n", "baseline_low", "baseline_high", "margin", "informative"]
-    return pd.DataFrame(rows, columns=columns)
+    columns = "model task mode metric majority attention_free attention_free_std attention_free_n attention_free_rising"
+    columns += " baseline baseline_std baseline_n baseline_low baseline_high margin informative"
+    return pd.DataFrame(rows, columns=columns.split())
 
 
 def _zero(x: float) -> float:
