@@ -84,11 +84,6 @@ def better_models_lose_more(cells: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
     return frame, {**claim3(frame), "tasks": common}
 
 
-def _mean_at(by_task: pd.DataFrame, k: int, ranking: str) -> float:
-    values = by_task.loc[(by_task["k"] == k) & (by_task["ranking"] == ranking), "mean"]
-    return float(values.iloc[0]) if len(values) else math.nan
-
-
 def paper_table(
     summary: pd.DataFrame, floors: pd.DataFrame, cells: pd.DataFrame, ranking: str = "gates"
 ) -> pd.DataFrame:
@@ -99,16 +94,18 @@ def paper_table(
     rows = _rows(summary)
     keep = _informative(floors)
     by_cell = dict(zip(zip(cells["model"], cells["task"], cells["at"]), cells["relative_drop"]))
+    by_mean = dict(zip(zip(rows["model"], rows["task"], rows["ranking"], rows["k"]), rows["mean"]))
     points, common = claim3_points(cells)
     drops = model_drops(cells).set_index("model")[DROP_COLUMNS]
     out = []
     for model, group in rows.groupby("model", sort=True):
         total = int(group["total_heads"].iloc[0])
         half = count_for(Fraction(1, 2), total)
+        sides = {"score_0": (0, "none"), "score_half": (half, ranking), "score_all": (total, "all")}
         per_task = []
-        for task, by_task in group.groupby("task", sort=True):
-            scores = [_mean_at(by_task, k, r) for k, r in ((0, "none"), (half, ranking), (total, "all"))]
-            record = {"model": model, "task": task, **dict(zip(("score_0", "score_half", "score_all"), scores))}
+        for task in sorted(set(group["task"])):
+            record = {"model": model, "task": task}
+            record |= {c: float(by_mean.get((model, task, r, k), math.nan)) for c, (k, r) in sides.items()}
             record |= {f"drop_{at}": by_cell.get((model, task, at), math.nan) for at in ("half", "all")}
             per_task.append(record | {"informative": (model, task) in keep})
         informative = pd.DataFrame([r for r in per_task if r["informative"]])
