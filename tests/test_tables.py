@@ -13,8 +13,9 @@ from test_results import grid, result, write
 
 from papa.analysis.basis import build_basis, retained_gains
 from papa.analysis.results import floors_table, load_results, read_results, summarise
+from papa.book import table_format as TF
 from papa.book.load import floors_display
-from papa.book.table_format import DASH, NBSP, auto_table, enable_table_display, score_interval, score_spread, table
+from papa.book.table_format import DASH, NBSP, auto_table, enable_table_display, score_spread, table
 from papa.book.tables import retained_gains_display, scores_display
 
 BAD = re.compile(r"\bNaN\b|\bnan\b|\bNone\b|rows × |\d+ rows")
@@ -28,10 +29,8 @@ def test_cell_formats():
     assert score_spread(0.81234, 0.02) == f"0.812{NBSP}±{NBSP}0.020"  # one unbreakable cell
     assert score_spread(0.0, 0.0) == f"0.000{NBSP}±{NBSP}0.000"
     assert score_spread(0.8, math.nan) == "0.800" and score_spread(math.nan, 0.1) is None
-    assert (
-        score_interval(0.81, 0.8, 0.84) == f"0.810{NBSP}[0.800,{NBSP}0.840]"
-        and score_interval(0.81, None, 0.84) == "0.810"
-    )
+    assert TF.with_interval(TF.score, 0.81, 0.8, 0.84) == f"0.810{NBSP}[0.800,{NBSP}0.840]"
+    assert TF.with_interval(TF.score, 0.81, None, 0.84) == "0.810"
 
 
 def test_missing_cells_are_dashes_with_a_footnote_and_nothing_is_truncated():

@@ -79,9 +79,9 @@ def random_display(baseline: pd.DataFrame) -> Table:
         "Both sides score the same dev examples; the interval is a paired bootstrap over them (each side's runs"
         " pooled). beats random: the interval lies above 0."
     )
-    out = table(frame, kinds, headers, notes=[note], details=["k", "score", "random_score", "runs"])
-    out.empty = "No seeded random ordering ran in this grid, so no ranking can be compared with random here."
-    return out
+    details = ["k", "score", "random_score", "runs"]
+    empty = "No seeded random ordering ran in this grid, so no ranking can be compared with random here."
+    return table(frame, kinds, headers, notes=[note], details=details, empty=empty)
 
 
 def verdicts_display(claims: pd.DataFrame) -> Table:
@@ -114,9 +114,7 @@ def paper_table_display(frame: pd.DataFrame) -> Table:
     relative drops (the averages with their pooled 95% intervals), beside the paper's 8% and ≤ 20%; a sentence
     without a run."""
     if not len(frame):
-        out = table(frame, {"task": "text"})
-        out.empty = "No run to tabulate."
-        return out
+        return table(frame, {"task": "text"}, empty="No run to tabulate.")
     if "n_tasks" in frame:  # a model without an informative task has no average to show
         frame = frame[~(frame["task"].isin(["average", "common"]) & (frame["n_tasks"].fillna(0) == 0))]
     shown = key_text(frame)
@@ -166,9 +164,7 @@ def literal_display(comparison: pd.DataFrame) -> Table:
     missing = {"main_drop_cell": "the main protocol has no interval here", "literal_drop_cell": "no interval"}
     missing |= {"lr_cell": "the lr differs between runs", "main_real": "no interval"}
     note = "drop: (score at k = 0 − score with all heads constant) / score at k = 0. " + INTERVAL_NOTE
-    out = table(frame, kinds, headers, missing, [note])
-    out.empty = "The paper's literal setting did not run in this grid."
-    return out
+    return table(frame, kinds, headers, missing, [note], empty="The paper's literal setting did not run in this grid.")
 
 
 def convergence_display(per_task: pd.DataFrame) -> Table:
@@ -186,6 +182,4 @@ def still_rising_display(rising: pd.DataFrame) -> Table:
     kinds = {"run_id": "text"} | model_task_kinds(rising) | {"ranking": "text", "k": "int", "seed": "int"}
     kinds |= {"best_epoch": "int", "epochs_trained": "int"}
     headers = {"run_id": "run", "best_epoch": "best held-out epoch", "epochs_trained": "epochs trained"}
-    out = table(key_text(rising), kinds, headers)
-    out.empty = "No run's held-out curve was still rising at the cap."
-    return out
+    return table(key_text(rising), kinds, headers, empty="No run's held-out curve was still rising at the cap.")

@@ -15,7 +15,7 @@ import pandas as pd
 from papa.analysis.figure_kit import task_name
 from papa.book import table_format as T
 from papa.book.load import BookData
-from papa.book.studies import sensitivity_table, size_studies
+from papa.book.studies import size_sensitivity
 from papa.book.words import lr_text
 from papa.core.fields import PAPER_LR
 
@@ -168,8 +168,7 @@ def near_floor_frame(data: BookData) -> pd.DataFrame:
     heldout = lr[lr["chosen"]].groupby(["model", "task"])["heldout"].max().to_dict() if len(lr) else {}
     shares = {(r.model, r.task): (r.predicted_share, r.label_share) for r in prediction_share_frame(data).itertuples()}
     more: dict = {}  # (model, task) -> (training examples, k = 0 mean, setting in words) of its largest size study
-    sizes = sensitivity_table(data)
-    for row in sizes[sizes["study"].isin(size_studies(data.config))].to_dict("records") if len(sizes) else []:
+    for row in size_sensitivity(data).to_dict("records"):
         examples, pair = row["train examples study"], (row["model"], row["task"])
         if examples > row["train examples official"] and examples > more.get(pair, (-1,))[0]:  # more than the main's
             more[pair] = (examples, row["k=0 study"], row["setting"])
@@ -218,7 +217,7 @@ def near_floor_display(frame: pd.DataFrame) -> T.Table:
     losses, more = (f["loss_first"], f["loss_last"]), (f["more_data_score"], f["more_data_setting"])
     seeds = lambda pairs: ", ".join(f"{v:.3f}" + ("" if e is None else f" (epoch {e})") for v, e in pairs) or None
     shown = T.key_text(f).assign(
-        score_cell=[T.score_interval(m, lo, hi) for m, lo, hi in zip(f["score"], f["low"], f["high"])],
+        score_cell=[T.with_interval(T.score, *v) for v in zip(f["score"], f["low"], f["high"])],
         floor_cell=[None if missing(v) else f"{v:.3f} ({kind})" for v, kind in zip(f["floor"], f["floor_kind"])],
         seeds_cell=[seeds(pairs) for pairs in f["seed_scores"]],
         loss_cell=[None if missing(a) or missing(b) else f"{a:.2f} → {b:.2f}" for a, b in zip(*losses)],
@@ -244,9 +243,9 @@ def near_floor_display(frame: pd.DataFrame) -> T.Table:
         " examples, the others on the dev split.",
         "A k = 0 score without an interval: not every seed stored its dev predictions.",
     ]
-    table = T.table(shown, kinds, headers, why, notes)
-    table.empty = "Every model and task clears its floor: no pair is near it."
-    return table
+    return T.table(
+        shown, kinds, headers, why, notes, empty="Every model and task clears its floor: no pair is near it."
+    )
 
 
 def near_floor_numbers(frame: pd.DataFrame) -> dict:

@@ -142,11 +142,6 @@ def points_text(value: Any) -> str:
     return str(signed(float(value) * 100, 1))
 
 
-def score_interval(mean: Any, low: Any, high: Any) -> str | None:
-    """``"0.812 [0.800, 0.840]"``; the mean alone when the interval is missing."""
-    return with_interval(score, mean, low, high)
-
-
 #: Column kinds :func:`table` understands.
 KINDS: dict[str, Callable[[Any], str | None]] = {"score": score, "percent": percent, "int": integer}
 KINDS |= {"yes/no": yes_no, "text": text}
@@ -233,11 +228,13 @@ def table(
     missing: Mapping[str, str] | None = None,
     notes: Sequence[str] = (),
     details: Sequence[str] = (),
+    empty: str = Table.empty,
 ) -> Table:
     """A :class:`Table` of ``frame``'s columns named in ``kinds`` (in that order: put the key columns
     first), each formatted by its kind (a name in :data:`KINDS` or a function of the cell).
     ``headers`` renames columns; ``missing`` says, per column (original name), why a cell is missing; ``details``
-    (original names) are secondary columns, shown under "More columns" beside the leading text columns (the keys)."""
+    (original names) are secondary columns, shown under "More columns" beside the leading text columns (the keys);
+    ``empty`` is shown instead of a table without rows."""
     headers, missing = dict(headers or {}), dict(missing or {})
     columns = list(kinds)
     formatters = {c: KINDS[k] if isinstance(k, str) else k for c, k in kinds.items()}
@@ -250,7 +247,7 @@ def table(
     keys = next((i for i, c in enumerate(columns) if kinds[c] != "text"), len(columns))
     folded = [name(c) for c in columns if c in set(details)]
     why = {name(c): reason for c, reason in missing.items()}
-    return Table(list(map(name, columns)), rows, why, text_columns, list(notes), details=folded, keys=keys)
+    return Table(list(map(name, columns)), rows, why, text_columns, list(notes), empty, folded, keys)
 
 
 def key_text(frame: pd.DataFrame) -> pd.DataFrame:

@@ -117,9 +117,7 @@ def drop_checks_display(checks: pd.DataFrame) -> Table:
         "seeds apart?: whether every seed's score with every head constant lies below every seed's score at k = 0.",
         "epoch reported, epochs trained: the range over the setting's runs at k = 0 and with every head constant.",
     ]
-    out = table(frame, kinds, headers, {"lr_cell": "the lr differs between runs"}, notes)
-    out.empty = "No run to check."
-    return out
+    return table(frame, kinds, headers, {"lr_cell": "the lr differs between runs"}, notes, empty="No run to check.")
 
 
 def sensitivity_display(sensitivity: pd.DataFrame) -> Table:
