@@ -20,12 +20,11 @@ from papa.analysis import drop_tables as F
 from papa.analysis import pooled_drops
 from papa.analysis.basis import build_basis, claim_cells
 from papa.analysis.claims import CLAIM_KEYS, claim3_verdict, judge
-from papa.analysis.figure_kit import AXIS_PX, TEXT_WIDTH, Figure, finish
+from papa.analysis.figure_kit import AXIS_PX, TEXT_WIDTH, Figure, finish, task_name
 from papa.book import claim_texts as CT
 from papa.book.analogue_figures import fig_better_models, fig_paper_scores, fig_relative_score
 from papa.book.load import BookData, headline_ranking
-from papa.book.table_format import interval_text, percent
-from papa.book.words import and_list, fraction_words, plural, task_name
+from papa.book.table_format import and_list, fraction_words, interval_text, percent, plural
 
 
 @dataclass

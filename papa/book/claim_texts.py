@@ -14,8 +14,8 @@ from collections.abc import Mapping
 import pandas as pd
 
 from papa.analysis import claims as V
-from papa.book.table_format import interval_text, percent
-from papa.book.words import plural, task_name
+from papa.analysis.figure_kit import task_name
+from papa.book.table_format import interval_text, percent, plural
 
 #: One template per claim and rule branch (:attr:`papa.analysis.claims.Verdict.case`).
 REASONS: dict[tuple[str, str], str] = {

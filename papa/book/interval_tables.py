@@ -8,8 +8,7 @@ from typing import Any
 import pandas as pd
 
 from papa.book import table_format as T
-from papa.book.table_format import Table, is_missing, key_text, model_task_kinds, percent, table, text
-from papa.book.words import lr_text
+from papa.book.table_format import Table, is_missing, key_text, lr_text, model_task_kinds, percent, table, text
 
 INTERVAL_NOTE = (
     "The difference to k = 0 is paired on the same dev examples, with its 95% bootstrap interval over dev examples"

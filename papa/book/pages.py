@@ -13,8 +13,8 @@ from papa.book import run_index as RI
 from papa.book.assets import check_assets, stage_assets
 from papa.book.setup_page import setup_page
 from papa.book.study_site import studies_part
+from papa.book.table_format import plural
 from papa.book.templates import Markdown, fill
-from papa.book.words import plural
 from papa.core.io import read_json_verified
 from papa.pipeline.executed import code_span, myst_text
 from papa.pipeline.plan import (

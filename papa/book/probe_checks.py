@@ -16,7 +16,7 @@ from papa.analysis.figure_kit import task_name
 from papa.book import table_format as T
 from papa.book.load import BookData
 from papa.book.studies import size_sensitivity
-from papa.book.words import lr_text
+from papa.book.table_format import lr_text
 from papa.core.fields import PAPER_LR
 
 

@@ -12,11 +12,12 @@ import re
 from functools import partial
 from pathlib import Path
 
+from papa.analysis.figure_kit import task_name
+from papa.book.table_format import duration, lr_text
 from papa.book.table_format import score as score_text
 from papa.book.templates import Markdown, fill
-from papa.book.words import lr_text
 from papa.core.io import atomic_write_text, read_json_verified
-from papa.pipeline.executed import code_span, model_markdown, myst_text
+from papa.pipeline.executed import code_span, model_markdown, myst_text, study_words
 from papa.pipeline.plan import ROOT, grid_chapters
 
 _KIND_CAPTIONS = {"estimate": "Constants", "rank": "Rankings", "select_lr": "Learning rates", "probe": "Probes"}
@@ -80,8 +81,6 @@ def appendix_rows(config: dict, runs: list, manifest: dict, root: Path = ROOT) -
     """One row per run page of the appendix: kind, model, task, ordering, k (of the model's heads),
     setting (the study in words), seeds, score (probes: the mean over seeds of the main metric),
     duration and the page. ``runs`` are :class:`papa.pipeline.plan.Run` of the pages that exist."""
-    from papa.book.words import duration, study_words, task_name
-
     kinds = {"estimate": "constants", "rank": "ranking", "select_lr": "learning rate", "probe": "probe"}
     rows = []
     for run in runs:

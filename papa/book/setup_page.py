@@ -8,10 +8,12 @@ from __future__ import annotations
 from fractions import Fraction
 from functools import partial
 
+from papa.analysis.figure_kit import task_name
 from papa.book.studies import size_studies
+from papa.book.table_format import and_list, count, fraction_words, lr_text, plural
 from papa.book.templates import Markdown, code, fill, join, model, pieces
-from papa.book.words import and_list, count, fraction_words, lr_text, plural, study_words, task_name
 from papa.core.fields import DEFAULT_TRAIN_EXAMPLES, PAPER_EPOCHS, PAPER_LR
+from papa.pipeline.executed import study_words
 
 _piece = partial(fill, "setup")
 #: The models the book describes (a piece ``model-<name>`` of the template each); another model is named by its id.
@@ -29,7 +31,7 @@ _SOURCES = {"cola": "GLUE", "sst2": "GLUE", "mrpc": "GLUE", "mnli": "GLUE", "ner
 
 def lr_words(value) -> str:
     """A learning rate as people write it: ``2e-05`` → ``2e-5``, ``0.01`` → ``0.01``
-    (:func:`papa.book.words.lr_text`); ``select`` in words."""
+    (:func:`papa.book.table_format.lr_text`); ``select`` in words."""
     if value == "select":
         return "the one chosen for its model and task"
     return lr_text(value)

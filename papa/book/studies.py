@@ -8,8 +8,7 @@ import pandas as pd
 from papa.analysis import results as R
 from papa.analysis.basis import Basis, k0_and_all
 from papa.book.load import BookData, study_probe_settings
-from papa.book.table_format import percent
-from papa.book.words import and_list, lr_text, plural
+from papa.book.table_format import and_list, lr_text, percent, plural
 
 
 def compare(a: pd.DataFrame, b: pd.DataFrame, label_a: str, label_b: str) -> pd.DataFrame:

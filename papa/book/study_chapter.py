@@ -15,12 +15,12 @@ from typing import Any
 
 import pandas as pd
 
-from papa.analysis.figure_kit import Figure
+from papa.analysis.figure_kit import Figure, task_name
 from papa.book import table_format as T
 from papa.book.chapter_answers import ChapterAnswers, analogue_figures, build_answers
 from papa.book.interval_tables import verdicts_display
 from papa.book.load import BookData, load_book_data
-from papa.book.words import and_list, plural, task_name
+from papa.book.table_format import and_list, plural
 from papa.core.errors import PapaError
 from papa.core.grid_schema import study_settings
 from papa.pipeline.plan import grid_model

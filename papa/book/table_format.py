@@ -1,6 +1,7 @@
 """Display tables: the :class:`Table` (HTML without index, every row, one-line number cells, an en dash
 with a footnote for a missing value), cell formatters, and :func:`auto_table` and :func:`enable_table_display`
-for any frame. The chapters' tables are in :mod:`papa.book.tables`."""
+for any frame. The chapters' tables are in :mod:`papa.book.tables`. Also config values as words (lists joined
+with "and", counts in words, head fractions, durations): no page shows a Python list or a ``(s)`` plural."""
 
 from __future__ import annotations
 
@@ -140,6 +141,62 @@ def points_text(value: Any) -> str:
     """A difference of rates in signed percentage points: ``0.012`` → ``"+1.2"``; a value that rounds to zero
     without a sign (``"0.0"``)."""
     return str(signed(float(value) * 100, 1))
+
+
+_SMALL = ["no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve"]
+
+
+def and_list(items, conjunction: str = "and") -> str:
+    """``["a", "b", "c"]`` → ``"a, b and c"``; one item is itself, none is ``""``."""
+    items = [str(i) for i in items]
+    if len(items) <= 1:
+        return "".join(items)
+    return f"{', '.join(items[:-1])} {conjunction} {items[-1]}"
+
+
+def count(n: int, noun: str, nouns: str | None = None) -> str:
+    """``count(3, "seed")`` → ``"three seeds"``; ``count(1, "model")`` → ``"one model"``; 13 and up in digits."""
+    word = _SMALL[n] if 0 <= n < len(_SMALL) else f"{n:,}"
+    return f"{word} {plural(n, noun, nouns)}"
+
+
+def plural(n: int, noun: str, nouns: str | None = None) -> str:
+    return noun if n == 1 else (nouns or f"{noun}s")
+
+
+def lr_text(lr: float) -> str:
+    """A learning rate as a person writes it: ``2e-5``, ``1.5e-4`` and ``1e-3`` below 0.01, ``0.01`` and ``0.1`` from
+    there up."""
+    value = float(lr)
+    if value != 0 and abs(value) < 0.01:
+        mantissa, exponent = f"{value:e}".split("e")
+        return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
+    return f"{value:g}"
+
+
+def fraction_words(value) -> str:
+    """A head fraction of a config or a table (``0``, ``"1/2"``, ``0.875``, ``63 / 72``, ``1``) in words: no head, half,
+    7/8, all."""
+    fraction = Fraction(str(value).strip()).limit_denominator(10_000)
+    if fraction == 0:
+        return "none"
+    if fraction == 1:
+        return "all"
+    if fraction == Fraction(1, 2):
+        return "half"
+    return f"{fraction.numerator}/{fraction.denominator}"
+
+
+def duration(seconds: float | None) -> str:
+    """``42.3`` → ``"42 s"``; ``754`` → ``"12.6 min"``; ``7300`` → ``"2.0 h"``; None → ``""``."""
+    if seconds is None:
+        return ""
+    seconds = float(seconds)
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
 
 
 #: Column kinds :func:`table` understands.

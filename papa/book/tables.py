@@ -16,8 +16,8 @@ import pandas as pd
 
 from papa.analysis.results import spread_shared
 from papa.book import table_format as T
-from papa.book.table_format import Table, is_missing, key_text, model_task_kinds, table, text
-from papa.book.words import lr_text, study_words
+from papa.book.table_format import Table, is_missing, key_text, lr_text, model_task_kinds, table, text
+from papa.pipeline.executed import study_words
 
 
 def scores_display(summary: pd.DataFrame, probe_input: str = "all") -> Table:
