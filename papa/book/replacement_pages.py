@@ -17,9 +17,8 @@ import pandas as pd
 from papa.analysis import replacements as RP
 from papa.analysis.basis import Basis, build_basis
 from papa.analysis.figure_kit import AXIS_PX, TEXT_WIDTH, Figure, clean, finish, glue_figure, legend, words
-from papa.book.load import BookData, headline_ranking
+from papa.book.load import BookData, headline_ranking, read_manifest
 from papa.book.table_format import Table, interval_text, key_text, model_task_kinds, percent, points_text, table
-from papa.core.io import read_json_verified
 from papa.pipeline.plan import STUDY_AIMS, chapter_study_minutes, runs_dir
 
 AT_WORDS = {"half": "half of the heads", "all": "every head"}
@@ -113,12 +112,9 @@ def replacement_numbers(science: ReplacementAnswers, config: dict) -> dict[str, 
 
 
 def study_cost(config: dict) -> dict[str, str]:
-    """What the chapter's studies cost: ``replacement_study_runs`` (how many of their runs the grid's manifest
-    holds), ``replacement_study_minutes`` (their notebooks' wall time summed, as the reproducibility page sums it)
-    and ``replacement_study_aim`` (:data:`~papa.pipeline.plan.STUDY_AIMS`)."""
-    path = runs_dir(config) / "manifest.json"
-    manifest = read_json_verified(path, "manifest")["runs"] if path.is_file() else {}
-    runs, minutes = chapter_study_minutes(config, manifest, "replacements")
+    """What the chapter's studies cost: their runs in the grid's manifest, their notebooks' minutes summed (as the
+    reproducibility page sums them) and the aim (:data:`~papa.pipeline.plan.STUDY_AIMS`)."""
+    runs, minutes = chapter_study_minutes(config, read_manifest(runs_dir(config)), "replacements")
     aim = f"{STUDY_AIMS['replacements']:.0f}"
     return {
         "replacement_study_runs": str(runs),
@@ -182,7 +178,7 @@ def glue_replacement_figure(science: ReplacementAnswers) -> None:
         glue("fig-replacements-caption", "The modes side by side (none yet).", display=False)
 
 
-def fig_replacements(science: ReplacementAnswers, label: str = "fig-replacements") -> Figure:
+def fig_replacements(science: ReplacementAnswers) -> Figure:
     """Per model: each mode's mean relative drop over its informative tasks with its pooled 95% interval, one
     colour per share of heads constant."""
     frame = science.by_model.dropna(subset=["value"])
@@ -209,4 +205,4 @@ def fig_replacements(science: ReplacementAnswers, label: str = "fig-replacements
         "constant, uniform attention, the head's mean output or zero, with the pooled 95% bootstrap interval, at half "
         f"of the heads ({science.ranking} order) and with every head replaced."
     )
-    return finish(chart, caption, label)
+    return finish(chart, caption, "fig-replacements")

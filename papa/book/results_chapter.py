@@ -1,9 +1,5 @@
 """The results chapter (``notebooks/04_results.md``): every frame, figure and glued number it shows, computed once
-from :class:`~papa.book.load.BookData` by :func:`build_results`; the notebook glues and displays, nothing more.
-
-Every drop, verdict and interval comes from the main grid's one basis (:func:`papa.book.chapter_answers.build_answers`);
-the counts and names from :func:`papa.book.load.headline_numbers`.
-"""
+by :func:`build_results` (drops, verdicts and intervals from :func:`papa.book.chapter_answers.build_answers`)."""
 
 from __future__ import annotations
 
@@ -42,7 +38,7 @@ def build_results(data: BookData) -> ResultsChapter:
     answers = CA.build_answers(data, glue["ranking"])
     glue |= CA.answer_numbers(answers, data)  # verdicts and drops with intervals, on the one basis
     largest = CA.largest_drop(answers)
-    checks = drop_checks(data, *largest) if largest else pd.DataFrame()
+    checks = pd.DataFrame() if largest is None else drop_checks(data, str(largest["model"]), str(largest["task"]))
     glue["largest_drop_summary"] = drop_checks_summary(checks)
     return ResultsChapter(
         data=data,
