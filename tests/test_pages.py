@@ -41,7 +41,7 @@ RERUN = ROOT / "book" / "rerun.md"
 # -- words -------------------------------------------------------------------------------------------
 def test_words():
     assert and_list(["a"]) == "a" and and_list(["a", "b"]) == "a and b" and and_list([42, 43, 44]) == "42, 43 and 44"
-    assert and_list(["x", "y"], "or") == "x or y" and and_list([]) == ""
+    assert and_list(["x", "y"]) == "x and y" and and_list([]) == ""
     assert [count(n, "seed") for n in (1, 3, 40)] == ["one seed", "three seeds", "40 seeds"]
     assert [fraction_words(f) for f in (0, "1/2", "7/8", 0.9375, 1)] == ["none", "half", "7/8", "15/16", "all"]
     assert [fraction_words(k / total) for k, total in ((36, 72), (63, 72), (135, 144), (12, 36))] == [

@@ -26,9 +26,8 @@ def _heads(frame: pd.DataFrame) -> list[str]:
 
 
 def main_table_display(main: pd.DataFrame) -> Table:
-    """:func:`papa.analysis.drop_tables.main_table` for reading: per model, task and number of constant heads, the
-    score ± seed std, the paired difference to k = 0 with its interval, the relative drop with its interval,
-    real?, and how many seeds converged (when the frame has a ``converged`` column)."""
+    """:func:`papa.analysis.drop_tables.main_table` for reading: per model, task and constant heads, the score, the
+    difference to k = 0 and the relative drop with their intervals, real?, and the seeds."""
     spread = [
         None if is_missing(a) or is_missing(b) else f"{float(b) - float(a):.3f}"
         for a, b in zip(main["seed_min"], main["seed_max"])
@@ -63,8 +62,7 @@ def main_table_display(main: pd.DataFrame) -> Table:
 
 
 def random_display(baseline: pd.DataFrame) -> Table:
-    """:func:`papa.analysis.drop_tables.random_baseline` for reading: does a ranking beat the seeded random
-    orderings?"""
+    """:func:`papa.analysis.drop_tables.random_baseline` for reading."""
     frame = key_text(baseline).assign(
         heads=_heads(baseline),
         difference_cell=_cells(T.signed, baseline["difference"], baseline["low"], baseline["high"]),
@@ -84,8 +82,7 @@ def random_display(baseline: pd.DataFrame) -> Table:
 
 
 def verdicts_display(claims: pd.DataFrame) -> Table:
-    """:func:`papa.analysis.claims.claims_table` for reading: the verdict, the number it rests on with its pooled
-    interval, why, the paper's number and the rule."""
+    """:func:`papa.book.claim_texts.claims_table` for reading."""
     kinds = dict.fromkeys(["claim", "verdict", "ours", "reason", "paper", "rule"], "text")
     headers = {"ours": "our runs (pooled 95% interval)", "reason": "why", "paper": "the paper"}
     headers["rule"] = "rule and runs counted"
@@ -93,8 +90,7 @@ def verdicts_display(claims: pd.DataFrame) -> Table:
 
 
 def verdict_sensitivity_display(frame: pd.DataFrame) -> Table:
-    """:func:`papa.analysis.claims.sensitivity` for reading: per basis, each claim's number and verdict, and the
-    paper's number for that basis."""
+    """:func:`papa.book.claim_texts.sensitivity` for reading."""
     kinds = {"basis": "text", "n_all": "int", "claim1": text, "claim1_verdict": "text", "claim2": text}
     kinds |= {"claim2_verdict": "text", "claim3": text, "claim3_verdict": "text", "paper": "text"}
     headers = {"n_all": "model/task pairs", "claim1": "1. drop, half constant", "claim1_verdict": "1. verdict"}
@@ -108,10 +104,8 @@ def verdict_sensitivity_display(frame: pd.DataFrame) -> Table:
 
 
 def paper_table_display(frame: pd.DataFrame) -> Table:
-    """:func:`papa.analysis.analogues.paper_table` for reading: per model and task (and each model's average over its
-    informative tasks, and over the tasks every model has, claim 3's point) the scores at k = 0, ½ and all, the
-    relative drops (the averages with their pooled 95% intervals), beside the paper's 8% and ≤ 20%; a sentence
-    without a run."""
+    """:func:`papa.analysis.analogues.paper_table` for reading: the scores at k = 0, half and all heads and the
+    relative drops with their intervals, per model and task and each model's averages."""
     if not len(frame):
         return table(frame, {"task": "text"}, empty="No run to tabulate.")
     if "n_tasks" in frame:  # a model without an informative task has no average to show
@@ -146,7 +140,7 @@ def paper_table_display(frame: pd.DataFrame) -> Table:
 
 
 def literal_display(comparison: pd.DataFrame) -> Table:
-    """:func:`papa.book.controls_chapter.literal_comparison` for reading: both protocols' drops with intervals first."""
+    """:func:`papa.book.controls_chapter.literal_comparison` for reading."""
     c = comparison
     frame = key_text(c).assign(
         main_drop_cell=_cells(percent, c["main_drop"], c["main_low"], c["main_high"]),

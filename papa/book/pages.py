@@ -37,8 +37,7 @@ _piece = partial(fill, "reproducibility")
 
 
 def _reproducibility(config: dict, stale: list[str], root: Path = ROOT, run_ids: list[str] | None = None) -> str:
-    """The reproducibility page: environment, time and every run's status. With ``run_ids`` (the book's runs), what
-    the runs folder holds of other runs (``papa grid run --dry-run`` lists them as "not in the plan") is left out."""
+    """The reproducibility page: environment, time and every run's status (of ``run_ids`` only, when given)."""
     name = config["name"]
     runs_dir = root / "book" / "runs" / name
     manifest = read_manifest(runs_dir)
@@ -125,9 +124,8 @@ def _code_states(runs_dir: Path, run_ids: list[str]) -> str:
 
 
 def _verified_section(config: dict, runs_dir: Path, run_ids: list[str] | None, root: Path = ROOT) -> list[str]:
-    """ "Verified": what ``papa grid verify`` re-executed and compared (its records of the runs' current
-    executions: a record whose key is not the run's stamp's is older and not counted), on which machines, every
-    mismatch with its size and cause; then the runs whose outputs record a commit marked ``-dirty``."""
+    """ "Verified": what ``papa grid verify`` re-executed and compared (records of the runs' current executions only),
+    on which machines, every mismatch with its size and cause; then the runs whose outputs record ``-dirty``."""
     runs = [r for r in stamped_runs(runs_dir) if r.kind in VERIFIABLE and (run_ids is None or r.run_id in run_ids)]
     keys = {r.run_id: (read_stamp(stamp_path(runs_dir, r.run_id)) or {}).get("key") for r in runs}
     every = {run_id: record for run_id, record in read_records(runs_dir).items() if run_id in keys}
@@ -179,8 +177,7 @@ def _verified_section(config: dict, runs_dir: Path, run_ids: list[str] | None, r
 
 
 def _benchmark_command(table: str) -> str:
-    """The module that wrote a benchmark table (its ``- command:`` line names it; default
-    ``python -m benchmarks.run``)."""
+    """The module that wrote a benchmark table (its ``- command:`` line; default ``python -m benchmarks.run``)."""
     for line in table.splitlines():
         if line.startswith("- command: `python -m benchmarks."):
             return " ".join(line.split("`")[1].split()[:3])
@@ -206,8 +203,7 @@ def _over_aim(total: float, aim: float, parts: dict, kinds: dict[str, list[float
 
 
 def _budget(manifest: dict, results: dict, stale: list[str] = (), aim: float | None = None) -> list[str]:
-    """Where the grid's time went, from the manifest (per run) and the results (per probe): by kind of run, by
-    model (``run_kind__model__…``), while some runs are stale how much of the sum is their old duration, and against
+    """Where the grid's time went (manifest and results): by kind of run, by model, the stale runs' share, and against
     the grid's ``aim`` (minutes, :data:`TIME_AIMS`) by how much it is over and what is left."""
     kinds: dict[str, list[float]] = {}
     by_model: dict[str, dict[str, float]] = {}
@@ -262,9 +258,9 @@ def point_front_page(text: str, name: str) -> str:
 
 
 def generated_pages(config: dict, stale: list[str], run_ids: list[str], root: Path = ROOT) -> dict[Path, str]:
-    """Every page ``papa book build`` generates, by path, rendered in memory (nothing written): ``_toc.yml`` (with
-    the "Your models" part of the executed ``papa study`` chapters), the appendix and its group pages, the front
-    page pointed at this grid, the reproducibility and setup pages, and the constants figure's include."""
+    """Every page ``papa book build`` generates, by path, rendered in memory: ``_toc.yml`` (with the "Your models"
+    part), the appendix and its group pages, the front page, the reproducibility and setup pages, and the constants
+    figure's include."""
     ids = set(run_ids)
     present = [r for r in expand(config) if r.run_id in ids]
     rows = RI.appendix_rows(config, present, read_manifest(runs_dir(config)), root)
@@ -287,8 +283,8 @@ def generated_pages(config: dict, stale: list[str], run_ids: list[str], root: Pa
 
 
 def write_pages(config: dict, stale: list[str], run_ids: list[str], root: Path = ROOT) -> list[Path]:
-    """Check the assets, render every generated page, then write them (each atomically) and stage the assets: a
-    missing asset or a page that cannot be rendered leaves every committed page as it was. Returns the pages."""
+    """Check the assets, render every page, then write them (each atomically) and stage the assets: a build that cannot
+    finish leaves every committed page as it was. Returns the pages."""
     check_assets()
     pages = generated_pages(config, stale, run_ids, root)
     RI.write_pages(pages, root)
@@ -298,9 +294,8 @@ def write_pages(config: dict, stale: list[str], run_ids: list[str], root: Path =
 
 
 def report_dirty_runs(config: dict, run_ids: list[str], root: Path = ROOT, out=None) -> list[str]:
-    """Name (on ``out``, default standard output) every run of the book whose outputs record a commit marked
-    ``-dirty`` (computed in a working tree with uncommitted changes; the reproducibility page lists them); returns
-    them."""
+    """Name (on ``out``, default standard output) and return every run of the book whose outputs record a commit
+    marked ``-dirty`` (computed in a working tree with uncommitted changes)."""
     present = set(run_ids)
     runs = [r for r in stamped_runs(root / "book" / "runs" / config["name"]) if r.run_id in present]
     dirty = sorted(dirty_runs(runs, root))

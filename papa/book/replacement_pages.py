@@ -1,9 +1,5 @@
-"""The "Which replacement?" chapter's numbers, tables and figure (issue 33), on the book's one basis.
-
-Every mode's drops come from a :class:`~papa.analysis.basis.Basis` of its own runs with the main grid's k = 0 runs
-(:func:`replacement_bases`), read by :mod:`papa.analysis.replacements`; the chapter notebook
-(``notebooks/08_replacements.md``) only calls this module and glues what it returns.
-"""
+"""The "Which replacement?" chapter's numbers, tables and figure (issue 33, ``notebooks/08_replacements.md``): every
+mode's drops from a basis of its runs with the main grid's k = 0 runs, read by :mod:`papa.analysis.replacements`."""
 
 from __future__ import annotations
 
@@ -32,8 +28,8 @@ def replacement_runs(data: BookData) -> pd.DataFrame:
 
 
 def replacement_bases(data: BookData, runs: pd.DataFrame | None = None) -> dict[str, Basis]:
-    """Per mode, its basis: ``papa`` is the main grid's; every other mode's joins its runs (``runs``, default
-    :func:`replacement_runs`) to the main grid's k = 0 runs, so its drops pair with the same k = 0 seeds as PAPA's."""
+    """Per mode, its basis: ``papa`` the main grid's, every other mode's runs (``runs``, default
+    :func:`replacement_runs`) joined to the main grid's k = 0 runs, so that its drops pair with the same seeds."""
     runs = replacement_runs(data) if runs is None else runs
     base = data.main[data.main["k"] == 0]
     bases = {"papa": data.basis}
@@ -46,8 +42,7 @@ def replacement_bases(data: BookData, runs: pd.DataFrame | None = None) -> dict[
 
 @dataclass(frozen=True)
 class ReplacementAnswers:
-    """The chapter's numbers: every mode's claim cells, the extra drops over PAPA, the pooled drops per model and
-    the three answers at all heads."""
+    """The chapter's numbers, each frame from :mod:`papa.analysis.replacements`."""
 
     ranking: str
     cells: pd.DataFrame  # papa.analysis.replacements.replacement_cells
@@ -74,8 +69,7 @@ def replacement_answers(data: BookData) -> ReplacementAnswers:
 
 
 def answer_reason(replacement: str, pooled: Mapping[str, float], verdict: str) -> str:
-    """One sentence saying why ``verdict`` (:func:`papa.analysis.replacements.answer`) follows from ``pooled``
-    (``low``, ``high``, ``n``; rates as percentage points of relative drop)."""
+    """One sentence saying why ``verdict`` follows from ``pooled`` (``low``, ``high`` in rates, ``n``)."""
     if verdict == "not testable":
         return f"No informative task has a paired drop for both PAPA's constant and {replacement}."
     span = f"[{points_text(pooled['low'])}, {points_text(pooled['high'])}] points"
@@ -96,9 +90,8 @@ def _interval(value: float, low: float, high: float, unit: str = "%") -> str:
 
 
 def replacement_numbers(science: ReplacementAnswers, config: dict) -> dict[str, str]:
-    """The chapter's glue: per question (``q_<mode>``) the question, its answer, its pooled extra drop with interval
-    in points and its reason; ``replacement_runs`` says which runs, ``estimate_examples`` how many training
-    examples the constants and means average."""
+    """The chapter's glue: per question (``q_<mode>``) the question, its answer, its pooled extra drop in points and
+    its reason; which runs, the constants' training examples and the studies' cost."""
     examples = int((config.get("estimate") or {}).get("max_examples", 2000))
     numbers = {"replacement_runs": science.words, "estimate_examples": f"{examples:,}"}
     numbers |= study_cost(config)
@@ -124,8 +117,7 @@ def study_cost(config: dict) -> dict[str, str]:
 
 
 def mode_drops_display(science: ReplacementAnswers) -> Table:
-    """Per model, task and ``at``: each mode's relative drop with its 95% interval, paired with the same k = 0
-    runs (one column per mode)."""
+    """Per model, task and ``at``: each mode's relative drop with its 95% interval (one column per mode)."""
     cells = science.cells
     if cells.empty:
         return table(pd.DataFrame(), {"task": "text"})
@@ -147,8 +139,7 @@ def mode_drops_display(science: ReplacementAnswers) -> Table:
 
 
 def by_model_display(science: ReplacementAnswers) -> Table:
-    """Per model, ``at`` and mode: the mean relative drop over the model's informative tasks with its pooled
-    interval, and the tasks it averages."""
+    """Per model, ``at`` and mode: the mean relative drop over its informative tasks with its pooled interval."""
     by = science.by_model
     frame = by.assign(
         heads=[AT_WORDS[a] for a in by["at"]], drop=[_interval(*v) for v in zip(by["value"], by["low"], by["high"])]
@@ -179,8 +170,7 @@ def glue_replacement_figure(science: ReplacementAnswers) -> None:
 
 
 def fig_replacements(science: ReplacementAnswers) -> Figure:
-    """Per model: each mode's mean relative drop over its informative tasks with its pooled 95% interval, one
-    colour per share of heads constant."""
+    """Per model: each mode's mean relative drop with its pooled 95% interval, one colour per share of heads."""
     frame = science.by_model.dropna(subset=["value"])
     if frame.empty:
         raise ValueError("No mode has a pooled drop to draw")

@@ -1,14 +1,12 @@
-"""The setup chapter (``book/setup.md``), written as prose from a grid config: no size on it is typed
-by hand, and no config syntax (Python lists, ``model(s)``) reaches the page. The prose is the template
-``book/templates/setup.md`` (:mod:`papa.book.templates`); this module computes its values, and every name from the
-config (models, tasks, studies) goes in escaped."""
+"""The setup chapter (``book/setup.md``) from a grid config: the template ``book/templates/setup.md`` filled with
+values computed here (no size typed by hand, no config syntax, every name from the config escaped)."""
 
 from __future__ import annotations
 
 from fractions import Fraction
 from functools import partial
 
-from papa.analysis.figure_kit import task_name
+from papa.analysis.figure_kit import metric_name, task_name
 from papa.book.studies import size_studies
 from papa.book.table_format import and_list, count, fraction_words, lr_text, plural
 from papa.book.templates import Markdown, code, fill, join, model, pieces
@@ -20,12 +18,6 @@ _piece = partial(fill, "setup")
 EMBEDDED = {name.removeprefix("model-") for name in pieces("setup") if name.startswith("model-")} - {"other"}
 
 _TASK_KINDS = {"sequence": "one label per sentence or pair", "token": "one label per word"}
-_METRICS = {
-    "accuracy": "accuracy",
-    "matthews_correlation": "Matthews correlation",
-    "combined": "mean of accuracy and F1",
-    "f1": "entity-level micro F1",
-}
 _SOURCES = {"cola": "GLUE", "sst2": "GLUE", "mrpc": "GLUE", "mnli": "GLUE", "ner": "CoNLL-2003", "pos": "CoNLL-2003"}
 
 
@@ -134,7 +126,7 @@ def _tasks(config: dict) -> Markdown:
     rows = []
     for t in config["tasks"]:
         spec = TASKS[t]
-        metric = _METRICS.get(spec.main_metric, spec.main_metric.replace("_", " "))
+        metric = "entity-level micro F1" if spec.main_metric == "f1" else metric_name(spec.main_metric)
         labels, source = _TASK_KINDS[spec.kind], _SOURCES.get(t, "")
         rows.append(_piece("task-row", task=task_name(t), labels=labels, metric=metric, source=source))
     return join(rows, "\n")

@@ -1,7 +1,7 @@
-"""Display tables: the :class:`Table` (HTML without index, every row, one-line number cells, an en dash
-with a footnote for a missing value), cell formatters, and :func:`auto_table` and :func:`enable_table_display`
-for any frame. The chapters' tables are in :mod:`papa.book.tables`. Also config values as words (lists joined
-with "and", counts in words, head fractions, durations): no page shows a Python list or a ``(s)`` plural."""
+"""Display tables: the :class:`Table` (HTML without index, every row, one-line number cells, an en dash with a
+footnote for a missing value), cell formatters, values in words (no page shows a Python list or a ``(s)`` plural),
+and :func:`auto_table` and :func:`enable_table_display` for any frame. The chapters' tables are in
+:mod:`papa.book.tables`."""
 
 from __future__ import annotations
 
@@ -138,35 +138,33 @@ def interval_text(value: Any, low: Any, high: Any) -> str:
 
 
 def points_text(value: Any) -> str:
-    """A difference of rates in signed percentage points: ``0.012`` → ``"+1.2"``; a value that rounds to zero
-    without a sign (``"0.0"``)."""
+    """A difference of rates in signed percentage points: ``0.012`` → ``"+1.2"``, ``0.0001`` → ``"0.0"``."""
     return str(signed(float(value) * 100, 1))
 
 
 _SMALL = ["no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve"]
 
 
-def and_list(items, conjunction: str = "and") -> str:
+def and_list(items) -> str:
     """``["a", "b", "c"]`` → ``"a, b and c"``; one item is itself, none is ``""``."""
     items = [str(i) for i in items]
     if len(items) <= 1:
         return "".join(items)
-    return f"{', '.join(items[:-1])} {conjunction} {items[-1]}"
+    return f"{', '.join(items[:-1])} and {items[-1]}"
 
 
-def count(n: int, noun: str, nouns: str | None = None) -> str:
+def count(n: int, noun: str) -> str:
     """``count(3, "seed")`` → ``"three seeds"``; ``count(1, "model")`` → ``"one model"``; 13 and up in digits."""
     word = _SMALL[n] if 0 <= n < len(_SMALL) else f"{n:,}"
-    return f"{word} {plural(n, noun, nouns)}"
+    return f"{word} {plural(n, noun)}"
 
 
-def plural(n: int, noun: str, nouns: str | None = None) -> str:
-    return noun if n == 1 else (nouns or f"{noun}s")
+def plural(n: int, noun: str) -> str:
+    return noun if n == 1 else f"{noun}s"
 
 
 def lr_text(lr: float) -> str:
-    """A learning rate as a person writes it: ``2e-5``, ``1.5e-4`` and ``1e-3`` below 0.01, ``0.01`` and ``0.1`` from
-    there up."""
+    """A learning rate as a person writes it: ``2e-5``, ``1.5e-4``, ``1e-3``, ``0.01``, ``0.1``."""
     value = float(lr)
     if value != 0 and abs(value) < 0.01:
         mantissa, exponent = f"{value:e}".split("e")
@@ -175,8 +173,7 @@ def lr_text(lr: float) -> str:
 
 
 def fraction_words(value) -> str:
-    """A head fraction of a config or a table (``0``, ``"1/2"``, ``0.875``, ``63 / 72``, ``1``) in words: no head, half,
-    7/8, all."""
+    """A head fraction (``0``, ``"1/2"``, ``0.875``, ``63 / 72``, ``1``) in words: none, half, 7/8, all."""
     fraction = Fraction(str(value).strip()).limit_denominator(10_000)
     if fraction == 0:
         return "none"
@@ -230,16 +227,12 @@ class Table:
         align = lambda c: ' class="text"' if c in self.text_columns else ""
         index = [self.columns.index(c) for c in columns]
         head = "".join(f"<th{align(c)}>{html.escape(c)}</th>" for c in columns)
-        body = []
-        for row in self.rows:
-            cells = []
-            for column, value in ((self.columns[j], row[j]) for j in index):
-                if value is None:
-                    mark = marks[self.missing_notes.get(column, DEFAULT_MISSING)]
-                    cells.append(f"<td{align(column)}>{DASH}<sup>{mark}</sup></td>")
-                else:
-                    cells.append(f"<td{align(column)}>{html.escape(value)}</td>")
-            body.append("<tr>" + "".join(cells) + "</tr>")
+
+        def cell(column: str, value: str | None) -> str:
+            mark = None if value is not None else marks[self.missing_notes.get(column, DEFAULT_MISSING)]
+            return f"<td{align(column)}>{html.escape(value) if mark is None else f'{DASH}<sup>{mark}</sup>'}</td>"
+
+        body = ["<tr>" + "".join(cell(self.columns[j], row[j]) for j in index) + "</tr>" for row in self.rows]
         table = f'<table class="papa-table"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
         return f'<div class="papa-table-wrap">{table}'
 

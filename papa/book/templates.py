@@ -1,13 +1,9 @@
 """The prose of the generated pages, kept as Markdown templates in ``book/templates/``: Python computes only the values.
 
-A template file holds named pieces: the text before the first ``% piece: <name>`` line is the piece ``page``; each
-such line (a MyST comment) starts the piece ``<name>``, which runs to the next one (its last newline dropped, so a
-piece reads as a phrase). A piece names its values as ``${name}``; nothing else in it is special (``$L$`` stays math,
-``{doc}`` stays a role). :func:`fill` puts values in: a plain value (text, a number) is user-supplied or computed
-text and is escaped by :func:`papa.pipeline.executed.myst_text`; a :class:`Markdown` value is Markdown built from
-escaped parts (another filled piece, a code span, a table row) and goes in as it is. A missing or unused value is an
-error, so a template and its caller never drift apart silently.
-"""
+A template file holds named pieces: the text before the first ``% piece: <name>`` line (a MyST comment) is the piece
+``page``; each such line starts the piece ``<name>`` (its last newline dropped). A piece names its values as
+``${name}``, nothing else is special. :func:`fill` escapes plain values (:func:`papa.pipeline.executed.myst_text`)
+and puts :class:`Markdown` values in as they are; a missing or unused value is an error."""
 
 from __future__ import annotations
 
