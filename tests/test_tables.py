@@ -9,6 +9,7 @@ import re
 import pandas as pd
 from hand_cells import cell as hand_cell
 from hand_cells import cells as hand_cells
+from hand_cells import table_cells
 from test_results import grid, result, write
 
 from papa.analysis.basis import build_basis, retained_gains
@@ -81,7 +82,7 @@ def test_enable_table_display_formats_every_dataframe():
 
 def test_scores_display_one_cell_per_k(tmp_path):
     shown = scores_display(summarise(load_results(grid(tmp_path))))
-    frame = shown.to_frame()
+    frame = table_cells(shown)
     assert shown.columns == ["task", "ranking", "k = 0", "k = 36", "k = 72 (all)"]
     assert frame.iloc[0].tolist() == [
         "SST-2",
@@ -204,7 +205,7 @@ def test_main_table_display_cells():
     from papa.book.interval_tables import main_table_display
 
     shown = main_table_display(_main_rows())
-    cells = shown.to_frame()
+    cells = table_cells(shown)
     assert list(cells.columns) == [
         "task",
         "constant heads",
@@ -269,7 +270,7 @@ def test_verdicts_and_paper_table_display():
     drops = hand_cells(
         [hand_cell("m", "sst2", "half", 0.025, [0.02, 0.03]), hand_cell("m", "sst2", "all", 0.10, [0.09, 0.11])]
     )
-    shown = paper_table_display(paper_table(summary, floors, drops)).to_frame()
+    shown = table_cells(paper_table_display(paper_table(summary, floors, drops)))
     assert shown["task"].tolist() == ["SST-2", "average of its informative tasks"]
     assert shown.iloc[0][["drop, half", "drop, all"]].tolist() == ["2.5%", "10.0%"]  # a task's drop: the cell's
     # the average: the pooled drop with the 2.5th and 97.5th percentiles of its two resampled drops (numpy's linear

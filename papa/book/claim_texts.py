@@ -96,16 +96,6 @@ def verdict_sentence(key: str, verdict: V.Verdict) -> str:
     return f"Verdict: {verdict.label}. {reason(key, verdict)}"
 
 
-def largest_drop_text(cells: pd.DataFrame) -> str:
-    """The largest all-heads drop among ``cells`` with its interval and pair, as text (claim 2's bound)."""
-    usable = cells.dropna(subset=["relative_drop"])
-    if usable.empty:
-        return "–"
-    row = usable.loc[usable["relative_drop"].idxmax()]
-    drop = interval_text(row["relative_drop"], row["relative_low"], row["relative_high"])
-    return f"{drop} ({row['model']}, {task_name(row['task'])})"
-
-
 def claim_numbers(judged: Mapping) -> tuple[str, str, str, str]:
     """The number each claim's verdict rests on, as text, in :data:`~papa.analysis.claims.CLAIM_KEYS` order."""
     better = judged["better"]
@@ -116,7 +106,13 @@ def claim_numbers(judged: Mapping) -> tuple[str, str, str, str]:
     else:
         rho_text = f"ρ = {rho:+.2f}, p = {better['p_value']:.3f} (n = {n})"
     half, full = (interval_text(judged[a]["value"], judged[a]["low"], judged[a]["high"]) for a in ("half", "all"))
-    return half, full, largest_drop_text(judged["bound"]), rho_text
+    usable = judged["bound"].dropna(subset=["relative_drop"])  # claim 2's bound: the largest drop and its pair
+    largest = "–"
+    if not usable.empty:
+        row = usable.loc[usable["relative_drop"].idxmax()]
+        drop = interval_text(row["relative_drop"], row["relative_low"], row["relative_high"])
+        largest = f"{drop} ({row['model']}, {task_name(row['task'])})"
+    return half, full, largest, rho_text
 
 
 def claims_table(cells: pd.DataFrame, gate: Mapping) -> pd.DataFrame:

@@ -36,7 +36,7 @@ class ControlsChapter:
     lr_choices: pd.DataFrame  # probe_checks.lr_choice_frame
     literal: pd.DataFrame  # literal_comparison
     curve: str  # the per-epoch curve the runs recorded: "score" (dev) or "heldout"
-    climbing: pd.DataFrame  # epoch_curves: per run, whether that curve still climbs over its last epochs
+    climbing: pd.DataFrame  # load.still_rising: per run, whether that curve still climbs over its last epochs
     size: pd.DataFrame  # studies.size_sensitivity
     faithful: pd.DataFrame | None  # studies.faithful_comparison (None: no faithful study in this grid)
     glue: dict = field(default_factory=dict)  # every number and phrase of the prose, by glue key
@@ -47,7 +47,8 @@ def build_controls(data: BookData) -> ControlsChapter:
     per_task, rising = convergence_summary(data)
     gate = data.basis.gate
     near_floor, lr_choices, literal = PC.near_floor_frame(data), PC.lr_choice_frame(data), literal_comparison(data)
-    curve, climbing = epoch_curves(data)
+    curve = "score" if data.epochs["score"].notna().any() else "heldout"  # dev scores per epoch, else held-out
+    climbing = still_rising(data.epochs, curve=curve)
     glue = {f"n_{key}": gate[key] for key in ("converged", "not_converged", "unknown", "left_out")}
     glue |= {"n_gated_runs": gate["runs"], "n_literal_pairs": int(len(literal))}
     glue["literal_studies"] = ", ".join(literal_studies(data.config)) or "none in this grid"
@@ -80,7 +81,7 @@ def convergence_figure(chapter: ControlsChapter) -> Figure:
 
 
 def still_climbing(chapter: ControlsChapter) -> pd.DataFrame:
-    """The runs whose epoch curve still climbs over its last epochs (:func:`epoch_curves`)."""
+    """The runs whose epoch curve still climbs over its last epochs."""
     climbing = chapter.climbing
     return climbing[climbing["rising"]] if len(climbing) else climbing
 
@@ -122,13 +123,6 @@ def literal_comparison(data: BookData, resamples: int = S.RESAMPLES) -> pd.DataF
             record["literal_seeds"] = len(lit["seeds"])
             out.append(record)
     return pd.DataFrame(out, columns=columns).sort_values(["model", "task"], ignore_index=True)
-
-
-def epoch_curves(data: BookData) -> tuple[str, pd.DataFrame]:
-    """``(curve, climbing)``: the per-epoch curve the runs recorded ("score": dev, else "heldout") and, per run,
-    whether it still climbs over its last epochs (:func:`papa.book.load.still_rising`)."""
-    curve = "score" if data.epochs["score"].notna().any() else "heldout"
-    return curve, still_rising(data.epochs, curve=curve)
 
 
 def convergence_summary(data: BookData) -> tuple[pd.DataFrame, pd.DataFrame]:

@@ -261,10 +261,6 @@ class Table:
         lines = [" | ".join(self.columns)] + [" | ".join(map(show, self.columns, row)) for row in self.rows]
         return "\n".join(lines + [f"{m}: {r}" for r, m in marks.items()] + self.notes)
 
-    def to_frame(self) -> pd.DataFrame:
-        """The cells as strings (missing: None), for tests and further work."""
-        return pd.DataFrame(self.rows, columns=self.columns)
-
 
 def model_task_kinds(frame: pd.DataFrame) -> dict[str, str]:
     """The leading key columns: model (only when there are several) and task."""
