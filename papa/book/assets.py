@@ -5,6 +5,7 @@ written, so a build that cannot finish leaves the committed pages as they were."
 
 from __future__ import annotations
 
+from importlib.util import find_spec
 from pathlib import Path
 
 from papa.core.errors import PapaError
@@ -69,21 +70,15 @@ def stage_itables(static: Path) -> Path:
     return target
 
 
-def missing_assets() -> list[str]:
-    """What the staging needs and this machine lacks, in words (empty: all there)."""
-    from importlib.util import find_spec
-
+def check_assets() -> None:
+    """Raise :class:`~papa.core.errors.PapaError` naming every asset the staging needs and this machine lacks; call it
+    before writing any page."""
     missing = []
     if not (MATHJAX / "tex-mml-chtml.js").is_file():
         where = MATHJAX.relative_to(ROOT) if MATHJAX.is_relative_to(ROOT) else MATHJAX
         missing.append(f"MathJax (at {where})")
     wanted = {"itables": "itables (its DataTables bundle)", "vl_convert": "vl-convert-python (the Vega bundle)"}
-    return missing + [what for module, what in wanted.items() if find_spec(module) is None]
-
-
-def check_assets() -> None:
-    """Raise :class:`~papa.core.errors.PapaError` naming every missing asset; call it before writing any page."""
-    missing = missing_assets()
+    missing += [what for module, what in wanted.items() if find_spec(module) is None]
     if missing:
         raise PapaError(f"The book's assets are missing: {', '.join(missing)}", INSTALL)
 

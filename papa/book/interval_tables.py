@@ -162,9 +162,8 @@ def literal_display(comparison: pd.DataFrame) -> Table:
 
 def convergence_display(per_task: pd.DataFrame) -> Table:
     """:func:`papa.book.controls_chapter.convergence_summary`'s per-task counts for reading."""
-    kinds = model_task_kinds(per_task) | dict.fromkeys(
-        ["runs", "converged", "still rising", "no held-out curve"], "int"
-    )
+    counts = dict.fromkeys(["runs", "converged", "still rising", "no held-out curve"], "int")
+    kinds = model_task_kinds(per_task) | counts
     kinds["mean epochs trained"] = lambda v: None if is_missing(v) else f"{float(v):.1f}"
     missing = {"mean epochs trained": "no run recorded a held-out curve"}
     return table(key_text(per_task), kinds, {"runs": "probe results"}, missing)

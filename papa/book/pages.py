@@ -67,17 +67,10 @@ def _reproducibility(config: dict, stale: list[str], root: Path = ROOT, run_ids:
             papa += " (`-dirty`: the working tree had uncommitted changes; the run's key still covers the code the run"
             papa += " executed)"
         papa += "\n" + _code_states(runs_dir, list(manifest))
-        lines += [
-            "## Environment",
-            "",
-            papa,
-            f"- Python {myst_text(first['python'])}; {packages}",
-            f"- {plural(len(devices), 'device')}: {', '.join(devices)}",
-            _piece("probe-runs", probe_runs=count_probe_runs(results), probe_results=len(results), minutes=minutes),
-            "",
-            _piece("machines-vary"),
-            "",
-        ]
+        python, device = f"- Python {myst_text(first['python'])}; {packages}", plural(len(devices), "device")
+        probes = _piece("probe-runs", probe_runs=count_probe_runs(results), probe_results=len(results), minutes=minutes)
+        lines += ["## Environment", "", papa, python, f"- {device}: {', '.join(devices)}", probes, ""]
+        lines += [_piece("machines-vary"), ""]
     if manifest:
         own = {chapter: chapter_study_runs(config, manifest, chapter) for chapter in STUDY_AIMS}
         aside = {run_id for run_ids in own.values() for run_id in run_ids}

@@ -227,9 +227,8 @@ def near_floor_display(frame: pd.DataFrame) -> T.Table:
         " examples, the others on the dev split.",
         "A k = 0 score without an interval: not every seed stored its dev predictions.",
     ]
-    return T.table(
-        shown, kinds, headers, why, notes, empty="Every model and task clears its floor: no pair is near it."
-    )
+    empty = "Every model and task clears its floor: no pair is near it."
+    return T.table(shown, kinds, headers, why, notes, empty=empty)
 
 
 def near_floor_numbers(frame: pd.DataFrame) -> dict:

@@ -108,12 +108,8 @@ def study_cost(config: dict) -> dict[str, str]:
     """What the chapter's studies cost: their runs in the grid's manifest, their notebooks' minutes summed (as the
     reproducibility page sums them) and the aim (:data:`~papa.pipeline.plan.STUDY_AIMS`)."""
     runs, minutes = chapter_study_minutes(config, read_manifest(runs_dir(config)), "replacements")
-    aim = f"{STUDY_AIMS['replacements']:.0f}"
-    return {
-        "replacement_study_runs": str(runs),
-        "replacement_study_minutes": f"{minutes:.1f}",
-        "replacement_study_aim": aim,
-    }
+    cost = {"replacement_study_runs": str(runs), "replacement_study_minutes": f"{minutes:.1f}"}
+    return cost | {"replacement_study_aim": f"{STUDY_AIMS['replacements']:.0f}"}
 
 
 def mode_drops_display(science: ReplacementAnswers) -> Table:
@@ -127,10 +123,9 @@ def mode_drops_display(science: ReplacementAnswers) -> Table:
     wide = cells.assign(cell=cell_text).pivot_table(**pivot).reset_index()
     modes = [m for m in RP.MODES if m in wide.columns]
     ran = set(zip(cells["model"], cells["at"], cells["replacement"]))  # a mode not run at a model's count of heads
+    keys = list(zip(wide["model"], wide["at"]))
     for m in modes:
-        wide[m] = [
-            v if (model, at, m) in ran else "not run" for model, at, v in zip(wide["model"], wide["at"], wide[m])
-        ]
+        wide[m] = [v if (*key, m) in ran else "not run" for key, v in zip(keys, wide[m])]
     wide = key_text(wide).assign(heads=[AT_WORDS[a] for a in wide["at"]])
     # text: a drop and its interval may wrap
     kinds = model_task_kinds(wide) | {"heads": "text"} | {m: "text" for m in modes}
@@ -141,9 +136,8 @@ def mode_drops_display(science: ReplacementAnswers) -> Table:
 def by_model_display(science: ReplacementAnswers) -> Table:
     """Per model, ``at`` and mode: the mean relative drop over its informative tasks with its pooled interval."""
     by = science.by_model
-    frame = by.assign(
-        heads=[AT_WORDS[a] for a in by["at"]], drop=[_interval(*v) for v in zip(by["value"], by["low"], by["high"])]
-    )
+    drops = [_interval(*v) for v in zip(by["value"], by["low"], by["high"])]
+    frame = by.assign(heads=[AT_WORDS[a] for a in by["at"]], drop=drops)
     kinds = {"model": "text", "heads": "text", "replacement": "text", "drop": "text", "n": "int", "tasks": "text"}
     headers = {"heads": "constant", "drop": "mean relative drop [95% interval]", "n": "tasks averaged"}
     return table(frame, kinds, headers=headers)

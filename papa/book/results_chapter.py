@@ -14,9 +14,6 @@ from papa.book import chapter_answers as CA
 from papa.book.load import BookData, headline_numbers
 from papa.book.studies import drop_checks, drop_checks_summary
 
-#: The columns of the paper's own numbers (:data:`papa.analysis.claims.PAPER_NUMBERS`).
-PAPER_COLUMNS = ["quantity", "the paper", "where the paper states it"]
-
 
 @dataclass(frozen=True)
 class ResultsChapter:
@@ -46,7 +43,7 @@ def build_results(data: BookData) -> ResultsChapter:
         drops_by_model=CA.model_drops_display_frame(answers),
         analogues=CA.analogue_figures(answers, data),
         drop_checks=checks,
-        paper_numbers=pd.DataFrame(PAPER_NUMBERS, columns=PAPER_COLUMNS),
+        paper_numbers=pd.DataFrame(PAPER_NUMBERS, columns=["quantity", "the paper", "where the paper states it"]),
         retained=retained_gains(data.basis),
         glue=glue,
     )

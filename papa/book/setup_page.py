@@ -78,7 +78,7 @@ def _study(study: dict, config: dict) -> Markdown:
     """One further study as a sentence: what it is, where it is read, and what it runs."""
     models = study.get("models", config["models"])
     tasks = [task_name(t) for t in study.get("tasks", config["tasks"])]
-    named = Markdown(and_list(model(m, code=True) for m in models))
+    named = Markdown(and_list(model(m) for m in models))
     parts = [_piece("study-models", models=named, tasks=and_list(tasks))]
     if "fractions" in study:
         parts.append(_piece("study-fractions", heads=constant_share_words(study["fractions"])))
@@ -115,7 +115,7 @@ def _models(config: dict) -> Markdown:
         lead = lead or _piece("models-embedded-one", encoders=encoders)
     else:
         lead = _piece("models-hub", encoders=encoders)
-    words = [_piece(f"model-{m}") if m in EMBEDDED else _piece("model-other", model=model(m, True)) for m in models]
+    words = [_piece(f"model-{m}") if m in EMBEDDED else _piece("model-other", model=model(m)) for m in models]
     return _piece("models", lead=lead, bullets=join((_piece("model-bullet", words=w) for w in words), "\n"))
 
 
@@ -142,7 +142,7 @@ def _per_model(config: dict) -> Markdown:
         checks = Markdown(and_list(code(st["name"]) for st in studies if name in st.get("models", config["models"])))
         check = _piece("per-model-check", studies=checks) if checks else Markdown("")
         protocol = _protocol({**probe, **settings})
-        out.append(_piece("per-model", model=model(name, code=True), protocol=protocol, check=check))
+        out.append(_piece("per-model", model=model(name), protocol=protocol, check=check))
     return join(out)
 
 
@@ -204,9 +204,8 @@ def _differences(config: dict) -> Markdown:
         bullets.append(_piece("differ-sizes"))
     gate_size, epochs = rank.get("max_train_examples", DEFAULT_TRAIN_EXAMPLES), int(rank.get("epochs", PAPER_EPOCHS))
     lr = rank.get("lr", PAPER_LR)
-    if "gates" in rank.get("methods", ["gates"]) and (
-        epochs < PAPER_EPOCHS or float(lr) != PAPER_LR or small(gate_size)
-    ):
+    short = epochs < PAPER_EPOCHS or float(lr) != PAPER_LR or small(gate_size)
+    if "gates" in rank.get("methods", ["gates"]) and short:
         examples = "all" if gate_size is None else f"{int(gate_size):,}"
         bullets.append(_piece("differ-gates", epochs=count(epochs, "epoch"), lr=lr_words(lr), examples=examples))
     if "cached" in probe.get("modes", ["cached"]):

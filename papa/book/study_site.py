@@ -19,7 +19,9 @@ from papa.core.fields import TASKS
 from papa.core.io import atomic_write_text
 from papa.pipeline import study as S
 from papa.pipeline.estimate import _format
-from papa.pipeline.executed import visible
+from papa.pipeline.executed import clean_executed, visible
+from papa.pipeline.kernels import papermill_options
+from papa.pipeline.notebook import read_source
 from papa.pipeline.plan import ROOT
 
 #: The study chapter's notebook, where its executions go, and the sidebar part that lists them.
@@ -52,10 +54,6 @@ def execute_chapter(grid: str, book_config: str = S.BOOK_CONFIG, root: Path = RO
     its path."""
     import nbformat
     import papermill
-
-    from papa.pipeline.executed import clean_executed
-    from papa.pipeline.kernels import papermill_options
-    from papa.pipeline.notebook import read_source
 
     target = chapter_path(grid, root)
     target.parent.mkdir(parents=True, exist_ok=True)

@@ -42,9 +42,9 @@ def _read(path: Path) -> dict[str, str]:
     return found
 
 
-def pieces(file: str, folder: Path | None = None) -> dict[str, str]:
+def pieces(file: str) -> dict[str, str]:
     """The pieces of ``book/templates/<file>.md`` by name (``page``: the text before the first piece)."""
-    return _read((folder or TEMPLATES) / f"{file}.md")
+    return _read(TEMPLATES / f"{file}.md")
 
 
 def fields(template: str) -> set[str]:
@@ -52,10 +52,10 @@ def fields(template: str) -> set[str]:
     return {match.group("braced") for match in _Template.pattern.finditer(template) if match.group("braced")}
 
 
-def fill(file: str, piece: str = "page", folder: Path | None = None, **values: object) -> Markdown:
+def fill(file: str, piece: str = "page", **values: object) -> Markdown:
     """Piece ``piece`` of ``book/templates/<file>.md`` with its ``${name}`` values put in (plain values escaped by
     :func:`~papa.pipeline.executed.myst_text`, :class:`Markdown` values as they are)."""
-    template = pieces(file, folder)[piece]
+    template = pieces(file)[piece]
     wanted = fields(template)
     if wanted != set(values):
         missing, unused = sorted(wanted - set(values)), sorted(set(values) - wanted)
@@ -72,12 +72,12 @@ def join(parts: Iterable[object], separator: str = "") -> Markdown:
     return Markdown(separator.join(_markdown(part) for part in parts))
 
 
-def code(value: object, table: bool = False) -> Markdown:
+def code(value: object) -> Markdown:
     """A value in a code span (:func:`~papa.pipeline.executed.code_span`)."""
-    return Markdown(code_span(value, table))
+    return Markdown(code_span(value))
 
 
-def model(name: str, code: bool = False, table: bool = False) -> Markdown:
-    """A model by its display name, a folder with its full path in a code span
+def model(name: str) -> Markdown:
+    """A model in a code span, a folder by its display name with its full path in one
     (:func:`~papa.pipeline.executed.model_markdown`)."""
-    return Markdown(model_markdown(name, code, table))
+    return Markdown(model_markdown(name, code=True))
