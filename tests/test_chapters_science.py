@@ -226,7 +226,7 @@ def test_claims_with_two_models(grid):
     # the bound: ma's 17.6% is the largest drop, and its interval stays at or below 20%
     assert claims.loc["2b", "ours"].startswith("largest single drop 17.6% [15.1%, 20.0%] (ma, SST-2)")
     assert claims.loc["2b", "verdict"] == "reproduced"
-    numbers = answer_numbers(result, data)
+    numbers = answer_numbers(result)
     assert numbers["claim3_verdict"] == "not testable" and numbers["n_left_out"] == 2
     assert numbers["drop_all_interval"] == f"[{full['low']:.1%}, {full['high']:.1%}]" and numbers[
         "claim2_number"
@@ -276,7 +276,7 @@ def test_every_shared_number_has_one_value(grid):
         )
     overall = V.judge(result.cells)
     assert result.claims.iloc[1]["ours"].startswith(CT.claim_numbers(overall)[1] + ";")
-    numbers = answer_numbers(result, data)
+    numbers = answer_numbers(result)
     assert (
         numbers["drop_all_mean"] == overall["all"]["value"] and numbers["claim1_number"] == CT.claim_numbers(overall)[0]
     )
@@ -312,7 +312,7 @@ def test_the_largest_drop_is_read_again_under_every_setting(grid):
     _, data, result = grid
     assert (
         tuple(largest_drop(result)[["model", "task"]]) == ("ma", "sst2")
-        and answer_numbers(result, data)["drop_all_max_pair"] == "ma on SST-2"
+        and answer_numbers(result)["drop_all_max_pair"] == "ma on SST-2"
     )
     checks = drop_checks(data, "ma", "sst2").set_index("setting")
     assert list(checks.index) == ["main grid", "literal"]  # the random study changes no probe setting: not a check
@@ -443,7 +443,7 @@ def test_smoke_like_grid_without_random_literal_or_curves(tmp_path):
     assert result.random.empty and "No seeded random ordering ran" in IT.random_display(result.random)._repr_html_()
     literal = literal_comparison(data, resamples=50)
     assert literal.empty and "did not run" in IT.literal_display(literal)._repr_html_()
-    numbers = answer_numbers(result, data)
+    numbers = answer_numbers(result)
     assert math.isnan(numbers["drop_all_mean"]) and numbers["drop_all_interval"] == "(no interval)"
     assert (
         numbers["random_summary"]

@@ -92,17 +92,18 @@ def build_answers(data: BookData, ranking: str | None = None, resamples: int = S
     )
 
 
-def answer_numbers(result: ChapterAnswers, data: BookData) -> dict:
+def gate_numbers(gate: dict) -> dict:
+    """The convergence gate's counts by glue key (``n_gated_runs``, ``n_converged`` ...), for both chapters."""
+    counts = {f"n_{key}": gate[key] for key in ("converged", "left_out", "not_converged", "unknown")}
+    return {"n_gated_runs": gate["runs"]} | counts
+
+
+def answer_numbers(result: ChapterAnswers) -> dict:
     """The numbers the prose and the front page cite, by glue key, every one from ``result.cells``: per claim its
     verdict, number, reason and table text; the gate's counts; the pooled drops at half and all heads and the largest
     single drop; the bootstrap's resamples and seed."""
     resamples = int(result.differences["resamples"].iloc[0]) if len(result.differences) else S.RESAMPLES
-    numbers: dict = {
-        "n_gated_runs": result.gate["runs"],
-        "n_converged": result.gate["converged"],
-        "n_left_out": result.gate["left_out"],
-        "n_not_converged": result.gate["not_converged"],
-        "n_unknown": result.gate["unknown"],
+    numbers: dict = gate_numbers(result.gate) | {
         "analogue_basis": result.basis,
         "claim3_n": int(result.better[1].get("n", 0)),
         "claim3_tasks": and_list(task_name(t) for t in result.better[1].get("tasks", [])) or "no task",

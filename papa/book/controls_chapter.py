@@ -15,7 +15,7 @@ from papa.analysis.basis import build_basis, k0_and_all
 from papa.analysis.figure_kit import Figure
 from papa.analysis.figures import fig_convergence
 from papa.book import probe_checks as PC
-from papa.book.chapter_answers import converged_flag, placeholder_figure, records_of
+from papa.book.chapter_answers import converged_flag, gate_numbers, placeholder_figure, records_of
 from papa.book.load import BookData, still_rising
 from papa.book.studies import faithful_comparison, size_sensitivity
 from papa.core.fields import PAPER_EPOCHS, PAPER_LR
@@ -45,12 +45,10 @@ class ControlsChapter:
 def build_controls(data: BookData) -> ControlsChapter:
     """The controls chapter of a grid's committed runs (:func:`papa.book.load.load_book_data`)."""
     per_task, rising = convergence_summary(data)
-    gate = data.basis.gate
     near_floor, lr_choices, literal = PC.near_floor_frame(data), PC.lr_choice_frame(data), literal_comparison(data)
     curve = "score" if data.epochs["score"].notna().any() else "heldout"  # dev scores per epoch, else held-out
     climbing = still_rising(data.epochs, curve=curve)
-    glue = {f"n_{key}": gate[key] for key in ("converged", "not_converged", "unknown", "left_out")}
-    glue |= {"n_gated_runs": gate["runs"], "n_literal_pairs": int(len(literal))}
+    glue = gate_numbers(data.basis.gate) | {"n_literal_pairs": int(len(literal))}
     glue["literal_studies"] = ", ".join(literal_studies(data.config)) or "none in this grid"
     glue["curve_words"] = "dev" if curve == "score" else "held-out training"
     glue |= {"n_rising": int(climbing["rising"].sum()) if len(climbing) else 0, "n_checked": int(len(climbing))}

@@ -33,7 +33,7 @@ def build_results(data: BookData) -> ResultsChapter:
     """The results chapter of a grid's committed runs (:func:`papa.book.load.load_book_data`)."""
     glue = headline_numbers(data)
     answers = CA.build_answers(data, glue["ranking"])
-    glue |= CA.answer_numbers(answers, data)  # verdicts and drops with intervals, on the one basis
+    glue |= CA.answer_numbers(answers)  # verdicts and drops with intervals, on the one basis
     largest = CA.largest_drop(answers)
     checks = pd.DataFrame() if largest is None else drop_checks(data, str(largest["model"]), str(largest["task"]))
     glue["largest_drop_summary"] = drop_checks_summary(checks)
