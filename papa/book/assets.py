@@ -17,8 +17,7 @@ INSTALL = "Run `make install` (it installs mathjax@3 with npm)."
 
 
 def stage_mathjax(static: Path) -> None:
-    """Copy MathJax (installed from npm by `make install`) into the book's static files: the page
-    loads it from the site itself, never from a CDN."""
+    """Copy MathJax (installed from npm by `make install`) into the book's static files."""
     import shutil
 
     if not (MATHJAX / "tex-mml-chtml.js").is_file():
@@ -37,10 +36,8 @@ ITABLES_SCRIPT = "papa-itables.js"
 
 
 def stage_itables(static: Path) -> Path:
-    """Write ``papa-itables.js``: itables' offline DataTables bundle (the files ``init_notebook_mode(
-    connected=False)`` embeds) wrapped in a classic script that makes every ``table#runs-index`` or
-    ``table.papa-itable`` sortable and searchable. Nothing is fetched from a CDN; the page loads the
-    bundle as a blob module, as itables' offline mode does, so it also works from ``file://``."""
+    """Write ``papa-itables.js``: itables' offline DataTables bundle in a script that makes every ``table#runs-index``
+    or ``table.papa-itable`` sortable and searchable, loaded as a blob module (it also works from ``file://``)."""
     import json
     from importlib.resources import files
 

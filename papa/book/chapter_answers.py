@@ -30,19 +30,19 @@ class ChapterAnswers:
     :class:`~papa.analysis.basis.Basis`: a cell of it, or a pooled drop of the claims' cells."""
 
     ranking: str
-    differences: pd.DataFrame  # paired differences to k = 0 of the basis's runs (stats.paired_differences)
-    table: pd.DataFrame  # findings.main_table of the basis's runs, with a ``converged`` count column
-    gate: dict  # the convergence gate over the main runs (stats.convergence_gate's summary)
+    differences: pd.DataFrame  # paired differences to k = 0 of the basis's runs (bootstrap.paired_differences)
+    table: pd.DataFrame  # drop_tables.main_table of the basis's runs, with a ``converged`` count column
+    gate: dict  # the convergence gate over the main runs (the basis's)
     basis: str  # which runs the tables and analogues are drawn from, in words
     summary: pd.DataFrame  # the seed means of the basis's runs
-    random: pd.DataFrame  # findings.random_baseline
-    better: tuple[pd.DataFrame, dict]  # paper.better_models_lose_more of the cells (claim 3's points, statistics)
-    claims: pd.DataFrame  # verdicts.claims_table
+    random: pd.DataFrame  # drop_tables.random_baseline
+    better: tuple[pd.DataFrame, dict]  # analogues.better_models_lose_more of the cells (claim 3's points, statistics)
+    claims: pd.DataFrame  # claim_texts.claims_table
     model_drops: pd.DataFrame  # pooled_drops.model_drops of the cells
     cells: pd.DataFrame  # basis.claim_cells: the cells the claims average (at half and all heads)
     all_cells: pd.DataFrame  # basis.cells: every model, task, ranking and k > 0
-    sensitivity: pd.DataFrame  # verdicts.sensitivity
-    paper: pd.DataFrame  # paper.paper_table of the basis's scores and cells
+    sensitivity: pd.DataFrame  # claim_texts.sensitivity
+    paper: pd.DataFrame  # analogues.paper_table of the basis's scores and cells
 
 
 def converged_flag(value: object) -> bool | None:

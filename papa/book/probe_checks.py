@@ -140,11 +140,9 @@ NEAR_FLOOR_COLUMNS = (
 
 
 def near_floor_frame(data: BookData) -> pd.DataFrame:
-    """Every model and task whose k = 0 probe is not informative, with the checks that tell a probe that cannot read
-    the task from one that has not learned to (:data:`NEAR_FLOOR_COLUMNS`): the k = 0 score and interval, the higher
-    floor, each seed's ``(score, reported epoch)``, the first and last epoch's training loss (seed means), the chosen
-    lr's held-out score, the most-predicted class's shares, the largest training-size study's k = 0 mean, and the
-    best other model on the task."""
+    """Every model and task whose k = 0 probe is not informative, with the checks (:data:`NEAR_FLOOR_COLUMNS`) that
+    tell a probe that cannot read the task from one that has not learned to: scores, floor, seeds, training losses,
+    held-out score, class shares, more training data, and the best other model on the task."""
     floors = data.floors
     if floors.empty or "informative" not in floors:
         return pd.DataFrame(columns=NEAR_FLOOR_COLUMNS)

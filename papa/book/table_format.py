@@ -276,11 +276,9 @@ def table(
     details: Sequence[str] = (),
     empty: str = Table.empty,
 ) -> Table:
-    """A :class:`Table` of ``frame``'s columns named in ``kinds`` (in that order: put the key columns
-    first), each formatted by its kind (a name in :data:`KINDS` or a function of the cell).
-    ``headers`` renames columns; ``missing`` says, per column (original name), why a cell is missing; ``details``
-    (original names) are secondary columns, shown under "More columns" beside the leading text columns (the keys);
-    ``empty`` is shown instead of a table without rows."""
+    """A :class:`Table` of ``frame``'s columns named in ``kinds`` (key columns first), each formatted by its kind (a
+    name in :data:`KINDS` or a function of the cell); ``headers`` renames columns, ``missing`` says why a cell is
+    missing, ``details`` are shown under "More columns", ``empty`` instead of a table without rows."""
     headers, missing = dict(headers or {}), dict(missing or {})
     columns = list(kinds)
     formatters = {c: KINDS[k] if isinstance(k, str) else k for c, k in kinds.items()}
