@@ -71,3 +71,8 @@ def book_data(config: dict, folder: Path):
     paths = sorted((folder / "rankings").glob("*.json"))
     rankings = {path.stem: [tuple(h) for h in read_json_verified(path, "ranking")["ranking"]] for path in paths}
     return book_data_from(config, read_results(folder / "results"), rankings)
+
+
+def table_cells(table) -> pd.DataFrame:
+    """A display :class:`~papa.book.table_format.Table`'s cells as strings (missing: None), by header."""
+    return pd.DataFrame(table.rows, columns=table.columns)

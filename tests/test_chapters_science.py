@@ -10,6 +10,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from hand_cells import table_cells
 
 from papa.analysis import analogues as P
 from papa.analysis import bootstrap as S
@@ -225,7 +226,7 @@ def test_claims_with_two_models(grid):
     # the bound: ma's 17.6% is the largest drop, and its interval stays at or below 20%
     assert claims.loc["2b", "ours"].startswith("largest single drop 17.6% [15.1%, 20.0%] (ma, SST-2)")
     assert claims.loc["2b", "verdict"] == "reproduced"
-    numbers = answer_numbers(result, data)
+    numbers = answer_numbers(result)
     assert numbers["claim3_verdict"] == "not testable" and numbers["n_left_out"] == 2
     assert numbers["drop_all_interval"] == f"[{full['low']:.1%}, {full['high']:.1%}]" and numbers[
         "claim2_number"
@@ -275,7 +276,7 @@ def test_every_shared_number_has_one_value(grid):
         )
     overall = V.judge(result.cells)
     assert result.claims.iloc[1]["ours"].startswith(CT.claim_numbers(overall)[1] + ";")
-    numbers = answer_numbers(result, data)
+    numbers = answer_numbers(result)
     assert (
         numbers["drop_all_mean"] == overall["all"]["value"] and numbers["claim1_number"] == CT.claim_numbers(overall)[0]
     )
@@ -289,7 +290,7 @@ def test_random_baseline_is_a_paired_bootstrap_against_pooled_random(grid):
     expected = S.paired_bootstrap(random_runs, gates, "accuracy", resamples=RESAMPLES)
     assert (row["difference"], row["low"], row["high"]) == (expected["difference"], expected["low"], expected["high"])
     assert row["verdict"] == "beats random" and row["n_random"] == 2 and row["n_runs"] == 3
-    shown = IT.random_display(result.random).to_frame()
+    shown = table_cells(IT.random_display(result.random))
     assert shown.columns[0] == "model" and set(shown["verdict"]) == {"beats random"}
 
 
@@ -301,7 +302,7 @@ def test_literal_setting_beside_the_main_protocol(grid):
     )
     assert table.loc["ma", "literal_drop"] == pytest.approx(0.25) and table.loc["ma", "lr"] == 1e-3
     assert table.loc["ma", "main_drop"] == pytest.approx((0.85 - 0.70) / 0.85)
-    cells = IT.literal_display(table.reset_index()).to_frame()
+    cells = table_cells(IT.literal_display(table.reset_index()))
     assert cells.iloc[0]["drop, literal setting [95% interval]"].startswith("25.0%\u00a0[")
 
 
@@ -309,7 +310,10 @@ def test_the_largest_drop_is_read_again_under_every_setting(grid):
     """The results chapter's check of its largest drop: each probe setting that ran the pair, per seed, on the book's
     basis (converged seeds on both sides), with the same drop as the claims' cell."""
     _, data, result = grid
-    assert largest_drop(result) == ("ma", "sst2") and answer_numbers(result, data)["drop_all_max_pair"] == "ma on SST-2"
+    assert (
+        tuple(largest_drop(result)[["model", "task"]]) == ("ma", "sst2")
+        and answer_numbers(result)["drop_all_max_pair"] == "ma on SST-2"
+    )
     checks = drop_checks(data, "ma", "sst2").set_index("setting")
     assert list(checks.index) == ["main grid", "literal"]  # the random study changes no probe setting: not a check
     main, literal = checks.loc["main grid"], checks.loc["literal"]
@@ -349,7 +353,7 @@ def test_the_largest_drop_is_read_again_under_every_setting(grid):
         drop_checks_summary(mixed).startswith("In 1 of 2 settings,")
         and drop_checks_summary(mixed.iloc[:0]) == "no run to check"
     )
-    shown = T.drop_checks_display(checks.reset_index()).to_frame()
+    shown = table_cells(T.drop_checks_display(checks.reset_index()))
     assert list(shown["k = 0, per seed"]) == ["0.850, 0.850, 0.850", "0.800, 0.800, 0.800"] and list(
         shown["seeds apart?"]
     ) == ["yes", "yes"]
@@ -439,7 +443,7 @@ def test_smoke_like_grid_without_random_literal_or_curves(tmp_path):
     assert result.random.empty and "No seeded random ordering ran" in IT.random_display(result.random)._repr_html_()
     literal = literal_comparison(data, resamples=50)
     assert literal.empty and "did not run" in IT.literal_display(literal)._repr_html_()
-    numbers = answer_numbers(result, data)
+    numbers = answer_numbers(result)
     assert math.isnan(numbers["drop_all_mean"]) and numbers["drop_all_interval"] == "(no interval)"
     assert (
         numbers["random_summary"]
@@ -447,7 +451,7 @@ def test_smoke_like_grid_without_random_literal_or_curves(tmp_path):
     )
     shown = IT.main_table_display(result.table)
     assert "nan" not in shown._repr_html_().lower()
-    assert IT.verdicts_display(result.claims).to_frame().shape == (4, 6)
+    assert table_cells(IT.verdicts_display(result.claims)).shape == (4, 6)
 
 
 def _run_chapter_cells(path: str, data, monkeypatch) -> dict:

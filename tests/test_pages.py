@@ -29,7 +29,7 @@ from papa.book.run_index import (
     write_pages,
 )
 from papa.book.setup_page import constant_share_words, lr_words, setup_page
-from papa.book.words import and_list, count, duration, fraction_words
+from papa.book.table_format import and_list, count, duration, fraction_words
 from papa.cli import build_parser
 from papa.core.fields import CHAPTERS
 from papa.core.io import atomic_write_json
@@ -41,7 +41,7 @@ RERUN = ROOT / "book" / "rerun.md"
 # -- words -------------------------------------------------------------------------------------------
 def test_words():
     assert and_list(["a"]) == "a" and and_list(["a", "b"]) == "a and b" and and_list([42, 43, 44]) == "42, 43 and 44"
-    assert and_list(["x", "y"], "or") == "x or y" and and_list([]) == ""
+    assert and_list(["x", "y"]) == "x and y" and and_list([]) == ""
     assert [count(n, "seed") for n in (1, 3, 40)] == ["one seed", "three seeds", "40 seeds"]
     assert [fraction_words(f) for f in (0, "1/2", "7/8", 0.9375, 1)] == ["none", "half", "7/8", "15/16", "all"]
     assert [fraction_words(k / total) for k, total in ((36, 72), (63, 72), (135, 144), (12, 36))] == [

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hand_cells import table_cells
 
 from papa.analysis import bootstrap as S
 from papa.book import replacement_pages as RPG
@@ -103,12 +104,12 @@ def test_extra_drops_and_answers(science):
 
 def test_the_tables_and_the_figure_show_every_mode(science):
     _, _, result = science
-    drops = RPG.mode_drops_display(result).to_frame()
+    drops = table_cells(RPG.mode_drops_display(result))
     assert list(drops.columns) == ["task", "constant", "papa", "uniform", "mean", "zero"]
     row = drops[drops["constant"] == "every head"].iloc[0]
     cell = result.cells[(result.cells["replacement"] == "zero") & (result.cells["at"] == "all")].iloc[0]
     assert row["zero"] == f"{cell.relative_drop:.1%} [{cell.relative_low:.1%}, {cell.relative_high:.1%}]"
-    by_model = RPG.by_model_display(result).to_frame()
+    by_model = table_cells(RPG.by_model_display(result))
     assert len(by_model) == 8 and set(by_model["replacement"]) == {"papa", "uniform", "mean", "zero"}
     figure = RPG.fig_replacements(result)
     spec = figure.chart.to_dict()

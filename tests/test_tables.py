@@ -9,12 +9,14 @@ import re
 import pandas as pd
 from hand_cells import cell as hand_cell
 from hand_cells import cells as hand_cells
+from hand_cells import table_cells
 from test_results import grid, result, write
 
 from papa.analysis.basis import build_basis, retained_gains
 from papa.analysis.results import floors_table, load_results, read_results, summarise
+from papa.book import table_format as TF
 from papa.book.load import floors_display
-from papa.book.table_format import DASH, NBSP, auto_table, enable_table_display, score_interval, score_spread, table
+from papa.book.table_format import DASH, NBSP, auto_table, enable_table_display, score_spread, table
 from papa.book.tables import retained_gains_display, scores_display
 
 BAD = re.compile(r"\bNaN\b|\bnan\b|\bNone\b|rows × |\d+ rows")
@@ -28,10 +30,8 @@ def test_cell_formats():
     assert score_spread(0.81234, 0.02) == f"0.812{NBSP}±{NBSP}0.020"  # one unbreakable cell
     assert score_spread(0.0, 0.0) == f"0.000{NBSP}±{NBSP}0.000"
     assert score_spread(0.8, math.nan) == "0.800" and score_spread(math.nan, 0.1) is None
-    assert (
-        score_interval(0.81, 0.8, 0.84) == f"0.810{NBSP}[0.800,{NBSP}0.840]"
-        and score_interval(0.81, None, 0.84) == "0.810"
-    )
+    assert TF.with_interval(TF.score, 0.81, 0.8, 0.84) == f"0.810{NBSP}[0.800,{NBSP}0.840]"
+    assert TF.with_interval(TF.score, 0.81, None, 0.84) == "0.810"
 
 
 def test_missing_cells_are_dashes_with_a_footnote_and_nothing_is_truncated():
@@ -82,7 +82,7 @@ def test_enable_table_display_formats_every_dataframe():
 
 def test_scores_display_one_cell_per_k(tmp_path):
     shown = scores_display(summarise(load_results(grid(tmp_path))))
-    frame = shown.to_frame()
+    frame = table_cells(shown)
     assert shown.columns == ["task", "ranking", "k = 0", "k = 36", "k = 72 (all)"]
     assert frame.iloc[0].tolist() == [
         "SST-2",
@@ -205,7 +205,7 @@ def test_main_table_display_cells():
     from papa.book.interval_tables import main_table_display
 
     shown = main_table_display(_main_rows())
-    cells = shown.to_frame()
+    cells = table_cells(shown)
     assert list(cells.columns) == [
         "task",
         "constant heads",
@@ -270,7 +270,7 @@ def test_verdicts_and_paper_table_display():
     drops = hand_cells(
         [hand_cell("m", "sst2", "half", 0.025, [0.02, 0.03]), hand_cell("m", "sst2", "all", 0.10, [0.09, 0.11])]
     )
-    shown = paper_table_display(paper_table(summary, floors, drops)).to_frame()
+    shown = table_cells(paper_table_display(paper_table(summary, floors, drops)))
     assert shown["task"].tolist() == ["SST-2", "average of its informative tasks"]
     assert shown.iloc[0][["drop, half", "drop, all"]].tolist() == ["2.5%", "10.0%"]  # a task's drop: the cell's
     # the average: the pooled drop with the 2.5th and 97.5th percentiles of its two resampled drops (numpy's linear

@@ -1,13 +1,5 @@
-"""The paper's figures, redrawn from our runs (issue 14): the data of :mod:`papa.analysis.analogues` as
-:class:`~papa.analysis.figure_kit.Figure` objects whose captions are written from the same data.
-
-* :func:`fig_paper_scores` — (a) the Figure 2 analogue: per task, the score against the number of
-  input-dependent heads, one line per model, with the 95 % interval of each paired difference to k = 0 and the floors;
-* :func:`fig_relative_score` — (b) per model, the score relative to k = 0 averaged over the informative tasks,
-  against the fraction of constant heads;
-* :func:`fig_better_models` — (c) one point per model: average relative drop with all heads constant against the
-  average k = 0 score, with the claim-3 verdict and its n in the caption.
-"""
+"""The paper's figures (a)–(c), redrawn from our runs (issue 14): the data of :mod:`papa.analysis.analogues` as
+:class:`~papa.analysis.figure_kit.Figure` objects whose captions are written from the same data."""
 
 from __future__ import annotations
 
@@ -27,7 +19,7 @@ def _need(frame: pd.DataFrame, what: str) -> None:
         raise PapaError(f"There is nothing to draw for {what}", "Run the k = 0 and constant-head probes first.")
 
 
-def fig_paper_scores(points: pd.DataFrame, ranking: str = "gates", label: str = "fig-paper-scores") -> Figure:
+def fig_paper_scores(points: pd.DataFrame, ranking: str = "gates") -> Figure:
     """(a) ``points`` from :func:`papa.analysis.analogues.score_vs_dynamic_heads`, drawn for one ``ranking``: one panel
     per task, x = input-dependent heads, one colour per model; vertical bars are the 95 % interval of the paired
     difference to k = 0, placed on the k = 0 score; grey rules are each model's floors (dash by floor)."""
@@ -70,10 +62,10 @@ def fig_paper_scores(points: pd.DataFrame, ranking: str = "gates", label: str = 
         "(a bar that does not reach the line's right end marks a real change). Rules in each model's colour: its "
         f"floors, {floor_words}."
     )
-    return finish(chart, caption, label)
+    return finish(chart, caption, "fig-paper-scores")
 
 
-def fig_relative_score(frame: pd.DataFrame, label: str = "fig-relative-score") -> Figure:
+def fig_relative_score(frame: pd.DataFrame) -> Figure:
     """(b) ``frame`` from :func:`papa.analysis.analogues.relative_score_vs_constant_fraction`: x = fraction of heads
     constant, y = score relative to k = 0 averaged over the model's informative tasks, one line per model."""
     _need(frame, "the relative score")
@@ -91,17 +83,13 @@ def fig_relative_score(frame: pd.DataFrame, label: str = "fig-relative-score") -
         f"({words([f'{m}: {int(n)}' for m, n in per_model.items()])}), against the share of heads made constant in "
         f"the {frame['ranking'].iloc[0]} order. The paper reports about 92% on average with every head constant."
     )
-    return finish(chart, caption, label)
+    return finish(chart, caption, "fig-relative-score")
 
 
-def fig_better_models(
-    points: pd.DataFrame, verdict: dict, verdict_words: str, label: str = "fig-better-models"
-) -> Figure:
+def fig_better_models(points: pd.DataFrame, verdict: dict, verdict_words: str) -> Figure:
     """(c) ``(points, verdict)`` from :func:`papa.analysis.analogues.better_models_lose_more`: one point per model,
-    x = its pooled average relative drop with all heads constant (horizontal bar: the pooled 95 % interval,
-    ``low``/``high``), y = its average k = 0 score, both over the informative tasks every model has
-    (``verdict["tasks"]``); the caption gives the correlation, its n and ``verdict_words``, the claim-3 verdict in
-    words (:func:`papa.book.claim_texts.verdict_sentence`)."""
+    x = its pooled average relative drop with all heads constant (bar: its 95 % interval), y = its average k = 0
+    score; the caption gives the correlation, its n and ``verdict_words`` (the claim-3 verdict in words)."""
     _need(points, "claim 3")
     data = clean(points)
     scale = alt.Scale(zero=False, padding=30)
@@ -128,4 +116,4 @@ def fig_better_models(
         f"average), both over {over}, so that no model's average moves by which tasks it has. The claim predicts "
         f"points rising to the right.{stat} {verdict_words}"
     )
-    return finish(chart, caption, label)
+    return finish(chart, caption, "fig-better-models")

@@ -5,6 +5,7 @@ written, so a build that cannot finish leaves the committed pages as they were."
 
 from __future__ import annotations
 
+from importlib.util import find_spec
 from pathlib import Path
 
 from papa.core.errors import PapaError
@@ -16,8 +17,7 @@ INSTALL = "Run `make install` (it installs mathjax@3 with npm)."
 
 
 def stage_mathjax(static: Path) -> None:
-    """Copy MathJax (installed from npm by `make install`) into the book's static files: the page
-    loads it from the site itself, never from a CDN."""
+    """Copy MathJax (installed from npm by `make install`) into the book's static files."""
     import shutil
 
     if not (MATHJAX / "tex-mml-chtml.js").is_file():
@@ -36,10 +36,8 @@ ITABLES_SCRIPT = "papa-itables.js"
 
 
 def stage_itables(static: Path) -> Path:
-    """Write ``papa-itables.js``: itables' offline DataTables bundle (the files ``init_notebook_mode(
-    connected=False)`` embeds) wrapped in a classic script that makes every ``table#runs-index`` or
-    ``table.papa-itable`` sortable and searchable. Nothing is fetched from a CDN; the page loads the
-    bundle as a blob module, as itables' offline mode does, so it also works from ``file://``."""
+    """Write ``papa-itables.js``: itables' offline DataTables bundle in a script that makes every ``table#runs-index``
+    or ``table.papa-itable`` sortable and searchable, loaded as a blob module (it also works from ``file://``)."""
     import json
     from importlib.resources import files
 
@@ -69,21 +67,15 @@ def stage_itables(static: Path) -> Path:
     return target
 
 
-def missing_assets() -> list[str]:
-    """What the staging needs and this machine lacks, in words (empty: all there)."""
-    from importlib.util import find_spec
-
+def check_assets() -> None:
+    """Raise :class:`~papa.core.errors.PapaError` naming every asset the staging needs and this machine lacks; call it
+    before writing any page."""
     missing = []
     if not (MATHJAX / "tex-mml-chtml.js").is_file():
         where = MATHJAX.relative_to(ROOT) if MATHJAX.is_relative_to(ROOT) else MATHJAX
         missing.append(f"MathJax (at {where})")
     wanted = {"itables": "itables (its DataTables bundle)", "vl_convert": "vl-convert-python (the Vega bundle)"}
-    return missing + [what for module, what in wanted.items() if find_spec(module) is None]
-
-
-def check_assets() -> None:
-    """Raise :class:`~papa.core.errors.PapaError` naming every missing asset; call it before writing any page."""
-    missing = missing_assets()
+    missing += [what for module, what in wanted.items() if find_spec(module) is None]
     if missing:
         raise PapaError(f"The book's assets are missing: {', '.join(missing)}", INSTALL)
 

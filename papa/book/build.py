@@ -1,15 +1,6 @@
-"""The book: the data behind the chapter notebooks, the generated pages, and the Jupyter Book build.
-
-``papa book build --config configs/default.yaml`` (what ``make book`` runs):
-
-1. brings the grid's runs up to date (:func:`papa.pipeline.runner.run_grid`; only missing or stale runs are
-   executed) — or, with ``--as-is``, renders the committed runs as they are and marks stale ones;
-2. checks the assets (:func:`papa.book.assets.check_assets`), renders every generated page in memory, then writes
-   them, each atomically: ``_toc.yml``, ``book/reproducibility.md`` (versions, commit, device and duration per run,
-   and the benchmark table), ``book/appendix.md`` (every run's notebook) and its group pages;
-3. writes the offline Vega bundle to ``book/_static/papa-vega.js`` (no CDN at view time);
-4. runs ``jupyter-book build .`` into ``_build/html`` (``strict``: ``-W -n --keep-going``).
-"""
+"""``papa book build`` (what ``make book`` runs): bring the grid's runs up to date (``--as-is``: render the committed
+runs as they are, stale ones marked), write the generated pages and the offline assets
+(:func:`papa.book.pages.write_pages`), then run ``jupyter-book build`` into ``_build/html``."""
 
 from __future__ import annotations
 

@@ -1,14 +1,11 @@
-"""The results chapter's answers with intervals, computed once per grid from :class:`BookData`.
-
-:func:`build_answers` reads the main grid's one basis (converged runs, drops paired by probe seed on their dev
-predictions) and builds the main table, the random baseline, the paper's analogues (a)–(d) and the claims.
-:func:`answer_numbers` gives the prose and the front page their numbers; the controls chapter's own are in
-:mod:`papa.book.controls_chapter`.
-"""
+"""The results chapter's answers with intervals, read once per grid from the main grid's one basis (converged runs,
+drops paired by probe seed): the main table, the random baseline, the paper's analogues and the claims
+(:func:`build_answers`), and the numbers of the prose and the front page (:func:`answer_numbers`)."""
 
 from __future__ import annotations
 
 import math
+import textwrap
 from dataclasses import dataclass
 
 import altair as alt
@@ -20,34 +17,32 @@ from papa.analysis import drop_tables as F
 from papa.analysis import pooled_drops
 from papa.analysis.basis import build_basis, claim_cells
 from papa.analysis.claims import CLAIM_KEYS, claim3_verdict, judge
-from papa.analysis.figure_kit import AXIS_PX, TEXT_WIDTH, Figure, finish
+from papa.analysis.figure_kit import AXIS_PX, TEXT_WIDTH, Figure, finish, task_name
 from papa.book import claim_texts as CT
 from papa.book.analogue_figures import fig_better_models, fig_paper_scores, fig_relative_score
 from papa.book.load import BookData, headline_ranking
-from papa.book.table_format import interval_text, percent
-from papa.book.words import and_list, fraction_words, plural, task_name
+from papa.book.table_format import and_list, fraction_words, interval_text, percent, plural
 
 
 @dataclass
 class ChapterAnswers:
-    """What the results chapter shows; every table is a pandas frame, every score and drop read from the main grid's
-    :class:`~papa.analysis.basis.Basis` (converged runs; drops paired by probe seed): a cell of it, or a
-    :func:`papa.analysis.pooled_drops.pooled_drop` of the claims' cells."""
+    """What the results chapter shows, every score and drop read from the main grid's
+    :class:`~papa.analysis.basis.Basis`: a cell of it, or a pooled drop of the claims' cells."""
 
     ranking: str
-    differences: pd.DataFrame  # paired differences to k = 0 of the basis's runs (stats.paired_differences)
-    table: pd.DataFrame  # findings.main_table of the basis's runs, with a ``converged`` count column
-    gate: dict  # the convergence gate over the main runs (stats.convergence_gate's summary)
+    differences: pd.DataFrame  # paired differences to k = 0 of the basis's runs (bootstrap.paired_differences)
+    table: pd.DataFrame  # drop_tables.main_table of the basis's runs, with a ``converged`` count column
+    gate: dict  # the convergence gate over the main runs (the basis's)
     basis: str  # which runs the tables and analogues are drawn from, in words
     summary: pd.DataFrame  # the seed means of the basis's runs
-    random: pd.DataFrame  # findings.random_baseline
-    better: tuple[pd.DataFrame, dict]  # paper.better_models_lose_more of the cells (claim 3's points, statistics)
-    claims: pd.DataFrame  # verdicts.claims_table
+    random: pd.DataFrame  # drop_tables.random_baseline
+    better: tuple[pd.DataFrame, dict]  # analogues.better_models_lose_more of the cells (claim 3's points, statistics)
+    claims: pd.DataFrame  # claim_texts.claims_table
     model_drops: pd.DataFrame  # pooled_drops.model_drops of the cells
     cells: pd.DataFrame  # basis.claim_cells: the cells the claims average (at half and all heads)
     all_cells: pd.DataFrame  # basis.cells: every model, task, ranking and k > 0
-    sensitivity: pd.DataFrame  # verdicts.sensitivity
-    paper: pd.DataFrame  # paper.paper_table of the basis's scores and cells
+    sensitivity: pd.DataFrame  # claim_texts.sensitivity
+    paper: pd.DataFrame  # analogues.paper_table of the basis's scores and cells
 
 
 def converged_flag(value: object) -> bool | None:
@@ -71,8 +66,8 @@ def _converged_counts(table: pd.DataFrame, main: pd.DataFrame) -> pd.DataFrame:
 
 
 def build_answers(data: BookData, ranking: str | None = None, resamples: int = S.RESAMPLES) -> ChapterAnswers:
-    """Everything the results chapter shows, read from the main grid's one basis (``data.basis``: converged runs,
-    each drop paired by probe seed); only when no run converged are the claims not testable."""
+    """Everything the results chapter shows, read from ``data.basis``; with no run converged, no claim is
+    testable."""
     basis = data.basis if resamples == S.RESAMPLES else build_basis(data.main, data.records, resamples)
     ranking = ranking or headline_ranking(data.config)
     table = F.main_table(basis.summary, basis.cells, ranking)
@@ -97,19 +92,18 @@ def build_answers(data: BookData, ranking: str | None = None, resamples: int = S
     )
 
 
-def answer_numbers(result: ChapterAnswers, data: BookData) -> dict:
-    """The numbers the prose and the front page cite, every one from ``result.cells``: per claim its verdict
-    (``claim{i}_verdict``), the number it rests on with its pooled interval (``claim{i}_number``), one sentence why
-    (``claim{i}_reason``) and the table's text (``claim{i}_ours``); the gate's counts; the pooled drops at half and
-    all heads over informative tasks (``drop_half_mean``, ``drop_half_interval`` ...) and the largest single drop
-    with every head constant (``drop_all_max``); the bootstrap's resamples and seed."""
+def gate_numbers(gate: dict) -> dict:
+    """The convergence gate's counts by glue key (``n_gated_runs``, ``n_converged`` ...), for both chapters."""
+    counts = {f"n_{key}": gate[key] for key in ("converged", "left_out", "not_converged", "unknown")}
+    return {"n_gated_runs": gate["runs"]} | counts
+
+
+def answer_numbers(result: ChapterAnswers) -> dict:
+    """The numbers the prose and the front page cite, by glue key, every one from ``result.cells``: per claim its
+    verdict, number, reason and table text; the gate's counts; the pooled drops at half and all heads and the largest
+    single drop; the bootstrap's resamples and seed."""
     resamples = int(result.differences["resamples"].iloc[0]) if len(result.differences) else S.RESAMPLES
-    numbers: dict = {
-        "n_gated_runs": result.gate["runs"],
-        "n_converged": result.gate["converged"],
-        "n_left_out": result.gate["left_out"],
-        "n_not_converged": result.gate["not_converged"],
-        "n_unknown": result.gate["unknown"],
+    numbers: dict = gate_numbers(result.gate) | {
         "analogue_basis": result.basis,
         "claim3_n": int(result.better[1].get("n", 0)),
         "claim3_tasks": and_list(task_name(t) for t in result.better[1].get("tasks", [])) or "no task",
@@ -126,7 +120,7 @@ def answer_numbers(result: ChapterAnswers, data: BookData) -> dict:
         numbers[f"drop_{name}_mean"] = judged[name]["value"]
         numbers[f"drop_{name}_interval"] = _interval(judged[name]["low"], judged[name]["high"])
         numbers[f"n_pairs_{name}"] = judged[name]["n"]
-    largest = _largest_cell(result)
+    largest = largest_drop(result)
     found = largest is not None
     numbers["drop_all_max"] = float(largest["relative_drop"]) if found else math.nan
     numbers["drop_all_max_pair"] = f"{largest['model']} on {task_name(largest['task'])}" if found else "no pair"
@@ -134,27 +128,19 @@ def answer_numbers(result: ChapterAnswers, data: BookData) -> dict:
     return numbers
 
 
-def _largest_cell(result: ChapterAnswers) -> pd.Series | None:
-    """The claims' cell with every head constant whose relative drop is largest, or None without one."""
+def largest_drop(result: ChapterAnswers) -> pd.Series | None:
+    """The claims' cell with every head constant whose relative drop is largest (``drop_all_max``), or None."""
     full = pooled_drops.select(result.cells, "all").dropna(subset=["relative_drop"])
     return None if full.empty else full.loc[full["relative_drop"].idxmax()]
 
 
-def largest_drop(result: ChapterAnswers) -> tuple[str, str] | None:
-    """``(model, task)`` of the largest relative drop with every head constant among the claims' cells
-    (``drop_all_max``), or None without one."""
-    row = _largest_cell(result)
-    return None if row is None else (str(row["model"]), str(row["task"]))
-
-
 def _interval(low: float, high: float) -> str:
-    p = percent
-    return "(no interval)" if math.isnan(low) or math.isnan(high) else f"[{p(low)}, {p(high)}]"
+    return "(no interval)" if math.isnan(low) or math.isnan(high) else f"[{percent(low)}, {percent(high)}]"
 
 
 def random_summary(random: pd.DataFrame, ranking: str) -> str:
-    """One sentence on whether ``ranking`` beats the seeded random orderings (``findings.random_baseline`` rows):
-    how many of its comparisons beat random, how many are worse, on which models and at which fractions."""
+    """One sentence on how many of ``ranking``'s comparisons with the seeded random orderings
+    (:func:`papa.analysis.drop_tables.random_baseline`) beat random or are worse, where and at which fractions."""
     rows = random[random["ranking"] == ranking] if len(random) else random
     if not len(rows):
         return f"no seeded random ordering ran beside the {ranking} ranking, so whether it beats random is not measured"
@@ -177,9 +163,8 @@ def random_summary(random: pd.DataFrame, ranking: str) -> str:
 
 
 def model_drops_display_frame(result: ChapterAnswers) -> pd.DataFrame:
-    """The front page's per-model table: heads, and the pooled drops at half and all heads with their pooled bootstrap
-    intervals, each with the number of informative pairs it averages (a pair without a paired drop at half, no seed
-    converged on both sides, is not averaged there); the paper's table's average rows show the same numbers."""
+    """The front page's per-model table: heads, and the pooled drops at half and all heads with their intervals and
+    the number of informative pairs each averages (the paper's table's average rows show the same numbers)."""
     rows = []
     for r in result.model_drops.itertuples():
         half = interval_text(r.drop_half, r.drop_half_low, r.drop_half_high)
@@ -192,8 +177,6 @@ def model_drops_display_frame(result: ChapterAnswers) -> pd.DataFrame:
 
 def placeholder_figure(label: str, why: str) -> Figure:
     """A figure that says in words why there is nothing to draw (its caption says the same)."""
-    import textwrap
-
     lines = textwrap.wrap(why, 72)  # one long line would draw past the text column
     chart = (
         alt.Chart(pd.DataFrame({"text": ["\n".join(lines)]}))
@@ -205,8 +188,8 @@ def placeholder_figure(label: str, why: str) -> Figure:
 
 
 def analogue_figures(result: ChapterAnswers, data: BookData) -> list[Figure]:
-    """The paper's analogues (a)–(c) drawn from ``result.basis``'s runs (:mod:`papa.book.analogue_figures`), each
-    replaced by a :func:`placeholder_figure` when its data is empty (e.g. no informative task)."""
+    """The paper's analogues (a)–(c) (:mod:`papa.book.analogue_figures`), each a :func:`placeholder_figure` when
+    its data is empty."""
     summary, floors, cells, ranking = result.summary, data.floors, result.all_cells, result.ranking
     points = P.score_vs_dynamic_heads(summary, floors, cells) if len(summary) else pd.DataFrame(columns=["ranking"])
     relative = P.relative_score_vs_constant_fraction(summary, floors, cells, ranking) if len(summary) else []

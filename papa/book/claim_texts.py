@@ -1,10 +1,6 @@
-"""The claims in words: each :class:`~papa.analysis.claims.Verdict`'s one-sentence reason, the rules as the claims
-table states them, the number each verdict rests on, and the claims and sensitivity tables of the results chapter.
-
-The verdicts themselves are :mod:`papa.analysis.claims`'s; this module only words them. A reason is the template
-of its claim and rule branch (:data:`REASONS`) filled with the verdict's facts: drops and interval ends as percents,
-a pair as "model on task", ρ and p as numbers.
-"""
+"""The claims in words (the verdicts are :mod:`papa.analysis.claims`'s): each verdict's one-sentence reason
+(:data:`REASONS` filled with its facts), the rules, the number each verdict rests on, and the claims and sensitivity
+tables of the results chapter."""
 
 from __future__ import annotations
 
@@ -14,8 +10,8 @@ from collections.abc import Mapping
 import pandas as pd
 
 from papa.analysis import claims as V
-from papa.book.table_format import interval_text, percent
-from papa.book.words import plural, task_name
+from papa.analysis.figure_kit import task_name
+from papa.book.table_format import interval_text, percent, plural
 
 #: One template per claim and rule branch (:attr:`papa.analysis.claims.Verdict.case`).
 REASONS: dict[tuple[str, str], str] = {
@@ -100,19 +96,8 @@ def verdict_sentence(key: str, verdict: V.Verdict) -> str:
     return f"Verdict: {verdict.label}. {reason(key, verdict)}"
 
 
-def largest_drop_text(cells: pd.DataFrame) -> str:
-    """The largest all-heads drop among ``cells`` with its interval and pair, as text (claim 2's bound)."""
-    usable = cells.dropna(subset=["relative_drop"])
-    if usable.empty:
-        return "–"
-    row = usable.loc[usable["relative_drop"].idxmax()]
-    drop = interval_text(row["relative_drop"], row["relative_low"], row["relative_high"])
-    return f"{drop} ({row['model']}, {task_name(row['task'])})"
-
-
 def claim_numbers(judged: Mapping) -> tuple[str, str, str, str]:
-    """The number each claim's verdict rests on, as text (in :data:`~papa.analysis.claims.CLAIM_KEYS` order): the
-    pooled drops with their intervals, the largest single drop with its interval, and ρ with its p."""
+    """The number each claim's verdict rests on, as text, in :data:`~papa.analysis.claims.CLAIM_KEYS` order."""
     better = judged["better"]
     n = int(better.get("n", 0))
     rho = better.get("spearman", math.nan)
@@ -121,13 +106,18 @@ def claim_numbers(judged: Mapping) -> tuple[str, str, str, str]:
     else:
         rho_text = f"ρ = {rho:+.2f}, p = {better['p_value']:.3f} (n = {n})"
     half, full = (interval_text(judged[a]["value"], judged[a]["low"], judged[a]["high"]) for a in ("half", "all"))
-    return half, full, largest_drop_text(judged["bound"]), rho_text
+    usable = judged["bound"].dropna(subset=["relative_drop"])  # claim 2's bound: the largest drop and its pair
+    largest = "–"
+    if not usable.empty:
+        row = usable.loc[usable["relative_drop"].idxmax()]
+        drop = interval_text(row["relative_drop"], row["relative_low"], row["relative_high"])
+        largest = f"{drop} ({row['model']}, {task_name(row['task'])})"
+    return half, full, largest, rho_text
 
 
 def claims_table(cells: pd.DataFrame, gate: Mapping) -> pd.DataFrame:
-    """The claims on informative tasks of converged runs, one row per :data:`~papa.analysis.claims.CLAIMS`: columns
-    claim, paper, ours (the number and its pooled interval, and what it averages), verdict, reason (one sentence),
-    rule (with the gate's counts)."""
+    """One row per claim (:data:`~papa.analysis.claims.CLAIMS`): claim, paper, ours (the number, its pooled interval
+    and what it averages), verdict, reason, rule (with the gate's counts)."""
     judged = V.judge(cells)
     numbers = claim_numbers(judged)
     gate_words = (
@@ -153,9 +143,8 @@ def claims_table(cells: pd.DataFrame, gate: Mapping) -> pd.DataFrame:
 
 
 def sensitivity(cells: pd.DataFrame) -> pd.DataFrame:
-    """The verdicts on every basis of :data:`~papa.analysis.claims.BASES`: one row per basis with the pairs it
-    averages (``n_half``, ``n_all``, ``excluded``), each claim's number (text) and verdict, and the paper's number
-    for that basis (:data:`PAPER_BY_BASIS`)."""
+    """One row per basis of :data:`~papa.analysis.claims.BASES`: the pairs it averages, each claim's number and
+    verdict, and the paper's number for that basis (:data:`PAPER_BY_BASIS`)."""
     rows = []
     for label, informative, families in V.BASES:
         judged = V.judge(cells, informative, families)

@@ -1,11 +1,7 @@
 """The controls chapter (``notebooks/05_controls.md``): every frame, figure and glued number it shows, computed once
-from :class:`~papa.book.load.BookData` by :func:`build_controls`; the notebook glues and displays, nothing more.
-
-The convergence gate's counts are the main grid's one basis's (``data.basis.gate``); the literal setting's drops
-are each study's own basis beside the main one (:func:`literal_comparison`); the epoch curves' "still climbing"
-is a second reading of the same runs (:func:`papa.book.load.still_rising`), named apart from the gate's "still
-rising at the cap".
-"""
+by :func:`build_controls`. The gate's counts are the main basis's; the literal setting's drops are each study's own
+basis beside it; the epoch curves' "still climbing" (:func:`papa.book.load.still_rising`) is not the gate's "still
+rising at the cap"."""
 
 from __future__ import annotations
 
@@ -19,7 +15,7 @@ from papa.analysis.basis import build_basis, k0_and_all
 from papa.analysis.figure_kit import Figure
 from papa.analysis.figures import fig_convergence
 from papa.book import probe_checks as PC
-from papa.book.chapter_answers import converged_flag, placeholder_figure, records_of
+from papa.book.chapter_answers import converged_flag, gate_numbers, placeholder_figure, records_of
 from papa.book.load import BookData, still_rising
 from papa.book.studies import faithful_comparison, size_sensitivity
 from papa.core.fields import PAPER_EPOCHS, PAPER_LR
@@ -40,7 +36,7 @@ class ControlsChapter:
     lr_choices: pd.DataFrame  # probe_checks.lr_choice_frame
     literal: pd.DataFrame  # literal_comparison
     curve: str  # the per-epoch curve the runs recorded: "score" (dev) or "heldout"
-    climbing: pd.DataFrame  # epoch_curves: per run, whether that curve still climbs over its last epochs
+    climbing: pd.DataFrame  # load.still_rising: per run, whether that curve still climbs over its last epochs
     size: pd.DataFrame  # studies.size_sensitivity
     faithful: pd.DataFrame | None  # studies.faithful_comparison (None: no faithful study in this grid)
     glue: dict = field(default_factory=dict)  # every number and phrase of the prose, by glue key
@@ -49,11 +45,10 @@ class ControlsChapter:
 def build_controls(data: BookData) -> ControlsChapter:
     """The controls chapter of a grid's committed runs (:func:`papa.book.load.load_book_data`)."""
     per_task, rising = convergence_summary(data)
-    gate = data.basis.gate
     near_floor, lr_choices, literal = PC.near_floor_frame(data), PC.lr_choice_frame(data), literal_comparison(data)
-    curve, climbing = epoch_curves(data)
-    glue = {f"n_{key}": gate[key] for key in ("converged", "not_converged", "unknown", "left_out")}
-    glue |= {"n_gated_runs": gate["runs"], "n_literal_pairs": int(len(literal))}
+    curve = "score" if data.epochs["score"].notna().any() else "heldout"  # dev scores per epoch, else held-out
+    climbing = still_rising(data.epochs, curve=curve)
+    glue = gate_numbers(data.basis.gate) | {"n_literal_pairs": int(len(literal))}
     glue["literal_studies"] = ", ".join(literal_studies(data.config)) or "none in this grid"
     glue["curve_words"] = "dev" if curve == "score" else "held-out training"
     glue |= {"n_rising": int(climbing["rising"].sum()) if len(climbing) else 0, "n_checked": int(len(climbing))}
@@ -75,8 +70,7 @@ def build_controls(data: BookData) -> ControlsChapter:
 
 
 def convergence_figure(chapter: ControlsChapter) -> Figure:
-    """The per-epoch curves at k = 0 and all heads (:func:`papa.analysis.figures.fig_convergence`), or a figure
-    that says why there is none."""
+    """The per-epoch curves at k = 0 and all heads (:func:`papa.analysis.figures.fig_convergence`), or why none."""
     curves = chapter.data.epochs.dropna(subset=[chapter.curve])
     if len(curves):
         return fig_convergence(curves, curve=chapter.curve)
@@ -85,7 +79,7 @@ def convergence_figure(chapter: ControlsChapter) -> Figure:
 
 
 def still_climbing(chapter: ControlsChapter) -> pd.DataFrame:
-    """The runs whose epoch curve still climbs over its last epochs (:func:`epoch_curves`)."""
+    """The runs whose epoch curve still climbs over its last epochs."""
     climbing = chapter.climbing
     return climbing[climbing["rising"]] if len(climbing) else climbing
 
@@ -104,10 +98,9 @@ def literal_studies(config: dict) -> list[str]:
 
 
 def literal_comparison(data: BookData, resamples: int = S.RESAMPLES) -> pd.DataFrame:
-    """Per model and task: the main protocol's k = 0 and all-heads scores and relative drop with its interval (the
-    book's basis, ``data.basis``), beside the paper's literal setting's (lr 2e-5, 15 epochs, final epoch: no
-    held-out curve, so every literal run counts); ``lr`` is the main protocol's chosen lr. Empty without a
-    literal run."""
+    """Per model and task: the main protocol's k = 0 and all-heads scores and relative drop with its interval beside
+    the paper's literal setting's (:data:`LITERAL`: no held-out curve, so every literal run counts); ``lr``: the main
+    protocol's chosen lr."""
     names = [name for name in literal_studies(data.config) if name in data.studies and len(data.studies[name])]
     sides = ("k0", "all", "drop", "low", "high", "real")
     columns = ["model", "task", "lr", *(f"main_{x}" for x in sides), *(f"literal_{x}" for x in sides), "literal_seeds"]
@@ -130,17 +123,9 @@ def literal_comparison(data: BookData, resamples: int = S.RESAMPLES) -> pd.DataF
     return pd.DataFrame(out, columns=columns).sort_values(["model", "task"], ignore_index=True)
 
 
-def epoch_curves(data: BookData) -> tuple[str, pd.DataFrame]:
-    """``(curve, climbing)``: the per-epoch curve the main grid's runs recorded ("score", the dev score, where runs
-    scored it every epoch, else "heldout", the held-out training score) and, per run, whether that curve still climbs
-    over its last epochs (:func:`papa.book.load.still_rising`)."""
-    curve = "score" if data.epochs["score"].notna().any() else "heldout"
-    return curve, still_rising(data.epochs, curve=curve)
-
-
 def convergence_summary(data: BookData) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """``(per model and task, still rising)``: how many of the main grid's runs converged, still rose at the cap
-    (not converged) or have no held-out curve, with the mean epochs trained; and one row per run that still rose."""
+    """``(per model and task, still rising)``: how many runs converged, still rose at the cap or have no held-out
+    curve, with the mean epochs trained; and one row per run that still rose."""
     table = S.convergence_table(records_of(data, set(data.main["run_id"])))
     runs = data.main.drop_duplicates("run_id")[["run_id", "model", "task", "ranking", "k", "seed", "probe_input"]]
     merged = runs.merge(table, on="run_id", how="left")

@@ -8,8 +8,7 @@ from typing import Any
 import pandas as pd
 
 from papa.book import table_format as T
-from papa.book.table_format import Table, is_missing, key_text, model_task_kinds, percent, table, text
-from papa.book.words import lr_text
+from papa.book.table_format import Table, is_missing, key_text, lr_text, model_task_kinds, percent, table, text
 
 INTERVAL_NOTE = (
     "The difference to k = 0 is paired on the same dev examples, with its 95% bootstrap interval over dev examples"
@@ -27,9 +26,8 @@ def _heads(frame: pd.DataFrame) -> list[str]:
 
 
 def main_table_display(main: pd.DataFrame) -> Table:
-    """:func:`papa.analysis.drop_tables.main_table` for reading: per model, task and number of constant heads, the
-    score ± seed std, the paired difference to k = 0 with its interval, the relative drop with its interval,
-    real?, and how many seeds converged (when the frame has a ``converged`` column)."""
+    """:func:`papa.analysis.drop_tables.main_table` for reading: per model, task and constant heads, the score, the
+    difference to k = 0 and the relative drop with their intervals, real?, and the seeds."""
     spread = [
         None if is_missing(a) or is_missing(b) else f"{float(b) - float(a):.3f}"
         for a, b in zip(main["seed_min"], main["seed_max"])
@@ -64,8 +62,7 @@ def main_table_display(main: pd.DataFrame) -> Table:
 
 
 def random_display(baseline: pd.DataFrame) -> Table:
-    """:func:`papa.analysis.drop_tables.random_baseline` for reading: does a ranking beat the seeded random
-    orderings?"""
+    """:func:`papa.analysis.drop_tables.random_baseline` for reading."""
     frame = key_text(baseline).assign(
         heads=_heads(baseline),
         difference_cell=_cells(T.signed, baseline["difference"], baseline["low"], baseline["high"]),
@@ -79,14 +76,13 @@ def random_display(baseline: pd.DataFrame) -> Table:
         "Both sides score the same dev examples; the interval is a paired bootstrap over them (each side's runs"
         " pooled). beats random: the interval lies above 0."
     )
-    out = table(frame, kinds, headers, notes=[note], details=["k", "score", "random_score", "runs"])
-    out.empty = "No seeded random ordering ran in this grid, so no ranking can be compared with random here."
-    return out
+    details = ["k", "score", "random_score", "runs"]
+    empty = "No seeded random ordering ran in this grid, so no ranking can be compared with random here."
+    return table(frame, kinds, headers, notes=[note], details=details, empty=empty)
 
 
 def verdicts_display(claims: pd.DataFrame) -> Table:
-    """:func:`papa.analysis.claims.claims_table` for reading: the verdict, the number it rests on with its pooled
-    interval, why, the paper's number and the rule."""
+    """:func:`papa.book.claim_texts.claims_table` for reading."""
     kinds = dict.fromkeys(["claim", "verdict", "ours", "reason", "paper", "rule"], "text")
     headers = {"ours": "our runs (pooled 95% interval)", "reason": "why", "paper": "the paper"}
     headers["rule"] = "rule and runs counted"
@@ -94,8 +90,7 @@ def verdicts_display(claims: pd.DataFrame) -> Table:
 
 
 def verdict_sensitivity_display(frame: pd.DataFrame) -> Table:
-    """:func:`papa.analysis.claims.sensitivity` for reading: per basis, each claim's number and verdict, and the
-    paper's number for that basis."""
+    """:func:`papa.book.claim_texts.sensitivity` for reading."""
     kinds = {"basis": "text", "n_all": "int", "claim1": text, "claim1_verdict": "text", "claim2": text}
     kinds |= {"claim2_verdict": "text", "claim3": text, "claim3_verdict": "text", "paper": "text"}
     headers = {"n_all": "model/task pairs", "claim1": "1. drop, half constant", "claim1_verdict": "1. verdict"}
@@ -109,14 +104,10 @@ def verdict_sensitivity_display(frame: pd.DataFrame) -> Table:
 
 
 def paper_table_display(frame: pd.DataFrame) -> Table:
-    """:func:`papa.analysis.analogues.paper_table` for reading: per model and task (and each model's average over its
-    informative tasks, and over the tasks every model has, claim 3's point) the scores at k = 0, ½ and all, the
-    relative drops (the averages with their pooled 95% intervals), beside the paper's 8% and ≤ 20%; a sentence
-    without a run."""
+    """:func:`papa.analysis.analogues.paper_table` for reading: the scores at k = 0, half and all heads and the
+    relative drops with their intervals, per model and task and each model's averages."""
     if not len(frame):
-        out = table(frame, {"task": "text"})
-        out.empty = "No run to tabulate."
-        return out
+        return table(frame, {"task": "text"}, empty="No run to tabulate.")
     if "n_tasks" in frame:  # a model without an informative task has no average to show
         frame = frame[~(frame["task"].isin(["average", "common"]) & (frame["n_tasks"].fillna(0) == 0))]
     shown = key_text(frame)
@@ -149,7 +140,7 @@ def paper_table_display(frame: pd.DataFrame) -> Table:
 
 
 def literal_display(comparison: pd.DataFrame) -> Table:
-    """:func:`papa.book.controls_chapter.literal_comparison` for reading: both protocols' drops with intervals first."""
+    """:func:`papa.book.controls_chapter.literal_comparison` for reading."""
     c = comparison
     frame = key_text(c).assign(
         main_drop_cell=_cells(percent, c["main_drop"], c["main_low"], c["main_high"]),
@@ -166,16 +157,13 @@ def literal_display(comparison: pd.DataFrame) -> Table:
     missing = {"main_drop_cell": "the main protocol has no interval here", "literal_drop_cell": "no interval"}
     missing |= {"lr_cell": "the lr differs between runs", "main_real": "no interval"}
     note = "drop: (score at k = 0 − score with all heads constant) / score at k = 0. " + INTERVAL_NOTE
-    out = table(frame, kinds, headers, missing, [note])
-    out.empty = "The paper's literal setting did not run in this grid."
-    return out
+    return table(frame, kinds, headers, missing, [note], empty="The paper's literal setting did not run in this grid.")
 
 
 def convergence_display(per_task: pd.DataFrame) -> Table:
     """:func:`papa.book.controls_chapter.convergence_summary`'s per-task counts for reading."""
-    kinds = model_task_kinds(per_task) | dict.fromkeys(
-        ["runs", "converged", "still rising", "no held-out curve"], "int"
-    )
+    counts = dict.fromkeys(["runs", "converged", "still rising", "no held-out curve"], "int")
+    kinds = model_task_kinds(per_task) | counts
     kinds["mean epochs trained"] = lambda v: None if is_missing(v) else f"{float(v):.1f}"
     missing = {"mean epochs trained": "no run recorded a held-out curve"}
     return table(key_text(per_task), kinds, {"runs": "probe results"}, missing)
@@ -186,6 +174,4 @@ def still_rising_display(rising: pd.DataFrame) -> Table:
     kinds = {"run_id": "text"} | model_task_kinds(rising) | {"ranking": "text", "k": "int", "seed": "int"}
     kinds |= {"best_epoch": "int", "epochs_trained": "int"}
     headers = {"run_id": "run", "best_epoch": "best held-out epoch", "epochs_trained": "epochs trained"}
-    out = table(key_text(rising), kinds, headers)
-    out.empty = "No run's held-out curve was still rising at the cap."
-    return out
+    return table(key_text(rising), kinds, headers, empty="No run's held-out curve was still rising at the cap.")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pandas as pd
 
@@ -13,12 +14,12 @@ from papa.analysis import results as R
 from papa.analysis.basis import Basis, build_basis
 from papa.analysis.figure_kit import Figure, glue_figure, metric_name, task_name
 from papa.book import table_format as T
+from papa.core.errors import PapaError
 from papa.core.grid_schema import study_settings
 from papa.core.io import read_json_verified
-from papa.pipeline.plan import ROOT, config_dict, count_probe_runs, grid_model, load_config
+from papa.pipeline.plan import ROOT, config_dict, count_probe_runs, expand, grid_model, load_config
 
 
-# -- data for the chapters ---------------------------------------------------------------------------
 @dataclass
 class BookData:
     """Everything a chapter needs from one grid's runs (tables are pandas frames)."""
@@ -52,9 +53,8 @@ class BookData:
 
 
 def study_probe_settings(config: dict, study: dict, model: str | None = None) -> dict:
-    """The probe settings ``study`` (an entry of ``config["studies"]``; ``{}``: the main grid) runs ``model`` with,
-    as the runs get them (:func:`papa.core.grid_schema.study_settings`: the probe section, then
-    ``probe.per_model[model]``, then the study's own keys), with the study's ``tasks`` and ``models``."""
+    """The probe settings ``study`` (an entry of ``config["studies"]``; ``{}``: the main grid) runs ``model`` with
+    (:func:`papa.core.grid_schema.study_settings`), with the study's ``tasks`` and ``models``."""
     grid = grid_model(config)
     typed = next((s for s in grid.studies if s.name == study.get("name")), None) if study else None
     settings = study_settings(grid, typed, model)
@@ -66,15 +66,13 @@ def study_probe_settings(config: dict, study: dict, model: str | None = None) ->
     }
 
 
-#: The settings that say how a probe is trained: a study that changes one of them for some model is not the main
-#: grid.
+#: The settings that say how a probe is trained: a study that changes one for some model is not the main grid.
 _PROBE_SETTINGS = ("lr", "epochs", "modes", "replacements", "train_examples", "selection", "heldout_examples")
 
 
 def probe_setting_studies(config: dict) -> list[str]:
-    """The studies that train the probe otherwise than the main grid for some of their models (another lr, epoch
-    cap, epoch selection, mode, replacement or size): their runs are never main-grid runs, even where a filter
-    would pass them."""
+    """The studies that train the probe otherwise than the main grid (:data:`_PROBE_SETTINGS`) for some of their
+    models: their runs are never main-grid runs."""
     names = []
     for study in config.get("studies", []):
         for model in study.get("models", config["models"]):
@@ -86,13 +84,10 @@ def probe_setting_studies(config: dict) -> list[str]:
 
 
 def study_frame(tidy: pd.DataFrame, config: dict, study: dict | None = None) -> pd.DataFrame:
-    """Rows of ``tidy`` that belong to a study (the main grid when ``study`` is None): per model (its
-    ``probe.per_model`` settings applied) the same lr, epochs, epoch selection, modes and tasks, and per model
-    and task the largest training size not above the study's. A named study keeps only its own runs (run ids
-    tagged ``__<name>__s<seed>`` by :func:`papa.pipeline.plan.expand`), so a study that has not run yet is empty,
-    never another study's runs. The main grid leaves out the runs of every study that trains the probe otherwise
-    (:func:`probe_setting_studies`): with ``lr: select`` any lr passes its filter, and a study at a fixed lr
-    would otherwise join the main grid's runs."""
+    """Rows of ``tidy`` that belong to a study (None: the main grid): per model its settings' lr, epochs, epoch
+    selection, modes and tasks, and per model and task the largest training size not above the study's. A named
+    study keeps only its own runs (``__<name>__s<seed>``); the main grid leaves out every study that trains the
+    probe otherwise (:func:`probe_setting_studies`: with ``lr: select`` any lr would pass)."""
     if study is not None and "name" in study:
         tidy = tidy[tidy["run_id"].str.contains(f"__{study['name']}__s", regex=False)]
     elif study is None:
@@ -113,14 +108,11 @@ def study_frame(tidy: pd.DataFrame, config: dict, study: dict | None = None) -> 
     return rows[rows["train_examples"] == rows.groupby(["model", "task"])["train_examples"].transform("max")]
 
 
-def _plan_outputs(config: dict) -> tuple[dict[str, dict], dict[str, list], dict[str, dict]]:
-    """The results (``{file stem: result}``), rankings (``{stem: [(layer, head), ...]}``) and lr choices
-    (``{stem: choice}``) that the grid's current plan produces, each read with its checksum; a result the plan names
-    but that is missing, corrupt or not a result is an error (never silently a run fewer). Files of runs the plan no
-    longer has are not read."""
-    from papa.core.errors import PapaError
-    from papa.pipeline.plan import expand
-
+def load_book_data(config_path: str) -> BookData:
+    """Load a grid's results for the chapters (``config_path`` relative to the repository root): exactly the outputs
+    of its current plan, each read with its checksum; a result the plan names but that is missing, corrupt or not a
+    result is an error (never silently a run fewer)."""
+    config = load_config(ROOT / config_path)
     results: dict[str, dict] = {}
     rankings: dict[str, list] = {}
     lr_choices: dict[str, dict] = {}
@@ -137,16 +129,13 @@ def _plan_outputs(config: dict) -> tuple[dict[str, dict], dict[str, list], dict[
                 rankings[path.stem] = [tuple(h) for h in read_json_verified(path, "ranking")["ranking"]]
             elif run.kind == "select_lr":
                 lr_choices[path.stem] = read_json_verified(path, "lr choice")
-    return results, rankings, lr_choices
-
-
-def load_book_data(config_path: str) -> BookData:
-    """Load a grid's results for the chapters (``config_path`` relative to the repository root)."""
-    config = load_config(ROOT / config_path)
-    # -- which result files the chapters read (papa.pipeline runner): exactly the current plan's -------
-    results, rankings, lr_choices = _plan_outputs(config)
-    # -- end of the runner's part ---------------------------------------------------------------------
     return book_data_from(config, results, rankings, lr_choices)
+
+
+def read_manifest(runs_dir: Path) -> dict:
+    """The runs of a runs folder's manifest (``{}`` without one)."""
+    path = runs_dir / "manifest.json"
+    return read_json_verified(path, "manifest")["runs"] if path.is_file() else {}
 
 
 def headline_ranking(config: dict) -> str:
@@ -157,10 +146,9 @@ def headline_ranking(config: dict) -> str:
 def book_data_from(
     config: dict, records: dict[str, dict], rankings: dict[str, list], lr_choices: dict[str, dict] | None = None
 ) -> BookData:
-    """:class:`BookData` from result records (``{run id: result}``, kept whole: their dev predictions feed the
-    intervals), rankings (``{stem: [(layer, head), ...]}``) and lr choices (``{"<model>__<task>": choice}``).
-    The main grid's scores and floors are its :class:`~papa.analysis.basis.Basis`'s (converged runs only).
-    ``config`` is validated as a :class:`~papa.core.grid_schema.GridConfig` and read with every default filled in."""
+    """:class:`BookData` from result records (``{run id: result}``, dev predictions included), rankings (``{stem:
+    [(layer, head), ...]}``) and lr choices (``{"<model>__<task>": choice}``); ``config`` is validated as a
+    :class:`~papa.core.grid_schema.GridConfig` and read with every default filled in."""
     config = config_dict(grid_model(config)) | {k: v for k, v in config.items() if k.startswith("_")}
     tidy = R.load_results(records)
     main = study_frame(tidy, config)
@@ -253,10 +241,8 @@ def headline_numbers(data: BookData) -> dict:
 
 
 def glue_numbers(numbers: dict) -> None:
-    """``myst_nb.glue`` every number (not displayed), for ``{glue:text}`` roles in the prose.
-
-    Floats whose key starts with ``drop`` are glued as percentages (``"4.3%"``); NaN as ``"n/a"``.
-    """
+    """``myst_nb.glue`` every number (not displayed); a float as a score, as a percentage when its key starts with
+    ``drop``, NaN as ``"n/a"``."""
     from myst_nb import glue
 
     for key, value in numbers.items():
@@ -279,7 +265,6 @@ def layer_table(data: BookData) -> pd.DataFrame:
         counts = [0] * (1 + max(layer for layer, _ in ranking))
         for layer, _ in ranking[: int(math.floor(0.5 * len(ranking) + 0.5))]:
             counts[layer] += 1
-        rows.append(
-            {"model": model, "task": task, "ranking": method, **{f"layer {i}": c for i, c in enumerate(counts)}}
-        )
+        layers = {f"layer {i}": c for i, c in enumerate(counts)}
+        rows.append({"model": model, "task": task, "ranking": method, **layers})
     return pd.DataFrame(rows)

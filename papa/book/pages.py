@@ -5,17 +5,19 @@ anything, so a build that cannot finish leaves the committed pages as they were.
 
 from __future__ import annotations
 
+import re
+import sys
 from functools import partial
 from pathlib import Path
 
 from papa.analysis import results as R
 from papa.book import run_index as RI
 from papa.book.assets import check_assets, stage_assets
+from papa.book.load import read_manifest
 from papa.book.setup_page import setup_page
 from papa.book.study_site import studies_part
-from papa.book.templates import Markdown, fill
-from papa.book.words import plural
-from papa.core.io import read_json_verified
+from papa.book.table_format import plural
+from papa.book.templates import Markdown, code, fill
 from papa.pipeline.executed import code_span, myst_text
 from papa.pipeline.plan import (
     ROOT,
@@ -24,36 +26,28 @@ from papa.pipeline.plan import (
     chapter_study_minutes,
     chapter_study_runs,
     count_probe_runs,
+    expand,
     probe_run_id,
+    runs_dir,
 )
+from papa.pipeline.stamps import read_stamp, stamp_path
+from papa.pipeline.verify import VERIFIABLE, dirty_runs, read_records, stamped_runs
 
 _piece = partial(fill, "reproducibility")
 
 
-def _manifest(runs_dir: Path) -> dict:
-    """The runs of a runs folder's manifest (``{}`` without one)."""
-    path = runs_dir / "manifest.json"
-    return read_json_verified(path, "manifest")["runs"] if path.is_file() else {}
-
-
 def _reproducibility(config: dict, stale: list[str], root: Path = ROOT, run_ids: list[str] | None = None) -> str:
-    """The reproducibility page: environment, time and every run's status. With ``run_ids`` (the book's runs), what
-    the runs folder holds of other runs (``papa grid run --dry-run`` lists them as "not in the plan") is left out."""
+    """The reproducibility page: environment, time and every run's status (of ``run_ids`` only, when given)."""
     name = config["name"]
     runs_dir = root / "book" / "runs" / name
-    manifest = _manifest(runs_dir)
+    manifest = read_manifest(runs_dir)
     results_dir = runs_dir / "artifacts" / "results"
     results = R.read_results(results_dir) if results_dir.is_dir() else {}
     if run_ids is not None:
         book = set(run_ids)
         manifest = {run_id: entry for run_id, entry in manifest.items() if run_id in book}
         results = {key: result for key, result in results.items() if probe_run_id(key) in book}
-    lines = [
-        "# Reproducibility",
-        "",
-        _piece("intro", config=Markdown(code_span(f"configs/{name}.yaml"))),
-        "",
-    ]
+    lines = ["# Reproducibility", "", _piece("intro", config=code(f"configs/{name}.yaml")), ""]
     if stale:
         listed = Markdown(", ".join(code_span(s) for s in stale[:20]) + (" …" if len(stale) > 20 else ""))
         what = (
@@ -73,17 +67,10 @@ def _reproducibility(config: dict, stale: list[str], root: Path = ROOT, run_ids:
             papa += " (`-dirty`: the working tree had uncommitted changes; the run's key still covers the code the run"
             papa += " executed)"
         papa += "\n" + _code_states(runs_dir, list(manifest))
-        lines += [
-            "## Environment",
-            "",
-            papa,
-            f"- Python {myst_text(first['python'])}; {packages}",
-            f"- {plural(len(devices), 'device')}: {', '.join(devices)}",
-            _piece("probe-runs", probe_runs=count_probe_runs(results), probe_results=len(results), minutes=minutes),
-            "",
-            _piece("machines-vary"),
-            "",
-        ]
+        python, device = f"- Python {myst_text(first['python'])}; {packages}", plural(len(devices), "device")
+        probes = _piece("probe-runs", probe_runs=count_probe_runs(results), probe_results=len(results), minutes=minutes)
+        lines += ["## Environment", "", papa, python, f"- {device}: {', '.join(devices)}", probes, ""]
+        lines += [_piece("machines-vary"), ""]
     if manifest:
         own = {chapter: chapter_study_runs(config, manifest, chapter) for chapter in STUDY_AIMS}
         aside = {run_id for run_ids in own.values() for run_id in run_ids}
@@ -101,26 +88,14 @@ def _reproducibility(config: dict, stale: list[str], root: Path = ROOT, run_ids:
         status = "stale" if run_id in stale else entry.get("status", "?")
         seconds = myst_text(entry.get("seconds", ""))
         lines.append(f"| {code_span(run_id, table=True)} | {myst_text(status)} | {seconds} |")
-    lines += [
-        "",
-        "## Speed",
-        "",
-        _piece("speed"),
-        "",
-    ]
+    lines += ["", "## Speed", "", _piece("speed"), ""]
     bench = sorted((root / "benchmarks").glob("results-*.md"))
     if bench:
         for path in bench:
             text = "\n" + path.read_text(encoding="utf-8")
-            lines += [
-                _piece(
-                    "bench-from",
-                    path=Markdown(code_span(str(path.relative_to(root)))),
-                    command=Markdown(code_span(_benchmark_command(text))),
-                ),
-                text.replace("\n# ", "\n### ").replace("\n## ", "\n#### ").replace("|A−B|", "\\|A−B\\|"),
-                "",
-            ]
+            source = _piece("bench-from", path=code(path.relative_to(root)), command=code(_benchmark_command(text)))
+            shown = text.replace("\n# ", "\n### ").replace("\n## ", "\n#### ").replace("|A−B|", "\\|A−B\\|")
+            lines += [source, shown, ""]
     else:
         lines += [_piece("bench-none"), ""]
     return "\n".join(lines) + "\n"
@@ -129,8 +104,6 @@ def _reproducibility(config: dict, stale: list[str], root: Path = ROOT, run_ids:
 def _code_states(runs_dir: Path, run_ids: list[str]) -> str:
     """How many versions of the papa code the runs executed: per module, the distinct fingerprints in the stamps of
     the runs that import it (one each: every run ran the same code, whatever commit its files were committed at)."""
-    from papa.pipeline.stamps import read_stamp, stamp_path
-
     seen: dict[str, set[str]] = {}
     for run_id in run_ids:
         modules = ((read_stamp(stamp_path(runs_dir, run_id)) or {}).get("components") or {}).get("papa") or {}
@@ -144,12 +117,8 @@ def _code_states(runs_dir: Path, run_ids: list[str]) -> str:
 
 
 def _verified_section(config: dict, runs_dir: Path, run_ids: list[str] | None, root: Path = ROOT) -> list[str]:
-    """ "Verified": what ``papa grid verify`` re-executed and compared (its records of the runs' current
-    executions: a record whose key is not the run's stamp's is older and not counted), on which machines, every
-    mismatch with its size and cause; then the runs whose outputs record a commit marked ``-dirty``."""
-    from papa.pipeline.stamps import read_stamp, stamp_path
-    from papa.pipeline.verify import VERIFIABLE, dirty_runs, read_records, stamped_runs
-
+    """ "Verified": what ``papa grid verify`` re-executed and compared (records of the runs' current executions only),
+    on which machines, every mismatch with its size and cause; then the runs whose outputs record ``-dirty``."""
     runs = [r for r in stamped_runs(runs_dir) if r.kind in VERIFIABLE and (run_ids is None or r.run_id in run_ids)]
     keys = {r.run_id: (read_stamp(stamp_path(runs_dir, r.run_id)) or {}).get("key") for r in runs}
     every = {run_id: record for run_id, record in read_records(runs_dir).items() if run_id in keys}
@@ -161,7 +130,7 @@ def _verified_section(config: dict, runs_dir: Path, run_ids: list[str] | None, r
         differed = sorted(run_id for run_id, record in records.items() if not record["matched"])
         tolerances = sorted({record["tolerance"] for record in records.values()})
         exactness = "exactly" if tolerances == [0.0] else "within " + " or ".join(f"{t:g}" for t in tolerances)
-        where = Markdown(code_span(f"book/runs/{config['name']}/verified/"))
+        where = code(f"book/runs/{config['name']}/verified/")
         matched = len(records) - len(differed)
         counts = dict(verified=len(records), verifiable=len(runs), matched=matched, differed=len(differed))
         lines += [_piece("verified-intro", exactness=exactness, records=where, **counts), ""]
@@ -173,7 +142,7 @@ def _verified_section(config: dict, runs_dir: Path, run_ids: list[str] | None, r
             groups.setdefault((*machine, record["papa"]["commit"]), []).append(record["verified_at"][:10])
         for (machine, device, versions, commit), dates in sorted(groups.items()):
             when = min(dates) if min(dates) == max(dates) else f"{min(dates)} to {max(dates)}"
-            runs_words, commit = f"{len(dates)} {plural(len(dates), 'run')}", Markdown(code_span(commit))
+            runs_words, commit = f"{len(dates)} {plural(len(dates), 'run')}", code(commit)
             where = dict(machine=machine, device=device, versions=versions, commit=commit, when=when)
             lines.append(_piece("verified-machine", runs=runs_words, **where))
         if len(every) > len(records):
@@ -201,8 +170,7 @@ def _verified_section(config: dict, runs_dir: Path, run_ids: list[str] | None, r
 
 
 def _benchmark_command(table: str) -> str:
-    """The module that wrote a benchmark table (its ``- command:`` line names it; default
-    ``python -m benchmarks.run``)."""
+    """The module that wrote a benchmark table (its ``- command:`` line; default ``python -m benchmarks.run``)."""
     for line in table.splitlines():
         if line.startswith("- command: `python -m benchmarks."):
             return " ".join(line.split("`")[1].split()[:3])
@@ -228,8 +196,7 @@ def _over_aim(total: float, aim: float, parts: dict, kinds: dict[str, list[float
 
 
 def _budget(manifest: dict, results: dict, stale: list[str] = (), aim: float | None = None) -> list[str]:
-    """Where the grid's time went, from the manifest (per run) and the results (per probe): by kind of run, by
-    model (``run_kind__model__…``), while some runs are stale how much of the sum is their old duration, and against
+    """Where the grid's time went (manifest and results): by kind of run, by model, the stale runs' share, and against
     the grid's ``aim`` (minutes, :data:`TIME_AIMS`) by how much it is over and what is left."""
     kinds: dict[str, list[float]] = {}
     by_model: dict[str, dict[str, float]] = {}
@@ -248,14 +215,8 @@ def _budget(manifest: dict, results: dict, stale: list[str] = (), aim: float | N
     probe_total = sum(kinds.get("probe", []))
     overhead = probe_total - sum(r["timings"]["total"] for r in results.values())
     total = sum(sum(v) for v in kinds.values())
-    lines = [
-        "## Where the time goes",
-        "",
-        _piece("time-sum", minutes=f"{total / 60:.1f}"),
-        "",
-        "| runs | count | minutes |",
-        "|---|---:|---:|",
-    ]
+    lines = ["## Where the time goes", "", _piece("time-sum", minutes=f"{total / 60:.1f}"), ""]
+    lines += ["| runs | count | minutes |", "|---|---:|---:|"]
     lines += [f"| {kind} | {len(v)} | {sum(v) / 60:.1f} |" for kind, v in sorted(kinds.items())]
     stale_here = [run_id for run_id in stale if run_id in manifest]
     if stale_here:
@@ -263,16 +224,8 @@ def _budget(manifest: dict, results: dict, stale: list[str] = (), aim: float | N
         n_stale, n_current = len(stale_here), len(manifest) - len(stale_here)
         stale_words = f"{n_stale} {plural(n_stale, 'stale run')}"
         current = f"{n_current} {plural(n_current, 'current run')}"
-        lines += [
-            "",
-            _piece(
-                "time-stale",
-                old=f"{old / 60:.1f}",
-                stale=stale_words,
-                current=current,
-                rest=f"{(total - old) / 60:.1f}",
-            ),
-        ]
+        minutes = dict(old=f"{old / 60:.1f}", rest=f"{(total - old) / 60:.1f}")
+        lines += ["", _piece("time-stale", stale=stale_words, current=current, **minutes)]
     kind_order = [k for k in ("estimate", "rank", "select_lr", "probe") if any(k in row for row in by_model.values())]
     if by_model and kind_order:
         head = "| model | " + " | ".join(kind_order) + " | all |"
@@ -293,22 +246,17 @@ def _budget(manifest: dict, results: dict, stale: list[str] = (), aim: float | N
 
 
 def point_front_page(text: str, name: str) -> str:
-    """The front page with every ``runs/<grid>/results`` or ``controls`` path (glued numbers, links) pointed
-    at grid ``name``, the grid the book is built from."""
-    import re
-
+    """The front page with every ``runs/<grid>/<chapter>`` path (glued numbers, links) pointed at grid ``name``."""
     return re.sub(r"runs/[\w-]+/(results|controls|replacements)\b", rf"runs/{name}/\1", text)
 
 
 def generated_pages(config: dict, stale: list[str], run_ids: list[str], root: Path = ROOT) -> dict[Path, str]:
-    """Every page ``papa book build`` generates, by path, rendered in memory (nothing written): ``_toc.yml`` (with
-    the "Your models" part of the executed ``papa study`` chapters), the appendix and its group pages, the front
-    page pointed at this grid, the reproducibility and setup pages, and the constants figure's include."""
-    from papa.pipeline.plan import expand, runs_dir
-
+    """Every page ``papa book build`` generates, by path, rendered in memory: ``_toc.yml`` (with the "Your models"
+    part), the appendix and its group pages, the front page, the reproducibility and setup pages, and the constants
+    figure's include."""
     ids = set(run_ids)
     present = [r for r in expand(config) if r.run_id in ids]
-    rows = RI.appendix_rows(config, present, _manifest(runs_dir(config)), root)
+    rows = RI.appendix_rows(config, present, read_manifest(runs_dir(config)), root)
     pages = RI.run_index_pages(config, rows, run_ids, root)
     toc = root / "_toc.yml"
     pages[toc] = studies_part(pages[toc], root)  # the "Your models" part: every executed `papa study` chapter
@@ -328,8 +276,8 @@ def generated_pages(config: dict, stale: list[str], run_ids: list[str], root: Pa
 
 
 def write_pages(config: dict, stale: list[str], run_ids: list[str], root: Path = ROOT) -> list[Path]:
-    """Check the assets, render every generated page, then write them (each atomically) and stage the assets: a
-    missing asset or a page that cannot be rendered leaves every committed page as it was. Returns the pages."""
+    """Check the assets, render every page, then write them (each atomically) and stage the assets: a build that cannot
+    finish leaves every committed page as it was. Returns the pages."""
     check_assets()
     pages = generated_pages(config, stale, run_ids, root)
     RI.write_pages(pages, root)
@@ -339,13 +287,8 @@ def write_pages(config: dict, stale: list[str], run_ids: list[str], root: Path =
 
 
 def report_dirty_runs(config: dict, run_ids: list[str], root: Path = ROOT, out=None) -> list[str]:
-    """Name (on ``out``, default standard output) every run of the book whose outputs record a commit marked
-    ``-dirty`` (computed in a working tree with uncommitted changes; the reproducibility page lists them); returns
-    them."""
-    import sys
-
-    from papa.pipeline.verify import dirty_runs, stamped_runs
-
+    """Name (on ``out``, default standard output) and return every run of the book whose outputs record a commit
+    marked ``-dirty`` (computed in a working tree with uncommitted changes)."""
     present = set(run_ids)
     runs = [r for r in stamped_runs(root / "book" / "runs" / config["name"]) if r.run_id in present]
     dirty = sorted(dirty_runs(runs, root))

@@ -1,9 +1,6 @@
-"""What the probe learned before any head was made constant, for the controls chapter, so that a task whose k = 0
-score is near its floor (CoLA) is read with the reason in view: every candidate lr's held-out score
-(:func:`lr_choice_frame`), the share of dev predictions in the most-predicted class (:func:`prediction_share_frame`)
-and every pair whose k = 0 probe does not clear its floor beside the checks that say why (:func:`near_floor_frame`);
-each with its ``*_display`` table; :func:`lr_choice_numbers` and :func:`near_floor_numbers` give the prose its counts.
-"""
+"""What the probe learned before any head was made constant (controls chapter), so that a k = 0 score near its
+floor is read with the reason in view: every candidate lr's held-out score, the share of the most-predicted class
+and every pair below its floor beside the checks that say why; each frame with its ``*_display`` table."""
 
 from __future__ import annotations
 
@@ -15,15 +12,14 @@ import pandas as pd
 from papa.analysis.figure_kit import task_name
 from papa.book import table_format as T
 from papa.book.load import BookData
-from papa.book.studies import sensitivity_table, size_studies
-from papa.book.words import lr_text
+from papa.book.studies import size_sensitivity
+from papa.book.table_format import lr_text
 from papa.core.fields import PAPER_LR
 
 
 def lr_choice_frame(data: BookData) -> pd.DataFrame:
-    """One row per (model, task, candidate lr) of the grid's lr choices: ``heldout`` (the candidate's best
-    held-out score), ``best_epoch``, ``epochs_trained``, ``converged`` (the curve stopped rising before the cap)
-    and ``chosen``. Several selection seeds give one row each (column ``seed``)."""
+    """One row per model, task, candidate lr and selection seed of the grid's lr choices: its best held-out score,
+    ``best_epoch``, ``epochs_trained``, ``converged`` (stopped rising before the cap) and ``chosen``."""
     rows = []
     for choice in data.lr_choices.values():
         for run in choice.get("runs", []):
@@ -51,8 +47,7 @@ def _digits(scores: pd.Series) -> int:
 
 
 def lr_choice_display(frame: pd.DataFrame) -> T.Table:
-    """:func:`lr_choice_frame` for reading: per model and task the chosen lr, then one column per candidate with
-    its held-out score and the best of the epochs trained."""
+    """:func:`lr_choice_frame` for reading: per model and task the chosen lr, then each candidate's cell."""
     if frame.empty:
         kinds = {"model": "text", "task": "text", "chosen_lr": "text"}
         return T.table(frame.assign(chosen_lr=[]), kinds, {"chosen_lr": "chosen lr"})
@@ -79,9 +74,8 @@ def lr_choice_display(frame: pd.DataFrame) -> T.Table:
 
 
 def lr_choice_numbers(frame: pd.DataFrame) -> dict:
-    """Counts for the chapter's text: model/task pairs, how many chose the paper's lr, the paper-lr runs whose
-    held-out score never rose above 0 (``lr_paper_flat``, as "Task (model, model)"), and the paper-lr runs still
-    rising at the epoch cap."""
+    """Counts for the text: model/task pairs, how many chose the paper's lr, the paper-lr pairs whose held-out score
+    never rose above 0 (and which), and the paper-lr runs still rising at the cap."""
     if frame.empty:
         return dict(n_lr_pairs=0, n_lr_paper_chosen=0, n_lr_paper_flat=0, lr_paper_flat="none", n_lr_paper_rising=0)
     paper = frame[[math.isclose(lr, PAPER_LR) for lr in frame["lr"]]]
@@ -102,9 +96,8 @@ def _pairs_text(by_task: dict[str, list[str]]) -> str:
 
 
 def prediction_share_frame(data: BookData) -> pd.DataFrame:
-    """Per model and sequence task, over the k = 0 probe seeds of the main grid: the mean score, the class the
-    probes predict most often on the dev split, its share of the predictions (``predicted_share``) and of the dev
-    labels (``label_share``). A probe that learned little predicts one class far more often than it occurs."""
+    """Per model and sequence task, over the main grid's k = 0 seeds: the mean score, the class predicted most often
+    on the dev split, and its share of the predictions and of the dev labels."""
     main = data.main[(data.main["k"] == 0) & (data.main["probe_input"] == "all") & data.main["is_main"]]
     rows = []
     for (model, task), group in main.groupby(["model", "task"], sort=True):
@@ -147,20 +140,9 @@ NEAR_FLOOR_COLUMNS = (
 
 
 def near_floor_frame(data: BookData) -> pd.DataFrame:
-    """Every (model, task) of the main grid whose k = 0 probe is not informative (``data.floors``), with the
-    checks that tell a probe that cannot read the task from one that has not learned to:
-
-    * ``score``, ``low``, ``high``: the k = 0 seed mean and its 95% interval over dev examples; ``floor`` and
-      ``floor_kind``: the higher of the majority-class and attention-free floors;
-    * ``seed_scores``: each k = 0 seed's ``(score, reported epoch)``, by seed; ``loss_first`` / ``loss_last``: the
-      training loss of the first and the last epoch trained, seed means (a probe that fits its training examples
-      but not the held-out ones, against one that does not fit them either);
-    * ``heldout``: the best held-out score of the chosen lr when it was chosen (:func:`lr_choice_frame`);
-    * ``predicted_share`` / ``label_share``: the most-predicted class's share (:func:`prediction_share_frame`);
-    * ``more_data_score`` / ``more_data_setting``: the k = 0 mean of the largest training-size study of the pair;
-    * ``best_model`` / ``best_score`` / ``best_informative``: the other model with the highest k = 0 score on the
-      task, and whether it clears its own floor.
-    """
+    """Every model and task whose k = 0 probe is not informative, with the checks (:data:`NEAR_FLOOR_COLUMNS`) that
+    tell a probe that cannot read the task from one that has not learned to: scores, floor, seeds, training losses,
+    held-out score, class shares, more training data, and the best other model on the task."""
     floors = data.floors
     if floors.empty or "informative" not in floors:
         return pd.DataFrame(columns=NEAR_FLOOR_COLUMNS)
@@ -168,8 +150,7 @@ def near_floor_frame(data: BookData) -> pd.DataFrame:
     heldout = lr[lr["chosen"]].groupby(["model", "task"])["heldout"].max().to_dict() if len(lr) else {}
     shares = {(r.model, r.task): (r.predicted_share, r.label_share) for r in prediction_share_frame(data).itertuples()}
     more: dict = {}  # (model, task) -> (training examples, k = 0 mean, setting in words) of its largest size study
-    sizes = sensitivity_table(data)
-    for row in sizes[sizes["study"].isin(size_studies(data.config))].to_dict("records") if len(sizes) else []:
+    for row in size_sensitivity(data).to_dict("records"):
         examples, pair = row["train examples study"], (row["model"], row["task"])
         if examples > row["train examples official"] and examples > more.get(pair, (-1,))[0]:  # more than the main's
             more[pair] = (examples, row["k=0 study"], row["setting"])
@@ -218,7 +199,7 @@ def near_floor_display(frame: pd.DataFrame) -> T.Table:
     losses, more = (f["loss_first"], f["loss_last"]), (f["more_data_score"], f["more_data_setting"])
     seeds = lambda pairs: ", ".join(f"{v:.3f}" + ("" if e is None else f" (epoch {e})") for v, e in pairs) or None
     shown = T.key_text(f).assign(
-        score_cell=[T.score_interval(m, lo, hi) for m, lo, hi in zip(f["score"], f["low"], f["high"])],
+        score_cell=[T.with_interval(T.score, *v) for v in zip(f["score"], f["low"], f["high"])],
         floor_cell=[None if missing(v) else f"{v:.3f} ({kind})" for v, kind in zip(f["floor"], f["floor_kind"])],
         seeds_cell=[seeds(pairs) for pairs in f["seed_scores"]],
         loss_cell=[None if missing(a) or missing(b) else f"{a:.2f} → {b:.2f}" for a, b in zip(*losses)],
@@ -244,13 +225,11 @@ def near_floor_display(frame: pd.DataFrame) -> T.Table:
         " examples, the others on the dev split.",
         "A k = 0 score without an interval: not every seed stored its dev predictions.",
     ]
-    table = T.table(shown, kinds, headers, why, notes)
-    table.empty = "Every model and task clears its floor: no pair is near it."
-    return table
+    empty = "Every model and task clears its floor: no pair is near it."
+    return T.table(shown, kinds, headers, why, notes, empty=empty)
 
 
 def near_floor_numbers(frame: pd.DataFrame) -> dict:
-    """For the text: how many pairs are near their floor (``n_near_floor``) and which (``near_floor_pairs``, as
-    "Task (model, model)")."""
+    """For the text: how many pairs are near their floor and which, as "Task (model, model)"."""
     by_task = {t: list(g["model"]) for t, g in frame.groupby("task", sort=False)} if len(frame) else {}
     return {"n_near_floor": int(len(frame)), "near_floor_pairs": _pairs_text(by_task)}

@@ -1,9 +1,5 @@
-"""The "Which replacement?" chapter's numbers, tables and figure (issue 33), on the book's one basis.
-
-Every mode's drops come from a :class:`~papa.analysis.basis.Basis` of its own runs with the main grid's k = 0 runs
-(:func:`replacement_bases`), read by :mod:`papa.analysis.replacements`; the chapter notebook
-(``notebooks/08_replacements.md``) only calls this module and glues what it returns.
-"""
+"""The "Which replacement?" chapter's numbers, tables and figure (issue 33, ``notebooks/08_replacements.md``): every
+mode's drops from a basis of its runs with the main grid's k = 0 runs, read by :mod:`papa.analysis.replacements`."""
 
 from __future__ import annotations
 
@@ -17,9 +13,8 @@ import pandas as pd
 from papa.analysis import replacements as RP
 from papa.analysis.basis import Basis, build_basis
 from papa.analysis.figure_kit import AXIS_PX, TEXT_WIDTH, Figure, clean, finish, glue_figure, legend, words
-from papa.book.load import BookData, headline_ranking
+from papa.book.load import BookData, headline_ranking, read_manifest
 from papa.book.table_format import Table, interval_text, key_text, model_task_kinds, percent, points_text, table
-from papa.core.io import read_json_verified
 from papa.pipeline.plan import STUDY_AIMS, chapter_study_minutes, runs_dir
 
 AT_WORDS = {"half": "half of the heads", "all": "every head"}
@@ -33,8 +28,8 @@ def replacement_runs(data: BookData) -> pd.DataFrame:
 
 
 def replacement_bases(data: BookData, runs: pd.DataFrame | None = None) -> dict[str, Basis]:
-    """Per mode, its basis: ``papa`` is the main grid's; every other mode's joins its runs (``runs``, default
-    :func:`replacement_runs`) to the main grid's k = 0 runs, so its drops pair with the same k = 0 seeds as PAPA's."""
+    """Per mode, its basis: ``papa`` the main grid's, every other mode's runs (``runs``, default
+    :func:`replacement_runs`) joined to the main grid's k = 0 runs, so that its drops pair with the same seeds."""
     runs = replacement_runs(data) if runs is None else runs
     base = data.main[data.main["k"] == 0]
     bases = {"papa": data.basis}
@@ -47,8 +42,7 @@ def replacement_bases(data: BookData, runs: pd.DataFrame | None = None) -> dict[
 
 @dataclass(frozen=True)
 class ReplacementAnswers:
-    """The chapter's numbers: every mode's claim cells, the extra drops over PAPA, the pooled drops per model and
-    the three answers at all heads."""
+    """The chapter's numbers, each frame from :mod:`papa.analysis.replacements`."""
 
     ranking: str
     cells: pd.DataFrame  # papa.analysis.replacements.replacement_cells
@@ -75,8 +69,7 @@ def replacement_answers(data: BookData) -> ReplacementAnswers:
 
 
 def answer_reason(replacement: str, pooled: Mapping[str, float], verdict: str) -> str:
-    """One sentence saying why ``verdict`` (:func:`papa.analysis.replacements.answer`) follows from ``pooled``
-    (``low``, ``high``, ``n``; rates as percentage points of relative drop)."""
+    """One sentence saying why ``verdict`` follows from ``pooled`` (``low``, ``high`` in rates, ``n``)."""
     if verdict == "not testable":
         return f"No informative task has a paired drop for both PAPA's constant and {replacement}."
     span = f"[{points_text(pooled['low'])}, {points_text(pooled['high'])}] points"
@@ -97,9 +90,8 @@ def _interval(value: float, low: float, high: float, unit: str = "%") -> str:
 
 
 def replacement_numbers(science: ReplacementAnswers, config: dict) -> dict[str, str]:
-    """The chapter's glue: per question (``q_<mode>``) the question, its answer, its pooled extra drop with interval
-    in points and its reason; ``replacement_runs`` says which runs, ``estimate_examples`` how many training
-    examples the constants and means average."""
+    """The chapter's glue: per question (``q_<mode>``) the question, its answer, its pooled extra drop in points and
+    its reason; which runs, the constants' training examples and the studies' cost."""
     examples = int((config.get("estimate") or {}).get("max_examples", 2000))
     numbers = {"replacement_runs": science.words, "estimate_examples": f"{examples:,}"}
     numbers |= study_cost(config)
@@ -113,23 +105,15 @@ def replacement_numbers(science: ReplacementAnswers, config: dict) -> dict[str, 
 
 
 def study_cost(config: dict) -> dict[str, str]:
-    """What the chapter's studies cost: ``replacement_study_runs`` (how many of their runs the grid's manifest
-    holds), ``replacement_study_minutes`` (their notebooks' wall time summed, as the reproducibility page sums it)
-    and ``replacement_study_aim`` (:data:`~papa.pipeline.plan.STUDY_AIMS`)."""
-    path = runs_dir(config) / "manifest.json"
-    manifest = read_json_verified(path, "manifest")["runs"] if path.is_file() else {}
-    runs, minutes = chapter_study_minutes(config, manifest, "replacements")
-    aim = f"{STUDY_AIMS['replacements']:.0f}"
-    return {
-        "replacement_study_runs": str(runs),
-        "replacement_study_minutes": f"{minutes:.1f}",
-        "replacement_study_aim": aim,
-    }
+    """What the chapter's studies cost: their runs in the grid's manifest, their notebooks' minutes summed (as the
+    reproducibility page sums them) and the aim (:data:`~papa.pipeline.plan.STUDY_AIMS`)."""
+    runs, minutes = chapter_study_minutes(config, read_manifest(runs_dir(config)), "replacements")
+    cost = {"replacement_study_runs": str(runs), "replacement_study_minutes": f"{minutes:.1f}"}
+    return cost | {"replacement_study_aim": f"{STUDY_AIMS['replacements']:.0f}"}
 
 
 def mode_drops_display(science: ReplacementAnswers) -> Table:
-    """Per model, task and ``at``: each mode's relative drop with its 95% interval, paired with the same k = 0
-    runs (one column per mode)."""
+    """Per model, task and ``at``: each mode's relative drop with its 95% interval (one column per mode)."""
     cells = science.cells
     if cells.empty:
         return table(pd.DataFrame(), {"task": "text"})
@@ -139,10 +123,9 @@ def mode_drops_display(science: ReplacementAnswers) -> Table:
     wide = cells.assign(cell=cell_text).pivot_table(**pivot).reset_index()
     modes = [m for m in RP.MODES if m in wide.columns]
     ran = set(zip(cells["model"], cells["at"], cells["replacement"]))  # a mode not run at a model's count of heads
+    keys = list(zip(wide["model"], wide["at"]))
     for m in modes:
-        wide[m] = [
-            v if (model, at, m) in ran else "not run" for model, at, v in zip(wide["model"], wide["at"], wide[m])
-        ]
+        wide[m] = [v if (*key, m) in ran else "not run" for key, v in zip(keys, wide[m])]
     wide = key_text(wide).assign(heads=[AT_WORDS[a] for a in wide["at"]])
     # text: a drop and its interval may wrap
     kinds = model_task_kinds(wide) | {"heads": "text"} | {m: "text" for m in modes}
@@ -151,12 +134,10 @@ def mode_drops_display(science: ReplacementAnswers) -> Table:
 
 
 def by_model_display(science: ReplacementAnswers) -> Table:
-    """Per model, ``at`` and mode: the mean relative drop over the model's informative tasks with its pooled
-    interval, and the tasks it averages."""
+    """Per model, ``at`` and mode: the mean relative drop over its informative tasks with its pooled interval."""
     by = science.by_model
-    frame = by.assign(
-        heads=[AT_WORDS[a] for a in by["at"]], drop=[_interval(*v) for v in zip(by["value"], by["low"], by["high"])]
-    )
+    drops = [_interval(*v) for v in zip(by["value"], by["low"], by["high"])]
+    frame = by.assign(heads=[AT_WORDS[a] for a in by["at"]], drop=drops)
     kinds = {"model": "text", "heads": "text", "replacement": "text", "drop": "text", "n": "int", "tasks": "text"}
     headers = {"heads": "constant", "drop": "mean relative drop [95% interval]", "n": "tasks averaged"}
     return table(frame, kinds, headers=headers)
@@ -182,9 +163,8 @@ def glue_replacement_figure(science: ReplacementAnswers) -> None:
         glue("fig-replacements-caption", "The modes side by side (none yet).", display=False)
 
 
-def fig_replacements(science: ReplacementAnswers, label: str = "fig-replacements") -> Figure:
-    """Per model: each mode's mean relative drop over its informative tasks with its pooled 95% interval, one
-    colour per share of heads constant."""
+def fig_replacements(science: ReplacementAnswers) -> Figure:
+    """Per model: each mode's mean relative drop with its pooled 95% interval, one colour per share of heads."""
     frame = science.by_model.dropna(subset=["value"])
     if frame.empty:
         raise ValueError("No mode has a pooled drop to draw")
@@ -209,4 +189,4 @@ def fig_replacements(science: ReplacementAnswers, label: str = "fig-replacements
         "constant, uniform attention, the head's mean output or zero, with the pooled 95% bootstrap interval, at half "
         f"of the heads ({science.ranking} order) and with every head replaced."
     )
-    return finish(chart, caption, label)
+    return finish(chart, caption, "fig-replacements")

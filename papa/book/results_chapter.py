@@ -1,9 +1,5 @@
 """The results chapter (``notebooks/04_results.md``): every frame, figure and glued number it shows, computed once
-from :class:`~papa.book.load.BookData` by :func:`build_results`; the notebook glues and displays, nothing more.
-
-Every drop, verdict and interval comes from the main grid's one basis (:func:`papa.book.chapter_answers.build_answers`);
-the counts and names from :func:`papa.book.load.headline_numbers`.
-"""
+by :func:`build_results` (drops, verdicts and intervals from :func:`papa.book.chapter_answers.build_answers`)."""
 
 from __future__ import annotations
 
@@ -17,9 +13,6 @@ from papa.analysis.figure_kit import Figure
 from papa.book import chapter_answers as CA
 from papa.book.load import BookData, headline_numbers
 from papa.book.studies import drop_checks, drop_checks_summary
-
-#: The columns of the paper's own numbers (:data:`papa.analysis.claims.PAPER_NUMBERS`).
-PAPER_COLUMNS = ["quantity", "the paper", "where the paper states it"]
 
 
 @dataclass(frozen=True)
@@ -40,9 +33,9 @@ def build_results(data: BookData) -> ResultsChapter:
     """The results chapter of a grid's committed runs (:func:`papa.book.load.load_book_data`)."""
     glue = headline_numbers(data)
     answers = CA.build_answers(data, glue["ranking"])
-    glue |= CA.answer_numbers(answers, data)  # verdicts and drops with intervals, on the one basis
+    glue |= CA.answer_numbers(answers)  # verdicts and drops with intervals, on the one basis
     largest = CA.largest_drop(answers)
-    checks = drop_checks(data, *largest) if largest else pd.DataFrame()
+    checks = pd.DataFrame() if largest is None else drop_checks(data, str(largest["model"]), str(largest["task"]))
     glue["largest_drop_summary"] = drop_checks_summary(checks)
     return ResultsChapter(
         data=data,
@@ -50,7 +43,7 @@ def build_results(data: BookData) -> ResultsChapter:
         drops_by_model=CA.model_drops_display_frame(answers),
         analogues=CA.analogue_figures(answers, data),
         drop_checks=checks,
-        paper_numbers=pd.DataFrame(PAPER_NUMBERS, columns=PAPER_COLUMNS),
+        paper_numbers=pd.DataFrame(PAPER_NUMBERS, columns=["quantity", "the paper", "where the paper states it"]),
         retained=retained_gains(data.basis),
         glue=glue,
     )

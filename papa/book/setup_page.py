@@ -1,35 +1,29 @@
-"""The setup chapter (``book/setup.md``), written as prose from a grid config: no size on it is typed
-by hand, and no config syntax (Python lists, ``model(s)``) reaches the page. The prose is the template
-``book/templates/setup.md`` (:mod:`papa.book.templates`); this module computes its values, and every name from the
-config (models, tasks, studies) goes in escaped."""
+"""The setup chapter (``book/setup.md``) from a grid config: the template ``book/templates/setup.md`` filled with
+values computed here (no size typed by hand, no config syntax, every name from the config escaped)."""
 
 from __future__ import annotations
 
 from fractions import Fraction
 from functools import partial
 
+from papa.analysis.figure_kit import metric_name, task_name
 from papa.book.studies import size_studies
+from papa.book.table_format import and_list, count, fraction_words, lr_text, plural
 from papa.book.templates import Markdown, code, fill, join, model, pieces
-from papa.book.words import and_list, count, fraction_words, lr_text, plural, study_words, task_name
 from papa.core.fields import DEFAULT_TRAIN_EXAMPLES, PAPER_EPOCHS, PAPER_LR
+from papa.pipeline.executed import study_words
 
 _piece = partial(fill, "setup")
 #: The models the book describes (a piece ``model-<name>`` of the template each); another model is named by its id.
 EMBEDDED = {name.removeprefix("model-") for name in pieces("setup") if name.startswith("model-")} - {"other"}
 
 _TASK_KINDS = {"sequence": "one label per sentence or pair", "token": "one label per word"}
-_METRICS = {
-    "accuracy": "accuracy",
-    "matthews_correlation": "Matthews correlation",
-    "combined": "mean of accuracy and F1",
-    "f1": "entity-level micro F1",
-}
 _SOURCES = {"cola": "GLUE", "sst2": "GLUE", "mrpc": "GLUE", "mnli": "GLUE", "ner": "CoNLL-2003", "pos": "CoNLL-2003"}
 
 
 def lr_words(value) -> str:
     """A learning rate as people write it: ``2e-05`` → ``2e-5``, ``0.01`` → ``0.01``
-    (:func:`papa.book.words.lr_text`); ``select`` in words."""
+    (:func:`papa.book.table_format.lr_text`); ``select`` in words."""
     if value == "select":
         return "the one chosen for its model and task"
     return lr_text(value)
@@ -84,7 +78,7 @@ def _study(study: dict, config: dict) -> Markdown:
     """One further study as a sentence: what it is, where it is read, and what it runs."""
     models = study.get("models", config["models"])
     tasks = [task_name(t) for t in study.get("tasks", config["tasks"])]
-    named = Markdown(and_list(model(m, code=True) for m in models))
+    named = Markdown(and_list(model(m) for m in models))
     parts = [_piece("study-models", models=named, tasks=and_list(tasks))]
     if "fractions" in study:
         parts.append(_piece("study-fractions", heads=constant_share_words(study["fractions"])))
@@ -121,7 +115,7 @@ def _models(config: dict) -> Markdown:
         lead = lead or _piece("models-embedded-one", encoders=encoders)
     else:
         lead = _piece("models-hub", encoders=encoders)
-    words = [_piece(f"model-{m}") if m in EMBEDDED else _piece("model-other", model=model(m, True)) for m in models]
+    words = [_piece(f"model-{m}") if m in EMBEDDED else _piece("model-other", model=model(m)) for m in models]
     return _piece("models", lead=lead, bullets=join((_piece("model-bullet", words=w) for w in words), "\n"))
 
 
@@ -132,7 +126,7 @@ def _tasks(config: dict) -> Markdown:
     rows = []
     for t in config["tasks"]:
         spec = TASKS[t]
-        metric = _METRICS.get(spec.main_metric, spec.main_metric.replace("_", " "))
+        metric = "entity-level micro F1" if spec.main_metric == "f1" else metric_name(spec.main_metric)
         labels, source = _TASK_KINDS[spec.kind], _SOURCES.get(t, "")
         rows.append(_piece("task-row", task=task_name(t), labels=labels, metric=metric, source=source))
     return join(rows, "\n")
@@ -148,7 +142,7 @@ def _per_model(config: dict) -> Markdown:
         checks = Markdown(and_list(code(st["name"]) for st in studies if name in st.get("models", config["models"])))
         check = _piece("per-model-check", studies=checks) if checks else Markdown("")
         protocol = _protocol({**probe, **settings})
-        out.append(_piece("per-model", model=model(name, code=True), protocol=protocol, check=check))
+        out.append(_piece("per-model", model=model(name), protocol=protocol, check=check))
     return join(out)
 
 
@@ -210,9 +204,8 @@ def _differences(config: dict) -> Markdown:
         bullets.append(_piece("differ-sizes"))
     gate_size, epochs = rank.get("max_train_examples", DEFAULT_TRAIN_EXAMPLES), int(rank.get("epochs", PAPER_EPOCHS))
     lr = rank.get("lr", PAPER_LR)
-    if "gates" in rank.get("methods", ["gates"]) and (
-        epochs < PAPER_EPOCHS or float(lr) != PAPER_LR or small(gate_size)
-    ):
+    short = epochs < PAPER_EPOCHS or float(lr) != PAPER_LR or small(gate_size)
+    if "gates" in rank.get("methods", ["gates"]) and short:
         examples = "all" if gate_size is None else f"{int(gate_size):,}"
         bullets.append(_piece("differ-gates", epochs=count(epochs, "epoch"), lr=lr_words(lr), examples=examples))
     if "cached" in probe.get("modes", ["cached"]):

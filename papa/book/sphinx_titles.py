@@ -1,9 +1,6 @@
-"""A Sphinx extension of the book: page titles as text.
-
-sphinx-book-theme puts each page's title into the page as plain text (``context["pagetitle"] = title.astext()``,
-printed unescaped in the print-only heading; the root title likewise in the sidebar), so a title that shows a ``<``
-(a model folder named with markup, escaped in the Markdown) would become markup there. This escapes both after the
-theme has set them: the one place where the theme's text meets the HTML."""
+"""A Sphinx extension of the book: page titles as text. sphinx-book-theme prints each page's title and the root title
+unescaped (``title.astext()``), so a title showing a ``<`` would become markup; this escapes both after the theme has
+set them."""
 
 from __future__ import annotations
 

@@ -8,8 +8,7 @@ import pandas as pd
 from papa.analysis import results as R
 from papa.analysis.basis import Basis, k0_and_all
 from papa.book.load import BookData, study_probe_settings
-from papa.book.table_format import percent
-from papa.book.words import and_list, lr_text, plural
+from papa.book.table_format import and_list, lr_text, percent, plural
 
 
 def compare(a: pd.DataFrame, b: pd.DataFrame, label_a: str, label_b: str) -> pd.DataFrame:
@@ -47,9 +46,14 @@ def size_sensitivity(data: BookData) -> pd.DataFrame:
     return sizes[sizes["study"].isin(size_studies(data.config))] if len(sizes) else sizes
 
 
-def _describe(settings: dict, official: dict, whole_split: int | None = None) -> str:
-    """The study's differences from the official setting in words (``whole_split``: the number of
-    examples the whole training split turned out to hold, when the study used it)."""
+def _probe_change(config: dict, study: dict, model: str, whole_split: int | None = None) -> str:
+    """How ``study`` trains ``model``'s full probe otherwise than the main grid, in words: its lr, epochs, epoch
+    selection or training size (``whole_split``: the examples of the whole training split, when the study used it);
+    "" when it changes none of them, probes another input, or runs in another mode."""
+    settings = study_probe_settings(config, study, model)
+    official = study_probe_settings(config, {}, model)  # the main grid's, for the same model
+    if study.get("probe_input", "all") != "all" or settings["modes"] != official["modes"]:
+        return ""
     parts = []
     if settings["lr"] != official["lr"]:
         parts.append(f"lr {settings['lr']}" if isinstance(settings["lr"], str) else f"lr {lr_text(settings['lr'])}")
@@ -65,20 +69,8 @@ def _describe(settings: dict, official: dict, whole_split: int | None = None) ->
     return ", ".join(parts)
 
 
-def _probe_change(config: dict, study: dict, model: str, whole_split: int | None = None) -> str:
-    """How ``study`` trains ``model``'s full probe otherwise than the main grid, in words (:func:`_describe`): its lr,
-    epochs, epoch selection or training size; "" when it changes none of them, probes another input, or runs in
-    another mode (then it is no setting of the same probe)."""
-    settings = study_probe_settings(config, study, model)
-    official = study_probe_settings(config, {}, model)  # the main grid's, for the same model
-    if study.get("probe_input", "all") != "all" or settings["modes"] != official["modes"]:
-        return ""
-    return _describe(settings, official, whole_split)
-
-
 def _study_bases(data: BookData) -> list[tuple[dict, Basis]]:
-    """Each study that ran and trains some model's full probe otherwise than the main grid (:func:`_probe_change`),
-    with its runs on the book's basis (:meth:`papa.book.load.BookData.study_basis`, built once)."""
+    """Each study that ran and trains some model's full probe otherwise (:func:`_probe_change`), with its basis."""
     out = []
     for study in data.config.get("studies", []):
         frame = data.studies.get(study["name"])
@@ -90,13 +82,10 @@ def _study_bases(data: BookData) -> list[tuple[dict, Basis]]:
 
 
 def sensitivity_table(data: BookData) -> pd.DataFrame:
-    """Does the size of the PAPA drop depend on how well the probe is trained?
-
-    One row per sensitivity study (a study of the full probe in the main grid's mode that changes the probe's lr,
-    epochs, epoch selection or training size) × model × task: the k = 0 and all-heads scores and the relative drop
-    under the official setting (``data.basis``) and under the study's (its own basis), each the paired seeds' means
-    and the cell's drop (:func:`papa.analysis.basis.k0_and_all`), and whether each score's change exceeds the seed
-    range of both settings (:func:`papa.analysis.results.beyond_seed_range`, not the bootstrap's "real")."""
+    """Does the PAPA drop depend on how well the probe is trained? One row per study that trains the probe otherwise
+    (:func:`_probe_change`) × model × task: the k = 0 and all-heads scores and the relative drop under the main
+    grid's basis and the study's (:func:`papa.analysis.basis.k0_and_all`), and whether each score's change exceeds
+    both settings' seed ranges (:func:`papa.analysis.results.beyond_seed_range`)."""
     rows = []
     for study, basis in _study_bases(data):
         for model, task in sorted(set(zip(basis.runs["model"], basis.runs["task"]))):
@@ -124,9 +113,8 @@ _SIZE_KEYS |= {"pool_examples", "heldout_examples"}
 
 
 def size_studies(config: dict) -> list[str]:
-    """The studies that change only the training size: for each of their models, the main grid's lr (or lr
-    choice), epochs, epoch selection, modes and held-out draw (``probe.per_model`` included) and dev split, no key
-    outside :data:`_SIZE_KEYS`, and another training size than that model's in the main grid."""
+    """The studies that change only the training size: no key outside :data:`_SIZE_KEYS`, and for each of their
+    models the main grid's probe settings but another training size."""
     same = ("lr", "epochs", "selection", "modes", "heldout_examples")
 
     def only_size(study: dict) -> bool:
@@ -149,17 +137,10 @@ def _span(values) -> str:
 
 
 def drop_checks(data: BookData, model: str, task: str) -> pd.DataFrame:
-    """Does one model × task's drop with every head constant survive another way of training the probe?
-
-    One row per probe setting that ran the pair at k = 0 and with every head constant: the main grid's, then each
-    study that trains the same probe otherwise (:func:`_probe_change`: another lr, epochs, epoch selection or
-    training size). Each setting on the book's basis (:func:`papa.analysis.basis.k0_and_all`: the seeds paired at
-    k = 0 and all heads among the converged runs; every run where none has a held-out curve). Columns: ``setting``
-    ("main grid" or the study's name), ``change`` (in words; "" for the main grid), ``lr``, ``seeds``,
-    ``k0_scores``/``all_scores`` (per seed, in seed order), their means ``k0``/``all``, the cell's relative ``drop``,
-    ``apart`` (every all-heads score below every k = 0 score), ``epoch_reported``/``epochs_trained`` (``"2–6"``:
-    the range over both sides' runs) and ``cap`` (the epochs allowed).
-    """
+    """Does one model × task's drop with every head constant survive another way of training the probe? One row per
+    setting that ran the pair (the main grid, then each study of :func:`_probe_change`), on its basis
+    (:func:`papa.analysis.basis.k0_and_all`): its per-seed and mean scores, the drop, ``apart`` (every all-heads
+    score below every k = 0 score), the ranges of epochs reported and trained (``"2–6"``) and the epoch cap."""
     sources = [("main grid", "", data.basis)]
     for study, basis in _study_bases(data):
         change = _probe_change(data.config, study, model)
@@ -184,8 +165,8 @@ def drop_checks(data: BookData, model: str, task: str) -> pd.DataFrame:
 
 
 def drop_checks_summary(checks: pd.DataFrame) -> str:
-    """:func:`drop_checks` in words: in how many settings the seeds' scores are apart, and each drop; and, where another
-    setting's k = 0 probe scores higher than the main grid's, whether that better-trained probe loses more or less."""
+    """:func:`drop_checks` in words: in how many settings the seeds are apart, each drop, and whether a better-trained
+    k = 0 probe than the main grid's loses more or less."""
     if checks.empty:
         return "no run to check"
     apart = int(checks["apart"].sum())

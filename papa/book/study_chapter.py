@@ -1,12 +1,6 @@
-"""The chapter of a ``papa study``: one model's results beside the book's models, compared only where protocols
-match.
-
-:func:`study_chapter` loads a study grid's runs and the book's committed runs, each into its own
-:class:`~papa.book.chapter_answers.ChapterAnswers` (the results chapter's tables, analogues and verdicts); the two
-are never pooled. :func:`protocol_differences` says, per book model, what of the protocol differs (sizes cut by a
-budget, another ``max_length`` ...): only a book model whose protocol matches is compared (:func:`comparison_frame`);
-the others are named with their differences. ``notebooks/07_study.md`` is the thin notebook that shows it.
-"""
+"""The chapter of a ``papa study`` (``notebooks/07_study.md``): one model's results beside the book's, each grid on
+its own :class:`~papa.book.chapter_answers.ChapterAnswers` (never pooled); a book model is compared only when its
+protocol matches (:func:`protocol_differences`), the others are named with their differences."""
 
 from __future__ import annotations
 
@@ -15,12 +9,12 @@ from typing import Any
 
 import pandas as pd
 
-from papa.analysis.figure_kit import Figure
+from papa.analysis.figure_kit import Figure, task_name
 from papa.book import table_format as T
 from papa.book.chapter_answers import ChapterAnswers, analogue_figures, build_answers
 from papa.book.interval_tables import verdicts_display
 from papa.book.load import BookData, load_book_data
-from papa.book.words import and_list, plural, task_name
+from papa.book.table_format import and_list, plural
 from papa.core.errors import PapaError
 from papa.core.grid_schema import study_settings
 from papa.pipeline.plan import grid_model
@@ -82,9 +76,8 @@ def coverage_notes(study: dict, model: str, book: dict, book_model: str) -> list
 
 @dataclass
 class StudyChapter:
-    """A study's own results (``data``, ``science``, and the paper's analogues drawn from them) and the book's
-    (``book``, ``book_science``; None when its runs cannot be read, ``book_missing`` says why), with each book
-    model's protocol differences (empty: compared)."""
+    """A study's own results and the book's (None when its runs cannot be read: ``book_missing`` says why), with
+    each book model's protocol differences (empty: compared) and coverage notes."""
 
     data: BookData
     science: ChapterAnswers
@@ -124,9 +117,8 @@ def study_chapter(grid_config: str, book_config: str = "configs/default.yaml") -
 
 
 def comparison_frame(chapter: StudyChapter) -> pd.DataFrame:
-    """Per task, the study's model and each matched book model (each from its own grid's converged, paired cells):
-    the score at k = 0 and the relative drops at half and all heads with their 95% intervals, and whether it is
-    informative."""
+    """Per task, the study's model and each matched book model (each from its own grid's cells): the k = 0 score,
+    the relative drops at half and all heads with their 95% intervals, and whether it is informative."""
     parts = [chapter.science.cells.assign(source="this study")]
     if chapter.book_science is not None and chapter.matched:
         book = chapter.book_science.cells
@@ -164,27 +156,22 @@ def comparison_display(frame: pd.DataFrame) -> T.Table:
     return T.table(shown, kinds, headers, missing, notes=notes)
 
 
-def protocol_table(chapter: StudyChapter) -> T.Table | str:
-    """:func:`protocol_frame` for reading, or :data:`BOOK_UNREADABLE`."""
-    return protocol_display(protocol_frame(chapter)) if chapter.book is not None else BOOK_UNREADABLE
-
-
 def book_claims_table(chapter: StudyChapter) -> T.Table | str:
     """The book's own claims table (its results chapter's, not recomputed with this model), or
     :data:`BOOK_UNREADABLE`."""
     return verdicts_display(chapter.book_science.claims) if chapter.book_science is not None else BOOK_UNREADABLE
 
 
-def protocol_frame(chapter: StudyChapter) -> pd.DataFrame:
-    """Per book model: compared or not, the protocol differences that keep it out, and the coverage notes."""
+def protocol_table(chapter: StudyChapter) -> T.Table | str:
+    """Per book model: compared or not, the protocol differences that keep it out, and the coverage notes; or
+    :data:`BOOK_UNREADABLE`."""
+    if chapter.book is None:
+        return BOOK_UNREADABLE
     rows = []
     for model, why in chapter.differences.items():
         coverage = "; ".join(chapter.coverage.get(model, [])) or "the same"
         rows.append([model, not why, "; ".join(why) or "none", coverage])
-    return pd.DataFrame(rows, columns=["model", "compared", "differences", "coverage"])
-
-
-def protocol_display(frame: pd.DataFrame) -> T.Table:
+    frame = pd.DataFrame(rows, columns=["model", "compared", "differences", "coverage"])
     kinds = {"model": "text", "compared": "yes/no", "differences": "text", "coverage": "text"}
     headers = {"model": "the book's model", "differences": "protocol differences (not compared when any)"}
     return T.table(frame, kinds, headers | {"coverage": "seeds and head fractions"})

@@ -1,10 +1,6 @@
-"""``papa study``: check the model, write the sized config, run the grid as ``papa grid run`` does, execute the
-chapter.
-
-The chapter of a study (``notebooks/07_study.md``, :mod:`papa.book.study_chapter`) is executed by papermill into
-``book/studies/<grid>.ipynb``, outside the runs folder (so ``papa grid run --prune`` never sees it); the book
-lists every executed study chapter in a "Your models" part (:func:`studies_part`, applied when the book's pages are
-written), and ``--site`` builds it alone as a standalone site (:func:`build_site`).
+"""``papa study``: check the model, write the sized config, run the grid as ``papa grid run`` does, and execute the
+study chapter (``notebooks/07_study.md``) into ``book/studies/<grid>.ipynb``, outside the runs folder; the book
+lists those chapters in a "Your models" part (:func:`studies_part`), ``--site`` builds one alone (:func:`build_site`).
 """
 
 from __future__ import annotations
@@ -23,7 +19,9 @@ from papa.core.fields import TASKS
 from papa.core.io import atomic_write_text
 from papa.pipeline import study as S
 from papa.pipeline.estimate import _format
-from papa.pipeline.executed import visible
+from papa.pipeline.executed import clean_executed, visible
+from papa.pipeline.kernels import papermill_options
+from papa.pipeline.notebook import read_source
 from papa.pipeline.plan import ROOT
 
 #: The study chapter's notebook, where its executions go, and the sidebar part that lists them.
@@ -57,10 +55,6 @@ def execute_chapter(grid: str, book_config: str = S.BOOK_CONFIG, root: Path = RO
     import nbformat
     import papermill
 
-    from papa.pipeline.executed import clean_executed
-    from papa.pipeline.kernels import papermill_options
-    from papa.pipeline.notebook import read_source
-
     target = chapter_path(grid, root)
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="papa-study-") as scratch:
@@ -87,9 +81,8 @@ def study_chapters(root: Path = ROOT) -> list[str]:
 
 
 def studies_part(toc: str, root: Path = ROOT) -> str:
-    """``_toc.yml``'s text ``toc`` with the "Your models" part (every executed study chapter) before the appendix;
-    as it is when there is no study or the part is there. A file named with other characters than
-    ``[A-Za-z0-9_./-]`` is written as a JSON string (valid YAML)."""
+    """``_toc.yml``'s text ``toc`` with the "Your models" part (every executed study chapter, a file named with
+    other characters than ``[A-Za-z0-9_./-]`` as a JSON string) before the appendix, unless none or already there."""
     chapters = study_chapters(root)
     if not chapters or f"caption: {PART_CAPTION}" in toc:
         return toc
@@ -100,8 +93,8 @@ def studies_part(toc: str, root: Path = ROOT) -> str:
 
 
 def build_site(grid: str, root: Path = ROOT) -> Path:
-    """A standalone site of one study chapter in ``_build/<grid>/html`` (its own Jupyter Book: the chapter, the
-    book's configuration and its offline scripts); returns the site's ``index.html``."""
+    """A standalone site of one study chapter (its own Jupyter Book) in ``_build/<grid>/html``; returns its
+    ``index.html``."""
     chapter = chapter_path(grid, root)
     if not chapter.is_file():
         fix = "Run `papa study MODEL` (without --dry-run) first."
@@ -138,10 +131,9 @@ def run_study(
     protocol: dict | None = None,
     **grid_options,
 ) -> int:
-    """``papa study``: refuse what cannot be studied, size the book's protocol to ``budget`` (seconds), write
-    ``configs/study-<name>.yaml`` (``dry_run``: print it and the estimate, write nothing), run it with
-    :func:`papa.pipeline.runner.run_grid` (``grid_options``: its scheduler keywords), then execute the chapter (and
-    build the standalone site with ``site``). ``protocol`` replaces the book's (tests use tiny sizes)."""
+    """``papa study``: size the book's protocol (``protocol``: another, tests use tiny sizes) to ``budget`` (seconds),
+    write ``configs/study-<name>.yaml`` (``dry_run``: print it, write nothing), run it with
+    :func:`papa.pipeline.runner.run_grid` (``grid_options``), then execute the chapter (and with ``site`` build it)."""
     from papa.pipeline.runner import run_grid
 
     out = out or sys.stdout

@@ -1,6 +1,7 @@
-"""Display tables: the :class:`Table` (HTML without index, every row, one-line number cells, an en dash
-with a footnote for a missing value), cell formatters, and :func:`auto_table` and :func:`enable_table_display`
-for any frame. The chapters' tables are in :mod:`papa.book.tables`."""
+"""Display tables: the :class:`Table` (HTML without index, every row, one-line number cells, an en dash with a
+footnote for a missing value), cell formatters, values in words (no page shows a Python list or a ``(s)`` plural),
+and :func:`auto_table` and :func:`enable_table_display` for any frame. The chapters' tables are in
+:mod:`papa.book.tables`."""
 
 from __future__ import annotations
 
@@ -137,14 +138,62 @@ def interval_text(value: Any, low: Any, high: Any) -> str:
 
 
 def points_text(value: Any) -> str:
-    """A difference of rates in signed percentage points: ``0.012`` → ``"+1.2"``; a value that rounds to zero
-    without a sign (``"0.0"``)."""
+    """A difference of rates in signed percentage points: ``0.012`` → ``"+1.2"``, ``0.0001`` → ``"0.0"``."""
     return str(signed(float(value) * 100, 1))
 
 
-def score_interval(mean: Any, low: Any, high: Any) -> str | None:
-    """``"0.812 [0.800, 0.840]"``; the mean alone when the interval is missing."""
-    return with_interval(score, mean, low, high)
+_SMALL = ["no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve"]
+
+
+def and_list(items) -> str:
+    """``["a", "b", "c"]`` → ``"a, b and c"``; one item is itself, none is ``""``."""
+    items = [str(i) for i in items]
+    if len(items) <= 1:
+        return "".join(items)
+    return f"{', '.join(items[:-1])} and {items[-1]}"
+
+
+def count(n: int, noun: str) -> str:
+    """``count(3, "seed")`` → ``"three seeds"``; ``count(1, "model")`` → ``"one model"``; 13 and up in digits."""
+    word = _SMALL[n] if 0 <= n < len(_SMALL) else f"{n:,}"
+    return f"{word} {plural(n, noun)}"
+
+
+def plural(n: int, noun: str) -> str:
+    return noun if n == 1 else f"{noun}s"
+
+
+def lr_text(lr: float) -> str:
+    """A learning rate as a person writes it: ``2e-5``, ``1.5e-4``, ``1e-3``, ``0.01``, ``0.1``."""
+    value = float(lr)
+    if value != 0 and abs(value) < 0.01:
+        mantissa, exponent = f"{value:e}".split("e")
+        return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
+    return f"{value:g}"
+
+
+def fraction_words(value) -> str:
+    """A head fraction (``0``, ``"1/2"``, ``0.875``, ``63 / 72``, ``1``) in words: none, half, 7/8, all."""
+    fraction = Fraction(str(value).strip()).limit_denominator(10_000)
+    if fraction == 0:
+        return "none"
+    if fraction == 1:
+        return "all"
+    if fraction == Fraction(1, 2):
+        return "half"
+    return f"{fraction.numerator}/{fraction.denominator}"
+
+
+def duration(seconds: float | None) -> str:
+    """``42.3`` → ``"42 s"``; ``754`` → ``"12.6 min"``; ``7300`` → ``"2.0 h"``; None → ``""``."""
+    if seconds is None:
+        return ""
+    seconds = float(seconds)
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
 
 
 #: Column kinds :func:`table` understands.
@@ -178,16 +227,12 @@ class Table:
         align = lambda c: ' class="text"' if c in self.text_columns else ""
         index = [self.columns.index(c) for c in columns]
         head = "".join(f"<th{align(c)}>{html.escape(c)}</th>" for c in columns)
-        body = []
-        for row in self.rows:
-            cells = []
-            for column, value in ((self.columns[j], row[j]) for j in index):
-                if value is None:
-                    mark = marks[self.missing_notes.get(column, DEFAULT_MISSING)]
-                    cells.append(f"<td{align(column)}>{DASH}<sup>{mark}</sup></td>")
-                else:
-                    cells.append(f"<td{align(column)}>{html.escape(value)}</td>")
-            body.append("<tr>" + "".join(cells) + "</tr>")
+
+        def cell(column: str, value: str | None) -> str:
+            mark = None if value is not None else marks[self.missing_notes.get(column, DEFAULT_MISSING)]
+            return f"<td{align(column)}>{html.escape(value) if mark is None else f'{DASH}<sup>{mark}</sup>'}</td>"
+
+        body = ["<tr>" + "".join(cell(self.columns[j], row[j]) for j in index) + "</tr>" for row in self.rows]
         table = f'<table class="papa-table"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
         return f'<div class="papa-table-wrap">{table}'
 
@@ -216,10 +261,6 @@ class Table:
         lines = [" | ".join(self.columns)] + [" | ".join(map(show, self.columns, row)) for row in self.rows]
         return "\n".join(lines + [f"{m}: {r}" for r, m in marks.items()] + self.notes)
 
-    def to_frame(self) -> pd.DataFrame:
-        """The cells as strings (missing: None), for tests and further work."""
-        return pd.DataFrame(self.rows, columns=self.columns)
-
 
 def model_task_kinds(frame: pd.DataFrame) -> dict[str, str]:
     """The leading key columns: model (only when there are several) and task."""
@@ -233,11 +274,11 @@ def table(
     missing: Mapping[str, str] | None = None,
     notes: Sequence[str] = (),
     details: Sequence[str] = (),
+    empty: str = Table.empty,
 ) -> Table:
-    """A :class:`Table` of ``frame``'s columns named in ``kinds`` (in that order: put the key columns
-    first), each formatted by its kind (a name in :data:`KINDS` or a function of the cell).
-    ``headers`` renames columns; ``missing`` says, per column (original name), why a cell is missing; ``details``
-    (original names) are secondary columns, shown under "More columns" beside the leading text columns (the keys)."""
+    """A :class:`Table` of ``frame``'s columns named in ``kinds`` (key columns first), each formatted by its kind (a
+    name in :data:`KINDS` or a function of the cell); ``headers`` renames columns, ``missing`` says why a cell is
+    missing, ``details`` are shown under "More columns", ``empty`` instead of a table without rows."""
     headers, missing = dict(headers or {}), dict(missing or {})
     columns = list(kinds)
     formatters = {c: KINDS[k] if isinstance(k, str) else k for c, k in kinds.items()}
@@ -250,7 +291,7 @@ def table(
     keys = next((i for i, c in enumerate(columns) if kinds[c] != "text"), len(columns))
     folded = [name(c) for c in columns if c in set(details)]
     why = {name(c): reason for c, reason in missing.items()}
-    return Table(list(map(name, columns)), rows, why, text_columns, list(notes), details=folded, keys=keys)
+    return Table(list(map(name, columns)), rows, why, text_columns, list(notes), empty, folded, keys)
 
 
 def key_text(frame: pd.DataFrame) -> pd.DataFrame:

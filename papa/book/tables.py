@@ -1,11 +1,6 @@
-"""The chapters' other tables for reading (the tables with intervals are in :mod:`papa.book.interval_tables`, the
-table machinery in :mod:`papa.book.table_format`): every score, the retained gains, the layers of a ranking, the
-sensitivity studies, two studies compared, the runs still rising.
-
-A :class:`~papa.book.table_format.Table` renders as one HTML table: no pandas index, headers a person would write,
-every row, numbers formatted by kind (percentages with one decimal, scores with three decimals and their "± spread"
-in one cell that never wraps), and no ``NaN``: a missing value is an en dash with a footnote that says why.
-"""
+"""The chapters' other tables for reading (those with intervals are in :mod:`papa.book.interval_tables`): every
+score, the retained gains, the layers of a ranking, the sensitivity studies, two studies compared, the runs still
+rising."""
 
 from __future__ import annotations
 
@@ -16,14 +11,13 @@ import pandas as pd
 
 from papa.analysis.results import spread_shared
 from papa.book import table_format as T
-from papa.book.table_format import Table, is_missing, key_text, model_task_kinds, table, text
-from papa.book.words import lr_text, study_words
+from papa.book.table_format import Table, is_missing, key_text, lr_text, model_task_kinds, table, text
+from papa.pipeline.executed import study_words
 
 
 def scores_display(summary: pd.DataFrame, probe_input: str = "all") -> Table:
-    """Every score: one row per (model,) task and ranking, one "mean ± std" column per number of constant
-    heads k (per fraction of the heads when models differ in size). The k = 0 and k = all runs every
-    ranking shares are shown in each ranking's row."""
+    """Every score: one row per (model,) task and ranking (with the k = 0 and all-heads runs they share), one
+    "mean ± std" column per number of constant heads (per share of the heads when models differ in size)."""
     rows = summary[summary["probe_input"] == probe_input]
     parts = [spread_shared(group) for _, group in rows.groupby(["model", "task", "mode"], sort=True)]
     rows = key_text(pd.concat(parts, ignore_index=True)) if parts else key_text(rows)
@@ -49,8 +43,7 @@ def scores_display(summary: pd.DataFrame, probe_input: str = "all") -> Table:
 
 
 def _share_header(share: Fraction, counts: list[tuple[int, int]]) -> str:
-    """A column of heads by share, with each model size's real count:
-    ``"≈ 7/8 of the heads (32 of 36, 63 of 72)"``."""
+    """A column of heads by share, with each model's real count: ``"≈ 7/8 of the heads (32 of 36, 63 of 72)"``."""
     if share == 0:
         return "no head constant"
     if share == 1:
@@ -72,9 +65,7 @@ NOISY_GAIN = (
 
 
 def retained_gains_display(gains: pd.DataFrame) -> Table:
-    """:func:`papa.analysis.basis.retained_gains` for reading: the drop and the retained gain first, then the paired
-    scores they are computed from. The retained gain of a task that is not informative is not shown
-    (:data:`NOISY_GAIN`)."""
+    """:func:`papa.analysis.basis.retained_gains` for reading (a task that is not informative: :data:`NOISY_GAIN`)."""
     kinds = model_task_kinds(gains) | {"ranking": "text", "k": "int", "relative_drop": "percent"}
     kinds |= {"retained_gain": "percent", "score": "score", "n_pairs": "int", "informative": "yes/no"}
     headers = {"relative_drop": "relative drop", "retained_gain": "retained gain", "score": "mean score"}
@@ -117,13 +108,11 @@ def drop_checks_display(checks: pd.DataFrame) -> Table:
         "seeds apart?: whether every seed's score with every head constant lies below every seed's score at k = 0.",
         "epoch reported, epochs trained: the range over the setting's runs at k = 0 and with every head constant.",
     ]
-    out = table(frame, kinds, headers, {"lr_cell": "the lr differs between runs"}, notes)
-    out.empty = "No run to check."
-    return out
+    return table(frame, kinds, headers, {"lr_cell": "the lr differs between runs"}, notes, empty="No run to check.")
 
 
 def sensitivity_display(sensitivity: pd.DataFrame) -> Table:
-    """:func:`papa.book.studies.sensitivity_table` for reading: the drops and whether each change is real first."""
+    """:func:`papa.book.studies.sensitivity_table` for reading."""
     beyond = ["k=0 change beyond seed range", "k=all change beyond seed range"]
     scores = ["k=0 official", "k=0 study", "k=all official", "k=all study"]
     kinds = {"study": "text", "setting": "text"} | model_task_kinds(sensitivity)
@@ -143,8 +132,7 @@ def sensitivity_display(sensitivity: pd.DataFrame) -> Table:
 
 
 def compare_display(comparison: pd.DataFrame | None, label_a: str, label_b: str, empty: str = "") -> Table:
-    """:func:`papa.book.studies.compare` for reading: the difference and whether it exceeds the seed range first;
-    ``empty`` says why there is no table when ``comparison`` is None."""
+    """:func:`papa.book.studies.compare` for reading; ``empty`` says why there is none when ``comparison`` is None."""
     if comparison is None:
         return Table([], [], empty=empty)
     kinds = model_task_kinds(comparison) | {"ranking": "text", "k": "int", "difference": "score"}

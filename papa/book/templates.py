@@ -1,13 +1,9 @@
 """The prose of the generated pages, kept as Markdown templates in ``book/templates/``: Python computes only the values.
 
-A template file holds named pieces: the text before the first ``% piece: <name>`` line is the piece ``page``; each
-such line (a MyST comment) starts the piece ``<name>``, which runs to the next one (its last newline dropped, so a
-piece reads as a phrase). A piece names its values as ``${name}``; nothing else in it is special (``$L$`` stays math,
-``{doc}`` stays a role). :func:`fill` puts values in: a plain value (text, a number) is user-supplied or computed
-text and is escaped by :func:`papa.pipeline.executed.myst_text`; a :class:`Markdown` value is Markdown built from
-escaped parts (another filled piece, a code span, a table row) and goes in as it is. A missing or unused value is an
-error, so a template and its caller never drift apart silently.
-"""
+A template file holds named pieces: the text before the first ``% piece: <name>`` line (a MyST comment) is the piece
+``page``; each such line starts the piece ``<name>`` (its last newline dropped). A piece names its values as
+``${name}``, nothing else is special. :func:`fill` escapes plain values (:func:`papa.pipeline.executed.myst_text`)
+and puts :class:`Markdown` values in as they are; a missing or unused value is an error."""
 
 from __future__ import annotations
 
@@ -46,9 +42,9 @@ def _read(path: Path) -> dict[str, str]:
     return found
 
 
-def pieces(file: str, folder: Path | None = None) -> dict[str, str]:
+def pieces(file: str) -> dict[str, str]:
     """The pieces of ``book/templates/<file>.md`` by name (``page``: the text before the first piece)."""
-    return _read((folder or TEMPLATES) / f"{file}.md")
+    return _read(TEMPLATES / f"{file}.md")
 
 
 def fields(template: str) -> set[str]:
@@ -56,10 +52,10 @@ def fields(template: str) -> set[str]:
     return {match.group("braced") for match in _Template.pattern.finditer(template) if match.group("braced")}
 
 
-def fill(file: str, piece: str = "page", folder: Path | None = None, **values: object) -> Markdown:
+def fill(file: str, piece: str = "page", **values: object) -> Markdown:
     """Piece ``piece`` of ``book/templates/<file>.md`` with its ``${name}`` values put in (plain values escaped by
     :func:`~papa.pipeline.executed.myst_text`, :class:`Markdown` values as they are)."""
-    template = pieces(file, folder)[piece]
+    template = pieces(file)[piece]
     wanted = fields(template)
     if wanted != set(values):
         missing, unused = sorted(wanted - set(values)), sorted(set(values) - wanted)
@@ -76,12 +72,12 @@ def join(parts: Iterable[object], separator: str = "") -> Markdown:
     return Markdown(separator.join(_markdown(part) for part in parts))
 
 
-def code(value: object, table: bool = False) -> Markdown:
+def code(value: object) -> Markdown:
     """A value in a code span (:func:`~papa.pipeline.executed.code_span`)."""
-    return Markdown(code_span(value, table))
+    return Markdown(code_span(value))
 
 
-def model(name: str, code: bool = False, table: bool = False) -> Markdown:
-    """A model by its display name, a folder with its full path in a code span
+def model(name: str) -> Markdown:
+    """A model in a code span, a folder by its display name with its full path in one
     (:func:`~papa.pipeline.executed.model_markdown`)."""
-    return Markdown(model_markdown(name, code, table))
+    return Markdown(model_markdown(name, code=True))
