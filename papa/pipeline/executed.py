@@ -145,9 +145,8 @@ def _total_heads(params: dict, root: Path) -> int | None:
 
 
 def run_kind(params: dict) -> str | None:
-    """The kind of run papermill's ``params`` describe (``estimate``, ``rank``, ``select_lr`` or ``probe``), from the
-    fields only that kind's params model has; None for a chapter (``grid_config``) or parameters of no known kind,
-    which keep their notebook's own heading rather than a wrong one."""
+    """The kind of run papermill's ``params`` describe, from fields only its params model has (None: a chapter or
+    no known kind)."""
     if "grid_config" in params or "model" not in params or "task" not in params:
         return None
     if "method" in params:
@@ -162,14 +161,8 @@ def run_kind(params: dict) -> str | None:
 
 
 def run_title(params: dict, root: Path | None = None) -> str | None:
-    """The heading that names a run from its parameters (MyST Markdown: every name in it escaped by :func:`myst_text`,
-    a model folder shown by :func:`model_markdown`), or None for a chapter.
-
-    ``Constants — minilm-l6 · SST-2 · 1,000 training examples``, ``Ranking — minilm-l6 · SST-2 (gates)``,
-    ``Learning rate — minilm-l6 · SST-2 · chosen among 2e-05, 0.0002, 0.001``,
-    ``Probe — minilm-l6 · SST-2 · gates · 36 of 72 heads constant · seeds 42, 43, 44``; a probe of a study
-    (its ``out`` file named ``..._<study>__s{seed}.json``) ends with the study in words.
-    """
+    """The MyST heading that names a run from its parameters (``Ranking — minilm-l6 · SST-2 (gates)``; a study's
+    probe ends with the study in words), or None for a chapter."""
     kind = run_kind(params)
     if kind is None:
         return None
@@ -221,9 +214,7 @@ def heading(nb: dict) -> str | None:
 
 
 def title_is_stale(notebook: Path, params: dict, root: Path) -> bool:
-    """Whether an executed run notebook's heading differs from the title its parameters give today (a run
-    executed before its kind's title changed): the runner refreshes its text, it does not re-execute it. An
-    unreadable notebook is not judged here (the run's stamp check re-executes it)."""
+    """Whether an executed run notebook's heading differs from the title its parameters give today."""
     title = run_title(params, root)
     if title is None:
         return False
@@ -251,13 +242,8 @@ def _retitle(nb: dict, title: str) -> None:
 
 
 def clean_executed(nb: dict, root: Path) -> dict:
-    """Strip volatile metadata (times, durations, machine paths) from an executed notebook, in place.
-
-    A run notebook (estimate, rank, probe) is titled after its run (:func:`run_title`, from the
-    parameters papermill injected), and its default ``parameters`` cell is hidden in the book
-    (``remove-cell``), so the injected parameters are the first code a reader sees. A chapter hides
-    both its parameters cells.
-    """
+    """Strip volatile metadata from an executed notebook, in place; title a run notebook after its run and hide its
+    default ``parameters`` cell (a chapter hides both its parameters cells)."""
     paper = nb.get("metadata", {}).get("papermill", {})
     for key in _VOLATILE_NB:
         paper.pop(key, None)

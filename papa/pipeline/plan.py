@@ -30,10 +30,8 @@ from papa.core.names import run_id, slug
 
 
 def project_root(start: Path | None = None) -> Path:
-    """The project folder a grid runs in: ``$PAPA_PROJECT_DIR`` if set, else the nearest folder at or
-    above ``start`` (the working directory) that holds ``notebooks/03_probe.md`` and ``configs/``, else
-    the source checkout this package was imported from. Notebooks, configs and ``book/runs`` are read and
-    written there, so ``papa grid run`` works from an installed package inside a copy of the project."""
+    """The project folder a grid runs in: ``$PAPA_PROJECT_DIR``, else the nearest folder at or above ``start`` with
+    ``notebooks/03_probe.md`` and ``configs/``, else the checkout this package was imported from."""
     if os.environ.get("PAPA_PROJECT_DIR"):
         return Path(os.environ["PAPA_PROJECT_DIR"]).expanduser().resolve()
     start = (start or Path.cwd()).resolve()
@@ -81,9 +79,8 @@ class Plan(list):
 
 
 def load_config(path: str | Path) -> dict:
-    """Read and validate a grid config: a plain dict with every default filled in (studies keep only
-    the keys they set, the rest inherit the probe section), plus ``_path`` (repo-relative when inside
-    the repository). Any bad value is one :class:`PapaError` naming its path; nothing is written."""
+    """Read and validate a grid config: a plain dict with every default filled in, plus ``_path``; a bad value is
+    one :class:`PapaError` naming its path."""
     path = Path(path)
     data = read_yaml(path)
     grid = validate(GridConfig, data, f"Config {path.name}")
@@ -132,11 +129,8 @@ def _heads_in(config_file: str | Path) -> int | None:
 
 
 def head_count(model: str) -> tuple[int | None, str]:
-    """``(layers × heads, where it came from)`` without loading the model, or ``(None, why not)``.
-
-    In order: an embedded model's known size; a local folder's ``config.json``; the table
-    :data:`KNOWN_HEAD_COUNTS`; a ``config.json`` in the Hugging Face cache; the hub itself, unless
-    ``HF_HUB_OFFLINE`` is set."""
+    """``(layers × heads, where it came from)`` without loading the model, or ``(None, why not)``: an embedded model,
+    a folder's ``config.json``, :data:`KNOWN_HEAD_COUNTS`, the hub's cache, then the hub unless offline."""
     if model in EMBEDDED:
         return KNOWN_HEAD_COUNTS[model], "embedded"
     folder = Path(model).expanduser()
@@ -180,10 +174,7 @@ PROBE_SETTINGS = (
 
 
 def expand(config: dict | GridConfig, path: str | None = None) -> Plan:
-    """All runs of a config in dependency order (estimates, rankings, probes, then the chapters).
-
-    Every run's ``params`` is a params model of :mod:`papa.core.schema` dumped to a dict; ``path`` (the
-    config file for the chapters) defaults to ``config["_path"]``."""
+    """All runs of a config in dependency order (estimates, rankings, probes, then the chapters)."""
     from papa.core.heads import count_for
 
     grid = grid_model(config)
@@ -299,9 +290,7 @@ def chapter_study_runs(config: dict, run_ids: Iterable[str], chapter: str) -> li
 
 
 def chapter_study_minutes(config: dict, manifest: dict[str, dict], chapter: str) -> tuple[int, float]:
-    """``(runs, minutes)``: how many of the manifest's runs belong to ``chapter``'s studies
-    (:func:`chapter_study_runs`) and their notebooks' wall time summed, in minutes; the one sum the
-    reproducibility page and the chapter both print."""
+    """``(runs, minutes)``: the manifest's runs of ``chapter``'s studies and their summed wall time."""
     run_ids = chapter_study_runs(config, manifest, chapter)
     return len(run_ids), sum(float(manifest[run_id].get("seconds") or 0) for run_id in run_ids) / 60
 
