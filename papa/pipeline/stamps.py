@@ -139,14 +139,15 @@ def entry_of(stamp: dict) -> dict:
     return entry | {"seconds": stamp.get("seconds"), "components": stamp.get("components")}
 
 
+def read_stamps(folder: Path) -> list[dict]:
+    """Every stamp of a runs folder whose checksum holds and that names its run, sorted by file name."""
+    stamps = (read_stamp(path) for path in sorted((folder / "stamps").glob("*.json")))
+    return [stamp for stamp in stamps if stamp and isinstance(stamp.get("run_id"), str)]
+
+
 def entries_from_stamps(folder: Path) -> dict[str, dict]:
     """Manifest entries of every run with a readable stamp (outputs are verified when planning)."""
-    entries = {}
-    for path in sorted((folder / "stamps").glob("*.json")):
-        stamp = read_stamp(path)
-        if stamp and isinstance(stamp.get("run_id"), str):
-            entries[stamp["run_id"]] = entry_of(stamp)
-    return entries
+    return {stamp["run_id"]: entry_of(stamp) for stamp in read_stamps(folder)}
 
 
 def refresh_text(run: Run, stamp: dict, display: str, folder: Path, root: Path = ROOT) -> dict:

@@ -31,7 +31,7 @@ from papa.pipeline.keys import environment, key_of, what_changed
 from papa.pipeline.output_diff import Difference, diff_files
 from papa.pipeline.plan import ROOT, Run, load_config, run_notebook_path
 from papa.pipeline.sources import PACKAGE, notebook_code_tree, papa_modules
-from papa.pipeline.stamps import GridLock, read_stamp, stamp_path, verification_path
+from papa.pipeline.stamps import GridLock, read_stamp, read_stamps, stamp_path, verification_path
 
 #: The nbval sanitizer: what legitimately differs between two executions (durations, paths, devices, addresses).
 SANITIZER = Path(__file__).with_name("nbval_sanitize.cfg")
@@ -72,13 +72,11 @@ def run_commits(run: Run, root: Path = ROOT) -> list[str]:
 def stamped_runs(folder: Path) -> list[Run]:
     """The runs of a runs folder as their stamps recorded them, without planning (what the book publishes)."""
     runs = []
-    for path in sorted((folder / "stamps").glob("*.json")):
-        stamp = read_stamp(path)
-        if stamp and isinstance(stamp.get("run_id"), str):
-            params = (stamp.get("components") or {}).get("params") or {}
-            outputs = [rel for rel in stamp["outputs"] if not rel.endswith(".ipynb")]
-            run_id, deps = stamp["run_id"], list(stamp.get("inputs") or {})
-            runs.append(Run(run_id, run_id.split("__")[0], params, deps=deps, outputs=outputs, grid=folder.name))
+    for stamp in read_stamps(folder):
+        params = (stamp.get("components") or {}).get("params") or {}
+        outputs = [rel for rel in stamp["outputs"] if not rel.endswith(".ipynb")]
+        run_id, deps = stamp["run_id"], list(stamp.get("inputs") or {})
+        runs.append(Run(run_id, run_id.split("__")[0], params, deps=deps, outputs=outputs, grid=folder.name))
     return runs
 
 
