@@ -26,8 +26,6 @@ from papa.pipeline.keys import data_fingerprints, key_of, notebook_displays, run
 from papa.pipeline.plan import ROOT, Run, expand, load_config, run_notebook_path, runs_dir
 from papa.pipeline.stamps import GridLock, Manifest
 
-__all__ = ["GridLock", "GridStatus", "Manifest", "check_data_available", "grid_status", "run_grid", "stale_runs"]
-
 
 @dataclass
 class GridStatus:
