@@ -20,8 +20,7 @@ _SCHEDULER_HINT += " or slurm[:JOBS]."
 
 @dataclass(frozen=True)
 class SchedulerSpec:
-    """A parsed ``--scheduler``: ``kind`` is ``sequential``, ``local``, ``address`` or ``slurm``;
-    ``workers`` is N of ``local:N`` or JOBS of ``slurm:JOBS``; ``address`` is ``tcp://HOST:PORT``."""
+    """A parsed ``--scheduler``: ``kind`` (``sequential``, ``local``, ``address``, ``slurm``), N or JOBS, address."""
 
     kind: str
     workers: int = 0
@@ -35,8 +34,7 @@ def _count(text: str, what: str) -> int:
 
 
 def parse_scheduler(text: str) -> SchedulerSpec:
-    """``"local:2"`` -> ``SchedulerSpec("local", 2)`` etc.; anything else (too many workers, a bad address) is a
-    :class:`PapaError`."""
+    """``"local:2"`` -> ``SchedulerSpec("local", 2)`` etc.; anything else is a :class:`PapaError`."""
     text = (text or "sequential").strip()
     if text == "sequential":
         return SchedulerSpec("sequential")

@@ -43,8 +43,7 @@ def dask_key(run_id: str, attempt: int) -> str:
 
 
 def attempt_leftovers(run: Run, root: Path = ROOT) -> list[Path]:
-    """This run's entries in ``book/runs/<grid>/.executing/`` (``<run_id>.<n>/``, older ``<run_id>.ipynb`` and
-    ``<run_id>.source.ipynb``) that an attempt killed with its worker may leave; other runs may be executing."""
+    """What an attempt killed with its worker may leave of this run in ``book/runs/<grid>/.executing/``."""
     scratch = root / "book" / "runs" / run.grid / ".executing"
     if not scratch.is_dir():
         return []

@@ -108,8 +108,7 @@ def feature_set_bytes(model: str, examples: int, max_length: int) -> int | None:
 
 
 def run_size(run: Run) -> tuple[int, int | None]:
-    """``(examples the run encodes, bytes of cached features or None when unknown)``: an upper bound
-    (:func:`feature_set_bytes`; pad-only positions are dropped)."""
+    """``(examples the run encodes, an upper bound of its cached features' bytes or None when unknown)``."""
     p = run.params
     if run.kind in CHAPTERS:
         return 0, 0
@@ -229,8 +228,7 @@ def size_line(run: Run, budget: int) -> str:
 
 
 def report_disk(stale: list[Run], out) -> None:
-    """Print the feature cache these runs need at most, against what is free and already cached (a warning when it
-    may not fit)."""
+    """Print the feature cache these runs need at most, against what is free and cached (warning if it may not fit)."""
     from papa.probing.features import cache_dir, cache_root
 
     kept, held, _ = cache_bytes(stale)

@@ -9,8 +9,7 @@ KERNEL_LOG_LEVEL = "CRITICAL"
 
 
 def papermill_options() -> dict:
-    """The options of ``papermill.execute_notebook`` for one run: the ``python3`` kernel logging from
-    :data:`KERNEL_LOG_LEVEL` up, no progress bar, no echo of the cells' output (the runner prints one line per run)."""
+    """The options of ``papermill.execute_notebook`` for one run: quiet ``python3`` kernel, no progress, no echo."""
     return {
         "kernel_name": "python3",
         "extra_arguments": [f"--IPKernelApp.log_level={KERNEL_LOG_LEVEL}"],

@@ -1,14 +1,8 @@
 """A grid config (``configs/*.yaml``) → its validated form and the dependency-ordered list of runs.
 
-The config is checked against :class:`papa.core.grid_schema.GridConfig` before anything runs (every bad
-value is one :class:`PapaError` naming its YAML path); each run's parameters are a params model of
-:mod:`papa.core.schema` dumped to a dict, so no field list is copied here. Run ids and artefact
-names are slugs (:mod:`papa.core.names`): a hub id such as ``microsoft/deberta-base`` or a local
-folder never puts ``/`` into a path. Planning is offline: head counts come from
-:func:`head_count` (a local ``config.json``, a table of known models, the Hugging Face cache), and
-a model it cannot size is named in :attr:`Plan.unsized` instead of failing the plan.
-
-See :mod:`papa.pipeline.grid` for the whole flow."""
+Each run's parameters are a params model of :mod:`papa.core.schema` dumped to a dict; run ids and artefact names
+are slugs (:mod:`papa.core.names`). Planning is offline (:func:`head_count`): a model it cannot size is named in
+:attr:`Plan.unsized` instead of failing the plan. See :mod:`papa.pipeline.grid` for the whole flow."""
 
 from __future__ import annotations
 

@@ -122,8 +122,7 @@ def check_data_available(stale: list[Run]) -> None:
 
 
 def _drive(executor, stale: list[Run], keys: dict, manifest: Manifest, failed: dict, started: float, out, seal=None):
-    """Hand every stale run to ``executor`` once its stale dependencies are done; seal (``seal(run, seconds)``) and
-    record each outcome in the manifest. A failed run blocks its dependants."""
+    """Hand every stale run to ``executor`` once its stale dependencies are done; seal and record each outcome."""
     pending = {run.run_id: run for run in stale}
     stale_ids = set(pending)
     done: set[str] = set()
@@ -237,8 +236,7 @@ def _check_sized(plan) -> None:
 
 
 def _check_runnable(status: GridStatus, stale: list[Run], only: str | None) -> None:
-    """Refuse an incomplete plan (a model unsized offline) or, with ``only``, a selected run whose upstream run is
-    stale and not selected."""
+    """Refuse an incomplete plan, or (``only``) a selected run whose stale upstream run is not selected."""
     _check_sized(status.runs)
     if not only:
         return

@@ -201,8 +201,7 @@ def config_fingerprint(config: dict) -> str:
 
 
 def check_owner(config: dict, folder: Path, replace: bool = False) -> bool:
-    """Refuse a config of the same name, another file and other content than the runs folder serves; returns
-    whether the record must be (re)written."""
+    """Refuse a config that is not the one the runs folder serves; returns whether to (re)write the record."""
     path = folder / OWNER_FILE
     if not path.is_file():
         return True
