@@ -168,8 +168,7 @@ SLURM_SETTINGS = {
 
 
 def slurm_cluster_kwargs(env: Mapping[str, str], gpus_per_run: int, threads_per_run: int | None) -> dict:
-    """``dask_jobqueue.SLURMCluster`` keyword arguments: one single-threaded worker per job, ``threads_per_run``
-    CPUs (default 4), and ``--gres=gpu:G`` with the resource ``GPU=G``."""
+    """``dask_jobqueue.SLURMCluster`` keyword arguments: one single-threaded worker per job, GPUs as resources."""
     get = lambda name: env.get(name) or SLURM_SETTINGS[name]
     split = lambda name: [s.strip() for s in (env.get(name) or "").split(";") if s.strip()]
     cpus = int(threads_per_run or 4)

@@ -130,8 +130,7 @@ def _lost(error: BaseException | None) -> bool:
 
 
 class DaskExecutor:
-    """An executor on a ``distributed.Client``: ``slots`` is the worker threads' count (refreshed at every
-    :meth:`wait`); every worker is checked against the driver's :func:`fingerprint` before it gets runs."""
+    """An executor on a ``distributed.Client``; every worker is checked against :func:`fingerprint` first."""
 
     def __init__(self, client, execute, *, root=ROOT, gpus_per_run=0, threads_per_run=None, cluster=None, out=None):
         self._client, self._cluster, self._execute, self._root = client, cluster, execute, Path(root)
@@ -218,8 +217,7 @@ def make_executor(
     manifest=None,
     out=None,
 ) -> Executor:
-    """The executor for ``--scheduler``: sequential (Dask not imported) or a :class:`DaskExecutor`; with SLURM the
-    longest ``stale`` run (estimated from ``manifest``) is checked against the worker walltime."""
+    """The executor for ``--scheduler`` (SLURM: the longest ``stale`` run checked against the walltime)."""
     spec = clusters.parse_scheduler(scheduler or "sequential")
     if gpus_per_run < 0 or (threads_per_run is not None and threads_per_run < 1):
         problem = f"--gpus-per-run {gpus_per_run} / --threads-per-run {threads_per_run}: out of range"

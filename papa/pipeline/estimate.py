@@ -165,8 +165,7 @@ def run_cost(run: Run) -> tuple[float, dict[tuple, float]]:
 
 
 def cache_bytes(runs: list[Run]) -> tuple[int, int, int]:
-    """``(kept, held, unknown)`` bytes: the shared feature sets ``runs`` leave in the cache, the largest partial head
-    set one run holds while it runs, and the count of runs whose model dims are unknown offline."""
+    """``(kept, held, unknown)``: shared feature bytes kept, the largest private set held, runs of unknown size."""
     kept, held, unknown, seen = 0, 0, 0, set()
     for run in runs:
         if run.kind not in ("probe", "select_lr"):
@@ -193,8 +192,7 @@ def run_seconds_guess(run: Run) -> float:
 
 
 def estimate_seconds(runs: list[Run], manifest: Manifest, resized: frozenset[str] | set[str] = frozenset()) -> float:
-    """Expected seconds for ``runs``: each run's last recorded duration (not for ``resized`` runs), else
-    :func:`run_cost`, with a feature set shared by several runs extracted once."""
+    """Expected seconds for ``runs``: recorded durations (unless ``resized``), else :func:`run_cost`."""
     seconds, extracted = 0.0, set()
     for run in runs:
         previous = None if run.run_id in resized else manifest.entries.get(run.run_id, {}).get("seconds")
@@ -248,8 +246,7 @@ def report_disk(stale: list[Run], out) -> None:
 
 
 def feature_reuse(runs: list[Run]) -> dict[str, tuple[int, int]]:
-    """``{run_id: (feature sets it extracts, feature sets it reuses)}`` for ``runs`` in execution order (the first run
-    reading a set extracts it); runs that read no cached features have no entry."""
+    """``{run_id: (feature sets it extracts, feature sets it reuses)}``, in execution order."""
     seen: set[tuple] = set()
     counts: dict[str, tuple[int, int]] = {}
     for run in runs:

@@ -131,8 +131,7 @@ def _total_heads(params: dict, root: Path) -> int | None:
 
 
 def run_kind(params: dict) -> str | None:
-    """The kind of run papermill's ``params`` describe, from fields only its params model has (None: a chapter or
-    no known kind)."""
+    """The kind of run papermill's ``params`` describe (None: a chapter or no known kind)."""
     if "grid_config" in params or "model" not in params or "task" not in params:
         return None
     if "method" in params:
@@ -190,8 +189,7 @@ def run_title(params: dict, root: Path | None = None) -> str | None:
 
 
 def heading(nb: dict) -> str | None:
-    """The ``# ...`` heading of a notebook's first markdown cell (what the book's sidebar and the browser's
-    title show), or None."""
+    """The ``# ...`` heading of a notebook's first markdown cell, or None."""
     for cell in nb.get("cells", []):
         if cell.get("cell_type") == "markdown":
             lines = "".join(cell.get("source", "")).splitlines()
@@ -228,8 +226,7 @@ def _retitle(nb: dict, title: str) -> None:
 
 
 def clean_executed(nb: dict, root: Path) -> dict:
-    """Strip volatile metadata from an executed notebook, in place; title a run notebook after its run and hide its
-    default ``parameters`` cell (a chapter hides both its parameters cells)."""
+    """Strip volatile metadata from an executed notebook, title it and hide its parameters cell, in place."""
     paper = nb.get("metadata", {}).get("papermill", {})
     for key in _VOLATILE_NB:
         paper.pop(key, None)

@@ -22,8 +22,7 @@ from papa.pipeline.plan import ROOT, Run, run_notebook_path
 
 @dataclass
 class Outcome:
-    """What became of one submitted run: ``status`` ``"ok"``, ``"failed"`` (a result) or ``"lost"`` (its worker
-    died)."""
+    """What became of one submitted run: ``status`` ``"ok"``, ``"failed"`` or ``"lost"`` (its worker died)."""
 
     run: Run
     status: str

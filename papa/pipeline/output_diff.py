@@ -125,8 +125,7 @@ def _diff_constants(committed: Path, remade: Path, tolerance: float) -> tuple[li
 
 
 def diff_files(committed: Path, remade: Path, tolerance: float = 0.0) -> tuple[list[Difference], float]:
-    """Two output files of one run: constants (``.safetensors``) or JSON; a re-made file that is missing or does not
-    read is itself a difference."""
+    """Two output files of one run (constants or JSON); a missing or unreadable re-made file differs."""
     if not remade.is_file():
         return [Difference("(file)", "present", "missing: the re-execution did not write it")], 0.0
     if committed.suffix == ".safetensors":

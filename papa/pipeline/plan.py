@@ -73,8 +73,7 @@ class Plan(list):
 
 
 def load_config(path: str | Path) -> dict:
-    """Read and validate a grid config: a plain dict with every default filled in, plus ``_path``; a bad value is
-    one :class:`PapaError` naming its path."""
+    """Read and validate a grid config: a plain dict with every default filled in, plus ``_path``."""
     path = Path(path)
     data = read_yaml(path)
     grid = validate(GridConfig, data, f"Config {path.name}")
@@ -123,8 +122,7 @@ def _heads_in(config_file: str | Path) -> int | None:
 
 
 def head_count(model: str) -> tuple[int | None, str]:
-    """``(layers × heads, where it came from)`` without loading the model, or ``(None, why not)``: an embedded model,
-    a folder's ``config.json``, :data:`KNOWN_HEAD_COUNTS`, the hub's cache, then the hub unless offline."""
+    """``(layers × heads, where it came from)`` without loading the model, or ``(None, why not)``."""
     if model in EMBEDDED:
         return KNOWN_HEAD_COUNTS[model], "embedded"
     folder = Path(model).expanduser()

@@ -267,8 +267,7 @@ def run_grid(
     threads_per_run: int | None = None,
     prune: bool = False,
 ) -> int:
-    """Bring a grid's runs up to date (``papa grid run``'s flags); returns 0 when every run is up to date, else 1.
-    ``dry_run`` writes nothing and says why each stale run would run."""
+    """Bring a grid's runs up to date (``papa grid run``); 0 when every run is up to date, else 1."""
     out = out or sys.stdout
     config = load_config(config_path)
     folder = runs_dir(config)

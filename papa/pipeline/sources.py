@@ -179,8 +179,7 @@ def _by_path(name: str, package: Path) -> list[str]:
 
 
 def papa_modules(tree: ast.Module, package: Path = PACKAGE) -> dict[str, str]:
-    """``{module: fingerprint}`` of every papa module the code in ``tree`` executes (transitively), the files a
-    reached module loads by path included (:data:`LOADED_BY_PATH`: the metric scripts)."""
+    """``{module: fingerprint}`` of every papa module the code in ``tree`` executes, transitively."""
     todo = sorted(imported_modules(tree, "__notebook__", package))
     seen: dict[str, str] = {}
     while todo:
@@ -207,8 +206,7 @@ def notebook_code_tree(nb) -> ast.Module:
 
 
 def notebook_fingerprints(nb) -> tuple[str, str]:
-    """``(code, display)`` fingerprints of a source notebook: its code cells normalised (and which holds the
-    parameters), and every cell's type, source and tags as written."""
+    """``(code, display)`` fingerprints of a source notebook (code cells normalised; every cell as written)."""
     tags = lambda cell: cell.get("metadata", {}).get("tags", [])
     code = [[normalised_code(c.source), "parameters" in tags(c)] for c in nb.cells if c.cell_type == "code"]
     display = [[c.cell_type, c.source, tags(c)] for c in nb.cells]

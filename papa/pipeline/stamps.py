@@ -151,8 +151,7 @@ def entries_from_stamps(folder: Path) -> dict[str, dict]:
 
 
 def refresh_text(run: Run, stamp: dict, display: str, folder: Path, root: Path = ROOT) -> dict:
-    """Rebuild an executed notebook's cells from its source (markdown and code text; outputs and injected
-    parameters kept) after a text-only change; returns the updated stamp."""
+    """Rebuild an executed notebook's text from its source after a text-only change; returns the new stamp."""
     import nbformat
 
     from papa.pipeline.executed import clean_executed
@@ -315,8 +314,7 @@ def planned_files(runs: list[Run], folder: Path) -> set[Path]:
 
 
 def outside_plan(runs: list[Run], folder: Path) -> list[Path]:
-    """The files of ``folder`` that no run of a whole plan wrote, sorted (not the runner's own files,
-    ``.executing/`` or temporary files); a link is listed as itself, never followed."""
+    """The files of ``folder`` that no run of a whole plan wrote, sorted (links listed, never followed)."""
     from papa.core.io import TEMP_NAME
 
     folder = folder.absolute()
@@ -345,8 +343,7 @@ def manifest_outside_plan(runs: list[Run], manifest: Manifest) -> list[str]:
 
 
 def prune_outside_plan(runs: list[Run], folder: Path, manifest: Manifest) -> list[Path]:
-    """Remove :func:`outside_plan`'s files, the manifest entries outside the plan (unsaved) and the folders left
-    empty; under the lock, with a complete plan. Returns the removed files."""
+    """Remove :func:`outside_plan`'s files, manifest entries and emptied folders; returns the files."""
     folder = folder.absolute()
     removed = outside_plan(runs, folder)
     for path in removed:

@@ -257,8 +257,7 @@ class Fitted:
 
 
 def fit_budget(config: dict, budget: float | None, estimate: Callable[[dict], float] = estimate_study) -> Fitted:
-    """``config`` with the first cuts that bring ``estimate`` within ``budget`` seconds (None: nothing cut); a budget
-    that every cut together misses is refused."""
+    """``config`` with the first cuts that bring ``estimate`` within ``budget`` seconds, else a PapaError."""
     seconds = estimate(config)
     if budget is None or seconds <= budget:
         return Fitted(config, [], seconds)

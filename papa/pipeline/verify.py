@@ -312,8 +312,7 @@ def verify_grid(
     root: Path = ROOT,
     kernels: str | None = None,
 ) -> int:
-    """Verify the chosen committed runs (:func:`select_runs`; a ``sample``, or any choice while a runner holds the
-    grid, only among runs up to date), writing each record into ``records`` (default ``verified/``); 0: all matched."""
+    """Verify the chosen committed runs of a grid and write their records; 0 when every run matched."""
     out = out or sys.stdout
     if kernels is not None and kernels not in KERNEL_ENV:
         raise PapaError(f"Unknown kernels {kernels!r}", f"Use one of {', '.join(KERNEL_ENV)}, or leave --kernels out.")
