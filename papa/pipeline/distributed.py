@@ -215,9 +215,11 @@ def make_executor(
     threads_per_run: int | None = None,
     stale: list[Run] = (),
     manifest=None,
+    root=None,
     out=None,
 ) -> Executor:
-    """The executor for ``--scheduler`` (SLURM: the longest ``stale`` run checked against the walltime)."""
+    """The executor for ``--scheduler`` (SLURM: the longest ``stale`` run checked against the walltime); ``root``:
+    where the workers write (default: the driver's repository root)."""
     spec = clusters.parse_scheduler(scheduler or "sequential")
     if gpus_per_run < 0 or (threads_per_run is not None and threads_per_run < 1):
         problem = f"--gpus-per-run {gpus_per_run} / --threads-per-run {threads_per_run}: out of range"
@@ -238,7 +240,7 @@ def make_executor(
     client, cluster = start_cluster(spec, gpus_per_run, threads_per_run)  # its workers pass the preflight
     try:
         sizes = dict(gpus_per_run=gpus_per_run, threads_per_run=default_threads(spec, threads_per_run))
-        return DaskExecutor(client, execute, cluster=cluster, out=out, **sizes)
+        return DaskExecutor(client, execute, root=root or ROOT, cluster=cluster, out=out, **sizes)
     except BaseException:
         clusters.close(client, cluster)
         raise
