@@ -178,12 +178,10 @@ def _save(manifest: Manifest, out) -> None:
 
 def resized_runs(status: GridStatus, stale: list[Run]) -> set[str]:
     """The stale runs whose parameters differ from their stamp's: their last duration no longer predicts them."""
-    resized = set()
-    for run in stale:
-        recorded = ((status.stamps.get(run.run_id) or {}).get("components") or {}).get("params")
-        if recorded is not None and recorded != status.components[run.run_id]["params"]:
-            resized.add(run.run_id)
-    return resized
+    recorded = {r.run_id: ((status.stamps.get(r.run_id) or {}).get("components") or {}).get("params") for r in stale}
+    return {
+        rid for rid, params in recorded.items() if params is not None and params != status.components[rid]["params"]
+    }
 
 
 def _report_plan(status: GridStatus, stale: list[Run], config: dict, out, dry_run: bool) -> None:
