@@ -20,29 +20,20 @@ from papa.core.fields import DEFAULT_BATCH_SIZE
 from papa.core.schema import EstimateParams, ProbeParams, RankParams
 
 
-def _count(minimum: int, bound: str = ""):
-    """Text → an integer of at least ``minimum`` (``bound``: how the error words the limit)."""
+def _at_least(minimum, bound: str = "", kind: type = int):
+    """Text → a ``kind`` (int or float) of at least ``minimum`` (``bound``: how the error words the limit)."""
 
-    def convert(text: str) -> int:
+    def convert(text: str):
         try:
-            value = int(text)
+            value = kind(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be {bound or f'at least {minimum}'}, got {value}")
+            raise argparse.ArgumentTypeError(f"{text!r} is not {'an integer' if kind is int else 'a number'}") from None
+        if not value >= minimum:  # NaN included
+            shown = value if kind is int else text
+            raise argparse.ArgumentTypeError(f"must be {bound or f'at least {minimum}'}, got {shown}")
         return value
 
     return convert
-
-
-def _tolerance(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
-    return value
 
 
 def _device(text: str) -> str:
@@ -269,8 +260,13 @@ def _scale_out_flags(parser: argparse.ArgumentParser) -> None:
     schedulers = "sequential (default), local:N, tcp://HOST:PORT or slurm[:JOBS]"
     parser.add_argument("--scheduler", type=_scheduler, default="sequential", help=schedulers)
     gpus = "GPUs each run needs (a Dask worker resource)"
-    parser.add_argument("--gpus-per-run", type=_count(0), default=0, help=gpus)
-    parser.add_argument("--threads-per-run", type=_count(1), default=None, help="torch threads per run")
+    parser.add_argument("--gpus-per-run", type=_at_least(0), default=0, help=gpus)
+    parser.add_argument("--threads-per-run", type=_at_least(1), default=None, help="torch threads per run")
+
+
+def _flag(parser, name: str, help: str) -> None:
+    """An on/off flag (``store_true``)."""
+    parser.add_argument(name, action="store_true", help=help)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -279,62 +275,56 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="papa", description=description)
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("estimate", help="estimate constant attention matrices over a task's training split")
-    _schema_flags(p, EstimateParams)
+    def command(parent, name: str, func, help: str, params: type[BaseModel] | None = None, **skip):
+        p = parent.add_parser(name, help=help)
+        p.set_defaults(func=func)
+        if params is not None:
+            _schema_flags(p, params, **skip)
+        return p
+
+    about = "estimate constant attention matrices over a task's training split"
+    p = command(sub, "estimate", cmd_estimate, about, EstimateParams)
     p.add_argument("--split", default="train")
     batch = f"encoder batch size (default: {DEFAULT_BATCH_SIZE})"
-    p.add_argument("--batch-size", type=_count(1, "a positive integer"), default=DEFAULT_BATCH_SIZE, help=batch)
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.set_defaults(func=cmd_estimate)
-
-    p = sub.add_parser("rank", help="rank heads (which become constant first)")
-    _schema_flags(p, RankParams)
-    p.set_defaults(func=cmd_rank)
-
-    p = sub.add_parser("probe", help="train and score one probe with k constant heads")
-    _schema_flags(p, ProbeParams, skip=("k", "seeds"))
+    p.add_argument("--batch-size", type=_at_least(1, "a positive integer"), default=DEFAULT_BATCH_SIZE, help=batch)
+    _flag(p, "--quiet", "no progress bar")
+    command(sub, "rank", cmd_rank, "rank heads (which become constant first)", RankParams)
+    about = "train and score one probe with k constant heads"
+    p = command(sub, "probe", cmd_probe, about, ProbeParams, skip=("k", "seeds"))
     p.add_argument("--constant-heads", default="0", help="a count (36), a fraction (0.5, 7/8) or 'all'")
     seed = ProbeParams.model_fields["seeds"].default[0]
     p.add_argument("--seed", type=_converter(int, False), default=seed, help="probe seed")
-    p.set_defaults(func=cmd_probe)
 
     grid_help = "run a grid config with papermill, verify its committed runs, or write its JSON Schema"
     grid = sub.add_parser("grid", help=grid_help).add_subparsers(dest="action", required=True)
-    g = grid.add_parser("run", help="bring a grid's runs up to date")
+    g = command(grid, "run", cmd_grid, "bring a grid's runs up to date")
     g.add_argument("config")
     g.add_argument("--only", default=None, help="run only the runs whose id contains this text")
-    dry_run = "print what would run (offline: needs neither the hub nor the models)"
-    g.add_argument("--dry-run", action="store_true", help=dry_run)
-    replace = "take over a runs folder that another config with the same name wrote"
-    g.add_argument("--replace", action="store_true", help=replace)
+    _flag(g, "--dry-run", "print what would run (offline: needs neither the hub nor the models)")
+    _flag(g, "--replace", "take over a runs folder that another config with the same name wrote")
     _scale_out_flags(g)
     prune = "remove the executed notebooks, artefacts and stamps of runs the config no longer has"
-    g.add_argument("--prune", action="store_true", help=prune + " (--dry-run lists them)")
-    g.set_defaults(func=cmd_grid)
+    _flag(g, "--prune", prune + " (--dry-run lists them)")
 
     verify = "re-execute committed runs in a scratch folder and compare their outputs (nbval and field by field)"
-    g = grid.add_parser("verify", help=verify)
+    g = command(grid, "verify", cmd_grid_verify, verify)
     g.add_argument("config")
     chosen = g.add_mutually_exclusive_group()
     runs = "the runs whose id matches one of these comma-separated globs (or contains the text; default: all)"
     chosen.add_argument("--runs", default=None, metavar="PATTERN", help=runs)
     sample = "N runs spread over kinds and models, the cheapest first"
-    chosen.add_argument("--sample", type=_count(1), default=None, metavar="N", help=sample)
+    chosen.add_argument("--sample", type=_at_least(1), default=None, metavar="N", help=sample)
     device = "re-execute on this device (default: the one each run recorded)"
     g.add_argument("--device", type=_device, default=None, help=device)
     tolerance = "absolute tolerance for numbers, across devices (default: 0, equal)"
-    g.add_argument("--tolerance", type=_tolerance, default=0.0, help=tolerance)
+    g.add_argument("--tolerance", type=_at_least(0, "0 or more", float), default=0.0, help=tolerance)
     kernels = "re-execute with torch's, MKL's and oneDNN's kernels of this instruction set: avx2 (what a CPU without"
-    kernels += " AVX-512 picks; default: this CPU's own)"
-    g.add_argument("--kernels", default=None, help=kernels)
-    g.set_defaults(func=cmd_grid_verify)
-
-    g = grid.add_parser("schema", help="write the JSON Schema of grid configs (for editors)")
+    g.add_argument("--kernels", default=None, help=kernels + " AVX-512 picks; default: this CPU's own)")
+    g = command(grid, "schema", cmd_grid_schema, "write the JSON Schema of grid configs (for editors)")
     g.add_argument("--out", default=None, help="output file (default: standard output)")
-    g.set_defaults(func=cmd_grid_schema)
 
-    study = "run the book's protocol on one model (sized to a time budget) and write its chapter"
-    p = sub.add_parser("study", help=study)
+    about = "run the book's protocol on one model (sized to a time budget) and write its chapter"
+    p = command(sub, "study", cmd_study, about)
     p.add_argument("model", help="an embedded name (minilm-l6), a local save_pretrained folder or a hub id")
     p.add_argument("--tasks", default=None, help="comma list of tasks (default: all six)")
     budget = "time budget, e.g. 30m or 2h: sizes are cut in a stated order until the estimate fits (default: full size)"
@@ -342,19 +332,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", type=_device, default="auto", help="auto (default), cpu, cuda, cuda:N or mps")
     _scale_out_flags(p)
     p.add_argument("--name", default=None, help="the study's name: configs/study-NAME.yaml (default: from the model)")
-    dry_run = "print the config it would write and the estimate; write nothing"
-    p.add_argument("--dry-run", action="store_true", help=dry_run)
-    site = "also build the chapter as a standalone site (_build/study-NAME/)"
-    p.add_argument("--site", action="store_true", help=site)
-    p.set_defaults(func=cmd_study)
+    _flag(p, "--dry-run", "print the config it would write and the estimate; write nothing")
+    _flag(p, "--site", "also build the chapter as a standalone site (_build/study-NAME/)")
 
-    p = sub.add_parser("book", help="bring the book's runs up to date and build the site")
+    p = command(sub, "book", cmd_book, "bring the book's runs up to date and build the site")
     p.add_argument("action", choices=["build"])
     p.add_argument("--config", default="configs/default.yaml")
-    p.add_argument("--as-is", action="store_true", help="render committed runs as they are, marking stale ones")
-    strict = "fail on any warning or broken reference (-W -n --keep-going)"
-    p.add_argument("--strict", action="store_true", help=strict)
-    p.set_defaults(func=cmd_book)
+    _flag(p, "--as-is", "render committed runs as they are, marking stale ones")
+    _flag(p, "--strict", "fail on any warning or broken reference (-W -n --keep-going)")
     return parser
 
 

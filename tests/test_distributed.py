@@ -26,7 +26,8 @@ from papa.pipeline.clusters import SchedulerSpec, parse_scheduler
 from papa.pipeline.distributed import make_executor
 from papa.pipeline.executors import SequentialExecutor
 from papa.pipeline.plan import ROOT, Run, load_config, runs_dir
-from papa.pipeline.runner import GridLock, Manifest, _drive, run_grid
+from papa.pipeline.runner import _drive, run_grid
+from papa.pipeline.stamps import GridLock, Manifest
 
 
 @pytest.mark.parametrize(

@@ -1,9 +1,5 @@
-"""Where the workers come from: ``--scheduler`` parsed, the settings of a ``local:N`` cluster and of
-SLURM jobs (dask-jobqueue), the walltime check, and the start of the cluster.
-
-``slurm[:JOBS]`` reads :data:`SLURM_SETTINGS` from the environment (book/scale-out.md). Nothing here
-imports Dask at module level.
-"""
+"""Where the workers come from: ``--scheduler`` parsed, ``local:N`` and SLURM settings (:data:`SLURM_SETTINGS`,
+book/scale-out.md), the walltime check and the cluster's start. Nothing here imports Dask at module level."""
 
 from __future__ import annotations
 
@@ -24,8 +20,7 @@ _SCHEDULER_HINT += " or slurm[:JOBS]."
 
 @dataclass(frozen=True)
 class SchedulerSpec:
-    """A parsed ``--scheduler``: ``kind`` is ``sequential``, ``local``, ``address`` or ``slurm``;
-    ``workers`` is N of ``local:N`` or JOBS of ``slurm:JOBS``; ``address`` is ``tcp://HOST:PORT``."""
+    """A parsed ``--scheduler``: ``kind`` (``sequential``, ``local``, ``address``, ``slurm``), N or JOBS, address."""
 
     kind: str
     workers: int = 0
@@ -39,8 +34,7 @@ def _count(text: str, what: str) -> int:
 
 
 def parse_scheduler(text: str) -> SchedulerSpec:
-    """``"local:2"`` -> ``SchedulerSpec("local", 2)`` etc.; anything else is a :class:`PapaError`: ``local:N``
-    with more workers than this machine has cores, a ``tcp://`` address whose host or port cannot be."""
+    """``"local:2"`` -> ``SchedulerSpec("local", 2)`` etc.; anything else is a :class:`PapaError`."""
     text = (text or "sequential").strip()
     if text == "sequential":
         return SchedulerSpec("sequential")
@@ -106,8 +100,7 @@ PROBE_TIMEOUT = 3.0
 
 
 def preflight(spec: SchedulerSpec) -> None:
-    """What can be checked before anything is written, in seconds: the packages a Dask scheduler needs,
-    and that a scheduler's port accepts a connection (refused, unknown host, no answer in :data:`PROBE_TIMEOUT`)."""
+    """Check, before anything is written, the packages a Dask scheduler needs and that its port answers."""
     if spec.kind == "sequential":
         return
     if not _installed("distributed"):
@@ -145,8 +138,7 @@ def visible_devices() -> list[str]:
 def local_worker_options(
     workers: int, gpus_per_run: int, threads_per_run: int | None, devices: list[str]
 ) -> list[dict]:
-    """Nanny options for ``local:N``: one thread per worker, the thread variables in its environment,
-    and with ``--gpus-per-run G`` the resource ``{"GPU": G}`` and its own G devices."""
+    """Nanny options for ``local:N``: one thread each, the thread variables, and with G GPUs per run its own G."""
     if gpus_per_run and len(devices) < workers * gpus_per_run:
         needs = f"needs {workers * gpus_per_run} CUDA devices, {len(devices)} visible"
         problem = f"local:{workers} with --gpus-per-run {gpus_per_run} {needs}"
@@ -176,9 +168,7 @@ SLURM_SETTINGS = {
 
 
 def slurm_cluster_kwargs(env: Mapping[str, str], gpus_per_run: int, threads_per_run: int | None) -> dict:
-    """``dask_jobqueue.SLURMCluster`` keyword arguments: one worker process with one thread per job
-    (one run at a time), ``threads_per_run`` CPUs booked (default 4), ``--gres=gpu:G`` and the Dask
-    resource ``GPU=G`` with ``--gpus-per-run G``."""
+    """``dask_jobqueue.SLURMCluster`` keyword arguments: one single-threaded worker per job, GPUs as resources."""
     get = lambda name: env.get(name) or SLURM_SETTINGS[name]
     split = lambda name: [s.strip() for s in (env.get(name) or "").split(";") if s.strip()]
     cpus = int(threads_per_run or 4)
@@ -224,8 +214,7 @@ def walltime_warning(walltime: str, longest: tuple[str, float] | None) -> str | 
 
 
 def default_threads(spec: SchedulerSpec, threads_per_run: int | None) -> int | None:
-    """``--threads-per-run``, else for ``local:N`` this machine's cores divided by N (None elsewhere:
-    the workers' environment decides)."""
+    """``--threads-per-run``, else for ``local:N`` this machine's cores divided by N (else None)."""
     if threads_per_run or spec.kind != "local":
         return threads_per_run
     return max(1, (os.cpu_count() or 1) // spec.workers)
@@ -253,8 +242,7 @@ def _wait_for_workers(client, count: int, timeout: float | None, where: str, clu
 
 
 def start_cluster(spec: SchedulerSpec, gpus_per_run: int = 0, threads_per_run: int | None = None):
-    """``(client, cluster or None)`` for a parsed ``--scheduler`` that passed :func:`preflight` (the grid run calls it
-    before it writes anything); needs ``papa[dask]`` (``papa[slurm]`` for SLURM)."""
+    """``(client, cluster or None)`` for a parsed ``--scheduler`` that passed :func:`preflight`."""
     from distributed import Client, Nanny, Scheduler, SpecCluster
 
     if spec.kind == "address":

@@ -1,28 +1,13 @@
 """The grid on Dask distributed: ``--scheduler local:N | tcp://HOST:PORT | slurm[:JOBS]``.
 
 The driver (:func:`papa.pipeline.runner.run_grid`) keeps the lock and alone writes the manifest; a
-:class:`DaskExecutor` sends each ready run to a worker, where :func:`run_attempt` calls the same
-``execute`` as the sequential path. What a worker needs and does:
-
-* **A shared filesystem.** Workers read the checkout, the task data and write the run's notebook and
-  artefacts under the driver's repository root, at the same path.
-* **One run per worker process.** papermill changes the working directory of the whole process, so a
-  process-wide lock lets one run execute at a time (start workers with ``--nthreads 1``).
-* **Threads set explicitly.** Dask sets ``OMP_NUM_THREADS`` (and MKL, OpenBLAS) to 1 in its workers
-  and notebook kernels inherit it; ``--threads-per-run`` sets them (torch's intra-op thread count
-  follows ``OMP_NUM_THREADS`` in the kernel).
-* **Own scratch per attempt**: ``execute`` makes it and removes it; what an attempt killed with its
-  worker leaves there is removed by the driver before the run is submitted again.
-* **Hashed keys**: ``papa-run-<sha256(run_id)[:16]>-<attempt>``, never an argument string (Dask
-  replaces a task argument equal to a key by that task's result).
-
-A run whose worker dies (``KilledWorker``, a closed connection, a cancelled future) is submitted again,
-at most :data:`MAX_ATTEMPTS` times, and recorded only once it finished. A kernel that fails to start
-(``Kernel died before replying to kernel_info``, a start-up timeout, a port already in use) is tried
-once more in the same task, apart from notebook failures, which are results.
-
-:func:`make_executor` picks the executor for ``--scheduler`` (the sequential one included). Nothing here
-imports Dask at module level: ``--scheduler sequential`` never loads it.
+:class:`DaskExecutor` sends each ready run to a worker, where :func:`run_attempt` calls the same ``execute`` as
+the sequential path. Workers need a shared filesystem (the checkout, data and runs folder at the driver's paths),
+run one run per process (papermill's chdir is process-wide), get their thread counts from ``--threads-per-run``
+(Dask sets them to 1), and each attempt has its own scratch folder and a hashed Dask key (a key equal to a task
+argument would be replaced by that task's result). A run whose worker dies is submitted again, at most
+:data:`MAX_ATTEMPTS` times; a kernel that never started is tried once more in the same task. Nothing here imports
+Dask at module level: ``--scheduler sequential`` never loads it.
 """
 
 from __future__ import annotations
@@ -58,9 +43,7 @@ def dask_key(run_id: str, attempt: int) -> str:
 
 
 def attempt_leftovers(run: Run, root: Path = ROOT) -> list[Path]:
-    """What an attempt killed with its worker may leave in ``book/runs/<grid>/.executing/``: the
-    runner's per-attempt folders ``<run_id>.<n>/`` (and the older ``<run_id>.ipynb``,
-    ``<run_id>.source.ipynb``). Only this run's entries: other runs may be executing."""
+    """What an attempt killed with its worker may leave of this run in ``book/runs/<grid>/.executing/``."""
     scratch = root / "book" / "runs" / run.grid / ".executing"
     if not scratch.is_dir():
         return []
@@ -85,12 +68,7 @@ _ONE_RUN = threading.Lock()  # papermill's chdir is process-wide: one run per pr
 def run_attempt(
     execute: Callable[..., float], run: Run, root: str, threads_per_run: int | None
 ) -> tuple[str, float, str]:
-    """The task a worker runs: ``execute(run, root)`` (each call makes its own scratch folder), one
-    run per process at a time.
-
-    Returns ``("ok", seconds, "")`` or ``("failed", 0.0, message)`` (the notebook failed: a result).
-    A kernel that never started is tried once more, apart from notebook failures.
-    """
+    """The task a worker runs, one per process at a time: ``("ok", seconds, "")`` or ``("failed", 0.0, message)``."""
     with _ONE_RUN:
         os.environ.update(thread_environment(threads_per_run))  # the kernel inherits this environment
         if threads_per_run and "torch" in sys.modules:
@@ -106,8 +84,7 @@ def run_attempt(
 
 
 def fingerprint(root: str) -> dict:
-    """What the driver compares with its workers: the sha256 of papa's source files, the versions of
-    :data:`FINGERPRINT_PACKAGES`, and whether the repository root is visible at the same path."""
+    """papa's sources' sha256, the :data:`FINGERPRINT_PACKAGES` versions and whether ``root`` is visible here."""
     import papa
 
     package = Path(papa.__file__).resolve().parent
@@ -153,11 +130,7 @@ def _lost(error: BaseException | None) -> bool:
 
 
 class DaskExecutor:
-    """An :class:`~papa.pipeline.executors.Executor` on a ``distributed.Client``.
-
-    ``slots`` is the number of worker threads (refreshed at every :meth:`wait`); workers that join
-    later are checked against the driver's :func:`fingerprint` before runs are handed out.
-    """
+    """An executor on a ``distributed.Client``; every worker is checked against :func:`fingerprint` first."""
 
     def __init__(self, client, execute, *, root=ROOT, gpus_per_run=0, threads_per_run=None, cluster=None, out=None):
         self._client, self._cluster, self._execute, self._root = client, cluster, execute, Path(root)
@@ -245,10 +218,8 @@ def make_executor(
     root=None,
     out=None,
 ) -> Executor:
-    """The executor for ``--scheduler``: :class:`~papa.pipeline.executors.SequentialExecutor` for ``sequential``
-    (Dask is not imported), else a :class:`DaskExecutor` whose workers passed the preflight. With SLURM, the
-    longest of the ``stale`` runs (estimated from ``manifest``) is checked against the worker walltime.
-    ``root``: the repository root the workers write under (default the driver's)."""
+    """The executor for ``--scheduler`` (SLURM: the longest ``stale`` run checked against the walltime); ``root``:
+    where the workers write (default: the driver's repository root)."""
     spec = clusters.parse_scheduler(scheduler or "sequential")
     if gpus_per_run < 0 or (threads_per_run is not None and threads_per_run < 1):
         problem = f"--gpus-per-run {gpus_per_run} / --threads-per-run {threads_per_run}: out of range"

@@ -15,30 +15,20 @@ if TYPE_CHECKING:
 
 #: Seconds a chapter run (results, controls, replacements) takes: it only reads JSON.
 DEFAULT_SECONDS = dict.fromkeys(CHAPTERS, 40)
-#: MiniLM-L6 on two CPU cores, seconds per example: ``extract``, a compact encoder pass that caches features
-#: (tokenising and caching included; per slot-padded example, scaled by :data:`COMPACT_SLOT_SHARE`); ``live``, a
-#: padded pass inside training or recording (the gates ranking, a faithful probe, the estimate run's recording, the
-#: last also scaled by the share); ``train``, one probe step per example, epoch and seed on cached features.
-#: Calibrated on the default grid's records after the compact path landed (runs alone on the machine): MiniLM-L6
-#: extracted 0.0013–0.0063 s per example (0.0065 per padded one) and stepped its probes in 0.00016 (SST-2, CoLA) to
-#: 0.00047 s (POS), plus 6–10 s of start-up, model loading and tokenising. Against 132 re-runs, each model's probe
-#: runs took 0.92–1.13× their guess (per task 0.7–1.7×: token tasks step slower and train longer), the short
-#: MiniLM runs 0.9–2.6×, and the 36 main mpnet-base probe runs, re-run all, 1.56× (155 against 99 min).
+#: MiniLM-L6 on two CPU cores, seconds per example: ``extract``, a compact encoder pass that caches features (scaled
+#: by :data:`COMPACT_SLOT_SHARE`); ``live``, a padded pass inside training or recording; ``train``, one probe step per
+#: example, epoch and seed. Calibrated on the default grid's records (against 132 re-runs, each model's probe runs
+#: took 0.92–1.13× their guess; the 36 main mpnet-base probe runs 1.56×).
 PROBE_SECONDS_PER_EXAMPLE = {"extract": 0.0065, "live": 0.016, "train": 0.0003}
 PROBE_STARTUP_SECONDS = 10
-#: Cost of a model relative to MiniLM-L6, as (encoder pass, probe step), from the same records: MiniLM-L3
-#: extracted 0.6× and stepped its probe in 0.7× MiniLM-L6's time; all-mpnet-base-v2 extracted 8.3× (0.0124 s per
-#: SST-2 example) and stepped its probe (13 states of 768 against 7 of 384) in 7.4–8.3×. A model not listed is
-#: costed as a base model (144 heads) or scaled by its heads.
+#: Cost of a model relative to MiniLM-L6, as (encoder pass, probe step), from the same records; a model not listed
+#: is costed as a base model (144 heads) or scaled by its heads.
 MODEL_COST = {"minilm-l6": (1.0, 1.0), "minilm-l3": (0.6, 0.7), "mpnet-base": (8.3, 8.0)}
 BASE_COST = (8.3, 8.0)
 #: ``(layers, hidden size, heads)`` of the calibrated models: a folder of the same shape is costed as that model.
 CALIBRATED_SHAPES = {(6, 384, 72): "minilm-l6", (3, 384, 36): "minilm-l3", (12, 768, 144): "mpnet-base"}
-#: Compact passes (:mod:`papa.core.compact`) run each batch of 64 on the slots real in one of its rows: the share of
-#: the L = 64 slots they keep, measured with the MiniLM and MPNet tokenizers over 2,600 training examples with the
-#: PAPA layout (SST-2 0.207, CoLA 0.202, CoNLL 0.318, MNLI 0.75 to 0.76, MRPC 0.91 to 0.92). An encoder pass over
-#: cached features costs the padded pass's cost times this share (the estimate runs and cached probes; the gates
-#: ranking and faithful probes run padded). A task not listed: 1.
+#: The share of the L = 64 slots a compact pass (:mod:`papa.core.compact`) keeps, measured over 2,600 training
+#: examples per task: a compact encoder pass costs the padded one times this share (a task not listed: 1).
 COMPACT_SLOT_SHARE = {"sst2": 0.21, "cola": 0.2, "ner": 0.32, "pos": 0.32, "mnli": 0.76, "mrpc": 0.92}
 #: With early stopping, the share of the epoch cap a probe is expected to train for (patience 3: the default grid's
 #: probes stopped after 8 of their 20 epochs on average, 6 to 17 by model and task).
@@ -82,9 +72,7 @@ def _dev(p: dict) -> int:
 
 
 def _pool_and_fit(p: dict) -> tuple[int, int]:
-    """``(training examples encoded, examples a probe seed trains on)`` of a probe or lr selection: the pool
-    (``pool_examples``, else ``max_train_examples``) never beyond the training split, a seed's draw never
-    beyond the pool (a setting past the split's size is costed at the split's row count)."""
+    """``(training examples encoded, examples a probe seed trains on)``, never beyond the split or the pool."""
     pool = _examples(p.get("pool_examples") or p["max_train_examples"], p["task"], "train")
     fit = p["max_train_examples"] if p.get("pool_examples") else None
     return pool, pool if fit is None else min(fit, pool)
@@ -120,8 +108,7 @@ def feature_set_bytes(model: str, examples: int, max_length: int) -> int | None:
 
 
 def run_size(run: Run) -> tuple[int, int | None]:
-    """``(examples the run encodes, bytes of cached features or None when unknown)``: an upper bound
-    (:func:`feature_set_bytes`; pad-only positions are dropped)."""
+    """``(examples the run encodes, an upper bound of its cached features' bytes or None when unknown)``."""
     p = run.params
     if run.kind in CHAPTERS:
         return 0, 0
@@ -138,18 +125,10 @@ def run_size(run: Run) -> tuple[int, int | None]:
 
 
 def run_cost(run: Run) -> tuple[float, dict[tuple, float]]:
-    """``(seconds of its own, {feature set: seconds to extract it})`` for a run never timed, from its
-    size and model (:data:`MODEL_COST`). Feature sets are named so that runs sharing one (the same
-    model, sentences, constant heads and subset: a study at k = 0 and the floor, NER and POS) pay for
-    it once in :func:`estimate_seconds`, as the feature cache makes them do.
-
-    * a cached probe: one encoder pass over its training pool (or subset) and its dev split, then
-      ``seeds × epochs`` probe steps per training example (under early stopping, :data:`EARLY_STOP_SHARE`
-      of the cap); a faithful probe pays an encoder pass for every example of every epoch;
-    * ``select_lr`` trains a probe per lr and seed on its pool (features shared with the k = 0 probes);
-    * ``estimate`` is one encoder pass; ``rank`` by gates trains through the live encoder (about three
-      passes per example and epoch); the chapters take :data:`DEFAULT_SECONDS`.
-    """
+    """``(seconds of its own, {feature set: seconds to extract it})`` for a run never timed, from its size and model
+    (:data:`MODEL_COST`); runs sharing a feature set pay for it once in :func:`estimate_seconds`. A cached probe
+    pays one encoder pass, then ``seeds × epochs`` probe steps; a faithful probe and a gates ranking pay encoder passes
+    in every epoch."""
     p = run.params
     if run.kind in CHAPTERS:
         return DEFAULT_SECONDS[run.kind], {}
@@ -186,12 +165,7 @@ def run_cost(run: Run) -> tuple[float, dict[tuple, float]]:
 
 
 def cache_bytes(runs: list[Run]) -> tuple[int, int, int]:
-    """``(kept, held, unknown)``: what ``runs`` leave in the feature cache, and what it holds at its peak.
-
-    ``kept``: the shared feature sets (no head constant, or every head: sets without a ranking), each counted
-    once, for they stay (:func:`papa.probing.protocol.release_private_features`); ``held``: the largest set of
-    a single run's own partial head set (0 < k < all), on disk only while that run runs; ``unknown``: runs
-    whose model dims cannot be told offline."""
+    """``(kept, held, unknown)``: shared feature bytes kept, the largest private set held, runs of unknown size."""
     kept, held, unknown, seen = 0, 0, 0, set()
     for run in runs:
         if run.kind not in ("probe", "select_lr"):
@@ -218,9 +192,7 @@ def run_seconds_guess(run: Run) -> float:
 
 
 def estimate_seconds(runs: list[Run], manifest: Manifest, resized: frozenset[str] | set[str] = frozenset()) -> float:
-    """Expected seconds for ``runs``: each run's last recorded duration, else :func:`run_cost`, with a
-    feature set shared by several runs extracted once. A run in ``resized`` (its parameters changed since that
-    duration was recorded: other sizes, epochs or seeds) is costed from its size instead."""
+    """Expected seconds for ``runs``: recorded durations (unless ``resized``), else :func:`run_cost`."""
     seconds, extracted = 0.0, set()
     for run in runs:
         previous = None if run.run_id in resized else manifest.entries.get(run.run_id, {}).get("seconds")
@@ -241,8 +213,7 @@ def _format(seconds: float) -> str:
 
 # -- what a dry run prints per run and for the feature cache -----------------------------------------
 def size_line(run: Run, budget: int) -> str:
-    """``2,600 examples, features ≤ 0.37 GB (RAM), ~1m40s on 2 CPU cores`` for one run of a dry run (times
-    are calibrated on two CPU cores, :mod:`papa.pipeline.estimate`; a GPU is much faster)."""
+    """``2,600 examples, features ≤ 0.37 GB (RAM), ~1m40s on 2 CPU cores`` for one run of a dry run."""
     examples, size = run_size(run)
     parts = [f"{examples:,} examples"] if examples else []
     if size is None:
@@ -255,10 +226,7 @@ def size_line(run: Run, budget: int) -> str:
 
 
 def report_disk(stale: list[Run], out) -> None:
-    """The feature cache these runs need on disk, against what is free there and what is already cached (a
-    warning when it may not fit). The need is an upper bound: a feature set already cached (by runs that are
-    stale only for their code, or by another grid) takes no more room, but which sets those are cannot be told
-    without encoding the data."""
+    """Print the feature cache these runs need at most, against what is free and cached (warning if it may not fit)."""
     from papa.probing.features import cache_dir, cache_root
 
     kept, held, _ = cache_bytes(stale)
@@ -278,10 +246,7 @@ def report_disk(stale: list[Run], out) -> None:
 
 
 def feature_reuse(runs: list[Run]) -> dict[str, tuple[int, int]]:
-    """``{run_id: (feature sets it extracts, feature sets it reuses)}`` for ``runs`` in the order they execute: a
-    set (same model, sentences, head set, subset and L, :func:`run_cost`'s keys) is extracted by the first run that
-    reads it and reused by every later one from the feature cache (k = 0 by the probe, the floor, the literal
-    setting and the lr choice; NER by POS). Runs that read no cached features have no entry."""
+    """``{run_id: (feature sets it extracts, feature sets it reuses)}``, in execution order."""
     seen: set[tuple] = set()
     counts: dict[str, tuple[int, int]] = {}
     for run in runs:

@@ -1,10 +1,6 @@
-"""Executed notebooks: a run's title from its parameters, and volatile metadata stripped; and the one escaping
-of user-supplied text (model names and paths, task, study and config names) that the titles and the book's
-generated pages share (:func:`myst_text`, :func:`code_span`, :func:`model_markdown`).
-
-The runner (:mod:`papa.pipeline.runner`) and the stamps (:mod:`papa.pipeline.stamps`) call
-:func:`clean_executed` on every notebook papermill wrote. Only the chapters' kernels import it (through
-:mod:`papa.book`), so editing it re-runs the chapters, never an estimate, rank or probe.
+"""Executed notebooks: a run's title from its parameters, volatile metadata stripped (:func:`clean_executed`), and
+the one escaping of user-supplied text that the titles and the book's generated pages share (:func:`myst_text`,
+:func:`code_span`, :func:`model_markdown`). The chapters' kernels import it: editing its code re-runs them.
 """
 
 from __future__ import annotations
@@ -42,20 +38,15 @@ STUDY_WORDS = {
 }
 
 
-#: Characters backslash-escaped wherever they stand: they open code, emphasis, links, roles (``{name}`` and
-#: ``{{ }}``), math, tables, strikethrough and closing heading marks; ``_`` too, unless it stands inside a word
-#: (``x86_64``), where it opens nothing. ``'`` is left as it is (it opens nothing in MyST text, and the committed
-#: titles hold it).
+#: Characters backslash-escaped wherever they stand (they open MyST syntax); ``_`` only where it is not inside a word.
 _BACKSLASHED = frozenset("\\`*[]{}#|~$")
 _OPENING_UNDERSCORE = re.compile(r"(?<![^\W_])_|_(?![^\W_])")
 #: HTML's special characters as entities: text in Markdown and in raw HTML alike (``<`` never opens a tag).
 _ENTITIES = {"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;"}
-#: What starts a block at the start of a line (a list item, thematic break or setext underline, a definition, a
-#: colon fence, a comment, a target): escaped when the text begins with it.
+#: What starts a block at the start of a line (a list item, a rule, a fence, a comment): escaped at the text's start.
 _BLOCK_START = re.compile(r"^(?:[-+=:](?=[-+=:\s]|$)|[%(])")
 _NAMED_CONTROLS = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
-#: An embedded model name or a hub id (``org/name``): shown as it is; any other model (a folder path, odd
-#: characters) is shown by a short display name with its full path in a code span.
+#: An embedded model name or a hub id, shown as it is (any other model: a short name, its full path in a code span).
 _PLAIN_MODEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
 
 
@@ -74,11 +65,8 @@ def visible(text: object) -> str:
 
 
 def myst_text(text: object) -> str:
-    """User-supplied ``text`` as MyST Markdown that renders as exactly that text, and as HTML that holds no tag: control
-    characters shown escaped (:func:`visible`), HTML's special characters as entities, and every character that opens
-    Markdown or MyST syntax (code, emphasis, links, roles, math, tables; a block at the start) backslash-escaped.
-    The one escaping of the book's pages and run titles; names made of letters, digits, ``-``, ``.``, ``/`` and
-    spaces come back unchanged."""
+    """User-supplied ``text`` as MyST Markdown that renders as exactly that text and holds no HTML tag (control
+    characters shown escaped, HTML's special characters as entities, MyST syntax backslash-escaped)."""
     out = "".join(_ENTITIES.get(c) or (f"\\{c}" if c in _BACKSLASHED else c) for c in visible(text))
     out = _OPENING_UNDERSCORE.sub(r"\\_", out)
     out = re.sub(r"^(\d+)([.)])(?=\s|$)", r"\1\\\2", out)  # not an ordered list
@@ -87,9 +75,7 @@ def myst_text(text: object) -> str:
 
 
 def code_span(text: object, table: bool = False) -> str:
-    """``text`` (control characters shown escaped) as one Markdown code span, whatever backticks it holds: the fence is
-    one backtick longer than its longest run, padded when the text starts or ends with one. Inside a code span
-    nothing is parsed (no HTML, role or directive). ``table``: ``|`` escaped, for a table cell."""
+    """``text`` as one Markdown code span, whatever backticks it holds (``table``: ``|`` escaped, for a table cell)."""
     body = visible(text) or " "
     fence = "`" * (1 + max((len(run) for run in re.findall(r"`+", body)), default=0))
     pad = " " if body[0] == "`" or body[-1] == "`" or (body[0] == " " and body[-1] == " " and body.strip()) else ""
@@ -145,9 +131,7 @@ def _total_heads(params: dict, root: Path) -> int | None:
 
 
 def run_kind(params: dict) -> str | None:
-    """The kind of run papermill's ``params`` describe (``estimate``, ``rank``, ``select_lr`` or ``probe``), from the
-    fields only that kind's params model has; None for a chapter (``grid_config``) or parameters of no known kind,
-    which keep their notebook's own heading rather than a wrong one."""
+    """The kind of run papermill's ``params`` describe (None: a chapter or no known kind)."""
     if "grid_config" in params or "model" not in params or "task" not in params:
         return None
     if "method" in params:
@@ -162,14 +146,8 @@ def run_kind(params: dict) -> str | None:
 
 
 def run_title(params: dict, root: Path | None = None) -> str | None:
-    """The heading that names a run from its parameters (MyST Markdown: every name in it escaped by :func:`myst_text`,
-    a model folder shown by :func:`model_markdown`), or None for a chapter.
-
-    ``Constants — minilm-l6 · SST-2 · 1,000 training examples``, ``Ranking — minilm-l6 · SST-2 (gates)``,
-    ``Learning rate — minilm-l6 · SST-2 · chosen among 2e-05, 0.0002, 0.001``,
-    ``Probe — minilm-l6 · SST-2 · gates · 36 of 72 heads constant · seeds 42, 43, 44``; a probe of a study
-    (its ``out`` file named ``..._<study>__s{seed}.json``) ends with the study in words.
-    """
+    """The MyST heading that names a run from its parameters (``Ranking — minilm-l6 · SST-2 (gates)``; a study's
+    probe ends with the study in words), or None for a chapter."""
     kind = run_kind(params)
     if kind is None:
         return None
@@ -211,8 +189,7 @@ def run_title(params: dict, root: Path | None = None) -> str | None:
 
 
 def heading(nb: dict) -> str | None:
-    """The ``# ...`` heading of a notebook's first markdown cell (what the book's sidebar and the browser's
-    title show), or None."""
+    """The ``# ...`` heading of a notebook's first markdown cell, or None."""
     for cell in nb.get("cells", []):
         if cell.get("cell_type") == "markdown":
             lines = "".join(cell.get("source", "")).splitlines()
@@ -221,9 +198,7 @@ def heading(nb: dict) -> str | None:
 
 
 def title_is_stale(notebook: Path, params: dict, root: Path) -> bool:
-    """Whether an executed run notebook's heading differs from the title its parameters give today (a run
-    executed before its kind's title changed): the runner refreshes its text, it does not re-execute it. An
-    unreadable notebook is not judged here (the run's stamp check re-executes it)."""
+    """Whether an executed run notebook's heading differs from the title its parameters give today."""
     title = run_title(params, root)
     if title is None:
         return False
@@ -251,13 +226,7 @@ def _retitle(nb: dict, title: str) -> None:
 
 
 def clean_executed(nb: dict, root: Path) -> dict:
-    """Strip volatile metadata (times, durations, machine paths) from an executed notebook, in place.
-
-    A run notebook (estimate, rank, probe) is titled after its run (:func:`run_title`, from the
-    parameters papermill injected), and its default ``parameters`` cell is hidden in the book
-    (``remove-cell``), so the injected parameters are the first code a reader sees. A chapter hides
-    both its parameters cells.
-    """
+    """Strip volatile metadata from an executed notebook, title it and hide its parameters cell, in place."""
     paper = nb.get("metadata", {}).get("papermill", {})
     for key in _VOLATILE_NB:
         paper.pop(key, None)

@@ -1,15 +1,7 @@
 """Where and how runs execute: :func:`execute` runs one run's notebook with papermill; the driver
 (:func:`papa.pipeline.runner.run_grid`) hands ready runs to an :class:`Executor` and records what comes back.
-Only the driver writes the manifest.
-
-* :class:`SequentialExecutor` (the default) executes one run at a time in this process, with no
-  extra dependency.
-* A Dask executor (``--scheduler local:N | tcp://HOST:PORT | slurm[:JOBS]``,
-  :class:`papa.pipeline.distributed.DaskExecutor`) runs several at once;
-  :func:`papa.pipeline.distributed.make_executor` picks one of the two for ``--scheduler``.
-
-An executor never writes the manifest; it returns one :class:`Outcome` per submitted run. This module never
-imports :mod:`papa.pipeline.distributed` (which imports it).
+:class:`SequentialExecutor` (the default) runs one at a time in this process; a Dask executor
+(:mod:`papa.pipeline.distributed`, which imports this module) runs several. An executor never writes the manifest.
 """
 
 from __future__ import annotations
@@ -30,12 +22,7 @@ from papa.pipeline.plan import ROOT, Run, run_notebook_path
 
 @dataclass
 class Outcome:
-    """What became of one submitted run.
-
-    ``status``: ``"ok"`` (notebook and outputs in place), ``"failed"`` (the notebook raised: a result,
-    its dependants are blocked) or ``"lost"`` (the worker died or the kernel never started: the
-    driver may submit it again).
-    """
+    """What became of one submitted run: ``status`` ``"ok"``, ``"failed"`` or ``"lost"`` (its worker died)."""
 
     run: Run
     status: str
@@ -58,9 +45,7 @@ class Executor(Protocol):
 
 
 class SequentialExecutor:
-    """One run at a time, in this process (``execute`` is :func:`execute`). ``environment``
-    (e.g. ``OMP_NUM_THREADS`` from ``--threads-per-run``) is set while a run executes, so its notebook kernel
-    inherits it, and restored after."""
+    """One run at a time, in this process, with ``environment`` (thread counts) set while it executes."""
 
     slots = 1
 
@@ -109,8 +94,7 @@ def _scratch(folder: Path, run_id: str) -> Path:
 
 
 def execute(run: Run, root: Path = ROOT) -> float:
-    """Execute one run's notebook with papermill (cwd = repo root); returns seconds. Every failure,
-    writing included, is raised as a :class:`PapaError`."""
+    """Execute one run's notebook with papermill (cwd = repo root); returns seconds; any failure is a PapaError."""
     import nbformat
     import papermill
 

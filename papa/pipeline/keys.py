@@ -1,17 +1,9 @@
 """Run keys: a run is stale exactly when something that can change its outputs has changed.
 
-A run's key is a hash over its **components** (:func:`run_components`):
-
-* ``notebook``: its notebook's code fingerprint (code cells, normalised; not the markdown);
-* ``params``: its parameters;
-* ``papa``: ``{module: fingerprint}`` of every papa module the notebook executes (a static import
-  graph, :func:`papa.pipeline.sources.papa_modules`; comments, docstrings and layout ignored);
-* ``environment``: the versions of :data:`ENV_PACKAGES`;
-* ``deps``: the keys of the runs it depends on (so a change propagates to its dependants).
-
-The task data is fingerprinted apart (:func:`data_fingerprints`): without a local data folder it
-cannot be checked and the recorded fingerprint is trusted. The components are stored with each run
-(stamp and manifest), so :func:`what_changed` can say why a run is stale.
+A run's key hashes its components (:func:`run_components`): its notebook's code fingerprint, its parameters, the
+fingerprints of the papa modules the notebook executes (:func:`papa.pipeline.sources.papa_modules`), the versions of
+:data:`ENV_PACKAGES` and the keys of the runs it depends on. The task data is fingerprinted apart
+(:func:`data_fingerprints`). The components are stored with each run, so :func:`what_changed` can say why it is stale.
 """
 
 from __future__ import annotations
@@ -34,9 +26,7 @@ def _sha(text: str | bytes) -> str:
 
 
 def environment() -> dict[str, str]:
-    """Installed versions of :data:`ENV_PACKAGES` (``"absent"`` for a missing one), without a local version label:
-    torch ``2.13.0+cpu`` (the CPU wheel) and PyPI's ``2.13.0`` compute the same numbers, and a key that told them
-    apart would make every committed run stale on a machine that installed the other wheel."""
+    """Installed versions of :data:`ENV_PACKAGES` (``"absent"`` if missing) without a local label (``+cpu``)."""
     return {name: value.split("+", 1)[0] for name, value in package_versions(ENV_PACKAGES).items()}
 
 
@@ -59,9 +49,7 @@ def _data_fingerprint(task: str | None) -> str:
 
 
 def data_fingerprints(runs: list[Run]) -> dict[str, str | None]:
-    """Per run, a fingerprint of its task's local data (``SHA256SUMS`` lines), or None when no local
-    data folder is set: then the data cannot be checked, and the recorded one is trusted (so a fresh
-    clone renders its committed runs without the data)."""
+    """Per run, a fingerprint of its task's local data, or None without a local data folder (unchecked)."""
     from papa.probing.data import resolve_data_dir
 
     if resolve_data_dir() is None:

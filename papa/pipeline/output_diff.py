@@ -1,14 +1,9 @@
 """Field by field: how a re-made output of a run differs from the committed one (``papa grid verify``).
 
-A run's outputs are JSON results (probe results, rankings, lr choices) and safetensors constants. Two executions
-of one run on the same CPU with the same versions must give the same values, bit for bit; only what describes the
-execution itself may differ: durations, the device, the commit and versions of the provenance, the feature cache's
-hits and the file's own checksum (:data:`VOLATILE`). Every other field is compared: numbers within ``tolerance``
-(absolute; 0 asks for equality), everything else (text, flags, counts, a ranking's head order) exactly.
-
-:func:`diff_values` compares two JSON values; :func:`diff_files` two output files of one kind. Each returns
-:class:`Difference` objects (a field path such as ``metrics.main``, ``ranking[3]`` or ``constants``) and the largest
-numeric difference seen, also among the values within tolerance.
+Every field is compared (numbers within ``tolerance``, absolute, 0 asking for equality; everything else exactly)
+except those describing the execution itself (:data:`VOLATILE`, and the provenance but for its results).
+:func:`diff_values` compares two JSON values, :func:`diff_files` two output files; each returns the
+:class:`Difference` objects and the largest numeric difference seen, also among those within tolerance.
 """
 
 from __future__ import annotations
@@ -130,8 +125,7 @@ def _diff_constants(committed: Path, remade: Path, tolerance: float) -> tuple[li
 
 
 def diff_files(committed: Path, remade: Path, tolerance: float = 0.0) -> tuple[list[Difference], float]:
-    """Two output files of one run: constants (``.safetensors``) or JSON; a re-made file that is missing or does not
-    read is itself a difference."""
+    """Two output files of one run (constants or JSON); a missing or unreadable re-made file differs."""
     if not remade.is_file():
         return [Difference("(file)", "present", "missing: the re-execution did not write it")], 0.0
     if committed.suffix == ".safetensors":

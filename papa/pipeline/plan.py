@@ -1,14 +1,8 @@
 """A grid config (``configs/*.yaml``) → its validated form and the dependency-ordered list of runs.
 
-The config is checked against :class:`papa.core.grid_schema.GridConfig` before anything runs (every bad
-value is one :class:`PapaError` naming its YAML path); each run's parameters are a params model of
-:mod:`papa.core.schema` dumped to a dict, so no field list is copied here. Run ids and artefact
-names are slugs (:mod:`papa.core.names`): a hub id such as ``microsoft/deberta-base`` or a local
-folder never puts ``/`` into a path. Planning is offline: head counts come from
-:func:`head_count` (a local ``config.json``, a table of known models, the Hugging Face cache), and
-a model it cannot size is named in :attr:`Plan.unsized` instead of failing the plan.
-
-See :mod:`papa.pipeline.grid` for the whole flow."""
+Each run's parameters are a params model of :mod:`papa.core.schema` dumped to a dict; run ids and artefact names
+are slugs (:mod:`papa.core.names`). Planning is offline (:func:`head_count`): a model it cannot size is named in
+:attr:`Plan.unsized` instead of failing the plan. See :mod:`papa.pipeline.grid` for the whole flow."""
 
 from __future__ import annotations
 
@@ -30,10 +24,8 @@ from papa.core.names import run_id, slug
 
 
 def project_root(start: Path | None = None) -> Path:
-    """The project folder a grid runs in: ``$PAPA_PROJECT_DIR`` if set, else the nearest folder at or
-    above ``start`` (the working directory) that holds ``notebooks/03_probe.md`` and ``configs/``, else
-    the source checkout this package was imported from. Notebooks, configs and ``book/runs`` are read and
-    written there, so ``papa grid run`` works from an installed package inside a copy of the project."""
+    """The project folder a grid runs in: ``$PAPA_PROJECT_DIR``, else the nearest folder at or above ``start`` with
+    ``notebooks/03_probe.md`` and ``configs/``, else the checkout this package was imported from."""
     if os.environ.get("PAPA_PROJECT_DIR"):
         return Path(os.environ["PAPA_PROJECT_DIR"]).expanduser().resolve()
     start = (start or Path.cwd()).resolve()
@@ -81,9 +73,7 @@ class Plan(list):
 
 
 def load_config(path: str | Path) -> dict:
-    """Read and validate a grid config: a plain dict with every default filled in (studies keep only
-    the keys they set, the rest inherit the probe section), plus ``_path`` (repo-relative when inside
-    the repository). Any bad value is one :class:`PapaError` naming its path; nothing is written."""
+    """Read and validate a grid config: a plain dict with every default filled in, plus ``_path``."""
     path = Path(path)
     data = read_yaml(path)
     grid = validate(GridConfig, data, f"Config {path.name}")
@@ -132,11 +122,7 @@ def _heads_in(config_file: str | Path) -> int | None:
 
 
 def head_count(model: str) -> tuple[int | None, str]:
-    """``(layers × heads, where it came from)`` without loading the model, or ``(None, why not)``.
-
-    In order: an embedded model's known size; a local folder's ``config.json``; the table
-    :data:`KNOWN_HEAD_COUNTS`; a ``config.json`` in the Hugging Face cache; the hub itself, unless
-    ``HF_HUB_OFFLINE`` is set."""
+    """``(layers × heads, where it came from)`` without loading the model, or ``(None, why not)``."""
     if model in EMBEDDED:
         return KNOWN_HEAD_COUNTS[model], "embedded"
     folder = Path(model).expanduser()
@@ -180,10 +166,7 @@ PROBE_SETTINGS = (
 
 
 def expand(config: dict | GridConfig, path: str | None = None) -> Plan:
-    """All runs of a config in dependency order (estimates, rankings, probes, then the chapters).
-
-    Every run's ``params`` is a params model of :mod:`papa.core.schema` dumped to a dict; ``path`` (the
-    config file for the chapters) defaults to ``config["_path"]``."""
+    """All runs of a config in dependency order (estimates, rankings, probes, then the chapters)."""
     from papa.core.heads import count_for
 
     grid = grid_model(config)
@@ -299,9 +282,7 @@ def chapter_study_runs(config: dict, run_ids: Iterable[str], chapter: str) -> li
 
 
 def chapter_study_minutes(config: dict, manifest: dict[str, dict], chapter: str) -> tuple[int, float]:
-    """``(runs, minutes)``: how many of the manifest's runs belong to ``chapter``'s studies
-    (:func:`chapter_study_runs`) and their notebooks' wall time summed, in minutes; the one sum the
-    reproducibility page and the chapter both print."""
+    """``(runs, minutes)``: the manifest's runs of ``chapter``'s studies and their summed wall time."""
     run_ids = chapter_study_runs(config, manifest, chapter)
     return len(run_ids), sum(float(manifest[run_id].get("seconds") or 0) for run_id in run_ids) / 60
 

@@ -1,11 +1,9 @@
 """The runner: which runs are stale and why, the lock and the driver (a run executes: :mod:`~papa.pipeline.executors`).
 
-:func:`run_grid` takes the grid's lock, removes what a killed runner left behind, checks that the runs
-folder serves this config, computes the stale runs **under the lock** (:func:`grid_status`: keys,
-stamps and output checksums, :mod:`papa.pipeline.stamps`), refreshes executed notebooks whose source
-changed only in its text, and hands the stale runs to an :class:`~papa.pipeline.executors.Executor`.
-The driver alone seals finished runs (stamp) and records outcomes in the manifest; a run that fails,
-writing included, blocks only its dependants, and the summary is always printed.
+:func:`run_grid` takes the grid's lock, cleans what a killed runner left, checks the runs folder's owner, computes
+the stale runs under the lock (:func:`grid_status`), refreshes executed notebooks whose source changed only in its
+text and hands the stale runs to an executor. Only the driver seals runs and writes the manifest; a failed run
+blocks only its dependants, and the summary is always printed.
 """
 
 from __future__ import annotations
@@ -27,8 +25,6 @@ from papa.pipeline.executors import execute
 from papa.pipeline.keys import data_fingerprints, key_of, notebook_displays, run_components, upstream
 from papa.pipeline.plan import ROOT, Run, expand, load_config, run_notebook_path, runs_dir
 from papa.pipeline.stamps import GridLock, Manifest
-
-__all__ = ["GridLock", "GridStatus", "Manifest", "check_data_available", "grid_status", "run_grid", "stale_runs"]
 
 
 @dataclass
@@ -81,9 +77,7 @@ def grid_status(config: dict) -> GridStatus:
 
 
 def mark_dependants(status: GridStatus) -> None:
-    """Make every run downstream of a run in ``status.reasons`` stale too ("upstream … re-runs"), and rebuild
-    ``status.stale`` in plan (dependency) order: a run that turns stale after planning (a failed text refresh)
-    re-executes, and what read its outputs re-executes in the same grid run rather than the next."""
+    """Make every run downstream of a stale one stale too, and rebuild ``status.stale`` in plan order."""
     for run in status.runs:  # dependency order: upstream verdicts are known
         rerun = [d for d in run.deps if d in status.reasons]
         if rerun and run.run_id not in status.reasons:
@@ -92,8 +86,7 @@ def mark_dependants(status: GridStatus) -> None:
 
 
 def stale_runs(config: dict) -> tuple[list[Run], list[Run], dict[str, tuple[str, str | None]], Manifest]:
-    """``(all runs, stale runs, keys, manifest)``; ``keys[run_id]`` is ``(key, data fingerprint)``. An executed
-    notebook edited after it ran is refused (:func:`check_not_edited`): it is never rendered as a run's."""
+    """``(all runs, stale runs, {run_id: (key, data fingerprint)}, manifest)``; refuses edited notebooks."""
     status = grid_status(config)
     check_not_edited(status, config)
     return status.runs, status.stale, status.keys, status.manifest
@@ -129,9 +122,7 @@ def check_data_available(stale: list[Run]) -> None:
 
 
 def _drive(executor, stale: list[Run], keys: dict, manifest: Manifest, failed: dict, started: float, out, seal=None):
-    """Hand every stale run to ``executor`` once its stale dependencies are done; the driver alone
-    seals finished runs (``seal(run, seconds)``: stamps) and records outcomes in the manifest. A failed
-    run (sealing included) blocks its dependants; a manifest that cannot be saved is reported, not fatal."""
+    """Hand every stale run to ``executor`` once its stale dependencies are done; seal and record each outcome."""
     pending = {run.run_id: run for run in stale}
     stale_ids = set(pending)
     done: set[str] = set()
@@ -186,14 +177,11 @@ def _save(manifest: Manifest, out) -> None:
 
 
 def resized_runs(status: GridStatus, stale: list[Run]) -> set[str]:
-    """The stale runs whose parameters differ from those their stamp recorded (other sizes, epochs or seeds): their
-    last duration no longer predicts them. A run without a stamp has no duration to distrust."""
-    resized = set()
-    for run in stale:
-        recorded = ((status.stamps.get(run.run_id) or {}).get("components") or {}).get("params")
-        if recorded is not None and recorded != status.components[run.run_id]["params"]:
-            resized.add(run.run_id)
-    return resized
+    """The stale runs whose parameters differ from their stamp's: their last duration no longer predicts them."""
+    recorded = {r.run_id: ((status.stamps.get(r.run_id) or {}).get("components") or {}).get("params") for r in stale}
+    return {
+        rid for rid, params in recorded.items() if params is not None and params != status.components[rid]["params"]
+    }
 
 
 def _report_plan(status: GridStatus, stale: list[Run], config: dict, out, dry_run: bool) -> None:
@@ -217,8 +205,7 @@ def _report_plan(status: GridStatus, stale: list[Run], config: dict, out, dry_ru
 
 
 def _report_outside_plan(status: GridStatus, folder: Path, out, mode: str) -> None:
-    """Files of the runs folder and manifest entries that no run of the plan wrote: ``mode`` ``"dry-run"``
-    names them, ``"prune"`` removes and names them, ``"count"`` (a run without ``--prune``) counts them."""
+    """What no run of the plan wrote: ``mode`` ``"dry-run"`` names it, ``"prune"`` removes it, ``"count"`` counts."""
     say = functools.partial(print, file=out)
     if getattr(status.runs, "unsized", None):
         say(f"  not in the plan: not checked (the plan lacks the probes of {', '.join(status.runs.unsized)})")
@@ -247,9 +234,7 @@ def _check_sized(plan) -> None:
 
 
 def _check_runnable(status: GridStatus, stale: list[Run], only: str | None) -> None:
-    """Refuse a run whose plan is incomplete: a model whose heads cannot be counted offline (its probes are
-    missing from the plan, so the chapters would be sealed without them), or, with ``only``, a selected run
-    whose upstream run is stale and not selected (it would run on old or missing constants and rankings)."""
+    """Refuse an incomplete plan, or (``only``) a selected run whose stale upstream run is not selected."""
     _check_sized(status.runs)
     if not only:
         return
@@ -280,13 +265,7 @@ def run_grid(
     threads_per_run: int | None = None,
     prune: bool = False,
 ) -> int:
-    """Bring a grid's runs up to date; returns 0 when every run is up to date, else 1.
-
-    ``dry_run``: verify every output and say, per stale run, why (nothing is written). ``replace``:
-    let this config take over a runs folder that serves another config of the same name.
-    ``scheduler``: ``sequential`` (this process), ``local:N``, ``tcp://HOST:PORT`` or ``slurm[:JOBS]``
-    (Dask, :mod:`papa.pipeline.distributed`); only this driver writes the manifest. ``prune``: remove the files
-    and manifest entries of runs the plan does not have (``dry_run`` names them as "not in the plan")."""
+    """Bring a grid's runs up to date (``papa grid run``); 0 when every run is up to date, else 1."""
     out = out or sys.stdout
     config = load_config(config_path)
     folder = runs_dir(config)

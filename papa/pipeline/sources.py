@@ -1,17 +1,10 @@
 """What a run's notebook executes, fingerprinted so that only real code changes count.
 
-* :func:`module_fingerprint`: a papa module's *normalised* source: the ``ast.dump`` of its syntax tree
-  with every docstring (any bare string statement) removed. Comments never reach the tree, and
-  formatting does not change it, so only an edit that changes the code changes the fingerprint.
-* :func:`papa_modules`: the papa modules a notebook executes, from a **static import graph**: the
-  notebook's code cells are parsed with :mod:`ast`; ``import papa...``, ``from papa... import`` and
-  attribute uses such as ``papa.figures.x`` (the lazy names of ``papa/__init__.py``: its
-  ``_LAZY_MODULES`` and the names its ``__getattr__`` imports) are followed transitively through
-  papa's own modules, function-local imports included.
-* :func:`notebook_fingerprints`: a notebook's *code* (code cells, normalised like modules, and which
-  cell holds the parameters) and its *display* (every cell as written: markdown included). A changed
-  code fingerprint re-executes the run; a changed display alone only refreshes the executed notebook's
-  text (:func:`papa.pipeline.stamps.refresh_text`).
+:func:`module_fingerprint` hashes a papa module's syntax tree without docstrings (comments and layout never reach
+it). :func:`papa_modules` follows a notebook's code cells through a static import graph (imports, function-local
+ones included, and attribute uses of ``papa/__init__.py``'s lazy names) over papa's modules.
+:func:`notebook_fingerprints` gives a notebook's *code* fingerprint (a change re-executes the run) and its
+*display* fingerprint (a change alone refreshes the executed notebook's text).
 """
 
 from __future__ import annotations
@@ -100,8 +93,8 @@ def module_fingerprint(name: str, package: Path = PACKAGE) -> str:
 
 
 def _lazy_names(tree: ast.Module) -> dict[str, str]:
-    """Attributes a package provides lazily: its ``_LAZY_MODULES`` and ``_LAZY_NAMES`` dicts (name → module) and
-    the ``if name == "x": ... import_module("m")`` branches of its module ``__getattr__``."""
+    """A package's lazy attributes (name → module): its ``_LAZY_MODULES`` and ``_LAZY_NAMES`` dicts and the
+    ``import_module("m")`` branches of its ``__getattr__``."""
     lazy: dict[str, str] = {}
     for node in tree.body:
         if isinstance(node, (ast.Assign, ast.AnnAssign)) and isinstance(node.value, ast.Dict):
@@ -186,8 +179,7 @@ def _by_path(name: str, package: Path) -> list[str]:
 
 
 def papa_modules(tree: ast.Module, package: Path = PACKAGE) -> dict[str, str]:
-    """``{module: fingerprint}`` of every papa module the code in ``tree`` executes (transitively), the files a
-    reached module loads by path included (:data:`LOADED_BY_PATH`: the metric scripts)."""
+    """``{module: fingerprint}`` of every papa module the code in ``tree`` executes, transitively."""
     todo = sorted(imported_modules(tree, "__notebook__", package))
     seen: dict[str, str] = {}
     while todo:
@@ -214,11 +206,7 @@ def notebook_code_tree(nb) -> ast.Module:
 
 
 def notebook_fingerprints(nb) -> tuple[str, str]:
-    """``(code, display)`` fingerprints of a source notebook (an nbformat node).
-
-    ``code``: per code cell its normalised code and whether it is the ``parameters`` cell (the cell
-    count included, so cells pair one-to-one when only the text changed). ``display``: every cell's
-    type, source and tags as written."""
+    """``(code, display)`` fingerprints of a source notebook (code cells normalised; every cell as written)."""
     tags = lambda cell: cell.get("metadata", {}).get("tags", [])
     code = [[normalised_code(c.source), "parameters" in tags(c)] for c in nb.cells if c.cell_type == "code"]
     display = [[c.cell_type, c.source, tags(c)] for c in nb.cells]

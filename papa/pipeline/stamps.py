@@ -1,22 +1,12 @@
 """Outputs bound to the key that produced them, and the manifest as a cache of that binding.
 
-After a run succeeds, the driver **seals** it (:func:`seal`): the executed notebook gets the run's
-key in its metadata (``metadata.papa``), then one stamp per run,
-``book/runs/<grid>/stamps/<run_id>.json``, is written atomically with a required checksum::
-
-    {"run_id", "key", "components", "display", "data", "seconds",
-     "outputs": {path: sha256},        # every artefact and the executed notebook
-     "inputs": {dep_run_id: digest}}   # what the upstream runs' outputs were when it ran
-
-A run's outputs are trusted (:func:`verify`) only when its stamp's checksum holds, its key equals the
-expected key and every output's sha256 matches; anything else is stale with a reason. The manifest
-(``manifest.json``) holds the same per-run facts plus failures; without it (deleted, corrupt) it is
-rebuilt from the stamps (:class:`Manifest`), nothing is re-run for that.
-
-The runs folder itself: :func:`check_owner` / :func:`record_owner` bind it to one config file
-(``grid.json``), :class:`GridLock` keeps a second runner off it, :func:`clean_leftovers` removes what a
-killed runner left behind, and :func:`outside_plan` / :func:`prune_outside_plan` find and remove what no run
-of the current plan wrote (``papa grid run --prune``).
+:func:`seal` writes a finished run's key into its executed notebook's metadata, then its stamp
+``book/runs/<grid>/stamps/<run_id>.json`` (atomic, checksummed: run_id, key, components, display, data, seconds,
+``outputs`` {path: sha256} and ``inputs`` {dep: digest of what it read}). :func:`verify` trusts outputs only when
+the stamp's checksum, the key and every output's sha256 hold. The manifest caches the stamps and records failures;
+missing or corrupt, it is rebuilt from them (:class:`Manifest`). The runs folder serves one config
+(:func:`check_owner`), :class:`GridLock` keeps a second runner off it, :func:`clean_leftovers` removes what a killed
+runner left, and :func:`outside_plan` / :func:`prune_outside_plan` find and remove what no planned run wrote.
 """
 
 from __future__ import annotations
@@ -66,8 +56,7 @@ def read_stamp(path: Path) -> dict | None:
 
 
 def digest(stamp: dict) -> str:
-    """What a run's artefacts were: 16 hex digits over its key and artefact checksums (the executed
-    notebook left out: refreshing its text changes nothing downstream)."""
+    """16 hex digits over a run's key and artefact checksums (its executed notebook left out)."""
     artefacts = {path: sha for path, sha in stamp["outputs"].items() if not path.endswith(".ipynb")}
     return _sha({"key": stamp["key"], "outputs": artefacts})[:16]
 
@@ -121,8 +110,7 @@ def verify(run: Run, key: str, components: dict, data: str | None, stamp: dict |
 
 
 def notebook_edited(run: Run, stamp: dict | None, root: Path = ROOT) -> bool:
-    """Whether ``run``'s executed notebook is there but is not the one its stamp sealed (whatever the key):
-    papa rewrites it only through :func:`seal` and :func:`refresh_text`, which update the stamp."""
+    """Whether ``run``'s executed notebook is there but is not the one its stamp sealed (whatever the key)."""
     rel = run_notebook_path(run)
     sealed = (stamp or {}).get("outputs", {}).get(rel)
     return sealed is not None and (root / rel).is_file() and sha256_file(root / rel) != sealed
@@ -151,20 +139,19 @@ def entry_of(stamp: dict) -> dict:
     return entry | {"seconds": stamp.get("seconds"), "components": stamp.get("components")}
 
 
+def read_stamps(folder: Path) -> list[dict]:
+    """Every stamp of a runs folder whose checksum holds and that names its run, sorted by file name."""
+    stamps = (read_stamp(path) for path in sorted((folder / "stamps").glob("*.json")))
+    return [stamp for stamp in stamps if stamp and isinstance(stamp.get("run_id"), str)]
+
+
 def entries_from_stamps(folder: Path) -> dict[str, dict]:
     """Manifest entries of every run with a readable stamp (outputs are verified when planning)."""
-    entries = {}
-    for path in sorted((folder / "stamps").glob("*.json")):
-        stamp = read_stamp(path)
-        if stamp and isinstance(stamp.get("run_id"), str):
-            entries[stamp["run_id"]] = entry_of(stamp)
-    return entries
+    return {stamp["run_id"]: entry_of(stamp) for stamp in read_stamps(folder)}
 
 
 def refresh_text(run: Run, stamp: dict, display: str, folder: Path, root: Path = ROOT) -> dict:
-    """Rebuild an executed notebook's cells from its (text-only changed) source: markdown from the
-    source, code cells as executed (outputs kept) with the source's text, papermill's injected
-    parameters after the ``parameters`` cell. Updates the stamp; returns it."""
+    """Rebuild an executed notebook's text from its source after a text-only change; returns the new stamp."""
     import nbformat
 
     from papa.pipeline.executed import clean_executed
@@ -213,8 +200,7 @@ def config_fingerprint(config: dict) -> str:
 
 
 def check_owner(config: dict, folder: Path, replace: bool = False) -> bool:
-    """Refuse a config that is not the one the runs folder serves (same ``name:``, another file and
-    other content). Returns whether the record must be (re)written."""
+    """Refuse a config that is not the one the runs folder serves; returns whether to (re)write the record."""
     path = folder / OWNER_FILE
     if not path.is_file():
         return True
@@ -235,8 +221,7 @@ def check_owner(config: dict, folder: Path, replace: bool = False) -> bool:
 
 
 def check_no_links(runs: list[Run], folder: Path) -> None:
-    """Refuse a runs folder in which a path the plan writes (an artefact, its folder, a notebook, a stamp, the
-    runner's own files) resolves outside the folder, through a link: nothing is ever written through one."""
+    """Refuse a runs folder in which a path the plan writes resolves outside it, through a link."""
     base = folder.resolve()
     own = [folder / name for name in (*RUNNER_FILES, "stamps", ".executing")]
     paths = own + list(planned_files(runs, folder))
@@ -251,8 +236,7 @@ def check_no_links(runs: list[Run], folder: Path) -> None:
 
 
 def remove_if_unused(folder: Path) -> bool:
-    """Remove ``folder`` when it holds nothing but the runner's own files (a grid run that stopped before any
-    run wrote, e.g. its scheduler never came up); returns whether it did."""
+    """Remove ``folder`` when it holds nothing but the runner's own files; returns whether it did."""
     entries = list(folder.iterdir()) if folder.is_dir() and not folder.is_symlink() else None
     if entries is None or any(p.name not in RUNNER_FILES | {".executing"} for p in entries):
         return False
@@ -267,8 +251,7 @@ def record_owner(config: dict, folder: Path) -> None:
 
 
 class GridLock:
-    """An exclusive lock on a grid's folder (:mod:`filelock`: portable); a second runner gets a clear
-    error naming the host and process that hold it (recorded in ``.lock.owner``)."""
+    """An exclusive lock on a grid's folder; a second runner's error names the holder (``.lock.owner``)."""
 
     def __init__(self, folder: Path):
         folder.mkdir(parents=True, exist_ok=True)
@@ -301,9 +284,7 @@ CACHE_TEMP_AGE_S = 3600
 
 
 def clean_leftovers(folder: Path) -> list[Path]:
-    """Remove what a killed runner left: papa's temporary files in the runs folder (and those older than
-    :data:`CACHE_TEMP_AGE_S` in the feature cache), ``.executing/`` and ``*.source.ipynb``; call only while
-    holding the lock."""
+    """Remove what a killed runner left (temporary files, ``.executing/``, ``*.source.ipynb``); under the lock."""
     from papa.core.io import remove_stale_temp_files
     from papa.probing.features import cache_root
 
@@ -324,8 +305,7 @@ RUNNER_FILES = frozenset({"manifest.json", OWNER_FILE, ".lock", ".lock.owner"})
 
 
 def planned_files(runs: list[Run], folder: Path) -> set[Path]:
-    """Every file the runs of a plan may leave in their runs folder: artefacts, executed notebooks, the
-    notebooks of failed attempts (``<run_id>.failed.ipynb``, kept for reading), stamps and verification records."""
+    """Every file a plan's runs may leave: artefacts, notebooks (failed ones too), stamps, verification records."""
     files = {stamp_path(folder, run.run_id) for run in runs} | {verification_path(folder, run.run_id) for run in runs}
     for run in runs:
         files |= {ROOT / rel for rel in run_files(run)}
@@ -334,10 +314,7 @@ def planned_files(runs: list[Run], folder: Path) -> set[Path]:
 
 
 def outside_plan(runs: list[Run], folder: Path) -> list[Path]:
-    """The files of ``folder`` that no run of ``runs`` (a whole plan) wrote, sorted: executed notebooks,
-    artefacts, stamps and failed notebooks of runs the config no longer has. The runner's own files
-    (:data:`RUNNER_FILES`), ``.executing/`` and papa's temporary files are not listed (:func:`clean_leftovers`
-    removes those that a killed runner left). A link is listed as itself and never followed."""
+    """The files of ``folder`` that no run of a whole plan wrote, sorted (links listed, never followed)."""
     from papa.core.io import TEMP_NAME
 
     folder = folder.absolute()
@@ -366,9 +343,7 @@ def manifest_outside_plan(runs: list[Run], manifest: Manifest) -> list[str]:
 
 
 def prune_outside_plan(runs: list[Run], folder: Path, manifest: Manifest) -> list[Path]:
-    """Remove :func:`outside_plan`'s files and the manifest entries of runs outside the plan (the caller saves
-    the manifest), then any folder this left empty; call only while holding the lock, with a complete plan
-    (a model the plan cannot size has no probes in it). Returns the removed files."""
+    """Remove :func:`outside_plan`'s files, manifest entries and emptied folders; returns the files."""
     folder = folder.absolute()
     removed = outside_plan(runs, folder)
     for path in removed:

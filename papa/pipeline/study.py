@@ -1,12 +1,8 @@
 """``papa study MODEL``: the book's protocol on one model, as a grid config sized to a time budget.
 
-:func:`check_model` refuses, before anything runs or is written, a model papa cannot study (no adapter, custom
-code, a decoder-only model, a hub id while offline). :func:`study_config` takes the book's protocol from
-``configs/default.yaml`` (its ``max_length``, ``relayout``, ``data_seed``, ``estimate``, ``rank``, ``lr_selection``,
-``probe`` and ``floors``; no study of its own) for one model and the chosen tasks. :func:`fit_budget` shrinks it in
-the order of :func:`cut_steps` until :func:`estimate_study` (the estimator ``papa grid run --dry-run`` prints) fits
-the budget, and refuses a budget that even the last cut does not meet. The grid then runs exactly as ``papa grid
-run`` runs it (:func:`papa.pipeline.runner.run_grid`); the chapter is :mod:`papa.book.study_chapter`'s.
+:func:`check_model` refuses a model papa cannot study before anything is written; :func:`study_config` applies the
+book's protocol (:func:`book_protocol`) to one model and its tasks; :func:`fit_budget` makes the cuts of
+:func:`cut_steps` until :func:`estimate_study` fits the budget. The grid then runs as ``papa grid run`` runs it.
 """
 
 from __future__ import annotations
@@ -54,8 +50,7 @@ class StudyModel:
 
 
 def _config_json(name: str) -> tuple[dict, str]:
-    """``(config.json, source)`` of a model, reading no weights; a hub id not cached while offline is
-    refused here (:func:`papa.core.models.resolve_model_path`)."""
+    """``(config.json, source)`` of a model, reading no weights (a hub id not cached while offline is refused)."""
     from papa.core.models import _hub_cached_config, check_model_config, check_model_folder, resolve_model_path
 
     path, source = resolve_model_path(name)
@@ -105,9 +100,8 @@ def _refuse_decoder(name: str, config: dict) -> None:
 
 
 def check_model(name: str) -> StudyModel:
-    """The model ``name`` if papa can study it, else one :class:`PapaError` saying why and what to do. Reads only
-    JSON and file names: a hub id while offline, a decoder-only model, custom code, pickled weights and an
-    architecture without an adapter (:data:`papa.core.architectures.ADAPTERS`) are refused before anything runs."""
+    """The model ``name`` if papa can study it, else one :class:`PapaError` saying why (reads only JSON and file
+    names)."""
     from papa.core.architectures import ADAPTERS, supported_model_types
 
     config, source = _config_json(name)
@@ -162,8 +156,7 @@ def study_config(model: str, tasks: list[str], name: str, protocol: dict[str, An
 
 
 def estimate_study(config: dict[str, Any]) -> float:
-    """Seconds the whole study takes from scratch on 2 CPU cores: :func:`papa.pipeline.estimate.estimate_seconds` of
-    every run of its plan (what ``papa grid run --dry-run`` prints for a new grid)."""
+    """Seconds the whole study takes from scratch on 2 CPU cores (as ``papa grid run --dry-run`` estimates)."""
     grid = validate(GridConfig, config, f"Study {config['name']}")
     plan = expand(config_dict(grid), path=f"configs/{config['name']}.yaml")
     if plan.unsized:
@@ -229,15 +222,9 @@ def _keep_seeds(config: dict, count: int) -> None:
 
 
 def cut_steps(config: dict) -> list[Cut]:
-    """The cuts, in the order they are made (each on top of the ones before), from what ``config`` holds:
-
-    1. the probes' training draw halved (with its pool and held-out draw), down to :data:`MIN_TRAIN_EXAMPLES` per seed;
-    2. the dev split capped at 500, then 250 examples per task (:data:`DEV_CAPS`);
-    3. the head fractions between 0 and 1 dropped, the largest first (15/16, 7/8, then 1/2);
-    4. fewer probe seeds, one at a time, down to one: last, for the seeds are what the intervals rest on.
-
-    k = 0 and all heads, one seed, the lr selection's learning rates and seed, the attention-free floor and the epoch
-    cap are never cut (the lr selection draws from the probes' pool, so step 1 shrinks its draw too)."""
+    """The cuts in order, each on top of the ones before: the training draw halved down to
+    :data:`MIN_TRAIN_EXAMPLES`, the dev split capped (:data:`DEV_CAPS`), the middle head fractions dropped (largest
+    first), then fewer seeds down to one. k = 0, all heads, the lr selection, the floor and the epoch cap stay."""
     steps: list[Cut] = []
 
     def cut(change: Callable[[dict], str | None], words: str = "") -> None:  # change: in place, its own words or None
@@ -270,8 +257,7 @@ class Fitted:
 
 
 def fit_budget(config: dict, budget: float | None, estimate: Callable[[dict], float] = estimate_study) -> Fitted:
-    """``config`` with the first cuts of :func:`cut_steps` that bring ``estimate`` within ``budget`` seconds (None: no
-    budget, nothing cut). A budget that every cut together does not meet is refused, naming the cuts."""
+    """``config`` with the first cuts that bring ``estimate`` within ``budget`` seconds, else a PapaError."""
     seconds = estimate(config)
     if budget is None or seconds <= budget:
         return Fitted(config, [], seconds)
@@ -291,8 +277,7 @@ def fit_budget(config: dict, budget: float | None, estimate: Callable[[dict], fl
 
 
 def config_text(fitted: Fitted, budget: float | None, book_config: str = BOOK_CONFIG) -> str:
-    """The YAML a study writes: a header (the protocol's source, the budget, the cuts, the estimate), then the
-    config."""
+    """The YAML a study writes: a header (protocol, budget, cuts, estimate), then the config."""
     budget_words = _format(budget) if budget else "none (the protocol at full size)"
     lines = [
         "# yaml-language-server: $schema=grid.schema.json",
@@ -311,8 +296,7 @@ def config_path(name: str) -> Path:
 
 
 def check_same_model(path: Path, model: str) -> None:
-    """Refuse to overwrite a study config of another model (two folders with the same last part give the same default
-    name, and the runs folder would change hands): one :class:`PapaError` naming both and what to do."""
+    """Refuse to overwrite a study config of another model (same default name from two folders)."""
     if not path.is_file():
         return
     try:

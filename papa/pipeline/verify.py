@@ -1,28 +1,13 @@
 """``papa grid verify``: re-execute committed runs and compare what comes out with what the book publishes.
 
-For each chosen run (an estimate, rank, select_lr or probe run with a stamp and an executed notebook):
-
-1. **A scratch folder** (``papa-verify-*`` in the system's temporary folder) receives a copy of the committed executed
-   notebook, its ``injected-parameters`` cell written again from the parameters the run's stamp recorded (with
-   ``--device``, that device), and the committed outputs of its upstream runs at the paths its parameters name
-   (relative to the folder). The notebook writes its outputs there: nothing committed is touched. Its feature
-   cache is a fresh folder there too, so a probe computes its features again rather than reading them.
-2. **nbval executes it once**: ``pytest --nbval-lax --nbval-sanitize-with papa/pipeline/nbval_sanitize.cfg`` on
-   the copy runs every cell in a kernel started in the scratch folder and compares the outputs of the cells tagged
-   ``nbval-check-output`` (scores, drops, the chosen lr, the head order, the constants' checksum) with the committed
-   ones, after the sanitizer removed durations, paths, device strings and addresses (nothing runs twice).
-3. **The outputs, field by field** (:mod:`papa.pipeline.output_diff`): every re-made results file against the
-   committed one, numbers within ``tolerance`` (0: equal), the rest exactly. nbval compares text, so across
-   devices (``tolerance`` > 0) its verdict is recorded but the numbers decide.
-4. **A record** per run, ``book/runs/<grid>/verified/<run_id>.json`` (atomic, with a checksum): when, the machine,
-   device, versions and commit, matched or differed, every field that differed and the largest difference, nbval's
-   cells, and what may explain a difference (code or versions changed since the run, an output edited after it).
-
-``kernels="avx2"``: torch's, MKL's and oneDNN's AVX2 kernels (:data:`KERNEL_ENV`), so that an AVX-512 CPU re-makes
-exactly a run made on a CPU without AVX-512 (its own kernels differ there at float rounding, train losses at 1e-7).
-
-A run matches when nbval passed (or ``tolerance`` > 0) and no field differs. The book's reproducibility page reads
-the records (:func:`read_records`) in its "Verified" section.
+Per chosen run (estimate, rank, select_lr or probe, with a stamp and an executed notebook): a scratch folder
+(``papa-verify-*``) gets the committed notebook, re-parameterised from its stamp (``--device`` replacing the device),
+the upstream runs' committed outputs and a fresh feature cache; ``pytest --nbval-lax`` executes it once and compares
+the cells tagged ``nbval-check-output`` after the sanitizer (``nbval_sanitize.cfg``); then every re-made output is
+compared field by field (:mod:`papa.pipeline.output_diff`, numbers within ``tolerance``). A run matches when nbval
+passed (or ``tolerance`` > 0) and no field differs. A checksummed record per run, ``verified/<run_id>.json``, says
+when, where, what differed and what may explain it; the reproducibility page reads them (:func:`read_records`).
+``kernels="avx2"`` (:data:`KERNEL_ENV`) lets an AVX-512 CPU re-make exactly a run made on a CPU without AVX-512.
 """
 
 from __future__ import annotations
@@ -46,7 +31,7 @@ from papa.pipeline.keys import environment, key_of, what_changed
 from papa.pipeline.output_diff import Difference, diff_files
 from papa.pipeline.plan import ROOT, Run, load_config, run_notebook_path
 from papa.pipeline.sources import PACKAGE, notebook_code_tree, papa_modules
-from papa.pipeline.stamps import GridLock, read_stamp, stamp_path, verification_path
+from papa.pipeline.stamps import GridLock, read_stamp, read_stamps, stamp_path, verification_path
 
 #: The nbval sanitizer: what legitimately differs between two executions (durations, paths, devices, addresses).
 SANITIZER = Path(__file__).with_name("nbval_sanitize.cfg")
@@ -70,8 +55,7 @@ def read_records(folder: Path) -> dict[str, dict]:
 
 
 def run_commits(run: Run, root: Path = ROOT) -> list[str]:
-    """The commits a run's committed outputs say they were computed at (``provenance.git_commit`` of its results and
-    rankings; constants and lr choices record none): ``-dirty`` marks a working tree with uncommitted changes."""
+    """The ``provenance.git_commit`` values of a run's committed JSON outputs (``-dirty``: uncommitted changes)."""
     commits = set()
     for rel in run.outputs:
         if rel.endswith(".json") and (root / rel).is_file():
@@ -86,16 +70,13 @@ def run_commits(run: Run, root: Path = ROOT) -> list[str]:
 
 
 def stamped_runs(folder: Path) -> list[Run]:
-    """The runs of a runs folder as their stamps recorded them (kind, parameters, upstream runs, artefacts), without
-    planning: what the book publishes, whatever the config now says."""
+    """The runs of a runs folder as their stamps recorded them, without planning (what the book publishes)."""
     runs = []
-    for path in sorted((folder / "stamps").glob("*.json")):
-        stamp = read_stamp(path)
-        if stamp and isinstance(stamp.get("run_id"), str):
-            params = (stamp.get("components") or {}).get("params") or {}
-            outputs = [rel for rel in stamp["outputs"] if not rel.endswith(".ipynb")]
-            run_id, deps = stamp["run_id"], list(stamp.get("inputs") or {})
-            runs.append(Run(run_id, run_id.split("__")[0], params, deps=deps, outputs=outputs, grid=folder.name))
+    for stamp in read_stamps(folder):
+        params = (stamp.get("components") or {}).get("params") or {}
+        outputs = [rel for rel in stamp["outputs"] if not rel.endswith(".ipynb")]
+        run_id, deps = stamp["run_id"], list(stamp.get("inputs") or {})
+        runs.append(Run(run_id, run_id.split("__")[0], params, deps=deps, outputs=outputs, grid=folder.name))
     return runs
 
 
@@ -109,10 +90,9 @@ def dirty_runs(runs: list[Run], root: Path = ROOT) -> dict[str, list[str]]:
 def select_runs(
     runs: list[Run], stamps: dict[str, dict], pattern: str | None = None, sample: int | None = None, root: Path = ROOT
 ) -> list[Run]:
-    """The runs to verify: verifiable runs with a stamp and an executed notebook; with ``pattern`` those whose id
-    matches it (globs, or texts the id contains, separated by commas); with ``sample`` that many, spread over kinds
-    and models (each round takes one run of every kind, the model turning), runs of an uncommitted tree first, then
-    the cheapest by their recorded seconds. ``sample`` larger than the runs there are takes them all."""
+    """Verifiable runs with a stamp and an executed notebook; with ``pattern`` (comma-separated globs or texts) those
+    it matches; with ``sample`` that many, one of every kind per round with the model turning, runs of an
+    uncommitted tree first, then the cheapest."""
     ready = [r for r in runs if r.kind in VERIFIABLE and stamps.get(r.run_id)]
     ready = [r for r in ready if (root / run_notebook_path(r)).is_file()]
     if pattern:
@@ -149,8 +129,7 @@ KERNEL_ENV = {
 
 # -- one run ----------------------------------------------------------------------------------------------------------
 def _prepare(run: Run, stamp: dict, by_id: dict[str, Run], scratch: Path, device: str | None, root: Path) -> Path:
-    """The committed notebook in ``scratch``, parameterised as the stamp recorded (``device`` replacing the run's),
-    with the committed outputs of its upstream runs at their paths; returns the notebook's path there."""
+    """The committed notebook in ``scratch``, parameterised as its stamp recorded, beside its upstream outputs."""
     import nbformat
     from papermill.iorw import load_notebook_node
     from papermill.parameterize import parameterize_notebook
@@ -174,9 +153,7 @@ def _prepare(run: Run, stamp: dict, by_id: dict[str, Run], scratch: Path, device
 
 
 def _nbval(notebook: Path, scratch: Path, kernels: str | None = None) -> tuple[bool, list[str], str]:
-    """Run ``pytest --nbval-lax`` on ``notebook`` in ``scratch``: (passed, the failed cells with nbval's reason, the
-    tail of pytest's output). The kernel imports this papa and reads the data this process would, with
-    :data:`KERNEL_ENV`'s ``kernels`` (None: the CPU's own)."""
+    """``pytest --nbval-lax`` on ``notebook`` in ``scratch``: (passed, failed cells with reasons, output tail)."""
     env = dict(os.environ, PAPA_CACHE_DIR=str(scratch / "cache"), **KERNEL_ENV.get(kernels or "", {}))
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PACKAGE.parent), env.get("PYTHONPATH", "")]))
     for name in ("PAPA_DATA_DIR", "PAPA_MODEL_CACHE"):
@@ -203,8 +180,7 @@ def _nbval(notebook: Path, scratch: Path, kernels: str | None = None) -> tuple[b
 
 
 def _changed_since(run: Run, stamp: dict, root: Path) -> list[str]:
-    """What changed since the run executed that could change its outputs: the papa code its committed notebook
-    executes and the library versions (its parameters and upstream outputs are the recorded ones)."""
+    """What changed since the run executed: the papa code its notebook executes and the library versions."""
     import nbformat
 
     old = stamp.get("components") or {}
@@ -227,9 +203,7 @@ def _edited(run: Run, stamp: dict, root: Path) -> list[str]:
 
 
 def _machine(kernels: str | None = None) -> str:
-    """The CPU model (``/proc/cpuinfo`` on Linux, else the architecture), its core count and the vector kernels
-    torch picks on it (``AVX2``, ``AVX512``): two CPUs of one model name with other kernels sum in another order,
-    so their float tensors differ at rounding (``AMD EPYC, 2 cores, AVX512``)."""
+    """The CPU model, its core count and the vector kernels torch picks on it (``AMD EPYC, 2 cores, AVX512``)."""
     import torch
 
     model = platform.machine()
@@ -252,8 +226,7 @@ def verify_run(
     root: Path = ROOT,
     kernels: str | None = None,
 ) -> dict:
-    """Re-execute ``run`` in a scratch folder (with ``kernels``: :data:`KERNEL_ENV`) and compare (the module
-    docstring); returns its verification record."""
+    """Re-execute ``run`` in a scratch folder and compare (the module docstring); returns its record."""
     import nbformat
 
     from papa.core.models import pick_device
@@ -304,8 +277,7 @@ def verify_run(
 
 
 def differences_text(record: dict) -> str:
-    """A failed record in words: the fields that differed (with both values and |Δ|) and nbval's failed cells, the
-    first five of each."""
+    """A failed record in words: the first five differing fields and failed nbval cells."""
     most = 5
     parts = []
     for d in record["differences"][:most]:
@@ -320,8 +292,7 @@ def differences_text(record: dict) -> str:
 
 # -- a grid ----------------------------------------------------------------------------------------------------------
 def _up_to_date(config: dict, committed: list[Run], why: str, out) -> list[Run]:
-    """The committed runs that are up to date with their key (a stale run would re-execute changed code, so its
-    outputs say nothing about reproducing the committed ones); prints how many, after ``why``."""
+    """The committed runs up to date with their key (printing how many, after ``why``)."""
     from papa.pipeline.runner import grid_status
 
     status = grid_status(config)
@@ -341,10 +312,7 @@ def verify_grid(
     root: Path = ROOT,
     kernels: str | None = None,
 ) -> int:
-    """Verify the chosen committed runs of a grid (:func:`select_runs`; a ``sample``, or any choice while a runner holds
-    the grid, only among the runs up to date with their key), print one line per run and write each record into
-    ``records`` (default: the runs folder's ``verified/``); ``kernels``: re-execute with :data:`KERNEL_ENV`'s kernels;
-    returns 0 when every run matched, else 1."""
+    """Verify the chosen committed runs of a grid and write their records; 0 when every run matched."""
     out = out or sys.stdout
     if kernels is not None and kernels not in KERNEL_ENV:
         raise PapaError(f"Unknown kernels {kernels!r}", f"Use one of {', '.join(KERNEL_ENV)}, or leave --kernels out.")
