@@ -21,7 +21,7 @@ from papa.analysis.figure_kit import AXIS_PX, TEXT_WIDTH, Figure, finish, task_n
 from papa.book import claim_texts as CT
 from papa.book.analogue_figures import fig_better_models, fig_paper_scores, fig_relative_score
 from papa.book.load import BookData, headline_ranking
-from papa.book.table_format import and_list, fraction_words, interval_text, percent, plural
+from papa.book.table_format import and_list, fraction_words, interval_end, interval_text, percent, plural
 
 
 @dataclass
@@ -135,7 +135,10 @@ def largest_drop(result: ChapterAnswers) -> pd.Series | None:
 
 
 def _interval(low: float, high: float) -> str:
-    return "(no interval)" if math.isnan(low) or math.isnan(high) else f"[{percent(low)}, {percent(high)}]"
+    """``[low, high]`` in percent, each end as the tables write it (:func:`interval_end`: near 0, its side)."""
+    if math.isnan(low) or math.isnan(high):
+        return "(no interval)"
+    return f"[{interval_end(percent, low)}, {interval_end(percent, high)}]"
 
 
 def random_summary(random: pd.DataFrame, ranking: str) -> str:

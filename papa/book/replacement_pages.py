@@ -14,7 +14,7 @@ from papa.analysis import replacements as RP
 from papa.analysis.basis import Basis, build_basis
 from papa.analysis.figure_kit import AXIS_PX, TEXT_WIDTH, Figure, clean, finish, glue_figure, legend, words
 from papa.book.load import BookData, headline_ranking, read_manifest
-from papa.book.table_format import Table, interval_text, key_text, model_task_kinds, percent, points_text, table
+from papa.book.table_format import Table, interval_text, key_text, model_task_kinds, points_text, table
 from papa.pipeline.plan import STUDY_AIMS, chapter_study_minutes, runs_dir
 
 AT_WORDS = {"half": "half of the heads", "all": "every head"}
@@ -82,11 +82,14 @@ def answer_reason(replacement: str, pooled: Mapping[str, float], verdict: str) -
 
 
 def _interval(value: float, low: float, high: float, unit: str = "%") -> str:
-    """``"12.3% [4.5, 20.1]"`` (a drop in percent), ``"+1.2 points [-0.3, +2.7]"`` (``unit`` " points"); "–"."""
+    """``"12.3% [4.5%, 20.1%]"`` (a drop in percent, as :func:`interval_text` writes every drop),
+    ``"+1.2 points [-0.3, +2.7]"`` (``unit`` " points"); "–"."""
     if value is None or math.isnan(value):
         return "–"
+    if unit == "%":
+        return interval_text(value, low, high)
     span = "" if math.isnan(low) or math.isnan(high) else f" [{points_text(low)}, {points_text(high)}]"
-    return f"{points_text(value)}{unit}{span}" if unit != "%" else f"{percent(value)}{span.replace('+', '')}"
+    return f"{points_text(value)}{unit}{span}"
 
 
 def replacement_numbers(science: ReplacementAnswers, config: dict) -> dict[str, str]:
