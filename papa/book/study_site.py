@@ -18,7 +18,7 @@ from papa.core.errors import PapaError
 from papa.core.fields import TASKS
 from papa.core.io import atomic_write_text
 from papa.pipeline import study as S
-from papa.pipeline.estimate import _format
+from papa.pipeline.estimate import format_duration
 from papa.pipeline.executed import clean_executed, visible
 from papa.pipeline.kernels import papermill_options
 from papa.pipeline.notebook import read_source
@@ -148,9 +148,9 @@ def run_study(
     what = f"{checked.model_type}, {checked.heads} heads"
     print(f"study {config['name']}: {visible(model)} ({what}) on {', '.join(tasks)}", file=out)
     for cut in fitted.cuts:
-        print(f"  cut to fit the budget of {_format(budget or 0)}: {cut}", file=out)
-    size = f" (budget {_format(budget)})" if budget else " (the book's protocol at full size)"
-    print(f"  estimate {_format(fitted.seconds)} on 2 CPU cores{size}", file=out)
+        print(f"  cut to fit the budget of {format_duration(budget or 0)}: {cut}", file=out)
+    size = f" (budget {format_duration(budget)})" if budget else " (the book's protocol at full size)"
+    print(f"  estimate {format_duration(fitted.seconds)} on 2 CPU cores{size}", file=out)
     if dry_run:
         print(f"would write {where}:\n{text}", file=out)
         return 0

@@ -205,7 +205,8 @@ def estimate_seconds(runs: list[Run], manifest: Manifest, resized: frozenset[str
     return seconds
 
 
-def _format(seconds: float) -> str:
+def format_duration(seconds: float) -> str:
+    """A duration as the dry run prints it: ``"3m07s"``, ``"2h05m"``."""
     if seconds >= 3600:
         return f"{int(seconds // 3600)}h{int(seconds % 3600 // 60):02d}m"
     return f"{int(seconds // 60)}m{int(seconds % 60):02d}s"
@@ -221,7 +222,7 @@ def size_line(run: Run, budget: int) -> str:
     elif size:
         where = "RAM" if size <= budget else "disk: above the memory budget, streamed"
         parts.append(f"features ≤ {size / 1e9:.2f} GB ({where})")
-    parts.append(f"~{_format(run_seconds_guess(run))} on 2 CPU cores")
+    parts.append(f"~{format_duration(run_seconds_guess(run))} on 2 CPU cores")
     return ", ".join(parts)
 
 

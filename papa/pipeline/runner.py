@@ -19,7 +19,7 @@ from papa.core.errors import PapaError
 from papa.pipeline import stamps
 from papa.pipeline.clusters import parse_scheduler, preflight
 from papa.pipeline.distributed import make_executor
-from papa.pipeline.estimate import _format, estimate_seconds, feature_reuse, report_disk, reuse_words, size_line
+from papa.pipeline.estimate import estimate_seconds, feature_reuse, format_duration, report_disk, reuse_words, size_line
 from papa.pipeline.executed import title_is_stale
 from papa.pipeline.executors import execute
 from papa.pipeline.keys import data_fingerprints, key_of, notebook_displays, run_components, upstream
@@ -136,7 +136,7 @@ def _drive(executor, stale: list[Run], keys: dict, manifest: Manifest, failed: d
                 del pending[run_id]
             elif len(in_flight) < executor.slots and all(d in done or d not in stale_ids for d in run.deps):
                 number += 1
-                elapsed = _format(time.perf_counter() - started)
+                elapsed = format_duration(time.perf_counter() - started)
                 print(f"[{number}/{len(stale)}] {run_id} (elapsed {elapsed})", file=out, flush=True)
                 executor.submit(run)
                 in_flight.add(run_id)
@@ -187,7 +187,8 @@ def resized_runs(status: GridStatus, stale: list[Run]) -> set[str]:
 def _report_plan(status: GridStatus, stale: list[Run], config: dict, out, dry_run: bool) -> None:
     say = functools.partial(print, file=out)
     seconds = estimate_seconds(stale, status.manifest, resized_runs(status, stale))
-    say(f"grid {config['name']}: {len(status.runs)} runs, {len(stale)} to execute, estimated {_format(seconds)}")
+    estimated = format_duration(seconds)
+    say(f"grid {config['name']}: {len(status.runs)} runs, {len(stale)} to execute, estimated {estimated}")
     if status.manifest.rebuilt:
         say("  (manifest missing or corrupt: rebuilt from the runs' stamps)")
     if dry_run:
@@ -333,7 +334,7 @@ def _run_locked(config: dict, folder: Path, only, replace: bool, scheduler: str,
         finally:
             executor.close()
             ok = len(stale) - len(failed)
-            print(f"done in {_format(time.perf_counter() - started)}: {ok} ok, {len(failed)} failed", file=out)
+            print(f"done in {format_duration(time.perf_counter() - started)}: {ok} ok, {len(failed)} failed", file=out)
             for run_id, reason in failed.items():
                 print(f"  {run_id}: {reason}", file=out)
     return 1 if failed else 0

@@ -24,7 +24,7 @@ from papa.core.config_files import read_yaml, validate
 from papa.core.errors import PapaError
 from papa.core.fields import MAX_NAME_LENGTH, parse_fraction
 from papa.core.grid_schema import GridConfig
-from papa.pipeline.estimate import _format, estimate_seconds
+from papa.pipeline.estimate import estimate_seconds, format_duration
 from papa.pipeline.plan import ROOT, config_dict, expand, head_count
 
 #: The grid whose protocol a study copies (the book's).
@@ -268,21 +268,21 @@ def fit_budget(config: dict, budget: float | None, estimate: Callable[[dict], fl
         if seconds <= budget:
             return Fitted(step.config, cuts, seconds)
     listed = "; ".join(cuts) if cuts else "nothing is left to cut"
-    least = f"{_format(seconds)} (--budget {-(-int(seconds) // 60)}m)"
+    least = f"{format_duration(seconds)} (--budget {-(-int(seconds) // 60)}m)"
     raise PapaError(
-        f"A budget of {_format(budget)} is too small for this study: even one seed at k = 0 and all heads takes about"
-        f" {_format(seconds)} by the estimate, after every cut ({listed})",
+        f"A budget of {format_duration(budget)} is too small for this study: even one seed at k = 0 and all heads"
+        f" takes about {format_duration(seconds)} by the estimate, after every cut ({listed})",
         f"Give a budget of at least {least}, or study fewer tasks (--tasks).",
     )
 
 
 def config_text(fitted: Fitted, budget: float | None, book_config: str = BOOK_CONFIG) -> str:
     """The YAML a study writes: a header (protocol, budget, cuts, estimate), then the config."""
-    budget_words = _format(budget) if budget else "none (the protocol at full size)"
+    budget_words = format_duration(budget) if budget else "none (the protocol at full size)"
     lines = [
         "# yaml-language-server: $schema=grid.schema.json",
         f"# Written by `papa study`: the book's protocol ({book_config}) on one model.",
-        f"# Budget: {budget_words}; estimate {_format(fitted.seconds)} on 2 CPU cores.",
+        f"# Budget: {budget_words}; estimate {format_duration(fitted.seconds)} on 2 CPU cores.",
     ]
     cuts = [f"# Cut to fit the budget: {cut}" for cut in fitted.cuts]
     lines += cuts or ["# Nothing cut: the book's protocol at full size."]
