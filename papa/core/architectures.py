@@ -1,14 +1,13 @@
 """The per-architecture adapter table: where the self-attention modules are and how to hook them.
 
-Two mechanisms, one per row of :data:`ADAPTERS` (a row only names attributes: nothing is copied from modeling files):
+Each row of :data:`ADAPTERS` only names attributes (nothing is copied from modeling files), for one of two mechanisms:
 
 * ``interface`` — the architecture calls ``ALL_ATTENTION_FUNCTIONS[config._attn_implementation]`` (BERT, RoBERTa,
-  XLM-R, ELECTRA, DistilBERT); papa registers a ``"papa"`` attention function (and mask function,
-  :mod:`papa.core.head_patch`) and switches the model to it.
-* ``inline`` — the softmax is computed inside the architecture's own forward (DeBERTa v1/v2, MPNet): papa wraps the
-  dropout right after it, so it sees (and may replace) the probabilities ``[B, H, L, L]`` before they multiply V;
-  where a head's output is read or replaced, a pre-hook on the output projection (``context_projection``) sees the
-  heads' concatenated outputs ``[B, L, H·d]``.
+  XLM-R, ELECTRA, DistilBERT): papa registers a ``"papa"`` attention function (:mod:`papa.core.head_patch`) and
+  switches the model to it.
+* ``inline`` — the softmax is inside the architecture's forward (DeBERTa v1/v2, MPNet): papa wraps the dropout right
+  after it, which sees the probabilities ``[B, H, L, L]``, and, where heads' outputs are read or replaced, pre-hooks
+  the output projection (input ``[B, L, H·d]``).
 """
 
 from __future__ import annotations

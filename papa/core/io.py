@@ -1,12 +1,10 @@
 """Atomic, verified file writing and reading.
 
-Every artefact papa writes (constants, rankings, results, manifests, notebooks) goes through
-:func:`atomic_write_bytes` / :func:`atomic_write_text` / :func:`atomic_write_json`: written to a temporary file in the
-same folder, flushed and fsynced, then renamed over the target, so a reader never sees a half-written file and a
-killed writer leaves the old one intact. JSON artefacts carry a ``sha256`` of their canonical body
-(:func:`read_json_verified` checks it). A temporary file, ``.<target name>.<8 random characters>.tmp``, has the usual
-permissions (0666 minus the umask) from the start, never a private 0600 leftover; :func:`remove_stale_temp_files`
-removes such leftovers (and nothing else).
+Every artefact papa writes goes through :func:`atomic_write_with` (a temporary sibling, fsynced, then renamed over
+the target): a reader never sees a half-written file, a killed writer leaves the old one. Temporaries
+(:data:`TEMP_NAME`) have 0666 minus the umask from the start, never a private 0600 leftover;
+:func:`remove_stale_temp_files` removes them. JSON artefacts carry a ``sha256`` of their canonical body
+(:func:`read_json_verified` checks it).
 """
 
 from __future__ import annotations

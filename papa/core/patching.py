@@ -1,12 +1,9 @@
-"""Installing head patches on unmodified transformers, removing them, and reloading a saved patched model.
+"""Installing head patches (:mod:`papa.core.head_patch`) on unmodified transformers, removing them, reloading.
 
-The patch itself (what a constant, replaced, gated or recording head computes) is :mod:`papa.core.head_patch`.
-Here: :func:`patch_constant_heads` (a head set replaced by one of :data:`~papa.core.head_patch.REPLACEMENTS`),
-:func:`patch_gates`, :func:`patch_record`, :func:`unpatch`, :func:`prune_qk` (drops replaced heads' Q/K rows) and
-:func:`load_patched`. Installing keeps every pass's padding mask in the model's
-:class:`~papa.core.head_patch.PatchContext` (a pre-hook on the base model), switches ``interface`` architectures to
-the ``"papa"`` attention function and gives each self-attention module its :class:`~papa.core.head_patch.HeadPatch`
-(``inline`` ones: wrapped probability dropout, and an output-projection pre-hook where heads' outputs are used).
+Installing keeps each pass's padding mask in the model's :class:`~papa.core.head_patch.PatchContext` (a pre-hook on
+the base model), switches ``interface`` architectures to the ``"papa"`` attention function and gives each
+self-attention module its :class:`~papa.core.head_patch.HeadPatch` (``inline`` ones: a wrapped probability dropout,
+and an output-projection pre-hook where heads' outputs are used).
 """
 
 from __future__ import annotations
