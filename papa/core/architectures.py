@@ -22,22 +22,19 @@ from papa.core.errors import UnsupportedArchitectureError
 
 @dataclass(frozen=True)
 class ArchitectureAdapter:
-    """How to reach and hook the self-attention of one family of architectures.
+    """How to reach and hook the self-attention of one family of architectures (dotted attribute paths).
 
     Attributes:
         mechanism: ``"interface"`` or ``"inline"`` (module docstring).
-        layers: dotted path from the base model to the ``nn.ModuleList`` of layers.
-        self_attention: dotted path from one layer to its self-attention module.
-        query, key: the self-attention's Q and K projections (``nn.Linear``, a block of rows per head) when they
-            can be pruned per head; else ``None``.
-        probs_dropout: for ``inline``, the name of the dropout applied right after the softmax.
-        position_ids: the absolute position ids of a padded input, for compact passes (:mod:`papa.core.compact`):
+        layers, self_attention: base model → ``nn.ModuleList`` of layers; layer → self-attention module.
+        query, key: the Q and K projections (``nn.Linear``, a block of rows per head) when prunable per head.
+        probs_dropout: ``inline``: the dropout right after the softmax.
+        position_ids: a padded input's absolute position ids, for compact passes (:mod:`papa.core.compact`):
             ``"slot"`` (the slot index) or ``"after_padding"`` (``padding_idx`` + real tokens so far); ``None``:
             always run padded.
-        relative_positions: how a compact pass gives the slots' relative positions (``"mpnet"``,
-            ``"deberta-v2"``); ``None``: absolute positions only.
-        context_projection: for ``inline``, the dotted path from a layer to its output projection, whose input
-            is the heads' outputs ``[B, L, H·d]``: where they are read (estimation) or replaced (``mean``).
+        relative_positions: how a compact pass gives the slots' relative positions; ``None``: absolute only.
+        context_projection: ``inline``: layer → output projection, input ``[B, L, H·d]`` (heads' outputs read in
+            estimation, replaced by ``mean``).
     """
 
     mechanism: Literal["interface", "inline"]

@@ -40,16 +40,15 @@ FORMAT_VERSION = "1"
 
 @dataclass
 class ConstantSet:
-    """Estimated constants and their provenance.
+    """Estimated constants and their provenance (shapes and formulas: module docstring).
 
     Attributes:
-        constants: ``[layers, heads, L, L]`` float32.
+        constants, deviation, output_means: ``[layers, heads, L, L]``, ``[layers, heads]``, ``[layers, heads, L, d]``,
+            float32.
         counts: ``[L, L]`` number of examples in which both positions are real.
-        deviation: ``[layers, heads]`` mean squared deviation of the attention from ``constants``.
         meta: provenance (``model``, ``fingerprint``, ``task``, ``split``, ``max_length``, ``num_examples``,
             ``relayout``, ``papa_version``, ``seconds``).
-        output_means: ``[layers, heads, L, d]`` float32, each head's output (``A V``) averaged per position where
-            real (0 where never); ``None`` for an older file.
+        output_means: ``None`` for an older file.
     """
 
     constants: torch.Tensor

@@ -41,11 +41,9 @@ class Replacement:
     """What a replaced head outputs: ``o_h = rownorm(M_h ⊙ m mᵀ) V_h + m ⊙ μ_h`` (``[B, L, d]``).
 
     Attributes:
-        name: the name users pass (``patch_constant_heads(..., replacement=name)``).
-        matrix: ``M_h [L, L]`` — ``"constants"``: the estimated constant ``C_h`` (PAPA); ``"ones"``: uniform
-            over the real tokens (the mean of their ``V``); ``"zeros"``: no attention, the ``V`` term is 0.
-        stored_output: add ``μ_h [L, d]``, the head's output per position averaged over the training examples
-            where it is real (``ConstantSet.output_means``); else ``μ = 0``.
+        matrix: ``M_h [L, L]`` — ``"constants"``: the estimated ``C_h`` (PAPA); ``"ones"``: uniform over the real
+            tokens (the mean of their ``V``); ``"zeros"``: the ``V`` term is 0.
+        stored_output: add ``μ_h [L, d]`` (``ConstantSet.output_means``); else ``μ = 0``.
     """
 
     name: str
@@ -111,13 +109,9 @@ class PatchContext:
 
 
 class HeadPatch(nn.Module):
-    """The patch of one layer's self-attention.
-
-    Buffers/parameters (saved with ``state_dict``):
-        constants: ``[n_const, L, L]`` in ``constant`` mode (the replaced heads' ``M``, in the order of
-            :attr:`constant_heads`), ``[H, L, L]`` in ``gates`` mode.
-        output_means: ``[n_const, L, d]`` in ``constant`` mode when the replacement adds ``μ``; else None.
-        lambdas: ``[H]`` in ``gates`` mode.
+    """The patch of one layer's self-attention. Saved with ``state_dict``: ``constants`` (``constant`` mode:
+    ``[n_const, L, L]``, the replaced heads' ``M`` in :attr:`constant_heads` order; ``gates``: ``[H, L, L]``),
+    ``output_means`` (``[n_const, L, d]`` when the replacement adds ``μ``, else None), ``lambdas`` (``gates``: ``[H]``).
     """
 
     def __init__(

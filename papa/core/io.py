@@ -80,12 +80,9 @@ def temporary_file(target: str | os.PathLike, setting: str | None = None) -> Pat
 
 
 def atomic_write_with(path: str | os.PathLike, write, by_path: bool = False, setting: str | None = None) -> Path:
-    """Atomically create ``path`` with ``write(handle)`` (or ``write(temporary_path)`` when ``by_path``).
-
-    ``by_path`` lets a library stream a large artefact (cached features) to the temporary file instead of building it
-    in memory. The file has the usual permissions (0666 minus the umask) from its creation on. ``setting`` names what
-    chose the folder (``"PAPA_CACHE_DIR"``), for the hints of a full or read-only disk.
-    """
+    """Atomically create ``path`` with ``write(handle)``, or ``write(temporary_path)`` when ``by_path`` (a library
+    streams a large artefact to the file). ``setting`` names what chose the folder (``"PAPA_CACHE_DIR"``), for the
+    hints of a full or read-only disk."""
     target = Path(path)
     fd, tmp = _make_temp(target, setting)
     try:
@@ -133,12 +130,9 @@ def read_json_verified(
     remedy: str = "write it again with papa",
     require_checksum: bool = False,
 ) -> dict:
-    """Read a JSON object written by :func:`atomic_write_json` and check its ``sha256``.
-
-    ``what`` names the kind of file ("ranking"); ``remedy`` says how papa makes a good one ("recompute it with
-    `papa rank`"). A non-object (or, with ``require_checksum``, one without ``sha256``) is not a papa file, and the
-    hint never advises deleting it: nothing shows papa wrote it.
-    """
+    """Read a JSON object written by :func:`atomic_write_json` and check its ``sha256``; ``what``: the kind of file
+    ("ranking"), ``remedy``: how papa makes a good one. A non-object (or, with ``require_checksum``, one without
+    ``sha256``) is not a papa file, and the hint never advises deleting it: nothing shows papa wrote it."""
     path = Path(path)
     if not path.is_file():
         raise PapaError(f"The {what} {path} does not exist", "Check the path, or create it first.")

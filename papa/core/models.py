@@ -227,12 +227,9 @@ def _hash_tensor(digest: hashlib._Hash, name: str, tensor: torch.Tensor) -> None
 
 @lru_cache(maxsize=16)
 def weights_fingerprint(path_or_id: str) -> str:
-    """sha256 (16 hex digits) over the tensors of the model's ``*.safetensors`` files, mapped and read one at a time.
-
-    Each tensor, in name order over all files, adds its name, dtype, shape and bytes: the same tensors give the same
-    fingerprint whatever the folder, file split or metadata. A hub id downloads only the safetensors. A
-    :class:`PapaError` when there is no safetensors file or a tensor name is in two files.
-    """
+    """sha256 (16 hex digits) over the tensors of the model's ``*.safetensors`` files, in name order, read one at a
+    time: the same tensors give the same fingerprint whatever the folder, file split or metadata. A hub id downloads
+    only the safetensors. A :class:`PapaError` when there is none or a tensor name is in two files."""
     from safetensors import safe_open
 
     folder = Path(path_or_id)
