@@ -40,15 +40,14 @@ FORMAT_VERSION = "1"
 
 @dataclass
 class ConstantSet:
-    """Estimated constants and their provenance (shapes and formulas: module docstring).
+    """Estimated constants and their provenance (formulas: module docstring).
 
     Attributes:
         constants, deviation, output_means: ``[layers, heads, L, L]``, ``[layers, heads]``, ``[layers, heads, L, d]``,
-            float32.
+            float32 (``output_means``: ``None`` for an older file).
         counts: ``[L, L]`` number of examples in which both positions are real.
         meta: provenance (``model``, ``fingerprint``, ``task``, ``split``, ``max_length``, ``num_examples``,
             ``relayout``, ``papa_version``, ``seconds``).
-        output_means: ``None`` for an older file.
     """
 
     constants: torch.Tensor
