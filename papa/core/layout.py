@@ -8,7 +8,8 @@ Constants are indexed by position, so estimating and applying them must lay inpu
 
 ``relayout=False``: plain ``padding="max_length", truncation=True``. Unlike the official code, ``token_type_ids``
 move with their tokens. Functions return ``[N, L]`` tensors: ``input_ids``, ``attention_mask`` (1 = real),
-``token_type_ids`` when the tokenizer makes them, and for token tasks ``labels`` (``-100`` but on words' first pieces).
+``token_type_ids`` when the tokenizer makes them, and for token tasks ``labels`` (``-100`` on every piece but a
+word's first).
 """
 
 from __future__ import annotations
