@@ -67,8 +67,7 @@ def natural_position_ids(model: nn.Module, input_ids: torch.Tensor) -> torch.Ten
 
 
 def compact_inputs(model: nn.Module, inputs: dict[str, torch.Tensor], slots: torch.Tensor) -> dict[str, torch.Tensor]:
-    """The padded ``inputs`` ``[B, L]`` (no ``labels``) gathered at ``slots [P]`` → ``[B, P]``, with the padded
-    pass's ``position_ids``."""
+    """Padded ``inputs [B, L]`` at ``slots [P]`` → ``[B, P]`` (no ``labels``), with the padded pass's position ids."""
     out = {name: tensor[:, slots] for name, tensor in inputs.items() if name != "labels"}
     out["position_ids"] = natural_position_ids(model, inputs["input_ids"])[:, slots]
     return out

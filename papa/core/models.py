@@ -217,8 +217,7 @@ def _ensure_hub_reachable(repo_id: str, timeout_s: float = 3.0) -> None:
 
 
 def _hash_tensor(digest: hashlib._Hash, name: str, tensor: torch.Tensor) -> None:
-    """Add one tensor to ``digest``: a header (name, dtype, shape, byte count), then its bytes (C order, little-endian,
-    as safetensors stores them)."""
+    """Add to ``digest`` a header (name, dtype, shape, byte count), then the bytes (C order, little-endian)."""
     data = tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy()
     header = f"{name}\0{str(tensor.dtype).removeprefix('torch.')}\0{list(tensor.shape)}\0{data.nbytes}\0"
     digest.update(header.encode())
