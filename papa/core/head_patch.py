@@ -258,7 +258,8 @@ class HeadPatch(nn.Module):
 
     # -- the interface path ------------------------------------------------------------------------
     def attend(self, module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
-        """Attention for ``interface`` architectures. q/k/v: ``[B, H, L, d]`` → ``([B, L, H, d], None)``."""
+        """Attention for ``interface`` architectures. q/k/v: ``[B, H, L, d]`` → ``([B, L, H, d], None)``.
+        ``constant`` fast path: SDPA on the dynamic heads, a batched matmul for the replaced ones."""
         if self.mode == "constant":
             return self._attend_constant(query, key, value, attention_mask, dropout, scaling)
         scaling = query.size(-1) ** -0.5 if scaling is None else scaling

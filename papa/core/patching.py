@@ -131,7 +131,8 @@ def patch_constant_heads(
         constants: ``[layers, heads, L, L]`` (e.g. ``papa.core.constants.load_constants(...).constants``); for
             ``uniform``, ``zero`` and ``mean`` only its shape (``L``) is used.
         trainable: make the constants ``nn.Parameter`` s instead of frozen buffers (``papa`` only).
-        replacement: one of :data:`papa.core.head_patch.REPLACEMENTS`.
+        replacement: one of :data:`papa.core.head_patch.REPLACEMENTS`: ``papa`` (``M`` = the constant), ``uniform``
+            (all ones), ``zero`` (no output), ``mean`` (``μ`` = the mean output).
         output_means: ``[layers, heads, L, d]`` (``ConstantSet.output_means``), needed by ``mean``.
     """
     from papa.core.heads import validate_head_set
