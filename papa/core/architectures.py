@@ -1,14 +1,13 @@
 """The per-architecture adapter table: where the self-attention modules are and how to hook them.
 
-Two mechanisms, one per row of :data:`ADAPTERS` (a row only names attributes: nothing is copied from modeling files):
+Each row of :data:`ADAPTERS` only names attributes (nothing is copied from modeling files), for one of two mechanisms:
 
 * ``interface`` — the architecture calls ``ALL_ATTENTION_FUNCTIONS[config._attn_implementation]`` (BERT, RoBERTa,
-  XLM-R, ELECTRA, DistilBERT); papa registers a ``"papa"`` attention function (and mask function,
-  :mod:`papa.core.head_patch`) and switches the model to it.
-* ``inline`` — the softmax is computed inside the architecture's own forward (DeBERTa v1/v2, MPNet): papa wraps the
-  dropout right after it, so it sees (and may replace) the probabilities ``[B, H, L, L]`` before they multiply V;
-  where a head's output is read or replaced, a pre-hook on the output projection (``context_projection``) sees the
-  heads' concatenated outputs ``[B, L, H·d]``.
+  XLM-R, ELECTRA, DistilBERT): papa registers a ``"papa"`` attention function (:mod:`papa.core.head_patch`) and
+  switches the model to it.
+* ``inline`` — the softmax is inside the architecture's forward (DeBERTa v1/v2, MPNet): papa wraps the dropout right
+  after it, which sees the probabilities ``[B, H, L, L]``, and, where heads' outputs are read or replaced, pre-hooks
+  the output projection (input ``[B, L, H·d]``).
 """
 
 from __future__ import annotations
@@ -23,22 +22,19 @@ from papa.core.errors import UnsupportedArchitectureError
 
 @dataclass(frozen=True)
 class ArchitectureAdapter:
-    """How to reach and hook the self-attention of one family of architectures.
+    """How to reach and hook the self-attention of one family of architectures (dotted attribute paths).
 
     Attributes:
         mechanism: ``"interface"`` or ``"inline"`` (module docstring).
-        layers: dotted path from the base model to the ``nn.ModuleList`` of layers.
-        self_attention: dotted path from one layer to its self-attention module.
-        query, key: the self-attention's Q and K projections (``nn.Linear``, a block of rows per head) when they
-            can be pruned per head; else ``None``.
-        probs_dropout: for ``inline``, the name of the dropout applied right after the softmax.
-        position_ids: the absolute position ids of a padded input, for compact passes (:mod:`papa.core.compact`):
+        layers, self_attention: base model → ``nn.ModuleList`` of layers; layer → self-attention module.
+        query, key: the Q and K projections (``nn.Linear``, a block of rows per head) when prunable per head.
+        probs_dropout: ``inline``: the dropout right after the softmax.
+        position_ids: a padded input's absolute position ids, for compact passes (:mod:`papa.core.compact`):
             ``"slot"`` (the slot index) or ``"after_padding"`` (``padding_idx`` + real tokens so far); ``None``:
             always run padded.
-        relative_positions: how a compact pass gives the slots' relative positions (``"mpnet"``,
-            ``"deberta-v2"``); ``None``: absolute positions only.
-        context_projection: for ``inline``, the dotted path from a layer to its output projection, whose input
-            is the heads' outputs ``[B, L, H·d]``: where they are read (estimation) or replaced (``mean``).
+        relative_positions: how a compact pass gives the slots' relative positions; ``None``: absolute only.
+        context_projection: ``inline``: layer → output projection, input ``[B, L, H·d]`` (heads' outputs read in
+            estimation, replaced by ``mean``).
     """
 
     mechanism: Literal["interface", "inline"]

@@ -1,22 +1,12 @@
 """Encoder passes over the real positions only: cost proportional to real tokens, same hidden states.
 
-With the PAPA layout (:mod:`papa.core.layout`) every input has ``L`` slots, and a single sentence fills ``0 .. n−1``
-and ``L − 1``: trimming a batch at its last real slot would keep all ``L``. A *compact* pass gathers, per batch, the
-slots real in at least one of its rows (``slots [P]``, sorted) and runs the encoder on ``[B, P]`` inputs, telling it:
-
-* the absolute position ids of the padded input (the adapter's ``position_ids``: ``"slot"`` — the slot itself,
-  BERT-like; ``"after_padding"`` — ``padding_idx + cumsum(real)``, RoBERTa-like and MPNet);
-* the slots' relative positions (``relative_positions``: ``"mpnet"`` — the position bias computed from the slots;
-  ``"deberta-v2"`` — the bucketed ``relative_pos`` passed to the encoder);
-* the slots to the head patches (:class:`papa.core.head_patch.PatchContext.slots`): a constant head applies
-  ``rownorm(C[slots][:, slots] ⊙ m mᵀ)``, recording accumulates into ``[L, L]`` at the slots.
-
-Exact: a dynamic head gives a pad key weight ``exp(−inf) = 0``, a constant head re-masks and renormalises over the
-real keys, and every real key of a row is kept, so hidden states at real positions are the padded pass's (≤ 1e-5,
-tested for every adapter); pad slots are not computed. :func:`plan_batches` sorts rows by real-token count (stable)
-within windows, so a batch holds similar lengths; callers restore row order. Without a position rule an architecture
-runs padded: DeBERTa v1 (its relative-attention span ``min(input length, max_relative_positions)`` would change) and
-a DeBERTa-v2 with a convolution over positions (``conv_kernel_size``).
+In the PAPA layout (:mod:`papa.core.layout`) a single sentence fills slots ``0 .. n−1`` and ``L − 1``, so trimming
+at the last real slot would keep all ``L``. A *compact* pass runs the encoder on ``[B, P]`` inputs, the batch's
+``slots [P]`` real in at least one row, and gives it the padded pass's absolute position ids (adapter's
+``position_ids``), the slots' relative positions (``relative_positions``) and, through
+:attr:`papa.core.head_patch.PatchContext.slots`, the slots to the head patches. It is exact (≤ 1e-5, tested per
+adapter): pad keys get weight 0 in a dynamic head, a constant head re-masks and renormalises, and every real key is
+kept. DeBERTa v1 (its relative span depends on the input length) and a DeBERTa-v2 with ``conv_kernel_size`` run padded.
 """
 
 from __future__ import annotations
@@ -77,8 +67,7 @@ def natural_position_ids(model: nn.Module, input_ids: torch.Tensor) -> torch.Ten
 
 
 def compact_inputs(model: nn.Module, inputs: dict[str, torch.Tensor], slots: torch.Tensor) -> dict[str, torch.Tensor]:
-    """The padded ``inputs`` ``[B, L]`` (no ``labels``) gathered at ``slots [P]`` → ``[B, P]``, with the padded
-    pass's ``position_ids``."""
+    """Padded ``inputs [B, L]`` at ``slots [P]`` → ``[B, P]`` (no ``labels``), with the padded pass's position ids."""
     out = {name: tensor[:, slots] for name, tensor in inputs.items() if name != "labels"}
     out["position_ids"] = natural_position_ids(model, inputs["input_ids"])[:, slots]
     return out

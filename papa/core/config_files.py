@@ -1,9 +1,6 @@
-"""Reading grid YAML strictly and wording schema errors as one :class:`PapaError`.
-
-* :func:`read_yaml`: a repeated key is an error (plain YAML keeps the last silently), with both line numbers.
-* :func:`validate` checks data against a model of :mod:`papa.core.schema` or :mod:`papa.core.grid_schema` and turns
-  the first pydantic error into
-  ``<where>: <path> <problem>. <hint>``, the path as in the YAML (``studies[2].lr``) or the flag (``--max-length``).
+"""Reading grid YAML strictly (:func:`read_yaml`: a repeated key is an error, with both line numbers) and wording
+the first pydantic error of :func:`validate` as one :class:`PapaError`: ``<where>: <path> <problem>. <hint>``, the
+path as in the YAML (``studies[2].lr``) or the flag (``--max-length``).
 """
 
 from __future__ import annotations

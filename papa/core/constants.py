@@ -1,21 +1,18 @@
 """Constant attention matrices: estimation, saving and loading.
 
-With the official semantics (``run_papa_glue_avgs_creator.py``), over a task's training split at a fixed length
-``L``, for every layer ``l``, head ``h`` and positions ``i, j``::
+As the official ``run_papa_glue_avgs_creator.py``, over a task's training split at fixed length ``L``::
 
     C[l, h, i, j] = Σ_x m_i(x) m_j(x) A[l, h, i, j](x)  /  Σ_x m_i(x) m_j(x)
 
-the mean softmax attention over the examples where ``i`` and ``j`` are both real (0 if never); ``C`` is NOT
-row-normalised (:func:`papa.core.head_patch.masked_rownorm` does it when applied). One streaming pass, eval mode,
-no gradients, memory independent of the examples (``O(layers · heads · L²)`` float64 accumulators). It also gives
-each head's mean squared deviation from its constant (a training-free ranking),
-``deviation[l, h] = Σ_ij Σ_x m_i m_j (A − C)² / Σ_ij Σ_x m_i m_j``, and its mean output per position (the
-``mean`` replacement), ``μ[l, h, i] = Σ_x m_i(x) (A V)[l, h, i](x) / Σ_x m_i(x)`` (``[head_dim]``; 0 if never real).
+the mean attention where ``i`` and ``j`` are both real (0 if never), NOT row-normalised
+(:func:`papa.core.head_patch.masked_rownorm` does that when applied). One streaming pass with float64 accumulators
+(``O(layers · heads · L²)``) also gives each head's mean squared deviation from its constant (a training-free
+ranking), ``deviation[l, h] = Σ_ij Σ_x m_i m_j (A − C)² / Σ_ij Σ_x m_i m_j``, and its mean output per position (the
+``mean`` replacement), ``μ[l, h, i] = Σ_x m_i(x) (A V)[l, h, i](x) / Σ_x m_i(x)`` (0 if never real).
 
 Files are safetensors: ``constants`` ``[layers, heads, L, L]`` float32, ``counts`` ``[L, L]`` float64,
 ``deviation`` ``[layers, heads]`` float32, ``output_means`` ``[layers, heads, L, d]`` float32 (absent from older
-files: they serve every replacement but ``mean``), string metadata (model, weights fingerprint, task, split, L,
-examples, relayout, papa version) and a sha256 of the tensors.
+files, which serve every replacement but ``mean``), a format tag, the provenance as JSON and a sha256 of the tensors.
 """
 
 from __future__ import annotations
@@ -43,16 +40,14 @@ FORMAT_VERSION = "1"
 
 @dataclass
 class ConstantSet:
-    """Estimated constants and their provenance.
+    """Estimated constants and their provenance (formulas: module docstring).
 
     Attributes:
-        constants: ``[layers, heads, L, L]`` float32.
+        constants, deviation, output_means: ``[layers, heads, L, L]``, ``[layers, heads]``, ``[layers, heads, L, d]``,
+            float32 (``output_means``: ``None`` for an older file).
         counts: ``[L, L]`` number of examples in which both positions are real.
-        deviation: ``[layers, heads]`` mean squared deviation of the attention from ``constants``.
         meta: provenance (``model``, ``fingerprint``, ``task``, ``split``, ``max_length``, ``num_examples``,
             ``relayout``, ``papa_version``, ``seconds``).
-        output_means: ``[layers, heads, L, d]`` float32, each head's output (``A V``) averaged per position where
-            real (0 where never); ``None`` for an older file.
     """
 
     constants: torch.Tensor

@@ -1,9 +1,8 @@
 """The schema's building blocks: every allowed name, every default (once), and the checked field types.
 
-:mod:`papa.core.schema` (each kind of run's parameters, the result record) and :mod:`papa.core.grid_schema` (grid
-configs) are built from these. A failed check raises :class:`ConfigValueError`, which the loaders turn into one
-:class:`~papa.core.errors.PapaError` naming its YAML path or flag (:mod:`papa.core.config_files`). Model names and
-head fractions are checked for form only (no torch, no hub).
+:mod:`papa.core.schema` and :mod:`papa.core.grid_schema` are built from these. A failed check raises
+:class:`ConfigValueError`, which :mod:`papa.core.config_files` turns into one :class:`~papa.core.errors.PapaError`
+naming its YAML path or flag. Model names and head fractions are checked for form only (no torch, no hub).
 """
 
 from __future__ import annotations

@@ -1,5 +1,4 @@
-"""The grid config's schema (pydantic v2, strict): its sections, studies and cross-checks, and
-:func:`study_settings`, a study's effective probe settings.
+"""The grid config's schema (pydantic v2, strict): sections, studies, cross-checks, and :func:`study_settings`.
 
 The grid loader (:func:`papa.pipeline.plan.load_config`), grid expansion and ``papa grid schema`` derive from
 :class:`GridConfig`; names, defaults and field types come from :mod:`papa.core.fields`.

@@ -1,24 +1,20 @@
 """The patch of one layer's self-attention: constant (replaced) heads, gated heads and attention recording.
 
-Each self-attention module of a patched model gets a :class:`HeadPatch` child (``module.papa_patch``: its layer,
-replaced heads and mode); a :class:`PatchContext` shared by all layers holds the padding mask ``m`` (``[B, L]``,
-True for real tokens). The patch acts on the probabilities ``A = softmax(QKᵀ/√d + mask)`` ``[B, H, L, L]`` and on
-the heads' outputs ``A V`` ``[B, H, L, d]``:
+Each patched self-attention module gets a :class:`HeadPatch` (``module.papa_patch``); a :class:`PatchContext` shared by
+all layers holds the padding mask ``m`` (``[B, L]``, True for real tokens). The patch acts on the probabilities
+``A = softmax(QKᵀ/√d + mask)`` ``[B, H, L, L]`` and the heads' outputs ``A V`` ``[B, H, L, d]``:
 
-* ``constant`` — each replaced head ``h`` outputs ``o_h = rownorm(M_h ⊙ m mᵀ) V_h + m ⊙ μ_h`` (rownorm: the
-  official ``mask_and_normalize``, L1-normalised rows, eps 1e-12, pad rows 0) with the input's own ``V``;
-  :data:`REPLACEMENT_TABLE` gives ``M`` and ``μ`` (PAPA: ``M = C``, the estimated constant, ``μ = 0``).
+* ``constant`` — a replaced head outputs ``rownorm(M ⊙ m mᵀ) V + m ⊙ μ`` (rownorm: the official
+  ``mask_and_normalize``, L1 rows, eps 1e-12, pad rows 0), ``M`` and ``μ`` from :data:`REPLACEMENT_TABLE`.
 * ``gates`` — every head mixes ``σ(λ_h) A_h + (1 − σ(λ_h)) rownorm(C_h ⊙ m mᵀ)``, trainable ``λ`` from 0
   (the paper's head ranking).
-* ``record`` — ``A`` unchanged; sums of ``A ⊙ m mᵀ``, of its square and of each head's output at real positions
-  are accumulated (constant and mean estimation, :mod:`papa.core.constants`).
+* ``record`` — ``A`` unchanged; sums of ``A ⊙ m mᵀ``, its square and each head's output at real positions
+  (:mod:`papa.core.constants`).
 
-``interface`` architectures call the ``"papa"`` function of transformers' ``AttentionInterface`` (with SDPA's
-boolean mask under that name in ``AttentionMaskInterface``: without it the padding mask silently becomes ``None``),
-i.e. :meth:`HeadPatch.attend` (``constant`` fast path: SDPA on the dynamic heads, a batched matmul for the replaced
-ones). ``inline`` ones get their probability dropout wrapped by :class:`ProbsHook` and, where outputs are read or
-written (``record``, ``μ ≠ 0``), an output-projection pre-hook (:meth:`HeadPatch.context_pre_hook`).
-Installing and removing patches: :mod:`papa.core.patching`.
+``interface`` architectures call :meth:`HeadPatch.attend` as transformers' ``"papa"`` attention function (registered
+with SDPA's boolean mask in ``AttentionMaskInterface``: without it the padding mask silently becomes ``None``).
+``inline`` ones get their probability dropout wrapped by :class:`ProbsHook` and, where outputs are read or written,
+an output-projection pre-hook. Installing and removing patches: :mod:`papa.core.patching`.
 """
 
 from __future__ import annotations
@@ -45,11 +41,9 @@ class Replacement:
     """What a replaced head outputs: ``o_h = rownorm(M_h ⊙ m mᵀ) V_h + m ⊙ μ_h`` (``[B, L, d]``).
 
     Attributes:
-        name: the name users pass (``patch_constant_heads(..., replacement=name)``).
-        matrix: ``M_h [L, L]`` — ``"constants"``: the estimated constant ``C_h`` (PAPA); ``"ones"``: uniform
-            over the real tokens (the mean of their ``V``); ``"zeros"``: no attention, the ``V`` term is 0.
-        stored_output: add ``μ_h [L, d]``, the head's output per position averaged over the training examples
-            where it is real (``ConstantSet.output_means``); else ``μ = 0``.
+        matrix: ``M_h [L, L]`` — ``"constants"``: the estimated ``C_h`` (PAPA); ``"ones"``: uniform over the real
+            tokens (the mean of their ``V``); ``"zeros"``: the ``V`` term is 0.
+        stored_output: add ``μ_h [L, d]`` (``ConstantSet.output_means``); else ``μ = 0``.
     """
 
     name: str
@@ -115,13 +109,9 @@ class PatchContext:
 
 
 class HeadPatch(nn.Module):
-    """The patch of one layer's self-attention.
-
-    Buffers/parameters (saved with ``state_dict``):
-        constants: ``[n_const, L, L]`` in ``constant`` mode (the replaced heads' ``M``, in the order of
-            :attr:`constant_heads`), ``[H, L, L]`` in ``gates`` mode.
-        output_means: ``[n_const, L, d]`` in ``constant`` mode when the replacement adds ``μ``; else None.
-        lambdas: ``[H]`` in ``gates`` mode.
+    """The patch of one layer's self-attention. Saved with ``state_dict``: ``constants`` (``constant`` mode:
+    ``[n_const, L, L]``, the replaced heads' ``M`` in :attr:`constant_heads` order; ``gates``: ``[H, L, L]``),
+    ``output_means`` (``[n_const, L, d]`` when the replacement adds ``μ``, else None), ``lambdas`` (``gates``: ``[H]``).
     """
 
     def __init__(
@@ -268,7 +258,8 @@ class HeadPatch(nn.Module):
 
     # -- the interface path ------------------------------------------------------------------------
     def attend(self, module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
-        """Attention for ``interface`` architectures. q/k/v: ``[B, H, L, d]`` → ``([B, L, H, d], None)``."""
+        """Attention for ``interface`` architectures. q/k/v: ``[B, H, L, d]`` → ``([B, L, H, d], None)``.
+        ``constant`` fast path: SDPA on the dynamic heads, a batched matmul for the replaced ones."""
         if self.mode == "constant":
             return self._attend_constant(query, key, value, attention_mask, dropout, scaling)
         scaling = query.size(-1) ** -0.5 if scaling is None else scaling

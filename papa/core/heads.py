@@ -1,9 +1,8 @@
 """Head sets and head rankings.
 
-A *ranking* lists every ``(layer, head)`` pair exactly once, the first made constant first; a *head set* is the first
-``k`` of a ranking, or an explicit list. The paper's counts for 144 heads, 0, 72, 126, 135, 144, are the fractions 0,
-1/2, 7/8, 15/16 and 1; :func:`count_for` maps a fraction ``f`` of ``N`` heads to ``floor(f * N + 0.5)`` (halves
-rounded up): 72 heads → 0, 36, 63, 68, 72.
+A *ranking* lists every ``(layer, head)`` pair once, the first made constant first; a *head set* is a ranking's first
+``k`` or an explicit list. The paper's counts for 144 heads (0, 72, 126, 135, 144) are the fractions 0, 1/2, 7/8,
+15/16 and 1; :func:`count_for` maps ``f`` of ``N`` heads to ``floor(f * N + 0.5)``: 72 heads → 0, 36, 63, 68, 72.
 """
 
 from __future__ import annotations

@@ -1,12 +1,10 @@
 """Atomic, verified file writing and reading.
 
-Every artefact papa writes (constants, rankings, results, manifests, notebooks) goes through
-:func:`atomic_write_bytes` / :func:`atomic_write_text` / :func:`atomic_write_json`: written to a temporary file in the
-same folder, flushed and fsynced, then renamed over the target, so a reader never sees a half-written file and a
-killed writer leaves the old one intact. JSON artefacts carry a ``sha256`` of their canonical body
-(:func:`read_json_verified` checks it). A temporary file, ``.<target name>.<8 random characters>.tmp``, has the usual
-permissions (0666 minus the umask) from the start, never a private 0600 leftover; :func:`remove_stale_temp_files`
-removes such leftovers (and nothing else).
+Every artefact papa writes goes through :func:`atomic_write_with` (a temporary sibling, fsynced, then renamed over
+the target): a reader never sees a half-written file, a killed writer leaves the old one. Temporaries
+(:data:`TEMP_NAME`) have 0666 minus the umask from the start, never a private 0600 leftover;
+:func:`remove_stale_temp_files` removes them. JSON artefacts carry a ``sha256`` of their canonical body
+(:func:`read_json_verified` checks it).
 """
 
 from __future__ import annotations
@@ -82,12 +80,9 @@ def temporary_file(target: str | os.PathLike, setting: str | None = None) -> Pat
 
 
 def atomic_write_with(path: str | os.PathLike, write, by_path: bool = False, setting: str | None = None) -> Path:
-    """Atomically create ``path`` with ``write(handle)`` (or ``write(temporary_path)`` when ``by_path``).
-
-    ``by_path`` lets a library stream a large artefact (cached features) to the temporary file instead of building it
-    in memory. The file has the usual permissions (0666 minus the umask) from its creation on. ``setting`` names what
-    chose the folder (``"PAPA_CACHE_DIR"``), for the hints of a full or read-only disk.
-    """
+    """Atomically create ``path`` with ``write(handle)``, or ``write(temporary_path)`` when ``by_path`` (a library
+    streams a large artefact to the file). ``setting`` names what chose the folder (``"PAPA_CACHE_DIR"``), for the
+    hints of a full or read-only disk."""
     target = Path(path)
     fd, tmp = _make_temp(target, setting)
     try:
@@ -135,12 +130,9 @@ def read_json_verified(
     remedy: str = "write it again with papa",
     require_checksum: bool = False,
 ) -> dict:
-    """Read a JSON object written by :func:`atomic_write_json` and check its ``sha256``.
-
-    ``what`` names the kind of file ("ranking"); ``remedy`` says how papa makes a good one ("recompute it with
-    `papa rank`"). A non-object (or, with ``require_checksum``, one without ``sha256``) is not a papa file, and the
-    hint never advises deleting it: nothing shows papa wrote it.
-    """
+    """Read a JSON object written by :func:`atomic_write_json` and check its ``sha256``; ``what``: the kind of file
+    ("ranking"), ``remedy``: how papa makes a good one. A non-object (or, with ``require_checksum``, one without
+    ``sha256``) is not a papa file, and the hint never advises deleting it: nothing shows papa wrote it."""
     path = Path(path)
     if not path.is_file():
         raise PapaError(f"The {what} {path} does not exist", "Check the path, or create it first.")

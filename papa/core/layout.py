@@ -1,15 +1,15 @@
 """Tokenisation at a fixed length ``L`` with the PAPA re-layout (official ``--use_papa_preprocess``).
 
-Constants are indexed by position, so every input is laid out the same way for estimating and applying them:
+Constants are indexed by position, so estimating and applying them must lay inputs out alike:
 
-* sequence tasks: ``[CLS]`` + segment 1 fill ``0 ..`` (cut at ``L/2``); the separator and segment 2 start at
-  ``L/2``; the final ``[SEP]`` is at ``L − 1``; pads between (a single sentence: ``0 .. L/2 − 1`` and ``L − 1``).
-* token tasks: the words keep their positions; the ``[SEP]`` is moved to ``L − 1``.
+* sequence tasks: ``[CLS]`` + segment 1 from ``0`` (cut at ``L/2``); the separator and segment 2 from ``L/2``; the
+  final ``[SEP]`` at ``L − 1``; pads between (a single sentence: ``0 .. L/2 − 1`` and ``L − 1``).
+* token tasks: the words keep their positions; the ``[SEP]`` moves to ``L − 1``.
 
-``relayout=False``: plain ``padding="max_length", truncation=True``. Unlike the official code (where
-``token_type_ids`` stay put while the tokens move), token types move with their tokens. All functions return
-``[N, L]`` tensors: ``input_ids``, ``attention_mask`` (1 = real), ``token_type_ids`` when the tokenizer makes them,
-and for token tasks ``labels`` (``-100`` on every piece but a word's first).
+``relayout=False``: plain ``padding="max_length", truncation=True``. Unlike the official code, ``token_type_ids``
+move with their tokens. Functions return ``[N, L]`` tensors: ``input_ids``, ``attention_mask`` (1 = real),
+``token_type_ids`` when the tokenizer makes them, and for token tasks ``labels`` (``-100`` on every piece but a
+word's first).
 """
 
 from __future__ import annotations

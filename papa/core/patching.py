@@ -1,12 +1,9 @@
-"""Installing head patches on unmodified transformers, removing them, and reloading a saved patched model.
+"""Installing head patches (:mod:`papa.core.head_patch`) on unmodified transformers, removing them, reloading.
 
-The patch itself (what a constant, replaced, gated or recording head computes) is :mod:`papa.core.head_patch`.
-Here: :func:`patch_constant_heads` (a head set replaced by one of :data:`~papa.core.head_patch.REPLACEMENTS`),
-:func:`patch_gates`, :func:`patch_record`, :func:`unpatch`, :func:`prune_qk` (drops replaced heads' Q/K rows) and
-:func:`load_patched`. Installing keeps every pass's padding mask in the model's
-:class:`~papa.core.head_patch.PatchContext` (a pre-hook on the base model), switches ``interface`` architectures to
-the ``"papa"`` attention function and gives each self-attention module its :class:`~papa.core.head_patch.HeadPatch`
-(``inline`` ones: wrapped probability dropout, and an output-projection pre-hook where heads' outputs are used).
+Installing keeps each pass's padding mask in the model's :class:`~papa.core.head_patch.PatchContext` (a pre-hook on
+the base model), switches ``interface`` architectures to the ``"papa"`` attention function and gives each
+self-attention module its :class:`~papa.core.head_patch.HeadPatch` (``inline`` ones: a wrapped probability dropout,
+and an output-projection pre-hook where heads' outputs are used).
 """
 
 from __future__ import annotations
@@ -127,17 +124,15 @@ def patch_constant_heads(
     replacement: str = "papa",
     output_means: torch.Tensor | None = None,
 ) -> nn.Module:
-    """Replace ``heads`` (``(layer, head)`` pairs), in place; returns ``model``.
-
-    Each replaced head outputs ``rownorm(M ⊙ m mᵀ) V + m ⊙ μ``, ``M`` and ``μ`` from the replacement's row of
-    :data:`papa.core.head_patch.REPLACEMENT_TABLE`: ``papa`` (default) — ``M`` = its constant, ``μ = 0``;
-    ``uniform`` — ``M`` = all ones; ``zero`` — no output; ``mean`` — ``μ`` = its mean output.
+    """Replace ``heads`` (``(layer, head)`` pairs) in place by ``rownorm(M ⊙ m mᵀ) V + m ⊙ μ``, ``M`` and ``μ``
+    from :data:`papa.core.head_patch.REPLACEMENT_TABLE`; returns ``model``.
 
     Args:
         constants: ``[layers, heads, L, L]`` (e.g. ``papa.core.constants.load_constants(...).constants``); for
             ``uniform``, ``zero`` and ``mean`` only its shape (``L``) is used.
         trainable: make the constants ``nn.Parameter`` s instead of frozen buffers (``papa`` only).
-        replacement: one of :data:`papa.core.head_patch.REPLACEMENTS`.
+        replacement: one of :data:`papa.core.head_patch.REPLACEMENTS`: ``papa`` (``M`` = the constant), ``uniform``
+            (all ones), ``zero`` (no output), ``mean`` (``μ`` = the mean output).
         output_means: ``[layers, heads, L, d]`` (``ConstantSet.output_means``), needed by ``mean``.
     """
     from papa.core.heads import validate_head_set
@@ -323,14 +318,11 @@ def _saved_key(tensors: dict[str, torch.Tensor], name: str) -> str | None:
 
 
 def load_patched(folder: str | Path, device: str | torch.device | None = None) -> nn.Module:
-    """Reload a model written by ``save_pretrained`` after :func:`patch_constant_heads`.
+    """Reload a model written by ``save_pretrained`` after :func:`patch_constant_heads`, in eval mode.
 
-    Reads ``config.papa`` (``mode``, ``constant_heads``, ``max_length``, ``trainable``, ``replacement`` — ``papa``
-    when absent) from ``config.json``, loads the base encoder with ``AutoModel`` (SDPA; eager for inline
-    architectures) and re-attaches the saved matrices (``<self-attention>.papa_patch.constants``; ``mean``: also
-    ``.papa_patch.output_means``) to the same heads. A task model's folder (e.g. ``BertForSequenceClassification``)
-    comes back as its base encoder; one saved after :func:`prune_qk` (``config.papa["qk_pruned"]``) comes back pruned
-    with its saved Q/K rows. Returned in eval mode (``requires_grad`` as ``from_pretrained`` leaves it).
+    ``config.papa`` (``replacement`` absent: ``papa``) says which heads get the saved ``.papa_patch.constants`` (and
+    ``.papa_patch.output_means``) back. A task model's folder comes back as its base ``AutoModel``; one saved after
+    :func:`prune_qk` comes back pruned with its saved Q/K rows. ``requires_grad`` is as ``from_pretrained`` leaves it.
     """
     from transformers import AutoConfig, AutoModel
     from transformers.utils import logging as hf_logging
