@@ -138,12 +138,9 @@ def load_lr_choice(path: str | Path, model: str | None = None, task: str | None 
 
 
 def release_private_features(results: Iterable[dict]) -> int:
-    """Delete the feature-cache entries only these results' run reads; returns how many were deleted.
-
-    A partial head set (0 < k < all) belongs to one ranking, k and task, so no other run reads it. Sets with no or
-    every head constant (k = 0, the floor, the literal setting, lr selection) are shared and stay (about 46.7 GB on
-    the default grid's dry run, plus up to 3.0 GB for the running head set).
-    """
+    """Delete the cached features of these results' partial head sets (0 < k < all: one ranking, k and task, read
+    by no other run); returns how many entries were deleted. Sets with no or every head constant (k = 0, the floor,
+    the literal setting, lr selection) are shared and stay: about 46.7 GB on the default grid's dry run."""
     keys = [
         key
         for result in results
