@@ -214,6 +214,7 @@ class LiveSource:
 def build_probe(
     token_task: bool, num_states: int, length: int, hidden: int, num_labels: int, config: ProbeConfig
 ) -> nn.Module:
+    """A fresh :class:`TokenProbe` or :class:`SequenceProbe` over ``num_states`` states (1 for ``embeddings``)."""
     states = 1 if config.probe_input == "embeddings" else num_states
     if token_task:
         return TokenProbe(states, hidden, num_labels)
@@ -411,6 +412,7 @@ def draw_from_pool(
 
 
 def seed_everything(seed: int) -> None:
+    """Seed torch, ``random`` and numpy."""
     torch.manual_seed(seed)
     import random
 
