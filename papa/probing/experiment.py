@@ -41,6 +41,8 @@ from papa.probing.task_inputs import TaskInputs, prepare_inputs, score_predictio
 def resolve_heads(
     lm: LoadedModel, ranking_path: str | None, constant_heads: int | float | str, constants: ConstantSet | None
 ):
+    """``(k, heads)``: the first ``k`` ``(layer, head)`` pairs of the ranking (``constant_heads``: a count, a fraction
+    or ``"all"``, :func:`papa.core.heads.count_for`); all heads need no ranking."""
     total = lm.num_layers * lm.num_heads
     k = count_for(constant_heads, total)
     if k == 0:
