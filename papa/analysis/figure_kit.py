@@ -80,10 +80,12 @@ def panel_layout(panels: int, max_columns: int = 3, min_width: int = 150) -> tup
 
 
 def legend(title: str | None = None, **extra: Any) -> alt.Legend:
+    """A horizontal legend below the plot, labels and title never truncated."""
     return alt.Legend(title=title, orient="bottom", direction="horizontal", labelLimit=0, titleLimit=0, **extra)
 
 
 def finish(chart: Any, caption: str, label: str) -> Figure:
+    """The :class:`Figure` of ``chart`` with its legends below the plot, untruncated."""
     return Figure(chart.configure_legend(orient="bottom", labelLimit=0, titleLimit=0), caption, label)
 
 
@@ -121,11 +123,13 @@ def clean(frame: pd.DataFrame, digits: int = 4) -> pd.DataFrame:
 
 
 def seeds_words(counts: Sequence[int]) -> str:
+    """``"3 probe seeds"`` (``"1 probe seed"``), or ``"2–3 probe seeds"`` when the counts differ."""
     counts = sorted({int(c) for c in counts}) or [0]
     low, high = counts[0], counts[-1]
     return f"{high} probe seed" + ("s" if high != 1 else "") if low == high else f"{low}–{high} probe seeds"
 
 
 def words(items: Sequence[str]) -> str:
+    """``"a, b and c"``; ``"none"`` for no items."""
     items = list(items)
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1] if items else "none"

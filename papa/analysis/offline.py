@@ -1,10 +1,8 @@
 """Offline rendering of Altair charts: no CDN, no URL.
 
 Altair's default HTML loads vega from a CDN, which shows nothing offline. :func:`write_vega_bundle` writes one
-self-contained JavaScript file (vega, vega-lite, vega-embed from ``vl_convert.javascript_bundle``) defining the global
-``vegaEmbed``, which the book ships in ``_static/`` and loads on every page (``html_js_files``).
-:func:`enable_offline_renderer` displays every chart as the Vega-Lite JSON (JupyterLab renders it) plus a
-``text/html`` div + script calling that global ``vegaEmbed``.
+self-contained script defining the global ``vegaEmbed``, which the book loads on every page;
+:func:`enable_offline_renderer` shows each chart as Vega-Lite JSON (for JupyterLab) plus HTML calling that global.
 """
 
 from __future__ import annotations
@@ -26,10 +24,10 @@ RENDERER_NAME = "papa"
 
 
 def write_vega_bundle(static_dir: str | Path, vl_version: str | None = None) -> Path:
-    """Write :data:`VEGA_BUNDLE_NAME` (vega + vega-lite + vega-embed, no network) into ``static_dir``:
-    ``vl_convert.javascript_bundle`` setting ``window.vegaEmbed`` and ``window.vega``, wrapped in a function so its
-    minified names do not leak (a plain ``<script src>`` loads it). ``vl_version``: default, the installed Altair's
-    Vega-Lite (major.minor) when vl_convert ships it."""
+    """Write :data:`VEGA_BUNDLE_NAME` (vega, vega-lite, vega-embed from ``vl_convert.javascript_bundle``, no network)
+    into ``static_dir``, for the book's ``html_js_files``. It sets ``window.vegaEmbed`` and ``window.vega``, wrapped
+    in a function so its minified names do not leak. ``vl_version`` defaults to the installed Altair's Vega-Lite
+    (major.minor) when vl_convert ships it."""
     import vl_convert
 
     if vl_version is None:

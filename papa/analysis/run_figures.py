@@ -1,10 +1,8 @@
-"""Figures of a single run: the constant matrices an estimate run wrote, and the head order a ranking run wrote.
+"""Figures of a single run: the constant matrices an estimate run wrote (:func:`fig_constants`) and the head order a
+ranking run wrote (:func:`fig_head_ranking`).
 
-Apart from :mod:`papa.analysis.figures` (the book's figures) so that the run notebooks (``01_estimate_constants``,
-``02_rank_heads``) import only what they draw: a statistics or chapter-figure edit never stales a finished estimate or
-ranking (:mod:`papa.pipeline.sources` keys a run on the papa modules its notebook imports).
-:func:`fig_head_ranking`: which heads become constant first (layer × head heatmap); :func:`fig_constants`: a few
-constant attention matrices ``[layers, heads, L, L]``.
+Apart from :mod:`papa.analysis.figures` so that the run notebooks import only what they draw: a run's key follows the
+papa modules its notebook imports (:mod:`papa.pipeline.sources`), so a chapter-figure edit never stales a run.
 """
 
 from __future__ import annotations

@@ -1,10 +1,9 @@
 """What a notebook's kernel needs: strict parameters (and reading a notebook's source).
 
-papermill only *warns* about an undeclared parameter and injects it anyway. Each notebook's ``parameters`` cell holds
-annotated literals (``task: str = "sst2"  # ...``), so the kernel's ``__annotations__`` lists the declared names;
-:func:`parameters` (called in the next cell) turns an undeclared or mistyped injected parameter into an error. Every
-run notebook imports this module, so a run's key follows it (:mod:`papa.pipeline.sources`): it stays small. What
-happens *after* a run (its title, cleaning) is :mod:`papa.pipeline.executed`.
+papermill only *warns* about an undeclared parameter and injects it anyway; :func:`parameters`, called after the
+``parameters`` cell of annotated literals (``task: str = "sst2"  # ...``), turns an undeclared or mistyped one into an
+error. Every run notebook imports this module, so a run's key follows it (:mod:`papa.pipeline.sources`): keep it
+small. What happens *after* a run is :mod:`papa.pipeline.executed`.
 """
 
 from __future__ import annotations
@@ -21,10 +20,10 @@ _TYPES = {"str": str, "int": int, "float": (int, float), "bool": bool, "list": l
 
 
 def parameters(namespace: dict[str, Any], kind: str | None = None) -> dict[str, Any]:
-    """The declared parameters and their values; a :class:`PapaError` for unknown or mistyped ones. With ``kind``
-    (``"estimate"``, ``"rank"``, ``"select_lr"``, ``"probe"``, ...) they are checked against its params model of
-    :mod:`papa.core.schema`, so a notebook accepts exactly what a grid may pass. The annotations are for papermill
-    and people: ``"Optional[int]"`` (quoted: never evaluated) declares a parameter that may be None."""
+    """The declared parameters (the kernel's ``__annotations__``) and their values; a :class:`PapaError` for unknown
+    or mistyped ones. With ``kind`` (``"estimate"``, ``"rank"``, ``"select_lr"``, ``"probe"``, ...) they are checked
+    against its params model in :mod:`papa.core.schema`, so a notebook accepts exactly what a grid may pass.
+    ``"Optional[int]"`` (quoted: never evaluated) declares a parameter that may be None."""
     annotations = namespace.get("__annotations__", {})
     declared = {name: annotations[name] for name in annotations}
     unknown = sorted(

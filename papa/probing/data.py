@@ -1,9 +1,8 @@
-"""The six PAPA tasks and how to load them.
+"""The six PAPA tasks (:data:`TASKS`: columns, label column, main metric) and how to load them.
 
-:data:`TASKS` describes each task (columns, label column, main metric). :func:`load_task_split` returns a
-:class:`datasets.Dataset` with the hub's columns and label ids, read from the Hugging Face hub or from a local folder
-(``data_dir``, else ``PAPA_DATA_DIR``) laid out as ``TASK/SPLIT.jsonl`` plus ``TASK/labels.json``. Local files are
-validated line by line, so a mistake is reported with its file and line number. Nothing is cached on disk.
+:func:`load_task_split` returns a :class:`datasets.Dataset` with the hub's columns and label ids, from the Hugging Face
+hub or a local folder (``data_dir``, else ``PAPA_DATA_DIR``) of ``TASK/SPLIT.jsonl`` plus ``TASK/labels.json``,
+validated line by line so that an error names its file and line. Nothing is cached on disk.
 """
 
 from __future__ import annotations

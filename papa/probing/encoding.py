@@ -1,9 +1,8 @@
 """A task's examples encoded with the PAPA layout, and a task's constants estimated from them.
 
-What an estimate run executes (``notebooks/01_estimate_constants.md``), apart from the probe's training and scoring
-(:mod:`papa.probing.task_inputs`, :mod:`papa.probing.experiment`), so an edit there never changes the constants' run
-key (nor every key downstream). :func:`encode_split`: a loaded split as ``input_ids``/``attention_mask`` ``[N, L]``
-plus ``labels``; :func:`estimate_task_constants`: a task's constant matrices ``[layers, heads, L, L]``.
+Kept apart from the probe's training and scoring (:mod:`papa.probing.task_inputs`, :mod:`papa.probing.experiment`)
+because an estimate run (``notebooks/01_estimate_constants.md``) executes it: an edit there never changes the
+constants' run key (nor every key downstream).
 """
 
 from __future__ import annotations
@@ -17,7 +16,8 @@ from papa.probing.data import TaskSpec, get_task, load_task_split
 
 
 def encode_split(lm: LoadedModel, spec: TaskSpec, dataset, max_length: int, relayout: bool) -> dict[str, torch.Tensor]:
-    """Encode a loaded split with the PAPA layout; adds ``labels`` (``[N]`` or ``[N, L]``)."""
+    """Encode a loaded split with the PAPA layout: ``input_ids``/``attention_mask`` ``[N, L]`` plus ``labels``
+    (``[N]`` or ``[N, L]``)."""
     if spec.is_token_task:
         return encode_words(lm.tokenizer, dataset["tokens"], dataset[spec.label_column], max_length, relayout)
     columns = [dataset[c] for c in spec.text_columns]
@@ -38,7 +38,8 @@ def estimate_task_constants(
     device: str | None = None,
     progress: bool = False,
 ) -> ConstantSet:
-    """Constants of ``model`` over the first ``max_examples`` examples of a task's ``split``."""
+    """Constants ``[layers, heads, L, L]`` of ``model`` over the first ``max_examples`` examples of a task's
+    ``split``."""
     from papa.core.constants import estimate_constants
     from papa.core.version import __version__
 

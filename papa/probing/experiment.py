@@ -1,23 +1,20 @@
 """One probing run: (model, task, constants, head ordering, k, seed, mode, sizes) → a scored result.
 
-:func:`~papa.probing.task_inputs.prepare_inputs` loads and encodes a task once; :func:`run_probe` patches the first
-``k`` heads of a ranking with their constants, gets the encoder's features (``cached``: once, in eval mode, from the
-on-disk cache when another run computed them; ``faithful``: the live encoder in train mode, every batch of every
-epoch), trains the probe and returns ``{"config", "task", "metric", "score", "metrics", "epochs", "floors", "timings",
-"data", "provenance"}``. ``score`` is the main metric of the reported epoch (``selected_epoch``: the final one, or
-with ``selection="heldout"`` the best on held-out training examples); ``epochs``: every epoch's losses and metrics.
+:func:`run_probe` patches the first ``k`` heads of a ranking with their constants, gets the encoder's features
+(``cached``: once, in eval mode, possibly from the on-disk cache; ``faithful``: the live encoder in train mode, every
+batch), trains the probe and returns ``{"config", "task", "metric", "score", "metrics", "epochs", "floors", "timings",
+"data", "provenance"}``; ``score`` is the main metric of the reported epoch (``selected_epoch``: the final one, or
+with ``selection="heldout"`` the best on held-out training examples). The main grid's protocol (issue 14; lr from
+:mod:`papa.probing.protocol`) adds:
 
-The main grid's protocol (issue 14; :mod:`papa.probing.protocol` chooses its lr) adds:
+* ``pool_examples``: features extracted once for a training *pool*, from which each seed draws its own
+  ``max_train_examples`` + ``heldout_examples`` (:func:`~papa.probing.probe.draw_from_pool`);
+* ``patience``: early stopping on the held-out score (``epochs`` the cap), restoring the best held-out probe
+  (``convergence`` records its flag and held-out curve);
+* ``dev_every_epoch=False``: the dev split scored once, by the reported probe.
 
-* ``pool_examples``: the training subset is a *pool* (features extracted once per head set); each probe seed draws
-  its own ``max_train_examples`` + ``heldout_examples`` from it (:func:`~papa.probing.probe.draw_from_pool`);
-* ``patience``: early stopping on the held-out score (``epochs`` the cap), restoring the best held-out probe;
-  ``convergence`` records its flag and held-out curve;
-* ``dev_every_epoch=False``: the dev split is scored once, by the reported probe (it never chooses anything).
-
-Every result stores ``dev``: the reported probe's dev predictions and labels as lists of ints (token tasks: flat over
-labelled tokens, ``lengths`` per sentence) and ``label_names``, for :mod:`papa.analysis.bootstrap`' paired bootstrap.
-NER and POS share sentences: their cached features are keyed by the CoNLL folder and relabelled on load.
+Every result stores ``dev``: the reported probe's dev predictions and labels (token tasks: flat over labelled tokens,
+``lengths`` per sentence) and ``label_names``, for :mod:`papa.analysis.bootstrap`'s paired bootstrap.
 """
 
 from __future__ import annotations
@@ -44,6 +41,8 @@ from papa.probing.task_inputs import TaskInputs, prepare_inputs, score_predictio
 def resolve_heads(
     lm: LoadedModel, ranking_path: str | None, constant_heads: int | float | str, constants: ConstantSet | None
 ):
+    """``(k, heads)``: the first ``k`` ``(layer, head)`` pairs of the ranking (``constant_heads``: a count, a fraction
+    or ``"all"``, :func:`papa.core.heads.count_for`); all heads need no ranking."""
     total = lm.num_layers * lm.num_heads
     k = count_for(constant_heads, total)
     if k == 0:
@@ -72,11 +71,9 @@ def run_probe(
 ) -> dict:
     """Train and score one probe (the result: module docstring): :func:`run_probes` with one seed.
 
-    ``selection="final"`` reports the last epoch; ``"heldout"`` trains on all but a seeded ``heldout_fraction`` of the
-    training subset (the same for every seed) and reports the epoch best on those held-out *training* examples. The
-    main grid adds ``pool_examples``, ``patience`` and ``dev_every_epoch=False`` (module docstring).
-    ``score_dev=False`` never touches the dev split (lr selection: ``score`` None, no ``dev``);
-    ``eval_chunk_examples`` (cached, ``dev_every_epoch=False``) scores it that many examples at a time, bounding memory.
+    ``selection="heldout"`` holds out a seeded ``heldout_fraction`` of the training subset (the same for every seed)
+    and reports the epoch best on it. ``score_dev=False`` never touches the dev split (lr selection: ``score`` None,
+    no ``dev``); ``eval_chunk_examples`` (cached, ``dev_every_epoch=False``) scores it that many examples at a time.
     """
     return run_probes(
         model, task, constants, ranking, constant_heads, mode, seeds=[seed], epochs=epochs, lr=lr, **options
@@ -115,12 +112,11 @@ def run_probes(
     eval_chunk_examples: int | None = None,
     replacement: str = "papa",
 ) -> list[dict]:
-    """One result per probe, ``lrs × seeds`` in that order (``lrs`` None: ``[lr]``), sharing the encoder's work: the
-    training features are extracted (or read from the cache) once, held as float32
-    (:class:`~papa.probing.probe.CachedSource`), and the dev split is extracted once for every probe. Each result is
-    what :func:`run_probe` gives for its (lr, seed) alone (same draw, init, order and scores; tested); its ``timings``
-    hold its share of the shared work. ``replacement``: what replaces the ``k`` heads
-    (:data:`papa.core.head_patch.REPLACEMENTS`; ``mean`` needs constants estimated with their mean outputs)."""
+    """One result per probe, ``lrs × seeds`` in that order (``lrs`` None: ``[lr]``), the train and dev features
+    extracted (or read from the cache) once for all. Each result is what :func:`run_probe` gives its (lr, seed)
+    alone (same draw, init, order and scores; tested); its ``timings`` hold its share of the shared work.
+    ``replacement``: what replaces the ``k`` heads (:data:`papa.core.head_patch.REPLACEMENTS`; ``mean`` needs
+    constants estimated with their mean outputs)."""
     started = time.perf_counter()
     protocol = ProbeProtocol(
         mode, replacement, selection, heldout_fraction, data_seed, pool_examples, max_train_examples, heldout_examples,

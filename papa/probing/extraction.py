@@ -2,13 +2,9 @@
 patched) encoder, in eval mode, at the positions the probe reads.
 
 :func:`extract_features` runs *compact* passes where the architecture allows (:mod:`papa.core.compact`: each batch on
-its real slots, rows sorted by length, the cost following the real tokens, real positions' states the padded pass's),
-else padded ones. Rows are assembled window by window in row order: all at once when the features fit
-``PAPA_MEMORY_BUDGET_GB`` in RAM, :data:`STREAM_WINDOW` rows at a time when they stream to a memory-mapped file
-(:func:`papa.probing.features.stream_features`). Shapes: sequence tasks ``states [N, S, P, H]`` at the ``P``
-positions real in some example (0 where a row's batch did not compute: pad for that row, masked); token tasks
-``states [T, S, H]`` of the labelled tokens in (example, position) order. :func:`get_features` gives a split's
-features for a head set from the on-disk cache or by extraction.
+its real slots, rows sorted by length), else padded ones, and assembles rows in order: all at once in RAM, or
+:data:`STREAM_WINDOW` rows at a time when they stream to disk (:func:`papa.probing.features.stream_features`).
+:func:`get_features` gives a split's features for a head set from the on-disk cache or by extraction.
 """
 
 from __future__ import annotations
@@ -143,10 +139,11 @@ def extract_features(
     device: torch.device | str = "cpu",
     compact: bool = True,
 ) -> Features:
-    """Run the frozen encoder once in eval mode over ``encoded``, keeping its states (float16) in RAM within
-    ``PAPA_MEMORY_BUDGET_GB``, else streamed to a memory-mapped file (same values). ``compact`` (where
-    :func:`papa.core.compact.supports_compact`): each batch on its real slots, rows sorted by length; real positions
-    equal the padded pass's (≤ 1e-5 before float16, tested); others hold 0 or the pass's pad value (masked)."""
+    """Run the frozen encoder once in eval mode over ``encoded``; its states (float16) held in RAM within
+    ``PAPA_MEMORY_BUDGET_GB``, else streamed to a memory-mapped file (same values). Sequence tasks: ``states [N, S,
+    P, H]`` at the ``P`` positions real in some example; token tasks: ``states [T, S, H]`` of the labelled tokens in
+    (example, position) order. ``compact`` (where supported): real positions equal the padded pass's (≤ 1e-5 before
+    float16, tested); other positions hold 0 or the pass's pad value (masked)."""
     device = torch.device(device)
     was_training = model.training
     model.eval()

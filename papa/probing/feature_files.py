@@ -1,12 +1,10 @@
 """The on-disk form of cached features: safetensors files papa writes and memory-maps itself.
 
-A file is ``[8-byte little-endian header length][JSON header][tensor bytes]`` (safetensors, readable by
-``safetensors.torch.load_file``). Tensors go by decreasing element size (``int64``, ``float16`` states, ``bool``
-masks), each aligned to its element size, so :func:`read_file` memory-maps them in place (copy-on-write, the file is
-never modified) and features larger than RAM are read batch by batch from the page cache. The header's
-``__metadata__`` holds ``sha256`` (:func:`tensors_sha256`), ``version`` and, for a cache entry, its ``key`` and the
-``parts`` it was hashed from. :class:`StreamedFile` writes a file whose states ``[N, S, P, H]`` arrive batch by
-batch, with header space reserved for the key, added once known (:func:`rewrite_metadata`).
+A file is ``[8-byte little-endian header length][JSON header][tensor bytes]`` (readable by
+``safetensors.torch.load_file``), tensors by decreasing element size, each aligned to it, so :func:`read_file` maps
+them in place (copy-on-write) and features larger than RAM are read batch by batch from the page cache. The header's
+``__metadata__`` holds ``sha256`` (:func:`tensors_sha256`), ``version`` and, for a cache entry, its ``key`` and
+``parts``. :class:`StreamedFile` writes states ``[N, S, P, H]`` batch by batch, reserving header space for the key.
 """
 
 from __future__ import annotations

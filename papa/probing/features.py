@@ -1,24 +1,15 @@
-"""Encoder features for probing: every hidden state of the frozen (possibly patched) encoder.
-
-The probe reads all ``S = layers + 1`` hidden states (embeddings included). In ``cached`` mode they are computed once,
-in eval mode, and reused by every epoch, seed and run sharing (model, task, subset, head set, L, layout):
-:class:`Features` holds them in RAM as float16, :func:`store_cached` / :func:`load_cached` on disk as safetensors.
+"""Cached encoder features: all ``S = layers + 1`` hidden states of the frozen (possibly patched) encoder, computed
+once in eval mode and reused by every epoch, seed and run sharing (model, task, subset, head set, L, layout).
 
 * sequence tasks: ``states [N, S, P, H]``, ``mask [N, P]``, ``labels [N]``, ``positions [P]``: only the ``P ≤ L``
-  positions real in some example are kept (with the PAPA layout a single sentence never reaches ``L/2 .. L−2``); a
-  pad position adds nothing to the probe, so no result changes and single-sentence tasks cost half;
-* token tasks: only the labelled positions (each word's first piece): ``states [T, S, H]``, ``labels [T]``,
-  ``example [T]`` (each token's example).
+  positions real in some example (pads add nothing to the probe; a single sentence never reaches ``L/2 .. L−2``);
+* token tasks: each word's first piece only: ``states [T, S, H]``, ``labels [T]``, ``example [T]``.
 
-Memory: ``N·S·P·H·2`` bytes (1000 SST-2 examples on MiniLM-L6: 0.34 GB), ``T·S·H·2`` for token tasks.
-:func:`extract_features` keeps features within ``PAPA_MEMORY_BUDGET_GB`` (default: 60% of physical memory) in RAM;
-larger ones *stream from disk*: written batch by batch to a feature file under ``PAPA_CACHE_DIR`` (once
-:func:`check_disk` found room) and memory-mapped, the same bytes, so the same scores. :func:`store_cached` renames
-that file into the cache; :func:`load_cached` maps an entry above the budget instead of loading it.
-
-Every entry records its key and the parameters it was hashed from (:func:`cached_features_key`); one read under
-another key is a miss, reported once (:class:`FeatureCacheWarning`), deleted and recomputed, like a failed checksum.
-File layout: :mod:`papa.probing.feature_files`; the encoder passes: :mod:`papa.probing.extraction`.
+States are float16 (``N·S·P·H·2`` bytes: 0.34 GB for 1000 SST-2 examples on MiniLM-L6). Above
+``PAPA_MEMORY_BUDGET_GB`` (default 60% of physical memory) they stream to a memory-mapped file under
+``PAPA_CACHE_DIR`` (same bytes, same scores). Cache entries record their key's parts (:func:`cached_features_key`); one
+read under another key is warned (:class:`FeatureCacheWarning`), deleted and recomputed. File layout:
+:mod:`papa.probing.feature_files`; encoder passes: :mod:`papa.probing.extraction`.
 """
 
 from __future__ import annotations
@@ -228,9 +219,9 @@ def cached_features_key(**parts) -> FeatureKey:
 
 
 def encoded_sha256(encoded: dict[str, torch.Tensor], with_labels: bool) -> str:
-    """A short hash of the encoded examples (``input_ids``, ``attention_mask``, ``token_type_ids`` ``[N, L]``; and
-    ``labels`` for sequence tasks: token tags are re-read on load, so NER and POS share an entry). Text and tokenizer
-    are thus in the key: another data folder or an edited file never reads stale features."""
+    """A short hash of the encoded examples (``input_ids``, ``attention_mask``, ``token_type_ids`` ``[N, L]``, and
+    ``labels`` for sequence tasks; token tags are re-read on load, so NER and POS share an entry): text and tokenizer
+    are in the key, so an edited data file never reads stale features."""
     digest = hashlib.sha256()
     for name in ("input_ids", "attention_mask", "token_type_ids", *(("labels",) if with_labels else ())):
         if name in encoded:
@@ -280,8 +271,8 @@ def _foreign(key: str, metadata: dict[str, str]) -> str | None:
 
 
 def load_cached(key: str) -> Features | None:
-    """The cached features under ``key``, or ``None`` (a miss) when absent, corrupt (sha256) or recorded under another
-    key (then deleted, never read). An entry above ``PAPA_MEMORY_BUDGET_GB`` is memory-mapped."""
+    """The cached features under ``key``; ``None`` (a miss) when absent, corrupt (sha256) or recorded under another
+    key (then deleted). An entry above ``PAPA_MEMORY_BUDGET_GB`` is memory-mapped."""
     path = cache_dir() / f"{key}.safetensors"
     if not path.is_file():
         return None

@@ -1,21 +1,16 @@
 """The frozen-encoder probe (official ``FreezeExtractPoller``) and its training loop.
 
-Sequence tasks (``FreezeExtractPoller``): for each of the ``S = layers + 1`` hidden states a position-weight vector
-``w_s ∈ R^L`` (initialised to ``1/L``), times the padding mask (not renormalised), pools ``[L, H] → [H]``; the ``S``
-pooled vectors concatenated → ``Linear(S·H → H)`` → tanh → dropout → ``Linear(H → labels)``. Token tasks
-(``FreezeExtractPollerTokenClassification``): a token's ``S`` states concatenated → ``Linear(S·H → H)`` →
-tanh → ``Linear(H → labels)``. ``probe_input="embeddings"`` feeds only the embedding layer's output: the
-*attention-free floor* of the controls.
+:class:`SequenceProbe`: for each of the ``S = layers + 1`` hidden states, position weights ``w_s ∈ R^L`` (initialised
+to ``1/L``, times the padding mask, not renormalised) pool ``[L, H] → [H]``; the ``S`` pooled vectors concatenated →
+``Linear(S·H → H)`` → tanh → dropout → ``Linear(H → labels)``. :class:`TokenProbe`
+(``FreezeExtractPollerTokenClassification``): a token's ``S`` states concatenated → ``Linear(S·H → H)`` → tanh →
+``Linear(H → labels)``. ``probe_input="embeddings"`` reads only the embedding layer: the *attention-free floor*.
 
-Training follows the official runs: AdamW (weight decay 0), lr 2e-5, constant schedule, batch 16, 15 epochs, seed 42,
-dev evaluation after every epoch; the final epoch's score is reported (the paper's literal setting). The book's main
-grid (issue 14) instead stops after ``patience`` epochs without a strict gain on held-out *training* examples
-(``epochs`` the cap) and restores the best held-out epoch's probe (earliest among ties), scored once on the dev split.
-:func:`convergence`: whether the best held-out epoch lies ``patience`` epochs before the last one (always when it
-stopped early; not when the cap cut a rising curve). :func:`draw_from_pool` gives each seed its own examples.
-
-Features come from a :class:`FeatureSource`: cached states (:mod:`papa.probing.features`) or the live encoder
-(``faithful`` mode: train mode, dropout active, recomputed for every batch).
+Training as the official runs: AdamW (weight decay 0), lr 2e-5, constant schedule, batch 16, 15 epochs, seed 42, dev
+scored after every epoch, the final epoch reported. The main grid (issue 14) instead stops after ``patience`` epochs
+without a strict gain on held-out *training* examples (``epochs`` the cap), restores the best held-out epoch's probe
+(earliest among ties) and scores it once on dev. Features come from a :class:`FeatureSource`: cached states
+(:mod:`papa.probing.features`) or the live encoder (``faithful``: train mode, dropout on, every batch recomputed).
 """
 
 from __future__ import annotations
@@ -81,8 +76,8 @@ class SequenceProbe(nn.Module):
         dropout_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """``positions [P]``: the positions ``states``/``mask`` hold when not all ``L`` (cached features).
-        ``dropout_mask [B, H]``: the multiplier after the tanh in place of :attr:`dropout` (a mask drawn from the
-        probe's own random stream while it trains beside others: :mod:`papa.probing.stacked_training`)."""
+        ``dropout_mask [B, H]``: replaces :attr:`dropout` after the tanh (the probe's own random stream while it
+        trains beside others: :mod:`papa.probing.stacked_training`)."""
         position_weights = self.position_weights if positions is None else self.position_weights[:, positions]
         weights = position_weights[None] * mask[:, None, :].to(states.dtype)  # [B, S, P]
         pooled = torch.einsum("bsl,bslh->bsh", weights, states).flatten(1)  # [B, S*H]
@@ -99,8 +94,8 @@ class TokenProbe(nn.Module):
         self.classifier = nn.Linear(hidden, num_labels)
 
     def forward(self, states: torch.Tensor, dropout_mask: torch.Tensor | None = None) -> torch.Tensor:
-        """``dropout_mask [T, H]``: a multiplier after the tanh (as :class:`SequenceProbe`'s; the official token
-        probe has no dropout, so only a stacked training with dropout passes one)."""
+        """``dropout_mask [T, H]``: a multiplier after the tanh (the official token probe has no dropout; only a
+        stacked training with dropout passes one)."""
         hidden = torch.tanh(self.dense(states.flatten(1)))
         return self.classifier(hidden if dropout_mask is None else hidden * dropout_mask)
 
@@ -219,6 +214,7 @@ class LiveSource:
 def build_probe(
     token_task: bool, num_states: int, length: int, hidden: int, num_labels: int, config: ProbeConfig
 ) -> nn.Module:
+    """A fresh :class:`TokenProbe` or :class:`SequenceProbe` over ``num_states`` states (1 for ``embeddings``)."""
     states = 1 if config.probe_input == "embeddings" else num_states
     if token_task:
         return TokenProbe(states, hidden, num_labels)
@@ -335,9 +331,10 @@ def train_probe(
 
 
 def convergence(epochs: list[dict], patience: int, max_epochs: int) -> dict:
-    """Whether a run's held-out curve (``heldout_main`` of each of ``epochs``) had stopped rising (module docstring):
-    ``converged``, ``best_epoch`` (earliest among ties), ``epochs_trained``, ``stopped_early`` (before
-    ``max_epochs``), ``patience``, ``max_epochs`` and ``heldout_curve``."""
+    """Whether the held-out curve (``heldout_main`` per epoch) had stopped rising: ``converged`` when the best epoch
+    (earliest among ties) lies ``patience`` or more epochs before the last (always after an early stop; not when the
+    cap cut a rising curve); also ``best_epoch``, ``epochs_trained``, ``stopped_early``, ``patience``,
+    ``max_epochs``, ``heldout_curve``."""
     if not epochs or "heldout_main" not in epochs[0]:
         raise PapaError("Convergence needs held-out scores per epoch", "Train with a heldout evaluator.")
     curve = [float(record["heldout_main"]) for record in epochs]
@@ -415,6 +412,7 @@ def draw_from_pool(
 
 
 def seed_everything(seed: int) -> None:
+    """Seed torch, ``random`` and numpy."""
     torch.manual_seed(seed)
     import random
 

@@ -1,12 +1,10 @@
 """The main grid's probe protocol (issue 14): the lr chosen once per (model, task) at k = 0 on held-out *training*
 examples, then fixed for every k.
 
-:func:`select_lr` trains the k = 0 probe with each lr of a small grid including the paper's 2e-5 (:data:`LR_GRID`),
-with :func:`papa.probing.experiment.run_probe`'s protocol (a seed's own draw from the pool, early stopping on held-out
-training examples), never scoring the dev split; it chooses the highest held-out score (best epoch, mean over seeds;
-ties: the smaller lr). :func:`save_lr_choice` / :func:`load_lr_choice` keep it as a checksummed JSON artefact that
-every probe run of that (model, task) reads. :func:`release_private_features` keeps the feature cache to head sets
-that several runs read: after a probe run's seeds, a partial head set's (0 < k < all) are deleted.
+:func:`select_lr` tries :data:`LR_GRID` with :func:`papa.probing.experiment.run_probe`'s protocol, never scoring the
+dev split; :func:`save_lr_choice` / :func:`load_lr_choice` keep the choice as a checksummed JSON artefact read by every
+probe run of that (model, task). :func:`release_private_features` deletes the cached features of a partial head set
+once its run is done.
 """
 
 from __future__ import annotations
@@ -45,7 +43,8 @@ def select_lr(
     device: str | None = None,
     use_cache: bool = True,
 ) -> dict:
-    """Choose the probe's lr for ``(model, task)`` at k = 0 on held-out training examples.
+    """Choose the probe's lr for ``(model, task)`` at k = 0: each seed's own draw from the pool, early stopping on
+    held-out training examples; the highest mean (over seeds) best-epoch held-out score wins, ties to the smaller lr.
 
     Returns ``{"model", "task", "lr", "heldout": {lr: mean best held-out score}, "runs": [{lr, seed, heldout,
     best_epoch, converged, epochs_trained}], "protocol": {...}, "seconds"}`` (lr keys as ``repr`` strings).
@@ -139,12 +138,9 @@ def load_lr_choice(path: str | Path, model: str | None = None, task: str | None 
 
 
 def release_private_features(results: Iterable[dict]) -> int:
-    """Delete the feature-cache entries only these results' run reads; how many were deleted.
-
-    A partial head set (0 < k < all) belongs to one ranking, k and task: once the run's seeds have read it, no other
-    run does. Sets with no head or every head constant (k = 0, the floor, the literal setting, lr selection) are
-    shared and stay: about 46.7 GB on the default grid's dry run, plus up to 3.0 GB for the one running head set.
-    """
+    """Delete the cached features of these results' partial head sets (0 < k < all: one ranking, k and task, read
+    by no other run); returns how many entries were deleted. Sets with no or every head constant (k = 0, the floor,
+    the literal setting, lr selection) are shared and stay: about 46.7 GB on the default grid's dry run."""
     keys = [
         key
         for result in results

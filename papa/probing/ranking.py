@@ -1,27 +1,18 @@
 """Head rankings: which heads become constant first.
 
-* ``gates`` — the paper's method: every head mixes ``σ(λ_h) A_h(x) + (1 − σ(λ_h)) C̃_h`` (C̃ masked and
-  row-normalised), ``λ`` from 0, trained with the probe while encoder and constants stay frozen (live encoder, train
-  mode, as the official sorting run); the ranking is ascending ``λ`` over all layers (most weight on C̃ first).
-* ``deviation`` — training-free, from the estimation pass: each head's mean squared deviation of its per-input
-  attention from its constant, ascending (the most input-independent heads first).
-* ``random`` — a seeded permutation, the baseline to beat; ``random-<n>`` is seed ``n``'s ordering (plain
-  ``random`` uses the ``seed`` argument).
+* ``gates`` (the paper's): every head mixes ``σ(λ_h) A_h(x) + (1 − σ(λ_h)) C̃_h`` (C̃ masked and row-normalised),
+  ``λ`` from 0 trained with the probe, encoder and constants frozen (live encoder, train mode, as the official
+  sorting run); ascending ``λ`` over all layers (most weight on C̃ first);
+* ``deviation``: training-free, from the estimation pass: ascending mean squared deviation of each head's attention
+  from its constant (the most input-independent first);
+* ``random``: a seeded permutation, the baseline; ``random-<n>`` uses seed ``n``.
 
-Every ranking lists all ``(layer, head)`` pairs once (JSON: :func:`papa.core.heads.save_ranking`). The gates'
-encoder passes run on compact batches where :func:`papa.core.compact.supports_compact` (else the padded
-:class:`papa.probing.probe.LiveSource`): :class:`CompactLiveSource` runs each drawn batch on its *real slots only*
-(real in one of its rows, ``P ≤ L``), so the cost follows the real tokens, giving the probe what the padded pass does:
-
-* sequence tasks: ``(states [B, S, L, H], attention_mask [B, L])`` — compact states scattered back to the padded
-  layout, 0 at pad positions (the probe masks them);
-* token tasks: ``(states [T, S, H],)`` of the labelled tokens in (row, position) order, with their labels ``[T]``.
-
-The batches and their order are the padded path's (no sorting by length). The gates act on
-``C[:, slots][:, :, slots]`` (:meth:`papa.core.patching.HeadPatch.constant_matrices`), so with dropout off the
-states at real positions — hence logits, loss and λ's gradients — equal the padded pass's to float rounding
-(≤ 1e-5; tested, also the final λ and ranking of whole gate trainings). With dropout on (train mode, as the gates
-train) the ``[B, P, ...]`` tensors draw other masks than ``[B, L, ...]``: another sample of the same training.
+Every ranking lists all ``(layer, head)`` pairs once (:func:`papa.core.heads.save_ranking`). The gates' encoder passes
+run on each batch's real slots (:class:`CompactLiveSource`) where :func:`papa.core.compact.supports_compact`, else
+padded (:class:`papa.probing.probe.LiveSource`); same batches, same order. The gates act on ``C[:, slots][:, :,
+slots]`` (:meth:`papa.core.patching.HeadPatch.constant_matrices`), so with dropout off the real positions' states,
+logits, loss and λ gradients equal the padded pass's to float rounding (≤ 1e-5; tested, also final λ and ranking);
+with dropout on, ``[B, P, ...]`` tensors draw other masks than ``[B, L, ...]``: another sample of the same training.
 """
 
 from __future__ import annotations
@@ -73,8 +64,8 @@ def _probe_states(states: torch.Tensor, probe_input: str) -> torch.Tensor:
 
 
 class CompactLiveSource:
-    """Batches from the live encoder, each drawn batch run on its real slots only (module docstring);
-    ``train_mode`` turns the encoder's dropout on, ``grad`` keeps the graph (gate training)."""
+    """Batches from the live encoder, each run on its real slots only (``P ≤ L``, real in one of its rows, so the
+    cost follows the real tokens); ``train_mode`` turns dropout on, ``grad`` keeps the graph (gate training)."""
 
     def __init__(
         self,
@@ -91,7 +82,9 @@ class CompactLiveSource:
         self.num_examples, self.length = encoded["input_ids"].shape
 
     def batch(self, indices: torch.Tensor) -> tuple[tuple, torch.Tensor]:
-        """``indices [B]`` → the probe's inputs and labels, as :class:`papa.probing.probe.LiveSource` gives them."""
+        """``indices [B]`` → the probe's inputs and labels, as :class:`papa.probing.probe.LiveSource` gives them:
+        sequence tasks ``(states [B, S, L, H], attention_mask [B, L])`` (compact states scattered back, 0 at pads);
+        token tasks ``(states [T, S, H],)`` of the labelled tokens in (row, position) order, labels ``[T]``."""
         self.model.train(self.train_mode)
         mask = self.encoded["attention_mask"][indices].bool()  # [B, L]
         slots = mask.any(0).nonzero().flatten().to(self.device)  # [P]

@@ -1,13 +1,8 @@
-"""Training the probes of one run (:func:`papa.probing.experiment.run_probes`): each probe's draw, initialisation,
-training and dev scores under one :class:`ProbeProtocol`.
-
-* :func:`train_together` (``cached`` mode): every probe of the run trained together on the cached features
-  (:func:`~papa.probing.stacked_training.train_stacked`) and scored in one pass over the dev features;
-* :func:`train_one` (``faithful`` mode): one probe on the live encoder (:func:`~papa.probing.probe.train_probe`).
-
-Either gives per probe ``{"probe", "history", "chosen", "drawn", "metrics", "dev", "seconds_dev", "seconds"}``, what
-:func:`result_record` turns into its result record (schema: :class:`papa.core.schema.ResultRecord`);
-:func:`save_result` writes one.
+"""Training the probes of one run (:func:`papa.probing.experiment.run_probes`) under one :class:`ProbeProtocol`:
+:func:`train_together` (``cached``: all probes as one stacked model,
+:func:`~papa.probing.stacked_training.train_stacked`) or :func:`train_one` (``faithful``: one probe on the live
+encoder). Either gives per probe ``{"probe", "history", "chosen", "drawn", "metrics", "dev", "seconds_dev",
+"seconds"}``, which :func:`result_record` turns into a result (:class:`papa.core.schema.ResultRecord`).
 """
 
 from __future__ import annotations
@@ -51,8 +46,8 @@ MODES = ("cached", "faithful")
 
 @dataclass(frozen=True)
 class ProbeProtocol:
-    """How every probe of a :func:`~papa.probing.experiment.run_probes` call is trained and scored (its settings
-    beside the probe's own)."""
+    """How every probe of a :func:`~papa.probing.experiment.run_probes` call is trained and scored (beyond its
+    :class:`~papa.probing.probe.ProbeConfig`)."""
 
     mode: str
     replacement: str

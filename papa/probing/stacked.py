@@ -1,17 +1,12 @@
 """Several probes of one architecture run as one model: their parameters stacked on a leading probe dimension.
 
-A run's probes (its seeds; during the lr choice, its lrs) read the same cached features. A :class:`ProbeStack` holds
-the ``R`` probes' parameters stacked (``position_weights [R, S, L]``, ``dense.weight [R, H, S·H]``, ``dense.bias
-[R, H]``, ``classifier.weight [R, C, H]``, ``classifier.bias [R, C]``) and computes all their logits in one forward
-of batched products: per probe those of :class:`~papa.probing.probe.SequenceProbe` /
-:class:`~papa.probing.probe.TokenProbe`, so the logits agree to float rounding (tested). With ``bind=True`` each
-probe's parameters are views of the stack: an optimizer stepping them updates the stack.
-
-:func:`predict_stacked` scores the stack in one pass over a cached source: every probe on the same examples (the dev
-split: each batch gathered once, read by all ``R``) or each on its own (a seed's held-out draw), gathered into one
-reused float32 buffer (:class:`StateGatherer`: no allocation, no page faults per batch). A probe's logits for an
-example do not depend on its batch (tested at 1, 7 and 256). :func:`predict_eval_in_chunks`: the same, chunk by
-chunk, for a dev split too large for memory.
+A :class:`ProbeStack` holds a run's ``R`` probes (its seeds; during the lr choice, its lrs) stacked
+(``position_weights [R, S, L]``, ``dense.weight [R, H, S·H]``, ``dense.bias [R, H]``, ``classifier.weight [R, C,
+H]``, ``classifier.bias [R, C]``) and computes all their logits in one forward of batched products, equal per probe to
+:class:`~papa.probing.probe.SequenceProbe` / :class:`~papa.probing.probe.TokenProbe`'s to float rounding (tested).
+:func:`predict_stacked` scores the stack in one pass over a cached source, every probe on the same examples (dev) or
+each on its own (a seed's held-out draw), through one reused float32 buffer (:class:`StateGatherer`); a probe's logits
+do not depend on its batch (tested at 1, 7 and 256). :func:`predict_eval_in_chunks` does so chunk by chunk.
 """
 
 from __future__ import annotations
@@ -29,10 +24,9 @@ from papa.probing.extraction import get_features
 from papa.probing.probe import CachedSource, SequenceProbe, TokenProbe, select_states
 from papa.probing.task_inputs import TaskInputs
 
-#: Rows gathered and scored per forward pass (per probe when each scores its own). Measured (issue 37) on SST-2's dev
-#: split (minilm-l6 features [872, 7, 33, 384]), 3 stacked probes, best of 3, 2 CPU cores at load 10-14 (noisy):
-#: 16 rows 4.0-17.4 s, 32 4.1-11.3, 64 3.1-6.8, 128 2.5-2.8, 256 1.6-3.5; one by one (``predict``, 256): 5.7-7.1 s.
-#: 128 was the steadiest of the fast sizes.
+#: Rows gathered and scored per forward pass (per probe when each scores its own): the steadiest of the fast sizes
+#: measured in issue 37 (SST-2 dev, minilm-l6, 3 stacked probes, 2 loaded CPU cores: 128 rows 2.5-2.8 s, 256 1.6-3.5,
+#: 64 3.1-6.8; one by one with ``predict``: 5.7-7.1 s).
 EVAL_BATCH = 128
 
 
@@ -221,8 +215,8 @@ def predict_eval_in_chunks(
     replacement: str = "papa",
 ) -> tuple[list[torch.Tensor], torch.Tensor, dict]:
     """``([R] predictions, labels, cache hits per chunk)``, flat, on the eval split ``chunk`` examples at a time: each
-    chunk's features are extracted (or read, cached by its indices), scored in one stacked pass and dropped, so a
-    large dev split (MNLI's 9,815 pairs, 768 wide, 13 states: 12.5 GB) never sits in memory at once."""
+    chunk's features are extracted (or read from the cache), scored in one stacked pass and dropped, so a large dev
+    split (MNLI on a 768-wide, 13-state model: 12.5 GB) never sits in memory at once."""
     stack = ProbeStack(probes)
     preds, labels, hits = [[] for _ in probes], [], {}
     total = len(inputs.eval_indices)

@@ -1,24 +1,19 @@
-"""The probes of one run trained as one batched model (cached features): :func:`train_stacked`.
+"""The probes of one run trained as one batched model on cached features: :func:`train_stacked`.
 
-Each probe (a seed; during the lr choice, an (lr, seed) pair) is a :class:`StackedMember`: its probe, initialised as
-alone, its config (own lr), its own training and held-out examples, and the device's random state right after its
-initialisation. Per step every probe still training takes its own batch, gathered together, and its own forward
-(:func:`_each_logits`: on the CPU, per-probe products beat one batched product per layer), under one backward:
+Each probe (a seed; during the lr choice, an (lr, seed) pair) is a :class:`StackedMember`, initialised as alone. Per
+step every probe still training takes its own batch (gathered together) and its own forward (:func:`_each_logits`),
+under one backward; it keeps everything it would have alone:
 
-* data order: each probe's own ``torch.Generator`` seeded with its seed, one ``randperm`` per epoch, as alone;
-* dropout: each probe's masks come from its own random stream (its device state swapped in for its draw:
-  :class:`DropoutStreams`), so they are the masks it gets alone;
-* the update: each probe keeps its own AdamW (:func:`~papa.probing.probe.make_optimizer`: own lr, moments, step
-  count) over its parameters, views of the stacked ones; the shared backward fills its own gradients, and it steps.
-  A stopped probe leaves the stack (:meth:`ProbeStack.restack`) and never changes again; a probe without a
-  batch at a step (fewer examples) gets no step, so its Adam step count stays its own;
-* per epoch the held-out examples (each probe its own) and the dev split (shared) are scored in one pass each
-  (:func:`~papa.probing.stacked.predict_stacked`); each probe applies :func:`~papa.probing.probe.train_probe`'s early
-  stopping to its own held-out curve.
+* data order: its own ``torch.Generator`` seeded with its seed, one ``randperm`` per epoch;
+* dropout: masks from its own random stream (:class:`DropoutStreams`);
+* updates: its own AdamW (:func:`~papa.probing.probe.make_optimizer`: lr, moments, step count) over views of the
+  stacked parameters; a probe without a batch at a step gets no step, a stopped one leaves the stack
+  (:meth:`ProbeStack.restack`);
+* scores: held-out (its own) and dev (shared) in one pass each (:func:`~papa.probing.stacked.predict_stacked`),
+  early stopping on its own held-out curve.
 
-So each probe's history is the one :func:`~papa.probing.probe.train_probe` gives it alone (epochs, best epoch and
-scores, to float rounding; tested). ``seconds_train`` / ``seconds_eval``: each epoch's time split equally among the
-probes that took part, so the shares add up.
+So each history is the one :func:`~papa.probing.probe.train_probe` gives alone (to float rounding; tested).
+``seconds_train`` / ``seconds_eval``: each epoch's time split equally among the probes in it, so shares add up.
 """
 
 from __future__ import annotations
@@ -117,7 +112,7 @@ def _check_members(members: Sequence[StackedMember]) -> ProbeConfig:
 def train_stacked(
     members: Sequence[StackedMember], source: CachedSource, dev: tuple[CachedSource, Metrics] | None = None
 ) -> list[TrainHistory]:
-    """Train every member's probe on ``source`` together (module docstring): one history each, as
+    """Train every member's probe on ``source`` together: one history each, as
     :func:`~papa.probing.probe.train_probe` records it. ``dev``: the dev split and its metrics, scored every epoch
     (None: not). The probes end with their final parameters, each in its own tensors again."""
     config = _check_members(members)
@@ -210,10 +205,9 @@ def _train_epoch(
 def _each_logits(
     probes: Sequence[nn.Module], sequence: bool, inputs: list, dropout: torch.Tensor | None
 ) -> torch.Tensor:
-    """Logits ``[R, M, labels]``: each probe's own forward on its own rows, with ``dropout [R, M, H]`` as its
-    multiplier after the tanh (``dropout_mask``). Measured (``benchmarks/stack_step.py``): on the CPU one batched
-    product per layer for all probes (:meth:`ProbeStack.forward`) costs 2 to 3 times this per probe, so the probes
-    train in lockstep, each with its own products, under one backward."""
+    """Logits ``[R, M, labels]``: each probe's own forward on its own rows, ``dropout [R, M, H]`` its multiplier
+    after the tanh. Per probe because on the CPU one batched product per layer (:meth:`ProbeStack.forward`) costs 2
+    to 3 times as much (``benchmarks/stack_step.py``)."""
     out = []
     for i, probe in enumerate(probes):
         rows = (inputs[0][i], inputs[1][i], inputs[2]) if sequence else (inputs[0][i],)

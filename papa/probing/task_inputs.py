@@ -1,9 +1,6 @@
-"""A task's inputs for probing: its train and eval splits loaded, subset (seeded) and encoded once, and scoring.
-
-* :class:`TaskInputs` — the encoded splits (``[N, L]`` tensors, ``labels`` ``[N]`` or ``[N, L]``) and their indices;
-* :func:`prepare_inputs` — load, subset and encode (shared by every seed and every k of a run);
-* :func:`score_predictions`, :func:`make_evaluator` — metrics (and the per-example dev record) of flat predictions;
-* :func:`floors` — the majority-class floor.
+"""A task's inputs for probing: :class:`TaskInputs`, its train and eval splits loaded, subset (seeded) and encoded
+once by :func:`prepare_inputs` for every seed and k of a run; :func:`score_predictions` / :func:`make_evaluator`
+(metrics and the per-example dev record of flat predictions) and :func:`floors` (the majority-class floor).
 """
 
 from __future__ import annotations
@@ -24,7 +21,7 @@ from papa.probing.probe import predict
 
 @dataclass
 class TaskInputs:
-    """A task's encoded train and eval subsets (``[N, L]`` tensors with ``labels``)."""
+    """A task's encoded train and eval subsets (``[N, L]`` tensors; ``labels`` ``[N]`` or ``[N, L]``) and indices."""
 
     spec: TaskSpec
     label_names: list[str]

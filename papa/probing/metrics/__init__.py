@@ -1,9 +1,6 @@
-"""Task metrics, computed with ``evaluate`` metric scripts shipped inside papa.
-
-``evaluate.load("accuracy")`` fetches its script from the hub, which fails offline, so papa ships its own scripts
-next to this file (``papa_accuracy``, ``papa_f1``, ``papa_mcc``, ``papa_seqeval``) and loads them by path.
-:func:`compute_task_metrics`: a task's metrics (always its main metric and ``main``); :func:`majority_baseline`: the
-metrics of always predicting the most frequent training label (the task's "floor").
+"""Task metrics, computed with ``evaluate`` metric scripts shipped inside papa (``evaluate.load("accuracy")`` fetches
+its script from the hub, which fails offline): :func:`compute_task_metrics` (always the task's main metric and
+``main``) and :func:`majority_baseline` (the task's floor).
 """
 
 from __future__ import annotations

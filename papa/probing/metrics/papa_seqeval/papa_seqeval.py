@@ -1,14 +1,10 @@
-"""Entity-level micro precision / recall / F1 over tag sequences (an ``evaluate`` metric script).
+"""Entity-level micro precision / recall / F1 over tag sequences, and token accuracy (an ``evaluate`` metric script,
+shipped with papa so that it loads offline with ``evaluate.load(path_to_this_folder)``).
 
-A pure-Python re-implementation of seqeval's default (non-strict, conlleval-style) mode: the numbers equal
-``seqeval.metrics.f1_score`` etc. without the dependency. For IOB2 tags:
-
-* a span starts at ``B-X``, or at ``I-X`` when the previous tag is not ``B-X``/``I-X`` of the same type X;
-* it ends before the next tag that is not ``I-X`` of the same type (or at the end);
-* a predicted span is correct only if its type and both boundaries equal a reference span's.
-
-No span crosses sentences; ``E-``/``S-`` tags (IOBES) follow seqeval's rules too. Also the token accuracy. Shipped
-with papa so that it loads offline with ``evaluate.load(path_to_this_folder)``.
+A pure-Python re-implementation of seqeval's default (non-strict, conlleval-style) mode, giving the numbers of
+``seqeval.metrics.f1_score`` etc.: for IOB2 tags a span starts at ``B-X`` (or at ``I-X`` not after ``B-X``/``I-X``),
+ends before the next tag that is not ``I-X``, and is correct only if its type and both boundaries equal a reference
+span's. No span crosses sentences; ``E-``/``S-`` tags (IOBES) follow seqeval's rules too.
 """
 
 from __future__ import annotations
