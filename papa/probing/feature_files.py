@@ -182,7 +182,7 @@ class StreamedFile:
             self.digest.update(f"{key}|{tensor.dtype}|{list(tensor.shape)}|".encode())
             self.digest.update(_flat_bytes(tensor))
         self.digest.update(f"{name}|{dtype}|{list(shape)}|".encode())
-        self.handle = open(path, "wb")  # noqa: SIM115 - closed by finish() or abort()
+        self.handle = open(path, "wb")  # closed by finish() or abort()
         self.handle.write(header)
         for key in order[: order.index(name)]:
             self.handle.write(_flat_bytes(self.small[key]))

@@ -111,7 +111,7 @@ def draw_examples(
         fit, held = draw_from_pool(num_examples, protocol.max_train_examples, protocol.heldout_examples, config.seed)
         digest = lambda xs: hashlib.sha256(
             ",".join(str(inputs.train_indices[i]) for i in xs.tolist()).encode()
-        ).hexdigest()[:16]  # noqa: E731
+        ).hexdigest()[:16]
         drawn = {
             "pool_examples": num_examples,
             "train_examples": len(fit),

@@ -33,7 +33,7 @@ class TaskInputs:
     relayout: bool
 
     def data_record(self) -> dict:
-        digest = lambda xs: hashlib.sha256(",".join(map(str, xs)).encode()).hexdigest()[:16]  # noqa: E731
+        digest = lambda xs: hashlib.sha256(",".join(map(str, xs)).encode()).hexdigest()[:16]
         return {
             "train_examples": len(self.train_indices),
             "eval_examples": len(self.eval_indices),
