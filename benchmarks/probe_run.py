@@ -278,7 +278,10 @@ def to_markdown(info: dict, a: dict, b: dict, floor: dict) -> str:
         "",
         f"**B / floor = {b['parts']['wall'] / floor['wall']:.2f}×** "
         f"(issue 37's target ≤ {FLOOR_TARGET}×: "
-        f"{'met' if b['parts']['wall'] <= FLOOR_TARGET * floor['wall'] else 'NOT met'}).",
+        f"{'met' if b['parts']['wall'] <= FLOOR_TARGET * floor['wall'] else 'NOT met'}). "
+        f"Against the floor and the probe's own training steps ({floor['wall'] + training:.1f} s, below which neither "
+        f"the encoder's nor the probe's compute can go) B is {b['parts']['wall'] / (floor['wall'] + training):.2f}×: "
+        f"{above - training:.1f} s above them (gathering the batches, the float32 copy, the cache write, evaluation).",
         "",
         f"**Floor of B** (imports, model, inputs and the encoder passes only; no float32 copy, cache write or probe): "
         f"{floor['wall']:.1f} s = imports and start-up {floor['start-up']:.1f} "
