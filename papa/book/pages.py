@@ -67,7 +67,8 @@ def _reproducibility(config: dict, stale: list[str], root: Path = ROOT, run_ids:
             papa += " (`-dirty`: the working tree had uncommitted changes; the run's key still covers the code the run"
             papa += " executed)"
         papa += "\n" + _code_states(runs_dir, list(manifest))
-        python, device = f"- Python {myst_text(first['python'])}; {packages}", plural(len(devices), "device")
+        python = f"- Python {myst_text(first['python'])}; {packages}"
+        device = plural(len(devices), "device")
         probes = _piece("probe-runs", probe_runs=count_probe_runs(results), probe_results=len(results), minutes=minutes)
         lines += ["## Environment", "", papa, python, f"- {device}: {', '.join(devices)}", probes, ""]
         lines += [_piece("machines-vary"), ""]
