@@ -205,16 +205,8 @@ def cmd_probe(args) -> int:
 
 
 def cmd_grid(args) -> int:
-    from papa.pipeline.plan import expand, load_config
     from papa.pipeline.runner import run_grid
 
-    config = load_config(args.config)
-    unsized = expand(config).unsized
-    for model, why in unsized.items():
-        print(f"cannot size {model}: {why}; its probe runs are not planned", file=sys.stderr)
-    if unsized and not args.dry_run:
-        hint = "Download the model once with the hub reachable (or use a local folder), or plan with --dry-run."
-        raise PapaError(f"Cannot count the heads of {', '.join(unsized)} offline", hint)
     options = _pick(args, "replace scheduler gpus_per_run threads_per_run prune")
     return run_grid(args.config, only=args.only, dry_run=args.dry_run, **options)
 

@@ -67,9 +67,15 @@ def notebook_facts(notebook: str, root: Path = ROOT) -> dict:
     return {"code": code, "display": display, "papa": papa_modules(notebook_code_tree(nb))}
 
 
-def run_components(runs: list[Run], root: Path = ROOT) -> dict[str, dict]:
-    """Per run (in dependency order), the components its key covers (module docstring)."""
-    facts = {nb: notebook_facts(nb, root) for nb in sorted({r.notebook for r in runs})}
+def plan_facts(runs: list[Run], root: Path = ROOT) -> dict[str, dict]:
+    """:func:`notebook_facts` of every source notebook the runs execute, each notebook read once."""
+    return {nb: notebook_facts(nb, root) for nb in sorted({r.notebook for r in runs})}
+
+
+def run_components(runs: list[Run], root: Path = ROOT, facts: dict[str, dict] | None = None) -> dict[str, dict]:
+    """Per run (in dependency order), the components its key covers (module docstring); ``facts``: the runs'
+    :func:`plan_facts`, when the caller has read them already."""
+    facts = facts or plan_facts(runs, root)
     env = environment()
     components: dict[str, dict] = {}
     keys: dict[str, str] = {}
@@ -92,13 +98,9 @@ def key_of(components: dict) -> str:
     return _sha(json.dumps(components, sort_keys=True, default=str))[:24]
 
 
-def notebook_displays(runs: list[Run], root: Path = ROOT) -> dict[str, str]:
-    """Per run, its source notebook's display fingerprint (markdown included)."""
-    from papa.pipeline.notebook import read_source
-
-    notebooks = sorted({r.notebook for r in runs})
-    displays = {nb: notebook_fingerprints(read_source(root / nb))[1] for nb in notebooks}
-    return {run.run_id: displays[run.notebook] for run in runs}
+def notebook_displays(runs: list[Run], facts: dict[str, dict]) -> dict[str, str]:
+    """Per run, its source notebook's display fingerprint (markdown included), from the runs' :func:`plan_facts`."""
+    return {run.run_id: facts[run.notebook]["display"] for run in runs}
 
 
 def _changed_values(old: dict, new: dict) -> str:

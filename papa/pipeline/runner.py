@@ -22,7 +22,7 @@ from papa.pipeline.distributed import make_executor
 from papa.pipeline.estimate import estimate_seconds, feature_reuse, format_duration, report_disk, reuse_words, size_line
 from papa.pipeline.executed import title_is_stale
 from papa.pipeline.executors import execute
-from papa.pipeline.keys import data_fingerprints, key_of, notebook_displays, run_components, upstream
+from papa.pipeline.keys import data_fingerprints, key_of, notebook_displays, plan_facts, run_components, upstream
 from papa.pipeline.plan import ROOT, Run, expand, load_config, run_notebook_path, runs_dir
 from papa.pipeline.stamps import GridLock, Manifest
 
@@ -47,9 +47,10 @@ def grid_status(config: dict) -> GridStatus:
     """Plan a grid and verify every run's outputs against its expected key (read-only)."""
     runs = expand(config)
     folder = runs_dir(config)
-    components = run_components(runs)
+    facts = plan_facts(runs)
+    components = run_components(runs, facts=facts)
     data = data_fingerprints(runs)
-    displays = notebook_displays(runs)
+    displays = notebook_displays(runs, facts)
     keys = {r.run_id: (key_of(components[r.run_id]), data[r.run_id]) for r in runs}
     found = {r.run_id: stamps.read_stamp(stamps.stamp_path(folder, r.run_id)) for r in runs}
     reasons: dict[str, list[str]] = {}
@@ -227,6 +228,12 @@ def _report_outside_plan(status: GridStatus, folder: Path, out, mode: str) -> No
             say(f"    {'removed' if mode == 'prune' else 'not in the plan'}: {name}")
 
 
+def _warn_unsized(plan) -> None:
+    """One line on stderr per model the plan could not size offline (its probe runs are not planned)."""
+    for model, why in getattr(plan, "unsized", {}).items():
+        print(f"cannot size {model}: {why}; its probe runs are not planned", file=sys.stderr)
+
+
 def _check_sized(plan) -> None:
     unsized = getattr(plan, "unsized", {})
     if unsized:
@@ -273,6 +280,7 @@ def run_grid(
     if dry_run:
         stamps.check_owner(config, folder, replace)
         status = grid_status(config)
+        _warn_unsized(status.runs)
         stamps.check_no_links(status.runs, folder)
         stale = [r for r in status.stale if not only or only in r.run_id]
         _report_plan(status, stale, config, out, dry_run=True)
@@ -280,6 +288,7 @@ def run_grid(
         return 0
     preflight(parse_scheduler(scheduler))  # a scheduler that cannot come up fails in seconds, writing nothing
     plan = expand(config)
+    _warn_unsized(plan)
     _check_sized(plan)
     stamps.check_no_links(plan, folder)
     created = not folder.exists()
