@@ -242,23 +242,23 @@ def test_the_cache_key_follows_the_encoded_inputs_not_only_their_indices(cache):
     assert not hit and torch.equal(features.labels, 1 - first.labels)  # a sequence task's labels live in the entry
 
 
-def test_a_run_records_its_cache_entries_and_only_partial_head_sets_are_released(cache):
+def test_a_run_records_its_cache_entries_and_only_shared_head_sets_are_stored(cache):
+    from papa.core.constants import estimate_constants
     from papa.probing.experiment import run_probe
-    from papa.probing.protocol import release_private_features
+    from papa.probing.extraction import get_features
 
     lm, inputs = _tiny_run()
     result = run_probe(model=lm, inputs=inputs, epochs=1, lr=1e-3, batch_size=4, seed=5, device="cpu")
     entries = sorted(p.stem for p in cache.glob("*.safetensors"))
-    assert sorted(result["feature_cache_keys"]) == entries and len(entries) == 2  # train and dev
-    partial, none, every = (
-        {"config": {"constant_heads": k, "total_heads": 8}, "feature_cache_keys": [key]}
-        for k, key in zip((3, 0, 8), "abc")
-    )
-    for key in "abc":
-        store_cached(key, extract_features(_model(), _sequence_inputs(4), token_task=False, batch_size=4))
-    assert release_private_features([partial, none, every]) == 1
-    assert sorted(p.stem for p in cache.glob("*.safetensors")) == sorted([*entries, "b", "c"])
-    assert release_private_features([partial]) == 0  # already gone: nothing to do, no error
+    assert sorted(result["feature_cache_keys"]) == entries and len(entries) == 2  # k = 0: train and dev, stored
+    constants = estimate_constants(lm.model, inputs.train)
+    every = [(layer, head) for layer in range(LAYERS) for head in range(HEADS)]
+    for heads, stored in (([(0, 0)], False), (every[1:], False), (every, True)):
+        keys = []
+        features, hit = get_features(lm, inputs, "train", heads, constants, "cpu", keys=keys)
+        assert not hit and (cache / f"{keys[0]}.safetensors").exists() == stored, len(heads)
+        again, hit = get_features(lm, inputs, "train", heads, constants, "cpu")
+        assert hit == stored and torch.equal(again.states, features.states)  # recomputed alike when not stored
 
 
 def test_a_faithful_run_that_fails_after_patching_leaves_the_encoder_unpatched(monkeypatch):

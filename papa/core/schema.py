@@ -226,7 +226,7 @@ class ResultRecord(BaseModel):
     floors: dict[str, Any]
     heads: list[list[int]]
     feature_cache_hits: dict[str, Any] = {}
-    feature_cache_keys: list[str] = []  # cache entries read or written (protocol.release_private_features)
+    feature_cache_keys: list[str] = []  # cache entries read or written (extraction.get_features)
     timings: dict[str, float]
     data: DataRecord
     provenance: dict[str, Any]

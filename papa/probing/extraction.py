@@ -4,7 +4,8 @@ patched) encoder, in eval mode, at the positions the probe reads.
 :func:`extract_features` runs *compact* passes where the architecture allows (:mod:`papa.core.compact`: each batch on
 its real slots, rows sorted by length), else padded ones, and assembles rows in order: all at once in RAM, or
 :data:`STREAM_WINDOW` rows at a time when they stream to disk (:func:`papa.probing.features.stream_features`).
-:func:`get_features` gives a split's features for a head set from the on-disk cache or by extraction.
+:func:`get_features` gives a split's features for a head set from the on-disk cache or by extraction; only head sets
+other runs share (none or every head replaced) are written to the cache.
 """
 
 from __future__ import annotations
@@ -201,7 +202,10 @@ def get_features(
     replacement: str = "papa",
 ) -> tuple[Features, bool]:
     """(features, from_cache) of ``split`` ("train"/"eval") with ``heads`` replaced by ``replacement``
-    (:data:`papa.core.head_patch.REPLACEMENTS`); the cache key is appended to ``keys`` when given (the run's record)."""
+    (:data:`papa.core.head_patch.REPLACEMENTS`); the cache key is appended to ``keys`` when given (the run's record).
+    A partial head set (0 < k < all: one ranking's k for one task, read by no other run) is read from the cache but
+    never written to it: writing it cost a checksum and a copy of every state, and its entry was deleted after the
+    run. Sets with no or every head replaced (k = 0, the floor, lr selection) are shared and stored."""
     encoded = inputs.train if split == "train" else inputs.eval
     record = inputs.data_record()
     token = inputs.spec.is_token_task
@@ -234,6 +238,6 @@ def get_features(
         features = extract_features(lm.model, encoded, inputs.spec.is_token_task, batch_size, device)
     finally:
         unpatch(lm.model)
-    if use_cache:
+    if use_cache and not 0 < len(heads) < lm.num_layers * lm.num_heads:
         store_cached(key, features)
     return features, False

@@ -3,8 +3,7 @@ examples, then fixed for every k.
 
 :func:`select_lr` tries :data:`LR_GRID` with :func:`papa.probing.experiment.run_probe`'s protocol, never scoring the
 dev split; :func:`save_lr_choice` / :func:`load_lr_choice` keep the choice as a checksummed JSON artefact read by every
-probe run of that (model, task). :func:`release_private_features` deletes the cached features of a partial head set
-once its run is done.
+probe run of that (model, task).
 """
 
 from __future__ import annotations
@@ -138,9 +137,9 @@ def load_lr_choice(path: str | Path, model: str | None = None, task: str | None 
 
 
 def release_private_features(results: Iterable[dict]) -> int:
-    """Delete the cached features of these results' partial head sets (0 < k < all: one ranking, k and task, read
-    by no other run); returns how many entries were deleted. Sets with no or every head constant (k = 0, the floor,
-    the literal setting, lr selection) are shared and stay: about 46.7 GB on the default grid's dry run."""
+    """Delete the cached features of these results' partial head sets (0 < k < all); returns how many entries were
+    deleted. Runs no longer write such entries (:func:`papa.probing.extraction.get_features`); the probe runs
+    committed before that call this, and ``papa grid verify`` replays them (remove it once no committed run does)."""
     keys = [
         key
         for result in results
