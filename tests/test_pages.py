@@ -391,9 +391,9 @@ def _probe_record(commit: str, device: str, total: float) -> dict:
 def test_reproducibility_page_words_its_environment_and_time(tmp_path):
     runs = tmp_path / "book" / "runs" / "g"
     atomic_write_json(runs / "artifacts" / "results" / "probe__a__s42.json", _probe_record("aaa", "cpu:x86_64x2", 60.0))
-    atomic_write_json(
-        runs / "artifacts" / "results" / "probe__b__s42.json", _probe_record("bbb-dirty", "cpu:x86_64x2", 60.0)
-    )
+    record = _probe_record("bbb-dirty", "cpu:x86_64x2", 60.0)
+    record["provenance"]["cpu_kernels"] = "AVX2"  # recorded since the kernels were; older runs lack it
+    atomic_write_json(runs / "artifacts" / "results" / "probe__b__s42.json", record)
     atomic_write_json(
         runs / "artifacts" / "results" / "probe__b__s43.json", _probe_record("bbb-dirty", "cpu:x86_64x2", 60.0)
     )  # b's seeds share its features
@@ -406,7 +406,7 @@ def test_reproducibility_page_words_its_environment_and_time(tmp_path):
         "(2 feature extractions — one per train/eval split, task and head set — and 2 reuses" in page
     )  # per run, not per seed
     assert "- papa 0.1.0, commits `aaa`, `bbb-dirty` (`-dirty`: the working tree had uncommitted changes;" in page
-    assert "- device: cpu:x86_64x2" in page
+    assert "- devices: cpu:x86_64x2, cpu:x86_64x2 (AVX2 kernels)" in page
     assert (
         "- 2 probe runs (3 probe results, one per seed): 3.0 minutes inside them (features, training and evaluation, "
         "as the results files time them; the runs' wall times, start-up included, are summed below)" in page

@@ -108,3 +108,16 @@ def test_a_run_records_its_provenance():
     versions = package_versions(("torch", "papa-tests-no-such-package"))
     assert versions == {"torch": record["packages"]["torch"], "papa-tests-no-such-package": "absent"}
     assert provenance()["seconds"] is None and provenance()["seed"] is None
+
+
+def test_a_run_records_the_vector_kernels_it_ran_with():
+    """The kernels torch picks on this CPU, and the lower ones ``ATEN_CPU_CAPABILITY`` forces (``papa grid verify
+    --kernels avx2``), in a fresh process: torch reads the variable once, at import."""
+    import os
+    import sys
+
+    assert provenance()["cpu_kernels"] == torch.backends.cpu.get_cpu_capability() != ""
+    script = "from papa.core.provenance import provenance; print(provenance()['cpu_kernels'])"
+    env = dict(os.environ, ATEN_CPU_CAPABILITY="default")
+    forced = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
+    assert forced.stdout.strip() == "DEFAULT"

@@ -58,7 +58,7 @@ def _reproducibility(config: dict, stale: list[str], root: Path = ROOT, run_ids:
         first = next(iter(results.values()))["provenance"]
         packages = myst_text(", ".join(f"{k} {v}" for k, v in first["packages"].items()))
         commits = sorted({r["provenance"]["git_commit"] for r in results.values()})
-        devices = sorted({myst_text(r["provenance"]["device"]) for r in results.values()})
+        devices = sorted({myst_text(_device_words(r["provenance"])) for r in results.values()})
         total = sum(r["timings"]["total"] for r in results.values())
         minutes = f"{total / 60:.1f}"
         papa = f"- papa {myst_text(first['papa_version'])}, {plural(len(commits), 'commit')} "
@@ -100,6 +100,12 @@ def _reproducibility(config: dict, stale: list[str], root: Path = ROOT, run_ids:
     else:
         lines += [_piece("bench-none"), ""]
     return "\n".join(lines) + "\n"
+
+
+def _device_words(provenance: dict) -> str:
+    """``cpu:x86_64x2 (AVX512 kernels)``: the device and, where the run recorded them, the CPU's vector kernels."""
+    kernels = provenance.get("cpu_kernels")
+    return provenance["device"] + (f" ({kernels} kernels)" if kernels else "")
 
 
 def _code_states(runs_dir: Path, run_ids: list[str]) -> str:

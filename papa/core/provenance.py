@@ -1,4 +1,5 @@
-"""Provenance of a run: papa version and git commit, package versions, device, seed, duration."""
+"""Provenance of a run: papa version and git commit, package versions, device and the CPU's vector kernels, seed,
+duration."""
 
 from __future__ import annotations
 
@@ -52,6 +53,14 @@ def device_description(device: torch.device | str) -> str:
     return f"cpu:{platform.machine()}x{torch.get_num_threads()}"
 
 
+def cpu_kernels() -> str:
+    """The vector kernels torch's CPU operators use here (``AVX512``, ``AVX2``, ...; ``ATEN_CPU_CAPABILITY`` forces
+    lower ones): float results can differ at rounding between kernels, so a run records which it used."""
+    import torch
+
+    return torch.backends.cpu.get_cpu_capability()
+
+
 def provenance(device: torch.device | str = "cpu", seed: int | None = None, seconds: float | None = None) -> dict:
     from papa.core.version import __version__
 
@@ -61,6 +70,7 @@ def provenance(device: torch.device | str = "cpu", seed: int | None = None, seco
         "python": platform.python_version(),
         "packages": package_versions(),
         "device": device_description(device),
+        "cpu_kernels": cpu_kernels(),
         "seed": seed,
         "seconds": None if seconds is None else round(seconds, 3),
     }
