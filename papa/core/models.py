@@ -180,6 +180,7 @@ def check_model_folder(folder: str | os.PathLike, name: str | None = None) -> No
 
 
 def _hub_cached_config(repo_id: str) -> Path | None:
+    """The cached ``config.json`` of hub id ``repo_id``, or ``None`` when the local Hugging Face cache lacks it."""
     try:
         from huggingface_hub import try_to_load_from_cache
 
@@ -189,18 +190,9 @@ def _hub_cached_config(repo_id: str) -> Path | None:
     return Path(found) if isinstance(found, str) else None
 
 
-def _hub_cached(repo_id: str) -> bool:
-    try:
-        from huggingface_hub import try_to_load_from_cache
-
-        return isinstance(try_to_load_from_cache(repo_id, "config.json"), str)
-    except Exception:  # pragma: no cover - defensive: a broken cache is "not cached"
-        return False
-
-
 def _ensure_hub_reachable(repo_id: str, timeout_s: float = 3.0) -> None:
     """Fail fast (seconds, not the hub client's long retries) when ``repo_id`` cannot be fetched."""
-    if _hub_cached(repo_id):
+    if _hub_cached_config(repo_id) is not None:
         return
     hint = (
         f"Use the embedded model `{DEFAULT_MODEL}` (no network needed), a local model folder, "
