@@ -391,3 +391,14 @@ def test_patch_errors():
     with pytest.raises(PapaError, match="exceeds"):
         model(**_batch([17], length=L + 1))
     model(**_batch([L]))  # exactly L is fine
+
+
+def test_a_call_without_input_ids_or_inputs_embeds_says_what_to_pass():
+    model = _model(14)
+    patch_constant_heads(model, _constants(), [(0, 0)])
+    with pytest.raises(PapaError) as err:
+        model(attention_mask=_batch([L])["attention_mask"])
+    assert str(err.value) == (
+        "A patched model was called with neither input_ids nor inputs_embeds. "
+        "Pass input_ids [batch, L] (with attention_mask [batch, L]) or inputs_embeds [batch, L, hidden]."
+    )
