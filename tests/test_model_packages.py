@@ -204,7 +204,7 @@ def test_missing_onnx_names_the_install_command(tmp_path: Path, monkeypatch: pyt
 @needs_onnx
 def test_vocabulary_mismatch_is_refused(tmp_path: Path):
     tokenizer_dir = tmp_path / "tok"
-    source = model_packages._l6_tokenizer_folder()
+    source = model_packages.minilm_l6_folder()
     tokenizer_dir.mkdir()
     for name in onnx_to_bert.TOKENIZER_FILES:
         (tokenizer_dir / name).write_bytes((source / name).read_bytes())
@@ -376,7 +376,7 @@ def test_concurrent_first_use_waits_for_the_lock_and_reuses_the_folder(tmp_path:
     cache.mkdir()
     final = cache / built.name
     first_check_failed = threading.Event()
-    trusted = model_archives._trusted
+    trusted = model_archives._assembled
 
     def observed(folder, archive):
         answer = trusted(folder, archive)
@@ -384,7 +384,7 @@ def test_concurrent_first_use_waits_for_the_lock_and_reuses_the_folder(tmp_path:
             first_check_failed.set()
         return answer
 
-    monkeypatch.setattr(model_archives, "_trusted", observed)
+    monkeypatch.setattr(model_archives, "_assembled", observed)
     missing = [tmp_path / "no-such-piece"]  # joining would fail: the waiting call must not join
     results: list = []
     with FileLock(str(cache / f".{final.name}.lock")):  # "the first process", assembling

@@ -246,6 +246,30 @@ def test_cache_follows_the_mask():
     assert torch.equal(_hidden(model, padded), ref["padded"]) and torch.equal(_hidden(model, short), ref["short"])
 
 
+def test_cache_follows_the_constants():
+    """Constants edited in place, then replaced, are not served from probabilities cached for the old ones (the
+    cache serves training passes with attention dropout: the probabilities path)."""
+    heads, batch = [(0, 0), (1, 1)], _batch([16, 16], seed=7)
+
+    def trained_pass(constants, model=None):
+        if model is None:
+            model = patch_constant_heads(_model(7), constants, heads)
+        torch.manual_seed(0)  # the same dropout draws in every pass
+        return _hidden(model.train(), batch), model
+
+    first, model = trained_pass(_constants(seed=7))
+    assert torch.equal(trained_pass(_constants(seed=7), model)[0], first)  # unchanged constants: the same result
+    patches = [module.papa_patch for module in self_attention_modules(model)]
+    edited, replaced = _constants(seed=8), _constants(seed=9)
+    with torch.no_grad():
+        for patch in patches:
+            patch.constants.copy_(edited[patch.layer, patch.constant_heads])
+    assert torch.equal(trained_pass(edited, model)[0], trained_pass(edited)[0])
+    for patch in patches:
+        patch.constants = replaced[patch.layer, patch.constant_heads].clone()
+    assert torch.equal(trained_pass(replaced, model)[0], trained_pass(replaced)[0])
+
+
 # -- gates and trainable constants ----------------------------------------------------------------
 def test_gates_interpolate_between_attention_and_constants():
     model = _model(8)
@@ -391,3 +415,14 @@ def test_patch_errors():
     with pytest.raises(PapaError, match="exceeds"):
         model(**_batch([17], length=L + 1))
     model(**_batch([L]))  # exactly L is fine
+
+
+def test_a_call_without_input_ids_or_inputs_embeds_says_what_to_pass():
+    model = _model(14)
+    patch_constant_heads(model, _constants(), [(0, 0)])
+    with pytest.raises(PapaError) as err:
+        model(attention_mask=_batch([L])["attention_mask"])
+    assert str(err.value) == (
+        "A patched model was called with neither input_ids nor inputs_embeds. "
+        "Pass input_ids [batch, L] (with attention_mask [batch, L]) or inputs_embeds [batch, L, hidden]."
+    )

@@ -147,7 +147,7 @@ class HeadPatch(nn.Module):
         self.reset_record()
         self.register_buffer("_const_idx", torch.tensor(self.constant_heads, dtype=torch.long), persistent=False)
         self.register_buffer("_dyn_idx", torch.tensor(self.dynamic_heads, dtype=torch.long), persistent=False)
-        self._full_mask_cache: tuple[tuple, torch.Tensor] | None = None
+        self._full_mask_cache: tuple[torch.Tensor, tuple, torch.Tensor] | None = None  # _constant_probs
 
     def reset_record(self) -> None:
         """Reset the float64 ``record`` sums: ``attention_sums``, ``squared_sums`` ``[H, L, L]``, ``output_sums``
@@ -277,19 +277,24 @@ class HeadPatch(nn.Module):
         return outputs.transpose(1, 2).contiguous(), None
 
     def _constant_probs(self, key_mask: torch.Tensor, length: int, dtype: torch.dtype) -> torch.Tensor:
-        """``rownorm(C ⊙ m mᵀ)``: ``[1, n_const, L, L]`` when all rows share a mask (cached for the all-real one),
-        else ``[B, n_const, L, L]``."""
+        """``rownorm(C ⊙ m mᵀ)``: ``[1, n_const, L, L]`` when all rows share a mask, else ``[B, n_const, L, L]``.
+        The all-real one of frozen constants is cached, keyed by the positions (``L``, slots), ``dtype``, device and
+        the constants themselves (the same tensor, its storage and in-place version): edited or replaced constants
+        are normalised again."""
         constants = self.constant_matrices(length)
         if bool((key_mask == key_mask[:1]).all()):
-            full = bool(key_mask[0].all())
-            where = (length, None if self.context.slots is None else tuple(self.context.slots.tolist()))
-            if full and not self.constants.requires_grad and self._full_mask_cache is not None:
-                cached_where, cached = self._full_mask_cache
-                if cached_where == where and cached.dtype == dtype and cached.device == key_mask.device:
-                    return cached
+            source = self.constants
+            cacheable = bool(key_mask[0].all()) and not source.requires_grad and not source.is_inference()
+            if cacheable:  # an inference tensor has no version counter
+                slots = None if self.context.slots is None else tuple(self.context.slots.tolist())
+                key = (length, slots, dtype, key_mask.device, source._version, source.data_ptr())
+                if self._full_mask_cache is not None:
+                    cached_source, cached_key, cached = self._full_mask_cache
+                    if cached_source is source and cached_key == key:
+                        return cached
             probs = masked_rownorm(constants, key_mask[:1]).to(dtype)
-            if full and not self.constants.requires_grad:
-                self._full_mask_cache = (where, probs)
+            if cacheable:
+                self._full_mask_cache = (source, key, probs)
             return probs
         return masked_rownorm(constants, key_mask).to(dtype)
 

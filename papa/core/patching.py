@@ -34,6 +34,11 @@ def _capture_mask_hook(context: PatchContext, signature: inspect.Signature):
     def hook(module, args, kwargs):
         bound = signature.bind_partial(*args, **kwargs).arguments
         mask, ids, embeds = bound.get("attention_mask"), bound.get("input_ids"), bound.get("inputs_embeds")
+        if ids is None and embeds is None:
+            raise PapaError(
+                "A patched model was called with neither input_ids nor inputs_embeds",
+                "Pass input_ids [batch, L] (with attention_mask [batch, L]) or inputs_embeds [batch, L, hidden].",
+            )
         shape = ids.shape if ids is not None else embeds.shape[:2]
         if context.max_length is not None and shape[-1] > context.max_length:
             raise PapaError(
