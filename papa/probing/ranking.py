@@ -30,7 +30,15 @@ from papa.core.layout import IGNORE_INDEX
 from papa.core.models import LoadedModel, load_model, pick_device
 from papa.core.patching import gate_lambdas, patch_gates, unpatch
 from papa.core.provenance import provenance
-from papa.probing.probe import FeatureSource, LiveSource, ProbeConfig, build_probe, seed_everything, train_probe
+from papa.probing.probe import (
+    FeatureSource,
+    LiveSource,
+    ProbeConfig,
+    build_probe,
+    seed_everything,
+    select_states,
+    train_probe,
+)
 from papa.probing.task_inputs import TaskInputs, make_evaluator, prepare_inputs
 
 METHODS = ("gates", "deviation", "random")
@@ -56,11 +64,6 @@ def scatter_slots(states: torch.Tensor, slots: torch.Tensor, length: int, mask: 
     full = states.new_zeros(states.shape[0], states.shape[1], length, states.shape[3])
     full[:, :, slots] = states * real
     return full
-
-
-def _probe_states(states: torch.Tensor, probe_input: str) -> torch.Tensor:
-    """The hidden states the probe reads (dimension 1 indexes them): all, or the embedding layer's only."""
-    return states[:, :1] if probe_input == "embeddings" else states
 
 
 class CompactLiveSource:
@@ -96,11 +99,11 @@ class CompactLiveSource:
             )  # [B, S, P, H]
             if not self.token_task:
                 full = scatter_slots(
-                    _probe_states(states, self.probe_input), slots, self.length, inputs["attention_mask"].bool()
+                    select_states(states, self.probe_input), slots, self.length, inputs["attention_mask"].bool()
                 )
                 return (full, inputs["attention_mask"]), labels
             keep = labels[:, slots] != IGNORE_INDEX  # [B, P]; every labelled token is real, so among the slots
-            return (_probe_states(states.permute(0, 2, 1, 3)[keep], self.probe_input),), labels[:, slots][keep]
+            return (select_states(states.permute(0, 2, 1, 3)[keep], self.probe_input),), labels[:, slots][keep]
 
 
 def live_source(
