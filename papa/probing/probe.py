@@ -57,6 +57,13 @@ class ProbeConfig:
         if not (self.lr > 0 and self.epochs >= 1 and self.batch_size >= 1):
             raise PapaError("lr, epochs and batch_size must be positive", "Check the probe settings.")
 
+    def check_heldout(self, heldout: bool) -> None:
+        """A :class:`PapaError` when early stopping (``patience``) is asked for without held-out examples."""
+        if self.patience is not None and not heldout:
+            raise PapaError(
+                "Early stopping (patience) needs held-out training examples", "Train with selection: heldout."
+            )
+
 
 class SequenceProbe(nn.Module):
     """``states [B, S, L, H]``, ``mask [B, L]`` (or ``P`` kept positions) → logits ``[B, labels]``."""
@@ -242,6 +249,36 @@ class TrainHistory:
     def to_dict(self) -> dict:
         return {k: v for k, v in asdict(self).items() if k != "best_state"}
 
+    def add(
+        self,
+        record: dict,
+        probe: nn.Module,
+        config: ProbeConfig,
+        tracked: bool,
+        on_epoch: Callable[[dict], None] | None = None,
+    ) -> bool:
+        """Append epoch ``record["epoch"]``'s ``record`` (a :class:`PapaError` when its ``train_loss`` is not finite),
+        then call ``on_epoch(record)``. ``tracked`` (``record`` holds ``heldout_main``): keep ``probe``'s state at a
+        strict held-out gain; returns whether ``config.patience`` epochs without one stop the training here."""
+        epoch = record["epoch"]
+        if not math.isfinite(record["train_loss"]):
+            raise PapaError(
+                f"The probe's training loss became {record['train_loss']} at epoch {epoch}", "Lower the learning rate."
+            )
+        self.epochs.append(record)
+        if on_epoch is not None:
+            on_epoch(record)
+        if not tracked:
+            return False
+        best = None if self.best_epoch is None else self.epochs[self.best_epoch - 1]["heldout_main"]
+        if best is None or record["heldout_main"] > best:
+            self.best_epoch = epoch
+            self.best_state = {name: value.detach().to("cpu", copy=True) for name, value in probe.state_dict().items()}
+        elif config.patience is not None and epoch - self.best_epoch >= config.patience and epoch < config.epochs:
+            self.stopped_early = True
+            return True
+        return False
+
 
 #: Examples scored per forward pass: a probe's logits for one example do not depend on the others in its batch.
 PREDICT_BATCH = 256
@@ -277,8 +314,7 @@ def train_probe(
     as ``heldout_<name>`` (:func:`select_epoch` chooses on them). With them the history keeps the best held-out
     epoch's state (``best_state``); ``config.patience`` stops after that many epochs without a strict gain.
     """
-    if config.patience is not None and heldout is None:
-        raise PapaError("Early stopping (patience) needs held-out training examples", "Train with selection: heldout.")
+    config.check_heldout(heldout is not None)
     generator = torch.Generator().manual_seed(config.seed)
     params = list(probe.parameters()) + list(extra_parameters or [])
     optimizer = make_optimizer(params, config)
@@ -308,25 +344,8 @@ def train_probe(
         if heldout is not None:
             record.update({f"heldout_{name}": value for name, value in heldout(probe).items()})
         history.seconds_eval += time.perf_counter() - started
-        if not math.isfinite(record["train_loss"]):
-            raise PapaError(
-                f"The probe's training loss became {record['train_loss']} at epoch {epoch}", "Lower the learning rate."
-            )
-        history.epochs.append(record)
-        if on_epoch is not None:
-            on_epoch(record)
-        if heldout is not None:
-            best = None if history.best_epoch is None else history.epochs[history.best_epoch - 1]["heldout_main"]
-            if best is None or record["heldout_main"] > best:
-                history.best_epoch = epoch
-                history.best_state = {
-                    name: value.detach().to("cpu", copy=True) for name, value in probe.state_dict().items()
-                }
-            elif (
-                config.patience is not None and epoch - history.best_epoch >= config.patience and epoch < config.epochs
-            ):
-                history.stopped_early = True
-                break
+        if history.add(record, probe, config, heldout is not None, on_epoch):
+            break
     return history
 
 
