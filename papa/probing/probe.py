@@ -311,8 +311,9 @@ def train_probe(
     """Train ``probe`` (and ``extra_parameters``, e.g. gate λ) on ``train``, scoring it after every epoch.
 
     ``evaluate``: the dev split (None: not per epoch); ``heldout``: training examples kept out of ``train``, recorded
-    as ``heldout_<name>`` (:func:`select_epoch` chooses on them). With them the history keeps the best held-out
-    epoch's state (``best_state``); ``config.patience`` stops after that many epochs without a strict gain.
+    as ``heldout_<name>`` (:func:`~papa.probing.run_training.select_epoch` chooses on them). With them the history
+    keeps the best held-out epoch's state (``best_state``); ``config.patience`` stops after that many epochs without
+    a strict gain.
     """
     config.check_heldout(heldout is not None)
     generator = torch.Generator().manual_seed(config.seed)
@@ -349,41 +350,6 @@ def train_probe(
     return history
 
 
-def convergence(epochs: list[dict], patience: int, max_epochs: int) -> dict:
-    """Whether the held-out curve (``heldout_main`` per epoch) had stopped rising: ``converged`` when the best epoch
-    (earliest among ties) lies ``patience`` or more epochs before the last (always after an early stop; not when the
-    cap cut a rising curve); also ``best_epoch``, ``epochs_trained``, ``stopped_early``, ``patience``,
-    ``max_epochs``, ``heldout_curve``."""
-    if not epochs or "heldout_main" not in epochs[0]:
-        raise PapaError("Convergence needs held-out scores per epoch", "Train with a heldout evaluator.")
-    curve = [float(record["heldout_main"]) for record in epochs]
-    best = max(range(len(curve)), key=lambda i: (curve[i], -i)) + 1
-    trained = len(curve)
-    return {
-        "converged": trained - best >= patience,
-        "best_epoch": best,
-        "epochs_trained": trained,
-        "stopped_early": trained < max_epochs,
-        "patience": patience,
-        "max_epochs": max_epochs,
-        "heldout_curve": curve,
-    }
-
-
-SELECTIONS = ("final", "heldout")
-
-
-def select_epoch(epochs: list[dict], selection: str) -> dict:
-    """The reported epoch: the last (``final``, the official runs) or the best held-out one (``heldout``; earliest)."""
-    if selection == "final":
-        return epochs[-1]
-    if selection == "heldout":
-        if "heldout_main" not in epochs[0]:
-            raise PapaError("Epoch selection 'heldout' needs held-out scores", "Train with a heldout evaluator.")
-        return max(epochs, key=lambda record: (record["heldout_main"], -record["epoch"]))
-    raise PapaError(f"Unknown epoch selection {selection!r}", f"Use one of {', '.join(SELECTIONS)}.")
-
-
 class SubsetSource:
     """The examples ``indices [M]`` of another :class:`FeatureSource`, renumbered ``0 .. M-1``."""
 
@@ -393,41 +359,6 @@ class SubsetSource:
 
     def batch(self, indices: torch.Tensor):
         return self.source.batch(self.indices[indices])
-
-
-def split_heldout(num_examples: int, fraction: float, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """A seeded split of ``range(num_examples)`` into (fit ``[N - M]``, held out ``[M]``), each sorted."""
-    if not 0 < fraction < 1:
-        raise PapaError(f"heldout_fraction must be in (0, 1), got {fraction!r}", "Use e.g. 0.1.")
-    held = max(1, int(round(fraction * num_examples)))
-    if held >= num_examples:
-        raise PapaError(
-            f"Holding out {held} of {num_examples} training examples leaves none to train on",
-            "Use more training examples or a smaller heldout_fraction.",
-        )
-    order = torch.randperm(num_examples, generator=torch.Generator().manual_seed(seed))
-    return order[held:].sort().values, order[:held].sort().values
-
-
-def draw_from_pool(
-    pool_size: int, fit_examples: int, heldout_examples: int, seed: int
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """A seed's own examples from a pool of ``pool_size``: disjoint, sorted ``(fit [fit_examples], held out
-    [heldout_examples])`` pool indices, drawn by ``torch.randperm(pool_size)`` seeded with ``seed``."""
-    if fit_examples < 1 or heldout_examples < 1:
-        raise PapaError(
-            f"A seed needs at least one training and one held-out example, got {fit_examples} and {heldout_examples}",
-            "Raise max_train_examples / heldout_examples.",
-        )
-    if fit_examples + heldout_examples > pool_size:
-        raise PapaError(
-            f"The pool holds {pool_size} training examples, "
-            f"fewer than the {fit_examples} + {heldout_examples} a seed draws",
-            "Raise pool_examples (or lower max_train_examples / heldout_examples); "
-            "for a small split use the whole split as the pool.",
-        )
-    order = torch.randperm(pool_size, generator=torch.Generator().manual_seed(seed))
-    return order[:fit_examples].sort().values, order[fit_examples : fit_examples + heldout_examples].sort().values
 
 
 def seed_everything(seed: int) -> None:
