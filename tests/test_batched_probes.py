@@ -16,13 +16,13 @@ from papa.probing.probe import (
     SubsetSource,
     TokenProbe,
     build_probe,
-    draw_from_pool,
     predict,
     seed_everything,
     train_probe,
 )
 from papa.probing.stacked import ProbeStack, predict_stacked, stacked_logits
 from papa.probing.stacked_training import StackedMember, device_rng_state, train_stacked
+from papa.probing.task_inputs import draw_from_pool
 
 S, L, H, C = 3, 8, 16, 3
 

@@ -26,15 +26,12 @@ from papa.probing.probe import (
     SequenceProbe,
     SubsetSource,
     TokenProbe,
-    convergence,
-    draw_from_pool,
     predict,
-    select_epoch,
-    split_heldout,
     train_probe,
 )
 from papa.probing.ranking import rank_gates
-from papa.probing.task_inputs import prepare_inputs
+from papa.probing.run_training import convergence, select_epoch
+from papa.probing.task_inputs import draw_from_pool, prepare_inputs, split_heldout
 
 
 class ArraySource:

@@ -496,7 +496,7 @@ def test_the_schemas_names_equal_the_probing_modules():
 
     assert schema_fields.TASKS == tuple(data.TASKS)
     assert schema_fields.METHODS == tuple(ranking.METHODS)
-    assert schema_fields.SELECTIONS == tuple(probe.SELECTIONS)
+    assert schema_fields.SELECTIONS == tuple(run_training.SELECTIONS)
     assert schema_fields.PROBE_INPUTS == tuple(probe.PROBE_INPUTS)
     assert schema_fields.MODES == tuple(run_training.MODES)
 

@@ -8,7 +8,7 @@ with ``selection="heldout"`` the best on held-out training examples). The main g
 :mod:`papa.probing.protocol`) adds:
 
 * ``pool_examples``: features extracted once for a training *pool*, from which each seed draws its own
-  ``max_train_examples`` + ``heldout_examples`` (:func:`~papa.probing.probe.draw_from_pool`);
+  ``max_train_examples`` + ``heldout_examples`` (:func:`~papa.probing.task_inputs.draw_from_pool`);
 * ``patience``: early stopping on the held-out score (``epochs`` the cap), restoring the best held-out probe
   (``convergence`` records its flag and held-out curve);
 * ``dev_every_epoch=False``: the dev split scored once, by the reported probe.

@@ -57,6 +57,13 @@ class ProbeConfig:
         if not (self.lr > 0 and self.epochs >= 1 and self.batch_size >= 1):
             raise PapaError("lr, epochs and batch_size must be positive", "Check the probe settings.")
 
+    def check_heldout(self, heldout: bool) -> None:
+        """A :class:`PapaError` when early stopping (``patience``) is asked for without held-out examples."""
+        if self.patience is not None and not heldout:
+            raise PapaError(
+                "Early stopping (patience) needs held-out training examples", "Train with selection: heldout."
+            )
+
 
 class SequenceProbe(nn.Module):
     """``states [B, S, L, H]``, ``mask [B, L]`` (or ``P`` kept positions) → logits ``[B, labels]``."""
@@ -242,6 +249,36 @@ class TrainHistory:
     def to_dict(self) -> dict:
         return {k: v for k, v in asdict(self).items() if k != "best_state"}
 
+    def add(
+        self,
+        record: dict,
+        probe: nn.Module,
+        config: ProbeConfig,
+        tracked: bool,
+        on_epoch: Callable[[dict], None] | None = None,
+    ) -> bool:
+        """Append epoch ``record["epoch"]``'s ``record`` (a :class:`PapaError` when its ``train_loss`` is not finite),
+        then call ``on_epoch(record)``. ``tracked`` (``record`` holds ``heldout_main``): keep ``probe``'s state at a
+        strict held-out gain; returns whether ``config.patience`` epochs without one stop the training here."""
+        epoch = record["epoch"]
+        if not math.isfinite(record["train_loss"]):
+            raise PapaError(
+                f"The probe's training loss became {record['train_loss']} at epoch {epoch}", "Lower the learning rate."
+            )
+        self.epochs.append(record)
+        if on_epoch is not None:
+            on_epoch(record)
+        if not tracked:
+            return False
+        best = None if self.best_epoch is None else self.epochs[self.best_epoch - 1]["heldout_main"]
+        if best is None or record["heldout_main"] > best:
+            self.best_epoch = epoch
+            self.best_state = {name: value.detach().to("cpu", copy=True) for name, value in probe.state_dict().items()}
+        elif config.patience is not None and epoch - self.best_epoch >= config.patience and epoch < config.epochs:
+            self.stopped_early = True
+            return True
+        return False
+
 
 #: Examples scored per forward pass: a probe's logits for one example do not depend on the others in its batch.
 PREDICT_BATCH = 256
@@ -274,11 +311,11 @@ def train_probe(
     """Train ``probe`` (and ``extra_parameters``, e.g. gate λ) on ``train``, scoring it after every epoch.
 
     ``evaluate``: the dev split (None: not per epoch); ``heldout``: training examples kept out of ``train``, recorded
-    as ``heldout_<name>`` (:func:`select_epoch` chooses on them). With them the history keeps the best held-out
-    epoch's state (``best_state``); ``config.patience`` stops after that many epochs without a strict gain.
+    as ``heldout_<name>`` (:func:`~papa.probing.run_training.select_epoch` chooses on them). With them the history
+    keeps the best held-out epoch's state (``best_state``); ``config.patience`` stops after that many epochs without
+    a strict gain.
     """
-    if config.patience is not None and heldout is None:
-        raise PapaError("Early stopping (patience) needs held-out training examples", "Train with selection: heldout.")
+    config.check_heldout(heldout is not None)
     generator = torch.Generator().manual_seed(config.seed)
     params = list(probe.parameters()) + list(extra_parameters or [])
     optimizer = make_optimizer(params, config)
@@ -308,61 +345,9 @@ def train_probe(
         if heldout is not None:
             record.update({f"heldout_{name}": value for name, value in heldout(probe).items()})
         history.seconds_eval += time.perf_counter() - started
-        if not math.isfinite(record["train_loss"]):
-            raise PapaError(
-                f"The probe's training loss became {record['train_loss']} at epoch {epoch}", "Lower the learning rate."
-            )
-        history.epochs.append(record)
-        if on_epoch is not None:
-            on_epoch(record)
-        if heldout is not None:
-            best = None if history.best_epoch is None else history.epochs[history.best_epoch - 1]["heldout_main"]
-            if best is None or record["heldout_main"] > best:
-                history.best_epoch = epoch
-                history.best_state = {
-                    name: value.detach().to("cpu", copy=True) for name, value in probe.state_dict().items()
-                }
-            elif (
-                config.patience is not None and epoch - history.best_epoch >= config.patience and epoch < config.epochs
-            ):
-                history.stopped_early = True
-                break
+        if history.add(record, probe, config, heldout is not None, on_epoch):
+            break
     return history
-
-
-def convergence(epochs: list[dict], patience: int, max_epochs: int) -> dict:
-    """Whether the held-out curve (``heldout_main`` per epoch) had stopped rising: ``converged`` when the best epoch
-    (earliest among ties) lies ``patience`` or more epochs before the last (always after an early stop; not when the
-    cap cut a rising curve); also ``best_epoch``, ``epochs_trained``, ``stopped_early``, ``patience``,
-    ``max_epochs``, ``heldout_curve``."""
-    if not epochs or "heldout_main" not in epochs[0]:
-        raise PapaError("Convergence needs held-out scores per epoch", "Train with a heldout evaluator.")
-    curve = [float(record["heldout_main"]) for record in epochs]
-    best = max(range(len(curve)), key=lambda i: (curve[i], -i)) + 1
-    trained = len(curve)
-    return {
-        "converged": trained - best >= patience,
-        "best_epoch": best,
-        "epochs_trained": trained,
-        "stopped_early": trained < max_epochs,
-        "patience": patience,
-        "max_epochs": max_epochs,
-        "heldout_curve": curve,
-    }
-
-
-SELECTIONS = ("final", "heldout")
-
-
-def select_epoch(epochs: list[dict], selection: str) -> dict:
-    """The reported epoch: the last (``final``, the official runs) or the best held-out one (``heldout``; earliest)."""
-    if selection == "final":
-        return epochs[-1]
-    if selection == "heldout":
-        if "heldout_main" not in epochs[0]:
-            raise PapaError("Epoch selection 'heldout' needs held-out scores", "Train with a heldout evaluator.")
-        return max(epochs, key=lambda record: (record["heldout_main"], -record["epoch"]))
-    raise PapaError(f"Unknown epoch selection {selection!r}", f"Use one of {', '.join(SELECTIONS)}.")
 
 
 class SubsetSource:
@@ -374,41 +359,6 @@ class SubsetSource:
 
     def batch(self, indices: torch.Tensor):
         return self.source.batch(self.indices[indices])
-
-
-def split_heldout(num_examples: int, fraction: float, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """A seeded split of ``range(num_examples)`` into (fit ``[N - M]``, held out ``[M]``), each sorted."""
-    if not 0 < fraction < 1:
-        raise PapaError(f"heldout_fraction must be in (0, 1), got {fraction!r}", "Use e.g. 0.1.")
-    held = max(1, int(round(fraction * num_examples)))
-    if held >= num_examples:
-        raise PapaError(
-            f"Holding out {held} of {num_examples} training examples leaves none to train on",
-            "Use more training examples or a smaller heldout_fraction.",
-        )
-    order = torch.randperm(num_examples, generator=torch.Generator().manual_seed(seed))
-    return order[held:].sort().values, order[:held].sort().values
-
-
-def draw_from_pool(
-    pool_size: int, fit_examples: int, heldout_examples: int, seed: int
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """A seed's own examples from a pool of ``pool_size``: disjoint, sorted ``(fit [fit_examples], held out
-    [heldout_examples])`` pool indices, drawn by ``torch.randperm(pool_size)`` seeded with ``seed``."""
-    if fit_examples < 1 or heldout_examples < 1:
-        raise PapaError(
-            f"A seed needs at least one training and one held-out example, got {fit_examples} and {heldout_examples}",
-            "Raise max_train_examples / heldout_examples.",
-        )
-    if fit_examples + heldout_examples > pool_size:
-        raise PapaError(
-            f"The pool holds {pool_size} training examples, "
-            f"fewer than the {fit_examples} + {heldout_examples} a seed draws",
-            "Raise pool_examples (or lower max_train_examples / heldout_examples); "
-            "for a small split use the whole split as the pool.",
-        )
-    order = torch.randperm(pool_size, generator=torch.Generator().manual_seed(seed))
-    return order[:fit_examples].sort().values, order[fit_examples : fit_examples + heldout_examples].sort().values
 
 
 def seed_everything(seed: int) -> None:

@@ -30,7 +30,15 @@ from papa.core.layout import IGNORE_INDEX
 from papa.core.models import LoadedModel, load_model, pick_device
 from papa.core.patching import gate_lambdas, patch_gates, unpatch
 from papa.core.provenance import provenance
-from papa.probing.probe import FeatureSource, LiveSource, ProbeConfig, build_probe, seed_everything, train_probe
+from papa.probing.probe import (
+    FeatureSource,
+    LiveSource,
+    ProbeConfig,
+    build_probe,
+    seed_everything,
+    select_states,
+    train_probe,
+)
 from papa.probing.task_inputs import TaskInputs, make_evaluator, prepare_inputs
 
 METHODS = ("gates", "deviation", "random")
@@ -58,28 +66,10 @@ def scatter_slots(states: torch.Tensor, slots: torch.Tensor, length: int, mask: 
     return full
 
 
-def _probe_states(states: torch.Tensor, probe_input: str) -> torch.Tensor:
-    """The hidden states the probe reads (dimension 1 indexes them): all, or the embedding layer's only."""
-    return states[:, :1] if probe_input == "embeddings" else states
-
-
-class CompactLiveSource:
+class CompactLiveSource(LiveSource):
     """Batches from the live encoder, each run on its real slots only (``P ≤ L``, real in one of its rows, so the
-    cost follows the real tokens); ``train_mode`` turns dropout on, ``grad`` keeps the graph (gate training)."""
-
-    def __init__(
-        self,
-        model: nn.Module,
-        encoded: dict[str, torch.Tensor],
-        token_task: bool,
-        device,
-        train_mode: bool,
-        probe_input: str = "all",
-        grad: bool = False,
-    ):
-        self.model, self.encoded, self.token_task, self.device = model, encoded, token_task, torch.device(device)
-        self.train_mode, self.probe_input, self.grad = train_mode, probe_input, grad
-        self.num_examples, self.length = encoded["input_ids"].shape
+    cost follows the real tokens); built as :class:`papa.probing.probe.LiveSource` (``train_mode`` turns dropout on,
+    ``grad`` keeps the graph: gate training)."""
 
     def batch(self, indices: torch.Tensor) -> tuple[tuple, torch.Tensor]:
         """``indices [B]`` → the probe's inputs and labels, as :class:`papa.probing.probe.LiveSource` gives them:
@@ -95,12 +85,13 @@ class CompactLiveSource:
                 compact_forward(self.model, inputs, slots, output_hidden_states=True).hidden_states, dim=1
             )  # [B, S, P, H]
             if not self.token_task:
+                length = self.encoded["input_ids"].shape[1]
                 full = scatter_slots(
-                    _probe_states(states, self.probe_input), slots, self.length, inputs["attention_mask"].bool()
+                    select_states(states, self.probe_input), slots, length, inputs["attention_mask"].bool()
                 )
                 return (full, inputs["attention_mask"]), labels
             keep = labels[:, slots] != IGNORE_INDEX  # [B, P]; every labelled token is real, so among the slots
-            return (_probe_states(states.permute(0, 2, 1, 3)[keep], self.probe_input),), labels[:, slots][keep]
+            return (select_states(states.permute(0, 2, 1, 3)[keep], self.probe_input),), labels[:, slots][keep]
 
 
 def live_source(

@@ -2,7 +2,8 @@
 :func:`train_together` (``cached``: all probes as one stacked model,
 :func:`~papa.probing.stacked_training.train_stacked`) or :func:`train_one` (``faithful``: one probe on the live
 encoder). Either gives per probe ``{"probe", "history", "chosen", "drawn", "metrics", "dev", "seconds_dev",
-"seconds"}``, which :func:`result_record` turns into a result (:class:`papa.core.schema.ResultRecord`).
+"seconds"}``, which :func:`result_record` turns into a result (:class:`papa.core.schema.ResultRecord`). The reported
+epoch is :func:`select_epoch`'s; :func:`convergence` says whether the held-out curve had stopped rising.
 """
 
 from __future__ import annotations
@@ -19,26 +20,64 @@ from papa.core.head_patch import get_replacement
 from papa.core.models import LoadedModel
 from papa.core.provenance import provenance
 from papa.probing.probe import (
-    SELECTIONS,
     CachedSource,
     LiveSource,
     ProbeConfig,
     SubsetSource,
     build_probe,
-    convergence,
-    draw_from_pool,
     predict,
     seed_everything,
-    select_epoch,
-    split_heldout,
     train_probe,
 )
 from papa.probing.stacked import ProbeStack, predict_stacked
 from papa.probing.stacked_training import StackedMember, device_rng_state, train_stacked
-from papa.probing.task_inputs import TaskInputs, floors, make_evaluator, score_predictions
+from papa.probing.task_inputs import (
+    TaskInputs,
+    draw_from_pool,
+    floors,
+    make_evaluator,
+    score_predictions,
+    split_heldout,
+)
 
 #: The patience that defines ``converged`` for held-out runs trained without early stopping.
 CONVERGENCE_PATIENCE = 3
+
+
+def convergence(epochs: list[dict], patience: int, max_epochs: int) -> dict:
+    """Whether the held-out curve (``heldout_main`` per epoch) had stopped rising: ``converged`` when the best epoch
+    (earliest among ties) lies ``patience`` or more epochs before the last (always after an early stop; not when the
+    cap cut a rising curve); also ``best_epoch``, ``epochs_trained``, ``stopped_early``, ``patience``,
+    ``max_epochs``, ``heldout_curve``."""
+    if not epochs or "heldout_main" not in epochs[0]:
+        raise PapaError("Convergence needs held-out scores per epoch", "Train with a heldout evaluator.")
+    curve = [float(record["heldout_main"]) for record in epochs]
+    best = max(range(len(curve)), key=lambda i: (curve[i], -i)) + 1
+    trained = len(curve)
+    return {
+        "converged": trained - best >= patience,
+        "best_epoch": best,
+        "epochs_trained": trained,
+        "stopped_early": trained < max_epochs,
+        "patience": patience,
+        "max_epochs": max_epochs,
+        "heldout_curve": curve,
+    }
+
+
+SELECTIONS = ("final", "heldout")
+
+
+def select_epoch(epochs: list[dict], selection: str) -> dict:
+    """The reported epoch: the last (``final``, the official runs) or the best held-out one (``heldout``; earliest)."""
+    if selection == "final":
+        return epochs[-1]
+    if selection == "heldout":
+        if "heldout_main" not in epochs[0]:
+            raise PapaError("Epoch selection 'heldout' needs held-out scores", "Train with a heldout evaluator.")
+        return max(epochs, key=lambda record: (record["heldout_main"], -record["epoch"]))
+    raise PapaError(f"Unknown epoch selection {selection!r}", f"Use one of {', '.join(SELECTIONS)}.")
+
 
 #: How a run gets its features: cached (once, eval mode) or faithful (the live encoder, train mode).
 MODES = ("cached", "faithful")

@@ -18,7 +18,6 @@ So each history is the one :func:`~papa.probing.probe.train_probe` gives alone (
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -93,10 +92,7 @@ def _check_members(members: Sequence[StackedMember]) -> ProbeConfig:
                 f"The probes trained together must share {', '.join(shared)}",
                 "Train probes with other settings in separate runs.",
             )
-        if member.config.patience is not None and member.heldout is None:
-            raise PapaError(
-                "Early stopping (patience) needs held-out training examples", "Train with selection: heldout."
-            )
+        member.config.check_heldout(member.heldout is not None)
         if (member.heldout is None) != (members[0].heldout is None) or (
             member.heldout is not None and member.heldout_metrics is None
         ):
@@ -158,7 +154,11 @@ def train_stacked(
                     )
             for r in active:
                 histories[r].seconds_eval += (time.perf_counter() - started) / len(active)
-            active = [r for r in active if not _record(histories[r], records[r], members[r], config, epoch)]
+            active = [
+                r
+                for r in active
+                if not histories[r].add(records[r], members[r].probe, config, members[r].heldout is not None)
+            ]
     finally:
         stack.release()
     return histories
@@ -213,24 +213,3 @@ def _each_logits(
         rows = (inputs[0][i], inputs[1][i], inputs[2]) if sequence else (inputs[0][i],)
         out.append(probe(*rows, dropout_mask=None if dropout is None else dropout[i]))
     return torch.stack(out)
-
-
-def _record(history: TrainHistory, record: dict, member: StackedMember, config: ProbeConfig, epoch: int) -> bool:
-    """Append an epoch's record to a history as :func:`~papa.probing.probe.train_probe` does; whether it stops."""
-    if not math.isfinite(record["train_loss"]):
-        raise PapaError(
-            f"The probe's training loss became {record['train_loss']} at epoch {epoch}", "Lower the learning rate."
-        )
-    history.epochs.append(record)
-    if member.heldout is None:
-        return False
-    best = None if history.best_epoch is None else history.epochs[history.best_epoch - 1]["heldout_main"]
-    if best is None or record["heldout_main"] > best:
-        history.best_epoch = epoch
-        history.best_state = {
-            name: value.detach().to("cpu", copy=True) for name, value in member.probe.state_dict().items()
-        }
-    elif config.patience is not None and epoch - history.best_epoch >= config.patience and epoch < config.epochs:
-        history.stopped_early = True
-        return True
-    return False

@@ -1,6 +1,8 @@
 """A task's inputs for probing: :class:`TaskInputs`, its train and eval splits loaded, subset (seeded) and encoded
 once by :func:`prepare_inputs` for every seed and k of a run; :func:`score_predictions` / :func:`make_evaluator`
-(metrics and the per-example dev record of flat predictions) and :func:`floors` (the majority-class floor).
+(metrics and the per-example dev record of flat predictions) and :func:`floors` (the majority-class floor). A probe's
+own training examples within them: :func:`split_heldout` (fit and held out, from all) or :func:`draw_from_pool` (a
+seed's draw from the pool).
 """
 
 from __future__ import annotations
@@ -70,6 +72,41 @@ def prepare_inputs(
         max_length,
         relayout,
     )
+
+
+def split_heldout(num_examples: int, fraction: float, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A seeded split of ``range(num_examples)`` into (fit ``[N - M]``, held out ``[M]``), each sorted."""
+    if not 0 < fraction < 1:
+        raise PapaError(f"heldout_fraction must be in (0, 1), got {fraction!r}", "Use e.g. 0.1.")
+    held = max(1, int(round(fraction * num_examples)))
+    if held >= num_examples:
+        raise PapaError(
+            f"Holding out {held} of {num_examples} training examples leaves none to train on",
+            "Use more training examples or a smaller heldout_fraction.",
+        )
+    order = torch.randperm(num_examples, generator=torch.Generator().manual_seed(seed))
+    return order[held:].sort().values, order[:held].sort().values
+
+
+def draw_from_pool(
+    pool_size: int, fit_examples: int, heldout_examples: int, seed: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A seed's own examples from a pool of ``pool_size``: disjoint, sorted ``(fit [fit_examples], held out
+    [heldout_examples])`` pool indices, drawn by ``torch.randperm(pool_size)`` seeded with ``seed``."""
+    if fit_examples < 1 or heldout_examples < 1:
+        raise PapaError(
+            f"A seed needs at least one training and one held-out example, got {fit_examples} and {heldout_examples}",
+            "Raise max_train_examples / heldout_examples.",
+        )
+    if fit_examples + heldout_examples > pool_size:
+        raise PapaError(
+            f"The pool holds {pool_size} training examples, "
+            f"fewer than the {fit_examples} + {heldout_examples} a seed draws",
+            "Raise pool_examples (or lower max_train_examples / heldout_examples); "
+            "for a small split use the whole split as the pool.",
+        )
+    order = torch.randperm(pool_size, generator=torch.Generator().manual_seed(seed))
+    return order[:fit_examples].sort().values, order[fit_examples : fit_examples + heldout_examples].sort().values
 
 
 def _token_lists(flat: torch.Tensor, encoded: dict[str, torch.Tensor]) -> list[list[int]]:

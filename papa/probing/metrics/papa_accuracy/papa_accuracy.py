@@ -3,8 +3,9 @@ papa so that it loads offline with ``evaluate.load(path_to_this_folder)``)."""
 
 from __future__ import annotations
 
-import datasets
 import evaluate
+
+from papa.probing.metrics.metric_info import metric_info
 
 _DESCRIPTION = "Accuracy = (number of predictions equal to their reference) / (number of predictions)."
 _KWARGS_DESCRIPTION = """
@@ -18,12 +19,7 @@ Returns:
 
 class PapaAccuracy(evaluate.Metric):
     def _info(self) -> evaluate.MetricInfo:
-        return evaluate.MetricInfo(
-            description=_DESCRIPTION,
-            citation="",
-            inputs_description=_KWARGS_DESCRIPTION,
-            features=datasets.Features({"predictions": datasets.Value("int64"), "references": datasets.Value("int64")}),
-        )
+        return metric_info(_DESCRIPTION, _KWARGS_DESCRIPTION)
 
     def _compute(self, predictions, references):
         total = len(references)

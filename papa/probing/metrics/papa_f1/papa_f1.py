@@ -4,8 +4,9 @@ reference (scikit-learn's ``f1_score`` with ``zero_division=0``); also precision
 
 from __future__ import annotations
 
-import datasets
 import evaluate
+
+from papa.probing.metrics.metric_info import metric_info
 
 _DESCRIPTION = "Binary F1 score of the positive label (default 1): 2TP / (2TP + FP + FN)."
 _KWARGS_DESCRIPTION = """
@@ -20,12 +21,7 @@ Returns:
 
 class PapaF1(evaluate.Metric):
     def _info(self) -> evaluate.MetricInfo:
-        return evaluate.MetricInfo(
-            description=_DESCRIPTION,
-            citation="",
-            inputs_description=_KWARGS_DESCRIPTION,
-            features=datasets.Features({"predictions": datasets.Value("int64"), "references": datasets.Value("int64")}),
-        )
+        return metric_info(_DESCRIPTION, _KWARGS_DESCRIPTION)
 
     def _compute(self, predictions, references, pos_label=1):
         tp = fp = fn = 0

@@ -8,8 +8,9 @@ from __future__ import annotations
 import math
 from collections import Counter
 
-import datasets
 import evaluate
+
+from papa.probing.metrics.metric_info import metric_info
 
 _DESCRIPTION = "Matthews correlation coefficient, in [-1, 1]; 0.0 when undefined."
 _KWARGS_DESCRIPTION = """
@@ -23,12 +24,7 @@ Returns:
 
 class PapaMcc(evaluate.Metric):
     def _info(self) -> evaluate.MetricInfo:
-        return evaluate.MetricInfo(
-            description=_DESCRIPTION,
-            citation="",
-            inputs_description=_KWARGS_DESCRIPTION,
-            features=datasets.Features({"predictions": datasets.Value("int64"), "references": datasets.Value("int64")}),
-        )
+        return metric_info(_DESCRIPTION, _KWARGS_DESCRIPTION)
 
     def _compute(self, predictions, references):
         n = len(references)

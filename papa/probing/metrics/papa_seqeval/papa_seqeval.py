@@ -12,6 +12,8 @@ from __future__ import annotations
 import datasets
 import evaluate
 
+from papa.probing.metrics.metric_info import metric_info
+
 _DESCRIPTION = "Entity-level micro precision, recall and F1 (seqeval default mode), and token accuracy."
 _KWARGS_DESCRIPTION = """
 Args:
@@ -62,17 +64,7 @@ def get_entities(sentence):
 
 class PapaSeqeval(evaluate.Metric):
     def _info(self) -> evaluate.MetricInfo:
-        return evaluate.MetricInfo(
-            description=_DESCRIPTION,
-            citation="",
-            inputs_description=_KWARGS_DESCRIPTION,
-            features=datasets.Features(
-                {
-                    "predictions": datasets.Sequence(datasets.Value("string")),
-                    "references": datasets.Sequence(datasets.Value("string")),
-                }
-            ),
-        )
+        return metric_info(_DESCRIPTION, _KWARGS_DESCRIPTION, datasets.Sequence(datasets.Value("string")))
 
     def _compute(self, predictions, references):
         n_pred = n_true = n_correct = 0
