@@ -275,7 +275,14 @@ def test_a_missing_or_corrupt_manifest_is_rebuilt_from_the_stamps(tree, content)
     manifest = stamps.Manifest(path)
     assert manifest.rebuilt
     assert manifest.entries == {
-        run.run_id: {"key": stamp["key"], "data": None, "status": "ok", "seconds": 12.0, "components": components}
+        run.run_id: {
+            "key": stamp["key"],
+            "data": None,
+            "status": "ok",
+            "seconds": 12.0,
+            "finished": stamp["finished"],
+            "components": components,
+        }
     }
 
 
@@ -482,3 +489,13 @@ def test_resized_runs_compare_recorded_with_planned_parameters():
     status = GridStatus(runs, runs, {}, {}, planned, {}, stamps, None, [])
     assert resized_runs(status, runs) == {"sized"}
     assert resized_runs(status, runs[1:]) == set()
+
+
+def test_a_sealed_run_records_when_it_finished_and_the_manifest_keeps_it(tree):
+    import datetime
+
+    _, _, _, _, stamp = tree
+    finished = datetime.datetime.fromisoformat(stamp["finished"])
+    assert abs((datetime.datetime.now(datetime.timezone.utc) - finished).total_seconds()) < 60
+    assert stamps.entry_of(stamp)["finished"] == stamp["finished"] and stamps.entry_of(stamp)["seconds"] == 12.0
+    assert "finished" not in stamps.entry_of({k: v for k, v in stamp.items() if k != "finished"})

@@ -16,7 +16,7 @@ import yaml
 from headless import dump_dom
 
 from papa.book.assets import stage_itables
-from papa.book.pages import _reproducibility, point_front_page
+from papa.book.pages import _reproducibility, busy_seconds, point_front_page
 from papa.book.run_index import (
     GROUPS_DIR,
     _appendix,
@@ -427,6 +427,25 @@ def test_reproducibility_page_words_its_environment_and_time(tmp_path):
     assert "| `probe__b` | stale | 150.0 |" in page and "| `probe__a` | ok | 90.0 |" in page
     assert "No benchmark table yet: run `make bench`." in page
     assert "this grid's aim" not in page  # only the book's own grids have a time aim
+
+
+def test_the_machine_time_counts_runs_side_by_side_once_and_gaps_not_at_all(tmp_path):
+    def run(end: str, seconds: float) -> dict:
+        return {"seconds": seconds, "finished": f"2026-12-05T{end}+00:00", "status": "ok"}
+
+    # 10:00-10:10 and 10:05-10:15 side by side (15 min), then 12:00-12:01 after a gap
+    entries = [run("10:10:00", 600), run("10:15:00", 600), run("12:01:00", 60)]
+    assert busy_seconds(entries) == 16 * 60
+    assert busy_seconds([*entries, {"seconds": 5.0}]) is None  # a run sealed before runs recorded their end
+    atomic_write_json(
+        tmp_path / "book" / "runs" / "g" / "artifacts" / "results" / "probe__a__s42.json",
+        _probe_record("a", "cpu:x86_64x1", 60.0),
+    )
+    manifest = {"probe__a": entries[0], "probe__b": entries[1], "probe__c": entries[2]}
+    atomic_write_json(tmp_path / "book" / "runs" / "g" / "manifest.json", {"runs": manifest})
+    page = _reproducibility({"name": "g"}, [], root=tmp_path)
+    assert "The grid's runs kept the machine busy for 16.0 minutes: from each run's start to its end" in page
+    assert "The grid's runs took 21.0 minutes of wall time in all" in page
 
 
 def test_reproducibility_page_names_the_command_that_wrote_each_benchmark_table(tmp_path):

@@ -123,7 +123,8 @@ def check_data_available(stale: list[Run]) -> None:
 
 
 def _drive(executor, stale: list[Run], keys: dict, manifest: Manifest, failed: dict, started: float, out, seal=None):
-    """Hand every stale run to ``executor`` once its stale dependencies are done; seal and record each outcome."""
+    """Hand every stale run to ``executor`` once its stale dependencies are done; seal and record each outcome (``seal``
+    returns the run's stamp, whose ``finished`` time the manifest keeps)."""
     pending = {run.run_id: run for run in stale}
     stale_ids = set(pending)
     done: set[str] = set()
@@ -149,10 +150,10 @@ def _drive(executor, stale: list[Run], keys: dict, manifest: Manifest, failed: d
         for outcome in executor.wait():
             run_id = outcome.run.run_id
             in_flight.discard(run_id)
-            status, error = outcome.status, outcome.error
+            status, error, sealed = outcome.status, outcome.error, None
             if status == "ok" and seal is not None:
                 try:
-                    seal(outcome.run, outcome.seconds)
+                    sealed = seal(outcome.run, outcome.seconds)
                 except Exception as err:  # noqa: BLE001 - a run that cannot be sealed fails; the grid goes on
                     error = str(err) if isinstance(err, PapaError) else f"sealing failed ({type(err).__name__}: {err})"
                     status = "failed"
@@ -160,6 +161,8 @@ def _drive(executor, stale: list[Run], keys: dict, manifest: Manifest, failed: d
             if status == "ok":
                 done.add(run_id)
                 entry["seconds"] = round(outcome.seconds, 1)
+                if sealed and sealed.get("finished"):
+                    entry["finished"] = sealed["finished"]
             else:
                 failed[run_id] = error
                 entry["error"] = error[:500]
@@ -332,10 +335,11 @@ def _run_locked(config: dict, folder: Path, only, replace: bool, scheduler: str,
             return 0
         check_data_available(stale)
 
-        def seal_run(run: Run, seconds: float) -> None:
+        def seal_run(run: Run, seconds: float) -> dict:
             rid, (key, data) = run.run_id, status.keys[run.run_id]
             sealed = stamps.seal(run, key, status.components[rid], status.displays[rid], data, seconds, folder)
             status.stamps[rid] = sealed
+            return sealed
 
         executor = make_executor(scheduler, execute, stale=stale, manifest=manifest, out=out, **sizes)
         try:

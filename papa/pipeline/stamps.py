@@ -11,6 +11,7 @@ runner left, and :func:`outside_plan` / :func:`prune_outside_plan` find and remo
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import os
 import shutil
@@ -84,9 +85,15 @@ def seal(
     upstream = {dep: read_stamp(stamp_path(folder, dep)) for dep in run.deps}
     inputs = {dep: digest(stamp) if stamp else None for dep, stamp in upstream.items()}
     stamp = {"run_id": run.run_id, "key": key, "components": components, "display": display, "data": data}
-    stamp |= {"seconds": round(seconds, 1), "outputs": outputs, "inputs": inputs}
+    stamp |= {"seconds": round(seconds, 1), "finished": finished_now(), "outputs": outputs, "inputs": inputs}
     atomic_write_json(stamp_path(folder, run.run_id), stamp)
     return stamp
+
+
+def finished_now() -> str:
+    """The UTC time a run is sealed, to the second (``2026-12-05T22:40:01+00:00``): with its ``seconds``, when it ran,
+    so the reproducibility page can count the time runs made at once spent side by side only once."""
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
 def verify(run: Run, key: str, components: dict, data: str | None, stamp: dict | None, root: Path = ROOT) -> list[str]:
@@ -117,7 +124,7 @@ def notebook_edited(run: Run, stamp: dict | None, root: Path = ROOT) -> bool:
 
 
 class Manifest:
-    """``{run_id: {"key", "data", "status", "seconds", "components", "error"}}``, stored atomically with a
+    """``{run_id: {"key", "data", "status", "seconds", "finished", "components", "error"}}``, stored atomically with a
     checksum: a cache of the stamps. Missing or corrupt, it is rebuilt from the stamps (``rebuilt``)."""
 
     def __init__(self, path: Path):
@@ -135,8 +142,10 @@ class Manifest:
 
 
 def entry_of(stamp: dict) -> dict:
-    entry = {"key": stamp["key"], "data": stamp.get("data"), "status": "ok"}
-    return entry | {"seconds": stamp.get("seconds"), "components": stamp.get("components")}
+    entry = {"key": stamp["key"], "data": stamp.get("data"), "status": "ok", "seconds": stamp.get("seconds")}
+    if stamp.get("finished"):
+        entry["finished"] = stamp["finished"]
+    return entry | {"components": stamp.get("components")}
 
 
 def read_stamps(folder: Path) -> list[dict]:
