@@ -124,7 +124,8 @@ def test_keys_are_hashed_and_leftovers_are_this_runs_only(tmp_path):
     )
 
 
-def test_local_workers_get_their_own_devices_and_threads():
+def test_local_workers_get_their_own_devices_and_threads(monkeypatch):
+    monkeypatch.setenv("PAPA_MEMORY_BUDGET_GB", "5")  # set: each run keeps it
     assert clusters.local_worker_options(2, 1, 3, ["4", "7"]) == [
         {
             "nthreads": 1,
@@ -148,6 +149,15 @@ def test_local_workers_get_their_own_devices_and_threads():
         },
     ]
     assert clusters.local_worker_options(1, 0, None, []) == [{"nthreads": 1, "env": {}}]
+    monkeypatch.delenv("PAPA_MEMORY_BUDGET_GB")  # unset: N runs share the default budget, 60% of the memory
+    monkeypatch.setattr("papa.probing.features.physical_memory_bytes", lambda: 10_000_000_000)
+    shared = {
+        "OMP_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+        "OPENBLAS_NUM_THREADS": "1",
+        "PAPA_MEMORY_BUDGET_GB": "3.00",
+    }
+    assert clusters.local_worker_options(2, 0, 1, []) == [{"nthreads": 1, "env": shared}] * 2
     with pytest.raises(
         PapaError, match=r"^local:2 with --gpus-per-run 2 needs 4 CUDA devices, 3 visible\. Use fewer workers"
     ):

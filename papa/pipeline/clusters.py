@@ -138,7 +138,9 @@ def visible_devices() -> list[str]:
 def local_worker_options(
     workers: int, gpus_per_run: int, threads_per_run: int | None, devices: list[str]
 ) -> list[dict]:
-    """Nanny options for ``local:N``: one thread each, the thread variables, and with G GPUs per run its own G."""
+    """Nanny options for ``local:N``: one thread each, the thread variables, with G GPUs per run its own G, and
+    unless ``PAPA_MEMORY_BUDGET_GB`` is set, each run 1/N of the default feature budget (N runs share the RAM; above
+    it features stream to disk, same scores)."""
     if gpus_per_run and len(devices) < workers * gpus_per_run:
         needs = f"needs {workers * gpus_per_run} CUDA devices, {len(devices)} visible"
         problem = f"local:{workers} with --gpus-per-run {gpus_per_run} {needs}"
@@ -146,6 +148,10 @@ def local_worker_options(
     options = []
     for i in range(workers):
         env = thread_environment(threads_per_run)
+        if "PAPA_MEMORY_BUDGET_GB" not in os.environ:
+            from papa.probing.features import memory_budget_bytes
+
+            env["PAPA_MEMORY_BUDGET_GB"] = f"{memory_budget_bytes() / workers / 1e9:.2f}"
         option: dict = {"nthreads": 1, "env": env}
         if gpus_per_run:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(devices[i * gpus_per_run : (i + 1) * gpus_per_run])
