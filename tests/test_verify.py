@@ -190,6 +190,25 @@ def _plan_with_outputs(tmp_path: Path) -> tuple[list[Run], dict[str, dict]]:
     return plan, stamps
 
 
+def test_a_re_execution_uses_the_thread_count_its_run_recorded(tmp_path, monkeypatch):
+    outputs = [f"book/runs/g/artifacts/results/p__s{seed}.json" for seed in (42, 43)]
+    run = Run("probe__p", "probe", {}, outputs=outputs, grid="g")
+    for rel, device in zip(outputs, ("cpu:x86_64x1", "cpu:x86_64x1")):
+        atomic_write_json(tmp_path / rel, _edited(RESULT, provenance=dict(RESULT["provenance"], device=device)))
+    assert verify.run_threads(run, tmp_path) == 1
+    atomic_write_json(tmp_path / outputs[1], RESULT)  # x2 beside x1: no single count to reuse
+    assert verify.run_threads(run, tmp_path) is None
+    seen = {}
+    monkeypatch.setattr(verify.subprocess, "run", lambda command, env, **kw: seen.update(env) or _Done())
+    verify._nbval(tmp_path / "n.ipynb", tmp_path, threads=1)
+    assert (seen["OMP_NUM_THREADS"], seen["MKL_NUM_THREADS"]) == ("1", "1")
+    assert verify._threads_said("cpu:x86_64x2", 1) == "cpu:x86_64x1" and verify._threads_said("cuda:H", 1) == "cuda:H"
+
+
+class _Done:
+    returncode, stdout, stderr = 0, "", ""
+
+
 def test_a_sample_takes_one_run_of_each_kind_first_and_a_dirty_run_before_the_cheaper_ones(tmp_path):
     plan, stamps = _plan_with_outputs(tmp_path)
     chosen = [r.run_id for r in select_runs(plan, stamps, sample=5, root=tmp_path)]

@@ -17,6 +17,7 @@ import fnmatch
 import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -27,6 +28,7 @@ from xml.etree import ElementTree
 
 from papa.core.errors import PapaError
 from papa.core.io import atomic_write_json, read_json_verified, sha256_file
+from papa.pipeline.clusters import thread_environment
 from papa.pipeline.keys import environment, key_of, what_changed
 from papa.pipeline.output_diff import Difference, diff_files
 from papa.pipeline.plan import ROOT, Run, load_config, run_notebook_path
@@ -54,19 +56,33 @@ def read_records(folder: Path) -> dict[str, dict]:
     return records
 
 
-def run_commits(run: Run, root: Path = ROOT) -> list[str]:
-    """The ``provenance.git_commit`` values of a run's committed JSON outputs (``-dirty``: uncommitted changes)."""
-    commits = set()
+def _provenances(run: Run, root: Path) -> list[dict]:
+    """The ``provenance`` records of a run's committed JSON outputs (unreadable ones skipped)."""
+    found = []
     for rel in run.outputs:
         if rel.endswith(".json") and (root / rel).is_file():
             try:
                 data = json.loads((root / rel).read_text(encoding="utf-8"))
             except (OSError, UnicodeDecodeError, json.JSONDecodeError):
                 continue
-            provenance = data.get("provenance") or (data.get("meta") or {}).get("provenance") or {}
-            if isinstance(provenance.get("git_commit"), str):
-                commits.add(provenance["git_commit"])
-    return sorted(commits)
+            found.append(data.get("provenance") or (data.get("meta") or {}).get("provenance") or {})
+    return found
+
+
+def run_commits(run: Run, root: Path = ROOT) -> list[str]:
+    """The ``provenance.git_commit`` values of a run's committed JSON outputs (``-dirty``: uncommitted changes)."""
+    return sorted({p["git_commit"] for p in _provenances(run, root) if isinstance(p.get("git_commit"), str)})
+
+
+def run_threads(run: Run, root: Path = ROOT) -> int | None:
+    """The torch thread count a CPU run recorded (its device ``cpu:x86_64x1``: 1), None if unrecorded or several:
+    a re-execution uses the same, since thread pools may split a sum in another order."""
+    counts = {
+        match.group(1)
+        for p in _provenances(run, root)
+        if (match := re.fullmatch(r"cpu:.*x(\d+)", str(p.get("device") or "")))
+    }
+    return int(counts.pop()) if len(counts) == 1 else None
 
 
 def stamped_runs(folder: Path) -> list[Run]:
@@ -152,9 +168,13 @@ def _prepare(run: Run, stamp: dict, by_id: dict[str, Run], scratch: Path, device
     return notebook
 
 
-def _nbval(notebook: Path, scratch: Path, kernels: str | None = None) -> tuple[bool, list[str], str]:
-    """``pytest --nbval-lax`` on ``notebook`` in ``scratch``: (passed, failed cells with reasons, output tail)."""
+def _nbval(
+    notebook: Path, scratch: Path, kernels: str | None = None, threads: int | None = None
+) -> tuple[bool, list[str], str]:
+    """``pytest --nbval-lax`` on ``notebook`` in ``scratch`` (the kernel on ``threads`` threads when given): (passed,
+    failed cells with reasons, output tail)."""
     env = dict(os.environ, PAPA_CACHE_DIR=str(scratch / "cache"), **KERNEL_ENV.get(kernels or "", {}))
+    env.update(thread_environment(threads))
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PACKAGE.parent), env.get("PYTHONPATH", "")]))
     for name in ("PAPA_DATA_DIR", "PAPA_MODEL_CACHE"):
         if env.get(name, "").strip():
@@ -202,6 +222,11 @@ def _edited(run: Run, stamp: dict, root: Path) -> list[str]:
     return [rel for rel in run.outputs if (root / rel).is_file() and written.get(rel) != sha256_file(root / rel)]
 
 
+def _threads_said(device: str, threads: int | None) -> str:
+    """``device`` (as this process describes it) with the thread count the re-execution's kernel used."""
+    return re.sub(r"x\d+$", f"x{threads}", device) if threads and device.startswith("cpu:") else device
+
+
 def _machine(kernels: str | None = None) -> str:
     """The CPU model, its core count and the vector kernels torch picks on it (``AMD EPYC, 2 cores, AVX512``)."""
     import torch
@@ -239,7 +264,8 @@ def verify_run(
         notebook = _prepare(run, stamp, by_id, scratch, device, root)
         cells = [c for c in nbformat.read(notebook, as_version=4).cells if c.cell_type == "code"]
         checked = sum(CHECK_TAG in c.get("metadata", {}).get("tags", []) for c in cells)
-        passed, failed_cells, tail = _nbval(notebook, scratch, kernels)
+        threads = run_threads(run, root)
+        passed, failed_cells, tail = _nbval(notebook, scratch, kernels, threads)
         differences: list[tuple[str, Difference]] = []
         largest = 0.0
         for rel in run.outputs:
@@ -260,7 +286,7 @@ def verify_run(
         "key": stamp["key"],
         "verified_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "machine": _machine(kernels),
-        "device": device_description(pick_device(device or run.params.get("device"))),
+        "device": _threads_said(device_description(pick_device(device or run.params.get("device"))), threads),
         "python": platform.python_version(),
         "packages": package_versions(),
         "papa": {"version": __version__, "commit": git_commit(PACKAGE.parent)},
