@@ -16,7 +16,7 @@ import yaml
 from headless import dump_dom
 
 from papa.book.assets import stage_itables
-from papa.book.pages import _reproducibility, busy_seconds, point_front_page
+from papa.book.pages import _reproducibility, point_front_page
 from papa.book.run_index import (
     GROUPS_DIR,
     _appendix,
@@ -430,13 +430,16 @@ def test_reproducibility_page_words_its_environment_and_time(tmp_path):
 
 
 def test_the_machine_time_counts_runs_side_by_side_once_and_gaps_not_at_all(tmp_path):
+    from papa.pipeline import plan
+
     def run(end: str, seconds: float) -> dict:
         return {"seconds": seconds, "finished": f"2026-12-05T{end}+00:00", "status": "ok"}
 
     # 10:00-10:10 and 10:05-10:15 side by side (15 min), then 12:00-12:01 after a gap
     entries = [run("10:10:00", 600), run("10:15:00", 600), run("12:01:00", 60)]
-    assert busy_seconds(entries) == 16 * 60
-    assert busy_seconds([*entries, {"seconds": 5.0}]) is None  # a run sealed before runs recorded their end
+    shares = plan.machine_shares(dict(zip("abc", entries)))
+    assert shares == {"a": 450.0, "b": 450.0, "c": 60.0}  # 5 min alone + 5 side by side (half each) + 5 alone
+    assert plan.machine_shares({"a": entries[0], "d": {"seconds": 5.0}}) is None  # sealed before runs recorded it
     atomic_write_json(
         tmp_path / "book" / "runs" / "g" / "artifacts" / "results" / "probe__a__s42.json",
         _probe_record("a", "cpu:x86_64x1", 60.0),

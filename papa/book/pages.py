@@ -5,7 +5,6 @@ anything, so a build that cannot finish leaves the committed pages as they were.
 
 from __future__ import annotations
 
-import datetime
 import re
 import sys
 from functools import partial
@@ -28,6 +27,7 @@ from papa.pipeline.plan import (
     chapter_study_runs,
     count_probe_runs,
     expand,
+    machine_shares,
     probe_run_id,
     runs_dir,
 )
@@ -78,7 +78,8 @@ def _reproducibility(config: dict, stale: list[str], root: Path = ROOT, run_ids:
         aside = {run_id for run_ids in own.values() for run_id in run_ids}
         main = {run_id: entry for run_id, entry in manifest.items() if run_id not in aside}
         main_results = {key: result for key, result in results.items() if probe_run_id(key) not in aside}
-        lines += _budget(main, main_results, stale, TIME_AIMS.get(config["name"]))
+        shares = machine_shares(manifest)  # over every run: a study's run beside a main one takes half the time
+        lines += _budget(main, main_results, stale, TIME_AIMS.get(config["name"]), shares)
         for chapter, study_runs in own.items():
             if study_runs:
                 runs, minutes = chapter_study_minutes(config, manifest, chapter)
@@ -203,26 +204,12 @@ def _over_aim(total: float, aim: float, parts: dict, kinds: dict[str, list[float
     return lines + [""]
 
 
-def busy_seconds(entries) -> float | None:
-    """How long the machine was running any of these runs: the union of their ``[finished − seconds, finished]``
-    intervals (runs made side by side count once; time between sessions not at all); None when a run lacks
-    ``finished`` (recorded since its stamp had it)."""
-    spans = []
-    for entry in entries:
-        if not entry.get("finished"):
-            return None
-        end = datetime.datetime.fromisoformat(entry["finished"]).timestamp()
-        spans.append((end - float(entry.get("seconds") or 0), end))
-    busy, reach = 0.0, float("-inf")
-    for start, end in sorted(spans):
-        busy += max(0.0, end - max(start, reach))
-        reach = max(reach, end)
-    return busy
-
-
-def _budget(manifest: dict, results: dict, stale: list[str] = (), aim: float | None = None) -> list[str]:
+def _budget(
+    manifest: dict, results: dict, stale: list[str] = (), aim: float | None = None, shares: dict | None = None
+) -> list[str]:
     """Where the grid's time went (manifest and results): by kind of run, by model, the stale runs' share, and against
-    the grid's ``aim`` (minutes, :data:`TIME_AIMS`) by how much it is over and what is left."""
+    the grid's ``aim`` (minutes, :data:`TIME_AIMS`) by how much it is over and what is left; with the runs'
+    ``shares`` of the machine's time (:func:`~papa.pipeline.plan.machine_shares`), the aim is measured on those."""
     kinds: dict[str, list[float]] = {}
     by_model: dict[str, dict[str, float]] = {}
     for run_id, entry in manifest.items():
@@ -240,7 +227,7 @@ def _budget(manifest: dict, results: dict, stale: list[str] = (), aim: float | N
     probe_total = sum(kinds.get("probe", []))
     overhead = probe_total - sum(r["timings"]["total"] for r in results.values())
     total = sum(sum(v) for v in kinds.values())
-    busy = busy_seconds(manifest.values())
+    busy = None if shares is None else sum(shares[run_id] for run_id in manifest)
     lines = ["## Where the time goes", ""]
     if busy is not None and busy < total - 60:  # runs ran side by side: the machine's time is the measure
         lines += [_piece("time-busy", busy=f"{busy / 60:.1f}"), ""]

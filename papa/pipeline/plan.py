@@ -6,6 +6,7 @@ are slugs (:mod:`papa.core.names`). Planning is offline (:func:`head_count`): a 
 
 from __future__ import annotations
 
+import datetime
 import functools
 import itertools
 import json
@@ -282,9 +283,31 @@ def chapter_study_runs(config: dict, run_ids: Iterable[str], chapter: str) -> li
 
 
 def chapter_study_minutes(config: dict, manifest: dict[str, dict], chapter: str) -> tuple[int, float]:
-    """``(runs, minutes)``: the manifest's runs of ``chapter``'s studies and their summed wall time."""
+    """``(runs, minutes)``: the manifest's runs of ``chapter``'s studies and their share of the machine's time
+    (:func:`machine_shares`; their summed wall time where a run lacks its end)."""
     run_ids = chapter_study_runs(config, manifest, chapter)
-    return len(run_ids), sum(float(manifest[run_id].get("seconds") or 0) for run_id in run_ids) / 60
+    shares = machine_shares(manifest) or {r: float(manifest[r].get("seconds") or 0) for r in run_ids}
+    return len(run_ids), sum(shares[run_id] for run_id in run_ids) / 60
+
+
+def machine_shares(manifest: dict[str, dict]) -> dict[str, float] | None:
+    """Each run's share of the machine's time, in seconds: its span ``[finished − seconds, finished]`` with every
+    instant split evenly among the runs running then (one at a time: its wall time; two side by side: half each).
+    The shares add up to the time the machine ran any run; None when a run lacks ``finished`` (sealed before runs
+    recorded it)."""
+    spans = {}
+    for name, entry in manifest.items():
+        if not entry.get("finished"):
+            return None
+        end = datetime.datetime.fromisoformat(entry["finished"]).timestamp()
+        spans[name] = (end - float(entry.get("seconds") or 0), end)
+    shares = dict.fromkeys(spans, 0.0)
+    edges = sorted({t for span in spans.values() for t in span})
+    for start, end in zip(edges, edges[1:]):
+        running = [name for name, (a, b) in spans.items() if a <= start and end <= b]
+        for name in running:
+            shares[name] += (end - start) / len(running)
+    return shares
 
 
 def probe_run_id(result_key: str) -> str:
