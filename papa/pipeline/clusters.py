@@ -198,14 +198,9 @@ def walltime_seconds(text: str) -> int:
     match = re.fullmatch(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?", text.strip())
     if not match:
         raise PapaError(f"PAPA_SLURM_WALLTIME={text!r} is not a SLURM time", "Write it as HH:MM:SS or D-HH:MM:SS.")
-    days, first, second, third = (int(g) if g else 0 for g in match.groups())
-    if match.group(4) is not None:
-        hours, minutes, seconds = first, second, third
-    elif match.group(3) is not None:
-        hours, minutes, seconds = 0, first, second
-    else:
-        hours, minutes, seconds = 0, first, 0
-    return ((days * 24 + hours) * 60 + minutes) * 60 + seconds
+    parts = [int(g) for g in match.groups()[1:] if g]  # MM, MM:SS or HH:MM:SS
+    hours, minutes, seconds = parts if len(parts) == 3 else (0, *parts, 0)[:3]
+    return ((int(match.group(1) or 0) * 24 + hours) * 60 + minutes) * 60 + seconds
 
 
 def walltime_warning(walltime: str, longest: tuple[str, float] | None) -> str | None:

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from papa.core.errors import PapaError
 from papa.core.fields import CHAPTERS
+from papa.core.names import short_hash
 from papa.pipeline import clusters
 from papa.pipeline.clusters import default_threads, start_cluster, thread_environment
 from papa.pipeline.executors import Executor, Outcome, SequentialExecutor
@@ -39,7 +40,7 @@ KERNEL_START_ERRORS = ("Kernel died before replying to kernel_info", "Kernel did
 
 def dask_key(run_id: str, attempt: int) -> str:
     """The Dask key of one attempt: hashed, so that it never equals a task argument."""
-    return f"papa-run-{hashlib.sha256(run_id.encode()).hexdigest()[:16]}-{attempt}"
+    return f"papa-run-{short_hash(run_id, 16)}-{attempt}"
 
 
 def attempt_leftovers(run: Run, root: Path = ROOT) -> list[Path]:
@@ -119,16 +120,6 @@ def fingerprint_problem(worker: str, mine: dict, theirs: dict, root: Path = ROOT
 # --- the executor ------------------------------------------------------------------------------
 
 
-def _lost(error: BaseException | None) -> bool:
-    """A worker died or the connection to it broke: the run may be submitted again."""
-    from concurrent.futures import CancelledError
-
-    from distributed import KilledWorker
-    from distributed.comm.core import CommClosedError
-
-    return isinstance(error, KilledWorker | CommClosedError | CancelledError)
-
-
 class DaskExecutor:
     """An executor on a ``distributed.Client``; every worker is checked against :func:`fingerprint` first."""
 
@@ -167,12 +158,18 @@ class DaskExecutor:
         self._submit(run, 1)
 
     def _outcome(self, future, run: Run, attempt: int) -> Outcome | None:
-        """The run's outcome, or None when it was lost and has been submitted again."""
+        """The run's outcome, or None when it was lost (its worker died or the connection to it broke) and has been
+        submitted again."""
+        from concurrent.futures import CancelledError
+
+        from distributed import KilledWorker
+        from distributed.comm.core import CommClosedError
+
         if future.status == "finished":
             status, seconds, message = future.result()
             return Outcome(run, status, seconds=seconds, error=message)
         error = None if future.status == "cancelled" else future.exception()
-        if future.status == "cancelled" or _lost(error):
+        if future.status == "cancelled" or isinstance(error, KilledWorker | CommClosedError | CancelledError):
             reason = "cancelled" if future.status == "cancelled" else f"{type(error).__name__}: {error}"
             _remove(attempt_leftovers(run, self._root))
             if attempt < MAX_ATTEMPTS:
