@@ -53,14 +53,6 @@ def attempt_leftovers(run: Run, root: Path = ROOT) -> list[Path]:
     return [p for p in scratch.iterdir() if p.name in names or pattern.fullmatch(p.name)]
 
 
-def _remove(paths: list[Path]) -> None:
-    for path in paths:
-        if path.is_dir():
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            path.unlink(missing_ok=True)
-
-
 # --- on a worker -------------------------------------------------------------------------------
 
 _ONE_RUN = threading.Lock()  # papermill's chdir is process-wide: one run per process
@@ -147,15 +139,12 @@ class DaskExecutor:
                 self._checked.add(worker)
         self.slots = max(1, sum(threads.values()))
 
-    def _submit(self, run: Run, attempt: int) -> None:
+    def submit(self, run: Run, attempt: int = 1) -> None:
         # chapters need no GPU under --gpus-per-run (they only read JSON); every other kind asks for one
         resources = {"GPU": self._gpus} if self._gpus and run.kind not in CHAPTERS else None
         options = dict(key=dask_key(run.run_id, attempt), resources=resources, pure=False, retries=0)
         future = self._client.submit(run_attempt, self._execute, run, str(self._root), self._threads, **options)
         self._futures[future] = (run, attempt)
-
-    def submit(self, run: Run) -> None:
-        self._submit(run, 1)
 
     def _outcome(self, future, run: Run, attempt: int) -> Outcome | None:
         """The run's outcome, or None when it was lost (its worker died or the connection to it broke) and has been
@@ -171,11 +160,15 @@ class DaskExecutor:
         error = None if future.status == "cancelled" else future.exception()
         if future.status == "cancelled" or isinstance(error, KilledWorker | CommClosedError | CancelledError):
             reason = "cancelled" if future.status == "cancelled" else f"{type(error).__name__}: {error}"
-            _remove(attempt_leftovers(run, self._root))
+            for path in attempt_leftovers(run, self._root):
+                if path.is_dir():
+                    shutil.rmtree(path, ignore_errors=True)
+                else:
+                    path.unlink(missing_ok=True)
             if attempt < MAX_ATTEMPTS:
                 again = f"submitting it again (attempt {attempt + 1})"
                 print(f"  lost {run.run_id} (its worker died: {reason[:200]}); {again}", file=self._out, flush=True)
-                self._submit(run, attempt + 1)
+                self.submit(run, attempt + 1)
                 return None
             return Outcome(run, "lost", error=f"Run {run.run_id} was lost {attempt} times (last: {reason[:200]})")
         why = f"{type(error).__name__}: {str(error)[:300]}"

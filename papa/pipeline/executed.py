@@ -111,10 +111,6 @@ def study_words(name: str) -> str:
     return STUDY_WORDS.get(name, name)
 
 
-def _seeds(seeds: list) -> str:
-    return ("seed " if len(seeds) == 1 else "seeds ") + ", ".join(str(s) for s in seeds)
-
-
 def _total_heads(params: dict, root: Path) -> int | None:
     """The model's number of heads: from the run's first result file, else the model's config."""
     try:
@@ -177,7 +173,8 @@ def run_title(params: dict, root: Path | None = None) -> str | None:
     if params.get("mode", "cached") != "cached":
         parts.append(f"{myst_text(params['mode'])} mode")
     if params.get("seeds"):
-        parts.append(_seeds(list(params["seeds"])))
+        seeds = list(params["seeds"])
+        parts.append(("seed " if len(seeds) == 1 else "seeds ") + ", ".join(str(s) for s in seeds))
     title = " · ".join(parts)
     run_id = Path(str(params.get("out", ""))).name.rsplit("__s", 1)[0]
     fields = run_id.split("__")

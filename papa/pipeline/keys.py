@@ -46,18 +46,17 @@ def data_fingerprints(runs: list[Run]) -> dict[str, str | None]:
 
 
 # -- keys ----------------------------------------------------------------------------------------
-def notebook_facts(notebook: str, root: Path = ROOT) -> dict:
-    """``{"code", "display", "papa"}`` of one source notebook (see :mod:`papa.pipeline.sources`)."""
+def plan_facts(runs: list[Run], root: Path = ROOT) -> dict[str, dict]:
+    """``{notebook: {"code", "display", "papa"}}`` of every source notebook the runs execute, each read once (see
+    :mod:`papa.pipeline.sources`)."""
     from papa.pipeline.notebook import read_source
 
-    nb = read_source(root / notebook)
-    code, display = notebook_fingerprints(nb)
-    return {"code": code, "display": display, "papa": papa_modules(notebook_code_tree(nb))}
-
-
-def plan_facts(runs: list[Run], root: Path = ROOT) -> dict[str, dict]:
-    """:func:`notebook_facts` of every source notebook the runs execute, each notebook read once."""
-    return {nb: notebook_facts(nb, root) for nb in sorted({r.notebook for r in runs})}
+    facts = {}
+    for notebook in sorted({r.notebook for r in runs}):
+        nb = read_source(root / notebook)
+        code, display = notebook_fingerprints(nb)
+        facts[notebook] = {"code": code, "display": display, "papa": papa_modules(notebook_code_tree(nb))}
+    return facts
 
 
 def run_components(runs: list[Run], root: Path = ROOT, facts: dict[str, dict] | None = None) -> dict[str, dict]:
@@ -84,11 +83,6 @@ def run_components(runs: list[Run], root: Path = ROOT, facts: dict[str, dict] | 
 def key_of(components: dict) -> str:
     """24 hex digits over a run's components."""
     return short_hash(json.dumps(components, sort_keys=True, default=str), 24)
-
-
-def notebook_displays(runs: list[Run], facts: dict[str, dict]) -> dict[str, str]:
-    """Per run, its source notebook's display fingerprint (markdown included), from the runs' :func:`plan_facts`."""
-    return {run.run_id: facts[run.notebook]["display"] for run in runs}
 
 
 def _changed_values(old: dict, new: dict) -> str:

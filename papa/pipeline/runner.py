@@ -22,7 +22,7 @@ from papa.pipeline.distributed import make_executor
 from papa.pipeline.estimate import estimate_seconds, feature_reuse, format_duration, report_disk, reuse_words, size_line
 from papa.pipeline.executed import title_is_stale
 from papa.pipeline.executors import execute
-from papa.pipeline.keys import data_fingerprints, key_of, notebook_displays, plan_facts, run_components, upstream
+from papa.pipeline.keys import data_fingerprints, key_of, plan_facts, run_components, upstream
 from papa.pipeline.plan import ROOT, Plan, Run, expand, load_config, run_notebook_path, runs_dir
 from papa.pipeline.stamps import GridLock, Manifest
 
@@ -50,7 +50,7 @@ def grid_status(config: dict) -> GridStatus:
     facts = plan_facts(runs)
     components = run_components(runs, facts=facts)
     data = data_fingerprints(runs)
-    displays = notebook_displays(runs, facts)
+    displays = {r.run_id: facts[r.notebook]["display"] for r in runs}  # markdown included: a change refreshes text
     keys = {r.run_id: (key_of(components[r.run_id]), data[r.run_id]) for r in runs}
     found = {r.run_id: stamps.read_stamp(stamps.stamp_path(folder, r.run_id)) for r in runs}
     reasons: dict[str, list[str]] = {}
@@ -320,7 +320,7 @@ def _run_locked(config: dict, folder: Path, only, replace: bool, scheduler: str,
             recorded = (entry.get("key"), entry.get("status"))
             if run.run_id not in status.reasons and stamp and recorded != (stamp["key"], "ok"):
                 manifest.entries[run.run_id] = stamps.entry_of(stamp)
-        stale = [r for r in status.runs if r in status.stale and (not only or only in r.run_id)]
+        stale = [r for r in status.stale if not only or only in r.run_id]
         _check_runnable(status, stale, only)
         _report_plan(status, stale, config, out, dry_run=False)
         _report_outside_plan(status, folder, out, "prune" if prune else "count")
