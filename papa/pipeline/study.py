@@ -53,15 +53,11 @@ def _config_json(name: str) -> tuple[dict, str]:
     from papa.core.models import _hub_cached_config, check_model_config, check_model_folder, resolve_model_path
 
     path, source = resolve_model_path(name)
-    if source == "hub":
-        cached = _hub_cached_config(path)
-        if cached is None:
-            from huggingface_hub import hf_hub_download
+    file = _hub_cached_config(path) if source == "hub" else Path(path) / "config.json"
+    if file is None:
+        from huggingface_hub import hf_hub_download
 
-            cached = Path(hf_hub_download(path, "config.json"))
-        file = cached
-    else:
-        file = Path(path) / "config.json"
+        file = Path(hf_hub_download(path, "config.json"))
     hint = "Point MODEL at a folder written by save_pretrained."
     try:
         config = json.loads(file.read_text(encoding="utf-8"))
