@@ -147,8 +147,7 @@ class DaskExecutor:
         self._futures[future] = (run, attempt)
 
     def _outcome(self, future, run: Run, attempt: int) -> Outcome | None:
-        """The run's outcome, or None when it was lost (its worker died or the connection to it broke) and has been
-        submitted again."""
+        """The run's outcome, or None when it was lost (its worker died or its connection broke) and submitted again."""
         from concurrent.futures import CancelledError
 
         from distributed import KilledWorker

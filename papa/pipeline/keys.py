@@ -27,8 +27,7 @@ def environment() -> dict[str, str]:
 
 
 def data_fingerprints(runs: list[Run]) -> dict[str, str | None]:
-    """Per run, a fingerprint of its task's local data (``""`` without a task), or None without a local data folder
-    (unchecked)."""
+    """Per run, a fingerprint of its task's local data (``""``: no task; None, unchecked: no local data folder)."""
     from papa.probing.data import get_task, resolve_data_dir
 
     root = resolve_data_dir()
@@ -47,8 +46,7 @@ def data_fingerprints(runs: list[Run]) -> dict[str, str | None]:
 
 # -- keys ----------------------------------------------------------------------------------------
 def plan_facts(runs: list[Run], root: Path = ROOT) -> dict[str, dict]:
-    """``{notebook: {"code", "display", "papa"}}`` of every source notebook the runs execute, each read once (see
-    :mod:`papa.pipeline.sources`)."""
+    """``{notebook: {"code", "display", "papa"}}`` of every source notebook the runs execute, each read once."""
     from papa.pipeline.notebook import read_source
 
     facts = {}
