@@ -306,8 +306,7 @@ def build_parser() -> argparse.ArgumentParser:
     chosen.add_argument("--runs", default=None, metavar="PATTERN", help=runs)
     sample = "N runs spread over kinds and models, the cheapest first"
     chosen.add_argument("--sample", type=_at_least(1), default=None, metavar="N", help=sample)
-    device = "re-execute on this device (default: the one each run recorded)"
-    g.add_argument("--device", type=_device, default=None, help=device)
+    g.add_argument("--device", type=_device, help="re-execute on this device (default: the one each run recorded)")
     tolerance = "absolute tolerance for numbers, across devices (default: 0, equal)"
     g.add_argument("--tolerance", type=_at_least(0, "0 or more", float), default=0.0, help=tolerance)
     kernels = "re-execute with torch's, MKL's and oneDNN's kernels of this instruction set: avx2 (what a CPU without"

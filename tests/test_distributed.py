@@ -200,6 +200,8 @@ def test_slurm_cluster_settings_and_walltime():
     ) == (4, "04:00:00", [], [])
     assert "queue" not in defaults and "account" not in defaults
     assert [clusters.walltime_seconds(t) for t in ("1-02:03:04", "02:03:04", "03:04", "30")] == [93784, 7384, 184, 1800]
+    # SLURM: after a day count the fields are hours[:minutes[:seconds]], never minutes
+    assert [clusters.walltime_seconds(t) for t in ("1-04", "1-04:30", "0-02")] == [100800, 102600, 7200]
     assert clusters.walltime_warning("04:00:00", ("probe__x", 3 * 3600)) is None
     assert clusters.walltime_warning("04:00:00", ("probe__x", 5 * 3600)).startswith(
         "warning: the worker walltime 04:00:00 is shorter than the longest run (probe__x, about 5.0 h)"

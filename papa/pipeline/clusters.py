@@ -194,18 +194,17 @@ def slurm_cluster_kwargs(env: Mapping[str, str], gpus_per_run: int, threads_per_
 
 
 def walltime_seconds(text: str) -> int:
-    """SLURM time ``[D-]HH:MM:SS`` (or ``MM:SS``, ``MM``) in seconds."""
+    """SLURM time in seconds: ``MM``, ``MM:SS``, ``HH:MM:SS``, ``D-HH``, ``D-HH:MM`` or ``D-HH:MM:SS``."""
     match = re.fullmatch(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?", text.strip())
     if not match:
         raise PapaError(f"PAPA_SLURM_WALLTIME={text!r} is not a SLURM time", "Write it as HH:MM:SS or D-HH:MM:SS.")
-    days, first, second, third = (int(g) if g else 0 for g in match.groups())
-    if match.group(4) is not None:
-        hours, minutes, seconds = first, second, third
-    elif match.group(3) is not None:
-        hours, minutes, seconds = 0, first, second
-    else:
-        hours, minutes, seconds = 0, first, 0
-    return ((days * 24 + hours) * 60 + minutes) * 60 + seconds
+    days, *fields = match.groups()
+    parts = [int(g) for g in fields if g]
+    if days is not None or len(parts) == 3:  # after a day count, the fields are hours[:minutes[:seconds]]
+        hours, minutes, seconds = (*parts, 0, 0)[:3]
+    else:  # MM or MM:SS
+        hours, minutes, seconds = (0, *parts, 0)[:3]
+    return ((int(days or 0) * 24 + hours) * 60 + minutes) * 60 + seconds
 
 
 def walltime_warning(walltime: str, longest: tuple[str, float] | None) -> str | None:

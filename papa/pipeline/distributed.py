@@ -24,6 +24,7 @@ from pathlib import Path
 
 from papa.core.errors import PapaError
 from papa.core.fields import CHAPTERS
+from papa.core.names import short_hash
 from papa.pipeline import clusters
 from papa.pipeline.clusters import default_threads, start_cluster, thread_environment
 from papa.pipeline.executors import Executor, Outcome, SequentialExecutor
@@ -39,7 +40,7 @@ KERNEL_START_ERRORS = ("Kernel died before replying to kernel_info", "Kernel did
 
 def dask_key(run_id: str, attempt: int) -> str:
     """The Dask key of one attempt: hashed, so that it never equals a task argument."""
-    return f"papa-run-{hashlib.sha256(run_id.encode()).hexdigest()[:16]}-{attempt}"
+    return f"papa-run-{short_hash(run_id, 16)}-{attempt}"
 
 
 def attempt_leftovers(run: Run, root: Path = ROOT) -> list[Path]:
@@ -50,14 +51,6 @@ def attempt_leftovers(run: Run, root: Path = ROOT) -> list[Path]:
     names = {f"{run.run_id}.ipynb", f"{run.run_id}.source.ipynb"}
     pattern = re.compile(re.escape(run.run_id) + r"\.\d+")
     return [p for p in scratch.iterdir() if p.name in names or pattern.fullmatch(p.name)]
-
-
-def _remove(paths: list[Path]) -> None:
-    for path in paths:
-        if path.is_dir():
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            path.unlink(missing_ok=True)
 
 
 # --- on a worker -------------------------------------------------------------------------------
@@ -119,16 +112,6 @@ def fingerprint_problem(worker: str, mine: dict, theirs: dict, root: Path = ROOT
 # --- the executor ------------------------------------------------------------------------------
 
 
-def _lost(error: BaseException | None) -> bool:
-    """A worker died or the connection to it broke: the run may be submitted again."""
-    from concurrent.futures import CancelledError
-
-    from distributed import KilledWorker
-    from distributed.comm.core import CommClosedError
-
-    return isinstance(error, KilledWorker | CommClosedError | CancelledError)
-
-
 class DaskExecutor:
     """An executor on a ``distributed.Client``; every worker is checked against :func:`fingerprint` first."""
 
@@ -156,29 +139,35 @@ class DaskExecutor:
                 self._checked.add(worker)
         self.slots = max(1, sum(threads.values()))
 
-    def _submit(self, run: Run, attempt: int) -> None:
+    def submit(self, run: Run, attempt: int = 1) -> None:
         # chapters need no GPU under --gpus-per-run (they only read JSON); every other kind asks for one
         resources = {"GPU": self._gpus} if self._gpus and run.kind not in CHAPTERS else None
         options = dict(key=dask_key(run.run_id, attempt), resources=resources, pure=False, retries=0)
         future = self._client.submit(run_attempt, self._execute, run, str(self._root), self._threads, **options)
         self._futures[future] = (run, attempt)
 
-    def submit(self, run: Run) -> None:
-        self._submit(run, 1)
-
     def _outcome(self, future, run: Run, attempt: int) -> Outcome | None:
-        """The run's outcome, or None when it was lost and has been submitted again."""
+        """The run's outcome, or None when it was lost (its worker died or its connection broke) and submitted again."""
+        from concurrent.futures import CancelledError
+
+        from distributed import KilledWorker
+        from distributed.comm.core import CommClosedError
+
         if future.status == "finished":
             status, seconds, message = future.result()
             return Outcome(run, status, seconds=seconds, error=message)
         error = None if future.status == "cancelled" else future.exception()
-        if future.status == "cancelled" or _lost(error):
+        if future.status == "cancelled" or isinstance(error, KilledWorker | CommClosedError | CancelledError):
             reason = "cancelled" if future.status == "cancelled" else f"{type(error).__name__}: {error}"
-            _remove(attempt_leftovers(run, self._root))
+            for path in attempt_leftovers(run, self._root):
+                if path.is_dir():
+                    shutil.rmtree(path, ignore_errors=True)
+                else:
+                    path.unlink(missing_ok=True)
             if attempt < MAX_ATTEMPTS:
                 again = f"submitting it again (attempt {attempt + 1})"
                 print(f"  lost {run.run_id} (its worker died: {reason[:200]}); {again}", file=self._out, flush=True)
-                self._submit(run, attempt + 1)
+                self.submit(run, attempt + 1)
                 return None
             return Outcome(run, "lost", error=f"Run {run.run_id} was lost {attempt} times (last: {reason[:200]})")
         why = f"{type(error).__name__}: {str(error)[:300]}"

@@ -111,10 +111,6 @@ def study_words(name: str) -> str:
     return STUDY_WORDS.get(name, name)
 
 
-def _seeds(seeds: list) -> str:
-    return ("seed " if len(seeds) == 1 else "seeds ") + ", ".join(str(s) for s in seeds)
-
-
 def _total_heads(params: dict, root: Path) -> int | None:
     """The model's number of heads: from the run's first result file, else the model's config."""
     try:
@@ -177,7 +173,8 @@ def run_title(params: dict, root: Path | None = None) -> str | None:
     if params.get("mode", "cached") != "cached":
         parts.append(f"{myst_text(params['mode'])} mode")
     if params.get("seeds"):
-        parts.append(_seeds(list(params["seeds"])))
+        seeds = list(params["seeds"])
+        parts.append(("seed " if len(seeds) == 1 else "seeds ") + ", ".join(str(s) for s in seeds))
     title = " · ".join(parts)
     run_id = Path(str(params.get("out", ""))).name.rsplit("__s", 1)[0]
     fields = run_id.split("__")
@@ -188,13 +185,14 @@ def run_title(params: dict, root: Path | None = None) -> str | None:
     return title
 
 
+def _first_markdown(nb: dict) -> dict | None:
+    return next((cell for cell in nb.get("cells", []) if cell.get("cell_type") == "markdown"), None)
+
+
 def heading(nb: dict) -> str | None:
     """The ``# ...`` heading of a notebook's first markdown cell, or None."""
-    for cell in nb.get("cells", []):
-        if cell.get("cell_type") == "markdown":
-            lines = "".join(cell.get("source", "")).splitlines()
-            return lines[0][2:] if lines and lines[0].startswith("# ") else None
-    return None
+    lines = "".join((_first_markdown(nb) or {}).get("source", "")).splitlines()
+    return lines[0][2:] if lines and lines[0].startswith("# ") else None
 
 
 def title_is_stale(notebook: Path, params: dict, root: Path) -> bool:
@@ -211,18 +209,12 @@ def title_is_stale(notebook: Path, params: dict, root: Path) -> bool:
 
 def _retitle(nb: dict, title: str) -> None:
     """Make ``title`` the first markdown cell's heading (replacing its ``# ...`` line), in place."""
-    for cell in nb.get("cells", []):
-        if cell.get("cell_type") != "markdown":
-            continue
-        source = "".join(cell.get("source", ""))
-        lines = source.splitlines()
-        if lines and lines[0].startswith("# "):
-            lines[0] = f"# {title}"
-        else:
-            lines = [f"# {title}", "", *lines]
-        cell["source"] = "\n".join(lines)
+    cell = _first_markdown(nb)
+    if cell is None:
+        nb.setdefault("cells", []).insert(0, {"cell_type": "markdown", "metadata": {}, "source": f"# {title}"})
         return
-    nb.setdefault("cells", []).insert(0, {"cell_type": "markdown", "metadata": {}, "source": f"# {title}"})
+    lines = "".join(cell.get("source", "")).splitlines()
+    cell["source"] = "\n".join([f"# {title}", *lines[1:]] if heading(nb) is not None else [f"# {title}", "", *lines])
 
 
 def clean_executed(nb: dict, root: Path) -> dict:

@@ -8,10 +8,10 @@ fingerprints of the papa modules the notebook executes (:func:`papa.pipeline.sou
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 
+from papa.core.names import short_hash
 from papa.core.provenance import package_versions
 from papa.pipeline.output_diff import short
 from papa.pipeline.plan import ROOT, Run
@@ -21,55 +21,40 @@ from papa.pipeline.sources import notebook_code_tree, notebook_fingerprints, pap
 ENV_PACKAGES = ("torch", "transformers", "tokenizers", "datasets", "evaluate")
 
 
-def _sha(text: str | bytes) -> str:
-    return hashlib.sha256(text if isinstance(text, bytes) else text.encode()).hexdigest()
-
-
 def environment() -> dict[str, str]:
     """Installed versions of :data:`ENV_PACKAGES` (``"absent"`` if missing) without a local label (``+cpu``)."""
     return {name: value.split("+", 1)[0] for name, value in package_versions(ENV_PACKAGES).items()}
 
 
-# -- data ----------------------------------------------------------------------------------------
-def _data_fingerprint(task: str | None) -> str:
-    if task is None:
-        return ""
+def data_fingerprints(runs: list[Run]) -> dict[str, str | None]:
+    """Per run, a fingerprint of its task's local data (``""``: no task; None, unchecked: no local data folder)."""
     from papa.probing.data import get_task, resolve_data_dir
 
     root = resolve_data_dir()
     if root is None:
-        return "hub"
-    folder = get_task(task).local_folder
-    sums = root / "SHA256SUMS"
-    if sums.is_file():
-        lines = [line for line in sums.read_text().splitlines() if f"{folder}/" in line]
-        return _sha("\n".join(sorted(lines)))
-    files = sorted((root / folder).glob("*"))
-    return _sha("\n".join(f"{f.name}:{f.stat().st_size}" for f in files))
-
-
-def data_fingerprints(runs: list[Run]) -> dict[str, str | None]:
-    """Per run, a fingerprint of its task's local data, or None without a local data folder (unchecked)."""
-    from papa.probing.data import resolve_data_dir
-
-    if resolve_data_dir() is None:
         return {run.run_id: None for run in runs}
-    return {run.run_id: _data_fingerprint(run.params.get("task")) for run in runs}
+    sums, found = root / "SHA256SUMS", {None: ""}
+    for task in {run.params.get("task") for run in runs} - {None}:
+        folder = get_task(task).local_folder
+        if sums.is_file():
+            text = "\n".join(sorted(line for line in sums.read_text().splitlines() if f"{folder}/" in line))
+        else:
+            text = "\n".join(f"{f.name}:{f.stat().st_size}" for f in sorted((root / folder).glob("*")))
+        found[task] = short_hash(text, 64)
+    return {run.run_id: found[run.params.get("task")] for run in runs}
 
 
 # -- keys ----------------------------------------------------------------------------------------
-def notebook_facts(notebook: str, root: Path = ROOT) -> dict:
-    """``{"code", "display", "papa"}`` of one source notebook (see :mod:`papa.pipeline.sources`)."""
+def plan_facts(runs: list[Run], root: Path = ROOT) -> dict[str, dict]:
+    """``{notebook: {"code", "display", "papa"}}`` of every source notebook the runs execute, each read once."""
     from papa.pipeline.notebook import read_source
 
-    nb = read_source(root / notebook)
-    code, display = notebook_fingerprints(nb)
-    return {"code": code, "display": display, "papa": papa_modules(notebook_code_tree(nb))}
-
-
-def plan_facts(runs: list[Run], root: Path = ROOT) -> dict[str, dict]:
-    """:func:`notebook_facts` of every source notebook the runs execute, each notebook read once."""
-    return {nb: notebook_facts(nb, root) for nb in sorted({r.notebook for r in runs})}
+    facts = {}
+    for notebook in sorted({r.notebook for r in runs}):
+        nb = read_source(root / notebook)
+        code, display = notebook_fingerprints(nb)
+        facts[notebook] = {"code": code, "display": display, "papa": papa_modules(notebook_code_tree(nb))}
+    return facts
 
 
 def run_components(runs: list[Run], root: Path = ROOT, facts: dict[str, dict] | None = None) -> dict[str, dict]:
@@ -95,12 +80,7 @@ def run_components(runs: list[Run], root: Path = ROOT, facts: dict[str, dict] | 
 
 def key_of(components: dict) -> str:
     """24 hex digits over a run's components."""
-    return _sha(json.dumps(components, sort_keys=True, default=str))[:24]
-
-
-def notebook_displays(runs: list[Run], facts: dict[str, dict]) -> dict[str, str]:
-    """Per run, its source notebook's display fingerprint (markdown included), from the runs' :func:`plan_facts`."""
-    return {run.run_id: facts[run.notebook]["display"] for run in runs}
+    return short_hash(json.dumps(components, sort_keys=True, default=str), 24)
 
 
 def _changed_values(old: dict, new: dict) -> str:

@@ -22,8 +22,8 @@ from papa.pipeline.distributed import make_executor
 from papa.pipeline.estimate import estimate_seconds, feature_reuse, format_duration, report_disk, reuse_words, size_line
 from papa.pipeline.executed import title_is_stale
 from papa.pipeline.executors import execute
-from papa.pipeline.keys import data_fingerprints, key_of, notebook_displays, plan_facts, run_components, upstream
-from papa.pipeline.plan import ROOT, Run, expand, load_config, run_notebook_path, runs_dir
+from papa.pipeline.keys import data_fingerprints, key_of, plan_facts, run_components, upstream
+from papa.pipeline.plan import ROOT, Plan, Run, expand, load_config, run_notebook_path, runs_dir
 from papa.pipeline.stamps import GridLock, Manifest
 
 
@@ -31,7 +31,7 @@ from papa.pipeline.stamps import GridLock, Manifest
 class GridStatus:
     """Where a grid stands: every run, the stale ones with their reasons, and what planning found."""
 
-    runs: list[Run]
+    runs: Plan
     stale: list[Run]
     reasons: dict[str, list[str]]  # run_id → why it is stale
     keys: dict[str, tuple[str, str | None]]  # run_id → (key, data fingerprint)
@@ -50,7 +50,7 @@ def grid_status(config: dict) -> GridStatus:
     facts = plan_facts(runs)
     components = run_components(runs, facts=facts)
     data = data_fingerprints(runs)
-    displays = notebook_displays(runs, facts)
+    displays = {r.run_id: facts[r.notebook]["display"] for r in runs}  # markdown included: a change refreshes text
     keys = {r.run_id: (key_of(components[r.run_id]), data[r.run_id]) for r in runs}
     found = {r.run_id: stamps.read_stamp(stamps.stamp_path(folder, r.run_id)) for r in runs}
     reasons: dict[str, list[str]] = {}
@@ -87,14 +87,9 @@ def mark_dependants(status: GridStatus) -> None:
 
 
 def stale_runs(config: dict) -> tuple[list[Run], list[Run], dict[str, tuple[str, str | None]], Manifest]:
-    """``(all runs, stale runs, {run_id: (key, data fingerprint)}, manifest)``; refuses edited notebooks."""
+    """``(all runs, stale runs, {run_id: (key, data fingerprint)}, manifest)``; refuses executed notebooks that differ
+    from what their run wrote (its stamp's sha256), stale or not."""
     status = grid_status(config)
-    check_not_edited(status, config)
-    return status.runs, status.stale, status.keys, status.manifest
-
-
-def check_not_edited(status: GridStatus, config: dict) -> None:
-    """Refuse executed notebooks that differ from what their run wrote (its stamp's sha256), stale or not."""
     edited = [r for r in status.runs if stamps.notebook_edited(r, status.stamps[r.run_id])]
     if edited:
         more = f" and {len(edited) - 3} more" if len(edited) > 3 else ""
@@ -104,6 +99,7 @@ def check_not_edited(status: GridStatus, config: dict) -> None:
         hint = f"Restore it (git checkout -- FILE) or re-execute it ({rerun}); an edited notebook is never published."
         were = "s were" if len(edited) > 1 else " was"
         raise PapaError(f"{len(edited)} executed notebook{were} edited after it ran: {names}", hint)
+    return status.runs, status.stale, status.keys, status.manifest
 
 
 def check_data_available(stale: list[Run]) -> None:
@@ -183,9 +179,7 @@ def _save(manifest: Manifest, out) -> None:
 def resized_runs(status: GridStatus, stale: list[Run]) -> set[str]:
     """The stale runs whose parameters differ from their stamp's: their last duration no longer predicts them."""
     recorded = {r.run_id: ((status.stamps.get(r.run_id) or {}).get("components") or {}).get("params") for r in stale}
-    return {
-        rid for rid, params in recorded.items() if params is not None and params != status.components[rid]["params"]
-    }
+    return {rid for rid, params in recorded.items() if params not in (None, status.components[rid]["params"])}
 
 
 def _report_plan(status: GridStatus, stale: list[Run], config: dict, out, dry_run: bool) -> None:
@@ -212,7 +206,7 @@ def _report_plan(status: GridStatus, stale: list[Run], config: dict, out, dry_ru
 def _report_outside_plan(status: GridStatus, folder: Path, out, mode: str) -> None:
     """What no run of the plan wrote: ``mode`` ``"dry-run"`` names it, ``"prune"`` removes it, ``"count"`` counts."""
     say = functools.partial(print, file=out)
-    if getattr(status.runs, "unsized", None):
+    if status.runs.unsized:
         say(f"  not in the plan: not checked (the plan lacks the probes of {', '.join(status.runs.unsized)})")
         return
     entries = stamps.manifest_outside_plan(status.runs, status.manifest)
@@ -231,17 +225,17 @@ def _report_outside_plan(status: GridStatus, folder: Path, out, mode: str) -> No
             say(f"    {'removed' if mode == 'prune' else 'not in the plan'}: {name}")
 
 
-def _warn_unsized(plan) -> None:
+def _warn_unsized(plan: Plan) -> None:
     """One line on stderr per model the plan could not size offline (its probe runs are not planned)."""
-    for model, why in getattr(plan, "unsized", {}).items():
+    for model, why in plan.unsized.items():
         print(f"cannot size {model}: {why}; its probe runs are not planned", file=sys.stderr)
 
 
-def _check_sized(plan) -> None:
-    unsized = getattr(plan, "unsized", {})
-    if unsized:
+def _check_sized(plan: Plan) -> None:
+    if plan.unsized:
         hint = "Download the model once with the hub reachable (or use a local folder), or plan with --dry-run."
-        raise PapaError(f"Cannot count the heads of {', '.join(unsized)} offline: its probe runs are not planned", hint)
+        models = ", ".join(plan.unsized)
+        raise PapaError(f"Cannot count the heads of {models} offline: its probe runs are not planned", hint)
 
 
 def _check_runnable(status: GridStatus, stale: list[Run], only: str | None) -> None:
@@ -326,7 +320,7 @@ def _run_locked(config: dict, folder: Path, only, replace: bool, scheduler: str,
             recorded = (entry.get("key"), entry.get("status"))
             if run.run_id not in status.reasons and stamp and recorded != (stamp["key"], "ok"):
                 manifest.entries[run.run_id] = stamps.entry_of(stamp)
-        stale = [r for r in status.runs if r in status.stale and (not only or only in r.run_id)]
+        stale = [r for r in status.stale if not only or only in r.run_id]
         _check_runnable(status, stale, only)
         _report_plan(status, stale, config, out, dry_run=False)
         _report_outside_plan(status, folder, out, "prune" if prune else "count")

@@ -10,20 +10,17 @@ ones included, and attribute uses of ``papa/__init__.py``'s lazy names) over pap
 from __future__ import annotations
 
 import ast
-import hashlib
 import json
 from functools import lru_cache
 from pathlib import Path
+
+from papa.core.names import short_hash
 
 #: The ``papa`` package folder whose modules are fingerprinted.
 PACKAGE = Path(__file__).resolve().parents[1]
 #: Modules that load papa files *by path* rather than by import (``evaluate.load(path)`` of the metric
 #: scripts): reaching the module reaches every ``.py`` file below the folder named here.
 LOADED_BY_PATH = {"papa.probing.metrics": "probing/metrics"}
-
-
-def _sha(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def read_module_source(path: Path) -> str:
@@ -78,7 +75,7 @@ def module_file(name: str, package: Path = PACKAGE) -> Path | None:
 
 @lru_cache(maxsize=512)
 def _parsed(path: Path, text: str) -> tuple[ast.Module, str]:
-    return ast.parse(text), _sha(ast.dump(_strip_docstrings(ast.parse(text))))[:16]
+    return ast.parse(text), short_hash(ast.dump(_strip_docstrings(ast.parse(text))), 16)
 
 
 def _module(name: str, package: Path) -> tuple[ast.Module, str] | None:
@@ -210,4 +207,4 @@ def notebook_fingerprints(nb) -> tuple[str, str]:
     tags = lambda cell: cell.get("metadata", {}).get("tags", [])
     code = [[normalised_code(c.source), "parameters" in tags(c)] for c in nb.cells if c.cell_type == "code"]
     display = [[c.cell_type, c.source, tags(c)] for c in nb.cells]
-    return _sha(json.dumps(code))[:16], _sha(json.dumps(display))[:16]
+    return short_hash(json.dumps(code), 16), short_hash(json.dumps(display), 16)

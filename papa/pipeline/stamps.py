@@ -85,15 +85,11 @@ def seal(
     upstream = {dep: read_stamp(stamp_path(folder, dep)) for dep in run.deps}
     inputs = {dep: digest(stamp) if stamp else None for dep, stamp in upstream.items()}
     stamp = {"run_id": run.run_id, "key": key, "components": components, "display": display, "data": data}
-    stamp |= {"seconds": round(seconds, 1), "finished": finished_now(), "outputs": outputs, "inputs": inputs}
+    # when it was sealed, to the second: with ``seconds``, when it ran (runs made side by side are counted once)
+    finished = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    stamp |= {"seconds": round(seconds, 1), "finished": finished, "outputs": outputs, "inputs": inputs}
     atomic_write_json(stamp_path(folder, run.run_id), stamp)
     return stamp
-
-
-def finished_now() -> str:
-    """The UTC time a run is sealed, to the second (``2026-12-05T22:40:01+00:00``): with its ``seconds``, when it ran,
-    so the reproducibility page can count the time runs made at once spent side by side only once."""
-    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
 def verify(run: Run, key: str, components: dict, data: str | None, stamp: dict | None, root: Path = ROOT) -> list[str]:
@@ -134,7 +130,7 @@ class Manifest:
         if isinstance(runs, dict) and all(isinstance(e, dict) for e in runs.values()):
             self.entries: dict[str, dict] = runs
             return
-        self.entries = entries_from_stamps(path.parent)
+        self.entries = {stamp["run_id"]: entry_of(stamp) for stamp in read_stamps(path.parent)}
         self.rebuilt = bool(self.entries) or path.is_file()
 
     def save(self) -> None:
@@ -152,11 +148,6 @@ def read_stamps(folder: Path) -> list[dict]:
     """Every stamp of a runs folder whose checksum holds and that names its run, sorted by file name."""
     stamps = (read_stamp(path) for path in sorted((folder / "stamps").glob("*.json")))
     return [stamp for stamp in stamps if stamp and isinstance(stamp.get("run_id"), str)]
-
-
-def entries_from_stamps(folder: Path) -> dict[str, dict]:
-    """Manifest entries of every run with a readable stamp (outputs are verified when planning)."""
-    return {stamp["run_id"]: entry_of(stamp) for stamp in read_stamps(folder)}
 
 
 def refresh_text(run: Run, stamp: dict, display: str, folder: Path, root: Path = ROOT) -> dict:

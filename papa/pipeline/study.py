@@ -13,7 +13,6 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
-from functools import partial
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -54,15 +53,11 @@ def _config_json(name: str) -> tuple[dict, str]:
     from papa.core.models import _hub_cached_config, check_model_config, check_model_folder, resolve_model_path
 
     path, source = resolve_model_path(name)
-    if source == "hub":
-        cached = _hub_cached_config(path)
-        if cached is None:
-            from huggingface_hub import hf_hub_download
+    file = _hub_cached_config(path) if source == "hub" else Path(path) / "config.json"
+    if file is None:
+        from huggingface_hub import hf_hub_download
 
-            cached = Path(hf_hub_download(path, "config.json"))
-        file = cached
-    else:
-        file = Path(path) / "config.json"
+        file = Path(hf_hub_download(path, "config.json"))
     hint = "Point MODEL at a folder written by save_pretrained."
     try:
         config = json.loads(file.read_text(encoding="utf-8"))
@@ -191,34 +186,9 @@ _SIZE_WORDS = {"pool_examples": "training pool", "max_train_examples": "training
 _SIZE_WORDS["heldout_examples"] = "held-out draw per seed"
 
 
-def _halve_training(config: dict) -> str:
-    """Halve the probes' training draw, pool and held-out draw, in place; returns the change in words."""
-    probe, words = config["probe"], []
-    for key, name in _SIZE_WORDS.items():
-        if probe.get(key):
-            half = max(1, round(probe[key] / 2))
-            words.append(f"{name} {probe[key]:,} → {half:,}")
-            probe[key] = half
-    return ", ".join(words)
-
-
 def _dev_size(config: dict, task: str) -> int | None:
     evaluation = config["probe"].get("max_eval_examples")
     return evaluation.get(task) if isinstance(evaluation, dict) else evaluation
-
-
-def _cap_dev(config: dict, cap: int) -> None:
-    sizes = {task: min(cap, _dev_size(config, task) or cap) for task in config["tasks"]}
-    config["probe"]["max_eval_examples"] = cap if set(sizes.values()) == {cap} else sizes
-
-
-def _drop_fraction(config: dict, fraction: Any) -> None:
-    probe = config["probe"]
-    probe["fractions"] = [f for f in probe["fractions"] if parse_fraction(f) != parse_fraction(fraction)]
-
-
-def _keep_seeds(config: dict, count: int) -> None:
-    config["probe"]["seeds"] = config["probe"]["seeds"][:count]
 
 
 def cut_steps(config: dict) -> list[Cut]:
@@ -226,24 +196,31 @@ def cut_steps(config: dict) -> list[Cut]:
     :data:`MIN_TRAIN_EXAMPLES`, the dev split capped (:data:`DEV_CAPS`), the middle head fractions dropped (largest
     first), then fewer seeds down to one. k = 0, all heads, the lr selection, the floor and the epoch cap stay."""
     steps: list[Cut] = []
+    last = lambda: steps[-1].config if steps else config
 
-    def cut(change: Callable[[dict], str | None], words: str = "") -> None:  # change: in place, its own words or None
-        after = copy.deepcopy(steps[-1].config if steps else config)
-        steps.append(Cut(change(after) or words, after))
+    def cut(what: str, **probe) -> None:  # the last config with these probe settings
+        after = copy.deepcopy(last())
+        after["probe"] |= probe
+        steps.append(Cut(what, after))
 
     train = config["probe"].get("max_train_examples")
     while train and round(train / 2) >= MIN_TRAIN_EXAMPLES:
-        cut(_halve_training)
+        sizes = {key: last()["probe"][key] for key in _SIZE_WORDS if last()["probe"].get(key)}
+        halved = {key: max(1, round(size / 2)) for key, size in sizes.items()}
+        cut(", ".join(f"{_SIZE_WORDS[key]} {sizes[key]:,} → {halved[key]:,}" for key in sizes), **halved)
         train = round(train / 2)
     largest = max((_dev_size(config, task) or 10**9 for task in config["tasks"]), default=10**9)
     for cap in (c for c in DEV_CAPS if c < largest):
-        cut(partial(_cap_dev, cap=cap), f"dev split capped at {cap:,} examples per task")
+        capped = {task: min(cap, _dev_size(last(), task) or cap) for task in config["tasks"]}
+        evaluation = cap if set(capped.values()) == {cap} else capped
+        cut(f"dev split capped at {cap:,} examples per task", max_eval_examples=evaluation)
     middle = [f for f in config["probe"]["fractions"] if 0 < parse_fraction(f) < 1]
     for f in sorted(middle, key=parse_fraction, reverse=True):
-        cut(partial(_drop_fraction, fraction=f), f"head fraction {Fraction(parse_fraction(f))} dropped")
+        kept = [x for x in last()["probe"]["fractions"] if parse_fraction(x) != parse_fraction(f)]
+        cut(f"head fraction {Fraction(parse_fraction(f))} dropped", fractions=kept)
     seeds = config["probe"].get("seeds", [42])
     for n in range(len(seeds) - 1, 0, -1):
-        cut(partial(_keep_seeds, count=n), f"probe seeds {n + 1} → {n} ({', '.join(map(str, seeds[:n]))})")
+        cut(f"probe seeds {n + 1} → {n} ({', '.join(map(str, seeds[:n]))})", seeds=seeds[:n])
     return steps
 
 

@@ -124,13 +124,11 @@ def select_runs(
         groups[(r.kind, r.params["model"])].append(r)
     chosen: list[Run] = []
     round_ = 0
-    while len(chosen) < min(sample, len(ready)):
+    while len(chosen) < min(sample, len(ready)):  # every round some group gives a run until enough are chosen
         for index, kind in enumerate(VERIFIABLE):
-            group = groups[(kind, models[(round_ + index) % len(models)])] if models else []
+            group = groups[(kind, models[(round_ + index) % len(models)])]
             if group and len(chosen) < sample:
                 chosen.append(group.pop(0))
-        if round_ >= len(models) and not any(groups.values()):
-            break
         round_ += 1
     return chosen
 
@@ -216,12 +214,6 @@ def _changed_since(run: Run, stamp: dict, root: Path) -> list[str]:
     return [reason for reason in what_changed(old, now) if reason != "key changed"]
 
 
-def _edited(run: Run, stamp: dict, root: Path) -> list[str]:
-    """Committed outputs that are not what the run wrote (their sha256 is not the stamp's)."""
-    written = stamp["outputs"]
-    return [rel for rel in run.outputs if (root / rel).is_file() and written.get(rel) != sha256_file(root / rel)]
-
-
 def _threads_said(device: str, threads: int | None) -> str:
     """``device`` (as this process describes it) with the thread count the re-execution's kernel used."""
     return re.sub(r"x\d+$", f"x{threads}", device) if threads and device.startswith("cpu:") else device
@@ -275,9 +267,10 @@ def verify_run(
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     matched = not differences and (passed or tolerance > 0)
-    edited, changed = _edited(run, stamp, root), _changed_since(run, stamp, root)
+    written = stamp["outputs"]  # a committed output that is not what the run wrote was edited
+    edited = [rel for rel in run.outputs if (root / rel).is_file() and written.get(rel) != sha256_file(root / rel)]
     causes = [f"committed output edited after the run: {rel}" for rel in edited]
-    causes += [f"since the run: {reason}" for reason in changed]
+    causes += [f"since the run: {reason}" for reason in _changed_since(run, stamp, root)]
     several = len(run.outputs) > 1
     nbval = {"passed": passed, "checked_cells": checked, "failed_cells": failed_cells, "tail": "" if passed else tail}
     return {
