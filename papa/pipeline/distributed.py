@@ -13,7 +13,6 @@ Dask at module level: ``--scheduler sequential`` never loads it.
 from __future__ import annotations
 
 import hashlib
-import importlib.metadata
 import os
 import re
 import shutil
@@ -25,6 +24,7 @@ from pathlib import Path
 from papa.core.errors import PapaError
 from papa.core.fields import CHAPTERS
 from papa.core.names import short_hash
+from papa.core.provenance import package_versions
 from papa.pipeline import clusters
 from papa.pipeline.clusters import default_threads, start_cluster, thread_environment
 from papa.pipeline.executors import Executor, Outcome, SequentialExecutor
@@ -84,12 +84,7 @@ def fingerprint(root: str) -> dict:
     digest = hashlib.sha256()
     for path in sorted(package.rglob("*.py")):
         digest.update(path.relative_to(package).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
-    versions = {}
-    for name in FINGERPRINT_PACKAGES:
-        try:
-            versions[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            versions[name] = None
+    versions = package_versions(FINGERPRINT_PACKAGES)
     return {"sources": digest.hexdigest(), "versions": versions, "root_visible": Path(root).is_dir()}
 
 
