@@ -81,8 +81,7 @@ def convergence_figure(chapter: ControlsChapter) -> Figure:
 
 def still_climbing(chapter: ControlsChapter) -> pd.DataFrame:
     """The runs whose epoch curve still climbs over its last epochs."""
-    climbing = chapter.climbing
-    return climbing[climbing["rising"]] if len(climbing) else climbing
+    return chapter.climbing[chapter.climbing["rising"]] if len(chapter.climbing) else chapter.climbing
 
 
 def literal_studies(grid: GridConfig) -> list[str]:
