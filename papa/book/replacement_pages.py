@@ -82,15 +82,12 @@ def answer_reason(replacement: str, pooled: Mapping[str, float], verdict: str) -
     return f"The extra drop's interval {span} {pairs} holds 0: {replacement} may do as well as PAPA's constant."
 
 
-def _interval(value: float, low: float, high: float, unit: str = "%") -> str:
-    """``"12.3% [4.5%, 20.1%]"`` (a drop in percent, as :func:`interval_text` writes every drop),
-    ``"+1.2 points [-0.3, +2.7]"`` (``unit`` " points"); "–"."""
+def _points(value: float, low: float, high: float) -> str:
+    """An extra drop and its interval in percentage points: ``"+1.2 points [-0.3, +2.7]"``; "–" without a value."""
     if value is None or math.isnan(value):
         return "–"
-    if unit == "%":
-        return interval_text(value, low, high)
     span = "" if math.isnan(low) or math.isnan(high) else f" [{points_text(low)}, {points_text(high)}]"
-    return f"{points_text(value)}{unit}{span}"
+    return f"{points_text(value)} points{span}"
 
 
 def replacement_numbers(science: ReplacementAnswers, grid: GridConfig) -> dict[str, str]:
@@ -102,7 +99,7 @@ def replacement_numbers(science: ReplacementAnswers, grid: GridConfig) -> dict[s
         key = f"q_{row.replacement}"
         numbers[f"{key}_question"] = row.question
         numbers[f"{key}_answer"] = row.answer
-        numbers[f"{key}_number"] = _interval(row.extra, row.low, row.high, unit=" points")
+        numbers[f"{key}_number"] = _points(row.extra, row.low, row.high)
         numbers[f"{key}_reason"] = row.reason
     return numbers
 
@@ -140,7 +137,7 @@ def mode_drops_display(science: ReplacementAnswers) -> Table:
 def by_model_display(science: ReplacementAnswers) -> Table:
     """Per model, ``at`` and mode: the mean relative drop over its informative tasks with its pooled interval."""
     by = science.by_model
-    drops = [_interval(*v) for v in zip(by["value"], by["low"], by["high"])]
+    drops = [interval_text(*v) for v in zip(by["value"], by["low"], by["high"])]
     frame = by.assign(heads=[AT_WORDS[a] for a in by["at"]], drop=drops)
     kinds = {"model": "text", "heads": "text", "replacement": "text", "drop": "text", "n": "int", "tasks": "text"}
     headers = {"heads": "constant", "drop": "mean relative drop [95% interval]", "n": "tasks averaged"}
@@ -150,7 +147,7 @@ def by_model_display(science: ReplacementAnswers) -> Table:
 def answers_display(science: ReplacementAnswers) -> Table:
     """The three questions at every head constant: answer, pooled extra drop over PAPA (points) and reason."""
     a = science.answers
-    frame = a.assign(number=[_interval(*v, unit=" points") for v in zip(a["extra"], a["low"], a["high"])])
+    frame = a.assign(number=[_points(*v) for v in zip(a["extra"], a["low"], a["high"])])
     kinds = {"question": "text", "answer": "text", "number": "text", "n": "int", "reason": "text"}
     return table(frame, kinds, headers={"number": "extra drop over PAPA [95% interval]", "n": "pairs"})
 
