@@ -134,7 +134,8 @@ def _tasks(tasks: list[str]) -> Markdown:
 
 def _per_model(grid: GridConfig) -> Markdown:
     """The sentences on models whose probes differ (``probe.per_model``), each with the studies that check it."""
-    sized = [study for study in grid.studies if study.name in set(size_studies(grid))]
+    names = set(size_studies(grid))
+    sized = [study for study in grid.studies if study.name in names]
     out = []
     for name in grid.probe.per_model:
         checks = Markdown(and_list(code(st.name) for st in sized if name in (st.models or grid.models)))
@@ -157,11 +158,10 @@ def setup_page(config: dict | GridConfig) -> str:
     if "gates" in rank.methods:
         epochs, lr = count(int(rank.epochs), "epoch"), lr_words(rank.lr)
         gates = _piece("gates", epochs=epochs, lr=lr, examples=f"{int(rank.max_train_examples):,}")
-    choice = grid.lr_selection
     lr_select = Markdown("")
     if probe.lr == "select":
-        lrs = and_list(lr_words(v) for v in choice.lrs)
-        lr_select = _piece("lr-select", lrs=lrs, seeds=_seeds(choice.seeds))
+        choice = grid.lr_selection
+        lr_select = _piece("lr-select", lrs=and_list(lr_words(v) for v in choice.lrs), seeds=_seeds(choice.seeds))
     studies = join((_study(s, grid) for s in grid.studies), "\n")
     return _piece(
         config_file=code(f"configs/{grid.name}.yaml"),
