@@ -33,7 +33,7 @@ from papa.book.table_format import and_list, count, duration, fraction_words
 from papa.cli import build_parser
 from papa.core.fields import CHAPTERS
 from papa.core.io import atomic_write_json
-from papa.pipeline.plan import ROOT, Run, load_config
+from papa.pipeline.plan import ROOT, Run, grid_model, load_config
 
 RERUN = ROOT / "book" / "rerun.md"
 
@@ -816,7 +816,8 @@ def test_a_chapters_studies_are_timed_beside_the_grids_sum_against_their_own_aim
     assert plan.chapter_study_minutes(config, manifest, "replacements") == (2, (30.0 + 48.0) / 60)
     assert plan.chapter_study_minutes(config, manifest, "results") == (0, 0.0)
     monkeypatch.setattr(plan, "ROOT", tmp_path)
-    assert study_cost(config) == {
+    grid = grid_model(config | {"models": ["minilm-l6"], "tasks": ["sst2"], "probe": {}})
+    assert study_cost(grid) == {
         "replacement_study_runs": "2",
         "replacement_study_minutes": "1.3",
         "replacement_study_aim": "60",

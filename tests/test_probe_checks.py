@@ -17,6 +17,7 @@ from papa.book.probe_checks import (
     prediction_share_display,
     prediction_share_frame,
 )
+from papa.pipeline.plan import grid_model
 
 
 def _choice(model: str, task: str, chosen: float, runs: list[tuple[float, float, int, int, bool]]) -> dict:
@@ -39,9 +40,8 @@ def _data(lr_choices: dict | None = None, main: pd.DataFrame | None = None, reco
         if main is not None
         else pd.DataFrame(columns=["model", "task", "k", "probe_input", "is_main", "run_id", "metric", "value"])
     )
-    return BookData(
-        {"tasks": ["sst2", "cola"]}, main, main, empty, empty, empty, {}, {}, records or {}, lr_choices or {}
-    )
+    grid = grid_model({"name": "hand", "models": ["m"], "tasks": ["sst2", "cola"], "probe": {}})
+    return BookData(grid, main, main, empty, empty, empty, {}, {}, records or {}, lr_choices or {})
 
 
 def _record(
@@ -208,8 +208,10 @@ def test_prediction_share_pools_seeds_and_skips_token_tasks() -> None:
 
 
 def test_size_studies_are_those_that_change_only_the_training_size():
-    from papa.book.studies import size_studies
+    from papa.book import studies
     from papa.pipeline.plan import ROOT, load_config
+
+    size_studies = lambda config: studies.size_studies(grid_model(config))
 
     assert size_studies(load_config(ROOT / "configs" / "default.yaml")) == [
         "colamore"

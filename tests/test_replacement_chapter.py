@@ -85,7 +85,7 @@ def test_the_main_grid_holds_papa_only_and_every_mode_pairs_with_its_k0_runs(sci
 
 
 def test_extra_drops_and_answers(science):
-    _, _, result = science
+    _, data, result = science
     extra = result.extra.set_index(["replacement", "at"])
     assert extra.loc[("zero", "all"), "extra"] == pytest.approx((0.85 - 0.60) / 0.90)
     assert extra.loc[("uniform", "all"), "extra"] == pytest.approx((0.85 - 0.86) / 0.90)
@@ -95,7 +95,7 @@ def test_extra_drops_and_answers(science):
     )  # 25 and 15 points more, on 400 examples
     # uniform keeps 4 examples more than PAPA's constant on every seed: a small, consistent gain over the same examples
     assert answers.loc["uniform", "answer"] == "the reverse" and answers.loc["uniform", "high"] < 0
-    numbers = RPG.replacement_numbers(result, CONFIG)
+    numbers = RPG.replacement_numbers(result, data.config)
     assert numbers["q_zero_answer"] == "yes"
     low, high = answers.loc["zero", "low"], answers.loc["zero", "high"]
     assert numbers["q_zero_number"] == f"+27.8 points [{low * 100:+.1f}, {high * 100:+.1f}]"

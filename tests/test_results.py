@@ -241,6 +241,7 @@ HELDOUT = {"selection": "heldout", "patience": 3, "pool_examples": 2600, "heldou
 def test_sensitivity_table_by_hand(tmp_path):
     from papa.book.load import book_data_from, study_frame
     from papa.book.studies import sensitivity_table
+    from papa.pipeline.plan import grid_model
 
     runs = {}
     for seed in (1, 2, 3):  # official: 0.80 → 0.72 (drop 10%); tuned: 0.90 → 0.88 (drop ≈2.2%)
@@ -258,12 +259,11 @@ def test_sensitivity_table_by_hand(tmp_path):
         "probe": {"lr": 2e-5, "epochs": 2, "max_train_examples": 1000, "modes": ["cached"]},
         "studies": [{"name": "tuned", "lr": 1e-3, "epochs": 4, "selection": "heldout"}],
     }
-    main = study_frame(tidy, config)
+    grid = grid_model(config)
+    main = study_frame(tidy, grid)
     assert set(main["lr"]) == {2e-5}  # the tuned runs are not mixed into the main grid
     data = book_data_from(config, read_results(tmp_path), {})
-    assert (
-        data.studies["tuned"]["run_id"].tolist() == study_frame(tidy, config, config["studies"][0])["run_id"].tolist()
-    )
+    assert data.studies["tuned"]["run_id"].tolist() == study_frame(tidy, grid, grid.studies[0])["run_id"].tolist()
     row = sensitivity_table(data).iloc[0]
     assert row["setting"] == "lr 1e-3, 4 epochs, epoch chosen on held-out training data"
     assert row["k=0 official"] == pytest.approx(0.802) and row["k=all official"] == pytest.approx(0.722)
@@ -307,6 +307,7 @@ def test_still_rising_by_hand():
 def test_sensitivity_table_names_the_whole_split_and_skips_what_is_not_its_own(tmp_path):
     from papa.book.load import book_data_from, study_frame
     from papa.book.studies import sensitivity_table
+    from papa.pipeline.plan import grid_model
 
     runs = {}
     for seed in (1, 2):
@@ -333,7 +334,7 @@ def test_sensitivity_table_names_the_whole_split_and_skips_what_is_not_its_own(t
 
     def table(names):
         folder = write(tmp_path / "_".join(names), {r: v for r, v in runs.items() if any(n in r for n in names)})
-        assert set(study_frame(load_results(folder), config)["train_examples"]) == {1000}
+        assert set(study_frame(load_results(folder), grid_model(config))["train_examples"]) == {1000}
         return sensitivity_table(book_data_from(config, read_results(folder), {}))
 
     rows = table(["p0", "pa", "pf"])

@@ -23,8 +23,9 @@ from papa.book.pages import write_pages
 from papa.book.setup_page import setup_page
 from papa.book.templates import fill
 from papa.core.errors import PapaError
+from papa.core.grid_schema import ModelSettings
 from papa.pipeline.executed import code_span, model_display, myst_text, run_title
-from papa.pipeline.plan import ROOT, Run, load_config
+from papa.pipeline.plan import ROOT, Run, grid_model, load_config
 
 EVIL = '<img src=x onerror="window.PWNED=1">"><script>window.PWNED=2</script>\n```{literalinclude} /.git/config\n```'
 PLAIN = "/opt/models/plainmodel"  # a folder too: shown by its display name and its path
@@ -59,7 +60,9 @@ def _pages(model: str, folder: Path) -> dict[str, str]:
     rows = run_index.appendix_rows(config, runs, {}, folder)
     written = run_index.run_index_pages(config, rows, [run_id], folder).items()
     pages = {re.sub(r"probes-.*\.md$", "probes.md", str(path.relative_to(folder))): text for path, text in written}
-    pages["setup.md"] = setup_page(config)
+    grid = grid_model(load_config(ROOT / "configs" / "smoke.yaml"))  # the model's folder need not exist: not validated
+    probe = grid.probe.model_copy(update={"per_model": {model: ModelSettings(epochs=3)}})
+    pages["setup.md"] = setup_page(grid.model_copy(update={"models": [model], "studies": [], "probe": probe}))
     pages["run.md"] = f"# {run_title(params, folder)}\n\nText.\n"
     for kind, extra in (
         ("rank", {"method": "gates"}),

@@ -223,7 +223,7 @@ def run_statistics(result: dict) -> np.ndarray:
     return example_statistics(result["metric"], dev["predictions"], dev["labels"], dev.get("lengths"), names, classes)
 
 
-def paired_differences(results: dict[str, dict], resamples: int = RESAMPLES, seed: int = 0) -> pd.DataFrame:
+def paired_differences(results: dict[str, dict], resamples: int = RESAMPLES) -> pd.DataFrame:
     """For every (model, task, ranking, k > 0) group of runs with dev predictions, :func:`paired_bootstrap` against
     the same model and task's k = 0 runs (same probe settings and dev examples), paired by probe seed: one row per
     group, its keys and the bootstrap's fields. Seeded random orderings are pooled as ``random``. Every dev set
@@ -253,8 +253,8 @@ def paired_differences(results: dict[str, dict], resamples: int = RESAMPLES, see
         # the task's data folder: NER and POS share theirs
         dev_set = f"{get_task(task).local_folder}:{setting[4]}" if setting[4] else task
         base_stats, other_stats = [run_statistics(r) for r in base_runs], [run_statistics(r) for r in other_runs]
-        draws = resample_rows(len(base_stats[0]), resamples, seed, dev_set) if resamples >= 1 else None
-        stats = paired_bootstrap(base_stats, other_stats, metric, token, resamples, seed, pairs, draws)
+        draws = resample_rows(len(base_stats[0]), resamples, 0, dev_set) if resamples >= 1 else None
+        stats = paired_bootstrap(base_stats, other_stats, metric, token, resamples, 0, pairs, draws)
         keys = {"model": model, "task": task, "ranking": ranking, "k": k, "fraction": k / total}
         rows.append(keys | {"mode": setting[0], "probe_input": setting[1], "dev_set": dev_set, **stats})
     return pd.DataFrame(rows)

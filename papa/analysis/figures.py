@@ -30,9 +30,7 @@ def tooltips(columns: str, *extra) -> list:
     return [alt.Tooltip(f"{c}:Q", format=".4f") for c in columns.split()] + list(extra)
 
 
-def fig_score_vs_dynamic_heads(
-    summary: pd.DataFrame, floors: pd.DataFrame, label: str = "fig-score-vs-heads"
-) -> Figure:
+def fig_score_vs_dynamic_heads(summary: pd.DataFrame, floors: pd.DataFrame) -> Figure:
     """Figure 2 analogue: mean score (band: min–max over seeds) vs input-dependent heads, one panel per model × task,
     colour = ranking, grey rules = the floors (:data:`FLOOR_STYLES`); ``summary`` and ``floors`` of a basis."""
     rows = summary[summary["mode"] == main_mode(summary)]
@@ -81,10 +79,10 @@ def fig_score_vs_dynamic_heads(
         "point of each line is the unpatched encoder (k = 0); the leftmost has every head constant. Grey rules: "
         f"{floor_words}. Click a ranking in the legend to highlight it."
     )
-    return finish(chart, caption, label)
+    return finish(chart, caption, "fig-score-vs-heads")
 
 
-def fig_convergence(epochs: pd.DataFrame, label: str = "fig-convergence", curve: str = "score") -> Figure:
+def fig_convergence(epochs: pd.DataFrame, curve: str = "score") -> Figure:
     """Score per epoch (mean, band min–max over seeds) for k = 0 and k = all, one panel per task, from ``epochs``
     (:func:`papa.analysis.results.epoch_table`): the dev ``score`` or the ``heldout`` curve early stopping reads."""
     rows = epochs[epochs["mode"] == main_mode(epochs)]
@@ -116,4 +114,4 @@ def fig_convergence(epochs: pd.DataFrame, label: str = "fig-convergence", curve:
         f"({K0_LABEL.split(' (')[0]}) and with every head constant ({KALL_LABEL.split(' (')[0]}): mean over "
         f"{seeds_words(data['n_seeds'])}, band min–max; one panel per {per}.{source}"
     )
-    return finish(chart, caption, label)
+    return finish(chart, caption, "fig-convergence")

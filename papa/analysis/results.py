@@ -141,14 +141,12 @@ def epoch_table(folder_or_results: str | Path | Mapping[str, dict]) -> pd.DataFr
     for run_id, result in _as_results(folder_or_results).items():
         run = _run_fields(run_id, result)
         for record in result.get("epochs") or []:
-            curve = [_float(record.get(key)) for key in ("train_loss", "main", "heldout_main")]
+            curve = [
+                math.nan if record.get(k) is None else float(record[k]) for k in ("train_loss", "main", "heldout_main")
+            ]
             values = dict(zip(("train_loss", "score", "heldout"), curve), metric=result.get("metric"))
             rows.append(run | {"epoch": int(record["epoch"])} | values)
     return pd.DataFrame(rows, columns=RUN_COLUMNS + ["epoch", "train_loss", "score", "heldout", "metric"])
-
-
-def _float(value: object) -> float:
-    return math.nan if value is None else float(value)
 
 
 def summarise(df: pd.DataFrame) -> pd.DataFrame:
@@ -205,7 +203,7 @@ def floors_table(
             row[name] = values.mean() if len(values) else math.nan
             row[f"{name}_std"] = values.std(ddof=1) if len(values) > 1 else math.nan
             row[f"{name}_n"] = int(len(values))
-        row["margin"] = max(2 * _zero(row["baseline_std"]), 2 * _zero(row["attention_free_std"]), 0.01)
+        row["margin"] = float(np.nanmax([2 * row["baseline_std"], 2 * row["attention_free_std"], 0.01]))
         row["baseline_low"], row["baseline_high"] = (intervals or {}).get((model, task, mode), (math.nan, math.nan))
         floor = np.nanmax([row["majority"], row["attention_free"], -math.inf])
         clears_margin = not math.isnan(row["baseline"]) and row["baseline"] - floor > row["margin"]
@@ -214,10 +212,6 @@ def floors_table(
     columns = "model task mode metric majority attention_free attention_free_std attention_free_n attention_free_rising"
     columns += " baseline baseline_std baseline_n baseline_low baseline_high margin informative"
     return pd.DataFrame(rows, columns=columns.split())
-
-
-def _zero(x: float) -> float:
-    return 0.0 if x is None or (isinstance(x, float) and math.isnan(x)) else float(x)
 
 
 def main_mode(frame: pd.DataFrame) -> str:

@@ -37,8 +37,7 @@ def fig_paper_scores(points: pd.DataFrame, ranking: str = "gates") -> Figure:
     columns, width = panel_layout(data["panel"].nunique())
     color = alt.Color("model:N", legend=legend("model"))
     x = alt.X("dynamic_heads:Q", title="input-dependent heads (of each model's total)")
-    one = metrics.nunique() == 1
-    y_title = f"score ({FK.metric_name(metrics.iloc[0])})" if one else "score (each panel's metric)"
+    y_title = "score (each panel's metric)" if several else f"score ({FK.metric_name(metrics.iloc[0])})"
     tooltip = ["panel:N", "model:N", "k:Q", "dynamic_heads:Q", *tooltips("score low high"), "real:N"]
     y = alt.Y("score:Q", scale=alt.Scale(zero=False), title=y_title)
     line = alt.Chart().mark_line(point=True).encode(x=x, y=y, color=color, tooltip=tooltip)

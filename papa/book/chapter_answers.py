@@ -20,7 +20,7 @@ from papa.analysis.claims import CLAIM_KEYS, claim3_verdict, judge
 from papa.analysis.figure_kit import AXIS_PX, TEXT_WIDTH, Figure, finish, task_name
 from papa.book import claim_texts as CT
 from papa.book.analogue_figures import fig_better_models, fig_paper_scores, fig_relative_score
-from papa.book.load import BookData, headline_ranking
+from papa.book.load import BookData
 from papa.book.table_format import and_list, fraction_words, interval_end, interval_text, percent, plural
 
 
@@ -69,7 +69,7 @@ def build_answers(data: BookData, ranking: str | None = None, resamples: int = S
     """Everything the results chapter shows, read from ``data.basis``; with no run converged, no claim is
     testable."""
     basis = data.basis if resamples == S.RESAMPLES else build_basis(data.main, data.records, resamples)
-    ranking = ranking or headline_ranking(data.config)
+    ranking = ranking or data.config.rank.methods[0]
     table = F.main_table(basis.summary, basis.cells, ranking)
     cells = claim_cells(basis, ranking)
     if not basis.gated:

@@ -62,6 +62,9 @@ RULES = (
     f" exact p < {V.ALPHA}, not reproduced when ρ < 0 likewise, else not significant; fewer than 3 models: not"
     " testable.",
 )
+#: How :func:`reason` writes each fact (any other fact is a rate, in percent).
+_FORMATS = {"rho": "{:+.2f}", "p": "{:.3f}", "limit": "{:.0%}", "paper": "{:.0%}"}
+_FORMATS |= dict.fromkeys(["model", "task", "n", "alpha"], "{}")
 #: The paper's number beside each basis of the sensitivity table.
 PAPER_BY_BASIS = {
     "all": "little or no drop at half, 8% average with every head (abstract); over its own models and tasks",
@@ -72,18 +75,7 @@ PAPER_BY_BASIS = {
 def reason(key: str, verdict: V.Verdict) -> str:
     """The one sentence that says why claim ``key`` (:data:`papa.analysis.claims.CLAIM_KEYS`) got ``verdict``."""
     facts = dict(verdict.facts)
-    words: dict[str, object] = {}
-    for name, value in facts.items():
-        if name in ("model", "task", "n", "alpha"):
-            words[name] = value
-        elif name == "rho":
-            words[name] = f"{value:+.2f}"
-        elif name == "p":
-            words[name] = f"{value:.3f}"
-        elif name in ("limit", "paper"):
-            words[name] = f"{value:.0%}"
-        else:
-            words[name] = percent(value)
+    words = {name: _FORMATS[name].format(v) if name in _FORMATS else percent(v) for name, v in facts.items()}
     if "model" in facts:
         words["pair"] = f"{facts['model']} on {task_name(str(facts['task']))}"
     if "n" in facts:

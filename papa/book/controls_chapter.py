@@ -19,6 +19,7 @@ from papa.book.chapter_answers import converged_flag, gate_numbers, placeholder_
 from papa.book.load import BookData, still_rising
 from papa.book.studies import faithful_comparison, size_sensitivity
 from papa.core.fields import PAPER_EPOCHS, PAPER_LR
+from papa.core.grid_schema import GridConfig
 
 #: The paper's literal setting (the ``literal`` studies): lr, epochs, epoch selection.
 LITERAL = (PAPER_LR, PAPER_EPOCHS, "final")
@@ -80,20 +81,18 @@ def convergence_figure(chapter: ControlsChapter) -> Figure:
 
 def still_climbing(chapter: ControlsChapter) -> pd.DataFrame:
     """The runs whose epoch curve still climbs over its last epochs."""
-    climbing = chapter.climbing
-    return climbing[climbing["rising"]] if len(climbing) else climbing
+    return chapter.climbing[chapter.climbing["rising"]] if len(chapter.climbing) else chapter.climbing
 
 
-def literal_studies(config: dict) -> list[str]:
+def literal_studies(grid: GridConfig) -> list[str]:
     """The names of the studies that run the paper's literal setting (:data:`LITERAL`) in cached mode."""
     lr, epochs, selection = LITERAL
     names = []
-    for study in config.get("studies", []):
-        study_lr = study.get("lr")
-        same_lr = isinstance(study_lr, (int, float)) and round(float(study_lr), 12) == lr
-        same = same_lr and study.get("epochs") == epochs and study.get("selection") == selection
-        if same and "faithful" not in study.get("modes", ["cached"]):
-            names.append(study["name"])
+    for study in grid.studies:
+        same_lr = isinstance(study.lr, (int, float)) and round(float(study.lr), 12) == lr
+        same = same_lr and study.epochs == epochs and study.selection == selection
+        if same and "faithful" not in (study.modes or ["cached"]):
+            names.append(study.name)
     return names
 
 

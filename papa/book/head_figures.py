@@ -7,7 +7,7 @@ from papa.analysis.figure_kit import Figure, task_name
 from papa.analysis.run_figures import fig_constants, fig_head_ranking
 from papa.book.load import BookData
 from papa.core.constants import load_constants
-from papa.pipeline.plan import runs_dir
+from papa.pipeline.plan import ROOT
 
 
 def shown_ranking(data: BookData, ranking: str) -> str:
@@ -33,7 +33,7 @@ def ranking_figure(data: BookData, stem: str) -> tuple[Figure, dict[str, str]]:
 def constants_figure(data: BookData, stem: str) -> tuple[Figure, dict]:
     """Four constant matrices (the first two heads of the first and the last layer) of the shown ranking's model and
     task (else of the grid's first constants file), and the glued ``constants_task`` and ``constants_examples``."""
-    folder = runs_dir(data.config) / "artifacts" / "constants"
+    folder = ROOT / "book" / "runs" / data.config.name / "artifacts" / "constants"
     pair = folder / f"{stem.rsplit('__', 1)[0]}.safetensors"
     constant_set = load_constants(pair if pair.is_file() else sorted(folder.glob("*.safetensors"))[0])
     last = constant_set.constants.shape[0] - 1  # [layers, heads, L, L]

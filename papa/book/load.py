@@ -15,16 +15,16 @@ from papa.analysis.basis import Basis, build_basis
 from papa.analysis.figure_kit import Figure, glue_figure, metric_name, task_name
 from papa.book import table_format as T
 from papa.core.errors import PapaError
-from papa.core.grid_schema import study_settings
+from papa.core.grid_schema import GridConfig, Study, study_settings
 from papa.core.io import read_json_verified
-from papa.pipeline.plan import ROOT, config_dict, count_probe_runs, expand, grid_model, load_config
+from papa.pipeline.plan import ROOT, count_probe_runs, expand, grid_model, load_config
 
 
 @dataclass
 class BookData:
     """Everything a chapter needs from one grid's runs (tables are pandas frames)."""
 
-    config: dict
+    config: GridConfig
     tidy: pd.DataFrame  # every run × metric
     main: pd.DataFrame  # the main grid's rows (floors included)
     summary: pd.DataFrame  # main metric over seeds of the converged runs (basis.summary)
@@ -49,57 +49,43 @@ class BookData:
 
     @property
     def tasks(self) -> list[str]:
-        return [t for t in self.config["tasks"] if t in set(self.main["task"])]
+        return [t for t in self.config.tasks if t in set(self.main["task"])]
 
 
-def study_probe_settings(config: dict, study: dict, model: str | None = None) -> dict:
-    """The probe settings ``study`` (an entry of ``config["studies"]``; ``{}``: the main grid) runs ``model`` with
-    (:func:`papa.core.grid_schema.study_settings`), with the study's ``tasks`` and ``models``."""
-    grid = grid_model(config)
-    typed = next((s for s in grid.studies if s.name == study.get("name")), None) if study else None
-    settings = study_settings(grid, typed, model)
+def study_probe_settings(grid: GridConfig, study: Study | None = None, model: str | None = None) -> dict:
+    """The settings that say how ``study`` (None: the main grid) trains ``model``'s probe
+    (:func:`papa.core.grid_schema.study_settings`): lr, epochs, modes, replacements, selection, held-out and training
+    examples."""
+    settings = study_settings(grid, study, model)
     keys = ("lr", "epochs", "modes", "replacements", "selection", "heldout_examples")
-    return {key: settings[key] for key in keys} | {
-        "train_examples": settings["max_train_examples"],
-        "tasks": study.get("tasks") or config["tasks"],
-        "models": study.get("models") or config["models"],
-    }
+    return {key: settings[key] for key in keys} | {"train_examples": settings["max_train_examples"]}
 
 
-#: The settings that say how a probe is trained: a study that changes one for some model is not the main grid.
-_PROBE_SETTINGS = ("lr", "epochs", "modes", "replacements", "train_examples", "selection", "heldout_examples")
-
-
-def probe_setting_studies(config: dict) -> list[str]:
-    """The studies that train the probe otherwise than the main grid (:data:`_PROBE_SETTINGS`) for some of their
+def probe_setting_studies(grid: GridConfig) -> list[str]:
+    """The studies that train the probe otherwise than the main grid (:func:`study_probe_settings`) for some of their
     models: their runs are never main-grid runs."""
-    names = []
-    for study in config.get("studies", []):
-        for model in study.get("models", config["models"]):
-            settings, official = study_probe_settings(config, study, model), study_probe_settings(config, {}, model)
-            if any(settings[key] != official[key] for key in _PROBE_SETTINGS):
-                names.append(study["name"])
-                break
-    return names
+    differs = lambda study, model: study_probe_settings(grid, study, model) != study_probe_settings(grid, None, model)
+    return [s.name for s in grid.studies if any(differs(s, model) for model in s.models or grid.models)]
 
 
-def study_frame(tidy: pd.DataFrame, config: dict, study: dict | None = None) -> pd.DataFrame:
+def study_frame(tidy: pd.DataFrame, grid: GridConfig, study: Study | None = None) -> pd.DataFrame:
     """Rows of ``tidy`` that belong to a study (None: the main grid): per model its settings' lr, epochs, epoch
     selection, modes and tasks, and per model and task the largest training size not above the study's. A named
     study keeps only its own runs (``__<name>__s<seed>``); the main grid leaves out every study that trains the
     probe otherwise (:func:`probe_setting_studies`: with ``lr: select`` any lr would pass)."""
-    if study is not None and "name" in study:
-        tidy = tidy[tidy["run_id"].str.contains(f"__{study['name']}__s", regex=False)]
-    elif study is None:
-        for name in probe_setting_studies(config):
+    if study is not None:
+        tidy = tidy[tidy["run_id"].str.contains(f"__{study.name}__s", regex=False)]
+    else:
+        for name in probe_setting_studies(grid):
             tidy = tidy[~tidy["run_id"].str.contains(f"__{name}__s", regex=False)]
+    tasks = (study and study.tasks) or grid.tasks
     parts = []
-    for model in study_probe_settings(config, study or {})["models"]:
-        s = study_probe_settings(config, study or {}, model)
+    for model in (study and study.models) or grid.models:
+        s = study_probe_settings(grid, study, model)
         same_lr = True if isinstance(s["lr"], str) else tidy["lr"].astype(float).round(12) == round(s["lr"], 12)
         keep = same_lr & (tidy["model"] == model) & (tidy["epochs"] == s["epochs"])
         keep &= (tidy["selection"] == s["selection"]) & tidy["mode"].isin(s["modes"])
-        keep &= tidy["replacement"].isin(s["replacements"]) & tidy["task"].isin(s["tasks"])
+        keep &= tidy["replacement"].isin(s["replacements"]) & tidy["task"].isin(tasks)
         most = math.inf if s["train_examples"] is None else s["train_examples"]
         parts.append(tidy[keep & (tidy["train_examples"] <= most)])
     rows = pd.concat(parts) if parts else tidy.iloc[:0]
@@ -138,26 +124,21 @@ def read_manifest(runs_dir: Path) -> dict:
     return read_json_verified(path, "manifest")["runs"] if path.is_file() else {}
 
 
-def headline_ranking(config: dict) -> str:
-    """The ordering whose half-heads drops the claims average: the config's first ranking method."""
-    return (config.get("rank") or {}).get("methods", ["gates"])[0]
-
-
 def book_data_from(
-    config: dict, records: dict[str, dict], rankings: dict[str, list], lr_choices: dict[str, dict] | None = None
+    config: dict | GridConfig, records: dict[str, dict], rankings: dict[str, list], lr_choices: dict | None = None
 ) -> BookData:
     """:class:`BookData` from result records (``{run id: result}``, dev predictions included), rankings (``{stem:
-    [(layer, head), ...]}``) and lr choices (``{"<model>__<task>": choice}``); ``config`` is validated as a
-    :class:`~papa.core.grid_schema.GridConfig` and read with every default filled in."""
-    config = config_dict(grid_model(config)) | {k: v for k, v in config.items() if k.startswith("_")}
+    [(layer, head), ...]}``) and lr choices (``{"<model>__<task>": choice}``); a ``config`` dict is validated as a
+    :class:`~papa.core.grid_schema.GridConfig`."""
+    grid = grid_model(config)
     tidy = R.load_results(records)
-    main = study_frame(tidy, config)
+    main = study_frame(tidy, grid)
     epochs = R.epoch_table(records)
     basis = build_basis(main, records)
-    studies = {s["name"]: study_frame(tidy, config, s) for s in config.get("studies", [])}
+    studies = {s.name: study_frame(tidy, grid, s) for s in grid.studies}
     epochs = epochs[epochs["run_id"].isin(set(main["run_id"]))]
     lr = dict(lr_choices or {})
-    return BookData(config, tidy, main, basis.summary, basis.floors, epochs, studies, rankings, records, lr, basis)
+    return BookData(grid, tidy, main, basis.summary, basis.floors, epochs, studies, rankings, records, lr, basis)
 
 
 def still_rising(epochs: pd.DataFrame, curve: str = "score") -> pd.DataFrame:
@@ -217,13 +198,13 @@ def floors_display(floors: pd.DataFrame) -> T.Table:
 def headline_numbers(data: BookData) -> dict:
     """The counts and names the results chapter's prose cites (the drops and verdicts come from
     :func:`papa.book.chapter_answers.answer_numbers`, on the one basis of every drop)."""
-    ranking = headline_ranking(data.config)
+    ranking = data.config.rank.methods[0]
     informative = data.floors[data.floors["informative"]]
     uninformative = data.floors[~data.floors["informative"]]
     label = (lambda m, t: f"{m}/{t}") if len(data.models) > 1 else (lambda m, t: t)
-    size = data.config["probe"]["max_train_examples"]
+    size = data.config.probe.max_train_examples
     return {
-        "config_name": data.config["name"],
+        "config_name": data.config.name,
         # a probe run is one executed probe notebook; it writes one probe result per seed (count_probe_runs)
         "n_probe_runs": count_probe_runs(data.main["run_id"].unique()),
         "n_probe_results": int(data.main["run_id"].nunique()),

@@ -48,9 +48,6 @@ def _digits(scores: pd.Series) -> int:
 
 def lr_choice_display(frame: pd.DataFrame) -> T.Table:
     """:func:`lr_choice_frame` for reading: per model and task the chosen lr, then each candidate's cell."""
-    if frame.empty:
-        kinds = {"model": "text", "task": "text", "chosen_lr": "text"}
-        return T.table(frame.assign(chosen_lr=[]), kinds, {"chosen_lr": "chosen lr"})
     lrs = sorted(frame["lr"].unique())
     rows = []
     for (model, task), group in frame.groupby(["model", "task"], sort=False):

@@ -13,16 +13,17 @@ import pandas as pd
 from papa.analysis import replacements as RP
 from papa.analysis.basis import Basis, build_basis
 from papa.analysis.figure_kit import AXIS_PX, TEXT_WIDTH, Figure, clean, finish, glue_figure, legend, words
-from papa.book.load import BookData, headline_ranking, read_manifest
+from papa.book.load import BookData, read_manifest
 from papa.book.table_format import Table, interval_text, key_text, model_task_kinds, points_text, table
-from papa.pipeline.plan import STUDY_AIMS, chapter_study_minutes, runs_dir
+from papa.core.grid_schema import GridConfig
+from papa.pipeline.plan import STUDY_AIMS, chapter_study_minutes, config_dict, runs_dir
 
 AT_WORDS = {"half": "half of the heads", "all": "every head"}
 
 
 def replacement_runs(data: BookData) -> pd.DataFrame:
     """Every run of this chapter's studies (``chapter: replacements``), converged or not (tidy rows)."""
-    studies = [s["name"] for s in data.config.get("studies", []) if s.get("chapter") == "replacements"]
+    studies = [s.name for s in data.config.studies if s.chapter == "replacements"]
     frames = [data.studies[name] for name in studies if name in data.studies]
     return pd.concat(frames) if frames else data.main.iloc[:0]
 
@@ -53,7 +54,7 @@ class ReplacementAnswers:
 
 
 def replacement_answers(data: BookData) -> ReplacementAnswers:
-    ranking = headline_ranking(data.config)
+    ranking = data.config.rank.methods[0]
     ran = replacement_runs(data)
     bases = replacement_bases(data, ran)
     cells = RP.replacement_cells(bases, ranking)
@@ -81,35 +82,32 @@ def answer_reason(replacement: str, pooled: Mapping[str, float], verdict: str) -
     return f"The extra drop's interval {span} {pairs} holds 0: {replacement} may do as well as PAPA's constant."
 
 
-def _interval(value: float, low: float, high: float, unit: str = "%") -> str:
-    """``"12.3% [4.5%, 20.1%]"`` (a drop in percent, as :func:`interval_text` writes every drop),
-    ``"+1.2 points [-0.3, +2.7]"`` (``unit`` " points"); "–"."""
+def _points(value: float, low: float, high: float) -> str:
+    """An extra drop and its interval in percentage points: ``"+1.2 points [-0.3, +2.7]"``; "–" without a value."""
     if value is None or math.isnan(value):
         return "–"
-    if unit == "%":
-        return interval_text(value, low, high)
     span = "" if math.isnan(low) or math.isnan(high) else f" [{points_text(low)}, {points_text(high)}]"
-    return f"{points_text(value)}{unit}{span}"
+    return f"{points_text(value)} points{span}"
 
 
-def replacement_numbers(science: ReplacementAnswers, config: dict) -> dict[str, str]:
+def replacement_numbers(science: ReplacementAnswers, grid: GridConfig) -> dict[str, str]:
     """The chapter's glue: per question (``q_<mode>``) the question, its answer, its pooled extra drop in points and
     its reason; which runs, the constants' training examples and the studies' cost."""
-    examples = int((config.get("estimate") or {}).get("max_examples", 2000))
-    numbers = {"replacement_runs": science.words, "estimate_examples": f"{examples:,}"}
-    numbers |= study_cost(config)
+    numbers = {"replacement_runs": science.words, "estimate_examples": f"{grid.estimate.max_examples:,}"}
+    numbers |= study_cost(grid)
     for row in science.answers.itertuples(index=False):
         key = f"q_{row.replacement}"
         numbers[f"{key}_question"] = row.question
         numbers[f"{key}_answer"] = row.answer
-        numbers[f"{key}_number"] = _interval(row.extra, row.low, row.high, unit=" points")
+        numbers[f"{key}_number"] = _points(row.extra, row.low, row.high)
         numbers[f"{key}_reason"] = row.reason
     return numbers
 
 
-def study_cost(config: dict) -> dict[str, str]:
+def study_cost(grid: GridConfig) -> dict[str, str]:
     """What the chapter's studies cost: their runs in the grid's manifest, their notebooks' minutes summed (as the
     reproducibility page sums them) and the aim (:data:`~papa.pipeline.plan.STUDY_AIMS`)."""
+    config = config_dict(grid)
     runs, minutes = chapter_study_minutes(config, read_manifest(runs_dir(config)), "replacements")
     cost = {"replacement_study_runs": str(runs), "replacement_study_minutes": f"{minutes:.1f}"}
     return cost | {"replacement_study_aim": f"{STUDY_AIMS['replacements']:.0f}"}
@@ -139,7 +137,7 @@ def mode_drops_display(science: ReplacementAnswers) -> Table:
 def by_model_display(science: ReplacementAnswers) -> Table:
     """Per model, ``at`` and mode: the mean relative drop over its informative tasks with its pooled interval."""
     by = science.by_model
-    drops = [_interval(*v) for v in zip(by["value"], by["low"], by["high"])]
+    drops = [interval_text(*v) for v in zip(by["value"], by["low"], by["high"])]
     frame = by.assign(heads=[AT_WORDS[a] for a in by["at"]], drop=drops)
     kinds = {"model": "text", "heads": "text", "replacement": "text", "drop": "text", "n": "int", "tasks": "text"}
     headers = {"heads": "constant", "drop": "mean relative drop [95% interval]", "n": "tasks averaged"}
@@ -149,7 +147,7 @@ def by_model_display(science: ReplacementAnswers) -> Table:
 def answers_display(science: ReplacementAnswers) -> Table:
     """The three questions at every head constant: answer, pooled extra drop over PAPA (points) and reason."""
     a = science.answers
-    frame = a.assign(number=[_interval(*v, unit=" points") for v in zip(a["extra"], a["low"], a["high"])])
+    frame = a.assign(number=[_points(*v) for v in zip(a["extra"], a["low"], a["high"])])
     kinds = {"question": "text", "answer": "text", "number": "text", "n": "int", "reason": "text"}
     return table(frame, kinds, headers={"number": "extra drop over PAPA [95% interval]", "n": "pairs"})
 

@@ -10,8 +10,10 @@ from papa.analysis.figure_kit import metric_name, task_name
 from papa.book.studies import size_studies
 from papa.book.table_format import and_list, count, fraction_words, lr_text, plural
 from papa.book.templates import Markdown, code, fill, join, model, pieces
-from papa.core.fields import DEFAULT_TRAIN_EXAMPLES, PAPER_EPOCHS, PAPER_LR
+from papa.core.fields import PAPER_EPOCHS, PAPER_LR
+from papa.core.grid_schema import GridConfig, Study, study_settings
 from papa.pipeline.executed import study_words
+from papa.pipeline.plan import grid_model
 
 _piece = partial(fill, "setup")
 #: The models the book describes (a piece ``model-<name>`` of the template each); another model is named by its id.
@@ -45,19 +47,19 @@ def _dev_words(value) -> Markdown:
 
 
 def _protocol(settings: dict) -> Markdown:
-    """How a probe trains and what it reports, from one set of probe settings."""
-    epochs = count(int(settings.get("epochs", PAPER_EPOCHS)), "epoch")
-    if settings.get("pool_examples"):
+    """How a probe trains and what it reports, from one set of probe settings (:func:`study_settings`)."""
+    epochs = count(int(settings["epochs"]), "epoch")
+    if settings["pool_examples"]:
         keys = ("max_train_examples", "heldout_examples", "pool_examples")
         train, heldout, pool = (f"{int(settings[key]):,}" for key in keys)
         data = _piece("data-pool", train=train, heldout=heldout, pool=pool)
     else:
-        data = _piece("data-subset", size=_size(settings.get("max_train_examples", DEFAULT_TRAIN_EXAMPLES)))
-    if settings.get("patience"):
+        data = _piece("data-subset", size=_size(settings["max_train_examples"]))
+    if settings["patience"]:
         length = _piece("length-patience", patience=count(int(settings["patience"]), "epoch"), epochs=epochs)
     else:
         length = _piece("length-fixed", epochs=epochs)
-    lr = settings.get("lr", PAPER_LR)
+    lr = settings["lr"]
     rate = _piece("rate-select") if lr == "select" else _piece("rate", lr=lr_words(lr))
     return _piece("protocol", data=data, length=length, rate=rate)
 
@@ -74,40 +76,38 @@ def _seeds(seeds) -> str:
     return f"{count(len(seeds), 'seed')} ({and_list(seeds)})"
 
 
-def _study(study: dict, config: dict) -> Markdown:
+def _study(study: Study, grid: GridConfig) -> Markdown:
     """One further study as a sentence: what it is, where it is read, and what it runs."""
-    models = study.get("models", config["models"])
-    tasks = [task_name(t) for t in study.get("tasks", config["tasks"])]
-    named = Markdown(and_list(model(m) for m in models))
-    parts = [_piece("study-models", models=named, tasks=and_list(tasks))]
-    if "fractions" in study:
-        parts.append(_piece("study-fractions", heads=constant_share_words(study["fractions"])))
-    if study.get("probe_input", "all") != "all":
+    given = study.model_fields_set
+    named = Markdown(and_list(model(m) for m in study.models or grid.models))
+    tasks = and_list(task_name(t) for t in study.tasks or grid.tasks)
+    parts = [_piece("study-models", models=named, tasks=tasks)]
+    if "fractions" in given:
+        parts.append(_piece("study-fractions", heads=constant_share_words(study.fractions)))
+    if study.probe_input != "all":
         parts.append(_piece("study-floor"))
-    if "methods" in study:
-        methods = study["methods"]
+    if "methods" in given:
+        methods = study.methods
         parts.append(_piece("study-methods", methods=and_list(methods), rankings=plural(len(methods), "ranking")))
-    if "modes" in study:
-        parts.append(_piece("study-modes", modes=and_list(study["modes"])))
-    if "seeds" in study:
-        parts.append(_seeds(study["seeds"]))
-    if "epochs" in study:
-        parts.append(count(int(study["epochs"]), "epoch"))
-    if "lr" in study:
-        parts.append(_piece("study-lr", lr=lr_words(study["lr"])))
-    if "max_train_examples" in study:
-        parts.append(_size(study["max_train_examples"]))
-    if "max_eval_examples" in study:
-        parts.append(_dev_words(study["max_eval_examples"]))
-    if study.get("selection") == "heldout":
-        parts.append(_piece("study-heldout", share=f"{float(study.get('heldout_fraction', 0.1)):.0%}"))
-    chapter = study.get("chapter", "controls")
-    name = study["name"]
-    return _piece("study", words=study_words(name), name=code(name), chapter=chapter, parts=join(parts, "; "))
+    if "modes" in given:
+        parts.append(_piece("study-modes", modes=and_list(study.modes)))
+    if "seeds" in given:
+        parts.append(_seeds(study.seeds))
+    if "epochs" in given:
+        parts.append(count(int(study.epochs), "epoch"))
+    if "lr" in given:
+        parts.append(_piece("study-lr", lr=lr_words(study.lr)))
+    if "max_train_examples" in given:
+        parts.append(_size(study.max_train_examples))
+    if "max_eval_examples" in given:
+        parts.append(_dev_words(study.max_eval_examples))
+    if study.selection == "heldout":
+        parts.append(_piece("study-heldout", share=f"{float(study.heldout_fraction or 0.1):.0%}"))
+    words, name = study_words(study.name), code(study.name)
+    return _piece("study", words=words, name=name, chapter=study.chapter, parts=join(parts, "; "))
 
 
-def _models(config: dict) -> Markdown:
-    models = config["models"]
+def _models(models: list[str]) -> Markdown:
     encoders = count(len(models), "encoder")
     if all(m in EMBEDDED for m in models):
         every = "both" if len(models) == 2 else "all"
@@ -119,12 +119,12 @@ def _models(config: dict) -> Markdown:
     return _piece("models", lead=lead, bullets=join((_piece("model-bullet", words=w) for w in words), "\n"))
 
 
-def _tasks(config: dict) -> Markdown:
+def _tasks(tasks: list[str]) -> Markdown:
     """The rows of the tasks table."""
     from papa.probing.data import TASKS
 
     rows = []
-    for t in config["tasks"]:
+    for t in tasks:
         spec = TASKS[t]
         metric = "entity-level micro F1" if spec.main_metric == "f1" else metric_name(spec.main_metric)
         labels, source = _TASK_KINDS[spec.kind], _SOURCES.get(t, "")
@@ -132,59 +132,56 @@ def _tasks(config: dict) -> Markdown:
     return join(rows, "\n")
 
 
-def _per_model(config: dict) -> Markdown:
+def _per_model(grid: GridConfig) -> Markdown:
     """The sentences on models whose probes differ (``probe.per_model``), each with the studies that check it."""
-    probe, overrides = config["probe"], config["probe"].get("per_model") or {}
-    sized = set(size_studies(config))
+    names = set(size_studies(grid))
+    sized = [study for study in grid.studies if study.name in names]
     out = []
-    for name, settings in overrides.items():
-        studies = [st for st in config.get("studies", []) if st["name"] in sized]
-        checks = Markdown(and_list(code(st["name"]) for st in studies if name in st.get("models", config["models"])))
+    for name in grid.probe.per_model:
+        checks = Markdown(and_list(code(st.name) for st in sized if name in (st.models or grid.models)))
         check = _piece("per-model-check", studies=checks) if checks else Markdown("")
-        protocol = _protocol({**probe, **settings})
+        protocol = _protocol(study_settings(grid, None, name))
         out.append(_piece("per-model", model=model(name), protocol=protocol, check=check))
     return join(out)
 
 
-def setup_page(config: dict) -> str:
-    """``book/setup.md`` for a grid config."""
-    probe, rank, est = config["probe"], config["rank"], config["estimate"]
-    seeds, single = probe.get("seeds", [42]), probe.get("single_seed_fractions") or []
+def setup_page(config: dict | GridConfig) -> str:
+    """``book/setup.md`` for a grid config (a dict of :func:`~papa.pipeline.plan.load_config`, or typed)."""
+    grid = grid_model(config)
+    probe, rank = grid.probe, grid.rank
+    seeds, single = probe.seeds, probe.single_seed_fractions
     if single:
         seed_text = _piece("seeds-single", seeds=_seeds(seeds), fractions=and_list(fraction_words(f) for f in single))
     else:
         seed_text = _piece("seeds-every", seeds=_seeds(seeds))
-    methods = rank.get("methods", ["gates"])
     gates = Markdown("")
-    if "gates" in methods:
-        examples = f"{int(rank.get('max_train_examples', DEFAULT_TRAIN_EXAMPLES)):,}"
-        epochs, lr = count(int(rank.get("epochs", PAPER_EPOCHS)), "epoch"), lr_words(rank.get("lr", PAPER_LR))
-        gates = _piece("gates", epochs=epochs, lr=lr, examples=examples)
-    choice = config.get("lr_selection", {})
+    if "gates" in rank.methods:
+        epochs, lr = count(int(rank.epochs), "epoch"), lr_words(rank.lr)
+        gates = _piece("gates", epochs=epochs, lr=lr, examples=f"{int(rank.max_train_examples):,}")
     lr_select = Markdown("")
-    if probe.get("lr") == "select":
-        lrs = and_list(lr_words(v) for v in choice.get("lrs", []))
-        lr_select = _piece("lr-select", lrs=lrs, seeds=_seeds(choice.get("seeds", [42])))
-    studies = join((_study(s, config) for s in config.get("studies", [])), "\n")
+    if probe.lr == "select":
+        choice = grid.lr_selection
+        lr_select = _piece("lr-select", lrs=and_list(lr_words(v) for v in choice.lrs), seeds=_seeds(choice.seeds))
+    studies = join((_study(s, grid) for s in grid.studies), "\n")
     return _piece(
-        config_file=code(f"configs/{config['name']}.yaml"),
-        models=_models(config),
-        tasks=_tasks(config),
-        max_length=config.get("max_length", 64),
-        layout=_piece("layout-papa" if config.get("relayout", True) else "layout-end"),
-        estimate_examples=f"{int(est.get('max_examples', 2000)):,}",
-        methods=and_list(methods),
+        config_file=code(f"configs/{grid.name}.yaml"),
+        models=_models(grid.models),
+        tasks=_tasks(grid.tasks),
+        max_length=grid.max_length,
+        layout=_piece("layout-papa" if grid.relayout else "layout-end"),
+        estimate_examples=f"{int(grid.estimate.max_examples):,}",
+        methods=and_list(rank.methods),
         gates=gates,
-        protocol=_protocol(probe),
+        protocol=_protocol(study_settings(grid)),
         seeds=seed_text,
-        dev=_dev_words(probe.get("max_eval_examples")),
-        heads=constant_share_words(probe.get("fractions", [0, 1])),
-        modes=and_list(probe.get("modes", ["cached"])),
-        selection=_piece("selection-final" if probe.get("selection", "final") == "final" else "selection-heldout"),
+        dev=_dev_words(probe.max_eval_examples),
+        heads=constant_share_words(probe.fractions),
+        modes=and_list(probe.modes),
+        selection=_piece("selection-final" if probe.selection == "final" else "selection-heldout"),
         lr_select=lr_select,
-        per_model=_per_model(config),
+        per_model=_per_model(grid),
         studies=studies or _piece("no-studies"),
-        differences=_differences(config),
+        differences=_differences(grid),
     )
 
 
@@ -192,25 +189,24 @@ def setup_page(config: dict) -> str:
 FULL_SET = 100_000
 
 
-def _differences(config: dict) -> Markdown:
+def _differences(grid: GridConfig) -> Markdown:
     """What this grid does otherwise than the paper, one bullet each, only those that hold for this config."""
-    probe, rank, models = config.get("probe", {}), config.get("rank", {}), config["models"]
+    probe, rank, models = grid.probe, grid.rank, grid.models
     bullets = []
     small = lambda size: size is not None and int(size) < FULL_SET
     if all(m in EMBEDDED for m in models):
         encoders = count(len(models), "sentence-embedding model")
         bullets.append(_piece("differ-models", n_encoders=encoders, n_models=count(len(models), "model")))
-    if small(probe.get("max_train_examples", DEFAULT_TRAIN_EXAMPLES)):
+    if small(probe.max_train_examples):
         bullets.append(_piece("differ-sizes"))
-    gate_size, epochs = rank.get("max_train_examples", DEFAULT_TRAIN_EXAMPLES), int(rank.get("epochs", PAPER_EPOCHS))
-    lr = rank.get("lr", PAPER_LR)
+    gate_size, epochs, lr = rank.max_train_examples, int(rank.epochs), rank.lr
     short = epochs < PAPER_EPOCHS or float(lr) != PAPER_LR or small(gate_size)
-    if "gates" in rank.get("methods", ["gates"]) and short:
+    if "gates" in rank.methods and short:
         examples = "all" if gate_size is None else f"{int(gate_size):,}"
         bullets.append(_piece("differ-gates", epochs=count(epochs, "epoch"), lr=lr_words(lr), examples=examples))
-    if "cached" in probe.get("modes", ["cached"]):
+    if "cached" in probe.modes:
         bullets.append(_piece("differ-execution"))
-    if len(probe.get("seeds", [42])) > 1:
+    if len(probe.seeds) > 1:
         bullets.append(_piece("differ-seeds"))
     bullets.append(_piece("differ-token-types"))
     return join(bullets, "\n")

@@ -9,6 +9,7 @@ from papa.analysis import results as R
 from papa.analysis.basis import Basis, k0_and_all
 from papa.book.load import BookData, study_probe_settings
 from papa.book.table_format import and_list, lr_text, percent, plural
+from papa.core.grid_schema import GridConfig, Study
 
 
 def compare(a: pd.DataFrame, b: pd.DataFrame, label_a: str, label_b: str) -> pd.DataFrame:
@@ -31,13 +32,12 @@ def compare(a: pd.DataFrame, b: pd.DataFrame, label_a: str, label_b: str) -> pd.
 def faithful_comparison(data: BookData) -> pd.DataFrame | None:
     """:func:`compare` of the faithful study (``modes: [faithful]``) with its cached twin (``modes: [cached]`` at the
     same epoch cap): None when the grid ran no such pair."""
-    studies = data.config.get("studies", [])
-    faithful = [s for s in studies if s.get("modes") == ["faithful"]]
-    twin = lambda s: s.get("modes") == ["cached"] and s.get("epochs") == faithful[0].get("epochs")
-    twins = [s for s in studies if faithful and twin(s)]
-    if not faithful or not twins or not len(data.studies.get(faithful[0]["name"], [])):
+    studies = data.config.studies
+    faithful = [s for s in studies if s.modes == ["faithful"]]
+    twins = [s for s in studies if faithful and s.modes == ["cached"] and s.epochs == faithful[0].epochs]
+    if not twins or not len(data.studies.get(faithful[0].name, [])):
         return None
-    return compare(data.studies[twins[0]["name"]], data.studies[faithful[0]["name"]], "cached", "faithful")
+    return compare(data.studies[twins[0].name], data.studies[faithful[0].name], "cached", "faithful")
 
 
 def size_sensitivity(data: BookData) -> pd.DataFrame:
@@ -46,13 +46,13 @@ def size_sensitivity(data: BookData) -> pd.DataFrame:
     return sizes[sizes["study"].isin(size_studies(data.config))] if len(sizes) else sizes
 
 
-def _probe_change(config: dict, study: dict, model: str, whole_split: int | None = None) -> str:
+def _probe_change(grid: GridConfig, study: Study, model: str, whole_split: int | None = None) -> str:
     """How ``study`` trains ``model``'s full probe otherwise than the main grid, in words: its lr, epochs, epoch
     selection or training size (``whole_split``: the examples of the whole training split, when the study used it);
     "" when it changes none of them, probes another input, or runs in another mode."""
-    settings = study_probe_settings(config, study, model)
-    official = study_probe_settings(config, {}, model)  # the main grid's, for the same model
-    if study.get("probe_input", "all") != "all" or settings["modes"] != official["modes"]:
+    settings = study_probe_settings(grid, study, model)
+    official = study_probe_settings(grid, None, model)  # the main grid's, for the same model
+    if study.probe_input != "all" or settings["modes"] != official["modes"]:
         return ""
     parts = []
     if settings["lr"] != official["lr"]:
@@ -69,15 +69,15 @@ def _probe_change(config: dict, study: dict, model: str, whole_split: int | None
     return ", ".join(parts)
 
 
-def _study_bases(data: BookData) -> list[tuple[dict, Basis]]:
+def _study_bases(data: BookData) -> list[tuple[Study, Basis]]:
     """Each study that ran and trains some model's full probe otherwise (:func:`_probe_change`), with its basis."""
     out = []
-    for study in data.config.get("studies", []):
-        frame = data.studies.get(study["name"])
+    for study in data.config.studies:
+        frame = data.studies.get(study.name)
         if frame is None or frame.empty:
             continue
         if any(_probe_change(data.config, study, m) for m in set(frame["model"])):
-            out.append((study, data.study_basis(study["name"])))
+            out.append((study, data.study_basis(study.name)))
     return out
 
 
@@ -96,7 +96,7 @@ def sensitivity_table(data: BookData) -> pd.DataFrame:
                 continue
             b = basis.runs
             examples = int(b.loc[(b["model"] == model) & (b["task"] == task) & b["is_main"], "train_examples"].max())
-            row = {"study": study["name"], "setting": _probe_change(data.config, study, model, examples)}
+            row = {"study": study.name, "setting": _probe_change(data.config, study, model, examples)}
             row |= {"train examples official": int(official["runs"]["train_examples"].max())}
             row |= {"train examples study": examples, "model": model, "task": task}
             for side, name in ((official, "official"), (ours, "study")):
@@ -112,22 +112,21 @@ _SIZE_KEYS = {"name", "chapter", "models", "tasks", "fractions", "seeds", "metho
 _SIZE_KEYS |= {"pool_examples", "heldout_examples"}
 
 
-def size_studies(config: dict) -> list[str]:
+def size_studies(grid: GridConfig) -> list[str]:
     """The studies that change only the training size: no key outside :data:`_SIZE_KEYS`, and for each of their
     models the main grid's probe settings but another training size."""
     same = ("lr", "epochs", "selection", "modes", "heldout_examples")
 
-    def only_size(study: dict) -> bool:
-        models = study.get("models", config["models"])
-        if not (set(study) <= _SIZE_KEYS and models):
+    def only_size(study: Study) -> bool:
+        if not study.model_fields_set <= _SIZE_KEYS:
             return False
-        for model in models:
-            mine, main = study_probe_settings(config, study, model), study_probe_settings(config, {}, model)
+        for model in study.models or grid.models:
+            mine, main = study_probe_settings(grid, study, model), study_probe_settings(grid, None, model)
             if any(mine[key] != main[key] for key in same) or mine["train_examples"] == main["train_examples"]:
                 return False
         return True
 
-    return [study["name"] for study in config.get("studies", []) if only_size(study)]
+    return [study.name for study in grid.studies if only_size(study)]
 
 
 def _span(values) -> str:
@@ -145,7 +144,7 @@ def drop_checks(data: BookData, model: str, task: str) -> pd.DataFrame:
     for study, basis in _study_bases(data):
         change = _probe_change(data.config, study, model)
         if change:
-            sources.append((study["name"], change, basis))
+            sources.append((study.name, change, basis))
     rows = []
     for name, change, basis in sources:
         side = k0_and_all(basis, model, task)

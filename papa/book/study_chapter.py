@@ -16,8 +16,7 @@ from papa.book.interval_tables import verdicts_display
 from papa.book.load import BookData, load_book_data
 from papa.book.table_format import and_list, plural
 from papa.core.errors import PapaError
-from papa.core.grid_schema import study_settings
-from papa.pipeline.plan import grid_model
+from papa.core.grid_schema import GridConfig, study_settings
 
 #: The probe settings that make a protocol (with the grid's max_length, layout, data seed, constants, ranking and lr
 #: selection): two models are compared only when all of them are equal. Seeds and head fractions are coverage.
@@ -41,9 +40,8 @@ def _words(value: Any) -> str:
     return f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else str(value)
 
 
-def protocol(config: dict, model: str, tasks: list[str]) -> dict[str, Any]:
-    """The protocol ``model``'s main probes ran under in grid ``config``, on ``tasks``: ``{words: value}``."""
-    grid = grid_model(config)
+def protocol(grid: GridConfig, model: str, tasks: list[str]) -> dict[str, Any]:
+    """The protocol ``model``'s main probes ran under in ``grid``, on ``tasks``: ``{words: value}``."""
     settings = study_settings(grid, None, model)
     out: dict[str, Any] = {words: getattr(grid, key) for key, words in GRID_KEYS.items()}
     out |= {words: settings[key] for key, words in PROBE_KEYS.items()}
@@ -56,15 +54,17 @@ def protocol(config: dict, model: str, tasks: list[str]) -> dict[str, Any]:
     return out
 
 
-def protocol_differences(study: dict, model: str, book: dict, book_model: str, tasks: list[str]) -> list[str]:
+def protocol_differences(
+    study: GridConfig, model: str, book: GridConfig, book_model: str, tasks: list[str]
+) -> list[str]:
     """What differs between the study's protocol for ``model`` and the book's for ``book_model`` (empty: they match)."""
     mine, theirs = protocol(study, model, tasks), protocol(book, book_model, tasks)
     return [f"{k} {_words(mine[k])} here, {_words(theirs[k])} in the book" for k in mine if mine[k] != theirs[k]]
 
 
-def coverage_notes(study: dict, model: str, book: dict, book_model: str) -> list[str]:
+def coverage_notes(study: GridConfig, model: str, book: GridConfig, book_model: str) -> list[str]:
     """Differences that leave the protocol the same but change what was run: probe seeds and head fractions."""
-    mine, theirs = study_settings(grid_model(study), None, model), study_settings(grid_model(book), None, book_model)
+    mine, theirs = study_settings(study, None, model), study_settings(book, None, book_model)
     notes = []
     if len(mine["seeds"]) != len(theirs["seeds"]):
         notes.append(f"{plural(len(mine['seeds']), 'probe seed')} here, {len(theirs['seeds'])} in the book")
@@ -101,7 +101,7 @@ def study_chapter(grid_config: str, book_config: str = "configs/default.yaml") -
     """A study's chapter data: its own science, and the book's beside it (read from the book's committed runs)."""
     data = load_book_data(grid_config)
     science = build_answers(data)
-    model, tasks = data.config["models"][0], list(data.config["tasks"])
+    model, tasks = data.config.models[0], list(data.config.tasks)
     chapter = StudyChapter(data, science, model, tasks, book_config, analogue_figures(science, data))
     try:
         chapter.book = load_book_data(book_config)
@@ -110,7 +110,7 @@ def study_chapter(grid_config: str, book_config: str = "configs/default.yaml") -
         chapter.book_missing = str(err)
         return chapter
     book = chapter.book.config
-    for book_model in book["models"]:
+    for book_model in book.models:
         chapter.differences[book_model] = protocol_differences(data.config, model, book, book_model, tasks)
         chapter.coverage[book_model] = coverage_notes(data.config, model, book, book_model)
     return chapter
@@ -196,7 +196,7 @@ def study_numbers(chapter: StudyChapter) -> dict[str, str]:
     return {
         "study_model": chapter.model,
         "study_tasks": and_list(task_name(t) for t in chapter.tasks),
-        "study_grid": chapter.data.config["name"],
+        "study_grid": chapter.data.config.name,
         "study_beside": beside + ".",
-        "book_grid": chapter.book.config["name"] if chapter.book is not None else "",
+        "book_grid": chapter.book.config.name if chapter.book is not None else "",
     }

@@ -49,26 +49,26 @@ def chapter_path(grid: str, root: Path = ROOT) -> Path:
     return root / CHAPTERS_DIR / f"{grid}.ipynb"
 
 
-def execute_chapter(grid: str, book_config: str = S.BOOK_CONFIG, root: Path = ROOT) -> Path:
+def execute_chapter(grid: str, book_config: str = S.BOOK_CONFIG) -> Path:
     """Execute the study chapter of grid ``grid`` (``configs/<grid>.yaml``) beside ``book_config``'s runs; returns
     its path."""
     import nbformat
     import papermill
 
-    target = chapter_path(grid, root)
+    target = chapter_path(grid)
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="papa-study-") as scratch:
         source, executed = Path(scratch) / "source.ipynb", Path(scratch) / "executed.ipynb"
-        source.write_text(nbformat.writes(read_source(root / NOTEBOOK)), encoding="utf-8")
+        source.write_text(nbformat.writes(read_source(ROOT / NOTEBOOK)), encoding="utf-8")
         params = {"grid_config": f"configs/{grid}.yaml", "book_config": book_config}
-        options = dict(parameters=params, cwd=str(root), **papermill_options())
+        options = dict(parameters=params, cwd=str(ROOT), **papermill_options())
         try:
             papermill.execute_notebook(str(source), str(executed), **options)
         except Exception as err:
             reason = f"{getattr(err, 'ename', type(err).__name__)}: {getattr(err, 'evalue', str(err))}".strip()
             fix = "Its runs are kept: fix the cause and run `papa study` again."
             raise PapaError(f"The chapter of {grid} failed ({reason[:300]})", fix) from None
-        nb = clean_executed(nbformat.read(executed, as_version=4), root)
+        nb = clean_executed(nbformat.read(executed, as_version=4), ROOT)
     atomic_write_text(target, nbformat.writes(nbformat.from_dict(nb)))
     return target
 
@@ -92,20 +92,20 @@ def studies_part(toc: str, root: Path = ROOT) -> str:
     return toc.replace(marker, part + marker, 1) if marker in toc else toc + part
 
 
-def build_site(grid: str, root: Path = ROOT) -> Path:
+def build_site(grid: str) -> Path:
     """A standalone site of one study chapter (its own Jupyter Book) in ``_build/<grid>/html``; returns its
     ``index.html``."""
-    chapter = chapter_path(grid, root)
+    chapter = chapter_path(grid)
     if not chapter.is_file():
         fix = "Run `papa study MODEL` (without --dry-run) first."
         raise PapaError(f"The chapter of {grid} has not been executed", fix)
-    site = root / "_build" / grid
+    site = ROOT / "_build" / grid
     source = site / "source"
     shutil.rmtree(source, ignore_errors=True)
     (source / "book" / "_static").mkdir(parents=True)
     shutil.copy2(chapter, source / "index.ipynb")
-    shutil.copy2(root / "book" / "references.bib", source / "book" / "references.bib")
-    config = (root / "_config.yml").read_text(encoding="utf-8")
+    shutil.copy2(ROOT / "book" / "references.bib", source / "book" / "references.bib")
+    config = (ROOT / "_config.yml").read_text(encoding="utf-8")
     title = json.dumps(f"papa study: {visible(grid.removeprefix(S.PREFIX))}")  # a YAML string, whatever the name
     atomic_write_text(source / "_config.yml", config.replace("\ntitle:", f"\ntitle: {title}\n# the book's title:", 1))
     atomic_write_text(source / "_toc.yml", "format: jb-book\nroot: index\n")

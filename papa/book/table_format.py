@@ -129,12 +129,7 @@ def with_interval(cell: Callable[..., str | None], value: Any, low: Any, high: A
 def interval_text(value: Any, low: Any, high: Any) -> str:
     """A drop and its interval in running text: ``"4.6% [2.8%, 6.3%]"`` (never ``-0.0%``); the drop alone without
     an interval; ``"–"`` without a value."""
-    if is_missing(value):
-        return DASH
-    interval = (
-        "" if is_missing(low) or is_missing(high) else f" [{interval_end(percent, low)}, {interval_end(percent, high)}]"
-    )
-    return f"{percent(value)}{interval}"
+    return (with_interval(percent, value, low, high) or DASH).replace(NBSP, " ")
 
 
 def points_text(value: Any) -> str:

@@ -15,10 +15,10 @@ from papa.book.table_format import Table, is_missing, key_text, lr_text, model_t
 from papa.pipeline.executed import study_words
 
 
-def scores_display(summary: pd.DataFrame, probe_input: str = "all") -> Table:
+def scores_display(summary: pd.DataFrame) -> Table:
     """Every score: one row per (model,) task and ranking (with the k = 0 and all-heads runs they share), one
     "mean ± std" column per number of constant heads (per share of the heads when models differ in size)."""
-    rows = summary[summary["probe_input"] == probe_input]
+    rows = summary[summary["probe_input"] == "all"]
     parts = [spread_shared(group) for _, group in rows.groupby(["model", "task", "mode"], sort=True)]
     rows = key_text(pd.concat(parts, ignore_index=True)) if parts else key_text(rows)
     by_fraction = rows["total_heads"].nunique() > 1

@@ -47,16 +47,11 @@ def pieces(file: str) -> dict[str, str]:
     return _read(TEMPLATES / f"{file}.md")
 
 
-def fields(template: str) -> set[str]:
-    """The value names a template asks for."""
-    return {match.group("braced") for match in _Template.pattern.finditer(template) if match.group("braced")}
-
-
 def fill(file: str, piece: str = "page", **values: object) -> Markdown:
     """Piece ``piece`` of ``book/templates/<file>.md`` with its ``${name}`` values put in (plain values escaped by
     :func:`~papa.pipeline.executed.myst_text`, :class:`Markdown` values as they are)."""
     template = pieces(file)[piece]
-    wanted = fields(template)
+    wanted = {match.group("braced") for match in _Template.pattern.finditer(template) if match.group("braced")}
     if wanted != set(values):
         missing, unused = sorted(wanted - set(values)), sorted(set(values) - wanted)
         raise KeyError(f"template {file}:{piece}: missing values {missing}, unused values {unused}")
