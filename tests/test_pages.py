@@ -547,6 +547,24 @@ TASK_ROWS = {
 }
 
 
+@pytest.mark.parametrize(
+    ("probe", "study", "words"),
+    [
+        ({"heldout_examples": None, "heldout_fraction": 0.2}, {}, "chosen on 20% of the training subset held out"),
+        ({"heldout_examples": None}, {"heldout_fraction": 0.25}, "chosen on 25% of the training subset held out"),
+        ({"heldout_examples": 16}, {}, "chosen on 16 examples of the training subset held out"),
+    ],
+)
+def test_setup_page_names_a_studys_effective_held_out_share(probe, study, words):
+    """A study that selects on held-out examples without its own share holds out what the probe section says."""
+    config = load_config(ROOT / "configs/smoke.yaml")
+    final = {"selection": "final", "patience": None, "lr": 2e-5, "pool_examples": None}  # the main grid: no held-out
+    config["probe"] = config["probe"] | final | probe
+    config["studies"] = [{"name": "held", "chapter": "controls", "fractions": [0, 1], "selection": "heldout"} | study]
+    section = setup_page(config).split("(study `held`", 1)[1].split("\n", 1)[0]
+    assert words in section
+
+
 @pytest.mark.parametrize("config", ["configs/smoke.yaml", "configs/paper.yaml"])
 def test_setup_page_shows_its_configs_numbers(config):
     """Every size, seed and head count on the page is its config's: the words by hand, the numbers from the file."""

@@ -101,8 +101,11 @@ def _study(study: Study, grid: GridConfig) -> Markdown:
         parts.append(_size(study.max_train_examples))
     if "max_eval_examples" in given:
         parts.append(_dev_words(study.max_eval_examples))
-    if study.selection == "heldout":
-        parts.append(_piece("study-heldout", share=f"{float(study.heldout_fraction or 0.1):.0%}"))
+    if study.selection == "heldout":  # held out as the study's effective settings say (the probe section's, else)
+        settings = study_settings(grid, study)
+        held = settings["heldout_examples"]
+        share = f"{held:,} examples" if held else f"{settings['heldout_fraction']:.0%}"
+        parts.append(_piece("study-heldout", share=share))
     words, name = study_words(study.name), code(study.name)
     return _piece("study", words=words, name=name, chapter=study.chapter, parts=join(parts, "; "))
 
