@@ -328,13 +328,14 @@ def test_every_drop_interval_in_running_text_is_written_alike():
     near-zero end shows its side (not "0.0%"), and a drop in percent has percent ends ("[4.5%, 20.1%]", not
     "[4.5, 20.1]"); differences in points keep their signed points."""
     from papa.book.chapter_answers import _interval as claim_interval
-    from papa.book.replacement_pages import _interval as replacement_interval
+    from papa.book.replacement_pages import _points
+    from papa.book.table_format import interval_text
 
     assert claim_interval(0.0003, 0.021) == "[0.03%, 2.1%]"
     assert claim_interval(float("nan"), 0.021) == "(no interval)"
-    assert replacement_interval(0.123, 0.045, 0.201) == "12.3% [4.5%, 20.1%]"
-    assert replacement_interval(0.012, -0.0004, 0.02) == "1.2% [-0.04%, 2.0%]"
-    assert replacement_interval(0.012, -0.003, 0.027, unit=" points") == "+1.2 points [-0.3, +2.7]"
+    assert interval_text(0.123, 0.045, 0.201) == "12.3% [4.5%, 20.1%]"  # the replacements chapter's drops
+    assert interval_text(0.012, -0.0004, 0.02) == "1.2% [-0.04%, 2.0%]"
+    assert _points(0.012, -0.003, 0.027) == "+1.2 points [-0.3, +2.7]"  # its extra drops
 
 
 def test_every_score_table_labels_each_share_by_its_real_counts():
