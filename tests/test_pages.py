@@ -827,9 +827,14 @@ def test_a_chapters_studies_are_timed_beside_the_grids_sum_against_their_own_aim
     assert verified_among == [list(manifest)]  # the book's runs, not the last study's (a loop once rebound the name)
     page = _reproducibility(config, [], root=tmp_path)
     assert "The grid's runs took 12.0 minutes of wall time in all" in page  # 120 + 600 s: the controls study counts
+    basis = (
+        "## Where the time goes\n\nThe sums of this section count the grid's runs less the 2 of the studies the "
+        "replacements chapter reports: those are timed apart, at its end.\n\nThe grid's runs took 12.0 minutes"
+    )  # the basis is named before the first sum
+    assert basis in page
     assert (
-        "The sums above leave out the 2 runs of the studies the replacements chapter reports: they took 1.3 minutes "
-        "beside them, against their own aim of 60 minutes on two CPU cores." in page
+        "The 2 runs of the studies the replacements chapter reports took 1.3 minutes beside them, against their own "
+        "aim of 60 minutes on two CPU cores." in page
     )
     assert plan.chapter_study_minutes(config, manifest, "replacements") == (2, (30.0 + 48.0) / 60)
     assert plan.chapter_study_minutes(config, manifest, "results") == (0, 0.0)
@@ -840,3 +845,26 @@ def test_a_chapters_studies_are_timed_beside_the_grids_sum_against_their_own_aim
         "replacement_study_minutes": "1.3",
         "replacement_study_aim": "60",
     }
+
+
+def test_a_grids_own_observations_follow_their_piece_on_that_grids_page_only(tmp_path):
+    """``<piece>-grid-<grid>`` pieces (what was observed of one grid and no run records) follow their piece on that
+    grid's page, and on no other grid's."""
+    from papa.book.templates import pieces
+
+    notes = {name: text for name, text in pieces("reproducibility").items() if "-grid-default" in name}
+    assert set(notes) == {"machines-vary-grid-default", "time-busy-grid-default"}
+    runs = {"probe__a": ("10:10:00", 600), "probe__b": ("10:15:00", 600)}  # side by side: the machine-time sentence
+    for grid in ("default", "g"):
+        folder = tmp_path / grid / "book" / "runs" / grid
+        atomic_write_json(folder / "artifacts" / "results" / "probe__a__s42.json", _probe_record("a", "cpu:x", 60.0))
+        manifest = {run_id: {"seconds": s, "finished": f"2026-12-05T{end}+00:00"} for run_id, (end, s) in runs.items()}
+        atomic_write_json(folder / "manifest.json", {"runs": manifest})
+        page = _reproducibility({"name": grid}, [], root=tmp_path / grid)
+        vary = pieces("reproducibility")["machines-vary"]
+        busy = "The grid's runs kept the machine busy for 15.0 minutes: from each run's start to its end"
+        assert vary in page and busy in page
+        for piece, note in notes.items():
+            assert (note in page) == (grid == "default"), (grid, piece)
+        if grid == "default":
+            assert f"{vary} {notes['machines-vary-grid-default']}\n" in page

@@ -17,7 +17,7 @@ from papa.book.load import read_manifest
 from papa.book.setup_page import setup_page
 from papa.book.study_site import studies_part
 from papa.book.table_format import plural
-from papa.book.templates import Markdown, code, fill
+from papa.book.templates import Markdown, code, fill, join, pieces
 from papa.pipeline.executed import code_span, myst_text
 from papa.pipeline.plan import (
     ROOT,
@@ -35,6 +35,13 @@ from papa.pipeline.stamps import read_stamp, stamp_path
 from papa.pipeline.verify import VERIFIABLE, dirty_runs, read_records, stamped_runs
 
 _piece = partial(fill, "reproducibility")
+
+
+def _grid_piece(piece: str, grid: str, **values: object) -> Markdown:
+    """Piece ``piece``, followed where the template has one by piece ``<piece>-grid-<grid>``: what was observed of
+    that grid alone and no run records (how it compares with an earlier grid, what else the machine ran)."""
+    text, note = _piece(piece, **values), f"{piece}-grid-{grid}"
+    return Markdown(f"{text} {_piece(note)}") if note in pieces("reproducibility") else text
 
 
 def _reproducibility(config: dict, stale: list[str], root: Path = ROOT, run_ids: list[str] | None = None) -> str:
@@ -72,19 +79,23 @@ def _reproducibility(config: dict, stale: list[str], root: Path = ROOT, run_ids:
         device = plural(len(devices), "device")
         probes = _piece("probe-runs", probe_runs=count_probe_runs(results), probe_results=len(results), minutes=minutes)
         lines += ["## Environment", "", papa, python, f"- {device}: {', '.join(devices)}", probes, ""]
-        lines += [_piece("machines-vary"), ""]
+        lines += [_grid_piece("machines-vary", name), ""]
     if manifest:
         own = {chapter: chapter_study_runs(config, manifest, chapter) for chapter in STUDY_AIMS}
         aside = {run_id for run_ids in own.values() for run_id in run_ids}
         main = {run_id: entry for run_id, entry in manifest.items() if run_id not in aside}
         main_results = {key: result for key, result in results.items() if probe_run_id(key) not in aside}
         shares = machine_shares(manifest)  # over every run: a study's run beside a main one takes half the time
-        lines += _budget(main, main_results, stale, TIME_AIMS.get(config["name"]), shares)
-        for chapter, study_runs in own.items():
-            if study_runs:
-                runs, minutes = chapter_study_minutes(config, manifest, chapter)
-                aim = f"{STUDY_AIMS[chapter]:.0f}"
-                lines += [_piece("study-time", runs=runs, chapter=chapter, minutes=f"{minutes:.1f}", aim=aim), ""]
+        apart = {chapter: study_runs for chapter, study_runs in own.items() if study_runs}
+        lines += ["## Where the time goes", ""]
+        if apart:  # the grid's aim counts the runs it had before these studies: name that basis before any sum
+            chapters = join(apart, " and ")
+            lines += [_piece("time-basis", runs=len(aside), chapters=chapters), ""]
+        lines += _budget(main, main_results, stale, TIME_AIMS.get(name), shares, name)
+        for chapter in apart:
+            runs, minutes = chapter_study_minutes(config, manifest, chapter)
+            aim = f"{STUDY_AIMS[chapter]:.0f}"
+            lines += [_piece("study-time", runs=runs, chapter=chapter, minutes=f"{minutes:.1f}", aim=aim), ""]
     lines += _verified_section(config, runs_dir, run_ids, root)
     lines += ["## Runs", "", "| run | status | seconds |", "|---|---|---:|"]
     for run_id, entry in sorted(manifest.items()):
@@ -205,7 +216,12 @@ def _over_aim(total: float, aim: float, parts: dict, kinds: dict[str, list[float
 
 
 def _budget(
-    manifest: dict, results: dict, stale: list[str] = (), aim: float | None = None, shares: dict | None = None
+    manifest: dict,
+    results: dict,
+    stale: list[str] = (),
+    aim: float | None = None,
+    shares: dict | None = None,
+    grid: str = "",
 ) -> list[str]:
     """Where the grid's time went (manifest and results): by kind of run, by model, the stale runs' share, and against
     the grid's ``aim`` (minutes, :data:`TIME_AIMS`) by how much it is over and what is left; with the runs'
@@ -228,9 +244,9 @@ def _budget(
     overhead = probe_total - sum(r["timings"]["total"] for r in results.values())
     total = sum(sum(v) for v in kinds.values())
     busy = None if shares is None else sum(shares[run_id] for run_id in manifest)
-    lines = ["## Where the time goes", ""]
+    lines = []
     if busy is not None and busy < total - 60:  # runs ran side by side: the machine's time is the measure
-        lines += [_piece("time-busy", busy=f"{busy / 60:.1f}"), ""]
+        lines += [_grid_piece("time-busy", grid, busy=f"{busy / 60:.1f}"), ""]
     lines += [_piece("time-sum", minutes=f"{total / 60:.1f}"), ""]
     lines += ["| runs | count | minutes |", "|---|---:|---:|"]
     lines += [f"| {kind} | {len(v)} | {sum(v) / 60:.1f} |" for kind, v in sorted(kinds.items())]
