@@ -18,7 +18,6 @@ from typing import Any
 
 from papa.core import schema
 from papa.core.config_files import read_yaml, validate
-from papa.core.errors import PapaError
 from papa.core.fields import CHAPTERS, SELECT, parse_fraction
 from papa.core.grid_schema import GridConfig, study_settings
 from papa.core.names import run_id, slug
@@ -147,15 +146,6 @@ def head_count(model: str) -> tuple[int | None, str]:
         pass
     unknown = "not in papa's table of known models, not a local folder, and its config.json is not"
     return None, unknown + " in the Hugging Face cache"
-
-
-def _heads_for(model: str) -> int:
-    """Total heads of a model; :class:`PapaError` when it cannot be found out."""
-    heads, why = head_count(model)
-    if heads is None:
-        hint = "Download it once (with the hub reachable), or use a local model folder."
-        raise PapaError(f"Cannot count the heads of {model!r}: {why}", hint)
-    return heads
 
 
 # --- expansion --------------------------------------------------------------------------------------------------------
