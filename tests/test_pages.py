@@ -828,8 +828,8 @@ def test_a_chapters_studies_are_timed_beside_the_grids_sum_against_their_own_aim
     page = _reproducibility(config, [], root=tmp_path)
     assert "The grid's runs took 12.0 minutes of wall time in all" in page  # 120 + 600 s: the controls study counts
     basis = (
-        "## Where the time goes\n\nThe sums of this section count the grid's runs less the 2 of the studies the "
-        "replacements chapter reports: those are timed apart, at its end.\n\nThe grid's runs took 12.0 minutes"
+        "## Where the time goes\n\nThe sums of this section count the grid's runs less the 2 runs of the studies "
+        "the replacements chapter reports: those are timed apart, at its end.\n\nThe grid's runs took 12.0 minutes"
     )  # the basis is named before the first sum
     assert basis in page
     assert (
@@ -855,13 +855,13 @@ def test_a_grids_own_observations_follow_their_piece_on_that_grids_page_only(tmp
     notes = {name: text for name, text in pieces("reproducibility").items() if "-grid-default" in name}
     assert set(notes) == {"machines-vary-grid-default", "time-busy-grid-default"}
     runs = {"probe__a": ("10:10:00", 600), "probe__b": ("10:15:00", 600)}  # side by side: the machine-time sentence
+    vary = pieces("reproducibility")["machines-vary"]
     for grid in ("default", "g"):
         folder = tmp_path / grid / "book" / "runs" / grid
         atomic_write_json(folder / "artifacts" / "results" / "probe__a__s42.json", _probe_record("a", "cpu:x", 60.0))
         manifest = {run_id: {"seconds": s, "finished": f"2026-12-05T{end}+00:00"} for run_id, (end, s) in runs.items()}
         atomic_write_json(folder / "manifest.json", {"runs": manifest})
         page = _reproducibility({"name": grid}, [], root=tmp_path / grid)
-        vary = pieces("reproducibility")["machines-vary"]
         busy = "The grid's runs kept the machine busy for 15.0 minutes: from each run's start to its end"
         assert vary in page and busy in page
         for piece, note in notes.items():
