@@ -458,8 +458,12 @@ def test_reproducibility_page_names_the_command_that_wrote_each_benchmark_table(
     (bench / "results-cpu-probe-run.md").write_text(
         "# papa benchmarks — one run\n\n- command: `python -m benchmarks.probe_run --repeats 3`; the run: `x`\n"
     )
+    (bench / "results-cpu-side-by-side.md").write_text(
+        "# papa benchmarks — side by side\n\n- command: `.venv/bin/python -m benchmarks.side_by_side mpnet-base sst2`\n"
+    )
     (bench / "results-old.md").write_text("# an older table without a command line\n")
     page = _reproducibility({"name": "g"}, [], root=tmp_path)
+    assert "From `benchmarks/results-cpu-side-by-side.md` (written by `python -m benchmarks.side_by_side`):" in page
     assert "From `benchmarks/results-cpu.md` (written by `python -m benchmarks.run`):" in page
     assert "From `benchmarks/results-cpu-probe-run.md` (written by `python -m benchmarks.probe_run`):" in page
     assert "From `benchmarks/results-old.md` (written by `python -m benchmarks.run`):" in page

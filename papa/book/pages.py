@@ -190,11 +190,10 @@ def _verified_section(config: dict, runs_dir: Path, run_ids: list[str] | None, r
 
 
 def _benchmark_command(table: str) -> str:
-    """The module that wrote a benchmark table (its ``- command:`` line; default ``python -m benchmarks.run``)."""
-    for line in table.splitlines():
-        if line.startswith("- command: `python -m benchmarks."):
-            return " ".join(line.split("`")[1].split()[:3])
-    return "python -m benchmarks.run"
+    """The module that wrote a benchmark table: ``python -m benchmarks.NAME`` from its ``- command:`` line, whichever
+    interpreter path that line names (default ``python -m benchmarks.run``)."""
+    found = re.search(r"^- command: `(?:\S*/)?python -m (benchmarks\.\w+)", table, flags=re.MULTILINE)
+    return f"python -m {found.group(1)}" if found else "python -m benchmarks.run"
 
 
 def _over_aim(total: float, aim: float, parts: dict, kinds: dict[str, list[float]], overhead: float) -> list[str]:
