@@ -105,8 +105,9 @@ def replacement_numbers(science: ReplacementAnswers, grid: GridConfig) -> dict[s
 
 
 def study_cost(grid: GridConfig) -> dict[str, str]:
-    """What the chapter's studies cost: their runs in the grid's manifest, their notebooks' minutes summed (as the
-    reproducibility page sums them) and the aim (:data:`~papa.pipeline.plan.STUDY_AIMS`)."""
+    """What the chapter's studies cost: their runs in the grid's manifest, their share of the machine's minutes (as
+    the reproducibility page counts the grid's: :func:`~papa.pipeline.plan.chapter_study_minutes`) and the aim
+    (:data:`~papa.pipeline.plan.STUDY_AIMS`)."""
     config = config_dict(grid)
     runs, minutes = chapter_study_minutes(config, read_manifest(runs_dir(config)), "replacements")
     cost = {"replacement_study_runs": str(runs), "replacement_study_minutes": f"{minutes:.1f}"}
