@@ -66,8 +66,8 @@ if [ "$stage" = stage2 ]; then
   say "grid stopped (rc ${PIPESTATUS[0]}); $(grep -c ' ok ' $OUT/grid.log) ok lines"
   cd book/runs/default || exit 6
   tar cf $OUT/constants.tar artifacts/constants
-  tar cJf $OUT/runs.tar.xz artifacts/results artifacts/lr artifacts/rankings stamps
-  tar cJf $OUT/notebooks.tar.xz *.ipynb
+  tar cf - artifacts/results artifacts/lr artifacts/rankings stamps | xz -T0 >$OUT/runs.tar.xz
+  tar cf - *.ipynb | xz -T0 >$OUT/notebooks.tar.xz
   ls -la $OUT
   say "packed"
 fi
