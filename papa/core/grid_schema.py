@@ -48,7 +48,6 @@ from papa.core.fields import (
     nonempty_unique,
     parse_fraction,
     unique_fractions,
-    unique_values,
 )
 
 
@@ -146,9 +145,7 @@ class ProbeSection(_ProbeSettings):
 
 
 class LrSelectionSection(StrictModel):
-    lrs: Annotated[list[Rate], Field(min_length=1), AfterValidator(unique_values)] = Field(
-        DEFAULT_LR_GRID, description="lrs tried at k = 0 (include the paper's 2e-5)"
-    )
+    lrs: nonempty_unique(Rate) = Field(DEFAULT_LR_GRID, description="lrs tried at k = 0 (include the paper's 2e-5)")
     seeds: nonempty_unique(int) = Field(
         [LR_SELECTION_SEED], description="probe seeds averaged per lr (best not a probe seed)"
     )
@@ -191,12 +188,7 @@ Study = create_model(
 class GridConfig(StrictModel):
     """A grid: models × tasks × head fractions × seeds × modes, plus studies (``configs/*.yaml``)."""
 
-    model_config = ConfigDict(
-        extra="forbid",
-        strict=True,
-        title="papa grid config",
-        json_schema_extra={"$comment": "written by `papa grid schema`"},
-    )
+    model_config = ConfigDict(title="papa grid config", json_schema_extra={"$comment": "written by `papa grid schema`"})
 
     name: Name = Field(description="names book/runs/<name>/ (a-z, 0-9, -, _)")
     description: str = Field("", description="what this grid is for")
