@@ -116,12 +116,13 @@ class _ProbeSettings(StrictModel):
     eval_chunk_examples: Count | None = Field(None, description="score the dev split this many examples at a time")
 
 
-def _overrides(section: type[BaseModel]) -> dict[str, Any]:
-    """Every field of ``section`` as an optional override: unset inherits the section's value."""
+def _overrides(section: type[BaseModel], skip: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Every field of ``section`` but ``skip`` as an optional override: unset inherits the section's value."""
     hints = get_type_hints(section, include_extras=True)
     return {
         name: (hints[name], Field(None, description=f"{field.description} (unset: the probe section's)"))
         for name, field in section.model_fields.items()
+        if name not in skip
     }
 
 
@@ -130,11 +131,7 @@ ModelSettings = create_model(
     "ModelSettings",
     __base__=StrictModel,
     __doc__="Probe settings for one model (e.g. smaller sizes for a slow model); unset keys inherit the probe section.",
-    **{
-        k: v
-        for k, v in _overrides(_ProbeSettings).items()
-        if k not in ("fractions", "methods", "single_seed_fractions")
-    },
+    **_overrides(_ProbeSettings, skip=("fractions", "methods", "single_seed_fractions")),
 )
 
 
