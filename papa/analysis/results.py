@@ -79,9 +79,7 @@ def ranking_method(ranking_file: str | None, k: int, total: int | None = None) -
         return "all"
     if not ranking_file:
         return "unknown"
-    name = Path(ranking_file).name
-    name = name[:-5] if name.endswith(".json") else name
-    return name.rsplit("__", 1)[-1]
+    return Path(ranking_file).name.removesuffix(".json").rsplit("__", 1)[-1]
 
 
 def ranking_family(config: Mapping) -> str:
@@ -164,9 +162,8 @@ def summarise(df: pd.DataFrame) -> pd.DataFrame:
         if group["seed"].duplicated().any():
             fix = "Remove the duplicate result files, or filter the table."
             raise PapaError(f"Runs of {label} repeat a seed ({group['seed'].tolist()})", fix)
-        v = group["value"].astype(float)
-        std = v.std(ddof=1) if len(v) > 1 else math.nan
-        out.append({**label, "mean": v.mean(), "std": std, "min": v.min(), "max": v.max(), "n_seeds": int(len(v))})
+        v = group["value"].astype(float)  # std (ddof=1) is NaN for one seed
+        out.append({**label, "mean": v.mean(), "std": v.std(), "min": v.min(), "max": v.max(), "n_seeds": int(len(v))})
     return pd.DataFrame(out, columns=SUMMARY_KEYS + ["mean", "std", "min", "max", "n_seeds"])
 
 
