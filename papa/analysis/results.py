@@ -197,9 +197,7 @@ def floors_table(
                 still = (rising or {}).get((model, task, mode), [])
                 row["attention_free_rising"] = bool(still) and not len(values)
                 values = pd.Series(still) if row["attention_free_rising"] else values
-            row[name] = values.mean() if len(values) else math.nan
-            row[f"{name}_std"] = values.std(ddof=1) if len(values) > 1 else math.nan
-            row[f"{name}_n"] = int(len(values))
+            row |= {name: values.mean(), f"{name}_std": values.std(), f"{name}_n": int(len(values))}  # NaN: too few
         row["margin"] = float(np.nanmax([2 * row["baseline_std"], 2 * row["attention_free_std"], 0.01]))
         row["baseline_low"], row["baseline_high"] = (intervals or {}).get((model, task, mode), (math.nan, math.nan))
         floor = np.nanmax([row["majority"], row["attention_free"], -math.inf])
