@@ -77,9 +77,8 @@ def relative_score_vs_constant_fraction(
 
 
 def better_models_lose_more(cells: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
-    """(c) Claim 3 from :func:`papa.analysis.basis.claim_cells`: the points of
-    :func:`papa.analysis.pooled_drops.claim3_points` and the statistics of :func:`papa.analysis.pooled_drops.claim3`
-    with the common ``tasks``."""
+    """(c) Claim 3 on :func:`papa.analysis.basis.claim_cells`: the points of :func:`.pooled_drops.claim3_points`
+    and the statistics of :func:`.pooled_drops.claim3` with the common ``tasks``."""
     frame, common = claim3_points(cells)
     return frame, {**claim3(frame), "tasks": common}
 

@@ -85,9 +85,8 @@ def answers(extra: pd.DataFrame, at: str = "all") -> pd.DataFrame:
     for mode, question in QUESTIONS.items():
         mine = extra[(extra["replacement"] == mode) & (extra["at"] == at) & extra["informative"]]
         p = pooled_drop(mine.assign(relative_drop=mine["extra"]))
-        verdict = answer(p)
         row = {"question": question, "replacement": mode, "at": at, "extra": p["value"], "low": p["low"]}
-        rows.append(row | {"high": p["high"], "n": p["n"], "models": ", ".join(p["models"]), "answer": verdict})
+        rows.append(row | {"high": p["high"], "n": p["n"], "models": ", ".join(p["models"]), "answer": answer(p)})
     return pd.DataFrame(rows)
 
 

@@ -79,9 +79,7 @@ def ranking_method(ranking_file: str | None, k: int, total: int | None = None) -
         return "all"
     if not ranking_file:
         return "unknown"
-    name = Path(ranking_file).name
-    name = name[:-5] if name.endswith(".json") else name
-    return name.rsplit("__", 1)[-1]
+    return Path(ranking_file).name.removesuffix(".json").rsplit("__", 1)[-1]
 
 
 def ranking_family(config: Mapping) -> str:
@@ -164,9 +162,8 @@ def summarise(df: pd.DataFrame) -> pd.DataFrame:
         if group["seed"].duplicated().any():
             fix = "Remove the duplicate result files, or filter the table."
             raise PapaError(f"Runs of {label} repeat a seed ({group['seed'].tolist()})", fix)
-        v = group["value"].astype(float)
-        std = v.std(ddof=1) if len(v) > 1 else math.nan
-        out.append({**label, "mean": v.mean(), "std": std, "min": v.min(), "max": v.max(), "n_seeds": int(len(v))})
+        v = group["value"].astype(float)  # std (ddof=1) is NaN for one seed
+        out.append({**label, "mean": v.mean(), "std": v.std(), "min": v.min(), "max": v.max(), "n_seeds": int(len(v))})
     return pd.DataFrame(out, columns=SUMMARY_KEYS + ["mean", "std", "min", "max", "n_seeds"])
 
 
@@ -200,9 +197,7 @@ def floors_table(
                 still = (rising or {}).get((model, task, mode), [])
                 row["attention_free_rising"] = bool(still) and not len(values)
                 values = pd.Series(still) if row["attention_free_rising"] else values
-            row[name] = values.mean() if len(values) else math.nan
-            row[f"{name}_std"] = values.std(ddof=1) if len(values) > 1 else math.nan
-            row[f"{name}_n"] = int(len(values))
+            row |= {name: values.mean(), f"{name}_std": values.std(), f"{name}_n": int(len(values))}  # NaN: too few
         row["margin"] = float(np.nanmax([2 * row["baseline_std"], 2 * row["attention_free_std"], 0.01]))
         row["baseline_low"], row["baseline_high"] = (intervals or {}).get((model, task, mode), (math.nan, math.nan))
         floor = np.nanmax([row["majority"], row["attention_free"], -math.inf])

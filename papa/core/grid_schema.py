@@ -48,7 +48,6 @@ from papa.core.fields import (
     nonempty_unique,
     parse_fraction,
     unique_fractions,
-    unique_values,
 )
 
 
@@ -117,12 +116,13 @@ class _ProbeSettings(StrictModel):
     eval_chunk_examples: Count | None = Field(None, description="score the dev split this many examples at a time")
 
 
-def _overrides(section: type[BaseModel]) -> dict[str, Any]:
-    """Every field of ``section`` as an optional override: unset inherits the section's value."""
+def _overrides(section: type[BaseModel], skip: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Every field of ``section`` but ``skip`` as an optional override: unset inherits the section's value."""
     hints = get_type_hints(section, include_extras=True)
     return {
         name: (hints[name], Field(None, description=f"{field.description} (unset: the probe section's)"))
         for name, field in section.model_fields.items()
+        if name not in skip
     }
 
 
@@ -131,11 +131,7 @@ ModelSettings = create_model(
     "ModelSettings",
     __base__=StrictModel,
     __doc__="Probe settings for one model (e.g. smaller sizes for a slow model); unset keys inherit the probe section.",
-    **{
-        k: v
-        for k, v in _overrides(_ProbeSettings).items()
-        if k not in ("fractions", "methods", "single_seed_fractions")
-    },
+    **_overrides(_ProbeSettings, skip=("fractions", "methods", "single_seed_fractions")),
 )
 
 
@@ -146,9 +142,7 @@ class ProbeSection(_ProbeSettings):
 
 
 class LrSelectionSection(StrictModel):
-    lrs: Annotated[list[Rate], Field(min_length=1), AfterValidator(unique_values)] = Field(
-        DEFAULT_LR_GRID, description="lrs tried at k = 0 (include the paper's 2e-5)"
-    )
+    lrs: nonempty_unique(Rate) = Field(DEFAULT_LR_GRID, description="lrs tried at k = 0 (include the paper's 2e-5)")
     seeds: nonempty_unique(int) = Field(
         [LR_SELECTION_SEED], description="probe seeds averaged per lr (best not a probe seed)"
     )
@@ -191,12 +185,7 @@ Study = create_model(
 class GridConfig(StrictModel):
     """A grid: models × tasks × head fractions × seeds × modes, plus studies (``configs/*.yaml``)."""
 
-    model_config = ConfigDict(
-        extra="forbid",
-        strict=True,
-        title="papa grid config",
-        json_schema_extra={"$comment": "written by `papa grid schema`"},
-    )
+    model_config = ConfigDict(title="papa grid config", json_schema_extra={"$comment": "written by `papa grid schema`"})
 
     name: Name = Field(description="names book/runs/<name>/ (a-z, 0-9, -, _)")
     description: str = Field("", description="what this grid is for")

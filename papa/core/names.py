@@ -25,15 +25,10 @@ def short_hash(text: str, length: int = HASH_LENGTH) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:length]
 
 
-def is_safe(name: str, max_length: int = MAX_SLUG) -> bool:
-    """True when ``name`` can be used as a path component as it is."""
-    return bool(SAFE_NAME.match(name)) and ".." not in name and len(name) <= max_length and not name.endswith(".")
-
-
 def slug(name: str, max_length: int = MAX_SLUG) -> str:
     """``name`` if safe, else ``<readable>-<hash>``: ``[a-z0-9._-]``, no ``..`` or ``__``, at most ``max_length``."""
-    if is_safe(name, max_length):
-        return name
+    if SAFE_NAME.match(name) and ".." not in name and len(name) <= max_length and not name.endswith("."):
+        return name  # usable as a path component as it is
     readable = re.sub(r"[^a-z0-9.]+", "-", name.lower())
     readable = re.sub(r"\.{2,}", ".", readable)
     readable = re.sub(r"-*\.-*", ".", readable).strip(".-")
