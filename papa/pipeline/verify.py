@@ -225,12 +225,10 @@ def _machine(kernels: str | None = None) -> str:
     from papa.core.provenance import cpu_kernels
 
     model = platform.machine()
-    try:
+    with contextlib.suppress(OSError):
         lines = Path("/proc/cpuinfo").read_text().splitlines()
         names = [line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")]
         model = names[0] if names else model
-    except OSError:
-        pass
     picked = f"{kernels.upper()} (forced)" if kernels else cpu_kernels()
     return f"{model}, {os.cpu_count()} cores, {picked}"
 
