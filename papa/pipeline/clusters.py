@@ -111,8 +111,7 @@ def preflight(spec: SchedulerSpec) -> None:
     if spec.kind == "address":
         host, port = _host_and_port(spec.address)
         try:
-            with socket.create_connection((host, port), timeout=PROBE_TIMEOUT):
-                pass
+            socket.create_connection((host, port), timeout=PROBE_TIMEOUT).close()
         except OSError as err:
             raise _no_scheduler(spec.address, err.strerror or str(err) or type(err).__name__) from None
 
