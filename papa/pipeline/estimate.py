@@ -11,6 +11,8 @@ from papa.core.fields import CHAPTERS
 from papa.pipeline.plan import Run, head_count
 
 if TYPE_CHECKING:
+    from collections.abc import Collection
+
     from papa.pipeline.stamps import Manifest
 
 #: Seconds a chapter run (results, controls, replacements) takes: it only reads JSON.
@@ -191,9 +193,7 @@ def run_seconds_guess(run: Run) -> float:
     return own + sum(features.values())
 
 
-def estimate_seconds(
-    runs: list[Run], manifest: Manifest | None, resized: frozenset[str] | set[str] = frozenset()
-) -> float:
+def estimate_seconds(runs: list[Run], manifest: Manifest | None, resized: Collection[str] = ()) -> float:
     """Expected seconds for ``runs``: recorded durations (``manifest``, unless ``resized``), else :func:`run_cost`."""
     seconds, extracted, recorded = 0.0, set(), manifest.entries if manifest else {}
     for run in runs:
