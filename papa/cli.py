@@ -80,8 +80,7 @@ def _check_writable(out: str) -> None:
     while not folder.exists():
         folder = folder.parent
     try:
-        with tempfile.TemporaryFile(dir=folder):
-            pass
+        tempfile.TemporaryFile(dir=folder).close()
     except OSError:
         hint = "Choose a writable output folder."
         raise PapaError(f"Cannot write {out}: the folder {folder} is not writable", hint) from None

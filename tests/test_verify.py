@@ -64,7 +64,6 @@ def test_a_changed_score_is_named_with_both_values_and_its_size():
     found, largest = diff_values(RESULT, _edited(RESULT, score=0.8))
     assert found == [Difference("score", 0.8125, 0.8, pytest.approx(0.0125))]
     assert largest == pytest.approx(0.0125)
-    assert found[0].words() == "score: committed 0.8125, re-made 0.8 (|Δ| 0.0125)"
 
 
 def test_durations_devices_commits_and_checksums_are_not_compared_but_the_weights_fingerprint_is():
@@ -91,10 +90,7 @@ def test_a_changed_head_order_names_each_moved_position():
     ranking = {"ranking": [[0, 1], [2, 3], [1, 0]], "meta": {"method": "gates", "lambdas": [[0.1, 0.2]]}}
     swapped = {"ranking": [[0, 1], [1, 0], [2, 3]], "meta": ranking["meta"]}
     found, _ = diff_values(ranking, swapped)
-    assert [d.words() for d in found] == [
-        "ranking[1]: committed [2, 3], re-made [1, 0]",
-        "ranking[2]: committed [1, 0], re-made [2, 3]",
-    ]
+    assert found == [Difference("ranking[1]", [2, 3], [1, 0]), Difference("ranking[2]", [1, 0], [2, 3])]
     assert diff_values(ranking, {"ranking": ranking["ranking"][:2], "meta": ranking["meta"]})[0] == [
         Difference("ranking", ranking["ranking"], ranking["ranking"][:2])
     ]

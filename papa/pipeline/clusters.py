@@ -111,8 +111,7 @@ def preflight(spec: SchedulerSpec) -> None:
     if spec.kind == "address":
         host, port = _host_and_port(spec.address)
         try:
-            with socket.create_connection((host, port), timeout=PROBE_TIMEOUT):
-                pass
+            socket.create_connection((host, port), timeout=PROBE_TIMEOUT).close()
         except OSError as err:
             raise _no_scheduler(spec.address, err.strerror or str(err) or type(err).__name__) from None
 
@@ -237,13 +236,13 @@ def close(client, cluster=None) -> None:
         cluster.close()
 
 
-def _wait_for_workers(client, count: int, timeout: float | None, where: str, cluster=None) -> None:
+def _wait_for_workers(client, count: int, where: str, cluster=None) -> None:
     try:
-        client.wait_for_workers(count, timeout=timeout)
+        client.wait_for_workers(count, timeout=WORKERS_TIMEOUT)
     except TimeoutError:
         close(client, cluster)
         hint = "Start workers (dask worker ADDRESS --nthreads 1) or check their logs."
-        raise PapaError(f"No worker joined {where} within {timeout} s", hint) from None
+        raise PapaError(f"No worker joined {where} within {WORKERS_TIMEOUT} s", hint) from None
 
 
 def start_cluster(spec: SchedulerSpec, gpus_per_run: int = 0, threads_per_run: int | None = None):
@@ -258,7 +257,7 @@ def start_cluster(spec: SchedulerSpec, gpus_per_run: int = 0, threads_per_run: i
         except Exception as err:  # noqa: BLE001 - e.g. a web server's reply read as a Dask frame length (MemoryError)
             problem = f"What answers at {spec.address} is not a Dask scheduler ({type(err).__name__}: {str(err)[:200]})"
             raise PapaError(problem, "Check the address and port.") from None
-        _wait_for_workers(client, 1, WORKERS_TIMEOUT, f"the scheduler at {spec.address}")
+        _wait_for_workers(client, 1, f"the scheduler at {spec.address}")
         return client, None
     if spec.kind == "local":
         threads, devices = default_threads(spec, threads_per_run), visible_devices() if gpus_per_run else []
@@ -270,7 +269,7 @@ def start_cluster(spec: SchedulerSpec, gpus_per_run: int = 0, threads_per_run: i
         scheduler = {"cls": Scheduler, "options": options}
         cluster = SpecCluster(workers=workers, scheduler=scheduler, silence_logs=40, name="papa-local")
         client = Client(cluster)
-        _wait_for_workers(client, spec.workers, WORKERS_TIMEOUT, f"local:{spec.workers}", cluster)
+        _wait_for_workers(client, spec.workers, f"local:{spec.workers}", cluster)
         return client, cluster
     from dask_jobqueue import SLURMCluster
 

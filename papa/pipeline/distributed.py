@@ -29,6 +29,7 @@ from papa.pipeline import clusters
 from papa.pipeline.clusters import default_threads, start_cluster, thread_environment
 from papa.pipeline.executors import Executor, Outcome, SequentialExecutor
 from papa.pipeline.plan import ROOT, Run
+from papa.pipeline.sources import PACKAGE
 
 #: Attempts per run when its worker dies (the first one included).
 MAX_ATTEMPTS = 3
@@ -78,12 +79,9 @@ def run_attempt(
 
 def fingerprint(root: str) -> dict:
     """papa's sources' sha256, the :data:`FINGERPRINT_PACKAGES` versions and whether ``root`` is visible here."""
-    import papa
-
-    package = Path(papa.__file__).resolve().parent
     digest = hashlib.sha256()
-    for path in sorted(package.rglob("*.py")):
-        digest.update(path.relative_to(package).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    for path in sorted(PACKAGE.rglob("*.py")):
+        digest.update(path.relative_to(PACKAGE).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
     versions = package_versions(FINGERPRINT_PACKAGES)
     return {"sources": digest.hexdigest(), "versions": versions, "root_visible": Path(root).is_dir()}
 

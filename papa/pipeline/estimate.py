@@ -11,6 +11,8 @@ from papa.core.fields import CHAPTERS
 from papa.pipeline.plan import Run, head_count
 
 if TYPE_CHECKING:
+    from collections.abc import Collection
+
     from papa.pipeline.stamps import Manifest
 
 #: Seconds a chapter run (results, controls, replacements) takes: it only reads JSON.
@@ -191,11 +193,11 @@ def run_seconds_guess(run: Run) -> float:
     return own + sum(features.values())
 
 
-def estimate_seconds(runs: list[Run], manifest: Manifest, resized: frozenset[str] | set[str] = frozenset()) -> float:
-    """Expected seconds for ``runs``: recorded durations (unless ``resized``), else :func:`run_cost`."""
-    seconds, extracted = 0.0, set()
+def estimate_seconds(runs: list[Run], manifest: Manifest | None, resized: Collection[str] = ()) -> float:
+    """Expected seconds for ``runs``: recorded durations (``manifest``, unless ``resized``), else :func:`run_cost`."""
+    seconds, extracted, recorded = 0.0, set(), manifest.entries if manifest else {}
     for run in runs:
-        previous = None if run.run_id in resized else manifest.entries.get(run.run_id, {}).get("seconds")
+        previous = None if run.run_id in resized else recorded.get(run.run_id, {}).get("seconds")
         own, features = run_cost(run)
         if previous:  # that duration paid for its feature sets: later runs read them cached
             seconds += previous

@@ -4,15 +4,12 @@ cell's error and a dead kernel fail the run through papermill)."""
 
 from __future__ import annotations
 
-#: The kernel's own log threshold.
-KERNEL_LOG_LEVEL = "CRITICAL"
-
 
 def papermill_options() -> dict:
     """The options of ``papermill.execute_notebook`` for one run: quiet ``python3`` kernel, no progress, no echo."""
     return {
         "kernel_name": "python3",
-        "extra_arguments": [f"--IPKernelApp.log_level={KERNEL_LOG_LEVEL}"],
+        "extra_arguments": ["--IPKernelApp.log_level=CRITICAL"],
         "progress_bar": False,
         "log_output": False,
         "report_mode": False,

@@ -29,11 +29,6 @@ class Difference:
     remade: Any
     size: float | None = None
 
-    def words(self) -> str:
-        """``score: committed 0.81, re-made 0.8 (|Δ| 0.01)``."""
-        size = "" if self.size is None else f" (|Δ| {self.size:.3g})"
-        return f"{self.field}: committed {short(self.committed)}, re-made {short(self.remade)}{size}"
-
     def as_record(self) -> dict:
         return dict(field=self.field, committed=short(self.committed), remade=short(self.remade), size=self.size)
 

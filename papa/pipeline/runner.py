@@ -243,15 +243,11 @@ def _check_runnable(status: GridStatus, stale: list[Run], only: str | None) -> N
     _check_sized(status.runs)
     if not only:
         return
-    by_id, selected = {r.run_id: r for r in status.runs}, {r.run_id for r in stale}
-    stale_ids = {r.run_id for r in status.stale}
-    needed, todo = set(), [d for r in stale for d in r.deps]
-    while todo:
-        rid = todo.pop()
-        if rid in needed or rid not in by_id:
-            continue
-        needed.add(rid)
-        todo.extend(by_id[rid].deps)
+    selected, stale_ids = {r.run_id for r in stale}, {r.run_id for r in status.stale}
+    needed = {d for r in stale for d in r.deps}
+    for run in reversed(status.runs):  # dependency order: every run that needs this one came after it
+        if run.run_id in needed:
+            needed.update(run.deps)
     missing = sorted(rid for rid in needed if rid in stale_ids and rid not in selected)
     if missing:
         hint = "Run those first (or without --only): a run never executes on stale constants, rankings or lr choices."

@@ -60,12 +60,12 @@ def normalised_code(source: str) -> str:
     return json.dumps([magics, dumped]) if magics else dumped
 
 
-def module_file(name: str, package: Path = PACKAGE) -> Path | None:
+def module_file(name: str) -> Path | None:
     """The file of papa module ``name`` (``papa.core.io`` → ``papa/core/io.py``), or None."""
     parts = name.split(".")
     if parts[0] != "papa":
         return None
-    base = package.joinpath(*parts[1:])
+    base = PACKAGE.joinpath(*parts[1:])
     if (base / "__init__.py").is_file():
         return base / "__init__.py"
     if len(parts) > 1 and base.with_suffix(".py").is_file():
@@ -74,18 +74,18 @@ def module_file(name: str, package: Path = PACKAGE) -> Path | None:
 
 
 @lru_cache(maxsize=512)
-def _parsed(path: Path, text: str) -> tuple[ast.Module, str]:
+def _parsed(text: str) -> tuple[ast.Module, str]:
     return ast.parse(text), short_hash(ast.dump(_strip_docstrings(ast.parse(text))), 16)
 
 
-def _module(name: str, package: Path) -> tuple[ast.Module, str] | None:
-    path = module_file(name, package)
-    return None if path is None else _parsed(path, read_module_source(path))
+def _module(name: str) -> tuple[ast.Module, str] | None:
+    path = module_file(name)
+    return None if path is None else _parsed(read_module_source(path))
 
 
-def module_fingerprint(name: str, package: Path = PACKAGE) -> str:
+def module_fingerprint(name: str) -> str:
     """16 hex digits over a module's normalised source (comments, docstrings and layout ignored)."""
-    found = _module(name, package)
+    found = _module(name)
     return found[1] if found else "absent"
 
 
@@ -124,11 +124,11 @@ def _with_parents(name: str) -> list[str]:
     return [".".join(parts[: i + 1]) for i in range(len(parts))]
 
 
-def imported_modules(tree: ast.Module, current: str, package: Path = PACKAGE) -> set[str]:
+def imported_modules(tree: ast.Module, current: str) -> set[str]:
     """papa modules that ``tree`` (module ``current``, or a notebook) imports or reaches by attribute."""
     found: set[str] = set()
     bound: dict[str, str] = {}  # local name → papa module it is bound to
-    path = module_file(current, package)
+    path = module_file(current)
     current_package = current if path and path.name == "__init__.py" else current.rpartition(".")[0]
     skip = {id(n) for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "__getattr__"}
     nodes = [n for top in tree.body if id(top) not in skip for n in ast.walk(top)]
@@ -155,38 +155,38 @@ def imported_modules(tree: ast.Module, current: str, package: Path = PACKAGE) ->
     return {m for m in found if m.startswith("papa")}
 
 
-def _resolve(name: str, package: Path) -> str | None:
+def _resolve(name: str) -> str | None:
     """``name`` as a module, or the module a package's lazy attribute names (``papa.figures``)."""
-    if module_file(name, package):
+    if module_file(name):
         return name
     parent, _, attr = name.rpartition(".")
-    if parent and module_file(parent, package):
-        target = _lazy_names(_module(parent, package)[0]).get(attr)
-        if target and module_file(target, package):
+    if parent and module_file(parent):
+        target = _lazy_names(_module(parent)[0]).get(attr)
+        if target and module_file(target):
             return target
     return None
 
 
-def _by_path(name: str, package: Path) -> list[str]:
+def _by_path(name: str) -> list[str]:
     folder = LOADED_BY_PATH.get(name)
     if folder is None:
         return []
-    files = [p for p in (package / folder).rglob("*.py") if p.name != "__init__.py"]
-    return sorted("papa." + ".".join(p.relative_to(package).with_suffix("").parts) for p in files)
+    files = [p for p in (PACKAGE / folder).rglob("*.py") if p.name != "__init__.py"]
+    return sorted("papa." + ".".join(p.relative_to(PACKAGE).with_suffix("").parts) for p in files)
 
 
-def papa_modules(tree: ast.Module, package: Path = PACKAGE) -> dict[str, str]:
+def papa_modules(tree: ast.Module) -> dict[str, str]:
     """``{module: fingerprint}`` of every papa module the code in ``tree`` executes, transitively."""
-    todo = sorted(imported_modules(tree, "__notebook__", package))
+    todo = sorted(imported_modules(tree, "__notebook__"))
     seen: dict[str, str] = {}
     while todo:
-        name = _resolve(todo.pop(), package)
+        name = _resolve(todo.pop())
         if name is None or name in seen:
             continue
-        module_tree, seen[name] = _module(name, package)
+        module_tree, seen[name] = _module(name)
         todo.extend(parent for parent in _with_parents(name) if parent not in seen)
-        todo.extend(sorted(imported_modules(module_tree, name, package)))
-        todo.extend(_by_path(name, package))
+        todo.extend(sorted(imported_modules(module_tree, name)))
+        todo.extend(_by_path(name))
     return dict(sorted(seen.items()))
 
 

@@ -14,7 +14,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import yaml
@@ -158,7 +157,7 @@ def estimate_study(config: dict[str, Any]) -> float:
         model, why = next(iter(plan.unsized.items()))
         hint = "Use a local model folder, or download the model once with the hub reachable."
         raise PapaError(f"Cannot size the study of {model}: {why}", hint)
-    return estimate_seconds(list(plan), SimpleNamespace(entries={}))  # type: ignore[arg-type]  # nothing recorded yet
+    return estimate_seconds(list(plan), None)  # nothing recorded yet
 
 
 # -- the budget ----------------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ when, where, what differed and what may explain it; the reproducibility page rea
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import fnmatch
 import json
@@ -221,16 +222,14 @@ def _threads_said(device: str, threads: int | None) -> str:
 
 def _machine(kernels: str | None = None) -> str:
     """The CPU model, its core count and the vector kernels torch picks on it (``AMD EPYC, 2 cores, AVX512``)."""
-    import torch
+    from papa.core.provenance import cpu_kernels
 
     model = platform.machine()
-    try:
+    with contextlib.suppress(OSError):
         lines = Path("/proc/cpuinfo").read_text().splitlines()
         names = [line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")]
         model = names[0] if names else model
-    except OSError:
-        pass
-    picked = f"{kernels.upper()} (forced)" if kernels else torch.backends.cpu.get_cpu_capability()
+    picked = f"{kernels.upper()} (forced)" if kernels else cpu_kernels()
     return f"{model}, {os.cpu_count()} cores, {picked}"
 
 
@@ -343,12 +342,11 @@ def verify_grid(
     if not folder.is_dir():
         problem = f"Grid {config['name']!r} has no runs folder (book/runs/{config['name']})"
         raise PapaError(problem, f"Run it first: papa grid run {config_path}.")
-    lock = GridLock(folder)
-    try:
-        lock.__enter__()
-    except PapaError:  # a runner works on the grid: verify only the runs it will not rewrite
-        lock = None
-    try:
+    with contextlib.ExitStack() as stack:
+        try:
+            lock = stack.enter_context(GridLock(folder))
+        except PapaError:  # a runner works on the grid: verify only the runs it will not rewrite
+            lock = None
         committed = stamped_runs(folder)
         by_id = {r.run_id: r for r in committed}
         stamps = {r.run_id: read_stamp(stamp_path(folder, r.run_id)) for r in committed}
@@ -378,9 +376,6 @@ def verify_grid(
             if not record["matched"]:
                 failed.append((run.run_id, differences_text(record)))
                 rounding += record["nbval"]["passed"] and record["largest_difference"] <= KERNEL_ROUNDING
-    finally:
-        if lock is not None:
-            lock.__exit__()
     print(f"verified {len(chosen)} runs: {len(chosen) - len(failed)} matched, {len(failed)} differed", file=out)
     for run_id, words in failed:
         print(f"  FAILED {run_id}: {words}", file=out)
