@@ -32,7 +32,6 @@ def build_book(config_path: str = "configs/default.yaml", as_is: bool = False, s
         status = run_grid(path)  # the same file, from any working folder
     runs, stale, _, _ = stale_runs(config)
     present = [r.run_id for r in runs if (ROOT / "book" / "runs" / config["name"] / f"{r.run_id}.ipynb").is_file()]
-    missing = [r.run_id for r in runs if r.run_id not in present]
     if set(grid_chapters(config)) - set(present):
         fix = "Run `make book` with the task data (PAPA_DATA_DIR)."
         raise PapaError(f"The chapters of grid {config['name']!r} have not been run", fix)
@@ -40,7 +39,7 @@ def build_book(config_path: str = "configs/default.yaml", as_is: bool = False, s
     command = [str(jupyter_book), "build", str(ROOT), "--path-output", str(ROOT)]
     if strict:
         command += ["-W", "-n", "--keep-going"]
-    pages = f"{len(present)} run pages, {len(missing)} missing"
+    pages = f"{len(present)} run pages, {len(runs) - len(present)} missing"
     print(f"building the book ({pages}) into {BUILD_DIR.relative_to(ROOT)}", flush=True)
     build = subprocess.run(command, cwd=ROOT)
     if build.returncode != 0:

@@ -215,12 +215,7 @@ def _over_aim(total: float, aim: float, parts: dict, kinds: dict[str, list[float
 
 
 def _budget(
-    manifest: dict,
-    results: dict,
-    stale: list[str] = (),
-    aim: float | None = None,
-    shares: dict | None = None,
-    grid: str = "",
+    manifest: dict, results: dict, stale: list[str], aim: float | None, shares: dict | None, grid: str
 ) -> list[str]:
     """Where the grid's time went (manifest and results): by kind of run, by model, the stale runs' share, and against
     the grid's ``aim`` (minutes, :data:`TIME_AIMS`) by how much it is over and what is left; with the runs'
