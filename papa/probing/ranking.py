@@ -10,7 +10,7 @@
 Every ranking lists all ``(layer, head)`` pairs once (:func:`papa.core.heads.save_ranking`). The gates' encoder passes
 run on each batch's real slots (:class:`CompactLiveSource`) where :func:`papa.core.compact.supports_compact`, else
 padded (:class:`papa.probing.probe.LiveSource`); same batches, same order. The gates act on ``C[:, slots][:, :,
-slots]`` (:meth:`papa.core.patching.HeadPatch.constant_matrices`), so with dropout off the real positions' states,
+slots]`` (:meth:`papa.core.head_patch.HeadPatch.constant_matrices`), so with dropout off the real positions' states,
 logits, loss and λ gradients equal the padded pass's to float rounding (≤ 1e-5; tested, also final λ and ranking);
 with dropout on, ``[B, P, ...]`` tensors draw other masks than ``[B, L, ...]``: another sample of the same training.
 """
