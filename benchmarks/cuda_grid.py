@@ -102,15 +102,22 @@ def compare_scores(gpu: Path, cpu: Path) -> list[dict]:
     return rows
 
 
+def wall_seconds(log: str) -> int | None:
+    """The last ``done in`` duration of a runner's output, as :func:`papa.pipeline.estimate.format_duration` writes
+    it (``3m07s`` or ``2h05m``), in seconds; None without one."""
+    done = re.findall(r"done in (?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?", log)
+    if not done:
+        return None
+    hours, minutes, seconds = (int(part or 0) for part in done[-1])
+    return hours * 3600 + minutes * 60 + seconds
+
+
 def compare_time(gpu: Path, cpu: Path, log: Path | None) -> dict:
     """Summed stamp seconds of the runs the GPU made, on each side, and the GPU grid's wall time."""
     stamps = sorted((gpu / "stamps").glob(f"*{MODEL}*.json"))
     gpu_seconds = sum(_json(p)["seconds"] for p in stamps)
     cpu_seconds = sum(_json(cpu / "stamps" / p.name)["seconds"] for p in stamps)
-    wall = None
-    if log and log.is_file() and (done := re.findall(r"done in (?:(\d+)m)?(\d+)s", log.read_text("utf-8"))):
-        minutes, seconds = done[-1]
-        wall = int(minutes or 0) * 60 + int(seconds)
+    wall = wall_seconds(log.read_text("utf-8")) if log and log.is_file() else None
     return {"runs": len(stamps), "gpu_seconds": gpu_seconds, "cpu_seconds": cpu_seconds, "wall_seconds": wall}
 
 

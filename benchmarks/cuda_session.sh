@@ -62,8 +62,8 @@ if [ "$stage" = stage2 ]; then
   workers=${3:-12}
   say "grid: local:$workers"
   timeout $budget papa grid run configs/default.yaml --only minilm-l6 --scheduler local:$workers \
-    --threads-per-run 1 2>&1 | tee $OUT/grid.log | grep -v "^ *ok " | tail -20
-  say "grid stopped (rc ${PIPESTATUS[0]}); $(grep -c ' ok ' $OUT/grid.log) ok lines"
+    --threads-per-run 1 2>&1 | tee $OUT/grid.log | grep -E '^\[[0-9]+/[0-9]+\]|done in|FAILED|Error' | tail -20
+  say "grid stopped (rc ${PIPESTATUS[0]}); $(grep -cE '^\[[0-9]+/[0-9]+\]' $OUT/grid.log) runs finished"
   cd book/runs/default || exit 6
   tar cf $OUT/constants.tar artifacts/constants
   tar cf - artifacts/results artifacts/lr artifacts/rankings stamps | xz -T0 >$OUT/runs.tar.xz

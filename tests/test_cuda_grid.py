@@ -9,7 +9,7 @@ import json
 import numpy as np
 from safetensors.numpy import save_file
 
-from benchmarks.cuda_grid import compare, markdown
+from benchmarks.cuda_grid import compare, markdown, wall_seconds
 
 N = 200  # dev examples of every hand-made result
 
@@ -107,3 +107,9 @@ def test_a_gpu_grid_is_compared_check_by_check(tmp_path):
     assert "grid wall time 4.1 min; summed run seconds 0.2 min on the GPU against 6.0 min" in text
     assert "| probe__minilm-l6__sst2__gates__k2__cached__s43 | 0.8000 [" in text
     assert "| minilm-l6__sst2__gates | no | 2/2 |" in text
+
+
+def test_the_wall_time_is_read_in_both_of_the_runners_formats():
+    assert wall_seconds("done in 3m07s: 2 ok, 0 failed") == 187
+    assert wall_seconds("done in 0m39s: 3 ok\n...\ndone in 2h05m: 355 ok, 0 failed") == 7500
+    assert wall_seconds("[1/2] estimate__minilm-l6__sst2 (elapsed 0m03s)") is None
