@@ -1,5 +1,5 @@
-"""The results and controls chapters' science (papa.analysis.drop_tables, papa.book.chapter_answers) on hand-made result
-records: synthetic dev predictions written to a tmp folder as the runner writes them, read back as the chapters
+"""The results and controls chapters' science (papa.analysis.drop_tables, papa.book.chapters.results) on hand-made
+result records: synthetic dev predictions written to a tmp folder as the runner writes them, read back as the chapters
 do. The main table's intervals are stats.paired_bootstrap's exactly; the claim rules give the verdicts written
 here by hand; non-converged runs are left out and counted; everything works without random or literal runs."""
 
@@ -17,18 +17,12 @@ from papa.analysis import bootstrap as S
 from papa.analysis import claims as V
 from papa.analysis import pooled_drops
 from papa.analysis.figure_kit import TEXT_WIDTH
-from papa.book import claim_texts as CT
 from papa.book import interval_tables as IT
 from papa.book import tables as T
+from papa.book import words as W
 from papa.book.analogue_figures import fig_better_models, fig_paper_scores, fig_relative_score
-from papa.book.chapter_answers import (
-    answer_numbers,
-    build_answers,
-    largest_drop,
-    model_drops_display_frame,
-    random_summary,
-)
-from papa.book.controls_chapter import convergence_summary, literal_comparison
+from papa.book.chapters import results as RS
+from papa.book.chapters.controls import convergence_summary, literal_comparison
 from papa.book.studies import drop_checks, drop_checks_summary
 from papa.book.table_format import interval_text
 from papa.core.io import atomic_write_json
@@ -156,7 +150,7 @@ def _stats(folder, name: str) -> np.ndarray:
 def grid(tmp_path):
     write_grid(tmp_path, gated=(("mb", 0, 44, False), ("mb", 8, 43, None)))
     data = book_data(CONFIG, tmp_path)
-    return tmp_path, data, build_answers(data, resamples=RESAMPLES)
+    return tmp_path, data, RS.answers(data, resamples=RESAMPLES)
 
 
 def test_main_table_intervals_are_paired_bootstraps(grid):
@@ -218,7 +212,7 @@ def test_claims_with_two_models(grid):
     # half: ma loses one example of 400, mb 2 points of 90: the pooled average's interval lies below 5%
     assert claims.loc["1", "verdict"] == "reproduced"
     # all: ma 17.6%, mb 10% (paired over mb's converged seeds): a real drop whose interval lies above the paper's 8%
-    full = V.judge(result.cells)["all"]
+    full = V.judge(result.cells).evidence.all
     assert full["n"] == 2 and full["value"] == pytest.approx(
         (0.15 / 0.85 + 0.09 / 0.90) / 2
     )  # ma 0.85 → 0.70, mb 0.90 → 0.81
@@ -226,7 +220,7 @@ def test_claims_with_two_models(grid):
     # the bound: ma's 17.6% is the largest drop, and its interval stays at or below 20%
     assert claims.loc["2b", "ours"].startswith("largest single drop 17.6% [15.1%, 20.0%] (ma, SST-2)")
     assert claims.loc["2b", "verdict"] == "reproduced"
-    numbers = answer_numbers(result)
+    numbers = RS.answer_numbers(result)
     assert numbers["claim3_verdict"] == "not testable" and numbers["n_left_out"] == 2
     assert numbers["drop_all_interval"] == f"[{full['low']:.1%}, {full['high']:.1%}]" and numbers[
         "claim2_number"
@@ -237,7 +231,7 @@ def test_every_shared_number_has_one_value(grid):
     """The front page's table, the claims table, the paper's table, the main table and figure (c)'s data give the same
     drop for the same quantity: one cell per model/task/k, one pooled average per model and over all models."""
     _, data, result = grid
-    front = model_drops_display_frame(result).set_index("model")
+    front = RS.drops_by_model(result).set_index("model")
     paper = P.paper_table(result.summary, data.floors, result.cells).set_index(["model", "task"])
     points = result.better[0].set_index("model")
     main = result.table.set_index(["model", "task", "k"])
@@ -275,10 +269,10 @@ def test_every_shared_number_has_one_value(grid):
             1 - paper.loc[(model, "average"), "drop_all"], abs=1e-12
         )
     overall = V.judge(result.cells)
-    assert result.claims.iloc[1]["ours"].startswith(CT.claim_numbers(overall)[1] + ";")
-    numbers = answer_numbers(result)
-    assert (
-        numbers["drop_all_mean"] == overall["all"]["value"] and numbers["claim1_number"] == CT.claim_numbers(overall)[0]
+    assert result.claims.iloc[1]["ours"].startswith(W.claim_number("claim2", overall.evidence) + ";")
+    numbers = RS.answer_numbers(result)
+    assert numbers["drop_all_mean"] == overall.evidence.all["value"] and numbers["claim1_number"] == W.claim_number(
+        "claim1", overall.evidence
     )
 
 
@@ -311,8 +305,8 @@ def test_the_largest_drop_is_read_again_under_every_setting(grid):
     basis (converged seeds on both sides), with the same drop as the claims' cell."""
     _, data, result = grid
     assert (
-        tuple(largest_drop(result)[["model", "task"]]) == ("ma", "sst2")
-        and answer_numbers(result)["drop_all_max_pair"] == "ma on SST-2"
+        tuple(W.largest_cell(result.judged.evidence.bound)[["model", "task"]]) == ("ma", "sst2")
+        and RS.answer_numbers(result)["drop_all_max_pair"] == "ma on SST-2"
     )
     checks = drop_checks(data, "ma", "sst2").set_index("setting")
     assert list(checks.index) == ["main grid", "literal"]  # the random study changes no probe setting: not a check
@@ -406,7 +400,7 @@ def test_the_analogues_draw_from_the_converged_runs(grid):
     figures = [
         fig_paper_scores(points, "gates"),
         fig_relative_score(relative),
-        fig_better_models(*result.better, CT.verdict_sentence("claim3", V.claim3_verdict(result.better[1]))),
+        fig_better_models(*result.better, W.verdict_sentence("claim3", V.claim3_verdict(result.better[1]))),
     ]
     drawn = [r for r in data_rows(figures[1].chart.to_dict()) if r["model"] == "mb" and r["k"] == 8]
     assert [r["relative_score"] for r in drawn] == [pytest.approx(1 - cell["relative_drop"], abs=5e-5)]
@@ -422,7 +416,7 @@ def test_the_analogues_draw_from_the_converged_runs(grid):
 
 def test_front_page_frame_has_intervals(grid):
     _, _, result = grid
-    frame = model_drops_display_frame(result).set_index("model")
+    frame = RS.drops_by_model(result).set_index("model")
     assert frame.loc["ma", "drop, all heads constant"].startswith("17.6% [")
 
 
@@ -436,14 +430,14 @@ def test_smoke_like_grid_without_random_literal_or_curves(tmp_path):
         gated=tuple((m, k, s, None) for m in ACCURACY for k in (0, 4, 7, 8) for s in (42, 43, 44)),
     )
     data = book_data(CONFIG, tmp_path)
-    result = build_answers(data, resamples=50)
+    result = RS.answers(data, resamples=50)
     assert result.gate["converged"] == 0 and result.gate["unknown"] == 24
     assert set(result.claims["verdict"]) == {"not testable"}
     assert result.basis == "all 24 probe results (none passed the convergence gate)" and len(result.summary)
     assert result.random.empty and "No seeded random ordering ran" in IT.random_display(result.random)._repr_html_()
     literal = literal_comparison(data, resamples=50)
     assert literal.empty and "did not run" in IT.literal_display(literal)._repr_html_()
-    numbers = answer_numbers(result)
+    numbers = RS.answer_numbers(result)
     assert math.isnan(numbers["drop_all_mean"]) and numbers["drop_all_interval"] == "(no interval)"
     assert (
         numbers["random_summary"]
@@ -456,7 +450,7 @@ def test_smoke_like_grid_without_random_literal_or_curves(tmp_path):
 
 def _run_chapter_cells(path: str, data, monkeypatch) -> dict:
     """Execute a chapter's code cells as the notebook does, against ``data``; return what they glued. Skipped: the
-    parameters cells (papermill's) and the constants cell (it reads an encoder's constants file)."""
+    parameters cells (papermill's); hand-made runs have no constants file, so the constants figure is a placeholder."""
     import ast
     import re
     from pathlib import Path
@@ -472,8 +466,8 @@ def _run_chapter_cells(path: str, data, monkeypatch) -> dict:
     text = Path(path).read_text(encoding="utf-8")
     namespace: dict = {"grid_config": "configs/hand.yaml", "papa": papa}
     for cell in re.findall(r"```\{code-cell\}\n(.*?)```", text, re.S):
-        if "parameters" in cell.split("\n", 1)[0] or "constants_figure" in cell:
-            continue  # the parameters cell, and the constants figure (hand-made runs have no constants file)
+        if "parameters" in cell.split("\n", 1)[0]:
+            continue  # the parameters cell
         cell = "\n".join(line for line in cell.splitlines() if "parameters(globals())" not in line)  # the imports run
         tree = ast.parse("\n".join(line for line in cell.splitlines() if not line.startswith(":tags:")))
         last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None
@@ -545,12 +539,12 @@ def test_random_summary_counts_the_rankings_comparisons():
         ],
         columns=["model", "task", "fraction", "ranking", "verdict"],
     )
-    assert random_summary(rows, "gates") == (
+    assert W.random_summary(rows, "gates") == (
         "the gates ranking beats the seeded random orderings in 1 of its 3 comparisons (m SST-2 at half) and is worse "
         "in 1 (n CoLA at half); the comparisons are on m and n, with half and 7/8 of the heads constant, and the "
         "others show no real difference"
     )
-    assert random_summary(rows, "deviation") == (
+    assert W.random_summary(rows, "deviation") == (
         "the deviation ranking beats the seeded random orderings in 1 of its 1 comparison (m SST-2 at half) and is "
         "worse in none; the comparisons are on m, with half of the heads constant"
     )

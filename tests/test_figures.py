@@ -257,17 +257,17 @@ def test_paper_analogues_fit_and_say_their_verdict(tmp_path):
     from test_chapters_science import CONFIG, write_grid
 
     from papa.analysis import analogues
-    from papa.book.analogue_figures import fig_paper_scores, fig_relative_score
-    from papa.book.chapter_answers import analogue_figures, build_answers, placeholder_figure
+    from papa.book.analogue_figures import fig_paper_scores, fig_relative_score, placeholder_figure
+    from papa.book.chapters.results import analogue_figures, answers
     from tests.hand_cells import book_data
 
     write_grid(tmp_path)
     data = book_data(CONFIG, tmp_path)
-    result = build_answers(data, resamples=50)
+    result = answers(data, resamples=50)
     points = analogues.score_vs_dynamic_heads(result.summary, data.floors, result.all_cells)
     a = fig_paper_scores(points, "gates")
     b = fig_relative_score(analogues.relative_score_vs_constant_fraction(result.summary, data.floors, result.all_cells))
-    c = analogue_figures(result, data)[2]  # drawn with claim 3's verdict in words
+    c = analogue_figures(result)[2]  # drawn with claim 3's verdict in words
     for figure in (a, b, c, placeholder_figure("fig-x", "Nothing to draw.")):
         valid(figure)
         assert svg_size(figure)[0] <= TEXT_WIDTH, figure.label
@@ -277,7 +277,7 @@ def test_paper_analogues_fit_and_say_their_verdict(tmp_path):
     )
     assert "one colour per model (ma, 8 heads and mb, 8 heads)" in a.caption
     assert "(n = 2)" in c.caption and "Verdict: not testable." in c.caption
-    assert [f.label for f in analogue_figures(result, data)] == [
+    assert [f.label for f in analogue_figures(result)] == [
         "fig-paper-scores",
         "fig-relative-score",
         "fig-better-models",
@@ -287,7 +287,7 @@ def test_paper_analogues_fit_and_say_their_verdict(tmp_path):
 
 
 def test_a_placeholder_figure_wraps_its_sentence_inside_the_text_column():
-    from papa.book.chapter_answers import placeholder_figure
+    from papa.book.analogue_figures import placeholder_figure
 
     why = (
         "No run of the main grid scored the dev split after every "

@@ -76,7 +76,7 @@ def test_a_code_line_stales_exactly_the_runs_that_execute_it(monkeypatch):
             "replacements-run",
         }, module
     # the replacements chapter's own module restales that chapter alone
-    after = _keys(monkeypatch, {"book/replacement_pages.py": "\n_EXTRA = 1\n"})
+    after = _keys(monkeypatch, {"book/chapters/replacements.py": "\n_EXTRA = 1\n"})
     assert {rid for rid in before if before[rid] != after[rid]} == {"replacements-run"}
     # the single-run figures: the estimate and rank notebooks draw them, and the results chapter (not the controls)
     after = _keys(monkeypatch, {"analysis/run_figures.py": "\n_EXTRA = 1\n"})

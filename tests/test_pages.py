@@ -807,7 +807,7 @@ def test_a_chapters_studies_are_timed_beside_the_grids_sum_against_their_own_aim
     """The runs of studies with an aim of their own (the replacements chapter's) leave the grid's sum, which is what
     the grid's aim is about, and are timed on a line of their own; the chapter glues the same minutes."""
     from papa.book import pages
-    from papa.book.replacement_pages import study_cost
+    from papa.book.chapters.replacements import study_cost
     from papa.pipeline import plan
 
     runs = tmp_path / "book" / "runs" / "g"

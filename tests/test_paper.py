@@ -11,6 +11,7 @@ from papa.analysis import analogues, bootstrap, pooled_drops
 from papa.analysis.basis import gate_runs
 from papa.analysis.claims import claim3_verdict
 from papa.analysis.results import SUMMARY_KEYS
+from papa.book import words as W
 from tests.hand_cells import cell, cells, spread
 
 
@@ -124,10 +125,10 @@ def test_better_models_lose_more_points_and_verdict():
     assert (
         {k: v for k, v in verdict.items() if k != "tasks"} == pooled_drops.claim3(points)
         and verdict["n"] == 3
-        and claim3_verdict(verdict).label == "points the paper's way, not significant"
+        and W.verdict_words(claim3_verdict(verdict)) == "points the paper's way, not significant"
     )
     two = {key: value for key, value in SCORES.items() if key[0] != "c"}
-    assert claim3_verdict(analogues.better_models_lose_more(_cells(two))[1]).label == "not testable"
+    assert W.verdict_words(claim3_verdict(analogues.better_models_lose_more(_cells(two))[1])) == "not testable"
 
 
 def test_paper_table_with_cells_shows_the_cells_drops_and_the_pooled_averages():

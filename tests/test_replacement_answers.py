@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from papa.analysis import replacements as RP
-from papa.book.replacement_pages import answer_reason
+from papa.book.chapters.replacements import answer_reason
 from tests.hand_cells import cell
 
 

@@ -8,7 +8,7 @@ import pytest
 from hand_cells import table_cells
 
 from papa.analysis import bootstrap as S
-from papa.book import replacement_pages as RPG
+from papa.book.chapters import replacements as RPG
 from papa.core.io import atomic_write_json
 from tests.hand_cells import book_data
 from tests.test_chapters_science import _predictions, _record
@@ -126,7 +126,7 @@ def test_the_committed_replacement_study_reads_papas_drops_from_the_results_basi
     k = 0 score). Every committed result is read, so the check holds while the grid is re-running."""
     import math
 
-    from papa.book.chapter_answers import build_answers
+    from papa.book.chapters.results import answers as build_answers
     from papa.pipeline.plan import ROOT, load_config
 
     data = book_data(load_config(ROOT / "configs" / "default.yaml"), ROOT / "book" / "runs" / "default" / "artifacts")

@@ -277,7 +277,7 @@ def test_sensitivity_table_by_hand(tmp_path):
 
 
 def test_still_rising_by_hand():
-    from papa.book.load import still_rising
+    from papa.analysis.controls import still_rising
 
     def run(run_id, scores):
         return [
@@ -489,7 +489,7 @@ def test_baseline_intervals_bootstrap_the_k0_score_over_dev_examples():
 def test_a_study_comparison_names_its_rule_beyond_seed_range_not_real():
     """The cached-vs-faithful table's yes/no is the seed-range rule, in a column that says so (the bootstrap's
     "real?" is another rule)."""
-    from papa.book.studies import compare
+    from papa.analysis.controls import compare
 
     def runs(values: list[float]) -> pd.DataFrame:
         return pd.DataFrame(

@@ -17,6 +17,7 @@ from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 from papa.analysis import bootstrap, pooled_drops
 from papa.analysis.basis import gate_runs
 from papa.analysis.claims import claim3_verdict
+from papa.book import words as W
 from papa.core.errors import PapaError
 
 
@@ -245,7 +246,7 @@ def test_convergence_gate_counts_and_leaves_out():
 
 def test_claim3_with_two_models_is_not_testable():
     out = pooled_drops.claim3(pd.DataFrame({"model": ["a", "b"], "score": [0.7, 0.9], "drop": [0.01, 0.05]}))
-    assert claim3_verdict(out).label == "not testable" and out["n"] == 2 and math.isnan(out["spearman"])
+    assert W.verdict_words(claim3_verdict(out)) == "not testable" and out["n"] == 2 and math.isnan(out["spearman"])
 
 
 def test_claim3_with_three_models_can_only_be_inconclusive():
@@ -254,27 +255,27 @@ def test_claim3_with_three_models_can_only_be_inconclusive():
     )
     assert out["spearman"] == pytest.approx(1.0) and out["p_value"] == pytest.approx(1 / 6)
     assert out["pearson"] == pytest.approx(12 / math.sqrt(156), abs=1e-12)  # centred x ∝ (-1, 0, 1), y ∝ (-5, -2, 7)
-    assert (out["n"], claim3_verdict(out).label) == (3, "points the paper's way, not significant")
+    assert (out["n"], W.verdict_words(claim3_verdict(out))) == (3, "points the paper's way, not significant")
     out = pooled_drops.claim3(
         pd.DataFrame({"model": ["a", "b", "c"], "score": [0.7, 0.8, 0.9], "drop": [0.02, 0.05, 0.01]})
     )
     assert (
         out["spearman"] == pytest.approx(-0.5)
         and out["p_value"] == pytest.approx(3 / 6)
-        and claim3_verdict(out).label == "points against the paper, not significant"
+        and W.verdict_words(claim3_verdict(out)) == "points against the paper, not significant"
     )  # P(ρ ≤ −0.5) = 3/6
 
 
 def test_claim3_with_four_ordered_models():
     scores = [0.6, 0.7, 0.8, 0.9]
     out = pooled_drops.claim3(pd.DataFrame({"score": scores, "drop": [0.01, 0.02, 0.03, 0.08]}))
-    assert (out["spearman"], out["p_value"], claim3_verdict(out).label) == (
+    assert (out["spearman"], out["p_value"], W.verdict_words(claim3_verdict(out))) == (
         pytest.approx(1.0),
         pytest.approx(1 / 24),
         "reproduced",
     )
     out = pooled_drops.claim3(pd.DataFrame({"score": scores, "drop": [0.08, 0.03, 0.02, 0.01]}))
-    assert (out["spearman"], out["p_value"], claim3_verdict(out).label) == (
+    assert (out["spearman"], out["p_value"], W.verdict_words(claim3_verdict(out))) == (
         pytest.approx(-1.0),
         pytest.approx(1 / 24),
         "not reproduced",
@@ -355,7 +356,9 @@ def test_claim3_above_nine_models_uses_seeded_random_orderings():
         {"model": [f"m{i}" for i in range(12)], "score": np.linspace(0.6, 0.9, 12), "drop": np.linspace(0.01, 0.2, 12)}
     )
     out = pooled_drops.claim3(points)
-    assert (out["n"], out["spearman"], claim3_verdict(out).label) == (12, pytest.approx(1.0), "reproduced") and out[
-        "p_value"
-    ] == 1 / 20001
+    assert (out["n"], out["spearman"], W.verdict_words(claim3_verdict(out))) == (
+        12,
+        pytest.approx(1.0),
+        "reproduced",
+    ) and out["p_value"] == 1 / 20001
     assert pooled_drops.claim3(points) == out  # seeded: the same p every time

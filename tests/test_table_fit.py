@@ -14,7 +14,7 @@ from hand_cells import table_cells
 from headless import dump_dom
 
 from papa.book import interval_tables as IT
-from papa.book.chapter_answers import build_answers
+from papa.book.chapters.results import answers as build_answers
 from tests.hand_cells import book_data
 from tests.test_chapters_science import CONFIG, RESAMPLES, write_grid
 

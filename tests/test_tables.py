@@ -327,9 +327,9 @@ def test_every_drop_interval_in_running_text_is_written_alike():
     """The claims' glued intervals and the replacements chapter's drops write their ends as the tables do: a
     near-zero end shows its side (not "0.0%"), and a drop in percent has percent ends ("[4.5%, 20.1%]", not
     "[4.5, 20.1]"); differences in points keep their signed points."""
-    from papa.book.chapter_answers import _interval as claim_interval
-    from papa.book.replacement_pages import _points
+    from papa.book.chapters.replacements import _points
     from papa.book.table_format import interval_text
+    from papa.book.words import interval_words as claim_interval
 
     assert claim_interval(0.0003, 0.021) == "[0.03%, 2.1%]"
     assert claim_interval(float("nan"), 0.021) == "(no interval)"

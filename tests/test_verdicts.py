@@ -13,7 +13,8 @@ import pytest
 
 from papa.analysis import bootstrap, pooled_drops
 from papa.analysis import claims as V
-from papa.book import claim_texts as CT
+from papa.book import words as W
+from papa.book.chapters import results as RS
 from papa.book.table_format import interval_text, percent
 from tests.hand_cells import cell, cells, spread
 
@@ -122,16 +123,16 @@ def test_the_pooled_interval_covers_the_true_average_about_95_percent_of_the_tim
     ],
 )
 def test_claim1_rule(value, low, high, verdict):
-    assert V.claim1_verdict(value, low, high).label == verdict
+    assert W.verdict_words(V.claim1_verdict(value, low, high)) == verdict
 
 
 def test_claim1_reasons_say_which_end_decides():
     assert (
-        CT.reason("claim1", V.claim1_verdict(0.01, -0.01, 0.04))
+        W.reason("claim1", V.claim1_verdict(0.01, -0.01, 0.04))
         == "The whole interval of the average drop lies at or below 5% (upper end 4.0%)."
     )
     assert (
-        CT.reason("claim1", V.claim1_verdict(0.04, 0.01, 0.07))
+        W.reason("claim1", V.claim1_verdict(0.04, 0.01, 0.07))
         == "The average drop 4.0% is at most 5%, but its interval reaches 7.0%."
     )
 
@@ -151,11 +152,11 @@ def test_claim1_reasons_say_which_end_decides():
     ],
 )
 def test_claim2_average_rule(value, low, high, verdict):
-    assert V.claim2_verdict(value, low, high).label == verdict
+    assert W.verdict_words(V.claim2_verdict(value, low, high)) == verdict
 
 
 def test_claim2_reason_names_the_direction():
-    reason = CT.reason("claim2", V.claim2_verdict(0.046, 0.028, 0.063))
+    reason = W.reason("claim2", V.claim2_verdict(0.046, 0.028, 0.063))
     assert reason == "A real drop, smaller than the paper's 8%: the whole interval lies below it (upper end 6.3%)."
 
 
@@ -178,11 +179,11 @@ def _bound(*drops: tuple[float, float, float]) -> pd.DataFrame:
     ],
 )
 def test_claim2_bound_rule(drops, verdict):
-    assert V.claim2_bound_verdict(_bound(*drops)).label == verdict
+    assert W.verdict_words(V.claim2_bound_verdict(_bound(*drops))) == verdict
 
 
 def test_claim2_bound_reason_names_the_pair():
-    reason = CT.reason("claim2b", V.claim2_bound_verdict(_bound((0.347, 0.239, 0.462), (0.05, 0.01, 0.09))))
+    reason = W.reason("claim2b", V.claim2_bound_verdict(_bound((0.347, 0.239, 0.462), (0.05, 0.01, 0.09))))
     assert reason == "m on CoLA alone is shown to lose more than 20% (lower end 23.9%)."
 
 
@@ -200,13 +201,13 @@ def test_claim2_bound_reason_names_the_pair():
 def test_claim3_rule(drops, verdict):
     scores = [0.6, 0.7, 0.8, 0.9][: len(drops)]
     better = pooled_drops.claim3(pd.DataFrame({"drop": drops, "score": scores}))
-    assert V.claim3_verdict(better).label == verdict
+    assert W.verdict_words(V.claim3_verdict(better)) == verdict
 
 
 def test_claim3_reason_at_three_models_says_the_floor_of_p():
     better = pooled_drops.claim3(pd.DataFrame({"drop": [0.01, 0.02, 0.05], "score": [0.7, 0.8, 0.9]}))
     assert (
-        CT.reason("claim3", V.claim3_verdict(better)) == "Spearman ρ = +1.00 over 3 models, but one-sided exact p "
+        W.reason("claim3", V.claim3_verdict(better)) == "Spearman ρ = +1.00 over 3 models, but one-sided exact p "
         "= 0.167 (with 3 models the smallest possible p is 1/6)."
     )
 
@@ -244,11 +245,11 @@ def _grid() -> pd.DataFrame:
 
 
 def test_claims_table_reads_the_pooled_drops():
-    claims = CT.claims_table(_grid(), {"runs": 10, "converged": 9, "left_out": 1}).set_index(
+    claims = RS.claims_frame(V.judge(_grid()), {"runs": 10, "converged": 9, "left_out": 1}).set_index(
         pd.Index(["1", "2a", "2b", "3"])
     )
     assert (
-        V.judge(_grid())["all"]["value"] == pytest.approx(0.31 / 6)
+        V.judge(_grid()).evidence.all["value"] == pytest.approx(0.31 / 6)
         and claims.loc["2a", "verdict"] == "reproduced with a smaller effect"
     )
     assert (
@@ -271,7 +272,7 @@ def test_claims_table_reads_the_pooled_drops():
 
 
 def test_sensitivity_every_task_and_per_family():
-    table = CT.sensitivity(_grid()).set_index("basis")
+    table = RS.sensitivity_frame(V.judge_bases(_grid())).set_index("basis")
     informative, every, sentence, token = (table.iloc[i] for i in range(4))
     assert (informative["n_all"], every["n_all"], every["excluded"], sentence["n_all"], token["n_all"]) == (
         6,
@@ -299,7 +300,7 @@ def test_the_method_chapter_states_every_verdict_and_threshold_before_the_result
 
 def test_claim3_with_two_models_has_no_rho_and_says_so():
     two = _grid()[_grid()["model"] != "c"]
-    claims = CT.claims_table(two, {"runs": 4, "converged": 4, "left_out": 0})
+    claims = RS.claims_frame(V.judge(two), {"runs": 4, "converged": 4, "left_out": 0})
     assert claims.iloc[3]["ours"].startswith(
         "no ρ (2 models); drop at k = 0 score, per model over NER "
         "(CoNLL-2003), SST-2: a 2.0% [1.0%, 2.9%] at 0.700, b 4.5% ["
@@ -312,22 +313,22 @@ def test_every_branch_of_every_rule_has_its_sentence_and_no_sentence_is_unreacha
     fills without a missing value, and every template is reached by some case."""
     reached = {}
     for value, low, high in [(0.01, -0.01, 0.04), (0.09, 0.06, 0.12), (0.04, 0.01, 0.07), (0.06, 0.03, 0.09)]:
-        reached["claim1", V.claim1_verdict(value, low, high).case] = V.claim1_verdict(value, low, high)
+        reached["claim1", V.claim1_verdict(value, low, high).reason] = V.claim1_verdict(value, low, high)
     reached["claim1", "no_cells"] = V.claim1_verdict(NAN, NAN, NAN)
     for value, low, high in [(NAN, NAN, NAN), (-0.05, -0.08, -0.02), (0.02, -0.01, 0.05), (-0.01, -0.03, 0.01)]:
-        reached["claim2", V.claim2_verdict(value, low, high).case] = V.claim2_verdict(value, low, high)
+        reached["claim2", V.claim2_verdict(value, low, high).reason] = V.claim2_verdict(value, low, high)
     for value, low, high in [(0.12, 0.09, 0.15), (0.046, 0.028, 0.063), (0.08, 0.05, 0.11)]:
-        reached["claim2", V.claim2_verdict(value, low, high).case] = V.claim2_verdict(value, low, high)
+        reached["claim2", V.claim2_verdict(value, low, high).reason] = V.claim2_verdict(value, low, high)
     for drops in [(), ((0.347, 0.239, 0.462),), ((0.10, 0.05, 0.15),), ((0.15, 0.05, 0.25),), ((0.25, 0.15, 0.35),)]:
         verdict = V.claim2_bound_verdict(_bound(*drops))
-        reached["claim2b", verdict.case] = verdict
+        reached["claim2b", verdict.reason] = verdict
     for drops in [[0.01, 0.05], [0.01, 0.02, 0.03, 0.08], [0.08, 0.03, 0.02, 0.01], [0.01, 0.02, 0.05]]:
         better = pooled_drops.claim3(pd.DataFrame({"drop": drops, "score": [0.6, 0.7, 0.8, 0.9][: len(drops)]}))
-        reached["claim3", V.claim3_verdict(better).case] = V.claim3_verdict(better)
+        reached["claim3", V.claim3_verdict(better).reason] = V.claim3_verdict(better)
     for drops in [[0.05, 0.02, 0.01], [0.02, 0.02, 0.02]]:
         better = pooled_drops.claim3(pd.DataFrame({"drop": drops, "score": [0.7, 0.8, 0.9]}))
-        reached["claim3", V.claim3_verdict(better).case] = V.claim3_verdict(better)
-    assert set(reached) == set(CT.REASONS)
+        reached["claim3", V.claim3_verdict(better).reason] = V.claim3_verdict(better)
+    assert set(reached) == set(W.REASONS)
     for (key, _), verdict in reached.items():
-        sentence = CT.reason(key, verdict)
-        assert sentence.endswith(".") and "{" not in sentence and verdict.label in VERDICTS, sentence
+        sentence = W.reason(key, verdict)
+        assert sentence.endswith(".") and "{" not in sentence and W.verdict_words(verdict) in VERDICTS, sentence

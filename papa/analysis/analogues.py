@@ -1,4 +1,4 @@
-"""Data for the paper's figures and tables beside its claims (issue 14), from a basis's seed means (``summary``),
+"""Data for the paper's figures and tables beside its claims, from a basis's seed means (``summary``),
 floors and cells (:mod:`papa.analysis.basis`): tidy frames (a)–(d) that :mod:`papa.book.analogue_figures` draws."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from papa.analysis.basis import rows_of
-from papa.analysis.claims import MAX_DROP_ALL, PAPER_DROP_ALL
+from papa.analysis.claims import MAX_DROP_ALL, PAPER_DROP_ALL, Evidence
 from papa.analysis.pooled_drops import DROP_COLUMNS, claim3, claim3_points, model_drops
 from papa.analysis.results import SHARED_RANKINGS, main_mode
 from papa.core.heads import count_for
@@ -84,18 +84,25 @@ def better_models_lose_more(cells: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
 
 
 def paper_table(
-    summary: pd.DataFrame, floors: pd.DataFrame, cells: pd.DataFrame, ranking: str = "gates"
+    summary: pd.DataFrame,
+    floors: pd.DataFrame,
+    cells: pd.DataFrame,
+    ranking: str = "gates",
+    evidence: Evidence | None = None,
+    drops: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """(d) Per model and task: the scores at k = 0, ½ (``ranking``) and all heads, the cells' drops
     (:func:`papa.analysis.basis.claim_cells`) and ``informative``; per model an ``average`` row over its informative
     tasks (pooled drops with intervals, ``max_drop_all``) and a ``common`` row with claim 3's point; every row with
-    the paper's ``paper_average_drop_all`` and ``paper_max_drop_all``."""
+    the paper's ``paper_average_drop_all`` and ``paper_max_drop_all``. ``evidence`` (:func:`papa.analysis.claims.
+    evidence` of ``cells``) and ``drops`` (:func:`papa.analysis.pooled_drops.model_drops` of ``cells``): read
+    rather than computed again when given."""
     rows = _rows(summary)
     keep = _informative(floors)
     by_cell = dict(zip(zip(cells["model"], cells["task"], cells["at"]), cells["relative_drop"]))
     by_mean = dict(zip(zip(rows["model"], rows["task"], rows["ranking"], rows["k"]), rows["mean"]))
-    points, common = claim3_points(cells)
-    drops = model_drops(cells).set_index("model")[DROP_COLUMNS]
+    points, common = (evidence.points, evidence.common) if evidence is not None else claim3_points(cells)
+    drops = (model_drops(cells) if drops is None else drops).set_index("model")[DROP_COLUMNS]
     out = []
     for model, group in rows.groupby("model", sort=True):
         total = int(group["total_heads"].iloc[0])

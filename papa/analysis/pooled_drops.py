@@ -1,4 +1,4 @@
-"""Pooled numbers with intervals of their own (issue 26): the average relative drop over many cells of
+"""Pooled numbers with intervals of their own: the average relative drop over many cells of
 :func:`papa.analysis.basis.claim_cells` with a bootstrap interval of that average, and claim 3's statistics.
 
 **Pooled interval** (:func:`pooled_drop`): every dev set is resampled on its own stream

@@ -1,4 +1,4 @@
-"""Which replacement matters (issue 33): PAPA's constant against uniform attention, a zero output and the head's
+"""Which replacement matters: PAPA's constant against uniform attention, a zero output and the head's
 mean output, each read on its own :class:`~papa.analysis.basis.Basis` (the main grid's k = 0 runs with that mode's
 runs), so every mode's drop is gated, paired and resampled exactly as PAPA's.
 

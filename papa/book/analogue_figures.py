@@ -1,13 +1,16 @@
-"""The paper's figures (a)–(c), redrawn from our runs (issue 14): the data of :mod:`papa.analysis.analogues` as
-:class:`~papa.analysis.figure_kit.Figure` objects whose captions are written from the same data."""
+"""The paper's figures (a)–(c) redrawn from our runs (the data of :mod:`papa.analysis.analogues` as
+:class:`~papa.analysis.figure_kit.Figure` objects whose captions are written from the same data), and a placeholder
+that says why a figure is empty."""
 
 from __future__ import annotations
 
 import math
+import textwrap
 
 import altair as alt
 import pandas as pd
 
+from papa.analysis import analogues as P
 from papa.analysis import figure_kit as FK
 from papa.analysis.figure_kit import Figure, clean, finish, legend, panel_layout, task_name, words
 from papa.analysis.figures import FLOOR_STYLES, floor_dash, tooltips
@@ -116,3 +119,41 @@ def fig_better_models(points: pd.DataFrame, verdict: dict, verdict_words: str) -
         f"points rising to the right.{stat} {verdict_words}"
     )
     return finish(chart, caption, "fig-better-models")
+
+
+def placeholder_figure(label: str, why: str) -> Figure:
+    """A figure that says in words why there is nothing to draw (its caption says the same)."""
+    lines = textwrap.wrap(why, 72)  # one long line would draw past the text column
+    chart = (
+        alt.Chart(pd.DataFrame({"text": ["\n".join(lines)]}))
+        .mark_text(fontSize=13, lineBreak="\n")
+        .encode(text="text:N")
+        .properties(width=FK.TEXT_WIDTH - 2 * FK.AXIS_PX, height=18 * len(lines) + 10)
+    )
+    return finish(chart, why, label)
+
+
+def analogue_figures(
+    summary: pd.DataFrame,
+    floors: pd.DataFrame,
+    cells: pd.DataFrame,
+    ranking: str,
+    better: tuple[pd.DataFrame, dict, str],
+) -> list[Figure]:
+    """The paper's analogues (a)–(c) of a basis's seed means, floors and every cell (:func:`fig_paper_scores`,
+    :func:`fig_relative_score`, :func:`fig_better_models` of claim 3's ``(points, statistics, verdict caption)``),
+    each a :func:`placeholder_figure` when its data is empty."""
+    points = P.score_vs_dynamic_heads(summary, floors, cells) if len(summary) else pd.DataFrame(columns=["ranking"])
+    relative = P.relative_score_vs_constant_fraction(summary, floors, cells, ranking) if len(summary) else []
+    points_c, statistics, caption = better
+    figures = (
+        ("fig-paper-scores", len(points[points["ranking"] == ranking]), lambda: fig_paper_scores(points, ranking)),
+        ("fig-relative-score", len(relative), lambda: fig_relative_score(relative)),
+        ("fig-better-models", len(points_c), lambda: fig_better_models(points_c, statistics, caption)),
+    )
+    why = {
+        "fig-paper-scores": f"No run of the {ranking} ranking to draw.",
+        "fig-relative-score": "No informative task: no relative score to average.",
+        "fig-better-models": "No informative task with k = 0 and all-heads runs: no point to draw.",
+    }
+    return [draw() if ready else placeholder_figure(label, why[label]) for label, ready, draw in figures]

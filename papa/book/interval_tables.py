@@ -1,4 +1,4 @@
-"""The results and controls chapters' tables with intervals (issue 14), for reading: the main table, the random
+"""The results and controls chapters' tables with intervals, for reading: the main table, the random
 baseline, the claims, the paper's table, the literal setting and the convergence counts."""
 
 from __future__ import annotations

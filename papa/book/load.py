@@ -141,22 +141,6 @@ def book_data_from(
     return BookData(grid, tidy, main, basis.summary, basis.floors, epochs, studies, rankings, records, lr, basis)
 
 
-def still_rising(epochs: pd.DataFrame, curve: str = "score") -> pd.DataFrame:
-    """Runs whose ``curve`` ("score": the dev score; "heldout": the held-out training score) is still rising: the
-    mean of the last 3 epochs exceeds the mean of the 3 epochs before them by more than 0.002."""
-    rows = []
-    for run_id, group in epochs.groupby("run_id"):
-        scores = group.sort_values("epoch")[curve].dropna().to_numpy()  # no such per-epoch score: not checked
-        if len(scores) < 6:
-            continue
-        gain = scores[-3:].mean() - scores[-6:-3].mean()
-        first = group.iloc[0]
-        keys = {"run_id": run_id, "model": first["model"], "task": first["task"], "k": int(first["k"])}
-        keys |= {"seed": int(first["seed"]), "probe_input": first["probe_input"]}
-        rows.append(keys | {"late_gain": float(gain), "rising": bool(gain > 0.002)})
-    return pd.DataFrame(rows)
-
-
 def floors_display(floors: pd.DataFrame) -> T.Table:
     """The floors table for reading: one row per (model and) task, means ± seed std, and the verdict."""
     f = floors
@@ -197,7 +181,7 @@ def floors_display(floors: pd.DataFrame) -> T.Table:
 
 def headline_numbers(data: BookData) -> dict:
     """The counts and names the results chapter's prose cites (the drops and verdicts come from
-    :func:`papa.book.chapter_answers.answer_numbers`, on the one basis of every drop)."""
+    :func:`papa.book.chapters.results.answer_numbers`, on the one basis of every drop)."""
     ranking = data.config.rank.methods[0]
     informative = data.floors[data.floors["informative"]]
     uninformative = data.floors[~data.floors["informative"]]
@@ -238,14 +222,12 @@ def glue_figures(figures: Iterable[Figure]) -> None:
         glue_figure(figure)
 
 
-def layer_table(data: BookData) -> pd.DataFrame:
-    """Per task and ranking: how many of the first half of the heads sit in each layer."""
-    rows = []
-    for key, ranking in sorted(data.rankings.items()):
-        model, task, method = key.split("__")
-        counts = [0] * (1 + max(layer for layer, _ in ranking))
-        for layer, _ in ranking[: int(math.floor(0.5 * len(ranking) + 0.5))]:
-            counts[layer] += 1
-        layers = {f"layer {i}": c for i, c in enumerate(counts)}
-        rows.append({"model": model, "task": task, "ranking": method, **layers})
-    return pd.DataFrame(rows)
+def records_of(data: BookData, run_ids: set[str]) -> dict[str, dict]:
+    """The result records of ``run_ids`` that ``data`` holds, by run id."""
+    return {run_id: data.records[run_id] for run_id in sorted(run_ids) if run_id in data.records}
+
+
+def gate_numbers(gate: dict) -> dict:
+    """The convergence gate's counts by glue key (``n_gated_runs``, ``n_converged`` ...), for both chapters."""
+    counts = {f"n_{key}": gate[key] for key in ("converged", "left_out", "not_converged", "unknown")}
+    return {"n_gated_runs": gate["runs"]} | counts

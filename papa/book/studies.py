@@ -7,26 +7,10 @@ import pandas as pd
 
 from papa.analysis import results as R
 from papa.analysis.basis import Basis, k0_and_all
+from papa.analysis.controls import compare
 from papa.book.load import BookData, study_probe_settings
 from papa.book.table_format import and_list, lr_text, percent, plural
 from papa.core.grid_schema import GridConfig, Study
-
-
-def compare(a: pd.DataFrame, b: pd.DataFrame, label_a: str, label_b: str) -> pd.DataFrame:
-    """Main-metric means of two studies side by side per (task, k), with the seed-spread rule."""
-    rows = []
-    keys = ["model", "task", "ranking", "k", "probe_input"]
-    a_main, b_main = a[a["is_main"]], b[b["is_main"]]
-    for key, group_a in a_main.groupby(keys):
-        group_b = b_main[(b_main[keys] == pd.Series(dict(zip(keys, key)))).all(axis=1)]
-        if group_b.empty:
-            continue
-        va, vb = group_a["value"].astype(float).tolist(), group_b["value"].astype(float).tolist()
-        mean_a, mean_b = sum(va) / len(va), sum(vb) / len(vb)
-        row = {"model": key[0], "task": key[1], "ranking": key[2], "k": int(key[3]), label_a: mean_a, label_b: mean_b}
-        row |= {f"{label_a} seeds": len(va), f"{label_b} seeds": len(vb), "difference": mean_b - mean_a}
-        rows.append(row | {"beyond_seed_range": R.beyond_seed_range(va, vb)})
-    return pd.DataFrame(rows)
 
 
 def faithful_comparison(data: BookData) -> pd.DataFrame | None:

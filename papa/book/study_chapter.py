@@ -1,6 +1,6 @@
 """The chapter of a ``papa study`` (``notebooks/07_study.md``): one model's results beside the book's, each grid on
-its own :class:`~papa.book.chapter_answers.ChapterAnswers` (never pooled); a book model is compared only when its
-protocol matches (:func:`protocol_differences`), the others are named with their differences."""
+its own :class:`~papa.book.chapters.results.ResultsChapter` science (never pooled); a book model is compared only
+when its protocol matches (:func:`protocol_differences`), the others are named with their differences."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pandas as pd
 
 from papa.analysis.figure_kit import Figure, task_name
 from papa.book import table_format as T
-from papa.book.chapter_answers import ChapterAnswers, analogue_figures, build_answers
+from papa.book.chapters.results import ResultsChapter, analogue_figures, answers
 from papa.book.interval_tables import verdicts_display
 from papa.book.load import BookData, load_book_data
 from papa.book.table_format import and_list, plural
@@ -80,13 +80,13 @@ class StudyChapter:
     each book model's protocol differences (empty: compared) and coverage notes."""
 
     data: BookData
-    science: ChapterAnswers
+    science: ResultsChapter
     model: str
     tasks: list[str]
     book_config: str
     analogues: list[Figure] = field(default_factory=list)
     book: BookData | None = None
-    book_science: ChapterAnswers | None = None
+    book_science: ResultsChapter | None = None
     book_missing: str = ""
     differences: dict[str, list[str]] = field(default_factory=dict)
     coverage: dict[str, list[str]] = field(default_factory=dict)
@@ -100,12 +100,12 @@ class StudyChapter:
 def study_chapter(grid_config: str, book_config: str = "configs/default.yaml") -> StudyChapter:
     """A study's chapter data: its own science, and the book's beside it (read from the book's committed runs)."""
     data = load_book_data(grid_config)
-    science = build_answers(data)
+    science = answers(data)
     model, tasks = data.config.models[0], list(data.config.tasks)
-    chapter = StudyChapter(data, science, model, tasks, book_config, analogue_figures(science, data))
+    chapter = StudyChapter(data, science, model, tasks, book_config, analogue_figures(science))
     try:
         chapter.book = load_book_data(book_config)
-        chapter.book_science = build_answers(chapter.book, science.ranking)
+        chapter.book_science = answers(chapter.book, science.ranking)
     except PapaError as err:
         chapter.book_missing = str(err)
         return chapter

@@ -1,7 +1,7 @@
 """The controls chapter (``notebooks/05_controls.md``): every frame, figure and glued number it shows, computed once
-by :func:`build_controls`. The gate's counts are the main basis's; the literal setting's drops are each study's own
-basis beside it; the epoch curves' "still climbing" (:func:`papa.book.load.still_rising`) is not the gate's "still
-rising at the cap"."""
+by :func:`build` into one :class:`ControlsChapter`. The gate's counts are the main basis's; the literal setting's
+drops are each study's own basis beside it; the epoch curves' "still climbing"
+(:func:`papa.analysis.controls.still_rising`) is not the gate's "still rising at the cap"."""
 
 from __future__ import annotations
 
@@ -12,11 +12,12 @@ import pandas as pd
 
 from papa.analysis import bootstrap as S
 from papa.analysis.basis import build_basis, k0_and_all
+from papa.analysis.controls import converged_flag, still_rising
 from papa.analysis.figure_kit import Figure
 from papa.analysis.figures import fig_convergence
 from papa.book import probe_checks as PC
-from papa.book.chapter_answers import converged_flag, gate_numbers, placeholder_figure, records_of
-from papa.book.load import BookData, still_rising
+from papa.book.analogue_figures import placeholder_figure
+from papa.book.load import BookData, gate_numbers, records_of
 from papa.book.studies import faithful_comparison, size_sensitivity
 from papa.core.fields import PAPER_EPOCHS, PAPER_LR
 from papa.core.grid_schema import GridConfig
@@ -37,13 +38,19 @@ class ControlsChapter:
     lr_choices: pd.DataFrame  # probe_checks.lr_choice_frame
     literal: pd.DataFrame  # literal_comparison
     curve: str  # the per-epoch curve the runs recorded: "score" (dev) or "heldout"
-    climbing: pd.DataFrame  # load.still_rising: per run, whether that curve still climbs over its last epochs
+    climbing: pd.DataFrame  # controls.still_rising: per run, whether that curve still climbs over its last epochs
     size: pd.DataFrame  # studies.size_sensitivity
     faithful: pd.DataFrame | None  # studies.faithful_comparison (None: no faithful study in this grid)
+    figure: Figure | None = None  # convergence_figure: the epoch curves at k = 0 and all heads, or why none
     glue: dict = field(default_factory=dict)  # every number and phrase of the prose, by glue key
 
+    @property
+    def climbing_runs(self) -> pd.DataFrame:
+        """The runs whose epoch curve still climbs over its last epochs."""
+        return self.climbing[self.climbing["rising"]] if len(self.climbing) else self.climbing
 
-def build_controls(data: BookData) -> ControlsChapter:
+
+def build(data: BookData) -> ControlsChapter:
     """The controls chapter of a grid's committed runs (:func:`papa.book.load.load_book_data`)."""
     per_task, rising = convergence_summary(data)
     near_floor, lr_choices, literal = PC.near_floor_frame(data), PC.lr_choice_frame(data), literal_comparison(data)
@@ -66,22 +73,18 @@ def build_controls(data: BookData) -> ControlsChapter:
         climbing=climbing,
         size=size_sensitivity(data),
         faithful=faithful_comparison(data),
+        figure=convergence_figure(data.epochs, curve),
         glue=glue,
     )
 
 
-def convergence_figure(chapter: ControlsChapter) -> Figure:
-    """The per-epoch curves at k = 0 and all heads (:func:`papa.analysis.figures.fig_convergence`), or why none."""
-    curves = chapter.data.epochs.dropna(subset=[chapter.curve])
+def convergence_figure(epochs: pd.DataFrame, curve: str) -> Figure:
+    """The per-epoch ``curve`` at k = 0 and all heads (:func:`papa.analysis.figures.fig_convergence`), or why none."""
+    curves = epochs.dropna(subset=[curve])
     if len(curves):
-        return fig_convergence(curves, curve=chapter.curve)
+        return fig_convergence(curves, curve=curve)
     why = "No run of the main grid recorded a score after every epoch: no curve to draw."
     return placeholder_figure("fig-convergence", why)
-
-
-def still_climbing(chapter: ControlsChapter) -> pd.DataFrame:
-    """The runs whose epoch curve still climbs over its last epochs."""
-    return chapter.climbing[chapter.climbing["rising"]] if len(chapter.climbing) else chapter.climbing
 
 
 def literal_studies(grid: GridConfig) -> list[str]:

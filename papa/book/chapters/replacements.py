@@ -1,11 +1,14 @@
-"""The "Which replacement?" chapter's numbers, tables and figure (issue 33, ``notebooks/08_replacements.md``): every
-mode's drops from a basis of its runs with the main grid's k = 0 runs, read by :mod:`papa.analysis.replacements`."""
+"""The "Which replacement?" chapter (``notebooks/08_replacements.md``): :func:`build` computes every frame, the
+figure and every glued value it shows into one :class:`ReplacementsChapter`: every mode's drops from a basis of its
+runs with the main grid's k = 0 runs, read by :mod:`papa.analysis.replacements`; the ``*_display`` functions format
+its tables for reading."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import altair as alt
 import pandas as pd
@@ -42,8 +45,8 @@ def replacement_bases(data: BookData, runs: pd.DataFrame | None = None) -> dict[
 
 
 @dataclass(frozen=True)
-class ReplacementAnswers:
-    """The chapter's numbers, each frame from :mod:`papa.analysis.replacements`."""
+class ReplacementsChapter:
+    """What the chapter shows, each frame from :mod:`papa.analysis.replacements`."""
 
     ranking: str
     cells: pd.DataFrame  # papa.analysis.replacements.replacement_cells
@@ -51,9 +54,20 @@ class ReplacementAnswers:
     by_model: pd.DataFrame  # papa.analysis.replacements.pooled_by_model
     answers: pd.DataFrame  # papa.analysis.replacements.answers at all heads, with each answer's reason
     words: str  # which runs, in words
+    figure: Figure | None = None  # fig_replacements (None: no mode has a pooled drop yet)
+    glue: dict = field(default_factory=dict)  # every number and phrase of the prose, by glue key
 
 
-def replacement_answers(data: BookData) -> ReplacementAnswers:
+def build(data: BookData) -> ReplacementsChapter:
+    """The chapter of a grid's committed runs (:func:`papa.book.load.load_book_data`)."""
+    chapter = replacement_answers(data)
+    figure = fig_replacements(chapter) if len(chapter.by_model.dropna(subset=["value"])) else None
+    glue = replacement_numbers(chapter, data.config)
+    return dataclasses.replace(chapter, figure=figure, glue=glue)
+
+
+def replacement_answers(data: BookData) -> ReplacementsChapter:
+    """The chapter's frames (no figure or glue yet: :func:`build` adds them)."""
     ranking = data.config.rank.methods[0]
     ran = replacement_runs(data)
     bases = replacement_bases(data, ran)
@@ -66,7 +80,7 @@ def replacement_answers(data: BookData) -> ReplacementAnswers:
     runs_words = f"{n_runs} converged probe results of {words(modes)}{left}" if modes else "no run of another mode yet"
     answers = RP.answers(extra, "all")
     answers["reason"] = [answer_reason(row.replacement, row._asdict(), row.answer) for row in answers.itertuples()]
-    return ReplacementAnswers(ranking, cells, extra, RP.pooled_by_model(cells), answers, runs_words)
+    return ReplacementsChapter(ranking, cells, extra, RP.pooled_by_model(cells), answers, runs_words)
 
 
 def answer_reason(replacement: str, pooled: Mapping[str, float], verdict: str) -> str:
@@ -90,7 +104,7 @@ def _points(value: float, low: float, high: float) -> str:
     return f"{points_text(value)} points{span}"
 
 
-def replacement_numbers(science: ReplacementAnswers, grid: GridConfig) -> dict[str, str]:
+def replacement_numbers(science: ReplacementsChapter, grid: GridConfig) -> dict[str, str]:
     """The chapter's glue: per question (``q_<mode>``) the question, its answer, its pooled extra drop in points and
     its reason; which runs, the constants' training examples and the studies' cost."""
     numbers = {"replacement_runs": science.words, "estimate_examples": f"{grid.estimate.max_examples:,}"}
@@ -114,7 +128,7 @@ def study_cost(grid: GridConfig) -> dict[str, str]:
     return cost | {"replacement_study_aim": f"{STUDY_AIMS['replacements']:.0f}"}
 
 
-def mode_drops_display(science: ReplacementAnswers) -> Table:
+def mode_drops_display(science: ReplacementsChapter) -> Table:
     """Per model, task and ``at``: each mode's relative drop with its 95% interval (one column per mode)."""
     cells = science.cells
     if cells.empty:
@@ -135,7 +149,7 @@ def mode_drops_display(science: ReplacementAnswers) -> Table:
     return table(wide.where(wide.notna(), None), kinds, headers={"heads": "constant"}, missing=missing)
 
 
-def by_model_display(science: ReplacementAnswers) -> Table:
+def by_model_display(science: ReplacementsChapter) -> Table:
     """Per model, ``at`` and mode: the mean relative drop over its informative tasks with its pooled interval."""
     by = science.by_model
     drops = [interval_text(*v) for v in zip(by["value"], by["low"], by["high"])]
@@ -145,7 +159,7 @@ def by_model_display(science: ReplacementAnswers) -> Table:
     return table(frame, kinds, headers=headers)
 
 
-def answers_display(science: ReplacementAnswers) -> Table:
+def answers_display(science: ReplacementsChapter) -> Table:
     """The three questions at every head constant: answer, pooled extra drop over PAPA (points) and reason."""
     a = science.answers
     frame = a.assign(number=[_points(*v) for v in zip(a["extra"], a["low"], a["high"])])
@@ -153,19 +167,19 @@ def answers_display(science: ReplacementAnswers) -> Table:
     return table(frame, kinds, headers={"number": "extra drop over PAPA [95% interval]", "n": "pairs"})
 
 
-def glue_replacement_figure(science: ReplacementAnswers) -> None:
-    """Glue :func:`fig_replacements`, or, while no mode has a pooled drop, a sentence saying so in its place."""
+def glue_replacement_figure(chapter: ReplacementsChapter) -> None:
+    """Glue the chapter's figure, or, while no mode has a pooled drop, a sentence saying so in its place."""
     from myst_nb import glue
 
-    if len(science.by_model.dropna(subset=["value"])):
-        glue_figure(fig_replacements(science))
+    if chapter.figure is not None:
+        glue_figure(chapter.figure)
     else:
         why = "No mode has a pooled drop yet: no informative task has converged runs of a mode."
         glue("fig-replacements", why, display=False)
         glue("fig-replacements-caption", "The modes side by side (none yet).", display=False)
 
 
-def fig_replacements(science: ReplacementAnswers) -> Figure:
+def fig_replacements(science: ReplacementsChapter) -> Figure:
     """Per model: each mode's mean relative drop with its pooled 95% interval, one colour per share of heads."""
     frame = science.by_model.dropna(subset=["value"])
     if frame.empty:

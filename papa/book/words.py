@@ -1,0 +1,232 @@
+"""The book's words for what :mod:`papa.analysis` computes: verdict phrases (:data:`VERDICT_WORDS`), each claim's
+title, the paper's words and the rule (:data:`CLAIM_WORDS`), each reason's sentence (:data:`REASONS`, filled with a
+judgement's facts by :func:`reason`), the number each verdict rests on (:func:`claim_number`) and the sensitivity
+table's bases (:data:`BASIS_WORDS`). Numbers are written by :mod:`papa.book.table_format`'s formats; task and metric
+display names come from :mod:`papa.analysis.figure_kit` (its code is part of every run's key, so it stays there)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import pandas as pd
+
+from papa.analysis import claims as V
+from papa.analysis.figure_kit import task_name
+from papa.book.table_format import and_list, fraction_words, interval_end, interval_text, percent, plural
+
+#: Each verdict code of :data:`papa.analysis.claims.VERDICTS` in words.
+VERDICT_WORDS = {
+    V.REPRODUCED: "reproduced",
+    V.SMALLER: "reproduced with a smaller effect",
+    V.LARGER: "reproduced with a larger effect",
+    V.PAPER_WAY: "points the paper's way, not significant",
+    V.AGAINST: "points against the paper, not significant",
+    V.NOT_REPRODUCED: "not reproduced",
+    V.NOT_TESTABLE: "not testable",
+}
+
+
+@dataclass(frozen=True)
+class ClaimWords:
+    """A claim in words: its ``title``, the ``paper``'s own words and ``where`` it states them, and its ``rule``."""
+
+    title: str
+    paper: str
+    where: str
+    rule: str
+
+
+_PAPER = "of arXiv:2211.03495"
+#: Each claim of :data:`papa.analysis.claims.CLAIMS` in words, by claim key. What the paper states in numbers: every
+#: other per-task or per-model result of the paper is drawn (its Figures 2 and 4) for models that did not run here
+#: (BERT, RoBERTa, DeBERTa), so none is quoted.
+CLAIM_WORDS = {
+    "claim1": ClaimWords(
+        "1. Half the heads constant: little or no drop",
+        "“little or no performance drop”; “in almost all cases … no major drop”",
+        f"abstract and Section 4 {_PAPER}",
+        f"Pooled drop at half the heads: reproduced when its interval lies at or below {V.HALF_MAX_DROP:.0%}, not"
+        " reproduced when above, else points the paper's way / against it by the average.",
+    ),
+    "claim2": ClaimWords(
+        "2a. All heads constant: an average drop of about 8%",
+        "“an average relative drop of only 8% from the probing baseline”",
+        f"abstract {_PAPER}",
+        "Pooled drop with every head constant: reproduced when its interval excludes 0 and holds"
+        f" {V.PAPER_DROP_ALL:.0%}; with a smaller / larger effect when it lies below / above {V.PAPER_DROP_ALL:.0%};"
+        " not reproduced when it lies below 0; else not significant.",
+    ),
+    "claim2b": ClaimWords(
+        "2b. All heads constant: at most 20% on any task",
+        "at most ≈ 20% (this book's reading of the curves; the text states no per-task bound)",
+        f"Figure 2 {_PAPER}",
+        "Each task's drop with every head constant: reproduced when every interval lies at or below"
+        f" {V.MAX_DROP_ALL:.0%}, not reproduced when some task's interval lies above it, else not significant (by"
+        f" whether every task's drop is at most {V.MAX_DROP_ALL:.0%}).",
+    ),
+    "claim3": ClaimWords(
+        "3. Better models lose more",
+        "“better-performing models lose more from applying our method than weaker models”",
+        f"abstract and Figure 4 {_PAPER}",
+        "Spearman ρ between the models' k = 0 score and drop over the tasks every model has: reproduced when ρ > 0"
+        f" with exact p < {V.ALPHA}, not reproduced when ρ < 0 likewise, else not significant; fewer than 3 models:"
+        " not testable.",
+    ),
+}
+#: What each claim's paper number is called in the table of the paper's own numbers.
+PAPER_QUANTITIES = {
+    "claim1": "half of the heads constant",
+    "claim2": "every head constant, average",
+    "claim2b": "every head constant, one task",
+    "claim3": "better models lose more",
+}
+#: The sensitivity table's bases (:data:`papa.analysis.claims.BASES`) in words.
+BASIS_WORDS = {
+    "informative": "informative tasks (the verdicts' basis)",
+    "every": "every task",
+    "sentence": "sentence-level tasks (CoLA, SST-2, MRPC, MNLI), informative",
+    "token": "token-level tasks (NER, POS), informative",
+}
+#: The paper's number beside each basis of the sensitivity table.
+PAPER_BY_BASIS = {
+    "all": "little or no drop at half, 8% average with every head (abstract); over its own models and tasks",
+    "families": "none: the paper states no average per task family",
+}
+#: One sentence per claim and rule branch (:attr:`papa.analysis.claims.Judgement.reason`).
+REASONS: dict[tuple[str, str], str] = {
+    ("claim1", "no_cells"): "No informative task has a paired interval with half of the heads constant.",
+    ("claim1", "interval_at_or_below"): "The whole interval of the average drop lies at or below {limit}"
+    " (upper end {high}).",
+    ("claim1", "interval_above"): "The whole interval of the average drop lies above {limit} (lower end {low}).",
+    ("claim1", "mean_at_or_below"): "The average drop {value} is at most {limit}, but its interval reaches {high}.",
+    ("claim1", "mean_above"): "The average drop {value} is above {limit}, but its interval reaches down to {low}.",
+    ("claim2", "no_cells"): "No informative task has a paired interval with every head constant.",
+    ("claim2", "real_gain"): "The whole interval lies below 0 (upper end {high}): every head constant is a real"
+    " gain, not a drop.",
+    ("claim2", "drop_not_real"): "The average drop {value} is positive, but its interval reaches down to {low}.",
+    ("claim2", "no_drop"): "The average {value} is no drop, and its interval [{low}, {high}] holds 0.",
+    ("claim2", "above_paper"): "A real drop, larger than the paper's {paper}: the whole interval lies above it"
+    " (lower end {low}).",
+    ("claim2", "below_paper"): "A real drop, smaller than the paper's {paper}: the whole interval lies below it"
+    " (upper end {high}).",
+    ("claim2", "holds_paper"): "A real drop whose interval [{low}, {high}] holds the paper's {paper}.",
+    ("claim2b", "no_cells"): "No informative task has a paired interval with every head constant.",
+    ("claim2b", "task_above"): "{pair} alone is shown to lose more than {limit} (lower end {low}).",
+    ("claim2b", "every_task_below"): "Every task's interval lies at or below {limit} (the highest upper end: {high}).",
+    ("claim2b", "largest_at_or_below"): "Every task's drop is at most {limit}, but the interval of {pair} reaches"
+    " above it.",
+    ("claim2b", "largest_above"): "{pair} loses {value}, above {limit}, but its interval reaches down to {low}.",
+    ("claim3", "too_few_models"): "{n} {models} to compare: a correlation needs at least 3 (two points always give"
+    " ρ = ±1).",
+    ("claim3", "no_variation"): "The {n} models' drops or scores do not vary, so they show no association at all.",
+    ("claim3", "significant"): "Spearman ρ = {rho} over {n} models, one-sided exact p = {p} < {alpha}.",
+    ("claim3", "significant_reverse"): "Spearman ρ = {rho} over {n} models: better models lose less, one-sided"
+    " exact p = {p} < {alpha}.",
+    ("claim3", "paper_way"): "Spearman ρ = {rho} over {n} models, but one-sided exact p = {p}{floor}.",
+    ("claim3", "against"): "Spearman ρ = {rho} over {n} models (no association the paper's way), p = {p}{floor}.",
+}
+#: Claim 3's p with 3 models cannot fall below 1/6.
+P_FLOOR = " (with 3 models the smallest possible p is 1/6)"
+#: How :func:`reason` writes each fact (any other fact is a rate, in percent).
+_FORMATS = {"rho": "{:+.2f}", "p": "{:.3f}", "limit": "{:.0%}", "paper": "{:.0%}"}
+_FORMATS |= dict.fromkeys(["model", "task", "n", "alpha"], "{}")
+
+
+def pair_words(model: str, task: str) -> str:
+    """``"<model> on <task display name>"``."""
+    return f"{model} on {task_name(task)}"
+
+
+def reason(key: str, judgement: V.Judgement) -> str:
+    """The one sentence that says why claim ``key`` got ``judgement``'s verdict."""
+    facts = dict(judgement.facts)
+    words = {name: _FORMATS[name].format(v) if name in _FORMATS else percent(v) for name, v in facts.items()}
+    if "model" in facts:
+        words["pair"] = pair_words(str(facts["model"]), str(facts["task"]))
+    if "n" in facts:
+        words |= {"models": plural(int(facts["n"]), "model"), "floor": P_FLOOR if facts["n"] == 3 else ""}
+    return REASONS[key, judgement.reason].format(**words)
+
+
+def verdict_words(judgement: V.Judgement) -> str:
+    """The verdict of ``judgement`` in words (:data:`VERDICT_WORDS`)."""
+    return VERDICT_WORDS[judgement.verdict]
+
+
+def verdict_sentence(key: str, judgement: V.Judgement) -> str:
+    """``"Verdict: <verdict>. <reason>"`` for a caption."""
+    return f"Verdict: {verdict_words(judgement)}. {reason(key, judgement)}"
+
+
+def largest_cell(bound: pd.DataFrame) -> pd.Series | None:
+    """The cell of ``bound`` (claim 2b's all-heads cells) with the largest relative drop, or None."""
+    usable = bound.dropna(subset=["relative_drop"])
+    return None if usable.empty else usable.loc[usable["relative_drop"].idxmax()]
+
+
+def claim_number(key: str, evidence: V.Evidence) -> str:
+    """The number claim ``key``'s verdict rests on, as text: a pooled drop with its interval, the largest single
+    drop with its pair, or ρ with its p."""
+    if key in ("claim1", "claim2"):
+        pooled = evidence.half if key == "claim1" else evidence.all
+        return interval_text(pooled["value"], pooled["low"], pooled["high"])
+    if key == "claim2b":
+        row = largest_cell(evidence.bound)
+        if row is None:
+            return "–"
+        drop = interval_text(row["relative_drop"], row["relative_low"], row["relative_high"])
+        return f"{drop} ({row['model']}, {task_name(row['task'])})"
+    better = evidence.better
+    n, rho = int(better.get("n", 0)), better.get("spearman", math.nan)
+    if rho is None or math.isnan(rho):
+        return f"no ρ ({n} {plural(n, 'model')})"
+    return f"ρ = {rho:+.2f}, p = {better['p_value']:.3f} (n = {n})"
+
+
+def interval_words(low: float, high: float) -> str:
+    """``[low, high]`` in percent, each end as the tables write it (:func:`interval_end`: near 0, its side)."""
+    if math.isnan(low) or math.isnan(high):
+        return "(no interval)"
+    return f"[{interval_end(percent, low)}, {interval_end(percent, high)}]"
+
+
+def random_summary(random: pd.DataFrame, ranking: str) -> str:
+    """One sentence on how many of ``ranking``'s comparisons with the seeded random orderings
+    (:func:`papa.analysis.drop_tables.random_baseline`) beat random or are worse, where and at which fractions."""
+    rows = random[random["ranking"] == ranking] if len(random) else random
+    if not len(rows):
+        return f"no seeded random ordering ran beside the {ranking} ranking, so whether it beats random is not measured"
+
+    def which(verdict: str) -> tuple[int, str]:
+        hits = rows[rows["verdict"] == verdict]
+        named = (
+            f"{m} {task_name(t)} at {fraction_words(f)}"
+            for m, t, f in zip(hits["model"], hits["task"], hits["fraction"])
+        )
+        return len(hits), f" ({and_list(named)})" if len(hits) else ""
+
+    (beats, won), (worse, lost) = which("beats random"), which("worse than random")
+    fractions = and_list(fraction_words(f) for f in sorted(set(rows["fraction"])))
+    where = f"the comparisons are on {and_list(sorted(set(rows['model'])))}, with {fractions} of the heads constant"
+    comparisons = f"{len(rows)} {plural(len(rows), 'comparison')}"
+    said = f"the {ranking} ranking beats the seeded random orderings in {beats} of its {comparisons}{won}"
+    rest = ", and the others show no real difference" if len(rows) - beats - worse else ""
+    return f"{said} and is worse in {worse or 'none'}{lost}; {where}{rest}"
+
+
+def paper_numbers_frame() -> pd.DataFrame:
+    """The numbers the paper states, one row per claim, with where it states them."""
+    rows = [[PAPER_QUANTITIES[c.key], CLAIM_WORDS[c.key].paper, CLAIM_WORDS[c.key].where] for c in V.CLAIMS]
+    return pd.DataFrame(rows, columns=["quantity", "the paper", "where the paper states it"])
+
+
+def basis_paper(families: object) -> str:
+    """The paper's number beside a sensitivity basis (:data:`PAPER_BY_BASIS`)."""
+    return PAPER_BY_BASIS["families" if families else "all"]
+
+
+def gate_words(gate: Mapping) -> str:
+    """The convergence gate's counts as the claims table's rule column ends."""
+    return f" {gate['converged']} of {gate['runs']} probe results converged; the gate left out {gate['left_out']}."
