@@ -16,7 +16,7 @@ from papa.analysis.basis import build_basis, claim_cells, retained_gains
 from papa.analysis.results import load_results
 from papa.book.chapters.results import answers as build_answers
 from papa.book.chapters.results import drops_by_model as model_drops_display_frame
-from papa.book.table_format import interval_text
+from papa.book.words import interval_text
 from papa.core.io import atomic_write_json
 from tests.hand_cells import book_data
 

@@ -24,7 +24,7 @@ from papa.book.analogue_figures import fig_better_models, fig_paper_scores, fig_
 from papa.book.chapters import results as RS
 from papa.book.chapters.controls import convergence_summary, literal_comparison
 from papa.book.studies import drop_checks, drop_checks_summary
-from papa.book.table_format import interval_text
+from papa.book.words import interval_text
 from papa.core.io import atomic_write_json
 from tests.hand_cells import book_data
 
@@ -283,7 +283,7 @@ def test_random_baseline_is_a_paired_bootstrap_against_pooled_random(grid):
     gates = [_stats(folder, f"mb__sst2__k4__s{s}") for s in (42, 43, 44)]
     expected = S.paired_bootstrap(random_runs, gates, "accuracy", resamples=RESAMPLES)
     assert (row["difference"], row["low"], row["high"]) == (expected["difference"], expected["low"], expected["high"])
-    assert row["verdict"] == "beats random" and row["n_random"] == 2 and row["n_runs"] == 3
+    assert row["verdict"] == "beats" and row["n_random"] == 2 and row["n_runs"] == 3
     shown = table_cells(IT.random_display(result.random))
     assert shown.columns[0] == "model" and set(shown["verdict"]) == {"beats random"}
 
@@ -532,10 +532,10 @@ def test_random_summary_counts_the_rankings_comparisons():
     """The front page's sentence on the random baseline, on hand-made rows: only the named ranking counts."""
     rows = pd.DataFrame(
         [
-            ("m", "sst2", 0.5, "gates", "beats random"),
-            ("m", "sst2", 0.875, "gates", "no real difference"),
-            ("n", "cola", 0.5, "gates", "worse than random"),
-            ("m", "sst2", 0.5, "deviation", "beats random"),
+            ("m", "sst2", 0.5, "gates", "beats"),
+            ("m", "sst2", 0.875, "gates", "no_difference"),
+            ("n", "cola", 0.5, "gates", "worse"),
+            ("m", "sst2", 0.5, "deviation", "beats"),
         ],
         columns=["model", "task", "fraction", "ranking", "verdict"],
     )

@@ -29,7 +29,7 @@ from papa.book.run_index import (
     write_pages,
 )
 from papa.book.setup_page import constant_share_words, lr_words, setup_page
-from papa.book.table_format import and_list, count, duration, fraction_words
+from papa.book.words import and_list, count, duration, fraction_words
 from papa.cli import build_parser
 from papa.core.fields import CHAPTERS
 from papa.core.io import atomic_write_json

@@ -8,16 +8,28 @@ import pandas as pd
 import pytest
 from test_results import result
 
+from papa.analysis import probe_checks as AC
 from papa.book.load import BookData, book_data_from
-from papa.book.probe_checks import (
-    lr_choice_display,
-    lr_choice_frame,
-    lr_choice_numbers,
-    lr_text,
-    prediction_share_display,
-    prediction_share_frame,
-)
+from papa.book.probe_checks import lr_choice_display, lr_choice_numbers, prediction_share_display
+from papa.book.studies import size_sensitivity
+from papa.book.words import lr_text
 from papa.pipeline.plan import grid_model
+
+
+def lr_choice_frame(data: BookData) -> pd.DataFrame:
+    """The lr-choice frame of ``data``, as the controls chapter builds it."""
+    return AC.lr_choice_frame(data.lr_choices)
+
+
+def prediction_share_frame(data: BookData) -> pd.DataFrame:
+    """The prediction-share frame of ``data``, as the controls chapter builds it."""
+    return AC.prediction_share_frame(data.main, data.records)
+
+
+def near_floor_frame(data: BookData) -> pd.DataFrame:
+    """The near-floor frame of ``data``, as the controls chapter builds it."""
+    checks = AC.Checks(lr_choice_frame(data), prediction_share_frame(data), size_sensitivity(data))
+    return AC.near_floor_frame(data.floors, data.main, data.records, checks)
 
 
 def _choice(model: str, task: str, chosen: float, runs: list[tuple[float, float, int, int, bool]]) -> dict:
@@ -260,7 +272,7 @@ def test_size_studies_are_those_that_change_only_the_training_size():
 def test_near_floor_pairs_sit_beside_their_checks() -> None:
     """Hand-made: m is near its CoLA floor, big clears it; m trained on 8,000 examples in study `more` (its k = 0
     CoLA mean 0.15) and on 2,000 in the main grid; m clears its SST-2 floor and is left out."""
-    from papa.book.probe_checks import near_floor_display, near_floor_frame, near_floor_numbers
+    from papa.book.probe_checks import near_floor_display, near_floor_numbers
 
     config = {
         "models": ["m", "big"],

@@ -10,7 +10,8 @@ import pandas as pd
 import pytest
 
 from papa.analysis import replacements as RP
-from papa.book.chapters.replacements import answer_reason
+from papa.book.chapters.replacements import answer_reason, answer_words
+from papa.book.words import REPLACEMENT_QUESTIONS
 from tests.hand_cells import cell
 
 
@@ -71,22 +72,25 @@ def test_answers_average_informative_pairs_and_follow_the_rule():
     )  # cola (papa 0.5, zero 0.0) is not informative
     uniform = table.loc["uniform"]  # resampled means 0.045, 0.005, −0.035: the interval holds 0
     assert uniform["extra"] == pytest.approx(0.005) and uniform["low"] < 0 < uniform["high"]
-    assert table.loc["mean", "answer"] == "yes" and table.loc["zero", "answer"] == "yes"
-    assert table.loc["uniform", "answer"] == "no difference shown"
-    assert answer_reason("uniform", table.loc["uniform"], "no difference shown") == (
+    assert table.loc["mean", "answer"] == "more" and table.loc["zero", "answer"] == "more"
+    assert table.loc["uniform", "answer"] == "no_difference"
+    assert answer_reason("uniform", table.loc["uniform"], "no_difference") == (
         "The extra drop's interval [-3.3, +4.3] points over 2 model/task "
         "pairs holds 0: uniform may do as well as PAPA's constant."
     )
-    assert list(table["question"]) == list(RP.QUESTIONS.values())
+    words = answer_words(RP.answers(extra, "all")).set_index("replacement")
+    assert list(words["question"]) == [REPLACEMENT_QUESTIONS[mode] for mode in RP.ALTERNATIVES]
+    assert (words.loc["zero", "answer"], words.loc["uniform", "answer"]) == ("yes", "no difference shown")
+    assert words.loc["uniform", "reason"] == answer_reason("uniform", table.loc["uniform"], "no_difference")
 
 
 @pytest.mark.parametrize(
     ("pooled", "expected"),
     [
-        ({"n": 3, "low": 0.001, "high": 0.2}, "yes"),
-        ({"n": 3, "low": -0.2, "high": -0.001}, "the reverse"),
-        ({"n": 3, "low": 0.0, "high": 0.2}, "no difference shown"),  # an interval touching 0 holds it
-        ({"n": 0, "low": math.nan, "high": math.nan}, "not testable"),
+        ({"n": 3, "low": 0.001, "high": 0.2}, "more"),
+        ({"n": 3, "low": -0.2, "high": -0.001}, "less"),
+        ({"n": 3, "low": 0.0, "high": 0.2}, "no_difference"),  # an interval touching 0 holds it
+        ({"n": 0, "low": math.nan, "high": math.nan}, "not_testable"),
     ],
 )
 def test_the_answer_rule(pooled, expected):

@@ -14,10 +14,11 @@ from test_results import grid, result, write
 
 from papa.analysis.basis import build_basis, retained_gains
 from papa.analysis.results import floors_table, load_results, read_results, summarise
-from papa.book import table_format as TF
+from papa.book import words as W
 from papa.book.load import floors_display
-from papa.book.table_format import DASH, NBSP, auto_table, enable_table_display, score_spread, table
+from papa.book.table_format import auto_table, enable_table_display, table
 from papa.book.tables import retained_gains_display, scores_display
+from papa.book.words import DASH, NBSP, score_spread
 
 BAD = re.compile(r"\bNaN\b|\bnan\b|\bNone\b|rows × |\d+ rows")
 
@@ -30,8 +31,8 @@ def test_cell_formats():
     assert score_spread(0.81234, 0.02) == f"0.812{NBSP}±{NBSP}0.020"  # one unbreakable cell
     assert score_spread(0.0, 0.0) == f"0.000{NBSP}±{NBSP}0.000"
     assert score_spread(0.8, math.nan) == "0.800" and score_spread(math.nan, 0.1) is None
-    assert TF.with_interval(TF.score, 0.81, 0.8, 0.84) == f"0.810{NBSP}[0.800,{NBSP}0.840]"
-    assert TF.with_interval(TF.score, 0.81, None, 0.84) == "0.810"
+    assert W.with_interval(W.score, 0.81, 0.8, 0.84) == f"0.810{NBSP}[0.800,{NBSP}0.840]"
+    assert W.with_interval(W.score, 0.81, None, 0.84) == "0.810"
 
 
 def test_missing_cells_are_dashes_with_a_footnote_and_nothing_is_truncated():
@@ -283,7 +284,7 @@ def test_verdicts_and_paper_table_display():
 
 
 def test_constant_heads_are_named_by_the_papers_fraction():
-    from papa.book.table_format import heads_words
+    from papa.book.words import heads_words
 
     assert [heads_words(k, 36) for k in (0, 18, 32, 34, 36)] == [
         "0 of 36 (none)",
@@ -296,7 +297,7 @@ def test_constant_heads_are_named_by_the_papers_fraction():
 
 
 def test_no_number_shows_a_negative_zero():
-    from papa.book.table_format import percent, score, signed, with_interval
+    from papa.book.words import percent, score, signed, with_interval
 
     assert (score(-0.0001), percent(-0.00001), signed(-0.0004), signed(0.0004), signed(-0.002)) == (
         "0.000",
@@ -314,7 +315,7 @@ def test_no_number_shows_a_negative_zero():
 def test_an_interval_end_near_zero_shows_which_side_of_zero_it_lies():
     """A verdict reads whether an interval excludes 0: "[0.000, +0.036] beats random" beside "[0.000, +0.003] no
     real difference" hid it, so an end that is not 0 gets up to three more digits; a value keeps its digits."""
-    from papa.book.table_format import interval_text, percent, signed, with_interval
+    from papa.book.words import interval_text, percent, signed, with_interval
 
     assert with_interval(signed, 0.018, 0.0004, 0.036) == f"+0.018{NBSP}[+0.0004,{NBSP}+0.036]"
     assert with_interval(signed, 0.001, -0.00002, 0.003) == f"+0.001{NBSP}[-0.00002,{NBSP}+0.003]"
@@ -328,7 +329,7 @@ def test_every_drop_interval_in_running_text_is_written_alike():
     near-zero end shows its side (not "0.0%"), and a drop in percent has percent ends ("[4.5%, 20.1%]", not
     "[4.5, 20.1]"); differences in points keep their signed points."""
     from papa.book.chapters.replacements import _points
-    from papa.book.table_format import interval_text
+    from papa.book.words import interval_text
     from papa.book.words import interval_words as claim_interval
 
     assert claim_interval(0.0003, 0.021) == "[0.03%, 2.1%]"

@@ -15,7 +15,7 @@ from papa.analysis import bootstrap, pooled_drops
 from papa.analysis import claims as V
 from papa.book import words as W
 from papa.book.chapters import results as RS
-from papa.book.table_format import interval_text, percent
+from papa.book.words import interval_text, percent
 from tests.hand_cells import cell, cells, spread
 
 NAN = math.nan

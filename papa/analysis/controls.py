@@ -1,6 +1,7 @@
 """Statistics of the controls beside the main results: the convergence flag of a run and the counts per main-table
 row (:func:`converged_counts`), epoch curves still climbing (:func:`still_rising`), where each ranking's first heads
-sit (:func:`layer_table`) and two studies' seed means side by side (:func:`compare`)."""
+sit (:func:`layer_table`), two studies' seed means side by side (:func:`compare`), and the main grid's drop beside
+the studies that train the probe otherwise (:func:`setting_change`, :func:`drop_check`)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from collections.abc import Mapping
 
 import pandas as pd
 
+from papa.analysis.basis import Basis, k0_and_all
 from papa.analysis.results import beyond_seed_range
 
 
@@ -75,3 +77,48 @@ def compare(a: pd.DataFrame, b: pd.DataFrame, label_a: str, label_b: str) -> pd.
         row |= {f"{label_a} seeds": len(va), f"{label_b} seeds": len(vb), "difference": mean_b - mean_a}
         rows.append(row | {"beyond_seed_range": beyond_seed_range(va, vb)})
     return pd.DataFrame(rows)
+
+
+def _span(values) -> str:
+    """``[2, 6, 2]`` → ``"2–6"`` (one value: itself)."""
+    low, high = int(min(values)), int(max(values))
+    return f"{low}" if low == high else f"{low}\u2013{high}"
+
+
+#: The columns of :func:`drop_check`'s row (``setting`` and ``change`` first).
+DROP_CHECK_COLUMNS = "setting change lr seeds k0_scores all_scores k0 all drop apart epoch_reported epochs_trained cap"
+
+
+def drop_check(basis: Basis, records: Mapping[str, dict], model: str, task: str) -> list | None:
+    """One setting's row of the largest drop's checks (:data:`DROP_CHECK_COLUMNS` after ``setting`` and ``change``):
+    on ``basis`` (:func:`papa.analysis.basis.k0_and_all`), the lr, the paired seeds' scores and means, the drop,
+    ``apart`` (every all-heads score below every k = 0 score), the ranges of epochs reported and trained (``"2–6"``)
+    and the epoch cap; None when the pair did not run on both sides."""
+    side = k0_and_all(basis, model, task)
+    if side is None:
+        return None
+    runs = side["runs"]
+    convergence = [(records.get(run_id) or {}).get("convergence") or {} for run_id in runs["run_id"]]
+    trained = [c.get("epochs_trained", epochs) for c, epochs in zip(convergence, runs["epochs"])]
+    lrs = runs["lr"].dropna().unique()
+    lr = float(lrs[0]) if len(lrs) == 1 else float("nan")
+    row = [lr, len(side["seeds"]), side["k0_scores"], side["all_scores"], side["paired_k0"], side["paired_all"]]
+    row += [side["drop"], max(side["all_scores"]) < min(side["k0_scores"])]
+    return row + [_span(runs["selected_epoch"].astype(int)), _span(trained), int(runs["epochs"].max())]
+
+
+def setting_change(official: Basis, study: Basis, model: str, task: str) -> dict | None:
+    """One model × task under the main grid's basis (``official``) and a study's: the k = 0 and all-heads scores and
+    relative drops, the training examples, whether each score's change exceeds both seed ranges
+    (:func:`papa.analysis.results.beyond_seed_range`) and the study's mean epoch reported; None without both."""
+    main, ours = k0_and_all(official, model, task), k0_and_all(study, model, task)
+    if main is None or ours is None:
+        return None
+    b = study.runs
+    examples = int(b.loc[(b["model"] == model) & (b["task"] == task) & b["is_main"], "train_examples"].max())
+    row = {"train examples official": int(main["runs"]["train_examples"].max()), "train examples study": examples}
+    for side, name in ((main, "official"), (ours, "study")):
+        row |= {f"k=0 {name}": side["k0"], f"k=all {name}": side["all"], f"drop {name}": side["drop"]}
+    for k, scores in (("0", "k0_scores"), ("all", "all_scores")):
+        row[f"k={k} change beyond seed range"] = beyond_seed_range(main[scores], ours[scores])
+    return row | {"mean epoch reported": float(ours["runs"]["selected_epoch"].astype(float).mean())}

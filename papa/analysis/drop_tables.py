@@ -17,6 +17,9 @@ from papa.core.heads import count_for
 MAIN_FRACTIONS = (Fraction(0), Fraction(1, 2), Fraction(7, 8), Fraction(15, 16), Fraction(1))
 #: The fractions at which the random orderings run.
 RANDOM_FRACTIONS = (Fraction(1, 2), Fraction(7, 8))
+#: A ranking against the seeded random orderings: its paired interval lies above 0, below 0, or holds 0 (codes;
+#: :data:`papa.book.words.RANDOM_VERDICTS` writes them).
+RANDOM_VERDICTS = ("beats", "worse", "no_difference")
 MAIN_COLUMNS = (
     "model task ranking k fraction total_heads metric score std seed_min seed_max n_seeds difference low high"
     " relative_drop relative_low relative_high real n_examples"
@@ -25,8 +28,18 @@ MAIN_COLUMNS = (
 _PAIRED = ["difference", "low", "high", "relative_drop", "relative_low", "relative_high", "n_examples"]
 
 
-def _k_of(fraction: Fraction, total: int) -> int:
+def k_of(fraction: Fraction, total: int) -> int:
+    """The count of ``total`` heads that ``fraction`` of them makes constant (the paper's rounding inside (0, 1))."""
     return count_for(fraction, total) if 0 < fraction < 1 else int(fraction * total)
+
+
+def nominal_fraction(k: int, total: int) -> tuple[Fraction, bool]:
+    """The share of the heads that ``k`` of ``total`` stands for, and whether it is exact: the paper's fraction
+    (½, ⅞, 15/16) whose rounded count is ``k`` (``(7/8, False)`` for 32 of 36), else ``k / total`` exactly."""
+    k, total = int(k), int(total)
+    paper = (f for f in MAIN_FRACTIONS if 0 < f < 1 and k_of(f, total) == k)
+    nominal = next(paper, None) if 0 < k < total else None
+    return (nominal, nominal == Fraction(k, total)) if nominal is not None else (Fraction(k, total), True)
 
 
 def main_table(summary: pd.DataFrame, cells: pd.DataFrame, ranking: str = "gates") -> pd.DataFrame:
@@ -38,7 +51,7 @@ def main_table(summary: pd.DataFrame, cells: pd.DataFrame, ranking: str = "gates
     out = []
     for (model, task), group in rows.groupby(["model", "task"], sort=True):
         total = int(group["total_heads"].iloc[0])
-        ks = dict.fromkeys(_k_of(f, total) for f in MAIN_FRACTIONS)  # in order, once (15/16 of 8 heads is all 8)
+        ks = dict.fromkeys(k_of(f, total) for f in MAIN_FRACTIONS)  # in order, once (15/16 of 8 heads is all 8)
         for k in ks:
             name = ranking_method(ranking, k, total)
             match = group[(group["k"] == k) & (group["ranking"] == name)]
@@ -69,7 +82,7 @@ def random_baseline(records: Mapping[str, dict], resamples: int = RESAMPLES) -> 
         groups.setdefault(key, {}).setdefault(ranking_family(c), []).append(result)
     out = []
     for (model, task, mode, k, total), by_family in sorted(groups.items(), key=lambda item: tuple(map(str, item[0]))):
-        if "random" not in by_family or not any(k == _k_of(f, total) for f in RANDOM_FRACTIONS):
+        if "random" not in by_family or not any(k == k_of(f, total) for f in RANDOM_FRACTIONS):
             continue
         order = lambda r: (r["config"].get("ranking") or "", r["config"]["seed"])
         random_stats = [run_statistics(r) for r in sorted(by_family["random"], key=order)]
@@ -80,7 +93,7 @@ def random_baseline(records: Mapping[str, dict], resamples: int = RESAMPLES) -> 
             token = bool(runs[0]["dev"].get("lengths"))
             st = paired_bootstrap(random_stats, [run_statistics(r) for r in runs], runs[0]["metric"], token, resamples)
             low, high = st["low"], st["high"]
-            verdict = "beats random" if low > 0 else "worse than random" if high < 0 else "no real difference"
+            verdict = "beats" if low > 0 else "worse" if high < 0 else "no_difference"
             keys = [model, task, mode, k, total, k / total, family, st["score"], st["base_score"], st["n_runs"]]
             out.append([*keys, st["n_base"], st["difference"], low, high, verdict])
     columns = "model task mode k total_heads fraction ranking score random_score n_runs n_random difference low high"

@@ -4,7 +4,8 @@ runs), so every mode's drop is gated, paired and resampled exactly as PAPA's.
 
 Every dev set is resampled on one stream, so a mode's *extra drop* over PAPA, ``drop(mode) − drop(papa)``, has the
 percentile interval of its R resampled differences, and a pooled extra drop that of the R resampled means. Each
-question (:data:`QUESTIONS`) is answered by its pooled extra drop's interval (:func:`answer`).
+alternative (:data:`ALTERNATIVES`) is answered by its pooled extra drop's interval (:func:`answer`: one of
+:data:`ANSWERS`, a code that :data:`papa.book.words.REPLACEMENT_ANSWERS` writes in words).
 """
 
 from __future__ import annotations
@@ -18,12 +19,11 @@ import pandas as pd
 from papa.analysis.basis import Basis, claim_cells
 from papa.analysis.pooled_drops import pooled_drop
 
-#: The alternatives to PAPA's constant, each with the question it answers (in the chapter's order).
-QUESTIONS: dict[str, str] = {
-    "uniform": "Does the task-average pattern beat uniform attention?",
-    "mean": "Does input-dependent V matter once attention is constant?",
-    "zero": "Is a constant better than removing the head?",
-}
+#: The alternatives to PAPA's constant, each asking one question (in the chapter's order).
+ALTERNATIVES = ("uniform", "mean", "zero")
+#: Every answer: the alternative loses more than PAPA's constant (its interval above 0), less (below 0), no difference
+#: shown (the interval holds 0), or not testable (no informative pair).
+ANSWERS = ("more", "less", "no_difference", "not_testable")
 #: The modes, in the chapter's order: PAPA's constant (the task-average attention matrix, V input-dependent),
 #: uniform attention over the real tokens, the head's mean output per position, and a zero output.
 MODES = ("papa", "uniform", "mean", "zero")
@@ -67,25 +67,26 @@ def _sorted(frame: pd.DataFrame, by: list[str]) -> pd.DataFrame:
 
 
 def answer(pooled: Mapping[str, float]) -> str:
-    """The answer from a pooled extra drop: "yes" (its interval lies above 0: the alternative loses more than PAPA's
-    constant), "the reverse" (below 0), "no difference shown" (it holds 0) or "not testable" (no informative pair)."""
+    """The answer (:data:`ANSWERS`) from a pooled extra drop: "more" (its interval lies above 0: the alternative
+    loses more than PAPA's constant), "less" (below 0), "no_difference" (it holds 0) or "not_testable" (no
+    informative pair)."""
     if not pooled.get("n"):
-        return "not testable"
+        return "not_testable"
     if pooled["low"] > 0:
-        return "yes"
+        return "more"
     if pooled["high"] < 0:
-        return "the reverse"
-    return "no difference shown"
+        return "less"
+    return "no_difference"
 
 
 def answers(extra: pd.DataFrame, at: str = "all") -> pd.DataFrame:
-    """One row per question (:data:`QUESTIONS`) at ``at``: the mean extra drop over every model's informative tasks
-    with its interval, the pairs it averages and the :func:`answer`."""
+    """One row per alternative (:data:`ALTERNATIVES`) at ``at``: the mean extra drop over every model's informative
+    tasks with its interval, the pairs it averages and the :func:`answer`."""
     rows = []
-    for mode, question in QUESTIONS.items():
+    for mode in ALTERNATIVES:
         mine = extra[(extra["replacement"] == mode) & (extra["at"] == at) & extra["informative"]]
         p = pooled_drop(mine.assign(relative_drop=mine["extra"]))
-        row = {"question": question, "replacement": mode, "at": at, "extra": p["value"], "low": p["low"]}
+        row = {"replacement": mode, "at": at, "extra": p["value"], "low": p["low"]}
         rows.append(row | {"high": p["high"], "n": p["n"], "models": ", ".join(p["models"]), "answer": answer(p)})
     return pd.DataFrame(rows)
 

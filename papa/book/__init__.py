@@ -1,4 +1,5 @@
-"""The Jupyter Book: the chapters' data (:mod:`papa.book.load`), their statistics read from the one basis
-(:mod:`papa.book.chapter_answers`, :mod:`papa.book.studies`, :mod:`papa.book.probe_checks`), their tables
-(:mod:`papa.book.tables`, :mod:`papa.book.interval_tables`, :mod:`papa.book.table_format`), the generated pages
-(:mod:`papa.book.pages`) and the build (:mod:`papa.book.build`). Import each name from the module that defines it."""
+"""The Jupyter Book: the chapters' data (:mod:`papa.book.load`), one module per chapter that computes every frame
+it shows (:mod:`papa.book.chapters`), the studies' and probes' checks (:mod:`papa.book.studies`,
+:mod:`papa.book.probe_checks`), the words (:mod:`papa.book.words`), their tables (:mod:`papa.book.tables`,
+:mod:`papa.book.interval_tables`, :mod:`papa.book.table_format`), the generated pages (:mod:`papa.book.pages`) and the
+build (:mod:`papa.book.build`). Import each name from the module that defines it."""

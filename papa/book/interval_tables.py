@@ -7,8 +7,9 @@ from typing import Any
 
 import pandas as pd
 
-from papa.book import table_format as T
-from papa.book.table_format import Table, is_missing, key_text, lr_text, model_task_kinds, percent, table, text
+from papa.book import words as W
+from papa.book.table_format import Table, key_text, model_task_kinds, table
+from papa.book.words import is_missing, lr_text, percent, text
 
 INTERVAL_NOTE = (
     "The difference to k = 0 is paired on the same dev examples, with its 95% bootstrap interval over dev examples"
@@ -18,11 +19,11 @@ INTERVAL_NOTE = (
 
 def _cells(cell, *columns: pd.Series) -> list[str | None]:
     """``with_interval(cell, value, low, high)`` down the columns ``value``, ``low``, ``high``."""
-    return [T.with_interval(cell, *values) for values in zip(*columns)]
+    return [W.with_interval(cell, *values) for values in zip(*columns)]
 
 
 def _heads(frame: pd.DataFrame) -> list[str]:
-    return [T.heads_words(k, t) for k, t in zip(frame["k"], frame["total_heads"])]
+    return [W.heads_words(k, t) for k, t in zip(frame["k"], frame["total_heads"])]
 
 
 def main_table_display(main: pd.DataFrame) -> Table:
@@ -34,8 +35,8 @@ def main_table_display(main: pd.DataFrame) -> Table:
     ]
     frame = key_text(main).assign(
         heads=_heads(main),
-        score_cell=[T.score_spread(m, s) for m, s in zip(main["score"], main["std"])],
-        difference_cell=_cells(T.signed, main["difference"], main["low"], main["high"]),
+        score_cell=[W.score_spread(m, s) for m, s in zip(main["score"], main["std"])],
+        difference_cell=_cells(W.signed, main["difference"], main["low"], main["high"]),
         drop_cell=_cells(percent, main["relative_drop"], main["relative_low"], main["relative_high"]),
         spread=spread,
     )
@@ -65,8 +66,9 @@ def random_display(baseline: pd.DataFrame) -> Table:
     """:func:`papa.analysis.drop_tables.random_baseline` for reading."""
     frame = key_text(baseline).assign(
         heads=_heads(baseline),
-        difference_cell=_cells(T.signed, baseline["difference"], baseline["low"], baseline["high"]),
+        difference_cell=_cells(W.signed, baseline["difference"], baseline["low"], baseline["high"]),
         runs=[f"{a} / {b}" for a, b in zip(baseline["n_runs"], baseline["n_random"])],
+        verdict=[W.RANDOM_VERDICTS[v] for v in baseline["verdict"]],
     )
     kinds = model_task_kinds(frame) | {"heads": "text", "k": "int", "ranking": "text", "score": "score"}
     kinds |= {"random_score": "score", "difference_cell": text, "verdict": "text", "runs": "text"}

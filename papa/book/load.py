@@ -14,6 +14,7 @@ from papa.analysis import results as R
 from papa.analysis.basis import Basis, build_basis
 from papa.analysis.figure_kit import Figure, glue_figure, metric_name, task_name
 from papa.book import table_format as T
+from papa.book import words as W
 from papa.core.errors import PapaError
 from papa.core.grid_schema import GridConfig, Study, study_settings
 from papa.core.io import read_json_verified
@@ -146,19 +147,19 @@ def floors_display(floors: pd.DataFrame) -> T.Table:
     f = floors
     frame = f.assign(
         free=[
-            None if T.is_missing(m) else f"{T.score_spread(m, s)}{' (still rising)' if bool(rising) else ''}"
+            None if W.is_missing(m) else f"{W.score_spread(m, s)}{' (still rising)' if bool(rising) else ''}"
             for m, s, rising in zip(f["attention_free"], f["attention_free_std"], f["attention_free_rising"])
         ],
-        base=[T.score_spread(m, s) for m, s in zip(f["baseline"], f["baseline_std"])],
+        base=[W.score_spread(m, s) for m, s in zip(f["baseline"], f["baseline_std"])],
         interval=[
-            None if T.is_missing(lo) else f"[{lo:.3f}, {hi:.3f}]"
+            None if W.is_missing(lo) else f"[{lo:.3f}, {hi:.3f}]"
             for lo, hi in zip(f["baseline_low"], f["baseline_high"])
         ],
         task=f["task"].map(task_name),
         metric=f["metric"].map(metric_name),
     )
     kinds = T.model_task_kinds(f) | {"informative": "yes/no"}
-    kinds |= {"metric": "text", "majority": "score", "free": T.text, "base": T.text, "interval": T.text}
+    kinds |= {"metric": "text", "majority": "score", "free": W.text, "base": W.text, "interval": W.text}
     headers = {"informative": "informative", "majority": "majority class", "free": "attention-free probe"}
     headers |= {"base": "k = 0 probe", "interval": "k = 0, 95% interval"}
     missing = {
@@ -212,7 +213,7 @@ def glue_numbers(numbers: dict) -> None:
 
     for key, value in numbers.items():
         if isinstance(value, float):
-            value = "n/a" if math.isnan(value) else T.percent(value) if key.startswith("drop") else T.score(value)
+            value = "n/a" if math.isnan(value) else W.percent(value) if key.startswith("drop") else W.score(value)
         glue(key, value, display=False)
 
 

@@ -16,8 +16,8 @@ from papa.book.assets import check_assets, stage_assets
 from papa.book.load import read_manifest
 from papa.book.setup_page import setup_page
 from papa.book.study_site import studies_part
-from papa.book.table_format import plural
 from papa.book.templates import Markdown, code, fill, join, pieces
+from papa.book.words import plural
 from papa.pipeline.executed import code_span, myst_text
 from papa.pipeline.plan import (
     ROOT,

@@ -9,9 +9,9 @@ from functools import partial
 from pathlib import Path
 
 from papa.analysis.figure_kit import task_name
-from papa.book.table_format import duration, lr_text
-from papa.book.table_format import score as score_text
 from papa.book.templates import Markdown, fill
+from papa.book.words import duration, lr_text
+from papa.book.words import score as score_text
 from papa.core.io import atomic_write_text, read_json_verified
 from papa.pipeline.executed import code_span, model_markdown, myst_text, study_words
 from papa.pipeline.plan import ROOT, grid_chapters

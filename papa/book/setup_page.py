@@ -8,8 +8,8 @@ from functools import partial
 
 from papa.analysis.figure_kit import metric_name, task_name
 from papa.book.studies import size_studies
-from papa.book.table_format import and_list, count, fraction_words, lr_text, plural
 from papa.book.templates import Markdown, code, fill, join, model, pieces
+from papa.book.words import and_list, count, fraction_words, lr_text, plural
 from papa.core.fields import PAPER_EPOCHS, PAPER_LR
 from papa.core.grid_schema import GridConfig, Study, study_settings
 from papa.pipeline.executed import study_words

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import pandas as pd
 
-from papa.analysis import results as R
-from papa.analysis.basis import Basis, k0_and_all
-from papa.analysis.controls import compare
+from papa.analysis.basis import Basis
+from papa.analysis.controls import DROP_CHECK_COLUMNS, compare, drop_check, setting_change
 from papa.book.load import BookData, study_probe_settings
-from papa.book.table_format import and_list, lr_text, percent, plural
+from papa.book.words import and_list, lr_text, percent, plural
 from papa.core.grid_schema import GridConfig, Study
 
 
@@ -67,27 +66,20 @@ def _study_bases(data: BookData) -> list[tuple[Study, Basis]]:
 
 def sensitivity_table(data: BookData) -> pd.DataFrame:
     """Does the PAPA drop depend on how well the probe is trained? One row per study that trains the probe otherwise
-    (:func:`_probe_change`) × model × task: the k = 0 and all-heads scores and the relative drop under the main
-    grid's basis and the study's (:func:`papa.analysis.basis.k0_and_all`), and whether each score's change exceeds
-    both settings' seed ranges (:func:`papa.analysis.results.beyond_seed_range`)."""
+    (:func:`_probe_change`) × model × task: the study, its change in words, and
+    :func:`papa.analysis.controls.setting_change` of the main grid's basis and the study's."""
     rows = []
     for study, basis in _study_bases(data):
         for model, task in sorted(set(zip(basis.runs["model"], basis.runs["task"]))):
             if not _probe_change(data.config, study, model):
                 continue
-            official, ours = k0_and_all(data.basis, model, task), k0_and_all(basis, model, task)
-            if official is None or ours is None:
+            change = setting_change(data.basis, basis, model, task)
+            if change is None:
                 continue
-            b = basis.runs
-            examples = int(b.loc[(b["model"] == model) & (b["task"] == task) & b["is_main"], "train_examples"].max())
+            examples = change["train examples study"]
             row = {"study": study.name, "setting": _probe_change(data.config, study, model, examples)}
-            row |= {"train examples official": int(official["runs"]["train_examples"].max())}
-            row |= {"train examples study": examples, "model": model, "task": task}
-            for side, name in ((official, "official"), (ours, "study")):
-                row |= {f"k=0 {name}": side["k0"], f"k=all {name}": side["all"], f"drop {name}": side["drop"]}
-            for k, scores in (("0", "k0_scores"), ("all", "all_scores")):
-                row[f"k={k} change beyond seed range"] = R.beyond_seed_range(official[scores], ours[scores])
-            rows.append(row | {"mean epoch reported": float(ours["runs"]["selected_epoch"].astype(float).mean())})
+            row |= {"train examples official": change["train examples official"]}
+            rows.append(row | {"train examples study": examples, "model": model, "task": task} | change)
     return pd.DataFrame(rows)
 
 
@@ -113,38 +105,18 @@ def size_studies(grid: GridConfig) -> list[str]:
     return [study.name for study in grid.studies if only_size(study)]
 
 
-def _span(values) -> str:
-    """``[2, 6, 2]`` → ``"2–6"`` (one value: itself)."""
-    low, high = int(min(values)), int(max(values))
-    return f"{low}" if low == high else f"{low}\u2013{high}"
-
-
 def drop_checks(data: BookData, model: str, task: str) -> pd.DataFrame:
     """Does one model × task's drop with every head constant survive another way of training the probe? One row per
-    setting that ran the pair (the main grid, then each study of :func:`_probe_change`), on its basis
-    (:func:`papa.analysis.basis.k0_and_all`): its per-seed and mean scores, the drop, ``apart`` (every all-heads
-    score below every k = 0 score), the ranges of epochs reported and trained (``"2–6"``) and the epoch cap."""
+    setting that ran the pair (the main grid, then each study of :func:`_probe_change`), on its basis: the setting,
+    its change in words, and :func:`papa.analysis.controls.drop_check`'s row."""
     sources = [("main grid", "", data.basis)]
     for study, basis in _study_bases(data):
         change = _probe_change(data.config, study, model)
         if change:
             sources.append((study.name, change, basis))
-    rows = []
-    for name, change, basis in sources:
-        side = k0_and_all(basis, model, task)
-        if side is None:
-            continue
-        runs = side["runs"]
-        convergence = [(data.records.get(run_id) or {}).get("convergence") or {} for run_id in runs["run_id"]]
-        trained = [c.get("epochs_trained", epochs) for c, epochs in zip(convergence, runs["epochs"])]
-        lrs = runs["lr"].dropna().unique()
-        lr = float(lrs[0]) if len(lrs) == 1 else float("nan")
-        row = [name, change, lr, len(side["seeds"]), side["k0_scores"], side["all_scores"], side["paired_k0"]]
-        row += [side["paired_all"], side["drop"], max(side["all_scores"]) < min(side["k0_scores"])]
-        row += [_span(runs["selected_epoch"].astype(int)), _span(trained), int(runs["epochs"].max())]
-        rows.append(row)
-    columns = "setting change lr seeds k0_scores all_scores k0 all drop apart epoch_reported epochs_trained cap"
-    return pd.DataFrame(rows, columns=columns.split())
+    checked = ((name, change, drop_check(basis, data.records, model, task)) for name, change, basis in sources)
+    rows = [[name, change, *row] for name, change, row in checked if row is not None]
+    return pd.DataFrame(rows, columns=DROP_CHECK_COLUMNS.split())
 
 
 def drop_checks_summary(checks: pd.DataFrame) -> str:

@@ -11,10 +11,11 @@ import pandas as pd
 
 from papa.analysis.figure_kit import Figure, task_name
 from papa.book import table_format as T
+from papa.book import words as W
 from papa.book.chapters.results import ResultsChapter, analogue_figures, answers
 from papa.book.interval_tables import verdicts_display
 from papa.book.load import BookData, load_book_data
-from papa.book.table_format import and_list, plural
+from papa.book.words import and_list, plural
 from papa.core.errors import PapaError
 from papa.core.grid_schema import GridConfig, study_settings
 
@@ -142,10 +143,10 @@ def comparison_frame(chapter: StudyChapter) -> pd.DataFrame:
 
 def comparison_display(frame: pd.DataFrame) -> T.Table:
     """:func:`comparison_frame` for reading."""
-    drop = lambda v: None if v is None else T.with_interval(T.percent, *v)
+    drop = lambda v: None if v is None else W.with_interval(W.percent, *v)
     shown = T.key_text(frame).assign(drop_half=frame["drop_half"].map(drop), drop_all=frame["drop_all"].map(drop))
     kinds = {"task": "text", "model": "text", "source": "text", "total_heads": "int", "score_0": "score"}
-    kinds |= {"drop_half": T.text, "drop_all": T.text, "informative": "yes/no"}
+    kinds |= {"drop_half": W.text, "drop_all": W.text, "informative": "yes/no"}
     headers = {"total_heads": "heads", "score_0": "k = 0", "drop_half": "drop, half constant"}
     headers["drop_all"] = "drop, all constant"
     missing = {"drop_half": "no converged, paired run at half of the heads"}

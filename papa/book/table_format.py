@@ -1,24 +1,21 @@
 """Display tables: the :class:`Table` (HTML without index, every row, one-line number cells, an en dash with a
-footnote for a missing value), cell formatters, values in words (no page shows a Python list or a ``(s)`` plural),
-and :func:`auto_table` and :func:`enable_table_display` for any frame. The chapters' tables are in
+footnote for a missing value), the column kinds that write each cell (:data:`KINDS`, with :mod:`papa.book.words`'
+number formats), and :func:`auto_table` and :func:`enable_table_display` for any frame. The chapters' tables are in
 :mod:`papa.book.tables`."""
 
 from __future__ import annotations
 
 import html
-import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from fractions import Fraction
 from typing import Any
 
 import pandas as pd
 
 from papa.analysis.figure_kit import metric_name, task_name
+from papa.book.words import DASH, NBSP, integer, is_missing, percent, score, text, yes_no
 
-NBSP = "\u00a0"
-DASH = "\u2013"  # en dash: a missing value
 #: The footnote of every "beyond seed range?" column ("real?" means only that a bootstrap interval excludes 0).
 SEED_RANGE_NOTE = "beyond seed range?: whether the difference exceeds the larger of the two seed ranges (max − min"
 SEED_RANGE_NOTE += " over seeds)."
@@ -34,161 +31,6 @@ _STYLE = (
     ".papa-table-notes{font-size:0.85em;margin-top:0.3em}"
     ".papa-table-more{margin:-0.6em 0 1em}.papa-table-more>summary{font-size:0.85em;cursor:pointer}</style>"
 )
-
-
-def is_missing(value: Any) -> bool:
-    return value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA or value is pd.NaT
-
-
-def unsigned_zero(cell: str) -> str:
-    """A number that rounds to zero without its sign: ``"-0.000"`` → ``"0.000"``, ``"+0.0%"`` → ``"0.0%"``."""
-    return cell[1:] if re.fullmatch(r"[-+\u2212]0(\.0*)?%?", cell) else cell
-
-
-def score(value: Any, digits: int = 3) -> str | None:
-    """``0.81234`` → ``"0.812"``; None for a missing value; never ``"-0.000"``."""
-    return None if is_missing(value) else unsigned_zero(f"{float(value):.{digits}f}")
-
-
-def percent(value: Any, digits: int = 1) -> str | None:
-    """``0.04321`` → ``"4.3%"``; never ``"-0.0%"``."""
-    return None if is_missing(value) else unsigned_zero(f"{float(value):.{digits}%}")
-
-
-def signed(value: Any, digits: int = 3) -> str | None:
-    """``0.0123`` → ``"+0.012"``; a value that rounds to zero is ``"0.000"``."""
-    return None if is_missing(value) else unsigned_zero(f"{float(value):+.{digits}f}")
-
-
-def nominal_fraction(k: int, total: int) -> tuple[Fraction, bool]:
-    """The share of the heads that ``k`` of ``total`` stands for, and whether it is exact: the paper's fraction
-    (½, ⅞, 15/16) whose rounded count is ``k`` (``(7/8, False)`` for 32 of 36), else ``k / total`` exactly."""
-    from papa.analysis.drop_tables import MAIN_FRACTIONS, _k_of
-
-    k, total = int(k), int(total)
-    paper = (f for f in MAIN_FRACTIONS if 0 < f < 1 and _k_of(f, total) == k)
-    nominal = next(paper, None) if 0 < k < total else None
-    return (nominal, nominal == Fraction(k, total)) if nominal is not None else (Fraction(k, total), True)
-
-
-def heads_words(k: Any, total: Any) -> str:
-    """The number of constant heads by its real count: ``"0 of 36 (none)"``, ``"18 of 36 (1/2)"``,
-    ``"32 of 36 (≈ 7/8)"``, ``"36 of 36 (all)"``."""
-    k, total = int(k), int(total)
-    if k == 0 or k == total:
-        return f"{k} of {total} ({'none' if k == 0 else 'all'})"
-    fraction, exact = nominal_fraction(k, total)
-    return f"{k} of {total} ({'' if exact else '≈' + NBSP}{fraction})"
-
-
-def integer(value: Any) -> str | None:
-    """``67349`` → ``"67,349"``."""
-    return None if is_missing(value) else f"{int(value):,}"
-
-
-def yes_no(value: Any) -> str | None:
-    """True → ``"yes"``, False → ``"no"``."""
-    return None if is_missing(value) else ("yes" if bool(value) else "no")
-
-
-def text(value: Any) -> str | None:
-    return None if is_missing(value) else str(value)
-
-
-def score_spread(mean: Any, spread: Any) -> str | None:
-    """``"0.812 ± 0.020"`` with non-breaking spaces (one line); the mean alone when ``spread`` is missing."""
-    if is_missing(mean):
-        return None
-    return str(score(mean)) + ("" if is_missing(spread) else f"{NBSP}±{NBSP}{score(spread)}")
-
-
-def _is_zero_text(cell: str | None) -> bool:
-    return cell is not None and re.fullmatch(r"0(\.0*)?%?", cell) is not None
-
-
-def interval_end(cell: Callable[..., str | None], value: Any) -> str | None:
-    """An interval's end as ``cell`` writes it, with up to three more digits when it would read as zero but is not:
-    whether an interval excludes 0 (a verdict) stays visible (``signed(0.0004)`` → ``"+0.0004"``, not ``"0.000"``)."""
-    text = cell(value)
-    if is_missing(value) or not _is_zero_text(text) or float(value) == 0.0:
-        return text
-    digits = len(text.rstrip("%").partition(".")[2])
-    finer = (cell(value, more) for more in (digits + 1, digits + 2, digits + 3))
-    return next((t for t in finer if not _is_zero_text(t)), text)
-
-
-def with_interval(cell: Callable[..., str | None], value: Any, low: Any, high: Any) -> str | None:
-    """``cell(value)`` followed, when both ends are there, by ``[low, high]`` (:func:`interval_end`), with
-    non-breaking spaces (one line): ``"0.812 [0.800, 0.840]"``; None without a value."""
-    if is_missing(value):
-        return None
-    ends = "" if is_missing(low) or is_missing(high) else f"{interval_end(cell, low)},{NBSP}{interval_end(cell, high)}"
-    return f"{cell(value)}{f'{NBSP}[{ends}]' if ends else ''}"
-
-
-def interval_text(value: Any, low: Any, high: Any) -> str:
-    """A drop and its interval in running text: ``"4.6% [2.8%, 6.3%]"`` (never ``-0.0%``); the drop alone without
-    an interval; ``"–"`` without a value."""
-    return (with_interval(percent, value, low, high) or DASH).replace(NBSP, " ")
-
-
-def points_text(value: Any) -> str:
-    """A difference of rates in signed percentage points: ``0.012`` → ``"+1.2"``, ``0.0001`` → ``"0.0"``."""
-    return str(signed(float(value) * 100, 1))
-
-
-_SMALL = ["no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve"]
-
-
-def and_list(items) -> str:
-    """``["a", "b", "c"]`` → ``"a, b and c"``; one item is itself, none is ``""``."""
-    items = [str(i) for i in items]
-    if len(items) <= 1:
-        return "".join(items)
-    return f"{', '.join(items[:-1])} and {items[-1]}"
-
-
-def count(n: int, noun: str) -> str:
-    """``count(3, "seed")`` → ``"three seeds"``; ``count(1, "model")`` → ``"one model"``; 13 and up in digits."""
-    word = _SMALL[n] if 0 <= n < len(_SMALL) else f"{n:,}"
-    return f"{word} {plural(n, noun)}"
-
-
-def plural(n: int, noun: str) -> str:
-    return noun if n == 1 else f"{noun}s"
-
-
-def lr_text(lr: float) -> str:
-    """A learning rate as a person writes it: ``2e-5``, ``1.5e-4``, ``1e-3``, ``0.01``, ``0.1``."""
-    value = float(lr)
-    if value != 0 and abs(value) < 0.01:
-        mantissa, exponent = f"{value:e}".split("e")
-        return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
-    return f"{value:g}"
-
-
-def fraction_words(value) -> str:
-    """A head fraction (``0``, ``"1/2"``, ``0.875``, ``63 / 72``, ``1``) in words: none, half, 7/8, all."""
-    fraction = Fraction(str(value).strip()).limit_denominator(10_000)
-    if fraction == 0:
-        return "none"
-    if fraction == 1:
-        return "all"
-    if fraction == Fraction(1, 2):
-        return "half"
-    return f"{fraction.numerator}/{fraction.denominator}"
-
-
-def duration(seconds: float | None) -> str:
-    """``42.3`` → ``"42 s"``; ``754`` → ``"12.6 min"``; ``7300`` → ``"2.0 h"``; None → ``""``."""
-    if seconds is None:
-        return ""
-    seconds = float(seconds)
-    if seconds < 90:
-        return f"{seconds:.0f} s"
-    if seconds < 5400:
-        return f"{seconds / 60:.1f} min"
-    return f"{seconds / 3600:.1f} h"
 
 
 #: Column kinds :func:`table` understands.

@@ -11,7 +11,9 @@ import pandas as pd
 
 from papa.analysis.results import spread_shared
 from papa.book import table_format as T
-from papa.book.table_format import Table, is_missing, key_text, lr_text, model_task_kinds, table, text
+from papa.book import words as W
+from papa.book.table_format import Table, key_text, model_task_kinds, table
+from papa.book.words import is_missing, lr_text, text
 from papa.pipeline.executed import study_words
 
 
@@ -23,7 +25,7 @@ def scores_display(summary: pd.DataFrame) -> Table:
     rows = key_text(pd.concat(parts, ignore_index=True)) if parts else key_text(rows)
     by_fraction = rows["total_heads"].nunique() > 1
     if by_fraction:  # models of different sizes: one column per share of the heads, labelled by its real counts
-        rows = rows.assign(share=[T.nominal_fraction(k, t)[0] for k, t in zip(rows["k"], rows["total_heads"])])
+        rows = rows.assign(share=[W.nominal_fraction(k, t)[0] for k, t in zip(rows["k"], rows["total_heads"])])
     step = "share" if by_fraction else "k"
     steps = sorted(rows[step].unique())
     total = int(rows["total_heads"].iloc[0]) if len(rows) else 0
@@ -34,7 +36,7 @@ def scores_display(summary: pd.DataFrame) -> Table:
     else:
         header = {s: f"k = {int(s)}" + (" (all)" if int(s) == total else "") for s in steps}
     keys = [c for c in ("model", "task", "ranking", "mode") if T.has_several(rows, c) or c in ("task", "ranking")]
-    cells = rows.assign(cell=[T.score_spread(m, s) for m, s in zip(rows["mean"], rows["std"])])
+    cells = rows.assign(cell=[W.score_spread(m, s) for m, s in zip(rows["mean"], rows["std"])])
     wide = cells.pivot_table(index=keys, columns=step, values="cell", aggfunc="first").reset_index()
     kinds: dict[str, Any] = {k: "text" for k in keys} | {s: text for s in steps}
     notes = ["A score without ± comes from a single seed; ± is the standard deviation over seeds."]
@@ -49,7 +51,7 @@ def _share_header(share: Fraction, counts: list[tuple[int, int]]) -> str:
     if share == 1:
         return "all heads constant"
     exact = all(Fraction(k, t) == share for k, t in counts)
-    return f"{'' if exact else '≈' + T.NBSP}{share} of the heads ({', '.join(f'{k} of {t}' for k, t in counts)})"
+    return f"{'' if exact else '≈' + W.NBSP}{share} of the heads ({', '.join(f'{k} of {t}' for k, t in counts)})"
 
 
 #: Why a relative drop is not shown (its denominator, the k = 0 score, is within noise of zero).
@@ -90,7 +92,7 @@ def layer_display(layers: pd.DataFrame) -> Table:
 
 def drop_checks_display(checks: pd.DataFrame) -> Table:
     """:func:`papa.book.studies.drop_checks` for reading: one row per probe setting, each seed's scores in one cell."""
-    seeds_text = lambda values: ", ".join(T.score(v) for v in values)
+    seeds_text = lambda values: ", ".join(W.score(v) for v in values)
     columns = "setting lr seeds k0_scores all_scores drop apart epoch_reported epochs_trained cap".split()
     checks = checks.reindex(columns=list(dict.fromkeys([*checks.columns, *columns])))  # an empty frame may lack some
     frame = checks.assign(

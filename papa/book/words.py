@@ -1,20 +1,173 @@
-"""The book's words for what :mod:`papa.analysis` computes: verdict phrases (:data:`VERDICT_WORDS`), each claim's
-title, the paper's words and the rule (:data:`CLAIM_WORDS`), each reason's sentence (:data:`REASONS`, filled with a
-judgement's facts by :func:`reason`), the number each verdict rests on (:func:`claim_number`) and the sensitivity
-table's bases (:data:`BASIS_WORDS`). Numbers are written by :mod:`papa.book.table_format`'s formats; task and metric
-display names come from :mod:`papa.analysis.figure_kit` (its code is part of every run's key, so it stays there)."""
+"""The book's words for what :mod:`papa.analysis` computes: number formats (a score, a rate in percent, a signed
+difference, an interval, heads and fractions, a learning rate, a duration, lists and plurals: never ``-0.000``, a
+Python list or a ``(s)`` plural), verdict phrases (:data:`VERDICT_WORDS`), each claim's title, the paper's words and
+the rule (:data:`CLAIM_WORDS`), each reason's sentence (:data:`REASONS`, filled with a judgement's facts by
+:func:`reason`), the number each verdict rests on (:func:`claim_number`) and the sensitivity table's bases
+(:data:`BASIS_WORDS`). Task and metric display names come from :mod:`papa.analysis.figure_kit` (its code is part of
+every run's key, so it stays there)."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
 
 import pandas as pd
 
 from papa.analysis import claims as V
+from papa.analysis.drop_tables import nominal_fraction
 from papa.analysis.figure_kit import task_name
-from papa.book.table_format import and_list, fraction_words, interval_end, interval_text, percent, plural
+
+NBSP = "\u00a0"
+DASH = "\u2013"  # en dash: a missing value
+
+
+def is_missing(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA or value is pd.NaT
+
+
+def unsigned_zero(cell: str) -> str:
+    """A number that rounds to zero without its sign: ``"-0.000"`` → ``"0.000"``, ``"+0.0%"`` → ``"0.0%"``."""
+    return cell[1:] if re.fullmatch(r"[-+\u2212]0(\.0*)?%?", cell) else cell
+
+
+def score(value: Any, digits: int = 3) -> str | None:
+    """``0.81234`` → ``"0.812"``; None for a missing value; never ``"-0.000"``."""
+    return None if is_missing(value) else unsigned_zero(f"{float(value):.{digits}f}")
+
+
+def percent(value: Any, digits: int = 1) -> str | None:
+    """``0.04321`` → ``"4.3%"``; never ``"-0.0%"``."""
+    return None if is_missing(value) else unsigned_zero(f"{float(value):.{digits}%}")
+
+
+def signed(value: Any, digits: int = 3) -> str | None:
+    """``0.0123`` → ``"+0.012"``; a value that rounds to zero is ``"0.000"``."""
+    return None if is_missing(value) else unsigned_zero(f"{float(value):+.{digits}f}")
+
+
+def heads_words(k: Any, total: Any) -> str:
+    """The number of constant heads by its real count: ``"0 of 36 (none)"``, ``"18 of 36 (1/2)"``,
+    ``"32 of 36 (≈ 7/8)"``, ``"36 of 36 (all)"``."""
+    k, total = int(k), int(total)
+    if k == 0 or k == total:
+        return f"{k} of {total} ({'none' if k == 0 else 'all'})"
+    fraction, exact = nominal_fraction(k, total)
+    return f"{k} of {total} ({'' if exact else '≈' + NBSP}{fraction})"
+
+
+def integer(value: Any) -> str | None:
+    """``67349`` → ``"67,349"``."""
+    return None if is_missing(value) else f"{int(value):,}"
+
+
+def yes_no(value: Any) -> str | None:
+    """True → ``"yes"``, False → ``"no"``."""
+    return None if is_missing(value) else ("yes" if bool(value) else "no")
+
+
+def text(value: Any) -> str | None:
+    return None if is_missing(value) else str(value)
+
+
+def score_spread(mean: Any, spread: Any) -> str | None:
+    """``"0.812 ± 0.020"`` with non-breaking spaces (one line); the mean alone when ``spread`` is missing."""
+    if is_missing(mean):
+        return None
+    return str(score(mean)) + ("" if is_missing(spread) else f"{NBSP}±{NBSP}{score(spread)}")
+
+
+def _is_zero_text(cell: str | None) -> bool:
+    return cell is not None and re.fullmatch(r"0(\.0*)?%?", cell) is not None
+
+
+def interval_end(cell: Callable[..., str | None], value: Any) -> str | None:
+    """An interval's end as ``cell`` writes it, with up to three more digits when it would read as zero but is not:
+    whether an interval excludes 0 (a verdict) stays visible (``signed(0.0004)`` → ``"+0.0004"``, not ``"0.000"``)."""
+    text = cell(value)
+    if is_missing(value) or not _is_zero_text(text) or float(value) == 0.0:
+        return text
+    digits = len(text.rstrip("%").partition(".")[2])
+    finer = (cell(value, more) for more in (digits + 1, digits + 2, digits + 3))
+    return next((t for t in finer if not _is_zero_text(t)), text)
+
+
+def with_interval(cell: Callable[..., str | None], value: Any, low: Any, high: Any) -> str | None:
+    """``cell(value)`` followed, when both ends are there, by ``[low, high]`` (:func:`interval_end`), with
+    non-breaking spaces (one line): ``"0.812 [0.800, 0.840]"``; None without a value."""
+    if is_missing(value):
+        return None
+    ends = "" if is_missing(low) or is_missing(high) else f"{interval_end(cell, low)},{NBSP}{interval_end(cell, high)}"
+    return f"{cell(value)}{f'{NBSP}[{ends}]' if ends else ''}"
+
+
+def interval_text(value: Any, low: Any, high: Any) -> str:
+    """A drop and its interval in running text: ``"4.6% [2.8%, 6.3%]"`` (never ``-0.0%``); the drop alone without
+    an interval; ``"–"`` without a value."""
+    return (with_interval(percent, value, low, high) or DASH).replace(NBSP, " ")
+
+
+def points_text(value: Any) -> str:
+    """A difference of rates in signed percentage points: ``0.012`` → ``"+1.2"``, ``0.0001`` → ``"0.0"``."""
+    return str(signed(float(value) * 100, 1))
+
+
+_SMALL = ["no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve"]
+
+
+def and_list(items) -> str:
+    """``["a", "b", "c"]`` → ``"a, b and c"``; one item is itself, none is ``""``."""
+    items = [str(i) for i in items]
+    if len(items) <= 1:
+        return "".join(items)
+    return f"{', '.join(items[:-1])} and {items[-1]}"
+
+
+def count(n: int, noun: str) -> str:
+    """``count(3, "seed")`` → ``"three seeds"``; ``count(1, "model")`` → ``"one model"``; 13 and up in digits."""
+    word = _SMALL[n] if 0 <= n < len(_SMALL) else f"{n:,}"
+    return f"{word} {plural(n, noun)}"
+
+
+def plural(n: int, noun: str) -> str:
+    return noun if n == 1 else f"{noun}s"
+
+
+def lr_text(lr: float) -> str:
+    """A learning rate as a person writes it: ``2e-5``, ``1.5e-4``, ``1e-3``, ``0.01``, ``0.1``."""
+    value = float(lr)
+    if value != 0 and abs(value) < 0.01:
+        mantissa, exponent = f"{value:e}".split("e")
+        return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
+    return f"{value:g}"
+
+
+def fraction_words(value) -> str:
+    """A head fraction (``0``, ``"1/2"``, ``0.875``, ``63 / 72``, ``1``) in words: none, half, 7/8, all."""
+    fraction = Fraction(str(value).strip()).limit_denominator(10_000)
+    if fraction == 0:
+        return "none"
+    if fraction == 1:
+        return "all"
+    if fraction == Fraction(1, 2):
+        return "half"
+    return f"{fraction.numerator}/{fraction.denominator}"
+
+
+def duration(seconds: float | None) -> str:
+    """``42.3`` → ``"42 s"``; ``754`` → ``"12.6 min"``; ``7300`` → ``"2.0 h"``; None → ``""``."""
+    if seconds is None:
+        return ""
+    seconds = float(seconds)
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
+
 
 #: Each verdict code of :data:`papa.analysis.claims.VERDICTS` in words.
 VERDICT_WORDS = {
@@ -82,6 +235,21 @@ PAPER_QUANTITIES = {
     "claim2b": "every head constant, one task",
     "claim3": "better models lose more",
 }
+#: The question each alternative of :data:`papa.analysis.replacements.ALTERNATIVES` answers.
+REPLACEMENT_QUESTIONS = {
+    "uniform": "Does the task-average pattern beat uniform attention?",
+    "mean": "Does input-dependent V matter once attention is constant?",
+    "zero": "Is a constant better than removing the head?",
+}
+#: Each answer code of :data:`papa.analysis.replacements.ANSWERS` in words.
+REPLACEMENT_ANSWERS = {
+    "more": "yes",
+    "less": "the reverse",
+    "no_difference": "no difference shown",
+    "not_testable": "not testable",
+}
+#: Each verdict of a ranking against random (:data:`papa.analysis.drop_tables.RANDOM_VERDICTS`) in words.
+RANDOM_VERDICTS = {"beats": "beats random", "worse": "worse than random", "no_difference": "no real difference"}
 #: The sensitivity table's bases (:data:`papa.analysis.claims.BASES`) in words.
 BASIS_WORDS = {
     "informative": "informative tasks (the verdicts' basis)",
@@ -207,7 +375,7 @@ def random_summary(random: pd.DataFrame, ranking: str) -> str:
         )
         return len(hits), f" ({and_list(named)})" if len(hits) else ""
 
-    (beats, won), (worse, lost) = which("beats random"), which("worse than random")
+    (beats, won), (worse, lost) = which("beats"), which("worse")
     fractions = and_list(fraction_words(f) for f in sorted(set(rows["fraction"])))
     where = f"the comparisons are on {and_list(sorted(set(rows['model'])))}, with {fractions} of the heads constant"
     comparisons = f"{len(rows)} {plural(len(rows), 'comparison')}"

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from papa.analysis import bootstrap as S
+from papa.analysis import probe_checks as AC
 from papa.analysis.basis import build_basis, k0_and_all
 from papa.analysis.controls import converged_flag, still_rising
 from papa.analysis.figure_kit import Figure
@@ -33,9 +34,9 @@ class ControlsChapter:
     data: BookData
     per_task: pd.DataFrame  # convergence_summary: runs converged / still rising at the cap, per model and task
     rising: pd.DataFrame  # convergence_summary: one row per run still rising at its cap
-    near_floor: pd.DataFrame  # probe_checks.near_floor_frame
-    prediction_share: pd.DataFrame  # probe_checks.prediction_share_frame
-    lr_choices: pd.DataFrame  # probe_checks.lr_choice_frame
+    near_floor: pd.DataFrame  # analysis.probe_checks.near_floor_frame
+    prediction_share: pd.DataFrame  # analysis.probe_checks.prediction_share_frame
+    lr_choices: pd.DataFrame  # analysis.probe_checks.lr_choice_frame
     literal: pd.DataFrame  # literal_comparison
     curve: str  # the per-epoch curve the runs recorded: "score" (dev) or "heldout"
     climbing: pd.DataFrame  # controls.still_rising: per run, whether that curve still climbs over its last epochs
@@ -53,7 +54,11 @@ class ControlsChapter:
 def build(data: BookData) -> ControlsChapter:
     """The controls chapter of a grid's committed runs (:func:`papa.book.load.load_book_data`)."""
     per_task, rising = convergence_summary(data)
-    near_floor, lr_choices, literal = PC.near_floor_frame(data), PC.lr_choice_frame(data), literal_comparison(data)
+    checks = AC.Checks(
+        AC.lr_choice_frame(data.lr_choices), AC.prediction_share_frame(data.main, data.records), size_sensitivity(data)
+    )
+    near_floor, lr_choices = AC.near_floor_frame(data.floors, data.main, data.records, checks), checks.lr_choices
+    literal = literal_comparison(data)
     curve = "score" if data.epochs["score"].notna().any() else "heldout"  # dev scores per epoch, else held-out
     climbing = still_rising(data.epochs, curve=curve)
     glue = gate_numbers(data.basis.gate) | {"n_literal_pairs": int(len(literal))}
@@ -66,12 +71,12 @@ def build(data: BookData) -> ControlsChapter:
         per_task=per_task,
         rising=rising,
         near_floor=near_floor,
-        prediction_share=PC.prediction_share_frame(data),
+        prediction_share=checks.prediction_share,
         lr_choices=lr_choices,
         literal=literal,
         curve=curve,
         climbing=climbing,
-        size=size_sensitivity(data),
+        size=checks.size,
         faithful=faithful_comparison(data),
         figure=convergence_figure(data.epochs, curve),
         glue=glue,

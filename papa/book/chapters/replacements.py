@@ -17,7 +17,8 @@ from papa.analysis import replacements as RP
 from papa.analysis.basis import Basis, build_basis
 from papa.analysis.figure_kit import AXIS_PX, TEXT_WIDTH, Figure, clean, finish, glue_figure, legend, words
 from papa.book.load import BookData, read_manifest
-from papa.book.table_format import Table, interval_text, key_text, model_task_kinds, points_text, table
+from papa.book.table_format import Table, key_text, model_task_kinds, table
+from papa.book.words import REPLACEMENT_ANSWERS, REPLACEMENT_QUESTIONS, interval_text, points_text
 from papa.core.grid_schema import GridConfig
 from papa.pipeline.plan import STUDY_AIMS, chapter_study_minutes, config_dict, runs_dir
 
@@ -37,7 +38,7 @@ def replacement_bases(data: BookData, runs: pd.DataFrame | None = None) -> dict[
     runs = replacement_runs(data) if runs is None else runs
     base = data.main[data.main["k"] == 0]
     bases = {"papa": data.basis}
-    for mode in RP.QUESTIONS:
+    for mode in RP.ALTERNATIVES:
         mine = runs[runs["replacement"] == mode] if len(runs) else runs
         if len(mine):
             bases[mode] = build_basis(pd.concat([base, mine]), data.records)
@@ -78,19 +79,29 @@ def replacement_answers(data: BookData) -> ReplacementsChapter:
     n_all = int(ran.loc[ran["replacement"].isin(modes), "run_id"].nunique()) if len(ran) else 0
     left = f" ({n_all - n_runs} of {n_all} left out: not converged)" if n_all > n_runs else ""
     runs_words = f"{n_runs} converged probe results of {words(modes)}{left}" if modes else "no run of another mode yet"
-    answers = RP.answers(extra, "all")
-    answers["reason"] = [answer_reason(row.replacement, row._asdict(), row.answer) for row in answers.itertuples()]
+    answers = answer_words(RP.answers(extra, "all"))
     return ReplacementsChapter(ranking, cells, extra, RP.pooled_by_model(cells), answers, runs_words)
 
 
+def answer_words(answers: pd.DataFrame) -> pd.DataFrame:
+    """:func:`papa.analysis.replacements.answers` in words: each alternative's ``question``, its ``answer``
+    (:data:`papa.book.words.REPLACEMENT_ANSWERS`) and the ``reason`` (:func:`answer_reason`)."""
+    codes = list(answers["answer"])
+    reasons = [answer_reason(row.replacement, row._asdict(), row.answer) for row in answers.itertuples()]
+    question = [REPLACEMENT_QUESTIONS[mode] for mode in answers["replacement"]]
+    words = answers.assign(answer=[REPLACEMENT_ANSWERS[code] for code in codes], reason=reasons)
+    return words.assign(question=question)[["question", *answers.columns, "reason"]]
+
+
 def answer_reason(replacement: str, pooled: Mapping[str, float], verdict: str) -> str:
-    """One sentence saying why ``verdict`` follows from ``pooled`` (``low``, ``high`` in rates, ``n``)."""
-    if verdict == "not testable":
+    """One sentence saying why ``verdict`` (:data:`papa.analysis.replacements.ANSWERS`) follows from ``pooled``
+    (``low``, ``high`` in rates, ``n``)."""
+    if verdict == "not_testable":
         return f"No informative task has a paired drop for both PAPA's constant and {replacement}."
     span = f"[{points_text(pooled['low'])}, {points_text(pooled['high'])}] points"
     pairs = f"over {pooled['n']} model/task pairs"
-    if verdict in ("yes", "the reverse"):
-        more, side = ("more", "above") if verdict == "yes" else ("less", "below")
+    if verdict in ("more", "less"):
+        more, side = ("more", "above") if verdict == "more" else ("less", "below")
         lead = f"{replacement.capitalize()} loses {more} than PAPA's constant {pairs}"
         return f"{lead}: the extra drop's interval {span} lies {side} 0."
     return f"The extra drop's interval {span} {pairs} holds 0: {replacement} may do as well as PAPA's constant."

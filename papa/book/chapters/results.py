@@ -25,7 +25,7 @@ from papa.book import analogue_figures as AF
 from papa.book import words as W
 from papa.book.load import BookData, gate_numbers, headline_numbers, records_of
 from papa.book.studies import drop_checks, drop_checks_summary
-from papa.book.table_format import and_list, interval_text, plural
+from papa.book.words import and_list, interval_text, plural
 from papa.core.constants import load_constants
 from papa.pipeline.plan import ROOT
 
