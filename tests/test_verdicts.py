@@ -271,6 +271,30 @@ def test_claims_table_reads_the_pooled_drops():
     assert set(claims["verdict"]) <= set(VERDICTS)
 
 
+def test_each_claim_is_judged_once_into_one_frozen_judgement():
+    """Every claim of CLAIMS has its words and one judgement: the number its verdict rests on, its interval and what
+    that interval covers; the informative basis of the sensitivity table is the same judgement object."""
+    judged = V.judge(_grid())
+    assert [c.key for c in V.CLAIMS] == list(judged.judgements) == list(W.CLAIM_WORDS)
+    half, bound, rho = (judged.judgements[k] for k in ("claim1", "claim2b", "claim3"))
+    assert (half.value, half.low, half.high, half.covers) == (
+        judged.evidence.half["value"],
+        judged.evidence.half["low"],
+        judged.evidence.half["high"],
+        "pooled",
+    )
+    assert (bound.value, bound.covers, bound.verdict, bound.reason) == (
+        pytest.approx(0.14),
+        "pair",
+        "reproduced",
+        "every_task_below",
+    )
+    assert (rho.value, math.isnan(rho.low), rho.covers, rho.verdict) == (1.0, True, "none", "paper_way")
+    with pytest.raises(AttributeError):
+        half.verdict = "reproduced"  # frozen
+    assert V.judge_bases(_grid(), judged)["informative"] is judged
+
+
 def test_sensitivity_every_task_and_per_family():
     table = RS.sensitivity_frame(V.judge_bases(_grid())).set_index("basis")
     informative, every, sentence, token = (table.iloc[i] for i in range(4))
@@ -332,3 +356,14 @@ def test_every_branch_of_every_rule_has_its_sentence_and_no_sentence_is_unreacha
     for (key, _), verdict in reached.items():
         sentence = W.reason(key, verdict)
         assert sentence.endswith(".") and "{" not in sentence and W.verdict_words(verdict) in VERDICTS, sentence
+
+
+def test_every_verdict_code_of_the_analysis_has_its_words():
+    """The analysis gives codes, the book's words write them: a code without words would fail on a page."""
+    from papa.analysis import drop_tables
+    from papa.analysis import replacements as RP
+
+    assert set(W.VERDICT_WORDS) == set(V.VERDICTS) and set(W.VERDICT_WORDS.values()) == set(VERDICTS)
+    assert set(W.REPLACEMENT_ANSWERS) == set(RP.ANSWERS) and set(W.REPLACEMENT_QUESTIONS) == set(RP.ALTERNATIVES)
+    assert set(W.RANDOM_VERDICTS) == set(drop_tables.RANDOM_VERDICTS)
+    assert set(W.BASIS_WORDS) == {code for code, _, _ in V.BASES}
