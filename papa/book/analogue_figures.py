@@ -28,10 +28,11 @@ def fig_paper_scores(points: pd.DataFrame, ranking: str = "gates") -> Figure:
     difference to k = 0, placed on the k = 0 score; grey rules are each model's floors (dash by floor)."""
     rows = points[points["ranking"] == ranking]
     _need(rows, f"the {ranking} ranking")
-    rows = rows.assign(panel=rows["task"].map(task_name))
+    rows = rows.assign(panel=rows["task"].map({task: task_name(task) for task in set(rows["task"])}))
     metrics = rows.groupby("panel")["metric"].first()
     several = metrics.nunique() > 1
-    rows = rows.assign(panel=[f"{p} ({FK.metric_name(metrics[p])})" if several else p for p in rows["panel"]])
+    titles = {p: f"{p} ({FK.metric_name(metric)})" if several else p for p, metric in metrics.items()}  # once a panel
+    rows = rows.assign(panel=rows["panel"].map(titles))
     melt = dict(id_vars=["model", "panel"], value_vars=list(FLOOR_STYLES), var_name="floor", value_name="value")
     floors = rows.drop_duplicates(["model", "task"]).melt(**melt).dropna(subset=["value"])
     drawn = [f for f in FLOOR_STYLES if f in set(floors["floor"])]
