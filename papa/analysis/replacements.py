@@ -19,14 +19,15 @@ import pandas as pd
 from papa.analysis.basis import Basis, claim_cells
 from papa.analysis.pooled_drops import pooled_drop
 
-#: The alternatives to PAPA's constant, each asking one question (in the chapter's order).
-ALTERNATIVES = ("uniform", "mean", "zero")
 #: Every answer: the alternative loses more than PAPA's constant (its interval above 0), less (below 0), no difference
 #: shown (the interval holds 0), or not testable (no informative pair).
 ANSWERS = ("more", "less", "no_difference", "not_testable")
 #: The modes, in the chapter's order: PAPA's constant (the task-average attention matrix, V input-dependent),
 #: uniform attention over the real tokens, the head's mean output per position, and a zero output.
 MODES = ("papa", "uniform", "mean", "zero")
+PAPA, UNIFORM, MEAN, ZERO = MODES
+#: The alternatives to PAPA's constant, each asking one question (in the chapter's order).
+ALTERNATIVES = (UNIFORM, MEAN, ZERO)
 #: Columns of :func:`extra_drops`.
 EXTRA_COLUMNS = "model task family at k replacement drop_papa relative_drop extra low high informative samples".split()
 

@@ -18,6 +18,7 @@ from typing import Any
 import pandas as pd
 
 from papa.analysis import claims as V
+from papa.analysis import replacements as RP
 from papa.analysis.drop_tables import nominal_fraction
 from papa.analysis.figure_kit import task_name
 
@@ -237,9 +238,9 @@ PAPER_QUANTITIES = {
 }
 #: The question each alternative of :data:`papa.analysis.replacements.ALTERNATIVES` answers.
 REPLACEMENT_QUESTIONS = {
-    "uniform": "Does the task-average pattern beat uniform attention?",
-    "mean": "Does input-dependent V matter once attention is constant?",
-    "zero": "Is a constant better than removing the head?",
+    RP.UNIFORM: "Does the task-average pattern beat uniform attention?",
+    RP.MEAN: "Does input-dependent V matter once attention is constant?",
+    RP.ZERO: "Is a constant better than removing the head?",
 }
 #: Each answer code of :data:`papa.analysis.replacements.ANSWERS` in words.
 REPLACEMENT_ANSWERS = {
