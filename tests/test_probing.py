@@ -11,6 +11,7 @@ import sys
 
 import pytest
 import torch
+from tiny import averaged
 from transformers import AutoModel, BertConfig
 
 from papa.core.errors import PapaError
@@ -210,9 +211,9 @@ def _save_hand_constants(path, deviation, fingerprint="0123456789abcdef"):
     from papa.core.constants import ConstantSet, save_constants
 
     layers, heads = len(deviation), len(deviation[0])
-    constants = torch.rand(layers, heads, 16, 16) + 0.01
-    meta = {"fingerprint": fingerprint, "relayout": True}
     counts = torch.ones(16, 16, dtype=torch.float64)
+    constants = averaged(torch.rand(layers, heads, 16, 16) + 0.01, counts)  # rows an estimate can produce
+    meta = {"fingerprint": fingerprint, "relayout": True}
     return save_constants(path, ConstantSet(constants, counts, torch.tensor(deviation), meta))
 
 
