@@ -244,7 +244,7 @@ def cmd_study(args) -> int:
 def cmd_book(args) -> int:
     from papa.book.build import build_book
 
-    return build_book(args.config, as_is=args.as_is, strict=args.strict)
+    return build_book(args.config, as_is=args.as_is, strict=args.strict, replace_pages=args.replace_pages)
 
 
 def _scale_out_flags(parser: argparse.ArgumentParser) -> None:
@@ -330,6 +330,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", default="configs/default.yaml")
     _flag(p, "--as-is", "render committed runs as they are, marking stale ones")
     _flag(p, "--strict", "fail on any warning or broken reference (-W -n --keep-going)")
+    replace = "build another grid than default: rewrites the tracked pages (_toc.yml, book/*.md); refused without it"
+    _flag(p, "--replace-pages", replace)
     return parser
 
 
