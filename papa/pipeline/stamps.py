@@ -298,11 +298,11 @@ def scratch_folder() -> Path:
 
 def _alive(pid: int) -> bool:
     try:
-        os.kill(pid, 0)
+        os.kill(pid, 0)  # PermissionError: another user's live process
     except ProcessLookupError:
         return False
-    except PermissionError:  # another user's live process
-        return True
+    except PermissionError:
+        pass
     return True
 
 
@@ -312,7 +312,7 @@ def remove_dead_scratch(parent: Path | None = None) -> list[Path]:
     import tempfile
     import time
 
-    removed = []
+    removed: list[Path] = []
     for path in Path(parent or tempfile.gettempdir()).glob(f"{SCRATCH_PREFIX}*"):
         pid = path.name[len(SCRATCH_PREFIX) :].split("-", 1)[0]
         try:
