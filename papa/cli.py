@@ -182,6 +182,7 @@ def cmd_probe(args) -> int:
     from papa.core.io import atomic_write_json
     from papa.core.models import load_model, pick_device
     from papa.probing.experiment import run_probe
+    from papa.probing.params import ProbeSettings
 
     model = args.model
     if args.lr_file:  # the lr chosen at k = 0 for this model and task replaces --lr (as in notebooks/03_probe.md)
@@ -191,12 +192,13 @@ def cmd_probe(args) -> int:
         args.lr = load_lr_choice(args.lr_file, model.name, args.task)
     out = args.out.replace("{seed}", str(args.seed))
     names = (
-        "mode replacement seed epochs lr probe_input selection heldout_fraction max_length relayout max_train_examples"
-        " max_eval_examples data_seed data_dir device patience pool_examples heldout_examples dev_every_epoch"
+        "mode replacement epochs lr probe_input selection heldout_fraction max_length relayout max_train_examples"
+        " max_eval_examples data_seed data_dir patience pool_examples heldout_examples dev_every_epoch"
         " eval_chunk_examples"
     )
+    settings = ProbeSettings().with_options(**_pick(args, names))
     heads = (args.constants or None, args.ranking or None, args.constant_heads)
-    result = run_probe(model, args.task, *heads, **_pick(args, names))
+    result = run_probe(model, args.task, *heads, settings, seed=args.seed, device=args.device)
     atomic_write_json(out, result)
     k, seconds = result["config"]["constant_heads"], result["timings"]["total"]
     print(f"wrote {out}: {result['task']} {result['metric']} = {result['score']:.4f} (k={k}, {seconds:.1f} s)")

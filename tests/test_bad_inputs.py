@@ -1043,7 +1043,7 @@ LIBRARY_CASES = [
         id="load-split-ragged-tags",
     ),
     pytest.param(
-        _call("papa.probing.data.get_task", "qqp"), PapaError, "Unknown task 'qqp'", "Use one of", id="get-task-unknown"
+        _call("papa.core.tasks.get_task", "qqp"), PapaError, "Unknown task 'qqp'", "Use one of", id="get-task-unknown"
     ),
     pytest.param(
         _call("papa.core.heads.count_for", -1, 72),

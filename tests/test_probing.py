@@ -120,7 +120,7 @@ def test_cached_features_equal_live_eval_features():
 def _tiny_gate_run(n_train=32, n_eval=16):
     """A tiny BERT as a LoadedModel and an SST-2-shaped TaskInputs whose label is decided by one token."""
     from papa.core.models import LoadedModel
-    from papa.probing.data import get_task
+    from papa.core.tasks import get_task
     from papa.probing.task_inputs import TaskInputs
 
     g = torch.Generator().manual_seed(1)

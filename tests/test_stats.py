@@ -18,6 +18,7 @@ from papa.analysis import bootstrap, pooled_drops
 from papa.analysis.basis import gate_runs
 from papa.analysis.claims import claim3_verdict
 from papa.core.errors import PapaError
+from papa.probing.metrics import statistics as metric_stats
 
 
 def _naive(base_preds, other_preds, labels, score, resamples, seed=0, level=0.95):
@@ -35,8 +36,8 @@ def _naive(base_preds, other_preds, labels, score, resamples, seed=0, level=0.95
 
 def test_all_wrong_to_all_right_is_a_real_gain_of_one():
     labels = [0, 1, 1, 0, 1]
-    base = [bootstrap.example_statistics("accuracy", [1, 0, 0, 1, 0], labels)]
-    other = [bootstrap.example_statistics("accuracy", labels, labels)]
+    base = [metric_stats.example_statistics("accuracy", [1, 0, 0, 1, 0], labels)]
+    other = [metric_stats.example_statistics("accuracy", labels, labels)]
     out = bootstrap.paired_bootstrap(base, other, "accuracy", resamples=200)
     assert (out["base_score"], out["score"], out["difference"], out["low"], out["high"], out["real"]) == (
         0.0,
@@ -62,8 +63,8 @@ def test_one_changed_example_of_four_is_not_real():
     labels = [1, 1, 0, 0]
     base_preds, other_preds = [1, 1, 1, 1], [1, 0, 1, 1]
     out = bootstrap.paired_bootstrap(
-        [bootstrap.example_statistics("accuracy", base_preds, labels)],
-        [bootstrap.example_statistics("accuracy", other_preds, labels)],
+        [metric_stats.example_statistics("accuracy", base_preds, labels)],
+        [metric_stats.example_statistics("accuracy", other_preds, labels)],
         "accuracy",
         resamples=500,
         seed=3,
@@ -80,8 +81,8 @@ def test_accuracy_with_three_seeds_matches_the_naive_loop():
     base = [np.where(rng.random(60) < 0.8, labels, (labels + 1) % 3) for _ in range(3)]
     other = [np.where(rng.random(60) < 0.6, labels, (labels + 2) % 3) for _ in range(3)]
     out = bootstrap.paired_bootstrap(
-        [bootstrap.example_statistics("accuracy", p, labels) for p in base],
-        [bootstrap.example_statistics("accuracy", p, labels) for p in other],
+        [metric_stats.example_statistics("accuracy", p, labels) for p in base],
+        [metric_stats.example_statistics("accuracy", p, labels) for p in other],
         "accuracy",
         resamples=100,
         seed=11,
@@ -92,7 +93,7 @@ def test_accuracy_with_three_seeds_matches_the_naive_loop():
     assert out["difference"] == pytest.approx(np.mean(per_seed), abs=1e-12)
     assert (out["seed_min"], out["seed_max"]) == (pytest.approx(min(per_seed)), pytest.approx(max(per_seed)))
     assert high < 0 and out["real"] is True  # about 80% → 60%: the naive loop's interval lies below 0
-    same = [bootstrap.example_statistics("accuracy", p, labels) for p in base]
+    same = [metric_stats.example_statistics("accuracy", p, labels) for p in base]
     assert (
         bootstrap.paired_bootstrap(same, same, "accuracy", resamples=100, seed=11)["real"] is False
     )  # no change at all
@@ -104,9 +105,9 @@ def test_mcc_is_recomputed_on_every_resample(classes: int):
     labels = rng.integers(0, classes, 40)
     base = [np.where(rng.random(40) < 0.75, labels, rng.integers(0, classes, 40)) for _ in range(2)]
     other = [np.where(rng.random(40) < 0.55, labels, rng.integers(0, classes, 40)) for _ in range(2)]
-    to_stats = lambda preds: bootstrap.example_statistics("matthews_correlation", preds, labels, num_labels=classes)  # noqa: E731
+    to_stats = lambda preds: metric_stats.example_statistics("matthews_correlation", preds, labels, num_labels=classes)  # noqa: E731
     for preds in base + other:
-        assert bootstrap.metric_from_sums("matthews_correlation", to_stats(preds).sum(0)) == pytest.approx(
+        assert metric_stats.metric_from_sums("matthews_correlation", to_stats(preds).sum(0)) == pytest.approx(
             matthews_corrcoef(labels, preds), abs=1e-12
         )
     out = bootstrap.paired_bootstrap(
@@ -119,8 +120,8 @@ def test_mcc_is_recomputed_on_every_resample(classes: int):
 def test_mcc_of_a_constant_prediction_is_zero():
     labels = [0, 1, 1, 0]
     assert (
-        bootstrap.metric_from_sums(
-            "matthews_correlation", bootstrap.example_statistics("matthews_correlation", [1, 1, 1, 1], labels).sum(0)
+        metric_stats.metric_from_sums(
+            "matthews_correlation", metric_stats.example_statistics("matthews_correlation", [1, 1, 1, 1], labels).sum(0)
         )
         == 0.0
     )
@@ -129,15 +130,15 @@ def test_mcc_of_a_constant_prediction_is_zero():
 def test_combined_and_f1_match_scikit_learn():
     labels = [1, 1, 0, 0, 1, 0, 1, 1]
     preds = [1, 0, 0, 1, 1, 0, 1, 0]
-    sums = bootstrap.example_statistics("combined", preds, labels).sum(0)
+    sums = metric_stats.example_statistics("combined", preds, labels).sum(0)
     f1 = f1_score(labels, preds)
-    assert bootstrap.metric_from_sums("f1", sums) == pytest.approx(f1, abs=1e-15)
-    assert bootstrap.metric_from_sums("combined", sums) == pytest.approx(
+    assert metric_stats.metric_from_sums("f1", sums) == pytest.approx(f1, abs=1e-15)
+    assert metric_stats.metric_from_sums("combined", sums) == pytest.approx(
         (accuracy_score(labels, preds) + f1) / 2, abs=1e-15
     )
     out = bootstrap.paired_bootstrap(
-        [bootstrap.example_statistics("combined", labels, labels)],
-        [bootstrap.example_statistics("combined", preds, labels)],
+        [metric_stats.example_statistics("combined", labels, labels)],
+        [metric_stats.example_statistics("combined", preds, labels)],
         "combined",
         resamples=100,
     )
@@ -155,36 +156,36 @@ def test_token_statistics_match_papa_metrics():
     preds = [[1, 2, 0, 0], [0, 1], [3, 4, 0, 0, 1]]
     flat = lambda seqs: [t for s in seqs for t in s]  # noqa: E731
     lengths = [len(s) for s in refs]
-    ner = bootstrap.example_statistics("f1", flat(preds), flat(refs), lengths, names)
+    ner = metric_stats.example_statistics("f1", flat(preds), flat(refs), lengths, names)
     assert ner.tolist() == [[1, 1, 2], [0, 1, 0], [1, 2, 2]]  # (correct, predicted, true) spans per sentence
     expected = compute_task_metrics("ner", preds, refs, names)["f1"]
     assert (
-        bootstrap.metric_from_sums("f1", ner.sum(0), token=True)
+        metric_stats.metric_from_sums("f1", ner.sum(0), token=True)
         == pytest.approx(expected, abs=1e-15)
         == 2 * 2 / (4 + 4)
     )
-    pos = bootstrap.example_statistics("accuracy", flat(preds), flat(refs), lengths)
+    pos = metric_stats.example_statistics("accuracy", flat(preds), flat(refs), lengths)
     assert pos.tolist() == [[3, 4], [1, 2], [4, 5]]
     assert (
-        bootstrap.metric_from_sums("accuracy", pos.sum(0), token=True)
+        metric_stats.metric_from_sums("accuracy", pos.sum(0), token=True)
         == compute_task_metrics("pos", preds, refs)["accuracy"]
         == 8 / 11
     )
     with pytest.raises(PapaError, match="The sentence lengths add up to 10 tokens, but there are 11"):
-        bootstrap.example_statistics("accuracy", flat(preds), flat(refs), [4, 2, 4])
+        metric_stats.example_statistics("accuracy", flat(preds), flat(refs), [4, 2, 4])
 
 
 def test_runs_on_different_dev_examples_are_refused():
     a, b = (
-        bootstrap.example_statistics("accuracy", [1, 0], [1, 1]),
-        bootstrap.example_statistics("accuracy", [1, 0, 1], [1, 1, 1]),
+        metric_stats.example_statistics("accuracy", [1, 0], [1, 1]),
+        metric_stats.example_statistics("accuracy", [1, 0, 1], [1, 1, 1]),
     )
     with pytest.raises(PapaError, match="The runs score 2 and 3 dev examples"):
         bootstrap.paired_bootstrap([a], [b], "accuracy")
 
 
 def test_a_resample_count_out_of_range_is_one_clear_error():
-    statistics = [bootstrap.example_statistics("accuracy", [1, 0], [1, 1])]
+    statistics = [metric_stats.example_statistics("accuracy", [1, 0], [1, 1])]
     with pytest.raises(PapaError, match=r"^Bootstrap resamples 0 out of range"):
         bootstrap.paired_bootstrap(statistics, statistics, "accuracy", resamples=0)
     with pytest.raises(PapaError, match=r"^Bootstrap resamples 0 out of range"):
@@ -317,16 +318,16 @@ def test_a_seed_the_gate_left_out_at_k_is_left_out_at_k0_too():
     assert (row["n_base"], row["n_runs"], row["n_unpaired"]) == (2, 2, 1)
     labels, worse = labels * 5, worse * 5  # 30 examples: pooled, the lost seed's errors make a "real" gain
     unpaired = bootstrap.paired_bootstrap(
-        [bootstrap.example_statistics("accuracy", p, labels) for p in (labels, worse, labels)],
-        [bootstrap.example_statistics("accuracy", labels, labels)] * 2,
+        [metric_stats.example_statistics("accuracy", p, labels) for p in (labels, worse, labels)],
+        [metric_stats.example_statistics("accuracy", labels, labels)] * 2,
         "accuracy",
         resamples=300,
     )
     assert unpaired["difference"] == pytest.approx(1 / 6) and unpaired["real"]  # what the pairing prevents
     with pytest.raises(PapaError, match="No run at k shares a probe seed"):
         bootstrap.paired_bootstrap(
-            [bootstrap.example_statistics("accuracy", labels, labels)],
-            [bootstrap.example_statistics("accuracy", labels, labels)],
+            [metric_stats.example_statistics("accuracy", labels, labels)],
+            [metric_stats.example_statistics("accuracy", labels, labels)],
             "accuracy",
             pairs=[],
         )
@@ -338,8 +339,8 @@ def test_a_relative_drop_from_a_score_at_or_below_zero_is_undefined():
     from papa.analysis.results import relative_drop
 
     labels = [1, 0, 1, 0]
-    base = [bootstrap.example_statistics("matthews_correlation", [0, 1, 1, 0], labels, num_labels=2)]  # MCC 0
-    other = [bootstrap.example_statistics("matthews_correlation", [1, 0, 1, 0], labels, num_labels=2)]  # MCC 1
+    base = [metric_stats.example_statistics("matthews_correlation", [0, 1, 1, 0], labels, num_labels=2)]  # MCC 0
+    other = [metric_stats.example_statistics("matthews_correlation", [1, 0, 1, 0], labels, num_labels=2)]  # MCC 1
     out = bootstrap.paired_bootstrap(base, other, "matthews_correlation", resamples=100)
     assert out["base_score"] == 0.0 and math.isnan(out["relative_drop"]) and math.isnan(out["relative_low"])
     assert (

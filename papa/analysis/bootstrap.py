@@ -1,8 +1,9 @@
 """Bootstrap intervals over dev examples: of a seed-mean score (:func:`score_interval`) and of its paired difference
 to k = 0 (:func:`paired_bootstrap`, :func:`paired_differences`).
 
-Every metric is a function of sums over dev examples of a per-example count vector (:func:`example_statistics`,
-``[N, D]``), so a resample only re-weights rows: ``(correct, 1)`` for accuracy, the one-hot confusion cell
+Every metric is a function of sums over dev examples of a per-example count vector
+(:func:`papa.probing.metrics.statistics.example_statistics`, ``[N, D]``, the statistics the reported scores are
+computed from), so a resample only re-weights rows: ``(correct, 1)`` for accuracy, the one-hot confusion cell
 (``C × C``) for MCC, ``(tp, fp, fn, tn)`` of label 1 for F1 and ``combined``, and per sentence ``(correct,
 predicted, true spans)`` for NER's F1 (seqeval's default mode) or ``(correct tokens, tokens)`` for POS. A resample
 draws ``N`` examples with replacement (:func:`resample_rows`); an interval is the 2.5 and 97.5 percentiles of the
@@ -20,92 +21,10 @@ import pandas as pd
 
 from papa.analysis.results import ranking_family, relative_drop
 from papa.core.errors import PapaError
-from papa.probing.data import get_task
+from papa.core.tasks import get_task
+from papa.probing.metrics.statistics import example_statistics, metric_from_sums
 
-#: The metrics with per-example statistics (the module docstring).
-SEQUENCE_METRICS = ("accuracy", "matthews_correlation", "combined", "f1")
-TOKEN_METRICS = ("f1", "accuracy")
 RESAMPLES = 2000
-
-
-def _sentences(flat: np.ndarray, lengths: np.ndarray) -> list[np.ndarray]:
-    if int(lengths.sum()) != len(flat):
-        what = f"The sentence lengths add up to {int(lengths.sum())} tokens, but there are {len(flat)}"
-        raise PapaError(what, "Store one length per dev sentence.")
-    return np.split(flat, np.cumsum(lengths)[:-1])
-
-
-def example_statistics(
-    metric: str,
-    predictions: Sequence[int],
-    labels: Sequence[int],
-    lengths: Sequence[int] | None = None,
-    label_names: Sequence[str] | None = None,
-    num_labels: int | None = None,
-) -> np.ndarray:
-    """Per-example count vectors ``[N, D]`` from which :func:`metric_from_sums` recomputes ``metric``.
-
-    Sequence tasks: ``predictions``/``labels`` ``[N]``. Token tasks: flat ``[T]`` over all labelled tokens, with
-    ``lengths [N]`` (tokens per sentence); NER (token ``f1``) also needs ``label_names`` to find entity spans.
-    """
-    preds, refs = np.asarray(predictions, dtype=np.int64), np.asarray(labels, dtype=np.int64)
-    if preds.shape != refs.shape or preds.ndim != 1:
-        fix = "Pass one flat prediction per labelled example or token."
-        raise PapaError(f"{preds.shape} predictions but {refs.shape} labels", fix)
-    if lengths is not None:
-        sizes = np.asarray(lengths, dtype=np.int64)
-        pred_sents, ref_sents = _sentences(preds, sizes), _sentences(refs, sizes)
-        if metric == "accuracy":
-            return np.stack([np.array([(p == r).sum(), len(r)]) for p, r in zip(pred_sents, ref_sents)]).astype(float)
-        if metric == "f1":
-            if not label_names:
-                raise PapaError("Entity F1 needs the tag names", "Pass label_names in id order.")
-            from papa.probing.metrics.papa_seqeval.papa_seqeval import get_entities
-
-            names = np.asarray(label_names, dtype=object)
-            rows = []
-            for p, r in zip(pred_sents, ref_sents):
-                found, true = set(get_entities(list(names[p]))), set(get_entities(list(names[r])))
-                rows.append((len(found & true), len(found), len(true)))
-            return np.asarray(rows, dtype=np.float64).reshape(-1, 3)
-        fix = f"Use one of {', '.join(TOKEN_METRICS)}."
-        raise PapaError(f"No per-example statistics for the token metric {metric!r}", fix)
-    if metric == "accuracy":
-        return np.stack([preds == refs, np.ones_like(refs, dtype=bool)], axis=1).astype(np.float64)
-    if metric == "matthews_correlation":
-        classes = num_labels or int(max(preds.max(initial=0), refs.max(initial=0))) + 1
-        cells = np.zeros((len(refs), classes * classes))
-        cells[np.arange(len(refs)), refs * classes + preds] = 1.0
-        return cells
-    if metric in ("combined", "f1"):
-        p, t = preds == 1, refs == 1
-        return np.stack([p & t, p & ~t, ~p & t, ~p & ~t], axis=1).astype(np.float64)
-    fix = f"Use one of {', '.join(SEQUENCE_METRICS)}."
-    raise PapaError(f"No per-example statistics for the metric {metric!r}", fix)
-
-
-def metric_from_sums(metric: str, sums: np.ndarray, token: bool = False) -> np.ndarray:
-    """The metric from summed statistics ``[..., D]`` (any leading shape) → ``[...]``."""
-    sums = np.asarray(sums, dtype=np.float64)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        if metric == "accuracy":
-            return sums[..., 0] / sums[..., 1]
-        if token and metric == "f1":
-            correct, total = sums[..., 0], sums[..., 1] + sums[..., 2]
-            return np.where(correct > 0, 2 * correct / np.where(total > 0, total, 1), 0.0)
-        if metric == "matthews_correlation":
-            classes = math.isqrt(sums.shape[-1])
-            confusion = sums.reshape(*sums.shape[:-1], classes, classes)  # [..., true, predicted]
-            t, p = confusion.sum(-1), confusion.sum(-2)
-            c, s = np.trace(confusion, axis1=-2, axis2=-1), confusion.sum((-2, -1))
-            numerator = c * s - (t * p).sum(-1)
-            denominator = np.sqrt(s**2 - (p * p).sum(-1)) * np.sqrt(s**2 - (t * t).sum(-1))
-            return np.where(denominator > 0, numerator / np.where(denominator > 0, denominator, 1), 0.0)
-        if metric in ("combined", "f1"):
-            tp, fp, fn, tn = (sums[..., i] for i in range(4))
-            f1 = np.where(tp > 0, 2 * tp / np.where(2 * tp + fp + fn > 0, 2 * tp + fp + fn, 1), 0.0)
-            return f1 if metric == "f1" else ((tp + tn) / (tp + fp + fn + tn) + f1) / 2
-    raise PapaError(f"Unknown metric {metric!r}", f"Use one of {', '.join(SEQUENCE_METRICS)}.")
 
 
 def _stack(per_seed: Sequence[np.ndarray], what: str) -> np.ndarray:

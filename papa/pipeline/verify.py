@@ -31,6 +31,7 @@ from xml.etree import ElementTree
 
 from papa.core.errors import PapaError
 from papa.core.io import atomic_write_json, read_json_verified, sha256_file
+from papa.core.names import parse_run_id
 from papa.pipeline.clusters import thread_environment
 from papa.pipeline.keys import environment, key_of, what_changed
 from papa.pipeline.output_diff import Difference, diff_files
@@ -127,7 +128,7 @@ def stamped_runs(folder: Path) -> list[Run]:
         params = (stamp.get("components") or {}).get("params") or {}
         outputs = [rel for rel in stamp["outputs"] if not rel.endswith(".ipynb")]
         run_id, deps = stamp["run_id"], list(stamp.get("inputs") or {})
-        runs.append(Run(run_id, run_id.split("__")[0], params, deps=deps, outputs=outputs, grid=folder.name))
+        runs.append(Run(run_id, parse_run_id(run_id).kind, params, deps=deps, outputs=outputs, grid=folder.name))
     return runs
 
 
