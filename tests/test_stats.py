@@ -1,7 +1,8 @@
 """Paired bootstrap intervals, the convergence gate and the claim-3 rule (papa.analysis.bootstrap) on hand-made numbers.
 
-The bootstrap is checked against a naive loop over the documented resamples (rows of
-``default_rng(seed).integers(0, N, size=(R, N))``), recomputing each metric with scikit-learn or papa's own
+The bootstrap is checked against a naive loop over the documented two-level resamples (seeds drawn from
+``default_rng([seed, 1])`` and, for the other side of an unpaired comparison, ``default_rng([seed, 2])``; examples from
+rows of ``default_rng(seed).integers(0, N, size=(R, N))``), recomputing each metric with scikit-learn or papa's own
 metric code on every resample.
 """
 
@@ -21,14 +22,21 @@ from papa.core.errors import PapaError
 from papa.probing.metrics import statistics as metric_stats
 
 
-def _naive(base_preds, other_preds, labels, score, resamples, seed=0, level=0.95):
-    """The documented procedure, one resample at a time: seed-mean metric at k minus at k = 0."""
+def _naive(base_preds, other_preds, labels, score, resamples, seed=0, level=0.95, paired=False):
+    """The documented procedure, one resample at a time: draw the seeds (as pairs when ``paired``), then the dev
+    examples, and take the drawn seeds' mean metric at k minus at k = 0."""
     labels = np.asarray(labels)
     rows = np.random.default_rng(seed).integers(0, len(labels), size=(resamples, len(labels)), dtype=np.int64)
+    seeds_base = np.random.default_rng([seed, 1]).integers(0, len(base_preds), size=(resamples, len(base_preds)))
+    seeds_other = (
+        seeds_base
+        if paired
+        else np.random.default_rng([seed, 2]).integers(0, len(other_preds), size=(resamples, len(other_preds)))
+    )
     diffs = []
-    for row in rows:
-        base = np.mean([score(labels[row], np.asarray(p)[row]) for p in base_preds])
-        other = np.mean([score(labels[row], np.asarray(p)[row]) for p in other_preds])
+    for row, drawn_base, drawn_other in zip(rows, seeds_base, seeds_other):
+        base = np.mean([score(labels[row], np.asarray(base_preds[i])[row]) for i in drawn_base])
+        other = np.mean([score(labels[row], np.asarray(other_preds[i])[row]) for i in drawn_other])
         diffs.append(other - base)
     tail = (1 - level) / 2
     return np.quantile(diffs, [tail, 1 - tail])
@@ -97,6 +105,48 @@ def test_accuracy_with_three_seeds_matches_the_naive_loop():
     assert (
         bootstrap.paired_bootstrap(same, same, "accuracy", resamples=100, seed=11)["real"] is False
     )  # no change at all
+
+
+def test_paired_seeds_are_drawn_as_pairs_like_the_naive_loop():
+    rng = np.random.default_rng(8)
+    labels = rng.integers(0, 2, 50)
+    base = [np.where(rng.random(50) < 0.85, labels, 1 - labels) for _ in range(3)]
+    other = [np.where(rng.random(50) < 0.65, labels, 1 - labels) for _ in range(3)]
+    stats = lambda runs: [bootstrap.example_statistics("accuracy", p, labels) for p in runs]  # noqa: E731
+    pairs = [(0, 0), (1, 1), (2, 2)]
+    out = bootstrap.paired_bootstrap(stats(base), stats(other), "accuracy", resamples=80, seed=4, pairs=pairs)
+    low, high = _naive(base, other, labels, accuracy_score, 80, seed=4, paired=True)
+    assert out["low"] == pytest.approx(low, abs=1e-12) and out["high"] == pytest.approx(high, abs=1e-12)
+
+
+def _accuracy_runs(labels: np.ndarray, rights: list[int]) -> list[np.ndarray]:
+    """One run per entry: right on its first ``right`` examples, wrong on the rest (binary labels)."""
+    return [bootstrap.example_statistics("accuracy", np.r_[labels[:r], 1 - labels[r:]], labels) for r in rights]
+
+
+def test_seeds_far_apart_widen_the_interval_the_verdict_is_decided_on():
+    """Two comparisons with the same seed-mean drop, 80% → 60% on 200 dev examples: the seeds of one agree (60%,
+    60%, 60%), the seeds of the other lie far apart (90%, 60%, 30%). Over dev examples alone both intervals would be
+    about as wide; over seeds and examples the far-apart seeds' interval is several times wider and reaches above 0,
+    so its drop is not real, while the agreeing seeds' drop is."""
+    labels = np.random.default_rng(0).integers(0, 2, 200)
+    base = _accuracy_runs(labels, [160, 160, 160])
+    pairs = [(0, 0), (1, 1), (2, 2)]
+    agree = bootstrap.paired_bootstrap(base, _accuracy_runs(labels, [120] * 3), "accuracy", pairs=pairs)
+    apart = bootstrap.paired_bootstrap(base, _accuracy_runs(labels, [180, 120, 60]), "accuracy", pairs=pairs)
+    assert agree["difference"] == pytest.approx(-0.2) and apart["difference"] == pytest.approx(-0.2)
+    assert agree["real"] is True and agree["high"] < -0.1
+    assert apart["real"] is False and apart["high"] >= 0.05  # all three draws of the 90% seed: +0.1
+    assert apart["high"] - apart["low"] > 3 * (agree["high"] - agree["low"])
+    interval = bootstrap.score_interval(_accuracy_runs(labels, [180, 120, 60]), "accuracy")
+    assert interval["score"] == pytest.approx(0.6) and interval["low"] < 0.35 and interval["high"] > 0.85
+
+
+def test_one_seed_draws_nothing_at_the_seed_level():
+    counts = bootstrap.resample_seeds(1, 50, seed=3, dev_set="x")
+    assert counts.shape == (50, 1) and (counts == 1).all()
+    many = bootstrap.resample_seeds(3, 400, seed=3, dev_set="x")
+    assert (many.sum(1) == 3).all() and len({tuple(r) for r in many}) == 10  # every multiset of 3 seeds
 
 
 @pytest.mark.parametrize("classes", [2, 3])
@@ -297,7 +347,8 @@ def test_seeded_random_orderings_are_pooled_and_paired_by_probe_seed():
 def test_a_seed_the_gate_left_out_at_k_is_left_out_at_k0_too():
     """Seed 43 scores 3/6 at k = 0 and the others 6/6; at k, seeds 42 and 44 predict exactly as at k = 0 and seed 43's
     run is gone (the convergence gate). Paired by seed the difference is exactly 0 and not real; pooling every
-    k = 0 run would make the lost seed's low score look like a real gain of 1/6."""
+    k = 0 run would make the lost seed's low score look like a gain of 1/6 (over dev examples alone a real one; the
+    seed level of the interval, which sometimes draws no seed 43, keeps it from being called real)."""
     labels = [1, 0, 1, 1, 0, 0]
     worse = [0, 1, 0, 1, 0, 0]  # 3 of 6 right
     results = {
@@ -316,14 +367,15 @@ def test_a_seed_the_gate_left_out_at_k_is_left_out_at_k0_too():
         False,
     )
     assert (row["n_base"], row["n_runs"], row["n_unpaired"]) == (2, 2, 1)
-    labels, worse = labels * 5, worse * 5  # 30 examples: pooled, the lost seed's errors make a "real" gain
+    labels, worse = labels * 5, worse * 5  # 30 examples: pooled, the lost seed's errors make a gain
     unpaired = bootstrap.paired_bootstrap(
         [metric_stats.example_statistics("accuracy", p, labels) for p in (labels, worse, labels)],
         [metric_stats.example_statistics("accuracy", labels, labels)] * 2,
         "accuracy",
         resamples=300,
     )
-    assert unpaired["difference"] == pytest.approx(1 / 6) and unpaired["real"]  # what the pairing prevents
+    assert unpaired["difference"] == pytest.approx(1 / 6)  # what the pairing prevents
+    assert unpaired["low"] == 0.0 and unpaired["real"] is False  # 8/27 of the seed draws hold no seed 43
     with pytest.raises(PapaError, match="No run at k shares a probe seed"):
         bootstrap.paired_bootstrap(
             [metric_stats.example_statistics("accuracy", labels, labels)],

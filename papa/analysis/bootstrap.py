@@ -1,13 +1,17 @@
-"""Bootstrap intervals over dev examples: of a seed-mean score (:func:`score_interval`) and of its paired difference
-to k = 0 (:func:`paired_bootstrap`, :func:`paired_differences`).
+"""Two-level bootstrap intervals over probe seeds and dev examples: of a seed-mean score (:func:`score_interval`) and
+of its paired difference to k = 0 (:func:`paired_bootstrap`, :func:`paired_differences`).
 
 Every metric is a function of sums over dev examples of a per-example count vector
 (:func:`papa.probing.metrics.statistics.example_statistics`, ``[N, D]``, the statistics the reported scores are
 computed from), so a resample only re-weights rows: ``(correct, 1)`` for accuracy, the one-hot confusion cell
 (``C × C``) for MCC, ``(tp, fp, fn, tn)`` of label 1 for F1 and ``combined``, and per sentence ``(correct,
-predicted, true spans)`` for NER's F1 (seqeval's default mode) or ``(correct tokens, tokens)`` for POS. A resample
-draws ``N`` examples with replacement (:func:`resample_rows`); an interval is the 2.5 and 97.5 percentiles of the
-``R`` resampled values, and a difference is *real* only when its interval excludes 0.
+predicted, true spans)`` for NER's F1 (seqeval's default mode) or ``(correct tokens, tokens)`` for POS.
+
+A resample has two levels: it draws the ``S`` probe seeds with replacement (:func:`resample_seeds`; paired runs are
+drawn as pairs, so a seed's k = 0 and k runs stay together), then ``N`` dev examples with replacement
+(:func:`resample_rows`), and averages the drawn seeds' metrics. The interval is the 2.5 and 97.5 percentiles of the
+``R`` resampled values, so it covers both the seed-to-seed spread and the dev sample; a difference is *real* only when
+its interval excludes 0. With one seed the seed level draws nothing, and the interval covers the dev examples alone.
 """
 
 from __future__ import annotations
@@ -37,6 +41,11 @@ def _stack(per_seed: Sequence[np.ndarray], what: str) -> np.ndarray:
     return np.stack(per_seed)
 
 
+def _check_resamples(resamples: int) -> None:
+    if resamples < 1:
+        raise PapaError(f"Bootstrap resamples {resamples} out of range", "Use e.g. resamples=2000.")
+
+
 def _interval(samples: np.ndarray) -> tuple[float, float]:
     """The central 95% interval of bootstrap ``samples`` ``[R]``: its 2.5 and 97.5 percentiles."""
     low, high = np.quantile(samples, [0.025, 0.975])
@@ -50,16 +59,33 @@ def resample_rows(n: int, resamples: int = RESAMPLES, seed: int = 0, dev_set: st
     return rng.integers(0, n, size=(resamples, n), dtype=np.int64)
 
 
+def resample_seeds(
+    n_seeds: int, resamples: int = RESAMPLES, seed: int = 0, dev_set: str | None = None, stream: int = 1
+) -> np.ndarray:
+    """The seed level of the bootstrap: ``[R, S]`` counts (row ``r``: how often resample ``r`` draws each of the
+    ``S`` seeds; each row sums to ``S``), from ``default_rng([seed, stream])``, or with a ``dev_set`` from
+    ``default_rng([seed, CRC-32 of dev_set, stream])``: streams apart from :func:`resample_rows`' rows (``stream``
+    ≥ 1; unpaired sides draw their seeds from streams 1 and 2)."""
+    key = [seed, stream] if dev_set is None else [seed, zlib.crc32(dev_set.encode("utf-8")), stream]
+    draws = np.random.default_rng(key).integers(0, n_seeds, size=(resamples, n_seeds), dtype=np.int64)
+    counts = np.zeros((resamples, n_seeds))
+    np.add.at(counts, (np.repeat(np.arange(resamples), n_seeds), draws.ravel()), 1.0)
+    return counts
+
+
 def _resampled_means(
-    stacks: Sequence[np.ndarray], metric: str, token: bool, resamples: int, seed: int, rows: np.ndarray | None = None
+    stacks: Sequence[np.ndarray],
+    metric: str,
+    token: bool,
+    resamples: int,
+    rows: np.ndarray,
+    seed_counts: Sequence[np.ndarray],
 ) -> list[np.ndarray]:
-    """Per stack of per-seed statistics ``[S, N, D]`` (all on the same ``N`` dev examples): the seed-mean metric
-    on each of ``resamples`` bootstrap resamples of the examples ``[R]``; every stack sees the same resamples
-    (``rows [R, N]``, default :func:`resample_rows` of ``seed``)."""
-    if resamples < 1:
-        raise PapaError(f"Bootstrap resamples {resamples} out of range", "Use e.g. resamples=2000.")
+    """Per stack of per-seed statistics ``[S, N, D]`` (all on the same ``N`` dev examples) and its seed draws
+    ``seed_counts [R, S]`` (:func:`resample_seeds`): the mean over the drawn seeds of the metric on each of
+    ``resamples`` bootstrap resamples of the examples ``[R]``; every stack sees the same example resamples
+    (``rows [R, N]``, :func:`resample_rows`)."""
     n = stacks[0].shape[1]
-    rows = resample_rows(n, resamples, seed) if rows is None else rows
     if rows.shape != (resamples, n):
         what = f"The resample draws have shape {rows.shape}, not ({resamples}, {n})"
         raise PapaError(what, "Draw them with resample_rows(n, resamples, ...).")
@@ -68,9 +94,10 @@ def _resampled_means(
         chunk = rows[start : start + 256]
         weights = np.zeros((len(chunk), n))
         np.add.at(weights, (np.repeat(np.arange(len(chunk)), n), chunk.ravel()), 1.0)  # [R', N] times drawn
-        for mean, stack in zip(means, stacks):
+        for mean, stack, counts in zip(means, stacks, seed_counts):
             sums = np.einsum("rn,snd->rsd", weights, stack)
-            mean[start : start + len(chunk)] = metric_from_sums(metric, sums, token).mean(1)  # [R']
+            per_seed = metric_from_sums(metric, sums, token)  # [R', S]
+            mean[start : start + len(chunk)] = (per_seed * counts[start : start + len(chunk)]).sum(1) / len(stack)
     return means
 
 
@@ -78,9 +105,12 @@ def score_interval(
     per_seed: Sequence[np.ndarray], metric: str, token: bool = False, resamples: int = RESAMPLES, seed: int = 0
 ) -> dict:
     """The seed-mean ``metric`` of runs on the same dev examples (one ``[N, D]`` statistics array per seed, as
-    :func:`example_statistics`), with its 95% bootstrap interval over dev examples: ``score``, ``low``, ``high``."""
+    :func:`example_statistics`), with its 95% two-level bootstrap interval over seeds and dev examples: ``score``,
+    ``low``, ``high``."""
     stack = _stack(per_seed, "to score")
-    (means,) = _resampled_means([stack], metric, token, resamples, seed)
+    _check_resamples(resamples)
+    rows, counts = resample_rows(stack.shape[1], resamples, seed), resample_seeds(len(stack), resamples, seed)
+    (means,) = _resampled_means([stack], metric, token, resamples, rows, [counts])
     low, high = _interval(means)
     return {"score": float(metric_from_sums(metric, stack.sum(1), token).mean()), "low": low, "high": high}
 
@@ -94,14 +124,18 @@ def paired_bootstrap(
     seed: int = 0,
     pairs: Sequence[tuple[int, int]] | None = None,
     rows: np.ndarray | None = None,
+    dev_set: str | None = None,
 ) -> dict:
-    """The difference ``other − base`` of the seed-mean metric, with a 95% bootstrap interval over dev examples.
+    """The difference ``other − base`` of the seed-mean metric, with a 95% two-level bootstrap interval over probe
+    seeds and dev examples (the module docstring).
 
     ``base``/``other``: one ``[N, D]`` statistics array per seed at k = 0 and at k, on the same dev examples;
-    ``rows [R, N]`` (:func:`resample_rows`) fixes the resamples, else they come from ``seed``. Given ``pairs``
-    (``(i, j)``: base run ``i`` and run ``j`` share a probe seed) only paired runs count, so the seed-to-seed spread
-    stays out of the difference. Returns the scores, ``difference`` with ``low``/``high`` and ``real``, the relative
-    drop with its interval and ``[R]`` ``relative_samples`` (NaN where a k = 0 score is ≤ 0), and the counts.
+    ``rows [R, N]`` fixes the example resamples, else they are :func:`resample_rows` of ``seed`` and ``dev_set``;
+    the seeds are drawn by :func:`resample_seeds` of ``seed`` and ``dev_set``. Given ``pairs`` (``(i, j)``: base run
+    ``i`` and run ``j`` share a probe seed) only paired runs count, and a resample draws pairs, so both sides of a
+    seed move together; without ``pairs`` each side draws its own seeds. Returns the scores, ``difference`` with
+    ``low``/``high`` and ``real``, the relative drop with its interval and ``[R]`` ``relative_samples`` (NaN where a
+    k = 0 score is ≤ 0), and the counts.
     """
     b, o = _stack(base, "at k = 0"), _stack(other, "at k")
     unpaired = 0
@@ -118,7 +152,11 @@ def paired_bootstrap(
     base_seeds, other_seeds = metric_from_sums(metric, b.sum(1), token), metric_from_sums(metric, o.sum(1), token)
     base_score, score = float(base_seeds.mean()), float(other_seeds.mean())
     paired = np.array([y - x for x, y in zip(base_seeds, other_seeds)])  # the (re-ordered) pairs, in order
-    m_base, m_other = _resampled_means([b, o], metric, token, resamples, seed, rows)
+    _check_resamples(resamples)
+    rows = resample_rows(b.shape[1], resamples, seed, dev_set) if rows is None else rows
+    counts_base = resample_seeds(len(b), resamples, seed, dev_set)
+    counts_other = counts_base if pairs is not None else resample_seeds(len(o), resamples, seed, dev_set, 2)
+    m_base, m_other = _resampled_means([b, o], metric, token, resamples, rows, [counts_base, counts_other])
     differences = m_other - m_base
     with np.errstate(divide="ignore", invalid="ignore"):
         relative = np.where(m_base > 0, (m_base - m_other) / m_base, math.nan)
@@ -172,8 +210,7 @@ def paired_differences(results: dict[str, dict], resamples: int = RESAMPLES) -> 
         # the task's data folder: NER and POS share theirs
         dev_set = f"{get_task(task).local_folder}:{setting[4]}" if setting[4] else task
         base_stats, other_stats = [run_statistics(r) for r in base_runs], [run_statistics(r) for r in other_runs]
-        draws = resample_rows(len(base_stats[0]), resamples, 0, dev_set) if resamples >= 1 else None
-        stats = paired_bootstrap(base_stats, other_stats, metric, token, resamples, 0, pairs, draws)
+        stats = paired_bootstrap(base_stats, other_stats, metric, token, resamples, 0, pairs, dev_set=dev_set)
         keys = {"model": model, "task": task, "ranking": ranking, "k": k, "fraction": k / total}
         rows.append(keys | {"mode": setting[0], "probe_input": setting[1], "dev_set": dev_set, **stats})
     return pd.DataFrame(rows)
