@@ -15,7 +15,7 @@ from __future__ import annotations
 from papa.core.architectures import get_adapter, supported_model_types
 from papa.core.constants import ConstantSet, estimate_constants, load_constants, save_constants
 from papa.core.errors import PapaError
-from papa.core.head_patch import REPLACEMENTS, masked_rownorm
+from papa.core.head_patch import masked_rownorm
 from papa.core.heads import all_heads, count_for, first_k, load_ranking, paper_counts, random_ranking, save_ranking
 from papa.core.layout import encode_sequences, encode_words
 from papa.core.models import DEFAULT_MODEL, LoadedModel, load_model, pick_device
@@ -29,6 +29,7 @@ from papa.core.patching import (
     prune_qk,
     unpatch,
 )
+from papa.core.replacements import REPLACEMENTS
 from papa.core.version import __version__
 
 __all__ = [
@@ -70,6 +71,8 @@ __all__ = [
     "protocol_text",
     "save_result",
     "compute_ranking",
+    "DataSettings",
+    "ProbeSettings",
 ]
 
 
@@ -91,6 +94,8 @@ _LAZY_NAMES = {
     "compute_ranking": "papa.probing.ranking",
     "estimate_task_constants": "papa.probing.encoding",
     "prepare_inputs": "papa.probing.task_inputs",
+    "DataSettings": "papa.probing.params",
+    "ProbeSettings": "papa.probing.params",
     "run_probe": "papa.probing.experiment",
     "run_probes": "papa.probing.experiment",
     "protocol_text": "papa.probing.protocol",

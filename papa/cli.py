@@ -182,6 +182,7 @@ def cmd_probe(args) -> int:
     from papa.core.io import atomic_write_json
     from papa.core.models import load_model, pick_device
     from papa.probing.experiment import run_probe
+    from papa.probing.params import ProbeSettings
 
     model = args.model
     if args.lr_file:  # the lr chosen at k = 0 for this model and task replaces --lr (as in notebooks/03_probe.md)
@@ -191,12 +192,13 @@ def cmd_probe(args) -> int:
         args.lr = load_lr_choice(args.lr_file, model.name, args.task)
     out = args.out.replace("{seed}", str(args.seed))
     names = (
-        "mode replacement seed epochs lr probe_input selection heldout_fraction max_length relayout max_train_examples"
-        " max_eval_examples data_seed data_dir device patience pool_examples heldout_examples dev_every_epoch"
+        "mode replacement epochs lr probe_input selection heldout_fraction max_length relayout max_train_examples"
+        " max_eval_examples data_seed data_dir patience pool_examples heldout_examples dev_every_epoch"
         " eval_chunk_examples"
     )
+    settings = ProbeSettings().with_options(**_pick(args, names))
     heads = (args.constants or None, args.ranking or None, args.constant_heads)
-    result = run_probe(model, args.task, *heads, **_pick(args, names))
+    result = run_probe(model, args.task, *heads, settings, seed=args.seed, device=args.device)
     atomic_write_json(out, result)
     k, seconds = result["config"]["constant_heads"], result["timings"]["total"]
     print(f"wrote {out}: {result['task']} {result['metric']} = {result['score']:.4f} (k={k}, {seconds:.1f} s)")
@@ -244,7 +246,7 @@ def cmd_study(args) -> int:
 def cmd_book(args) -> int:
     from papa.book.build import build_book
 
-    return build_book(args.config, as_is=args.as_is, strict=args.strict)
+    return build_book(args.config, as_is=args.as_is, strict=args.strict, replace_pages=args.replace_pages)
 
 
 def _scale_out_flags(parser: argparse.ArgumentParser) -> None:
@@ -330,6 +332,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", default="configs/default.yaml")
     _flag(p, "--as-is", "render committed runs as they are, marking stale ones")
     _flag(p, "--strict", "fail on any warning or broken reference (-W -n --keep-going)")
+    replace = "build another grid than default: rewrites the tracked pages (_toc.yml, book/*.md); refused without it"
+    _flag(p, "--replace-pages", replace)
     return parser
 
 

@@ -109,7 +109,18 @@ def built_book(tmp_path_factory) -> Path:
     (copy / ".venv").symlink_to(ROOT / ".venv")  # the installed tools, MathJax included
     env = dict(os.environ, PYTHONPATH=str(copy))
     build = subprocess.run(
-        [sys.executable, "-m", "papa.cli", "book", "build", "--config", "configs/smoke.yaml", "--as-is", "--strict"],
+        [
+            sys.executable,
+            "-m",
+            "papa.cli",
+            "book",
+            "build",
+            "--config",
+            "configs/smoke.yaml",
+            "--as-is",
+            "--strict",
+            "--replace-pages",
+        ],
         cwd=copy,
         env=env,
         capture_output=True,

@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from tiny import averaged
 
 from papa.cli import main
 from papa.core import io as papa_io
@@ -82,9 +83,10 @@ def _sst2(root: Path, labels=("neg", "pos"), splits=None) -> Path:
 
 def _constant_set(fingerprint: str, length: int = 64, relayout: bool = True, layers: int = LAYERS) -> ConstantSet:
     g = torch.Generator().manual_seed(0)
+    counts = torch.ones(length, length, dtype=torch.float64)
     return ConstantSet(
-        torch.rand(layers, HEADS, length, length, generator=g),
-        torch.ones(length, length, dtype=torch.float64),
+        averaged(torch.rand(layers, HEADS, length, length, generator=g), counts),
+        counts,
         torch.rand(layers, HEADS, generator=g),
         {"model": "minilm-l6", "fingerprint": fingerprint, "task": "sst2", "relayout": relayout},
     )
@@ -1041,7 +1043,7 @@ LIBRARY_CASES = [
         id="load-split-ragged-tags",
     ),
     pytest.param(
-        _call("papa.probing.data.get_task", "qqp"), PapaError, "Unknown task 'qqp'", "Use one of", id="get-task-unknown"
+        _call("papa.core.tasks.get_task", "qqp"), PapaError, "Unknown task 'qqp'", "Use one of", id="get-task-unknown"
     ),
     pytest.param(
         _call("papa.core.heads.count_for", -1, 72),

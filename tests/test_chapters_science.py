@@ -158,8 +158,9 @@ def test_main_table_intervals_are_paired_bootstraps(grid):
     row = result.table[(result.table["model"] == "ma") & (result.table["k"] == 8)].iloc[0]
     base = [_stats(folder, f"ma__sst2__k0__s{s}") for s in (42, 43, 44)]
     other = [_stats(folder, f"ma__sst2__k8__s{s}") for s in (42, 43, 44)]
+    pairs = [(0, 0), (1, 1), (2, 2)]  # by probe seed
     expected = S.paired_bootstrap(
-        base, other, "accuracy", resamples=RESAMPLES, rows=S.resample_rows(N, RESAMPLES, 0, "sst2:same")
+        base, other, "accuracy", resamples=RESAMPLES, pairs=pairs, dev_set="sst2:same"
     )  # its task and indices
     for column in ("difference", "low", "high", "relative_drop", "relative_low", "relative_high"):
         assert row[column] == expected[column], column
@@ -217,9 +218,10 @@ def test_claims_with_two_models(grid):
         (0.15 / 0.85 + 0.09 / 0.90) / 2
     )  # ma 0.85 → 0.70, mb 0.90 → 0.81
     assert full["low"] > 0.08 and claims.loc["2a", "verdict"] == "reproduced with a larger effect"
-    # the bound: ma's 17.6% is the largest drop, and its interval stays at or below 20%
-    assert claims.loc["2b", "ours"].startswith("largest single drop 17.6% [15.1%, 20.0%] (ma, SST-2)")
-    assert claims.loc["2b", "verdict"] == "reproduced"
+    # the bound: ma's 17.6% is the largest drop; over dev examples alone its interval was [15.1%, 20.0%], at or
+    # below 20%, but the seed level widens it past 20%
+    assert claims.loc["2b", "ours"].startswith("largest single drop 17.6% [14.6%, 20.4%] (ma, SST-2)")
+    assert claims.loc["2b", "verdict"] == "points the paper's way, not significant"
     numbers = RS.answer_numbers(result)
     assert numbers["claim3_verdict"] == "not testable" and numbers["n_left_out"] == 2
     assert numbers["drop_all_interval"] == f"[{full['low']:.1%}, {full['high']:.1%}]" and numbers[
@@ -525,7 +527,8 @@ def test_chapters_execute_on_hand_made_runs(tmp_path, monkeypatch, smoke):
             results["drop_all_interval"].startswith("[")
             and results["claim2_verdict"] == "reproduced with a larger effect"
         )
-        assert results["claim2b_verdict"] == "reproduced"  # ma's 17.6% [15.1%, 20.0%] stays at or below 20%
+        # ma's 17.6% stays below 20%, but its interval over seeds and dev examples reaches above it
+        assert results["claim2b_verdict"] == "points the paper's way, not significant"
 
 
 def test_random_summary_counts_the_rankings_comparisons():

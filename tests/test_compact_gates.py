@@ -19,7 +19,7 @@ from torch import nn
 from papa.core.layout import IGNORE_INDEX
 from papa.core.models import LoadedModel, load_model
 from papa.core.patching import patch_gates, unpatch
-from papa.probing.data import get_task
+from papa.core.tasks import get_task
 from papa.probing.probe import LiveSource, ProbeConfig, SequenceProbe, TokenProbe
 from papa.probing.ranking import CompactLiveSource, live_source, rank_gates, scatter_slots
 from papa.probing.task_inputs import TaskInputs, prepare_inputs

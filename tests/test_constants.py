@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import copy
 import json
+import subprocess
+from pathlib import Path
 
 import pytest
 import torch
-from tiny import HEADS, LAYERS, TINY_BERT, VOCAB  # noqa: E402
+from tiny import HEADS, LAYERS, TINY_BERT, VOCAB, averaged  # noqa: E402
 from transformers import AutoModel, BertConfig
 
-from papa.core.constants import ConstantSet, estimate_constants, load_constants, save_constants
+from papa.core.constants import ConstantSet, check_values, estimate_constants, load_constants, save_constants
 from papa.core.errors import ConstantsMismatchError, CorruptFileError, PapaError
 from papa.core.patching import is_patched, patch_constant_heads, unpatch
+from papa.pipeline.plan import ROOT
 
 CONFIG = BertConfig(**TINY_BERT)
 
@@ -167,9 +170,11 @@ def test_estimation_errors():
 # -- files ----------------------------------------------------------------------------------------
 def _constant_set(length=6):
     g = torch.Generator().manual_seed(0)
+    real = torch.arange(length)[None, :] < torch.randint(1, length + 1, (8,), generator=g)[:, None]  # [8, L]
+    counts = real.double().T @ real.double()  # [L, L]: examples in which both positions are real
     return ConstantSet(
-        torch.rand(LAYERS, HEADS, length, length, generator=g),
-        torch.randint(0, 9, (length, length), generator=g).double(),
+        averaged(torch.rand(LAYERS, HEADS, length, length, generator=g) + 0.5, counts),
+        counts,
         torch.rand(LAYERS, HEADS, generator=g),
         {"model": "tiny", "fingerprint": "abc123", "relayout": True, "task": "sst2"},
     )
@@ -241,3 +246,119 @@ def test_check_compatible():
         cs.check_compatible(num_layers=3)
     with pytest.raises(ConstantsMismatchError, match="heads"):
         cs.check_compatible(num_heads=12)
+
+
+# -- values no estimate can produce (issue 55) ------------------------------------------------------------------------
+def _committed_constants() -> list[Path]:
+    """Every constants file committed under book/runs (the default book's 18 among them)."""
+    listed = subprocess.run(
+        ["git", "ls-files", "book/runs/**.safetensors"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
+    return [ROOT / name for name in listed if "/constants/" in name]
+
+
+COMMITTED = _committed_constants()
+
+
+def test_the_committed_constants_files_are_all_listed():
+    assert len([p for p in COMMITTED if "/runs/default/" in str(p)]) == 18
+
+
+@pytest.mark.parametrize("path", COMMITTED, ids=lambda p: str(p.relative_to(ROOT / "book" / "runs")))
+def test_every_committed_constants_file_is_within_the_estimators_bounds(path):
+    """Checked on load, and by hand here: [0, 1], the count-weighted row identity, finite means and deviation."""
+    constant_set = load_constants(path)  # raises on any bound
+    constants, counts = constant_set.constants.double(), constant_set.counts
+    assert 0 <= constants.min() and constants.max() <= 1
+    real = counts.diagonal() > 0
+    weighted = torch.einsum("lhij,ij->lhi", constants, counts)[..., real]
+    assert torch.allclose(weighted, counts.diagonal()[real].expand_as(weighted), rtol=1e-6, atol=0)
+    assert (constants[..., counts == 0] == 0).all()
+    assert 0 <= constant_set.deviation.min() and constant_set.deviation.max() <= 1
+    assert constant_set.output_means is None or torch.isfinite(constant_set.output_means).all()
+
+
+def test_a_plain_row_sum_can_exceed_one_by_hand():
+    """Why the bound is on count-weighted rows: two examples of lengths 2 and 4, query 0. The first attends 0.5/0.5
+    to keys 0, 1; the second 0.5/0.5 to keys 2, 3. C[0] = [0.25, 0.25, 0.5, 0.5] sums to 1.5, yet
+    Σ_j counts[0, j] C[0, j] = 2·0.25 + 2·0.25 + 1·0.5 + 1·0.5 = 2 = counts[0, 0]."""
+    counts = torch.tensor([[2, 2, 1, 1], [2, 2, 1, 1], [1, 1, 1, 1], [1, 1, 1, 1]], dtype=torch.float64)
+    row = torch.tensor([0.25, 0.25, 0.5, 0.5], dtype=torch.float64)
+    constants = torch.zeros(1, 1, 4, 4)
+    constants[0, 0] = torch.stack([row, row, torch.full((4,), 0.25), torch.full((4,), 0.25)]).float()
+    tensors = {"constants": constants, "counts": counts, "deviation": torch.zeros(1, 1)}
+    check_values(tensors, "by-hand.safetensors")  # accepted: each row's identity holds
+    assert constants[0, 0, 0].sum() == 1.5
+
+
+def _rewritten(tmp_path: Path, name: str, change) -> Path:
+    """A constants file written by save_constants (a valid checksum) whose tensors ``change`` edited."""
+    constant_set = _constant_set()
+    constant_set.output_means = torch.zeros(LAYERS, HEADS, 6, 3)
+    change(constant_set)
+    return save_constants(tmp_path / name, constant_set)
+
+
+def _scaled(factor):
+    def change(cs):
+        cs.constants = cs.constants * factor
+
+    return change
+
+
+def _nan_constants(cs):
+    cs.constants[0, 0, 0, 0] = float("nan")
+
+
+def _inf_means(cs):
+    cs.output_means[1, 2, 3, 0] = float("inf")
+
+
+def _huge_deviation(cs):
+    cs.deviation[0, 0] = 2.0
+
+
+def _odd_counts(cs):
+    cs.counts[0, 1] += 0.5
+
+
+@pytest.mark.parametrize(
+    ("change", "problem"),
+    [
+        (
+            _scaled(-1),
+            "holds constants from -0.4962 to -0.08418, outside [0, 1] where a mean of attention probabilities",
+        ),
+        (_scaled(3), "holds constants from 0.2525 to 1.489, outside [0, 1]"),
+        (
+            _scaled(0.99),
+            "has rows that are not averaged attention: sum_j counts[i, j] * C[l, h, i, j] must equal counts[i, i] "
+            "(each example's attention row sums to 1), and is off by up to 0.01 of it",
+        ),
+        (_nan_constants, "holds non-finite values (NaN or Inf) in 'constants'"),
+        (_inf_means, "holds non-finite values (NaN or Inf) in 'output_means'"),
+        (_huge_deviation, "has a 'deviation' outside [0, 1] (a mean squared difference of two probabilities)"),
+        (_odd_counts, "has 'counts' that are not a symmetric matrix of whole numbers >= 0"),
+    ],
+    ids=["negated", "times-3", "times-0.99", "nan", "inf-means", "deviation", "counts"],
+)
+def test_constants_no_estimate_can_produce_are_refused_naming_the_file(tmp_path, change, problem):
+    path = _rewritten(tmp_path, "edited.safetensors", change)
+    with pytest.raises(CorruptFileError) as err:
+        load_constants(path)
+    message = str(err.value)
+    assert message.startswith(f"Constants file {path} ") and problem in message, message
+    assert message.endswith("Estimate it again with `papa estimate` (a file papa estimated always passes this check).")
+
+
+def test_the_probe_cli_refuses_them_with_exit_2_writing_nothing(tmp_path, capsys, monkeypatch):
+    from papa.cli import main
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    path = _rewritten(tmp_path, "neg.safetensors", _scaled(-1))
+    out = tmp_path / "result.json"
+    argv = ["probe", "--task", "sst2", "--constants", str(path), "--constant-heads", "all", "--out", str(out)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"papa: error: Constants file {path} holds constants from -0.4962") and "learning" not in err
+    assert not out.exists()

@@ -9,8 +9,9 @@ import datasets
 import pytest
 
 from papa.core.errors import DataError, PapaError
+from papa.core.tasks import TASKS, get_task
 from papa.probing import data as papa_data
-from papa.probing.data import TASKS, get_task, label_names, load_task_split, subset
+from papa.probing.data import label_names, load_task_split, subset
 
 SST_NAMES = ["bad", "good"]
 PAIR_NAMES = ["yes", "maybe", "no"]

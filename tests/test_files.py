@@ -20,8 +20,8 @@ from papa.core.errors import PapaError
 from papa.core.heads import all_heads
 from papa.core.io import atomic_write_json, atomic_write_with, remove_stale_temp_files
 from papa.core.models import LoadedModel
+from papa.core.tasks import get_task
 from papa.probing import features as feature_cache
-from papa.probing.data import get_task
 from papa.probing.extraction import get_features
 from papa.probing.features import FeatureCacheWarning, Features
 from papa.probing.task_inputs import TaskInputs

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from papa.core.tasks import get_task
 from papa.pipeline.estimate import (
     DEFAULT_SECONDS,
-    HUB_TRAIN_SIZES,
     PROBE_SECONDS_PER_EXAMPLE,
     PROBE_STARTUP_SECONDS,
     estimate_seconds,
@@ -46,7 +46,7 @@ def test_the_default_grid_probe_guess_matches_its_measured_duration():
     size = dict(pool_examples=2600, max_eval_examples=None, epochs=20, patience=3)
     default = Run("d", "probe", dict(_probe(2000).params, **size))
     assert 18 < run_seconds_guess(default) < 40
-    assert HUB_TRAIN_SIZES["sst2"] == 67349
+    assert get_task("sst2").train_size == 67349 and get_task("mnli").dev_size == 9815
 
 
 def test_a_probe_never_timed_is_estimated_from_its_size(round_costs, tmp_path, monkeypatch):

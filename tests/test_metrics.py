@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -12,19 +11,11 @@ from pathlib import Path
 import pytest
 
 from papa.core.errors import PapaError
-from papa.probing.data import get_task
+from papa.core.tasks import get_task
 from papa.probing.metrics import METRIC_SCRIPTS, compute_task_metrics, load_metric, majority_baseline, metric_path
 
 NER_NAMES = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
 O, BP, IP, BL, IL = range(5)
-
-
-def _seqeval_module():
-    path = metric_path("seqeval") / "papa_seqeval.py"
-    spec = importlib.util.spec_from_file_location("papa_seqeval_under_test", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 # --- sequence tasks ----------------------------------------------------------------------------
@@ -117,7 +108,8 @@ def test_ner_span_may_start_with_i():
 
 
 def test_get_entities_rules():
-    get_entities = _seqeval_module().get_entities
+    from papa.probing.metrics.statistics import get_entities
+
     assert get_entities(["B-PER", "I-PER", "O", "B-LOC"]) == [("PER", 0, 1), ("LOC", 3, 3)]
     assert get_entities(["I-PER", "I-PER"]) == [("PER", 0, 1)]
     assert get_entities(["B-PER", "I-LOC"]) == [("PER", 0, 0), ("LOC", 1, 1)]  # type change splits
@@ -265,3 +257,94 @@ def test_evaluate_loads_scripts_offline(tmp_path):
     assert out["f1"]["f1"] == pytest.approx(2 / 3)
     assert out["mcc"]["matthews_correlation"] == pytest.approx(0.5)
     assert out["seqeval"]["f1"] == 0.0 and out["seqeval"]["accuracy"] == pytest.approx(0.5)
+
+
+# --- one implementation: the scripts compute through the bootstrap's statistics ------------------------------------
+def _scalar_scores(preds: list, refs: list) -> dict[str, float]:
+    """The scripts' scalar formulas before they computed through the statistics (Python ints, exact)."""
+    from collections import Counter
+    from math import sqrt
+
+    n, correct = len(refs), sum(int(p == r) for p, r in zip(preds, refs))
+    tp = sum(p == 1 and r == 1 for p, r in zip(preds, refs))
+    fp, fn = sum(p == 1 and r != 1 for p, r in zip(preds, refs)), sum(p != 1 and r == 1 for p, r in zip(preds, refs))
+    pc, tc = Counter(preds), Counter(refs)
+    cov_pt = correct * n - sum(pc[k] * tc[k] for k in set(pc) | set(tc))
+    denom = sqrt((n * n - sum(c * c for c in pc.values())) * (n * n - sum(c * c for c in tc.values())))
+    return {
+        "accuracy": correct / n,
+        "f1": 2 * tp / (2 * tp + fp + fn) if tp else 0.0,
+        "precision": tp / (tp + fp) if tp + fp else 0.0,
+        "recall": tp / (tp + fn) if tp + fn else 0.0,
+        "matthews_correlation": cov_pt / denom if denom else 0.0,
+    }
+
+
+def _scalar_spans(preds: list, refs: list) -> dict[str, float]:
+    from papa.probing.metrics.statistics import get_entities
+
+    found = [set(get_entities(p)) for p in preds]
+    true = [set(get_entities(r)) for r in refs]
+    n_correct, n_pred, n_true = sum(len(f & t) for f, t in zip(found, true)), sum(map(len, found)), sum(map(len, true))
+    precision = n_correct / n_pred if n_pred else 0.0
+    recall = n_correct / n_true if n_true else 0.0
+    tokens = sum(len(r) for r in refs)
+    return {
+        "precision": precision,
+        "recall": recall,
+        "f1": 2 * precision * recall / (precision + recall) if precision + recall else 0.0,
+        "accuracy": sum(int(a == b) for p, r in zip(preds, refs) for a, b in zip(p, r)) / tokens,
+    }
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_scripts_give_the_bits_of_their_scalar_formulas_and_the_bootstraps_point_estimate(seed):
+    import numpy as np
+    from sklearn.metrics import matthews_corrcoef
+
+    from papa.analysis.bootstrap import score_interval
+    from papa.probing.metrics.statistics import example_statistics
+
+    rng = np.random.default_rng(seed)
+    n, classes = int(rng.integers(5, 3000)), int(rng.integers(2, 4))
+    refs = rng.integers(0, classes, n).tolist()
+    preds = [r if rng.random() < 0.7 else int(rng.integers(0, classes)) for r in refs]
+    expected = _scalar_scores(preds, refs)
+    got = {name: _compute(name, preds, refs) for name in ("accuracy", "f1", "mcc")}
+    assert got["accuracy"]["accuracy"] == expected["accuracy"]  # bit for bit
+    assert got["mcc"]["matthews_correlation"] == expected["matthews_correlation"]
+    assert got["mcc"]["matthews_correlation"] == pytest.approx(matthews_corrcoef(refs, preds), abs=1e-12)
+    assert {k: got["f1"][k] for k in ("f1", "precision", "recall")} == {
+        k: expected[k] for k in ("f1", "precision", "recall")
+    }
+    for task in ("cola", "sst2", "mrpc") if classes == 2 else ("cola",):
+        metric = get_task(task).main_metric
+        stats = example_statistics(metric, preds, refs, num_labels=classes)
+        point = score_interval([stats], metric, resamples=1)["score"]
+        assert point == compute_task_metrics(task, preds, refs)["main"]  # the reported score, by construction
+
+
+def _compute(name: str, preds: list, refs: list) -> dict[str, float]:
+    return load_metric(name).compute(predictions=preds, references=refs)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_entity_scores_give_the_bits_of_the_scalar_seqeval_formulas_and_of_the_bootstrap(seed):
+    import numpy as np
+
+    from papa.analysis.bootstrap import score_interval
+    from papa.probing.metrics.statistics import example_statistics
+
+    rng = np.random.default_rng(seed)
+    refs = [
+        rng.integers(0, len(NER_NAMES), int(rng.integers(1, 12))).tolist() for _ in range(int(rng.integers(3, 300)))
+    ]
+    preds = [[t if rng.random() < 0.6 else int(rng.integers(0, len(NER_NAMES))) for t in r] for r in refs]
+    as_names = lambda seqs: [[NER_NAMES[t] for t in s] for s in seqs]  # noqa: E731
+    got = compute_task_metrics("ner", preds, refs, NER_NAMES)
+    expected = _scalar_spans(as_names(preds), as_names(refs))
+    assert {k: got[k] for k in expected} == expected  # bit for bit
+    assert 0 < got["f1"] < 1 and expected["precision"] != expected["recall"]  # a case where the formulas matter
+    flat = lambda seqs: [t for s in seqs for t in s]  # noqa: E731
+    stats = example_statistics("f1", flat(preds), flat(refs), [len(r) for r in refs], NER_NAMES)
+    assert score_interval([stats], "f1", token=True, resamples=1)["score"] == got["main"]

@@ -1,8 +1,9 @@
-"""`papa probe` passes every protocol flag the schema gives it to run_probe, reads --lr-file like the probe
-notebook, and fills {seed} into --out (run_probe replaced by a recorder: no model, no data)."""
+"""`papa probe` passes every protocol flag the schema gives it to run_probe (as its ProbeSettings), reads --lr-file
+like the probe notebook, and fills {seed} into --out (run_probe replaced by a recorder: no model, no data)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from types import SimpleNamespace
 
@@ -19,8 +20,10 @@ def recorded(monkeypatch):
 
     calls = []
 
-    def fake_run_probe(model, task, constants, ranking, constant_heads, **kwargs):
-        calls.append(dict(model=model, task=task, constant_heads=constant_heads, **kwargs))
+    def fake_run_probe(model, task, constants, ranking, constant_heads, settings, **kwargs):
+        fields = {key: value for key, value in dataclasses.asdict(settings).items() if key != "data"}
+        calls.append(dict(model=model, task=task, constant_heads=constant_heads, **fields, **settings.data.__dict__))
+        calls[-1] |= kwargs
         return {
             "task": task,
             "metric": "accuracy",
@@ -91,3 +94,20 @@ def test_an_lr_file_of_another_task_is_one_clear_error(recorded, tmp_path, capsy
     atomic_write_json(lr_file, {"model": "minilm-l6", "task": "cola", "lr": 1e-3})
     assert main(["probe", "--task", "sst2", "--lr-file", str(lr_file), "--out", str(tmp_path / "r.json")]) != 0
     assert "is for task 'cola', not 'sst2'" in capsys.readouterr().err and not recorded
+
+
+def test_probe_settings_take_overrides_by_field_name_and_refuse_unknown_ones():
+    from papa.core.errors import PapaError
+    from papa.probing.experiment import run_probe
+    from papa.probing.params import DataSettings, ProbeSettings
+
+    base = ProbeSettings(seeds=[1, 2], data=DataSettings(max_train_examples=50))
+    changed = base.with_options(lr=1e-3, max_train_examples=200, data_seed=3)
+    assert (changed.lr, changed.seeds, changed.rates) == (1e-3, (1, 2), (1e-3,))
+    assert (changed.data.max_train_examples, changed.data.data_seed, base.data.max_train_examples) == (200, 3, 50)
+    assert base.with_options(lrs=[2e-5, 1e-3]).rates == (2e-5, 1e-3)
+    with pytest.raises(PapaError, match="Unknown probe options 'epoch', 'seed'") as err:
+        base.with_options(epoch=3, seed=4)
+    assert "epochs" in err.value.hint and "max_train_examples" in err.value.hint
+    with pytest.raises(PapaError, match="run_probe trains one seed, and the settings hold 2"):
+        run_probe("minilm-l6", "sst2", None, None, 0, base)

@@ -11,6 +11,7 @@ import sys
 
 import pytest
 import torch
+from tiny import averaged
 from transformers import AutoModel, BertConfig
 
 from papa.core.errors import PapaError
@@ -119,7 +120,7 @@ def test_cached_features_equal_live_eval_features():
 def _tiny_gate_run(n_train=32, n_eval=16):
     """A tiny BERT as a LoadedModel and an SST-2-shaped TaskInputs whose label is decided by one token."""
     from papa.core.models import LoadedModel
-    from papa.probing.data import get_task
+    from papa.core.tasks import get_task
     from papa.probing.task_inputs import TaskInputs
 
     g = torch.Generator().manual_seed(1)
@@ -210,9 +211,9 @@ def _save_hand_constants(path, deviation, fingerprint="0123456789abcdef"):
     from papa.core.constants import ConstantSet, save_constants
 
     layers, heads = len(deviation), len(deviation[0])
-    constants = torch.rand(layers, heads, 16, 16) + 0.01
-    meta = {"fingerprint": fingerprint, "relayout": True}
     counts = torch.ones(16, 16, dtype=torch.float64)
+    constants = averaged(torch.rand(layers, heads, 16, 16) + 0.01, counts)  # rows an estimate can produce
+    meta = {"fingerprint": fingerprint, "relayout": True}
     return save_constants(path, ConstantSet(constants, counts, torch.tensor(deviation), meta))
 
 

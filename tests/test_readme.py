@@ -75,3 +75,11 @@ def test_the_readme_library_example_runs(tmp_path, monkeypatch):
     assert tuple(namespace["constants"].shape) == (6, 12, 64, 64)
     assert len(papa.constant_heads_of(namespace["lm"].model)) == 36
     assert tuple(namespace["hidden"].shape) == (1, 64, 384)
+
+
+def test_every_library_call_the_readme_names_exists():
+    import papa
+
+    names = set(re.findall(r"`papa\.([A-Za-z_]+)[(`]", README))
+    assert {"run_probe", "run_probes", "ProbeSettings", "DataSettings"} <= names
+    assert all(callable(getattr(papa, name)) for name in sorted(names))

@@ -136,7 +136,7 @@ def test_the_book_as_is_refuses_an_edited_chapter_notebook(grid, monkeypatch, ke
     monkeypatch.setattr(build, "write_pages", lambda *args: published.append(args))
     monkeypatch.setattr(build.subprocess, "run", lambda *args, **kwargs: published.append(args))
     with pytest.raises(PapaError) as err:
-        build.build_book(str(path), as_is=True)
+        build.build_book(str(path), as_is=True, replace_pages=True)
     refused = f"1 executed notebook was edited after it ran: {rel}. Restore it (git checkout -- FILE) or re-execute it"
     assert str(err.value).startswith(refused)
     assert "--only results" in str(err.value)

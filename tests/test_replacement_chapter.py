@@ -77,9 +77,7 @@ def test_the_main_grid_holds_papa_only_and_every_mode_pairs_with_its_k0_runs(sci
     # the zero mode's interval at all heads is stats.paired_bootstrap of its runs against the main k = 0 runs
     base = [S.run_statistics(data.records[f"ma__sst2__k0__s{s}"]) for s in (42, 43, 44)]
     zero = [S.run_statistics(data.records[f"ma__sst2__k8__zero__replace__s{s}"]) for s in (42, 43, 44)]
-    expected = S.paired_bootstrap(
-        base, zero, "accuracy", rows=S.resample_rows(len(base[0]), S.RESAMPLES, 0, "sst2:same")
-    )
+    expected = S.paired_bootstrap(base, zero, "accuracy", pairs=[(0, 0), (1, 1), (2, 2)], dev_set="sst2:same")
     assert cells.loc[("zero", "all"), "relative_low"] == expected["relative_low"]
     assert cells.loc[("zero", "all"), "relative_high"] == expected["relative_high"]
 

@@ -1,4 +1,4 @@
-"""The replacement modes of a head set (papa.core.head_patch.REPLACEMENT_TABLE) against independent routes.
+"""The replacement modes of a head set (papa.core.replacements.REPLACEMENT_TABLE) against independent routes.
 
 Each independent route writes a head's output by hand: a forward pre-hook on the layer's output projection (its
 path written here per architecture, not read from the adapter table) overwrites the head's columns of its input
@@ -19,9 +19,9 @@ from tiny import HEADS, LAYERS, L
 
 from papa.core.constants import ConstantSet, estimate_constants, load_constants, save_constants
 from papa.core.errors import ConstantsMismatchError, CorruptFileError, PapaError
-from papa.core.head_patch import REPLACEMENTS
 from papa.core.heads import all_heads
 from papa.core.patching import load_patched, patch_constant_heads, unpatch
+from papa.core.replacements import REPLACEMENTS
 
 HEAD_DIM = 32 // HEADS
 SOME = [(0, 1), (1, 0), (1, 3)]

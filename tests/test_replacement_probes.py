@@ -13,8 +13,8 @@ from papa.cli import main
 from papa.core.constants import estimate_constants, load_constants, save_constants
 from papa.core.errors import PapaError
 from papa.core.fields import REPLACEMENTS as SCHEMA_REPLACEMENTS
-from papa.core.head_patch import REPLACEMENTS
 from papa.core.patching import patch_constant_heads, unpatch
+from papa.core.replacements import REPLACEMENTS
 from papa.probing.experiment import run_probes
 from papa.probing.extraction import extract_features, get_features
 from tests.test_probe_cli import recorded  # noqa: F401  (the fixture)

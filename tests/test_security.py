@@ -7,14 +7,14 @@ import pickle
 
 import pytest
 import torch
-from tiny import TINY_BERT
+from tiny import TINY_BERT, tiny_tokenizer
 from transformers import BertConfig, BertModel
 
 from papa.core import models
 from papa.core.errors import PapaError
 from papa.core.heads import load_ranking
 from papa.core.io import read_json_verified
-from papa.core.models import NO_CUSTOM_CODE, check_model_folder, load_model, resolve_model_path
+from papa.core.models import check_model_folder, load_model
 
 CUSTOM_CODE_HINT = (
     "Use a model whose architecture transformers ships (bert, roberta, "
@@ -125,9 +125,8 @@ def test_every_from_pretrained_gets_trust_remote_code_false(tmp_path, monkeypatc
     folder = tmp_path / "model"
     torch.manual_seed(0)
     BertModel(BertConfig(**TINY_BERT)).save_pretrained(folder)
-    from transformers import AutoTokenizer
 
-    AutoTokenizer.from_pretrained(resolve_model_path("minilm-l6")[0], **NO_CUSTOM_CODE).save_pretrained(folder)
+    tiny_tokenizer().save_pretrained(folder)
     seen = {}
     for name in ("AutoConfig", "AutoModel", "AutoTokenizer"):
         cls = getattr(models, name)
@@ -218,6 +217,7 @@ def test_trust_remote_code_false_is_a_second_wall(tmp_path, monkeypatch):
     marker = tmp_path / "marker"
     folder = _evil_folder(tmp_path / "evil", marker)
     monkeypatch.setattr(models, "check_model_folder", lambda *args, **kwargs: None)
+    monkeypatch.setattr(models, "check_model_fits", lambda *args, **kwargs: None)
     with pytest.raises(PapaError) as err:
         load_model(str(folder))
     assert str(err.value) == (

@@ -12,7 +12,7 @@ from tiny import TINY_BERT, tiny_batch
 from transformers import BertConfig, BertModel
 
 from papa.core.models import LoadedModel, load_model
-from papa.probing.data import get_task
+from papa.core.tasks import get_task
 from papa.probing.experiment import run_probe, run_probes
 from papa.probing.extraction import extract_features
 from papa.probing.probe import CachedSource, ProbeConfig, SequenceProbe, TokenProbe, make_optimizer, predict

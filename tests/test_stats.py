@@ -1,7 +1,8 @@
 """Paired bootstrap intervals, the convergence gate and the claim-3 rule (papa.analysis.bootstrap) on hand-made numbers.
 
-The bootstrap is checked against a naive loop over the documented resamples (rows of
-``default_rng(seed).integers(0, N, size=(R, N))``), recomputing each metric with scikit-learn or papa's own
+The bootstrap is checked against a naive loop over the documented two-level resamples (seeds drawn from
+``default_rng([seed, 1])`` and, for the other side of an unpaired comparison, ``default_rng([seed, 2])``; examples from
+rows of ``default_rng(seed).integers(0, N, size=(R, N))``), recomputing each metric with scikit-learn or papa's own
 metric code on every resample.
 """
 
@@ -19,16 +20,24 @@ from papa.analysis.basis import gate_runs
 from papa.analysis.claims import claim3_verdict
 from papa.book import words as W
 from papa.core.errors import PapaError
+from papa.probing.metrics import statistics as metric_stats
 
 
-def _naive(base_preds, other_preds, labels, score, resamples, seed=0, level=0.95):
-    """The documented procedure, one resample at a time: seed-mean metric at k minus at k = 0."""
+def _naive(base_preds, other_preds, labels, score, resamples, seed=0, level=0.95, paired=False):
+    """The documented procedure, one resample at a time: draw the seeds (as pairs when ``paired``), then the dev
+    examples, and take the drawn seeds' mean metric at k minus at k = 0."""
     labels = np.asarray(labels)
     rows = np.random.default_rng(seed).integers(0, len(labels), size=(resamples, len(labels)), dtype=np.int64)
+    seeds_base = np.random.default_rng([seed, 1]).integers(0, len(base_preds), size=(resamples, len(base_preds)))
+    seeds_other = (
+        seeds_base
+        if paired
+        else np.random.default_rng([seed, 2]).integers(0, len(other_preds), size=(resamples, len(other_preds)))
+    )
     diffs = []
-    for row in rows:
-        base = np.mean([score(labels[row], np.asarray(p)[row]) for p in base_preds])
-        other = np.mean([score(labels[row], np.asarray(p)[row]) for p in other_preds])
+    for row, drawn_base, drawn_other in zip(rows, seeds_base, seeds_other):
+        base = np.mean([score(labels[row], np.asarray(base_preds[i])[row]) for i in drawn_base])
+        other = np.mean([score(labels[row], np.asarray(other_preds[i])[row]) for i in drawn_other])
         diffs.append(other - base)
     tail = (1 - level) / 2
     return np.quantile(diffs, [tail, 1 - tail])
@@ -36,8 +45,8 @@ def _naive(base_preds, other_preds, labels, score, resamples, seed=0, level=0.95
 
 def test_all_wrong_to_all_right_is_a_real_gain_of_one():
     labels = [0, 1, 1, 0, 1]
-    base = [bootstrap.example_statistics("accuracy", [1, 0, 0, 1, 0], labels)]
-    other = [bootstrap.example_statistics("accuracy", labels, labels)]
+    base = [metric_stats.example_statistics("accuracy", [1, 0, 0, 1, 0], labels)]
+    other = [metric_stats.example_statistics("accuracy", labels, labels)]
     out = bootstrap.paired_bootstrap(base, other, "accuracy", resamples=200)
     assert (out["base_score"], out["score"], out["difference"], out["low"], out["high"], out["real"]) == (
         0.0,
@@ -63,8 +72,8 @@ def test_one_changed_example_of_four_is_not_real():
     labels = [1, 1, 0, 0]
     base_preds, other_preds = [1, 1, 1, 1], [1, 0, 1, 1]
     out = bootstrap.paired_bootstrap(
-        [bootstrap.example_statistics("accuracy", base_preds, labels)],
-        [bootstrap.example_statistics("accuracy", other_preds, labels)],
+        [metric_stats.example_statistics("accuracy", base_preds, labels)],
+        [metric_stats.example_statistics("accuracy", other_preds, labels)],
         "accuracy",
         resamples=500,
         seed=3,
@@ -81,8 +90,8 @@ def test_accuracy_with_three_seeds_matches_the_naive_loop():
     base = [np.where(rng.random(60) < 0.8, labels, (labels + 1) % 3) for _ in range(3)]
     other = [np.where(rng.random(60) < 0.6, labels, (labels + 2) % 3) for _ in range(3)]
     out = bootstrap.paired_bootstrap(
-        [bootstrap.example_statistics("accuracy", p, labels) for p in base],
-        [bootstrap.example_statistics("accuracy", p, labels) for p in other],
+        [metric_stats.example_statistics("accuracy", p, labels) for p in base],
+        [metric_stats.example_statistics("accuracy", p, labels) for p in other],
         "accuracy",
         resamples=100,
         seed=11,
@@ -93,10 +102,52 @@ def test_accuracy_with_three_seeds_matches_the_naive_loop():
     assert out["difference"] == pytest.approx(np.mean(per_seed), abs=1e-12)
     assert (out["seed_min"], out["seed_max"]) == (pytest.approx(min(per_seed)), pytest.approx(max(per_seed)))
     assert high < 0 and out["real"] is True  # about 80% → 60%: the naive loop's interval lies below 0
-    same = [bootstrap.example_statistics("accuracy", p, labels) for p in base]
+    same = [metric_stats.example_statistics("accuracy", p, labels) for p in base]
     assert (
         bootstrap.paired_bootstrap(same, same, "accuracy", resamples=100, seed=11)["real"] is False
     )  # no change at all
+
+
+def test_paired_seeds_are_drawn_as_pairs_like_the_naive_loop():
+    rng = np.random.default_rng(8)
+    labels = rng.integers(0, 2, 50)
+    base = [np.where(rng.random(50) < 0.85, labels, 1 - labels) for _ in range(3)]
+    other = [np.where(rng.random(50) < 0.65, labels, 1 - labels) for _ in range(3)]
+    stats = lambda runs: [bootstrap.example_statistics("accuracy", p, labels) for p in runs]  # noqa: E731
+    pairs = [(0, 0), (1, 1), (2, 2)]
+    out = bootstrap.paired_bootstrap(stats(base), stats(other), "accuracy", resamples=80, seed=4, pairs=pairs)
+    low, high = _naive(base, other, labels, accuracy_score, 80, seed=4, paired=True)
+    assert out["low"] == pytest.approx(low, abs=1e-12) and out["high"] == pytest.approx(high, abs=1e-12)
+
+
+def _accuracy_runs(labels: np.ndarray, rights: list[int]) -> list[np.ndarray]:
+    """One run per entry: right on its first ``right`` examples, wrong on the rest (binary labels)."""
+    return [bootstrap.example_statistics("accuracy", np.r_[labels[:r], 1 - labels[r:]], labels) for r in rights]
+
+
+def test_seeds_far_apart_widen_the_interval_the_verdict_is_decided_on():
+    """Two comparisons with the same seed-mean drop, 80% → 60% on 200 dev examples: the seeds of one agree (60%,
+    60%, 60%), the seeds of the other lie far apart (90%, 60%, 30%). Over dev examples alone both intervals would be
+    about as wide; over seeds and examples the far-apart seeds' interval is several times wider and reaches above 0,
+    so its drop is not real, while the agreeing seeds' drop is."""
+    labels = np.random.default_rng(0).integers(0, 2, 200)
+    base = _accuracy_runs(labels, [160, 160, 160])
+    pairs = [(0, 0), (1, 1), (2, 2)]
+    agree = bootstrap.paired_bootstrap(base, _accuracy_runs(labels, [120] * 3), "accuracy", pairs=pairs)
+    apart = bootstrap.paired_bootstrap(base, _accuracy_runs(labels, [180, 120, 60]), "accuracy", pairs=pairs)
+    assert agree["difference"] == pytest.approx(-0.2) and apart["difference"] == pytest.approx(-0.2)
+    assert agree["real"] is True and agree["high"] < -0.1
+    assert apart["real"] is False and apart["high"] >= 0.05  # all three draws of the 90% seed: +0.1
+    assert apart["high"] - apart["low"] > 3 * (agree["high"] - agree["low"])
+    interval = bootstrap.score_interval(_accuracy_runs(labels, [180, 120, 60]), "accuracy")
+    assert interval["score"] == pytest.approx(0.6) and interval["low"] < 0.35 and interval["high"] > 0.85
+
+
+def test_one_seed_draws_nothing_at_the_seed_level():
+    counts = bootstrap.resample_seeds(1, 50, seed=3, dev_set="x")
+    assert counts.shape == (50, 1) and (counts == 1).all()
+    many = bootstrap.resample_seeds(3, 400, seed=3, dev_set="x")
+    assert (many.sum(1) == 3).all() and len({tuple(r) for r in many}) == 10  # every multiset of 3 seeds
 
 
 @pytest.mark.parametrize("classes", [2, 3])
@@ -105,9 +156,9 @@ def test_mcc_is_recomputed_on_every_resample(classes: int):
     labels = rng.integers(0, classes, 40)
     base = [np.where(rng.random(40) < 0.75, labels, rng.integers(0, classes, 40)) for _ in range(2)]
     other = [np.where(rng.random(40) < 0.55, labels, rng.integers(0, classes, 40)) for _ in range(2)]
-    to_stats = lambda preds: bootstrap.example_statistics("matthews_correlation", preds, labels, num_labels=classes)  # noqa: E731
+    to_stats = lambda preds: metric_stats.example_statistics("matthews_correlation", preds, labels, num_labels=classes)  # noqa: E731
     for preds in base + other:
-        assert bootstrap.metric_from_sums("matthews_correlation", to_stats(preds).sum(0)) == pytest.approx(
+        assert metric_stats.metric_from_sums("matthews_correlation", to_stats(preds).sum(0)) == pytest.approx(
             matthews_corrcoef(labels, preds), abs=1e-12
         )
     out = bootstrap.paired_bootstrap(
@@ -120,8 +171,8 @@ def test_mcc_is_recomputed_on_every_resample(classes: int):
 def test_mcc_of_a_constant_prediction_is_zero():
     labels = [0, 1, 1, 0]
     assert (
-        bootstrap.metric_from_sums(
-            "matthews_correlation", bootstrap.example_statistics("matthews_correlation", [1, 1, 1, 1], labels).sum(0)
+        metric_stats.metric_from_sums(
+            "matthews_correlation", metric_stats.example_statistics("matthews_correlation", [1, 1, 1, 1], labels).sum(0)
         )
         == 0.0
     )
@@ -130,15 +181,15 @@ def test_mcc_of_a_constant_prediction_is_zero():
 def test_combined_and_f1_match_scikit_learn():
     labels = [1, 1, 0, 0, 1, 0, 1, 1]
     preds = [1, 0, 0, 1, 1, 0, 1, 0]
-    sums = bootstrap.example_statistics("combined", preds, labels).sum(0)
+    sums = metric_stats.example_statistics("combined", preds, labels).sum(0)
     f1 = f1_score(labels, preds)
-    assert bootstrap.metric_from_sums("f1", sums) == pytest.approx(f1, abs=1e-15)
-    assert bootstrap.metric_from_sums("combined", sums) == pytest.approx(
+    assert metric_stats.metric_from_sums("f1", sums) == pytest.approx(f1, abs=1e-15)
+    assert metric_stats.metric_from_sums("combined", sums) == pytest.approx(
         (accuracy_score(labels, preds) + f1) / 2, abs=1e-15
     )
     out = bootstrap.paired_bootstrap(
-        [bootstrap.example_statistics("combined", labels, labels)],
-        [bootstrap.example_statistics("combined", preds, labels)],
+        [metric_stats.example_statistics("combined", labels, labels)],
+        [metric_stats.example_statistics("combined", preds, labels)],
         "combined",
         resamples=100,
     )
@@ -156,36 +207,36 @@ def test_token_statistics_match_papa_metrics():
     preds = [[1, 2, 0, 0], [0, 1], [3, 4, 0, 0, 1]]
     flat = lambda seqs: [t for s in seqs for t in s]  # noqa: E731
     lengths = [len(s) for s in refs]
-    ner = bootstrap.example_statistics("f1", flat(preds), flat(refs), lengths, names)
+    ner = metric_stats.example_statistics("f1", flat(preds), flat(refs), lengths, names)
     assert ner.tolist() == [[1, 1, 2], [0, 1, 0], [1, 2, 2]]  # (correct, predicted, true) spans per sentence
     expected = compute_task_metrics("ner", preds, refs, names)["f1"]
     assert (
-        bootstrap.metric_from_sums("f1", ner.sum(0), token=True)
+        metric_stats.metric_from_sums("f1", ner.sum(0), token=True)
         == pytest.approx(expected, abs=1e-15)
         == 2 * 2 / (4 + 4)
     )
-    pos = bootstrap.example_statistics("accuracy", flat(preds), flat(refs), lengths)
+    pos = metric_stats.example_statistics("accuracy", flat(preds), flat(refs), lengths)
     assert pos.tolist() == [[3, 4], [1, 2], [4, 5]]
     assert (
-        bootstrap.metric_from_sums("accuracy", pos.sum(0), token=True)
+        metric_stats.metric_from_sums("accuracy", pos.sum(0), token=True)
         == compute_task_metrics("pos", preds, refs)["accuracy"]
         == 8 / 11
     )
     with pytest.raises(PapaError, match="The sentence lengths add up to 10 tokens, but there are 11"):
-        bootstrap.example_statistics("accuracy", flat(preds), flat(refs), [4, 2, 4])
+        metric_stats.example_statistics("accuracy", flat(preds), flat(refs), [4, 2, 4])
 
 
 def test_runs_on_different_dev_examples_are_refused():
     a, b = (
-        bootstrap.example_statistics("accuracy", [1, 0], [1, 1]),
-        bootstrap.example_statistics("accuracy", [1, 0, 1], [1, 1, 1]),
+        metric_stats.example_statistics("accuracy", [1, 0], [1, 1]),
+        metric_stats.example_statistics("accuracy", [1, 0, 1], [1, 1, 1]),
     )
     with pytest.raises(PapaError, match="The runs score 2 and 3 dev examples"):
         bootstrap.paired_bootstrap([a], [b], "accuracy")
 
 
 def test_a_resample_count_out_of_range_is_one_clear_error():
-    statistics = [bootstrap.example_statistics("accuracy", [1, 0], [1, 1])]
+    statistics = [metric_stats.example_statistics("accuracy", [1, 0], [1, 1])]
     with pytest.raises(PapaError, match=r"^Bootstrap resamples 0 out of range"):
         bootstrap.paired_bootstrap(statistics, statistics, "accuracy", resamples=0)
     with pytest.raises(PapaError, match=r"^Bootstrap resamples 0 out of range"):
@@ -297,7 +348,8 @@ def test_seeded_random_orderings_are_pooled_and_paired_by_probe_seed():
 def test_a_seed_the_gate_left_out_at_k_is_left_out_at_k0_too():
     """Seed 43 scores 3/6 at k = 0 and the others 6/6; at k, seeds 42 and 44 predict exactly as at k = 0 and seed 43's
     run is gone (the convergence gate). Paired by seed the difference is exactly 0 and not real; pooling every
-    k = 0 run would make the lost seed's low score look like a real gain of 1/6."""
+    k = 0 run would make the lost seed's low score look like a gain of 1/6 (over dev examples alone a real one; the
+    seed level of the interval, which sometimes draws no seed 43, keeps it from being called real)."""
     labels = [1, 0, 1, 1, 0, 0]
     worse = [0, 1, 0, 1, 0, 0]  # 3 of 6 right
     results = {
@@ -316,18 +368,19 @@ def test_a_seed_the_gate_left_out_at_k_is_left_out_at_k0_too():
         False,
     )
     assert (row["n_base"], row["n_runs"], row["n_unpaired"]) == (2, 2, 1)
-    labels, worse = labels * 5, worse * 5  # 30 examples: pooled, the lost seed's errors make a "real" gain
+    labels, worse = labels * 5, worse * 5  # 30 examples: pooled, the lost seed's errors make a gain
     unpaired = bootstrap.paired_bootstrap(
-        [bootstrap.example_statistics("accuracy", p, labels) for p in (labels, worse, labels)],
-        [bootstrap.example_statistics("accuracy", labels, labels)] * 2,
+        [metric_stats.example_statistics("accuracy", p, labels) for p in (labels, worse, labels)],
+        [metric_stats.example_statistics("accuracy", labels, labels)] * 2,
         "accuracy",
         resamples=300,
     )
-    assert unpaired["difference"] == pytest.approx(1 / 6) and unpaired["real"]  # what the pairing prevents
+    assert unpaired["difference"] == pytest.approx(1 / 6)  # what the pairing prevents
+    assert unpaired["low"] == 0.0 and unpaired["real"] is False  # 8/27 of the seed draws hold no seed 43
     with pytest.raises(PapaError, match="No run at k shares a probe seed"):
         bootstrap.paired_bootstrap(
-            [bootstrap.example_statistics("accuracy", labels, labels)],
-            [bootstrap.example_statistics("accuracy", labels, labels)],
+            [metric_stats.example_statistics("accuracy", labels, labels)],
+            [metric_stats.example_statistics("accuracy", labels, labels)],
             "accuracy",
             pairs=[],
         )
@@ -339,8 +392,8 @@ def test_a_relative_drop_from_a_score_at_or_below_zero_is_undefined():
     from papa.analysis.results import relative_drop
 
     labels = [1, 0, 1, 0]
-    base = [bootstrap.example_statistics("matthews_correlation", [0, 1, 1, 0], labels, num_labels=2)]  # MCC 0
-    other = [bootstrap.example_statistics("matthews_correlation", [1, 0, 1, 0], labels, num_labels=2)]  # MCC 1
+    base = [metric_stats.example_statistics("matthews_correlation", [0, 1, 1, 0], labels, num_labels=2)]  # MCC 0
+    other = [metric_stats.example_statistics("matthews_correlation", [1, 0, 1, 0], labels, num_labels=2)]  # MCC 1
     out = bootstrap.paired_bootstrap(base, other, "matthews_correlation", resamples=100)
     assert out["base_score"] == 0.0 and math.isnan(out["relative_drop"]) and math.isnan(out["relative_low"])
     assert (

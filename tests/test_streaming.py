@@ -179,7 +179,7 @@ def test_disk_full_while_streaming_names_papa_cache_dir(cache, monkeypatch):
 
 def _tiny_run():
     from papa.core.models import LoadedModel
-    from papa.probing.data import get_task
+    from papa.core.tasks import get_task
     from papa.probing.task_inputs import TaskInputs
 
     lm = LoadedModel("tiny", _model(), tokenizer=None, source="local", fingerprint="0123456789abcdef")

@@ -20,7 +20,7 @@ from nbval.plugin import get_sanitize_patterns
 
 from papa.cli import build_parser
 from papa.core.errors import PapaError
-from papa.core.io import atomic_write_json
+from papa.core.io import atomic_write_json, sha256_file
 from papa.pipeline import verify
 from papa.pipeline.output_diff import Difference, diff_files, diff_values
 from papa.pipeline.plan import ROOT, Run, expand, load_config
@@ -336,6 +336,11 @@ def _record(run_id: str, key: str, matched: bool = True, **extra) -> dict:
     return record | extra
 
 
+def _checksums(run: Run, root: Path) -> dict[str, str]:
+    """What a record made now stores: the sha256 of each of the run's committed outputs."""
+    return {rel: sha256_file(root / rel) for rel in run.outputs}
+
+
 def test_the_verified_section_counts_current_records_and_lists_every_mismatch_with_its_size_and_cause(tmp_path):
     from papa.book.pages import _verified_section
     from papa.pipeline.stamps import verification_path
@@ -356,7 +361,9 @@ def test_the_verified_section_counts_current_records_and_lists_every_mismatch_wi
             nbval={"passed": False, "checked_cells": 3, "failed_cells": ["Cell 5: Cell outputs differ"]},
         ),
     ]
+    by_id = {run.run_id: run for run in plan}
     for record in records:
+        record["outputs"] = _checksums(by_id[record["run_id"]], tmp_path)
         atomic_write_json(verification_path(folder, record["run_id"]), record)
     assert sorted(read_records(folder)) == sorted(r["run_id"] for r in records)
     text = "\n".join(

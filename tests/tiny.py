@@ -27,3 +27,22 @@ def tiny_constants(length=L, seed=0):
     """Random constants ``[LAYERS, HEADS, length, length]``, positive everywhere (pads included)."""
     g = torch.Generator().manual_seed(seed)
     return torch.rand(LAYERS, HEADS, length, length, generator=g) + 0.01
+
+
+def tiny_tokenizer(vocab_size=VOCAB):
+    """A WordPiece tokenizer of exactly ``vocab_size`` entries (the special tokens, then ``w0``, ``w1``, ...), so that
+    its ids fit a tiny model's embedding matrix; save it next to the model with ``save_pretrained``."""
+    from transformers import BertTokenizer
+
+    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    words += [f"w{i}" for i in range(vocab_size - len(words))]
+    return BertTokenizer(vocab={word: i for i, word in enumerate(words)})
+
+
+def averaged(constants, counts):
+    """``constants [..., L, L]`` rescaled row by row into values an estimate can produce for ``counts [L, L]``: 0
+    where ``counts`` is 0, and ``Σ_j counts[i, j] C[..., i, j] = counts[i, i]`` (papa's load check). With ``counts``
+    all equal, each row sums to 1 (values in [0, 1] for positive ``constants``)."""
+    constants = constants.double() * (counts > 0)
+    weighted = (constants * counts).sum(-1, keepdim=True)
+    return (constants * counts.diagonal()[:, None] / weighted.clamp_min(1e-30)).float()

@@ -21,7 +21,7 @@ from papa.analysis import bootstrap as S
 from papa.analysis import results as R
 from papa.core.errors import PapaError
 from papa.core.heads import count_for
-from papa.probing.data import get_task
+from papa.core.tasks import get_task
 
 #: Columns of :attr:`Basis.cells` (``samples``: the relative drop on every resample, an ``[R]`` array per cell).
 CELL_COLUMNS = (
@@ -32,7 +32,7 @@ CELL_COLUMNS = (
 
 def task_family(task: str) -> str:
     """``"token"`` for a token-level task, ``"sentence"`` for a sentence-level one, ``"other"`` for a task papa
-    does not know (from the task's spec, :func:`papa.probing.data.get_task`)."""
+    does not know (from the task's spec, :func:`papa.core.tasks.get_task`)."""
     try:
         return "token" if get_task(task).is_token_task else "sentence"
     except PapaError:

@@ -1,12 +1,17 @@
-"""Bootstrap intervals over dev examples: of a seed-mean score (:func:`score_interval`) and of its paired difference
-to k = 0 (:func:`paired_bootstrap`, :func:`paired_differences`).
+"""Two-level bootstrap intervals over probe seeds and dev examples: of a seed-mean score (:func:`score_interval`) and
+of its paired difference to k = 0 (:func:`paired_bootstrap`, :func:`paired_differences`).
 
-Every metric is a function of sums over dev examples of a per-example count vector (:func:`example_statistics`,
-``[N, D]``), so a resample only re-weights rows: ``(correct, 1)`` for accuracy, the one-hot confusion cell
+Every metric is a function of sums over dev examples of a per-example count vector
+(:func:`papa.probing.metrics.statistics.example_statistics`, ``[N, D]``, the statistics the reported scores are
+computed from), so a resample only re-weights rows: ``(correct, 1)`` for accuracy, the one-hot confusion cell
 (``C × C``) for MCC, ``(tp, fp, fn, tn)`` of label 1 for F1 and ``combined``, and per sentence ``(correct,
-predicted, true spans)`` for NER's F1 (seqeval's default mode) or ``(correct tokens, tokens)`` for POS. A resample
-draws ``N`` examples with replacement (:func:`resample_rows`); an interval is the 2.5 and 97.5 percentiles of the
-``R`` resampled values, and a difference is *real* only when its interval excludes 0.
+predicted, true spans)`` for NER's F1 (seqeval's default mode) or ``(correct tokens, tokens)`` for POS.
+
+A resample has two levels: it draws the ``S`` probe seeds with replacement (:func:`resample_seeds`; paired runs are
+drawn as pairs, so a seed's k = 0 and k runs stay together), then ``N`` dev examples with replacement
+(:func:`resample_rows`), and averages the drawn seeds' metrics. The interval is the 2.5 and 97.5 percentiles of the
+``R`` resampled values, so it covers both the seed-to-seed spread and the dev sample; a difference is *real* only when
+its interval excludes 0. With one seed the seed level draws nothing, and the interval covers the dev examples alone.
 """
 
 from __future__ import annotations
@@ -20,92 +25,10 @@ import pandas as pd
 
 from papa.analysis.results import ranking_family, relative_drop
 from papa.core.errors import PapaError
-from papa.probing.data import get_task
+from papa.core.tasks import get_task
+from papa.probing.metrics.statistics import example_statistics, metric_from_sums
 
-#: The metrics with per-example statistics (the module docstring).
-SEQUENCE_METRICS = ("accuracy", "matthews_correlation", "combined", "f1")
-TOKEN_METRICS = ("f1", "accuracy")
 RESAMPLES = 2000
-
-
-def _sentences(flat: np.ndarray, lengths: np.ndarray) -> list[np.ndarray]:
-    if int(lengths.sum()) != len(flat):
-        what = f"The sentence lengths add up to {int(lengths.sum())} tokens, but there are {len(flat)}"
-        raise PapaError(what, "Store one length per dev sentence.")
-    return np.split(flat, np.cumsum(lengths)[:-1])
-
-
-def example_statistics(
-    metric: str,
-    predictions: Sequence[int],
-    labels: Sequence[int],
-    lengths: Sequence[int] | None = None,
-    label_names: Sequence[str] | None = None,
-    num_labels: int | None = None,
-) -> np.ndarray:
-    """Per-example count vectors ``[N, D]`` from which :func:`metric_from_sums` recomputes ``metric``.
-
-    Sequence tasks: ``predictions``/``labels`` ``[N]``. Token tasks: flat ``[T]`` over all labelled tokens, with
-    ``lengths [N]`` (tokens per sentence); NER (token ``f1``) also needs ``label_names`` to find entity spans.
-    """
-    preds, refs = np.asarray(predictions, dtype=np.int64), np.asarray(labels, dtype=np.int64)
-    if preds.shape != refs.shape or preds.ndim != 1:
-        fix = "Pass one flat prediction per labelled example or token."
-        raise PapaError(f"{preds.shape} predictions but {refs.shape} labels", fix)
-    if lengths is not None:
-        sizes = np.asarray(lengths, dtype=np.int64)
-        pred_sents, ref_sents = _sentences(preds, sizes), _sentences(refs, sizes)
-        if metric == "accuracy":
-            return np.stack([np.array([(p == r).sum(), len(r)]) for p, r in zip(pred_sents, ref_sents)]).astype(float)
-        if metric == "f1":
-            if not label_names:
-                raise PapaError("Entity F1 needs the tag names", "Pass label_names in id order.")
-            from papa.probing.metrics.papa_seqeval.papa_seqeval import get_entities
-
-            names = np.asarray(label_names, dtype=object)
-            rows = []
-            for p, r in zip(pred_sents, ref_sents):
-                found, true = set(get_entities(list(names[p]))), set(get_entities(list(names[r])))
-                rows.append((len(found & true), len(found), len(true)))
-            return np.asarray(rows, dtype=np.float64).reshape(-1, 3)
-        fix = f"Use one of {', '.join(TOKEN_METRICS)}."
-        raise PapaError(f"No per-example statistics for the token metric {metric!r}", fix)
-    if metric == "accuracy":
-        return np.stack([preds == refs, np.ones_like(refs, dtype=bool)], axis=1).astype(np.float64)
-    if metric == "matthews_correlation":
-        classes = num_labels or int(max(preds.max(initial=0), refs.max(initial=0))) + 1
-        cells = np.zeros((len(refs), classes * classes))
-        cells[np.arange(len(refs)), refs * classes + preds] = 1.0
-        return cells
-    if metric in ("combined", "f1"):
-        p, t = preds == 1, refs == 1
-        return np.stack([p & t, p & ~t, ~p & t, ~p & ~t], axis=1).astype(np.float64)
-    fix = f"Use one of {', '.join(SEQUENCE_METRICS)}."
-    raise PapaError(f"No per-example statistics for the metric {metric!r}", fix)
-
-
-def metric_from_sums(metric: str, sums: np.ndarray, token: bool = False) -> np.ndarray:
-    """The metric from summed statistics ``[..., D]`` (any leading shape) → ``[...]``."""
-    sums = np.asarray(sums, dtype=np.float64)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        if metric == "accuracy":
-            return sums[..., 0] / sums[..., 1]
-        if token and metric == "f1":
-            correct, total = sums[..., 0], sums[..., 1] + sums[..., 2]
-            return np.where(correct > 0, 2 * correct / np.where(total > 0, total, 1), 0.0)
-        if metric == "matthews_correlation":
-            classes = math.isqrt(sums.shape[-1])
-            confusion = sums.reshape(*sums.shape[:-1], classes, classes)  # [..., true, predicted]
-            t, p = confusion.sum(-1), confusion.sum(-2)
-            c, s = np.trace(confusion, axis1=-2, axis2=-1), confusion.sum((-2, -1))
-            numerator = c * s - (t * p).sum(-1)
-            denominator = np.sqrt(s**2 - (p * p).sum(-1)) * np.sqrt(s**2 - (t * t).sum(-1))
-            return np.where(denominator > 0, numerator / np.where(denominator > 0, denominator, 1), 0.0)
-        if metric in ("combined", "f1"):
-            tp, fp, fn, tn = (sums[..., i] for i in range(4))
-            f1 = np.where(tp > 0, 2 * tp / np.where(2 * tp + fp + fn > 0, 2 * tp + fp + fn, 1), 0.0)
-            return f1 if metric == "f1" else ((tp + tn) / (tp + fp + fn + tn) + f1) / 2
-    raise PapaError(f"Unknown metric {metric!r}", f"Use one of {', '.join(SEQUENCE_METRICS)}.")
 
 
 def _stack(per_seed: Sequence[np.ndarray], what: str) -> np.ndarray:
@@ -116,6 +39,11 @@ def _stack(per_seed: Sequence[np.ndarray], what: str) -> np.ndarray:
         what = f"The runs {what} hold statistics of different shapes {sorted(shapes)}"
         raise PapaError(what, "Compare runs on the same dev examples.")
     return np.stack(per_seed)
+
+
+def _check_resamples(resamples: int) -> None:
+    if resamples < 1:
+        raise PapaError(f"Bootstrap resamples {resamples} out of range", "Use e.g. resamples=2000.")
 
 
 def _interval(samples: np.ndarray) -> tuple[float, float]:
@@ -131,16 +59,33 @@ def resample_rows(n: int, resamples: int = RESAMPLES, seed: int = 0, dev_set: st
     return rng.integers(0, n, size=(resamples, n), dtype=np.int64)
 
 
+def resample_seeds(
+    n_seeds: int, resamples: int = RESAMPLES, seed: int = 0, dev_set: str | None = None, stream: int = 1
+) -> np.ndarray:
+    """The seed level of the bootstrap: ``[R, S]`` counts (row ``r``: how often resample ``r`` draws each of the
+    ``S`` seeds; each row sums to ``S``), from ``default_rng([seed, stream])``, or with a ``dev_set`` from
+    ``default_rng([seed, CRC-32 of dev_set, stream])``: streams apart from :func:`resample_rows`' rows (``stream``
+    ≥ 1; unpaired sides draw their seeds from streams 1 and 2)."""
+    key = [seed, stream] if dev_set is None else [seed, zlib.crc32(dev_set.encode("utf-8")), stream]
+    draws = np.random.default_rng(key).integers(0, n_seeds, size=(resamples, n_seeds), dtype=np.int64)
+    counts = np.zeros((resamples, n_seeds))
+    np.add.at(counts, (np.repeat(np.arange(resamples), n_seeds), draws.ravel()), 1.0)
+    return counts
+
+
 def _resampled_means(
-    stacks: Sequence[np.ndarray], metric: str, token: bool, resamples: int, seed: int, rows: np.ndarray | None = None
+    stacks: Sequence[np.ndarray],
+    metric: str,
+    token: bool,
+    resamples: int,
+    rows: np.ndarray,
+    seed_counts: Sequence[np.ndarray],
 ) -> list[np.ndarray]:
-    """Per stack of per-seed statistics ``[S, N, D]`` (all on the same ``N`` dev examples): the seed-mean metric
-    on each of ``resamples`` bootstrap resamples of the examples ``[R]``; every stack sees the same resamples
-    (``rows [R, N]``, default :func:`resample_rows` of ``seed``)."""
-    if resamples < 1:
-        raise PapaError(f"Bootstrap resamples {resamples} out of range", "Use e.g. resamples=2000.")
+    """Per stack of per-seed statistics ``[S, N, D]`` (all on the same ``N`` dev examples) and its seed draws
+    ``seed_counts [R, S]`` (:func:`resample_seeds`): the mean over the drawn seeds of the metric on each of
+    ``resamples`` bootstrap resamples of the examples ``[R]``; every stack sees the same example resamples
+    (``rows [R, N]``, :func:`resample_rows`)."""
     n = stacks[0].shape[1]
-    rows = resample_rows(n, resamples, seed) if rows is None else rows
     if rows.shape != (resamples, n):
         what = f"The resample draws have shape {rows.shape}, not ({resamples}, {n})"
         raise PapaError(what, "Draw them with resample_rows(n, resamples, ...).")
@@ -149,9 +94,10 @@ def _resampled_means(
         chunk = rows[start : start + 256]
         weights = np.zeros((len(chunk), n))
         np.add.at(weights, (np.repeat(np.arange(len(chunk)), n), chunk.ravel()), 1.0)  # [R', N] times drawn
-        for mean, stack in zip(means, stacks):
+        for mean, stack, counts in zip(means, stacks, seed_counts):
             sums = np.einsum("rn,snd->rsd", weights, stack)
-            mean[start : start + len(chunk)] = metric_from_sums(metric, sums, token).mean(1)  # [R']
+            per_seed = metric_from_sums(metric, sums, token)  # [R', S]
+            mean[start : start + len(chunk)] = (per_seed * counts[start : start + len(chunk)]).sum(1) / len(stack)
     return means
 
 
@@ -159,9 +105,12 @@ def score_interval(
     per_seed: Sequence[np.ndarray], metric: str, token: bool = False, resamples: int = RESAMPLES, seed: int = 0
 ) -> dict:
     """The seed-mean ``metric`` of runs on the same dev examples (one ``[N, D]`` statistics array per seed, as
-    :func:`example_statistics`), with its 95% bootstrap interval over dev examples: ``score``, ``low``, ``high``."""
+    :func:`example_statistics`), with its 95% two-level bootstrap interval over seeds and dev examples: ``score``,
+    ``low``, ``high``."""
     stack = _stack(per_seed, "to score")
-    (means,) = _resampled_means([stack], metric, token, resamples, seed)
+    _check_resamples(resamples)
+    rows, counts = resample_rows(stack.shape[1], resamples, seed), resample_seeds(len(stack), resamples, seed)
+    (means,) = _resampled_means([stack], metric, token, resamples, rows, [counts])
     low, high = _interval(means)
     return {"score": float(metric_from_sums(metric, stack.sum(1), token).mean()), "low": low, "high": high}
 
@@ -175,14 +124,18 @@ def paired_bootstrap(
     seed: int = 0,
     pairs: Sequence[tuple[int, int]] | None = None,
     rows: np.ndarray | None = None,
+    dev_set: str | None = None,
 ) -> dict:
-    """The difference ``other − base`` of the seed-mean metric, with a 95% bootstrap interval over dev examples.
+    """The difference ``other − base`` of the seed-mean metric, with a 95% two-level bootstrap interval over probe
+    seeds and dev examples (the module docstring).
 
     ``base``/``other``: one ``[N, D]`` statistics array per seed at k = 0 and at k, on the same dev examples;
-    ``rows [R, N]`` (:func:`resample_rows`) fixes the resamples, else they come from ``seed``. Given ``pairs``
-    (``(i, j)``: base run ``i`` and run ``j`` share a probe seed) only paired runs count, so the seed-to-seed spread
-    stays out of the difference. Returns the scores, ``difference`` with ``low``/``high`` and ``real``, the relative
-    drop with its interval and ``[R]`` ``relative_samples`` (NaN where a k = 0 score is ≤ 0), and the counts.
+    ``rows [R, N]`` fixes the example resamples, else they are :func:`resample_rows` of ``seed`` and ``dev_set``;
+    the seeds are drawn by :func:`resample_seeds` of ``seed`` and ``dev_set``. Given ``pairs`` (``(i, j)``: base run
+    ``i`` and run ``j`` share a probe seed) only paired runs count, and a resample draws pairs, so both sides of a
+    seed move together; without ``pairs`` each side draws its own seeds. Returns the scores, ``difference`` with
+    ``low``/``high`` and ``real``, the relative drop with its interval and ``[R]`` ``relative_samples`` (NaN where a
+    k = 0 score is ≤ 0), and the counts.
     """
     b, o = _stack(base, "at k = 0"), _stack(other, "at k")
     unpaired = 0
@@ -199,7 +152,11 @@ def paired_bootstrap(
     base_seeds, other_seeds = metric_from_sums(metric, b.sum(1), token), metric_from_sums(metric, o.sum(1), token)
     base_score, score = float(base_seeds.mean()), float(other_seeds.mean())
     paired = np.array([y - x for x, y in zip(base_seeds, other_seeds)])  # the (re-ordered) pairs, in order
-    m_base, m_other = _resampled_means([b, o], metric, token, resamples, seed, rows)
+    _check_resamples(resamples)
+    rows = resample_rows(b.shape[1], resamples, seed, dev_set) if rows is None else rows
+    counts_base = resample_seeds(len(b), resamples, seed, dev_set)
+    counts_other = counts_base if pairs is not None else resample_seeds(len(o), resamples, seed, dev_set, 2)
+    m_base, m_other = _resampled_means([b, o], metric, token, resamples, rows, [counts_base, counts_other])
     differences = m_other - m_base
     with np.errstate(divide="ignore", invalid="ignore"):
         relative = np.where(m_base > 0, (m_base - m_other) / m_base, math.nan)
@@ -253,8 +210,7 @@ def paired_differences(results: dict[str, dict], resamples: int = RESAMPLES) -> 
         # the task's data folder: NER and POS share theirs
         dev_set = f"{get_task(task).local_folder}:{setting[4]}" if setting[4] else task
         base_stats, other_stats = [run_statistics(r) for r in base_runs], [run_statistics(r) for r in other_runs]
-        draws = resample_rows(len(base_stats[0]), resamples, 0, dev_set) if resamples >= 1 else None
-        stats = paired_bootstrap(base_stats, other_stats, metric, token, resamples, 0, pairs, draws)
+        stats = paired_bootstrap(base_stats, other_stats, metric, token, resamples, 0, pairs, dev_set=dev_set)
         keys = {"model": model, "task": task, "ranking": ranking, "k": k, "fraction": k / total}
         rows.append(keys | {"mode": setting[0], "probe_input": setting[1], "dev_set": dev_set, **stats})
     return pd.DataFrame(rows)

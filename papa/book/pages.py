@@ -32,7 +32,7 @@ from papa.pipeline.plan import (
     runs_dir,
 )
 from papa.pipeline.stamps import read_stamp, stamp_path
-from papa.pipeline.verify import VERIFIABLE, dirty_runs, read_records, stamped_runs
+from papa.pipeline.verify import VERIFIABLE, bound_records, dirty_runs, stamped_runs
 
 _piece = partial(fill, "reproducibility")
 
@@ -140,12 +140,11 @@ def _verified_section(config: dict, runs_dir: Path, run_ids: list[str] | None, r
     """ "Verified": what ``papa grid verify`` re-executed and compared (records of the runs' current executions only),
     on which machines, every mismatch with its size and cause; then the runs whose outputs record ``-dirty``."""
     runs = [r for r in stamped_runs(runs_dir) if r.kind in VERIFIABLE and (run_ids is None or r.run_id in run_ids)]
-    keys = {r.run_id: (read_stamp(stamp_path(runs_dir, r.run_id)) or {}).get("key") for r in runs}
-    every = {run_id: record for run_id, record in read_records(runs_dir).items() if run_id in keys}
-    records = {run_id: record for run_id, record in every.items() if record.get("key") == keys[run_id]}
+    records, aside = bound_records(runs_dir, runs, root)  # only records of the runs' current outputs count
     lines = ["## Verified", ""]
+    set_aside = [_piece(f"verified-{why}", count=count) for why, count in aside.items() if count]
     if not records:
-        lines += [_piece("verified-none"), ""]
+        lines += [_piece("verified-none"), ""] + [line for piece in set_aside for line in (piece, "")]
     else:
         differed = sorted(run_id for run_id, record in records.items() if not record["matched"])
         tolerances = sorted({record["tolerance"] for record in records.values()})
@@ -165,8 +164,8 @@ def _verified_section(config: dict, runs_dir: Path, run_ids: list[str] | None, r
             runs_words, commit = f"{len(dates)} {plural(len(dates), 'run')}", code(commit)
             where = dict(machine=machine, device=device, versions=versions, commit=commit, when=when)
             lines.append(_piece("verified-machine", runs=runs_words, **where))
-        if len(every) > len(records):
-            lines += ["", _piece("verified-outdated", count=len(every) - len(records))]
+        for piece in set_aside:
+            lines += ["", piece]
         if differed:
             head = "| run | fields that differed | largest \\|Δ\\| | cause |"
             lines += ["", _piece("mismatches"), "", head, "|---|---|---:|---|"]

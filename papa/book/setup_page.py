@@ -124,7 +124,7 @@ def _models(models: list[str]) -> Markdown:
 
 def _tasks(tasks: list[str]) -> Markdown:
     """The rows of the tasks table."""
-    from papa.probing.data import TASKS
+    from papa.core.tasks import TASKS
 
     rows = []
     for t in tasks:

@@ -1,10 +1,13 @@
-"""Reading grid YAML strictly (:func:`read_yaml`: a repeated key is an error, with both line numbers) and wording
-the first pydantic error of :func:`validate` as one :class:`PapaError`: ``<where>: <path> <problem>. <hint>``, the
-path as in the YAML (``studies[2].lr``) or the flag (``--max-length``).
+"""Reading grid YAML strictly (:func:`read_yaml`: a repeated key is an error, with both line numbers; aliases may
+expand to at most :data:`MAX_NODES` nodes, so that a "billion laughs" document is refused before it is built) and
+wording the first pydantic error of :func:`validate` as one :class:`PapaError`: ``<where>: <path> <problem>.
+<hint>``, the path as in the YAML (``studies[2].lr``) or the flag (``--max-length``). A value quoted in an error is
+cut to :data:`MAX_QUOTED` characters (:func:`quoted`).
 """
 
 from __future__ import annotations
 
+import reprlib
 from pathlib import Path
 from typing import Any, TypeVar, get_args
 
@@ -16,6 +19,20 @@ from papa.core.fields import MODES, ConfigValueError
 
 M = TypeVar("M", bound=BaseModel)
 SCHEMA_HINT = "See configs/grid.schema.json (`papa grid schema`) for every key and its type."
+#: The most nodes a config may expand to, its aliases expanded (the book's config has a few hundred).
+MAX_NODES = 100_000
+#: The most characters of a value quoted in an error message.
+MAX_QUOTED = 200
+_REPR = reprlib.Repr()
+_REPR.maxlevel, _REPR.maxlist, _REPR.maxtuple, _REPR.maxdict, _REPR.maxset = 3, 6, 6, 6, 6
+_REPR.maxstring = _REPR.maxother = MAX_QUOTED
+
+
+def quoted(value: Any) -> str:
+    """``repr(value)``, cut to :data:`MAX_QUOTED` characters (never building the whole repr of a huge value)."""
+    text = _REPR.repr(value)
+    return text if len(text) <= MAX_QUOTED else text[: MAX_QUOTED - 3] + "..."
+
 
 #: The hint for a bad value, by the key's name.
 FIELD_HINTS = {
@@ -71,8 +88,36 @@ class _DuplicateKey(Exception):
         self.key, self.first, self.second = key, first, second
 
 
+class _TooLarge(Exception):
+    def __init__(self, line: int):
+        self.line = line
+
+
 class _UniqueKeyLoader(yaml.SafeLoader):
-    """A SafeLoader that refuses a key repeated in one mapping."""
+    """A SafeLoader that refuses a key repeated in one mapping, and a document whose aliases expand beyond
+    :data:`MAX_NODES` nodes (checked on the composed node graph, before any Python object is built)."""
+
+    def get_single_node(self):  # noqa: ANN201 - PyYAML's signature
+        node = super().get_single_node()
+        if node is not None:
+            _expanded_size(node, {})
+        return node
+
+
+def _expanded_size(node: yaml.Node, sizes: dict[int, int]) -> int:
+    """The nodes under ``node`` with every alias expanded (a shared node counts each time it is used), computed once
+    per distinct node; :class:`_TooLarge` as soon as it passes :data:`MAX_NODES`."""
+    if id(node) in sizes:
+        return sizes[id(node)]
+    size = 1
+    if isinstance(node, yaml.SequenceNode):
+        size += sum(_expanded_size(child, sizes) for child in node.value)
+    elif isinstance(node, yaml.MappingNode):
+        size += sum(_expanded_size(k, sizes) + _expanded_size(v, sizes) for k, v in node.value)
+    if size > MAX_NODES:
+        raise _TooLarge(node.start_mark.line + 1)
+    sizes[id(node)] = size
+    return size
 
 
 def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
@@ -99,15 +144,20 @@ def read_yaml(path: str | Path) -> Any:
         raise PapaError(f"Config {path} does not exist", "Use one of configs/*.yaml.")
     try:
         return yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
+    except _TooLarge as big:
+        raise PapaError(
+            f"Config {path.name}: its aliases expand to more than {MAX_NODES:,} values (from line {big.line})",
+            "Write the values out, or use fewer nested aliases (*name): a config is a few hundred values.",
+        ) from None
     except _DuplicateKey as dup:
         raise PapaError(
-            f"Config {path.name}: the key {dup.key!r} appears twice in one mapping "
+            f"Config {path.name}: the key {quoted(dup.key)} appears twice in one mapping "
             f"(lines {dup.first} and {dup.second})",
             "Keep one of them: YAML would silently use the last.",
         ) from None
     except yaml.YAMLError as err:
         raise PapaError(
-            f"Config {path.name}: not valid YAML ({str(err).splitlines()[0]})", "Fix the YAML syntax."
+            f"Config {path.name}: not valid YAML ({str(err).splitlines()[0][:MAX_QUOTED]})", "Fix the YAML syntax."
         ) from None
     except UnicodeDecodeError:
         raise PapaError(f"Config {path.name}: not UTF-8 text", "Save it as UTF-8.") from None
@@ -171,6 +221,7 @@ def as_papa_error(
     cause = ctx.get("error")
     loc = tuple(first["loc"]) + (cause.at if isinstance(cause, ConfigValueError) else ())
     path, keys = _path(loc, data, style)
+    path = _cut(path)
     field = next((k for k in reversed(keys) if isinstance(k, str)), "")
     hint = FIELD_HINTS.get(field, SCHEMA_HINT)
     more = f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})" if len(errors) > 1 else ""
@@ -186,21 +237,26 @@ def as_papa_error(
     elif kind == "literal_error":
         label = _LABELS.get(field, field)
         choices = ", ".join(repr(c).strip("'") for c in _literal_choices(model, keys)) or ctx.get("expected", "")
-        problem, hint = f"Unknown {label} {given!r} at {path}", f"Use one of {choices}."
+        problem, hint = f"Unknown {label} {quoted(given)} at {path}", f"Use one of {choices}."
         if field in ("modes", "mode") and not choices:
             hint = f"Use one of {', '.join(MODES)}."
     elif isinstance(cause, ConfigValueError):
-        problem, hint = f"{path}: {cause.message}", cause.hint or hint
+        problem, hint = f"{path}: {_cut(cause.message)}", cause.hint or hint
     elif kind in _BOUNDS:
         bound = next(iter(ctx.values()))
-        problem = f"{path} must be {_BOUNDS[kind]} {bound}, got {given!r}"
+        problem = f"{path} must be {_BOUNDS[kind]} {bound}, got {quoted(given)}"
     elif kind == "too_short":
         problem = f"{path} must not be empty"
     elif kind in _KINDS:
-        problem = f"{path} {_KINDS[kind]}, got {given!r}"
+        problem = f"{path} {_KINDS[kind]}, got {quoted(given)}"
     else:
-        problem = f"{path}: {first['msg']} (got {given!r})"
+        problem = f"{path}: {_cut(first['msg'])} (got {quoted(given)})"
     return PapaError(f"{prefix}{problem}{more}", hint)
+
+
+def _cut(text: str, width: int = 2 * MAX_QUOTED) -> str:
+    """A message that may quote a value, cut to ``width`` characters."""
+    return text if len(text) <= width else text[: width - 3] + "..."
 
 
 def _literal_choices(model: type[BaseModel], keys: list[str | int]) -> tuple:

@@ -5,10 +5,15 @@ As the official ``run_papa_glue_avgs_creator.py``, over a task's training split 
     C[l, h, i, j] = Σ_x m_i(x) m_j(x) A[l, h, i, j](x)  /  Σ_x m_i(x) m_j(x)
 
 the mean attention where ``i`` and ``j`` are both real (0 if never), NOT row-normalised
-(:func:`papa.core.head_patch.masked_rownorm` does that when applied). One streaming pass with float64 accumulators
-(``O(layers · heads · L²)``) also gives each head's mean squared deviation from its constant (a training-free
-ranking), ``deviation[l, h] = Σ_ij Σ_x m_i m_j (A − C)² / Σ_ij Σ_x m_i m_j``, and its mean output per position (the
-``mean`` replacement), ``μ[l, h, i] = Σ_x m_i(x) (A V)[l, h, i](x) / Σ_x m_i(x)`` (0 if never real).
+(:func:`papa.core.head_patch.masked_rownorm` does that when applied). So every value lies in [0, 1], and as each
+example's attention row sums to 1 over its real keys, ``Σ_j counts[i, j] C[l, h, i, j] = counts[i, i]`` exactly for
+every real ``i`` (a plain row sum can exceed 1: a key position present in few examples is averaged over few).
+:func:`load_constants` refuses a file breaking these bounds (:func:`check_values`).
+
+One streaming pass with float64 accumulators (``O(layers · heads · L²)``) also gives each head's mean squared
+deviation from its constant (a training-free ranking), ``deviation[l, h] = Σ_ij Σ_x m_i m_j (A − C)² / Σ_ij Σ_x
+m_i m_j``, and its mean output per position (the ``mean`` replacement), ``μ[l, h, i] = Σ_x m_i(x) (A V)[l, h, i](x)
+/ Σ_x m_i(x)`` (0 if never real).
 
 Files are safetensors: ``constants`` ``[layers, heads, L, L]`` float32, ``counts`` ``[L, L]`` float64,
 ``deviation`` ``[layers, heads]`` float32, ``output_means`` ``[layers, heads, L, d]`` float32 (absent from older
@@ -36,6 +41,10 @@ from papa.core.io import atomic_write_bytes
 from papa.core.patching import patch_record, unpatch
 
 FORMAT_VERSION = "1"
+#: How far outside [0, 1] a stored value may lie (float32 rounding of a float64 mean).
+VALUE_TOLERANCE = 1e-5
+#: The largest relative error allowed in a row's count-weighted sum (committed files: under 3e-7).
+ROW_TOLERANCE = 1e-4
 
 
 @dataclass
@@ -189,6 +198,45 @@ def save_constants(path: str | Path, constant_set: ConstantSet) -> Path:
     return atomic_write_bytes(path, safetensors_save(tensors, metadata=metadata))
 
 
+def _value_problem(tensors: dict[str, torch.Tensor]) -> str | None:
+    """What in ``tensors`` (a constants file's, shapes already checked) no estimate can produce, or ``None``."""
+    for key, tensor in tensors.items():
+        if not torch.isfinite(tensor).all():
+            return f"holds non-finite values (NaN or Inf) in {key!r}"
+    constants, counts, deviation = tensors["constants"].double(), tensors["counts"], tensors["deviation"]
+    if (counts < 0).any() or not torch.equal(counts, counts.round()) or not torch.equal(counts, counts.T):
+        return "has 'counts' that are not a symmetric matrix of whole numbers >= 0 (examples counted per pair)"
+    low, high = constants.min().item(), constants.max().item()
+    if low < -VALUE_TOLERANCE or high > 1 + VALUE_TOLERANCE:
+        return (
+            f"holds constants from {low:.4g} to {high:.4g}, outside [0, 1] where a mean of attention probabilities lies"
+        )
+    if (constants[..., counts == 0] != 0).any():
+        return "holds nonzero constants at position pairs no example had ('counts' 0), where the estimate is 0"
+    real = counts.diagonal() > 0  # [L]: query positions real in some example
+    weighted = torch.einsum("lhij,ij->lhi", constants, counts)[..., real]  # [layers, heads, real L]
+    expected = counts.diagonal()[real]
+    error = ((weighted - expected).abs() / expected).max().item() if real.any() else 0.0
+    if error > ROW_TOLERANCE:
+        return (
+            f"has rows that are not averaged attention: sum_j counts[i, j] * C[l, h, i, j] must equal counts[i, i] "
+            f"(each example's attention row sums to 1), and is off by up to {error:.3g} of it"
+        )
+    if deviation.min().item() < 0 or deviation.max().item() > 1 + VALUE_TOLERANCE:
+        return "has a 'deviation' outside [0, 1] (a mean squared difference of two probabilities)"
+    return None
+
+
+def check_values(tensors: dict[str, torch.Tensor], path: str | Path) -> None:
+    """A :class:`CorruptFileError` naming ``path`` when its tensors hold values no estimate can produce: non-finite
+    values (means included), constants outside [0, 1] or nonzero where no example was, rows whose count-weighted
+    sums differ from ``counts[i, i]`` (the estimator's identity, module docstring), a deviation outside [0, 1]."""
+    problem = _value_problem(tensors)
+    if problem is not None:
+        hint = "Estimate it again with `papa estimate` (a file papa estimated always passes this check)."
+        raise CorruptFileError(f"Constants file {path} {problem}", hint)
+
+
 def load_constants(path: str | Path) -> ConstantSet:
     """Read and verify a constants file (format, shapes, dtypes, checksum)."""
     path = Path(path)
@@ -228,6 +276,7 @@ def load_constants(path: str | Path) -> ConstantSet:
         raise CorruptFileError(f"Constants file {path} has inconsistent shapes", redo)
     if metadata.get("sha256") != _tensor_digest(tensors):
         raise CorruptFileError(f"Constants file {path} fails its checksum (a changed or corrupted byte)", redo)
+    check_values(tensors, path)
     try:
         meta = json.loads(metadata.get("meta", "{}"))
     except json.JSONDecodeError:

@@ -14,12 +14,16 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 
+from papa.core.replacements import REPLACEMENT_TABLE
+from papa.core.tasks import TASKS as TASK_REGISTRY
+
 # --- names ----------------------------------------------------------------------------------------------------------
-Task = Literal["cola", "sst2", "mrpc", "mnli", "ner", "pos"]
+#: A task id of the registry (:data:`papa.core.tasks.TASKS`).
+Task = Literal[tuple(TASK_REGISTRY)]  # type: ignore[valid-type]
 BaseMethod = Literal["gates", "deviation", "random"]
 Mode = Literal["cached", "faithful"]
-#: What replaces a constant head: PAPA's task-average matrix, uniform attention, zero, or its mean output per position.
-Replacement = Literal["papa", "uniform", "zero", "mean"]
+#: What replaces a constant head: a name of the table :data:`papa.core.replacements.REPLACEMENT_TABLE`.
+Replacement = Literal[tuple(REPLACEMENT_TABLE)]  # type: ignore[valid-type]
 Selection = Literal["final", "heldout"]
 ProbeInput = Literal["all", "embeddings"]
 Chapter = Literal["results", "controls", "replacements"]

@@ -5,7 +5,8 @@ all layers holds the padding mask ``m`` (``[B, L]``, True for real tokens). The 
 ``A = softmax(QKᵀ/√d + mask)`` ``[B, H, L, L]`` and the heads' outputs ``A V`` ``[B, H, L, d]``:
 
 * ``constant`` — a replaced head outputs ``rownorm(M ⊙ m mᵀ) V + m ⊙ μ`` (rownorm: the official
-  ``mask_and_normalize``, L1 rows, eps 1e-12, pad rows 0), ``M`` and ``μ`` from :data:`REPLACEMENT_TABLE`.
+  ``mask_and_normalize``, L1 rows, eps 1e-12, pad rows 0), ``M`` and ``μ`` from
+  :data:`papa.core.replacements.REPLACEMENT_TABLE`.
 * ``gates`` — every head mixes ``σ(λ_h) A_h + (1 − σ(λ_h)) rownorm(C_h ⊙ m mᵀ)``, trainable ``λ`` from 0
   (the paper's head ranking).
 * ``record`` — ``A`` unchanged; sums of ``A ⊙ m mᵀ``, its square and each head's output at real positions
@@ -21,7 +22,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -31,43 +31,10 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from papa.core.errors import PapaError
+from papa.core.replacements import REPLACEMENT_TABLE, REPLACEMENTS, Replacement
 
 ATTN_IMPLEMENTATION = "papa"
 MODES = ("constant", "gates", "record")
-
-
-@dataclass(frozen=True)
-class Replacement:
-    """What a replaced head outputs: ``o_h = rownorm(M_h ⊙ m mᵀ) V_h + m ⊙ μ_h`` (``[B, L, d]``).
-
-    Attributes:
-        matrix: ``M_h [L, L]`` — ``"constants"``: the estimated ``C_h`` (PAPA); ``"ones"``: uniform over the real
-            tokens (the mean of their ``V``); ``"zeros"``: the ``V`` term is 0.
-        stored_output: add ``μ_h [L, d]`` (``ConstantSet.output_means``); else ``μ = 0``.
-    """
-
-    name: str
-    matrix: Literal["constants", "ones", "zeros"]
-    stored_output: bool = False
-
-    def matrices(self, constants: torch.Tensor) -> torch.Tensor:
-        """``M`` for one layer's replaced heads, from their estimated constants ``[n, L, L]`` → ``[n, L, L]``."""
-        if self.matrix == "constants":
-            return constants
-        return torch.ones_like(constants) if self.matrix == "ones" else torch.zeros_like(constants)
-
-
-#: name → replacement; ``papa`` is the paper's constant, the others are the controls of issue 33.
-REPLACEMENT_TABLE: dict[str, Replacement] = {
-    entry.name: entry
-    for entry in (
-        Replacement("papa", "constants"),
-        Replacement("uniform", "ones"),
-        Replacement("zero", "zeros"),
-        Replacement("mean", "zeros", stored_output=True),
-    )
-}
-REPLACEMENTS: tuple[str, ...] = tuple(REPLACEMENT_TABLE)
 
 
 def get_replacement(name: str, has_output_means: bool) -> Replacement:

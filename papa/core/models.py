@@ -10,7 +10,8 @@ A name is one of:
 
 papa never runs a model's code and never unpickles: every ``from_pretrained`` gets :data:`NO_CUSTOM_CODE`, and
 :func:`check_model_folder` refuses, before transformers reads anything, a config needing custom code (an
-``auto_map``, an unknown ``model_type``) or only pickled weights.
+``auto_map``, an unknown ``model_type``) or only pickled weights. A local or embedded folder is then checked as a
+whole before its weights load (:func:`papa.core.model_folders.check_model_fits`: tokenizer, size, tensors).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from transformers import AutoConfig, AutoModel, AutoTokenizer, PreTrainedModel, 
 
 from papa.core.errors import PapaError
 from papa.core.model_archives import mpnet_base_folder
+from papa.core.model_folders import check_model_fits
 from papa.core.model_packages import minilm_l3_folder, minilm_l6_folder
 
 DEFAULT_MODEL = "minilm-l6"
@@ -253,6 +255,7 @@ def load_model(name: str = DEFAULT_MODEL, device: str | torch.device | None = No
             check_model_config(_read_json_object(cached, name), name)
     else:
         check_model_folder(path, name)
+        check_model_fits(path, name if source == "local" else f"{name} ({path})")
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()

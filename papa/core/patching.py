@@ -130,13 +130,13 @@ def patch_constant_heads(
     output_means: torch.Tensor | None = None,
 ) -> nn.Module:
     """Replace ``heads`` (``(layer, head)`` pairs) in place by ``rownorm(M ⊙ m mᵀ) V + m ⊙ μ``, ``M`` and ``μ``
-    from :data:`papa.core.head_patch.REPLACEMENT_TABLE`; returns ``model``.
+    from :data:`papa.core.replacements.REPLACEMENT_TABLE`; returns ``model``.
 
     Args:
         constants: ``[layers, heads, L, L]`` (e.g. ``papa.core.constants.load_constants(...).constants``); for
             ``uniform``, ``zero`` and ``mean`` only its shape (``L``) is used.
         trainable: make the constants ``nn.Parameter`` s instead of frozen buffers (``papa`` only).
-        replacement: one of :data:`papa.core.head_patch.REPLACEMENTS`: ``papa`` (``M`` = the constant), ``uniform``
+        replacement: one of :data:`papa.core.replacements.REPLACEMENTS`: ``papa`` (``M`` = the constant), ``uniform``
             (all ones), ``zero`` (no output), ``mean`` (``μ`` = the mean output).
         output_means: ``[layers, heads, L, d]`` (``ConstantSet.output_means``), needed by ``mean``.
     """
@@ -329,10 +329,8 @@ def load_patched(folder: str | Path, device: str | torch.device | None = None) -
     ``.papa_patch.output_means``) back. A task model's folder comes back as its base ``AutoModel``; one saved after
     :func:`prune_qk` comes back pruned with its saved Q/K rows. ``requires_grad`` is as ``from_pretrained`` leaves it.
     """
-    from transformers import AutoConfig, AutoModel
-    from transformers.utils import logging as hf_logging
+    from transformers import AutoConfig
 
-    from papa.core.architectures import attn_implementation_for
     from papa.core.heads import validate_head_set
     from papa.core.models import NO_CUSTOM_CODE, check_model_folder
 
@@ -361,18 +359,7 @@ def load_patched(folder: str | Path, device: str | torch.device | None = None) -
         folder,
         lambda key: key.endswith((_PATCH_SUFFIX, _MEANS_SUFFIX)) or any(f".{name}." in key for name in projections),
     )
-    previous = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()  # silence the expected report (UNEXPECTED papa_patch.constants, .output_means)
-    try:
-        # Pruned Q/K do not fit the full projections: they are re-initialised here, replaced below.
-        model = AutoModel.from_pretrained(
-            folder,
-            attn_implementation=attn_implementation_for(config),
-            ignore_mismatched_sizes=qk_pruned,
-            **NO_CUSTOM_CODE,
-        )
-    finally:
-        hf_logging.set_verbosity(previous)
+    model = _from_pretrained_quietly(folder, config, qk_pruned)
     names = {module: name for name, module in model.named_modules()}
     modules = self_attention_modules(model)
     by_layer: dict[int, list[int]] = {}
@@ -406,24 +393,57 @@ def load_patched(folder: str | Path, device: str | torch.device | None = None) -
     patch_constant_heads(model, constants, heads, bool(meta.get("trainable", False)), replacement.name, output_means)
     if qk_pruned:
         prune_qk(model)
-        with torch.no_grad():
-            for module in modules:
-                patch = getattr(module, "papa_patch", None)
-                if patch is None or not patch.qk_pruned:
-                    continue
-                for proj in projections:
-                    linear = getattr(module, proj)
-                    for part in ("weight", "bias"):
-                        target = getattr(linear, part)
-                        if target is None:
-                            continue
-                        key = _saved_key(saved, f"{names[module]}.{proj}.{part}")
-                        if key is None or saved[key].shape != target.shape:
-                            raise CorruptFileError(
-                                f"{folder}: no pruned {proj}.{part} of layer {patch.layer} fits", redo
-                            )
-                        target.copy_(saved[key])
+        _restore_pruned_qk(modules, names, saved, projections, f"{folder}: ", redo)
     model.eval()
     if device is not None:
         model.to(device)
     return model
+
+
+def _from_pretrained_quietly(folder: Path, config, qk_pruned: bool) -> nn.Module:
+    """``AutoModel.from_pretrained(folder)`` without transformers' expected report of the saved patch tensors
+    (UNEXPECTED ``papa_patch.constants``, ``.output_means``); pruned Q/K, which do not fit the full projections, are
+    re-initialised (the caller puts the saved ones back)."""
+    from transformers import AutoModel
+    from transformers.utils import logging as hf_logging
+
+    from papa.core.architectures import attn_implementation_for
+    from papa.core.models import NO_CUSTOM_CODE
+
+    previous = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        return AutoModel.from_pretrained(
+            folder,
+            attn_implementation=attn_implementation_for(config),
+            ignore_mismatched_sizes=qk_pruned,
+            **NO_CUSTOM_CODE,
+        )
+    finally:
+        hf_logging.set_verbosity(previous)
+
+
+def _restore_pruned_qk(
+    modules: list[nn.Module],
+    names: dict[nn.Module, str],
+    saved: dict[str, torch.Tensor],
+    projections: tuple[str, ...],
+    where: str,
+    redo: str,
+) -> None:
+    """Copy the saved pruned Q/K rows (``projections``' weight and bias) into every Q/K-pruned layer, in place."""
+    with torch.no_grad():
+        for module in modules:
+            patch = getattr(module, "papa_patch", None)
+            if patch is None or not patch.qk_pruned:
+                continue
+            for proj in projections:
+                linear = getattr(module, proj)
+                for part in ("weight", "bias"):
+                    target = getattr(linear, part)
+                    if target is None:
+                        continue
+                    key = _saved_key(saved, f"{names[module]}.{proj}.{part}")
+                    if key is None or saved[key].shape != target.shape:
+                        raise CorruptFileError(f"{where}no pruned {proj}.{part} of layer {patch.layer} fits", redo)
+                    target.copy_(saved[key])

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from papa.core.fields import CHAPTERS
+from papa.core.tasks import get_task
 from papa.pipeline.plan import Run, head_count
 
 if TYPE_CHECKING:
@@ -35,11 +36,6 @@ COMPACT_SLOT_SHARE = {"sst2": 0.21, "cola": 0.2, "ner": 0.32, "pos": 0.32, "mnli
 #: With early stopping, the share of the epoch cap a probe is expected to train for (patience 3: the default grid's
 #: probes stopped after 8 of their 20 epochs on average, 6 to 17 by model and task).
 EARLY_STOP_SHARE = 0.4
-#: Training-split sizes on the hub, for a run that asks for the whole split when no local data says
-#: how large it is (MNLI: the full 393k-pair split; the local stand-in holds a 9k subset).
-HUB_TRAIN_SIZES = {"cola": 8551, "sst2": 67349, "mrpc": 3668, "mnli": 392702, "ner": 14041, "pos": 14041}
-#: Validation-split sizes on the hub (MNLI: matched), for the whole dev split without local data.
-HUB_DEV_SIZES = {"cola": 1043, "sst2": 872, "mrpc": 408, "mnli": 9815, "ner": 3250, "pos": 3250}
 #: ``(layers, hidden size)`` by total heads, for models papa can only count heads of offline (the
 #: MiniLMs, base and large encoders of the paper's grid); a local folder's config.json says it exactly.
 DIMS_BY_HEADS = {36: (3, 384), 72: (6, 384), 144: (12, 768), 384: (24, 1024)}
@@ -48,13 +44,14 @@ FEATURE_BYTES = 2
 
 
 def _split_size(task: str, split: str) -> int:
-    """Examples in the task's local ``<split>.jsonl`` (non-blank lines), else its hub size."""
-    from papa.probing.data import get_task, resolve_data_dir
+    """Examples in the task's local ``<split>.jsonl`` (non-blank lines), else its hub size (the registry's
+    :class:`~papa.core.tasks.TaskSpec`)."""
+    from papa.probing.data import resolve_data_dir
 
-    root = resolve_data_dir()
-    path = root / get_task(task).local_folder / f"{split}.jsonl" if root is not None else None
+    spec, root = get_task(task), resolve_data_dir()
+    path = root / spec.local_folder / f"{split}.jsonl" if root is not None else None
     if path is None or not path.is_file():
-        return (HUB_TRAIN_SIZES if split == "train" else HUB_DEV_SIZES)[get_task(task).name]
+        return spec.train_size if split == "train" else spec.dev_size
     with path.open("rb") as handle:
         return sum(1 for line in handle if line.strip())
 

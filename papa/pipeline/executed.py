@@ -10,11 +10,10 @@ import re
 import unicodedata
 from pathlib import Path, PurePath
 
-_VOLATILE_NB = ("start_time", "end_time", "duration", "input_path", "output_path", "environment_variables")
+from papa.core.names import name_parts, parse_run_id, slug
+from papa.core.tasks import task_name
 
-#: Display names of the tasks in run titles: the book's one vocabulary, :data:`papa.analysis.figure_kit.TASK_NAMES`
-#: (the pipeline cannot import the analysis; a test keeps the two equal).
-TASK_NAMES = dict(cola="CoLA", sst2="SST-2", mrpc="MRPC", mnli="MNLI", ner="NER (CoNLL-2003)", pos="POS (CoNLL-2003)")
+_VOLATILE_NB = ("start_time", "end_time", "duration", "input_path", "output_path", "environment_variables")
 
 #: The studies of the grid configs in words (a study's run ids end in ``__<name>``); a study not
 #: listed here is described by its settings.
@@ -86,8 +85,6 @@ def code_span(text: object, table: bool = False) -> str:
 def model_display(model: str) -> str:
     """A model's short display name: an embedded name or hub id as it is, else its folder's name made safe
     (:func:`papa.core.names.slug`: letters, digits, ``.``, ``-``)."""
-    from papa.core.names import slug
-
     model = str(model)
     return model if _PLAIN_MODEL.match(model) else slug(PurePath(model).name or model)
 
@@ -99,11 +96,6 @@ def model_markdown(model: str, code: bool = False, table: bool = False) -> str:
     if display == str(model):
         return code_span(model, table) if code else myst_text(model)
     return f"{myst_text(display)} ({code_span(model, table)})"
-
-
-def task_name(task: str) -> str:
-    """``"sst2"`` → ``"SST-2"`` (an unknown task keeps its name)."""
-    return TASK_NAMES.get(task, task)
 
 
 def study_words(name: str) -> str:
@@ -160,7 +152,7 @@ def run_title(params: dict, root: Path | None = None) -> str | None:
         parts.append("attention-free floor (embedding layer only)")
     else:
         total = _total_heads(params, root or Path.cwd()) if k else None
-        ranking = Path(str(params.get("ranking") or "")).stem.split("__")[-1] if params.get("ranking") else ""
+        ranking = name_parts(Path(str(params.get("ranking") or "")).stem)[-1] if params.get("ranking") else ""
         if k == 0:
             parts.append("no head constant")
         elif total is not None and k >= total:
@@ -174,10 +166,9 @@ def run_title(params: dict, root: Path | None = None) -> str | None:
         seeds = list(params["seeds"])
         parts.append(("seed " if len(seeds) == 1 else "seeds ") + ", ".join(str(s) for s in seeds))
     title = " · ".join(parts)
-    run_id = Path(str(params.get("out", ""))).name.rsplit("__s", 1)[0]
-    fields = run_id.split("__")
-    if len(fields) > 6 and fields[0] == "probe":
-        study = [f for f in fields[6:] if f != params.get("probe_input")]
+    run = parse_run_id(Path(str(params.get("out", ""))).name)
+    if run.kind == "probe" and run.extra:
+        study = [f for f in run.extra if f != params.get("probe_input")]
         if study:
             title += f" · {myst_text(study_words('__'.join(study)))}"
     return title

@@ -28,7 +28,8 @@ def environment() -> dict[str, str]:
 
 def data_fingerprints(runs: list[Run]) -> dict[str, str | None]:
     """Per run, a fingerprint of its task's local data (``""``: no task; None, unchecked: no local data folder)."""
-    from papa.probing.data import get_task, resolve_data_dir
+    from papa.core.tasks import get_task
+    from papa.probing.data import resolve_data_dir
 
     root = resolve_data_dir()
     if root is None:

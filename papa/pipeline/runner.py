@@ -238,6 +238,18 @@ def _check_sized(plan: Plan) -> None:
         raise PapaError(f"Cannot count the heads of {models} offline: its probe runs are not planned", hint)
 
 
+def check_local_models(plan: Plan) -> None:
+    """Check every local model folder the plan runs on as a whole (tokenizer, size, tensors against the config: no
+    weights read) before anything is written; embedded models are checked when they load, hub ids by the hub."""
+    from papa.core.model_folders import check_model_fits
+    from papa.core.models import EMBEDDED_MODELS, check_model_folder
+
+    for model in sorted({str(run.params["model"]) for run in plan if "model" in run.params}):
+        if model not in EMBEDDED_MODELS and Path(model).expanduser().is_dir():
+            check_model_folder(Path(model).expanduser(), model)
+            check_model_fits(Path(model).expanduser(), model)
+
+
 def _check_runnable(status: GridStatus, stale: list[Run], only: str | None) -> None:
     """Refuse an incomplete plan, or (``only``) a selected run whose stale upstream run is not selected."""
     _check_sized(status.runs)
@@ -273,6 +285,7 @@ def run_grid(
     if dry_run:
         stamps.check_owner(config, folder, replace)
         status = grid_status(config)
+        check_local_models(status.runs)
         _warn_unsized(status.runs)
         stamps.check_no_links(status.runs, folder)
         stale = [r for r in status.stale if not only or only in r.run_id]
@@ -281,6 +294,7 @@ def run_grid(
         return 0
     preflight(parse_scheduler(scheduler))  # a scheduler that cannot come up fails in seconds, writing nothing
     plan = expand(config)
+    check_local_models(plan)
     _warn_unsized(plan)
     _check_sized(plan)
     stamps.check_no_links(plan, folder)

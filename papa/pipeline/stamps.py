@@ -283,12 +283,56 @@ class GridLock:
 CACHE_TEMP_AGE_S = 3600
 
 
+#: The prefix of ``papa grid verify``'s scratch folders in the system temp folder: ``papa-verify-<pid>-<random>``.
+SCRATCH_PREFIX = "papa-verify-"
+#: A scratch folder whose name carries no process id (an older papa's) is removed once this old.
+SCRATCH_AGE_S = 3600.0
+
+
+def scratch_folder() -> Path:
+    """A new scratch folder for one re-execution, named after this process (see :func:`remove_dead_scratch`)."""
+    import tempfile
+
+    return Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-"))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)  # PermissionError: another user's live process
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
+
+
+def remove_dead_scratch(parent: Path | None = None) -> list[Path]:
+    """Remove the scratch folders of verifications whose process is gone (a killed ``papa grid verify``), and those of
+    an older papa (no process id in the name) over an hour old; called by every verify and every grid run."""
+    import tempfile
+    import time
+
+    removed: list[Path] = []
+    for path in Path(parent or tempfile.gettempdir()).glob(f"{SCRATCH_PREFIX}*"):
+        pid = path.name[len(SCRATCH_PREFIX) :].split("-", 1)[0]
+        try:
+            dead = not _alive(int(pid)) if pid.isdigit() else time.time() - path.stat().st_mtime > SCRATCH_AGE_S
+        except OSError:
+            continue
+        if dead and path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
 def clean_leftovers(folder: Path) -> list[Path]:
-    """Remove what a killed runner left (temporary files, ``.executing/``, ``*.source.ipynb``); under the lock."""
+    """Remove what a killed runner left (temporary files, ``.executing/``, ``*.source.ipynb``) under the lock, and a
+    killed verification's scratch folders (:func:`remove_dead_scratch`)."""
     from papa.core.io import remove_stale_temp_files
     from papa.probing.features import cache_root
 
     removed = remove_stale_temp_files(folder) + remove_stale_temp_files(cache_root(), min_age_s=CACHE_TEMP_AGE_S)
+    removed += remove_dead_scratch()
     sources = [p for p in folder.glob("*.source.ipynb") if p.is_file()]
     for path in sources:
         path.unlink(missing_ok=True)

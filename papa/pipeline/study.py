@@ -94,9 +94,11 @@ def _refuse_decoder(name: str, config: dict) -> None:
 
 
 def check_model(name: str) -> StudyModel:
-    """The model ``name`` if papa can study it, else one :class:`PapaError` saying why (reads only JSON and file
-    names)."""
+    """The model ``name`` if papa can study it, else one :class:`PapaError` saying why (reads JSON, file names,
+    safetensors headers and the tokenizer; no weights)."""
     from papa.core.architectures import ADAPTERS, supported_model_types
+    from papa.core.model_folders import check_model_fits
+    from papa.core.models import resolve_model_path
 
     config, source = _config_json(name)
     model_type = config.get("model_type")
@@ -104,6 +106,8 @@ def check_model(name: str) -> StudyModel:
         problem = f"Cannot study {name}: papa has no adapter for its architecture {model_type!r}"
         hint = f"Study a model of a supported architecture ({', '.join(supported_model_types())}), or add a row to"
         raise PapaError(f"{problem}, so it cannot make its heads constant", f"{hint} papa.core.architectures.ADAPTERS.")
+    if source != "hub":  # tokenizer, size and tensors against the config (headers only, the model on meta)
+        check_model_fits(resolve_model_path(name)[0], name)
     heads, why = head_count(name)
     if heads is None:
         hint = "Use a folder whose config.json has num_hidden_layers and num_attention_heads."

@@ -6,7 +6,10 @@ the upstream runs' committed outputs and a fresh feature cache; ``pytest --nbval
 the cells tagged ``nbval-check-output`` after the sanitizer (``nbval_sanitize.cfg``); then every re-made output is
 compared field by field (:mod:`papa.pipeline.output_diff`, numbers within ``tolerance``). A run matches when nbval
 passed (or ``tolerance`` > 0) and no field differs. A checksummed record per run, ``verified/<run_id>.json``, says
-when, where, what differed and what may explain it; the reproducibility page reads them (:func:`read_records`).
+when, where, what differed and what may explain it, and holds the sha256 of every committed output it compared; the
+reproducibility page counts a record only while those are the run's current outputs (:func:`bound_records`). A
+killed verification's scratch folder is removed by the next verify or grid run; nbval's colour codes never reach a
+record.
 ``kernels="avx2"`` (:data:`KERNEL_ENV`) lets an AVX-512 CPU re-make exactly a run made on a CPU without AVX-512.
 """
 
@@ -22,19 +25,27 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from xml.etree import ElementTree
 
 from papa.core.errors import PapaError
 from papa.core.io import atomic_write_json, read_json_verified, sha256_file
+from papa.core.names import parse_run_id
 from papa.pipeline.clusters import thread_environment
 from papa.pipeline.keys import environment, key_of, what_changed
 from papa.pipeline.output_diff import Difference, diff_files
 from papa.pipeline.plan import ROOT, Run, load_config, run_notebook_path
 from papa.pipeline.sources import PACKAGE, notebook_code_tree, papa_modules
-from papa.pipeline.stamps import GridLock, read_stamp, read_stamps, stamp_path, verification_path
+from papa.pipeline.stamps import (
+    GridLock,
+    read_stamp,
+    read_stamps,
+    remove_dead_scratch,
+    scratch_folder,
+    stamp_path,
+    verification_path,
+)
 
 #: The nbval sanitizer: what legitimately differs between two executions (durations, paths, devices, addresses).
 SANITIZER = Path(__file__).with_name("nbval_sanitize.cfg")
@@ -55,6 +66,30 @@ def read_records(folder: Path) -> dict[str, dict]:
         if isinstance(record.get("run_id"), str):
             records[record["run_id"]] = record
     return records
+
+
+def bound_records(folder: Path, runs: list[Run], root: Path = ROOT) -> tuple[dict[str, dict], dict[str, int]]:
+    """The records of ``runs`` bound to what the book shows now, by run id, and how many were set aside, by reason:
+    ``outdated`` (made for another execution: not the stamp's key), ``unbound`` (no checksums of the outputs it
+    compared: made before records stored them), ``changed`` (those checksums are not of the run's current outputs:
+    changed since, or a record copied from another run)."""
+    by_id = {run.run_id: run for run in runs}
+    counted: dict[str, dict] = {}
+    aside = {"outdated": 0, "unbound": 0, "changed": 0}
+    for run_id, record in read_records(folder).items():
+        run = by_id.get(run_id)
+        if run is None:
+            continue
+        outputs = record.get("outputs")
+        if record.get("key") != (read_stamp(stamp_path(folder, run_id)) or {}).get("key"):
+            aside["outdated"] += 1
+        elif not isinstance(outputs, dict) or not outputs:
+            aside["unbound"] += 1
+        elif outputs != {rel: sha256_file(root / rel) for rel in run.outputs if (root / rel).is_file()}:
+            aside["changed"] += 1
+        else:
+            counted[run_id] = record
+    return counted, aside
 
 
 def _provenances(run: Run, root: Path) -> list[dict]:
@@ -93,7 +128,7 @@ def stamped_runs(folder: Path) -> list[Run]:
         params = (stamp.get("components") or {}).get("params") or {}
         outputs = [rel for rel in stamp["outputs"] if not rel.endswith(".ipynb")]
         run_id, deps = stamp["run_id"], list(stamp.get("inputs") or {})
-        runs.append(Run(run_id, run_id.split("__")[0], params, deps=deps, outputs=outputs, grid=folder.name))
+        runs.append(Run(run_id, parse_run_id(run_id).kind, params, deps=deps, outputs=outputs, grid=folder.name))
     return runs
 
 
@@ -167,6 +202,15 @@ def _prepare(run: Run, stamp: dict, by_id: dict[str, Run], scratch: Path, device
     return notebook
 
 
+#: A terminal colour or cursor code, raw (ESC) or as JUnit XML escapes it (``#x1B``).
+_ANSI = re.compile(r"(?:\x1b|#x1B)\[[0-9;?]*[ -/]*[@-~]")
+
+
+def plain(text: str) -> str:
+    """``text`` without terminal colour codes (nbval colours its diffs)."""
+    return _ANSI.sub("", text)
+
+
 def _nbval(
     notebook: Path, scratch: Path, kernels: str | None = None, threads: int | None = None
 ) -> tuple[bool, list[str], str]:
@@ -187,12 +231,12 @@ def _nbval(
     if report.is_file():
         for case in ElementTree.parse(report).getroot().iter("testcase"):
             for problem in [*case.iter("failure"), *case.iter("error")]:
-                text = problem.text or problem.get("message") or ""
+                text = plain(problem.text or problem.get("message") or "")
                 lines = [line.strip() for line in text.splitlines() if line.strip()]
                 reason = next((line for line in lines if line.startswith("Cell ")), lines[0] if lines else "failed")
                 detail = " ".join(lines[lines.index("Traceback:") + 1 :])[:300] if "Traceback:" in lines else ""
                 failed.append(f"{case.get('name')}: {reason.split(': ', 1)[-1]}" + (f" ({detail})" if detail else ""))
-    tail = (done.stdout + done.stderr)[-2000:]
+    tail = plain(done.stdout + done.stderr)[-2000:]
     if done.returncode != 0 and not failed:
         failed.append(f"pytest exited with status {done.returncode}")
     return done.returncode == 0, failed, tail
@@ -250,7 +294,8 @@ def verify_run(
     from papa.core.version import __version__
 
     started = time.perf_counter()
-    scratch = Path(tempfile.mkdtemp(prefix="papa-verify-"))
+    compared = {rel: sha256_file(root / rel) for rel in run.outputs if (root / rel).is_file()}
+    scratch = scratch_folder()
     try:
         notebook = _prepare(run, stamp, by_id, scratch, device, root)
         cells = [c for c in nbformat.read(notebook, as_version=4).cells if c.cell_type == "code"]
@@ -286,6 +331,7 @@ def verify_run(
         "tolerance": tolerance,
         "matched": matched,
         "largest_difference": largest,
+        "outputs": compared,
         "differences": [dict(d.as_record(), file=name) if several else d.as_record() for name, d in differences[:50]],
         "fields": [f"{name}: {d.field}" if several else d.field for name, d in differences],
         "nbval": nbval,
@@ -338,6 +384,7 @@ def verify_grid(
         hint = "Pass an absolute tolerance such as 1e-5 (0: the values must be equal)."
         raise PapaError(f"--tolerance must be 0 or more, got {tolerance}", hint)
     config = load_config(config_path)
+    remove_dead_scratch()  # what a killed verification left in the temp folder
     folder = root / "book" / "runs" / config["name"]
     if not folder.is_dir():
         problem = f"Grid {config['name']!r} has no runs folder (book/runs/{config['name']})"

@@ -1,4 +1,4 @@
-"""The six PAPA tasks (:data:`TASKS`: columns, label column, main metric) and how to load them.
+"""How to load the tasks of the registry (:data:`papa.core.tasks.TASKS`: columns, label column, main metric).
 
 :func:`load_task_split` returns a :class:`datasets.Dataset` with the hub's columns and label ids, from the Hugging Face
 hub or a local folder (``data_dir``, else ``PAPA_DATA_DIR``) of ``TASK/SPLIT.jsonl`` plus ``TASK/labels.json``,
@@ -10,86 +10,19 @@ from __future__ import annotations
 import json
 import os
 import random
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import datasets
 
 from papa.core.errors import DataError, PapaError
+from papa.core.tasks import TaskSpec, get_task
 
 DATA_DIR_ENV = "PAPA_DATA_DIR"
 _LAYOUT_HINT = (
     f"Set {DATA_DIR_ENV} (or pass data_dir) to a folder laid out as TASK/SPLIT.jsonl with TASK/labels.json, "
     "e.g. sst2/validation.jsonl and sst2/labels.json."
 )
-
-
-@dataclass(frozen=True)
-class TaskSpec:
-    """One task: ``kind`` ``"sequence"`` (a label per example) or ``"token"`` (a label per word); ``hub_splits``:
-    papa's split names → the hub's where they differ (MNLI's ``validation`` is the hub's ``validation_matched``)."""
-
-    name: str
-    kind: Literal["sequence", "token"]
-    hub_path: str
-    hub_config: str | None
-    local_folder: str
-    text_columns: tuple[str, ...]
-    label_column: str
-    main_metric: str
-    eval_split: str = "validation"
-    hub_splits: tuple[tuple[str, str], ...] = ()
-
-    @property
-    def is_token_task(self) -> bool:
-        return self.kind == "token"
-
-    @property
-    def is_pair_task(self) -> bool:
-        return len(self.text_columns) == 2
-
-    @property
-    def columns(self) -> tuple[str, ...]:
-        """The columns of a loaded split: the text columns, then the label column."""
-        return (*self.text_columns, self.label_column)
-
-    def hub_split(self, split: str) -> str:
-        return dict(self.hub_splits).get(split, split)
-
-
-TASKS: dict[str, TaskSpec] = {
-    "cola": TaskSpec(
-        "cola", "sequence", "nyu-mll/glue", "cola", "cola", ("sentence",), "label", "matthews_correlation"
-    ),
-    "sst2": TaskSpec("sst2", "sequence", "nyu-mll/glue", "sst2", "sst2", ("sentence",), "label", "accuracy"),
-    "mrpc": TaskSpec(
-        "mrpc", "sequence", "nyu-mll/glue", "mrpc", "mrpc", ("sentence1", "sentence2"), "label", "combined"
-    ),
-    "mnli": TaskSpec(
-        "mnli",
-        "sequence",
-        "nyu-mll/glue",
-        "mnli",
-        "mnli",
-        ("premise", "hypothesis"),
-        "label",
-        "accuracy",
-        hub_splits=(("validation", "validation_matched"),),
-    ),
-    "ner": TaskSpec("ner", "token", "conll2003", None, "conll2003", ("tokens",), "ner_tags", "f1"),
-    "pos": TaskSpec("pos", "token", "conll2003", None, "conll2003", ("tokens",), "pos_tags", "accuracy"),
-}
-
-
-def get_task(name: str | TaskSpec) -> TaskSpec:
-    """Return the :class:`TaskSpec` for ``name`` (a spec is returned unchanged)."""
-    if isinstance(name, TaskSpec):
-        return name
-    key = str(name).strip().lower()
-    if key not in TASKS:
-        raise PapaError(f"Unknown task {name!r}", f"Use one of: {', '.join(TASKS)}.")
-    return TASKS[key]
 
 
 def resolve_data_dir(data_dir: str | os.PathLike | None = None) -> Path | None:

@@ -12,7 +12,8 @@ import torch
 from papa.core.constants import ConstantSet
 from papa.core.layout import check_max_length, encode_sequences, encode_words
 from papa.core.models import LoadedModel, load_model, pick_device
-from papa.probing.data import TaskSpec, get_task, load_task_split
+from papa.core.tasks import TaskSpec, get_task
+from papa.probing.data import load_task_split
 
 
 def encode_split(lm: LoadedModel, spec: TaskSpec, dataset, max_length: int, relayout: bool) -> dict[str, torch.Tensor]:

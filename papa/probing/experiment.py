@@ -20,7 +20,9 @@ Every result stores ``dev``: the reported probe's dev predictions and labels (to
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
 
 from papa.core.constants import ConstantSet, load_constants
 from papa.core.errors import PapaError
@@ -28,6 +30,7 @@ from papa.core.heads import all_heads, count_for, first_k, load_ranking
 from papa.core.models import LoadedModel, load_model, pick_device
 from papa.core.patching import patch_constant_heads, unpatch
 from papa.probing.extraction import get_features
+from papa.probing.params import ProbeSettings, one_seed
 from papa.probing.probe import (
     CachedSource,
     LiveSource,
@@ -63,21 +66,21 @@ def run_probe(
     constants: str | None = None,
     ranking: str | None = None,
     constant_heads: int | float | str = 0,
-    mode: str = "cached",
-    seed: int = 42,
-    epochs: int = 15,
-    lr: float = 2e-5,
+    settings: ProbeSettings | None = None,
+    *,
+    seed: int | None = None,
     **options,
 ) -> dict:
-    """Train and score one probe (the result: module docstring): :func:`run_probes` with one seed.
+    """Train and score one probe (the result: module docstring): :func:`run_probes` with one seed (``seed``, else
+    the settings' only one; by default 42). ``options``: as :func:`run_probes`'.
 
     ``selection="heldout"`` holds out a seeded ``heldout_fraction`` of the training subset (the same for every seed)
     and reports the epoch best on it. ``score_dev=False`` never touches the dev split (lr selection: ``score`` None,
     no ``dev``); ``eval_chunk_examples`` (cached, ``dev_every_epoch=False``) scores it that many examples at a time.
     """
-    return run_probes(
-        model, task, constants, ranking, constant_heads, mode, seeds=[seed], epochs=epochs, lr=lr, **options
-    )[0]
+    runtime = {key: options.pop(key) for key in ("inputs", "device") if key in options}
+    chosen = one_seed((settings or ProbeSettings()).with_options(**options), seed)
+    return run_probes(model, task, constants, ranking, constant_heads, chosen, **runtime)[0]
 
 
 def run_probes(
@@ -86,54 +89,42 @@ def run_probes(
     constants: str | None = None,
     ranking: str | None = None,
     constant_heads: int | float | str = 0,
-    mode: str = "cached",
-    seeds: Sequence[int] = (42,),
-    epochs: int = 15,
-    lr: float = 2e-5,
-    lrs: Sequence[float] | None = None,
-    batch_size: int = 16,
-    probe_input: str = "all",
-    max_length: int = 64,
-    relayout: bool = True,
-    max_train_examples: int | None = 1000,
-    max_eval_examples: int | None = None,
-    data_seed: int = 0,
-    data_dir: str | None = None,
-    device: str | None = None,
+    settings: ProbeSettings | None = None,
+    *,
     inputs: TaskInputs | None = None,
-    use_cache: bool = True,
-    selection: str = "final",
-    heldout_fraction: float = 0.1,
-    patience: int | None = None,
-    pool_examples: int | None = None,
-    heldout_examples: int | None = None,
-    dev_every_epoch: bool = True,
-    score_dev: bool = True,
-    eval_chunk_examples: int | None = None,
-    replacement: str = "papa",
+    device: str | None = None,
+    **options,
 ) -> list[dict]:
-    """One result per probe, ``lrs × seeds`` in that order (``lrs`` None: ``[lr]``), the train and dev features
-    extracted (or read from the cache) once for all. Each result is what :func:`run_probe` gives its (lr, seed)
-    alone (same draw, init, order and scores; tested); its ``timings`` hold its share of the shared work.
-    ``replacement``: what replaces the ``k`` heads (:data:`papa.core.head_patch.REPLACEMENTS`; ``mean`` needs
-    constants estimated with their mean outputs)."""
+    """One result per probe, ``lrs × seeds`` in that order, the train and dev features extracted (or read from the
+    cache) once for all. Each result is what :func:`run_probe` gives its (lr, seed) alone (same draw, init, order
+    and scores; tested); its ``timings`` hold its share of the shared work.
+
+    ``settings``: how the probes train and which examples they read (:class:`~papa.probing.params.ProbeSettings`,
+    default the paper's probe); ``options`` override its fields by name (``seeds=[42, 43]``, ``lr=1e-3``,
+    ``max_train_examples=500``, ``replacement="uniform"``: :data:`papa.core.replacements.REPLACEMENTS`; ``mean``
+    needs constants estimated with their mean outputs). ``inputs``: prepared task inputs
+    (:func:`~papa.probing.task_inputs.prepare_inputs`; None: prepared from the settings' data); ``device``: a torch
+    device (None: the best available)."""
     started = time.perf_counter()
+    chosen = (settings or ProbeSettings()).with_options(**options)
+    data = chosen.data
     protocol = ProbeProtocol(
-        mode, replacement, selection, heldout_fraction, data_seed, pool_examples, max_train_examples, heldout_examples,
-        dev_every_epoch, score_dev, eval_chunk_examples, epochs, patience, use_cache,
+        chosen.mode, chosen.replacement, chosen.selection, data.heldout_fraction, data.data_seed, data.pool_examples,
+        data.max_train_examples, data.heldout_examples, chosen.dev_every_epoch, chosen.score_dev,
+        chosen.eval_chunk_examples, chosen.epochs, chosen.patience, chosen.use_cache,
     )  # fmt: skip
     protocol.check()
     configs = [
         ProbeConfig(
             lr=float(rate),
-            epochs=epochs,
-            batch_size=batch_size,
+            epochs=chosen.epochs,
+            batch_size=chosen.batch_size,
             seed=int(seed),
-            probe_input=probe_input,
-            patience=patience,
+            probe_input=chosen.probe_input,
+            patience=chosen.patience,
         )
-        for rate in (lrs if lrs is not None else [lr])
-        for seed in seeds
+        for rate in chosen.rates
+        for seed in chosen.seeds
     ]
     if not configs:
         raise PapaError("run_probes needs at least one seed and one lr", "Pass e.g. seeds=[42].")
@@ -141,106 +132,109 @@ def run_probes(
     lm = model if isinstance(model, LoadedModel) else load_model(model, torch_device)
     constant_set = load_constants(constants) if constants else None
     if inputs is None:
+        train_examples = data.pool_examples if protocol.pooled else data.max_train_examples
         inputs = prepare_inputs(
-            lm,
-            task,
-            max_length,
-            relayout,
-            pool_examples if protocol.pooled else max_train_examples,
-            max_eval_examples,
-            data_seed,
-            data_dir,
-        )
+            lm, task, data.max_length, data.relayout, train_examples, data.max_eval_examples, data.data_seed,
+            data.data_dir,
+        )  # fmt: skip
     if constant_set is not None:
         constant_set.check_compatible(
-            lm.fingerprint, lm.num_layers, lm.num_heads, inputs.max_length, inputs.relayout, replacement
+            lm.fingerprint, lm.num_layers, lm.num_heads, inputs.max_length, inputs.relayout, chosen.replacement
         )
     k, heads = resolve_heads(lm, ranking, constant_heads, constant_set)
+    run = _Run(lm, inputs, heads, constant_set, torch_device, chosen, protocol)
+    runs, shared, cache = _train_and_score(run, configs)
+    share = {name: seconds / len(runs) for name, seconds in shared.items()}
+    overhead = (time.perf_counter() - started - sum(shared.values()) - sum(r["seconds"] for r in runs)) / len(runs)
+    results = []
+    for config, trained in zip(configs, runs):
+        history = trained["history"]
+        timings = {
+            "features": share["features"],
+            "train": history.seconds_train,
+            "eval": history.seconds_eval + trained["seconds_dev"] + share["eval"],
+        }
+        timings["total"] = trained["seconds"] + share["features"] + share["eval"] + overhead
+        head_record = (k, heads, ranking, constants)
+        results.append(result_record(lm, inputs, config, protocol, trained, head_record, cache, timings, torch_device))
+    return results
+
+
+@dataclass(frozen=True)
+class _Run:
+    """What the steps of one :func:`run_probes` call share: the encoder, inputs, constant heads and settings."""
+
+    lm: LoadedModel
+    inputs: TaskInputs
+    heads: list
+    constant_set: ConstantSet | None
+    device: torch.device
+    settings: ProbeSettings
+    protocol: ProbeProtocol
+
+
+def _train_and_score(run: _Run, configs: list[ProbeConfig]) -> tuple[list[dict], dict, dict]:
+    """``(runs, shared seconds, cache record)``: the features, every probe trained, the dev split scored."""
     shared, cache = {}, {"hits": {}, "keys": []}
     t0 = time.perf_counter()
-    eval_source, runs = None, []
+    runs = []
     try:  # faithful mode patches the live encoder: unpatched whatever fails below
-        if mode == "cached":
-            features, cache["hits"]["train"] = get_features(
-                lm,
-                inputs,
-                "train",
-                heads,
-                constant_set,
-                torch_device,
-                use_cache=use_cache,
-                keys=cache["keys"],
-                replacement=replacement,
-            )
-            train_pool = CachedSource(features, probe_input, torch_device, float32=True)
-            del features
-            if (score_dev and not protocol.chunked) or dev_every_epoch:
-                features, cache["hits"]["eval"] = get_features(
-                    lm,
-                    inputs,
-                    "eval",
-                    heads,
-                    constant_set,
-                    torch_device,
-                    use_cache=use_cache,
-                    keys=cache["keys"],
-                    replacement=replacement,
-                )
-                eval_source = CachedSource(features, probe_input, torch_device)
-        else:  # faithful: the live encoder, patched until the ``finally`` below
-            if heads:
-                patch_constant_heads(
-                    lm.model,
-                    constant_set.constants,
-                    heads,
-                    replacement=replacement,
-                    output_means=constant_set.output_means,
-                )
-            train_pool = LiveSource(lm.model, inputs.train, inputs.spec.is_token_task, torch_device, True, probe_input)
-            eval_source = LiveSource(lm.model, inputs.eval, inputs.spec.is_token_task, torch_device, False, probe_input)
+        train_pool, eval_source = _sources(run, cache)
         shared["features"] = time.perf_counter() - t0
-        if mode == "cached":
+        lm, inputs, protocol, torch_device = run.lm, run.inputs, run.protocol, run.device
+        if run.settings.mode == "cached":
             runs = train_together(lm, inputs, configs, protocol, train_pool, eval_source, torch_device)
         else:
             runs = [
                 train_one(lm, inputs, config, protocol, train_pool, eval_source, torch_device) for config in configs
             ]
         t0 = time.perf_counter()
-        if score_dev and protocol.chunked:
-            probes = [run["probe"] for run in runs]
-            predictions, labels, chunk_hits = predict_eval_in_chunks(
-                lm,
-                inputs,
-                heads,
-                constant_set,
-                probes,
-                probe_input,
-                torch_device,
-                eval_chunk_examples,
-                use_cache,
-                cache["keys"],
-                replacement,
-            )
-            cache["hits"]["eval"] = all(chunk_hits.values())
-            for run, preds in zip(runs, predictions):
-                run["metrics"], run["dev"] = score_predictions(inputs, preds, labels)
+        if run.settings.score_dev and protocol.chunked:
+            _score_in_chunks(run, runs, cache)
         shared["eval"] = time.perf_counter() - t0
     finally:
-        unpatch(lm.model)
-    share = {name: seconds / len(runs) for name, seconds in shared.items()}
-    overhead = (time.perf_counter() - started - sum(shared.values()) - sum(run["seconds"] for run in runs)) / len(runs)
-    results = []
-    for config, run in zip(configs, runs):
-        history = run["history"]
-        timings = {
-            "features": share["features"],
-            "train": history.seconds_train,
-            "eval": history.seconds_eval + run["seconds_dev"] + share["eval"],
-        }
-        timings["total"] = run["seconds"] + share["features"] + share["eval"] + overhead
-        results.append(
-            result_record(
-                lm, inputs, config, protocol, run, (k, heads, ranking, constants), cache, timings, torch_device
-            )
+        unpatch(run.lm.model)
+    return runs, shared, cache
+
+
+def _sources(run: _Run, cache: dict) -> tuple[CachedSource | LiveSource, CachedSource | LiveSource | None]:
+    """``(training pool, dev source)``: cached features (the dev split's only where it is scored whole), or the live
+    encoder with its constant heads patched (faithful; the caller unpatches)."""
+    lm, inputs, settings, torch_device = run.lm, run.inputs, run.settings, run.device
+    probe_input, eval_source = settings.probe_input, None
+    if settings.mode == "cached":
+        options = dict(use_cache=settings.use_cache, keys=cache["keys"], replacement=settings.replacement)
+        features, cache["hits"]["train"] = get_features(
+            lm, inputs, "train", run.heads, run.constant_set, torch_device, **options
         )
-    return results
+        train_pool = CachedSource(features, probe_input, torch_device, float32=True)
+        del features
+        if (settings.score_dev and not run.protocol.chunked) or settings.dev_every_epoch:
+            features, cache["hits"]["eval"] = get_features(
+                lm, inputs, "eval", run.heads, run.constant_set, torch_device, **options
+            )
+            eval_source = CachedSource(features, probe_input, torch_device)
+        return train_pool, eval_source
+    if run.heads:  # faithful: the live encoder, patched until the caller's ``finally``
+        constant_set = run.constant_set
+        patch_constant_heads(
+            lm.model,
+            constant_set.constants,
+            run.heads,
+            replacement=settings.replacement,
+            output_means=constant_set.output_means,
+        )
+    train_pool = LiveSource(lm.model, inputs.train, inputs.spec.is_token_task, torch_device, True, probe_input)
+    eval_source = LiveSource(lm.model, inputs.eval, inputs.spec.is_token_task, torch_device, False, probe_input)
+    return train_pool, eval_source
+
+
+def _score_in_chunks(run: _Run, runs: list[dict], cache: dict) -> None:
+    """Score every trained probe on the dev split ``eval_chunk_examples`` examples at a time, in place."""
+    probes = [trained["probe"] for trained in runs]
+    predictions, labels, chunk_hits = predict_eval_in_chunks(
+        run.lm, run.inputs, run.heads, run.constant_set, probes, run.device, run.settings, cache["keys"]
+    )
+    cache["hits"]["eval"] = all(chunk_hits.values())
+    for trained, preds in zip(runs, predictions):
+        trained["metrics"], trained["dev"] = score_predictions(run.inputs, preds, labels)

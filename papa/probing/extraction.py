@@ -202,7 +202,7 @@ def get_features(
     replacement: str = "papa",
 ) -> tuple[Features, bool]:
     """(features, from_cache) of ``split`` ("train"/"eval") with ``heads`` replaced by ``replacement``
-    (:data:`papa.core.head_patch.REPLACEMENTS`); the cache key is appended to ``keys`` when given (the run's record).
+    (:data:`papa.core.replacements.REPLACEMENTS`); the cache key is appended to ``keys`` when given (the run's record).
     A partial head set (0 < k < all: one ranking's k for one task, read by no other run) is read from the cache but
     never written to it: writing it cost a checksum and a copy of every state, and its entry was deleted after the
     run. Sets with no or every head replaced (k = 0, the floor, lr selection) are shared and stored."""

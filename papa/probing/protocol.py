@@ -16,6 +16,7 @@ from pathlib import Path
 from papa.core.errors import PapaError
 from papa.core.io import atomic_write_json, read_json_verified
 from papa.core.models import LoadedModel, load_model, pick_device
+from papa.core.replacements import REPLACEMENT_TABLE
 from papa.probing.experiment import run_probes
 from papa.probing.features import forget_cached
 from papa.probing.task_inputs import prepare_inputs
@@ -176,14 +177,6 @@ def protocol_text(result: dict) -> str:
         if config.get("probe_input") == "embeddings"
         else "every hidden state"
     )
-    replaced = {
-        "papa": "constant",
-        "uniform": "replaced by uniform attention",
-        "zero": "replaced by zero",
-        "mean": "replaced by their mean outputs",
-    }
-    heads = (
-        f"{config['constant_heads']} of {config['total_heads']} heads "
-        f"{replaced.get(config.get('replacement', 'papa'), 'replaced')}"
-    )
+    replaced = REPLACEMENT_TABLE.get(config.get("replacement", "papa"))
+    heads = f"{config['constant_heads']} of {config['total_heads']} heads {replaced.words if replaced else 'replaced'}"
     return f"**Protocol run:** {config['mode']} features of {inputs}, {heads}; " + "; ".join(parts) + "."

@@ -17,6 +17,7 @@ import torch
 
 from papa.core.errors import PapaError
 from papa.core.head_patch import get_replacement
+from papa.core.io import sha256_file
 from papa.core.models import LoadedModel
 from papa.core.provenance import provenance
 from papa.probing.probe import (
@@ -303,6 +304,7 @@ def result_record(
         "total_heads": lm.num_layers * lm.num_heads,
         "ranking": Path(ranking).name if ranking else None,
         "constants": Path(constants).name if constants else None,
+        **({"constants_sha256": sha256_file(constants)} if constants else {}),  # the file's, not only its name
         "mode": protocol.mode,
         "replacement": protocol.replacement,
         "seed": config.seed,

@@ -21,6 +21,7 @@ from papa.core.constants import ConstantSet
 from papa.core.errors import PapaError
 from papa.core.models import LoadedModel
 from papa.probing.extraction import get_features
+from papa.probing.params import ProbeSettings
 from papa.probing.probe import CachedSource, SequenceProbe, TokenProbe, select_states
 from papa.probing.task_inputs import TaskInputs
 
@@ -207,16 +208,16 @@ def predict_eval_in_chunks(
     heads,
     constants: ConstantSet | None,
     probes: Sequence[nn.Module],
-    probe_input: str,
     device,
-    chunk: int,
-    use_cache: bool = True,
+    settings: ProbeSettings,
     keys: list[str] | None = None,
-    replacement: str = "papa",
 ) -> tuple[list[torch.Tensor], torch.Tensor, dict]:
-    """``([R] predictions, labels, cache hits per chunk)``, flat, on the eval split ``chunk`` examples at a time: each
-    chunk's features are extracted (or read from the cache), scored in one stacked pass and dropped, so a large dev
-    split (MNLI on a 768-wide, 13-state model: 12.5 GB) never sits in memory at once."""
+    """``([R] predictions, labels, cache hits per chunk)``, flat, on the eval split ``settings.eval_chunk_examples``
+    examples at a time: each chunk's features (of the settings' probe input and replacement) are extracted (or read
+    from the cache unless ``use_cache`` is false), scored in one stacked pass and dropped, so a large dev split (MNLI
+    on a 768-wide, 13-state model: 12.5 GB) never sits in memory at once. ``keys``: the run's cache keys, appended."""
+    chunk, probe_input, replacement = settings.eval_chunk_examples, settings.probe_input, settings.replacement
+    use_cache = settings.use_cache
     stack = ProbeStack(probes)
     preds, labels, hits = [[] for _ in probes], [], {}
     total = len(inputs.eval_indices)

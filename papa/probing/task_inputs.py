@@ -15,7 +15,8 @@ import torch
 from papa.core.errors import PapaError
 from papa.core.layout import IGNORE_INDEX, check_max_length
 from papa.core.models import LoadedModel
-from papa.probing.data import TaskSpec, get_task, label_names, load_task_split, subset
+from papa.core.tasks import TaskSpec, get_task
+from papa.probing.data import label_names, load_task_split, subset
 from papa.probing.encoding import encode_split
 from papa.probing.metrics import compute_task_metrics, majority_baseline
 from papa.probing.probe import predict

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from papa.core.errors import PapaError
-from papa.probing.data import TaskSpec, get_task
+from papa.core.tasks import TaskSpec, get_task
 
 METRICS_DIR = Path(__file__).resolve().parent
 

@@ -1,12 +1,14 @@
 """Binary F1 of the positive label 1 (an ``evaluate`` metric script, shipped with papa so that it loads offline
 with ``evaluate.load(path_to_this_folder)``): 2 TP / (2 TP + FP + FN), 0.0 without a positive prediction or
-reference (scikit-learn's ``f1_score`` with ``zero_division=0``); also precision and recall."""
+reference (scikit-learn's ``f1_score`` with ``zero_division=0``); also precision and recall. Computed from the
+bootstrap's sufficient statistics (:mod:`papa.probing.metrics.statistics`)."""
 
 from __future__ import annotations
 
 import evaluate
 
 from papa.probing.metrics.metric_info import metric_info
+from papa.probing.metrics.statistics import binary_statistics, metric_from_sums
 
 _DESCRIPTION = "Binary F1 score of the positive label (default 1): 2TP / (2TP + FP + FN)."
 _KWARGS_DESCRIPTION = """
@@ -24,15 +26,5 @@ class PapaF1(evaluate.Metric):
         return metric_info(_DESCRIPTION, _KWARGS_DESCRIPTION)
 
     def _compute(self, predictions, references, pos_label=1):
-        tp = fp = fn = 0
-        for p, r in zip(predictions, references):
-            if p == pos_label and r == pos_label:
-                tp += 1
-            elif p == pos_label:
-                fp += 1
-            elif r == pos_label:
-                fn += 1
-        precision = tp / (tp + fp) if tp + fp else 0.0
-        recall = tp / (tp + fn) if tp + fn else 0.0
-        f1 = 2 * tp / (2 * tp + fp + fn) if tp else 0.0
-        return {"f1": f1, "precision": precision, "recall": recall}
+        sums = binary_statistics(predictions, references, pos_label).sum(0)  # (tp, fp, fn, tn)
+        return {name: float(metric_from_sums(name, sums)) for name in ("f1", "precision", "recall")}
