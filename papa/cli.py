@@ -174,7 +174,7 @@ def cmd_rank(args) -> int:
     if args.draws:  # the gate draws' mean λ, nothing trained
         ranking, meta = combine_draws(args.draws)
     else:
-        warm = WarmStart(args.warm_epochs, args.warm_lr)
+        warm = WarmStart(args.warm_epochs, args.warm_lr, args.warm_examples)
         heads = (args.method, args.model, args.task, args.constants or None)
         ranking, meta = compute_ranking(*heads, **_pick(args, names), warm=warm)
     save_ranking(args.out, ranking, meta)

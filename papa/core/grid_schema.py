@@ -83,6 +83,11 @@ class RankSection(StrictModel):
         0, description="gates: epochs of the probe alone on cached k = 0 features before the gate epochs (0: none)"
     )
     warm_lr: Rate = Field(1e-3, description="gates: the probe's lr when warm-started (the gates keep lr)")
+    warm_examples: Examples = Field(
+        None,
+        description="gates: training examples of the warm start, the probes' seeded subset of that size (null: the "
+        "gate run's own); the probe pool's size reuses its k = 0 features",
+    )
 
     def draw_seeds(self) -> list[int]:
         """The gate draws' seeds: ``seeds``, else ``[seed]``."""

@@ -73,6 +73,9 @@ class RankParams(StrictModel):
         0, description="gates: epochs of the probe alone on cached k = 0 features first (0: a fresh probe)"
     )
     warm_lr: Rate = Field(1e-3, description="gates: the probe's lr when warm-started (the gates keep lr)")
+    warm_examples: Examples = Field(
+        None, description="gates: training examples of the warm start (null: the gate run's own)"
+    )
     draws: list[str] = Field(
         [], description="gates: ranking files of gate draws (gates-<seed>) to combine by mean λ instead of training"
     )

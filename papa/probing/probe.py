@@ -228,12 +228,10 @@ def build_probe(
     return SequenceProbe(states, length, hidden, num_labels, config.dropout)
 
 
-def make_optimizer(params: list, config: ProbeConfig) -> torch.optim.Optimizer:
+def make_optimizer(params: list[nn.Parameter], config: ProbeConfig) -> torch.optim.Optimizer:
     """AdamW (``config.weight_decay``, constant lr), fused where every parameter is a float32 CPU or CUDA tensor:
-    the same update (≤ 1e-6 from the per-tensor loop after hundreds of steps, tested). ``params``: tensors, or
-    torch's param groups (``{"params": [...], "lr": ...}``; a group without ``lr`` trains at ``config.lr``)."""
-    tensors = [t for p in params for t in (p["params"] if isinstance(p, dict) else [p])]
-    fused = all(p.dtype == torch.float32 and p.device.type in ("cpu", "cuda") for p in tensors)
+    the same update (≤ 1e-6 from the per-tensor loop after hundreds of steps, tested)."""
+    fused = all(p.dtype == torch.float32 and p.device.type in ("cpu", "cuda") for p in params)
     return torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay, fused=fused or None)
 
 
@@ -309,20 +307,17 @@ def train_probe(
     extra_parameters: list[nn.Parameter] | None = None,
     on_epoch: Callable[[dict], None] | None = None,
     heldout: Callable[[nn.Module], dict] | None = None,
-    extra_lr: float | None = None,
 ) -> TrainHistory:
     """Train ``probe`` (and ``extra_parameters``, e.g. gate λ) on ``train``, scoring it after every epoch.
 
     ``evaluate``: the dev split (None: not per epoch); ``heldout``: training examples kept out of ``train``, recorded
     as ``heldout_<name>`` (:func:`~papa.probing.run_training.select_epoch` chooses on them). With them the history
     keeps the best held-out epoch's state (``best_state``); ``config.patience`` stops after that many epochs without
-    a strict gain. ``extra_lr``: the lr of ``extra_parameters`` (None: ``config.lr``, as the probe's).
+    a strict gain.
     """
     config.check_heldout(heldout is not None)
     generator = torch.Generator().manual_seed(config.seed)
-    params: list = list(probe.parameters()) + list(extra_parameters or [])
-    if extra_lr is not None and extra_parameters:
-        params = [{"params": list(probe.parameters())}, {"params": list(extra_parameters), "lr": extra_lr}]
+    params = list(probe.parameters()) + list(extra_parameters or [])
     optimizer = make_optimizer(params, config)
     device = next(probe.parameters()).device
     history = TrainHistory()
