@@ -289,7 +289,7 @@ def test_gate_draws_and_the_issue_54_studies_in_the_default_plan():
     assert combined.params["draws"] == [f"{art}/mpnet-base__cola__gates-{seed}.json" for seed in (42, 43, 44)]
     draw = runs["rank__mpnet-base__cola__gates-43"].params
     assert (draw["method"], draw["seed"], draw["draws"]) == ("gates-43", 43, [])
-    assert (draw["warm_epochs"], draw["warm_lr"], draw["warm_examples"], draw["epochs"]) == (4, 1e-3, 2600, 2)
+    assert (draw["warm_epochs"], draw["warm_lr"], draw["warm_examples"], draw["epochs"]) == (20, 1e-3, 2600, 2)
     assert runs["rank__mpnet-base__cola__gates-43"].deps == ["estimate__mpnet-base__cola"]
     ranks = [r for r in runs.values() if r.kind == "rank" and r.params["method"].startswith("gates")]
     assert len(ranks) == 3 * 6 * 4  # every model and task: three draws and their combination

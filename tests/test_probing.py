@@ -684,7 +684,10 @@ def test_warm_start_trains_the_gate_probe_on_cached_features_first(tmp_path, mon
     _, cold = rank_gates(lm, inputs, constants, config, "cpu")
     _, warm = rank_gates(lm, inputs, constants, config, "cpu", warm=WarmStart(epochs=4, lr=1e-3))
     assert cold["warm_start"] == {"epochs": 0, "lr": 1e-3, "examples": None, "history": []}
-    assert [e["epoch"] for e in warm["warm_start"]["history"]] == [1, 2, 3, 4] and len(warm["epochs"]) == 1
+    history = warm["warm_start"]["history"]  # early stopping on held-out examples, at most 4 epochs
+    assert [e["epoch"] for e in history] == list(range(1, len(history) + 1)) and len(history) <= 4
+    assert sum(e["best"] for e in history) == 1 and all("heldout_main" in e for e in history)
+    assert len(warm["epochs"]) == 1
     assert set(warm["probe_check"]) == {"final", "floor", "chance", "near_floor"}
     assert warm["probe_check"]["final"] == warm["epochs"][-1]["main"]
     assert list((tmp_path / "cache").rglob("*.safetensors"))  # the k = 0 features went through the shared cache

@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from papa.core.fields import CHAPTERS
+from papa.core.fields import CHAPTERS, PAPER_MAX_LENGTH
 from papa.pipeline.plan import Run, head_count
 
 if TYPE_CHECKING:
@@ -166,10 +166,11 @@ def run_cost(run: Run) -> tuple[float, dict[tuple, float]]:
 
 def _rank_cost(p: dict, padded: float, extract: float, step: float, sentences: str) -> tuple[float, dict]:
     """A rank run's cost: a gate draw pays its live gate epochs (a training pass with gradients ≈ 3 passes; compact,
-    :class:`papa.probing.ranking.CompactLiveSource`, so scaled by :data:`COMPACT_SLOT_SHARE`) and, warm-started, a
-    compact pass over its examples at k = 0 (a feature set its sibling draws reuse) and the warm epochs' probe steps;
-    combining draws or any other method reads files. (Before the compact share, the default grid's 18 gate runs took
-    0.28–0.37× their guess.)"""
+    :class:`papa.probing.ranking.CompactLiveSource`, so scaled by :data:`COMPACT_SLOT_SHARE`) and, warm-started,
+    a compact pass at k = 0 over its warm examples (the probe pool's feature set when as many: the main grid's k = 0
+    probe shares it; an L = 64 grid assumed) and its eval examples (shared by its sibling draws), then the warm
+    probe's early-stopped epochs; combining draws or any other method reads files. (Before the compact share, the
+    default grid's 18 gate runs took 0.28–0.37× their guess.)"""
     if not p["method"].startswith("gates") or p.get("draws"):
         return PROBE_STARTUP_SECONDS + 20, {}
     train, dev = _train(p), _dev(p)
@@ -177,9 +178,10 @@ def _rank_cost(p: dict, padded: float, extract: float, step: float, sentences: s
     own = PROBE_STARTUP_SECONDS + (3 * train + dev) * p["epochs"] * padded * share
     if not p.get("warm_epochs"):
         return own, {}
-    own += p["warm_epochs"] * (train + dev / 3) * step
-    key = ("rank", p["model"], sentences, p["data_seed"])  # every draw encodes the same examples
-    return own, {(*key, "train", train): train * extract, (*key, "dev", dev): dev * extract}
+    warm = _examples(p.get("warm_examples") or p["max_train_examples"], p["task"], "train")
+    own += p["warm_epochs"] * EARLY_STOP_SHARE * (warm + dev / 3) * step
+    pool = ("train", p["model"], sentences, 0, "", warm, PAPER_MAX_LENGTH)
+    return own, {pool: warm * extract, ("rank-dev", p["model"], sentences, p["data_seed"], dev): dev * extract}
 
 
 def cache_bytes(runs: list[Run]) -> tuple[int, int, int]:

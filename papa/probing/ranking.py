@@ -43,12 +43,13 @@ from papa.probing.probe import (
     FeatureSource,
     LiveSource,
     ProbeConfig,
+    SubsetSource,
     build_probe,
     seed_everything,
     select_states,
     train_probe,
 )
-from papa.probing.task_inputs import TaskInputs, floors, make_evaluator, prepare_inputs
+from papa.probing.task_inputs import TaskInputs, floors, make_evaluator, prepare_inputs, split_heldout
 
 METHODS = ("gates", "deviation", "random")
 #: The methods with a seeded form ``<method>-<seed>``: a random ordering, one gate draw.
@@ -57,6 +58,8 @@ SEEDED = ("gates", "random")
 #: not learned the task (its ranking is flagged ``near_floor``): CoLA MCC 0.074 (floor 0) is flagged, MNLI accuracy
 #: 0.345 (floor 0.35) too, MRPC accuracy 0.75 (floor 0.68: 22% of the gap) is not.
 NEAR_FLOOR_SHARE = 0.1
+#: The warm start holds out this share of its examples and stops after this many epochs without a held-out gain.
+WARM_HELDOUT, WARM_PATIENCE = 0.1, 3
 
 
 def split_method(method: str) -> tuple[str, int | None]:
@@ -76,12 +79,13 @@ def split_method(method: str) -> tuple[str, int | None]:
 
 @dataclass(frozen=True)
 class WarmStart:
-    """The gate probe's start: ``epochs`` on cached k = 0 features of ``examples`` training examples (the same
-    seeded subset as the probes' pool of that size, so the grid extracts its features once; None: the gate run's own
-    examples) at ``lr``, the final epoch kept (the dev split chooses nothing); then the gate epochs train the λ alone
-    (at the gate lr), the probe frozen: trained on with the live encoder's dropout on a few hundred examples, it lost
-    what it knew (minilm-l6 CoLA: eval MCC 0.14 after the warm start, −0.03 after two joint gate epochs). ``epochs``
-    0: a fresh probe trained with the λ, both at the gate lr (before issue 54)."""
+    """The gate probe's start: at most ``epochs`` on cached k = 0 features of ``examples`` training examples (the
+    same seeded subset as the probes' pool of that size, so the grid extracts its features once; None: the gate run's
+    own examples) at ``lr``, the best epoch on held-out ones kept (:func:`warm_probe`; the dev split chooses nothing:
+    a fixed 4 epochs ended minilm-l6 CoLA at eval MCC 0.007, one epoch after 0.14). Then the gate epochs train the λ
+    alone (at the gate lr) on a frozen probe: trained on with the live encoder's dropout on a few hundred examples,
+    the probe lost what it knew (minilm-l6 CoLA: eval MCC 0.14 after the warm start, −0.03 after two joint gate
+    epochs). ``epochs`` 0: a fresh probe trained with the λ, both at the gate lr (before issue 54)."""
 
     epochs: int = 0
     lr: float = 1e-3
@@ -105,11 +109,21 @@ def probe_check(inputs: TaskInputs, final: float) -> dict:
 
 def warm_probe(lm: LoadedModel, inputs: TaskInputs, probe: nn.Module, config: ProbeConfig, device) -> list[dict]:
     """Train ``probe`` in place on cached k = 0 features (``get_features``: a compact eval-mode pass, stored as a
-    shared set) of ``inputs.train`` for ``config.epochs``, scored on ``inputs.eval`` after each; returns the epochs'
-    records."""
+    shared set) of ``inputs.train``, as the main grid's probes train: :data:`WARM_HELDOUT` of the examples held out
+    (seeded by ``config.seed``), early stopping after :data:`WARM_PATIENCE` epochs without a held-out gain (at most
+    ``config.epochs``), the best held-out epoch's state kept; the eval split is scored after each epoch and chooses
+    nothing. Returns the epochs' records."""
     train = CachedSource(get_features(lm, inputs, "train", [], None, device)[0], config.probe_input, device)
     evaluation = CachedSource(get_features(lm, inputs, "eval", [], None, device)[0], config.probe_input, device)
-    return train_probe(probe, train, make_evaluator(inputs, evaluation), config).epochs
+    fit, held = split_heldout(train.num_examples, WARM_HELDOUT, config.seed)
+    held_encoded = {key: value[held] for key, value in inputs.train.items()}  # regroups token predictions
+    heldout = make_evaluator(inputs, SubsetSource(train, held), held_encoded)
+    stopping = replace(config, patience=WARM_PATIENCE)
+    history = train_probe(
+        probe, SubsetSource(train, fit), make_evaluator(inputs, evaluation), stopping, heldout=heldout
+    )
+    probe.load_state_dict(history.best_state)
+    return [record | {"best": record["epoch"] == history.best_epoch} for record in history.epochs]
 
 
 def scatter_slots(states: torch.Tensor, slots: torch.Tensor, length: int, mask: torch.Tensor) -> torch.Tensor:
