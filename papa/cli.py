@@ -168,10 +168,15 @@ def cmd_estimate(args) -> int:
 def cmd_rank(args) -> int:
     _checked(RankParams, args)
     from papa.core.heads import save_ranking
-    from papa.probing.ranking import compute_ranking
+    from papa.probing.ranking import WarmStart, combine_draws, compute_ranking
 
     names = "seed epochs lr max_train_examples max_eval_examples data_seed data_dir device"
-    ranking, meta = compute_ranking(args.method, args.model, args.task, args.constants or None, **_pick(args, names))
+    if args.draws:  # the gate draws' mean λ, nothing trained
+        ranking, meta = combine_draws(args.draws)
+    else:
+        warm = WarmStart(args.warm_epochs, args.warm_lr, args.warm_examples)
+        heads = (args.method, args.model, args.task, args.constants or None)
+        ranking, meta = compute_ranking(*heads, **_pick(args, names), warm=warm)
     save_ranking(args.out, ranking, meta)
     print(f"wrote {args.out}: {len(ranking)} heads ranked by {args.method}; first {[list(h) for h in ranking[:3]]}")
     return 0
@@ -281,7 +286,9 @@ def build_parser() -> argparse.ArgumentParser:
     batch = f"encoder batch size (default: {DEFAULT_BATCH_SIZE})"
     p.add_argument("--batch-size", type=_at_least(1, "a positive integer"), default=DEFAULT_BATCH_SIZE, help=batch)
     _flag(p, "--quiet", "no progress bar")
-    command(sub, "rank", cmd_rank, "rank heads (which become constant first)", RankParams)
+    p = command(sub, "rank", cmd_rank, "rank heads (which become constant first)", RankParams, skip=("draws",))
+    draws = "gates: ranking files of gate draws (gates-<seed>) to combine by mean λ instead of training"
+    p.add_argument("--draws", nargs="+", default=[], metavar="RANKING", help=draws)
     about = "train and score one probe with k constant heads"
     p = command(sub, "probe", cmd_probe, about, ProbeParams, skip=("k", "seeds"))
     p.add_argument("--constant-heads", default="0", help="a count (36), a fraction (0.5, 7/8) or 'all'")

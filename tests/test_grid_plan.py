@@ -151,6 +151,10 @@ def test_the_smoke_plan_exactly():
         seed=42,
         data_seed=0,
         device="auto",
+        warm_epochs=0,
+        warm_lr=1e-3,
+        warm_examples=None,
+        draws=[],
         out=f"{art}/rankings/minilm-l6__sst2__deviation.json",
     )
     probe = runs[probes[1]]
@@ -165,8 +169,9 @@ def test_the_smoke_plan_exactly():
         replacement="papa",
         seeds=[42],
         epochs=2,
-        lr=2e-5,
+        lr=None,  # from lr_file: the run's page shows no lr it did not use
         lr_file=lr_file,
+        lr_choice="chosen",
         patience=1,
         pool_examples=48,
         heldout_examples=16,
@@ -207,7 +212,8 @@ def test_the_lr_is_chosen_under_each_models_probe_cap_unless_set():
         "minilm-l3": 20,
         "mpnet-base": 15,
     }
-    assert {tuple(p["seeds"]) for p in chosen.values()} == {(0,)} and 0 not in config["probe"]["seeds"]
+    assert {tuple(p["seeds"]) for p in chosen.values()} == {(0, 1, 2)}  # issue 54: three seeds, none a probe seed
+    assert not {0, 1, 2} & set(config["probe"]["seeds"])
     config["lr_selection"]["epochs"] = 7
     assert {r.params["epochs"] for r in expand(config) if r.kind == "select_lr"} == {7}
 
@@ -266,3 +272,70 @@ def test_the_feature_cache_keeps_shared_sets_once_and_holds_one_runs_own_set_at_
     assert held == (300 + 50) * per_example  # the larger of the two partial runs
     faithful = Run("f", "probe", dict(runs[2].params, mode="faithful"))
     assert cache_bytes([faithful, Run("r", "results", {})]) == (0, 0, 0)
+
+
+def test_gate_draws_and_the_issue_54_studies_in_the_default_plan():
+    """rank.seeds: one rank run per draw (gates-<seed>), the gates run combines them; the draws, randombase and
+    lrnext studies expand to one-seed probes at half of the heads (lrnext: k = 0 and all heads at the runner-up)."""
+    from papa.pipeline.plan import ROOT, expand, load_config
+
+    config = load_config(ROOT / "configs" / "default.yaml")
+    runs = {r.run_id: r for r in expand(config)}
+    order = list(runs)
+    art = "book/runs/default/artifacts/rankings"
+    draws = [f"rank__mpnet-base__cola__gates-{seed}" for seed in (42, 43, 44)]
+    combined = runs["rank__mpnet-base__cola__gates"]
+    assert combined.deps == draws and all(order.index(d) < order.index(combined.run_id) for d in draws)
+    assert combined.params["draws"] == [f"{art}/mpnet-base__cola__gates-{seed}.json" for seed in (42, 43, 44)]
+    draw = runs["rank__mpnet-base__cola__gates-43"].params
+    assert (draw["method"], draw["seed"], draw["draws"]) == ("gates-43", 43, [])
+    assert (draw["warm_epochs"], draw["warm_lr"], draw["warm_examples"], draw["epochs"]) == (20, 1e-3, 2600, 2)
+    assert runs["rank__mpnet-base__cola__gates-43"].deps == ["estimate__mpnet-base__cola"]
+    ranks = [r for r in runs.values() if r.kind == "rank" and r.params["method"].startswith("gates")]
+    assert len(ranks) == 3 * 6 * 4  # every model and task: three draws and their combination
+    per_draw = runs["probe__mpnet-base__cola__gates-43__k72__cached__draws"]
+    assert per_draw.params["ranking"] == f"{art}/mpnet-base__cola__gates-43.json" and per_draw.params["seeds"] == [42]
+    assert "rank__mpnet-base__cola__gates-43" in per_draw.deps
+    main_half = runs["probe__mpnet-base__cola__gates__k72__cached"]
+    assert main_half.params["ranking"] == f"{art}/mpnet-base__cola__gates.json" and main_half.params["seeds"] == [
+        42,
+        43,
+        44,
+    ]
+    assert {r.params["model"] for r in runs.values() if r.run_id.endswith("__draws")} == {"minilm-l6", "mpnet-base"}
+    random = [r for r in runs.values() if r.run_id.endswith("__randombase")]
+    assert sorted({r.params["ranking"].rsplit("__", 1)[1] for r in random}) == [
+        "random-1.json",
+        "random-2.json",
+        "random-3.json",
+    ]
+    assert len(random) == 18 and {(r.params["model"], r.params["k"], tuple(r.params["seeds"])) for r in random} == {
+        ("mpnet-base", 72, (42,))
+    }
+    lrnext = [r for r in runs.values() if r.run_id.endswith("__lrnext")]
+    assert len(lrnext) == 3 * 6 * 2 and {(r.params["lr"], r.params["lr_choice"]) for r in lrnext} == {
+        (None, "runner-up")
+    }
+    assert {r.params["k"] for r in lrnext if r.params["model"] == "minilm-l3"} == {0, 36}
+    chosen = runs["probe__mpnet-base__cola__none__k0__cached"].params
+    assert (chosen["lr"], chosen["lr_choice"], chosen["lr_file"]) == (
+        None,
+        "chosen",
+        "book/runs/default/artifacts/lr/mpnet-base__cola.json",
+    )
+
+
+def test_one_gate_seed_keeps_the_single_gates_run():
+    """Without rank.seeds (or with one), gates is one draw at rank.seed, trained by its own run: no gates-<seed> run."""
+    from papa.pipeline.plan import ROOT, expand, load_config
+
+    config = load_config(ROOT / "configs" / "default.yaml")
+    config["rank"]["seeds"] = None
+    config["studies"] = [s for s in config["studies"] if s["name"] != "draws"]
+    ranks = {r.run_id: r for r in expand(config) if r.kind == "rank" and "gates" in r.run_id}
+    assert sorted(ranks) == sorted(f"rank__{m}__{t}__gates" for m in config["models"] for t in config["tasks"])
+    single = ranks["rank__minilm-l6__sst2__gates"]
+    assert (single.params["seed"], single.params["draws"], single.deps) == (42, [], ["estimate__minilm-l6__sst2"])
+    config["rank"]["seeds"] = [7]
+    one = {r.run_id: r for r in expand(config) if r.kind == "rank" and "gates" in r.run_id}
+    assert set(one) == set(ranks) and one["rank__minilm-l6__sst2__gates"].params["seed"] == 42

@@ -615,6 +615,80 @@ def test_random_orderings_are_seeded_permutations_of_every_head():
     orderings = {tuple(compute_ranking(f"random-{n}", lm, device="cpu")[0]) for n in (1, 2, 3)}
     assert len(orderings) == 3
     assert (split_method("gates"), split_method("random-12")) == (("gates", None), ("random", 12))
-    for bad in ("random-", "random-x", "gates-1", "oracle"):
+    assert split_method("gates-43") == ("gates", 43)  # one gate draw (issue 54)
+    for bad in ("random-", "random-x", "gates-", "gates-x", "deviation-1", "oracle"):
         with pytest.raises(PapaError, match=f"Unknown ranking method '{bad}'"):
             split_method(bad)
+
+
+# --- gate draws, warm start and the probe's floor (issue 54) ----------------------------------------------------------
+def test_draw_agreement_counts_the_shared_first_half_and_spearman_by_hand():
+    from papa.probing.ranking import draw_agreement
+
+    heads = [(0, 0), (0, 1), (1, 0), (1, 1)]
+    assert draw_agreement(heads, heads) == {"overlap": 2, "overlap_chance": 1.0, "spearman": 1.0}
+    reverse = heads[::-1]  # first halves disjoint; positions 0..3 against 3..0: Σd² = 9 + 1 + 1 + 9 = 20
+    assert draw_agreement(heads, reverse) == {"overlap": 0, "overlap_chance": 1.0, "spearman": 1 - 6 * 20 / (4 * 15)}
+    swapped = [(0, 0), (1, 0), (0, 1), (1, 1)]  # one head of each half swapped: Σd² = 2, ρ = 1 − 12/60
+    assert draw_agreement(heads, swapped) == {"overlap": 1, "overlap_chance": 1.0, "spearman": 0.8}
+    many = all_heads(6, 12)  # 72 heads, 36 first in each ranking: 18 shared by chance
+    assert draw_agreement(many, many[::-1])["overlap_chance"] == 18.0
+    with pytest.raises(PapaError, match="do not list the same heads"):
+        draw_agreement(heads, [(0, 0), (0, 1), (1, 0), (2, 2)])
+
+
+def test_combine_draws_ranks_by_the_mean_lambda_of_the_draws(tmp_path):
+    from papa.core.heads import save_ranking
+    from papa.probing.ranking import combine_draws
+
+    lambdas = {42: [[0.0, 1.0], [2.0, -3.0]], 43: [[0.2, -1.0], [2.0, 1.0]], 44: [[0.4, 3.0], [-1.0, 0.5]]}
+    # mean λ by hand: [[0.2, 1.0], [1.0, -0.5]] → ascending: (1, 1), (0, 0), then (0, 1) and (1, 0) tied at 1.0
+    paths = []
+    for seed, values in lambdas.items():
+        check = {"final": 0.5, "floor": 0.5, "chance": 0.5, "near_floor": seed == 43}
+        meta = {"method": "gates", "model": "m", "task": "cola", "seed": seed, "lambdas": values, "probe_check": check}
+        paths.append(str(save_ranking(tmp_path / f"gates-{seed}.json", _ascending_by_hand(values), meta)))
+    ranking, meta = combine_draws(paths)
+    assert ranking == [(1, 1), (0, 0), (0, 1), (1, 0)]
+    assert sum(meta["lambdas"], []) == pytest.approx([0.2, 1.0, 1.0, -0.5]) and meta["combine"] == "mean λ"
+    assert [d["seed"] for d in meta["draws"]] == [42, 43, 44] and meta["near_floor"] == 1
+    assert [a["seeds"] for a in meta["agreement"]] == [[42, 43], [42, 44], [43, 44]]
+    # draw 42 ascending: (1,1) (0,0) (0,1) (1,0); draw 43: (0,1) (0,0) (1,1) (1,0): first halves share (0,0) only
+    assert meta["agreement"][0]["overlap"] == 1
+    with pytest.raises(PapaError, match="at least 2"):
+        combine_draws(paths[:1])
+    other = {"method": "gates", "model": "m", "task": "sst2", "seed": 1, "lambdas": lambdas[42]}
+    save_ranking(tmp_path / "sst2.json", _ascending_by_hand(lambdas[42]), other)
+    with pytest.raises(PapaError, match="ranks m sst2, not m cola"):
+        combine_draws([*paths, str(tmp_path / "sst2.json")])
+
+
+def test_probe_check_flags_a_gate_probe_near_its_floor():
+    from papa.probing.ranking import probe_check
+
+    _, inputs = _tiny_gate_run()  # SST-2-shaped: accuracy, 2 labels
+    floor = probe_check(inputs, 0.0)["floor"]
+    majority = max(float((inputs.eval["labels"] == c).float().mean()) for c in (0, 1))
+    assert floor == pytest.approx(majority) and probe_check(inputs, 0.0)["chance"] == 0.5
+    base = max(floor, 0.5)
+    assert probe_check(inputs, base + 0.099 * (1 - base))["near_floor"]  # less than a tenth of the gap closed
+    assert not probe_check(inputs, base + 0.101 * (1 - base))["near_floor"]
+
+
+def test_warm_start_trains_the_gate_probe_on_cached_features_first(tmp_path, monkeypatch):
+    from papa.probing.ranking import WarmStart
+
+    monkeypatch.setenv("PAPA_CACHE_DIR", str(tmp_path / "cache"))
+    lm, inputs = _tiny_gate_run()
+    constants = torch.rand(2, 4, 16, 16, generator=torch.Generator().manual_seed(2)) + 0.01
+    config = ProbeConfig(lr=5e-2, epochs=1, batch_size=8)
+    _, cold = rank_gates(lm, inputs, constants, config, "cpu")
+    _, warm = rank_gates(lm, inputs, constants, config, "cpu", warm=WarmStart(epochs=4, lr=1e-3))
+    assert cold["warm_start"] == {"epochs": 0, "lr": 1e-3, "examples": None, "history": []}
+    history = warm["warm_start"]["history"]  # early stopping on held-out examples, at most 4 epochs
+    assert [e["epoch"] for e in history] == list(range(1, len(history) + 1)) and len(history) <= 4
+    assert sum(e["best"] for e in history) == 1 and all("heldout_main" in e for e in history)
+    assert len(warm["epochs"]) == 1
+    assert set(warm["probe_check"]) == {"final", "floor", "chance", "near_floor"}
+    assert warm["probe_check"]["final"] == warm["epochs"][-1]["main"]
+    assert list((tmp_path / "cache").rglob("*.safetensors"))  # the k = 0 features went through the shared cache

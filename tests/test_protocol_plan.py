@@ -283,3 +283,64 @@ def test_the_dry_run_sizes_every_run_offline(tmp_path, monkeypatch):
     assert (
         lines[at + 1].strip().endswith("on 2 CPU cores, extracts 1, reuses 1 feature set")
     )  # the pool: select_lr's, which runs first
+
+
+# --- the lr rule on several seeds (issue 54) --------------------------------------------------------------------------
+def _lr_runs(table: dict[float, list[tuple[float, bool]]]) -> list[dict]:
+    """``{lr: [(held-out score, converged) per seed]}`` as select_lr's run records."""
+    return [
+        {"lr": lr, "seed": seed, "heldout": score, "converged": converged}
+        for lr, scores in table.items()
+        for seed, (score, converged) in enumerate(scores)
+    ]
+
+
+def test_the_lr_is_chosen_on_the_mean_of_its_seeds():
+    from papa.probing.protocol import choose_lr
+
+    # seed 0 alone would choose 1e-3 (0.85 against 0.70); the means over three seeds: 0.70 against 0.6167
+    steady, lucky = [(0.70, True)] * 3, [(0.85, True), (0.50, True), (0.50, True)]
+    choice = choose_lr(_lr_runs({2e-4: steady, 1e-3: lucky}))
+    assert choice["lr"] == 2e-4 and choice["runner_up"] == 1e-3
+    assert choice["heldout"] == {"0.0002": pytest.approx(0.70), "0.001": pytest.approx(1.85 / 3)}
+    # 1e-3's standard error: deviations 0.2333, -0.1167, -0.1167; sd² = 0.081667 / 2; / 3 → se = 0.35 / 3 = 0.1167;
+    # 2e-4's is 0: the noise 0.1167 exceeds the gap 0.0833, so the choice is within noise
+    assert choice["stderr"]["0.001"] == pytest.approx(0.35 / 3) and choice["stderr"]["0.0002"] == pytest.approx(0.0)
+    assert choice["within_noise"] is True
+    clear = choose_lr(_lr_runs({2e-4: steady, 1e-3: [(0.60, True), (0.61, True), (0.59, True)]}))
+    assert (clear["lr"], clear["runner_up"], clear["within_noise"]) == (2e-4, 1e-3, False)  # 0.1 apart, se 0.0058
+
+
+def test_an_lr_still_rising_at_the_cap_loses_to_a_converged_one_within_noise():
+    from papa.probing.protocol import choose_lr
+
+    # the mpnet-base POS case: 2e-5 best by a hair (0.9292 against 0.9289) but never converged
+    close = {
+        2e-5: [(0.9302, False), (0.9282, False), (0.9292, False)],
+        2e-4: [(0.9299, True), (0.9279, True), (0.9289, True)],
+        1e-3: [(0.9200, True), (0.9210, True), (0.9190, True)],
+    }
+    choice = choose_lr(_lr_runs(close))
+    assert choice["lr"] == 2e-4 and choice["runner_up"] == 2e-5 and choice["within_noise"] is True
+    assert choice["converged"] == {"2e-05": False, "0.0002": True, "0.001": True}
+    # far ahead (beyond noise), the unconverged lr keeps its win
+    ahead = close | {2e-5: [(0.9602, False), (0.9582, False), (0.9592, False)]}
+    assert choose_lr(_lr_runs(ahead))["lr"] == 2e-5
+    # most seeds converged counts as converged: 2 of 3
+    mostly = close | {2e-5: [(0.9302, True), (0.9282, True), (0.9292, False)]}
+    assert choose_lr(_lr_runs(mostly))["lr"] == 2e-5
+    # one seed: no noise, so only an exact tie lets the converged lr win (ties also go to the smaller lr)
+    single = choose_lr(_lr_runs({2e-5: [(0.93, False)], 2e-4: [(0.93, True)]}))
+    assert (single["lr"], single["runner_up"], single["within_noise"]) == (2e-4, 2e-5, True)
+
+
+def test_a_probe_run_reads_the_runner_up_of_the_lr_record(tmp_path):
+    from papa.probing.protocol import load_lr_choice, save_lr_choice
+
+    path = save_lr_choice(tmp_path / "lr.json", {"model": "m", "task": "cola", "lr": 1e-3, "runner_up": 2e-4})
+    assert load_lr_choice(path, "m", "cola") == 1e-3 and load_lr_choice(path, "m", "cola", "runner-up") == 2e-4
+    old = save_lr_choice(tmp_path / "old.json", {"model": "m", "task": "cola", "lr": 1e-3})
+    with pytest.raises(PapaError, match="records no runner-up"):
+        load_lr_choice(old, which="runner-up")
+    with pytest.raises(PapaError, match="Unknown lr choice 'second'"):
+        load_lr_choice(path, which="second")

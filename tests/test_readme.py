@@ -30,6 +30,7 @@ def _commands() -> list[list[str]]:
                 line.replace("[--as-is]", "--as-is")
                 .replace("CONFIG", "configs/smoke.yaml")
                 .replace("random-<seed>", "random-1")
+                .replace("gates-<seed>", "gates-43")
             )
             words = [word.split("|")[0] for word in shlex.split(line)[1:]]
             commands.append(words)

@@ -428,7 +428,10 @@ def test_studies_inherit_the_probe_section_and_null_means_the_whole_split(tmp_pa
 
 def test_every_run_carries_exactly_its_params_model():
     runs = expand(load_config(ROOT / "configs" / "default.yaml"))
-    assert len(runs) == 355 and {r.kind for r in runs} == set(RUN_PARAMS)  # 300 + 54 replacement probes + their chapter
+    # 300 + 54 replacement probes + their chapter (355), then issue 54: 3 gate draws per pair (54 rank runs), 3 random
+    # orderings on mpnet-base (18), their probes at half of the heads (36 draws, 18 random) and lrnext on every pair
+    # (36, 2 of them before)
+    assert len(runs) == 515 and {r.kind for r in runs} == set(RUN_PARAMS)
     # the replacement studies: 3 replacements × 6 tasks × (minilm-l6 at half and all heads, mpnet-base at all heads)
     replaced = [r for r in runs if r.kind == "probe" and r.params["replacement"] != "papa"]
     assert len(replaced) == 54 and {r.params["replacement"] for r in replaced} == {"uniform", "zero", "mean"}
@@ -442,8 +445,14 @@ def test_every_run_carries_exactly_its_params_model():
     )  # the main grid's protocol: lr chosen at k = 0
     lrnext = next(
         r for r in runs if r.run_id == "probe__mpnet-base__cola__all__k144__cached__lrnext"
-    ).params  # the largest drop's lr check
-    assert (lrnext["lr"], lrnext["lr_file"], lrnext["epochs"], lrnext["selection"]) == (2e-4, "", 20, "heldout")
+    ).params  # the all-heads drop at the runner-up lr of the choice, on every pair
+    assert (lrnext["lr"], lrnext["lr_choice"], lrnext["epochs"], lrnext["selection"]) == (
+        None,
+        "runner-up",
+        20,
+        "heldout",
+    )
+    assert lrnext["lr_file"] == "book/runs/default/artifacts/lr/mpnet-base__cola.json" and lrnext["seeds"] == [42]
     mpnet = next(
         r for r in runs if r.run_id == "probe__mpnet-base__sst2__none__k0__cached"
     ).params  # the MiniLMs' sizes (issue 25)
@@ -803,3 +812,50 @@ def test_grid_scale_out_flags_are_validated_and_passed_to_the_runner(monkeypatch
     assert "--scheduler local:0: '0' is not a positive whole number" in errors[0]
     assert "Unknown --scheduler 'dask'" in errors[1] and "not a scheduler address" in errors[2]
     assert "must be at least 1, got 0" in errors[4]
+
+
+# --- issue 54's keys: gate draws and their warm start, lr: runner-up --------------------------------------------------
+@pytest.mark.parametrize(
+    ("config", "problem", "hint"),
+    [
+        (_with("rank.seeds", []), "rank.seeds must not be empty", "whole numbers"),
+        (_with("rank.seeds", [42, 42]), "rank.seeds", "once"),
+        (_with("rank.warm_epochs", -1), "rank.warm_epochs must be >= 0, got -1", ""),
+        (_with("rank.methods", ["gates-x"]), "rank.methods[0]: Unknown ranking method 'gates-x'", "gates-<seed>"),
+        (_with("probe.lr", "second"), "probe.lr: must be a number, got 'second'", "learning rate"),
+    ],
+)
+def test_bad_issue_54_keys_are_one_error_naming_their_path(config, problem, hint, tmp_path):
+    with pytest.raises(PapaError) as info:
+        load_config(_write(tmp_path, config))
+    assert problem in str(info.value) and hint in (info.value.hint or "") + str(info.value), str(info.value)
+
+
+def test_gate_draw_keys_and_lr_runner_up_load_and_default_to_the_old_grid(tmp_path):
+    config = load_config(_write(tmp_path, SMOKE))
+    rank = config["rank"]
+    assert (rank["seeds"], rank["warm_epochs"], rank["warm_lr"], rank["warm_examples"]) == (None, 0, 1e-3, None)
+    drawn = _with("rank.seeds", [1, 2, 3])
+    drawn["rank"]["methods"] = ["gates", "gates-2"]
+    protocol = {"selection": "heldout", "patience": 1, "pool_examples": 48, "max_train_examples": 32}
+    study = {"name": "second", "fractions": [0, 1], "lr": "runner-up", "seeds": [42], "heldout_examples": 16}
+    drawn["studies"] = [study | protocol]
+    loaded = load_config(_write(tmp_path, drawn))
+    assert loaded["rank"]["seeds"] == [1, 2, 3] and loaded["studies"][0]["lr"] == "runner-up"
+    runs = {r.run_id: r for r in expand(loaded)}
+    assert {rid for rid in runs if rid.startswith("rank__") and "gates" in rid} == {
+        "rank__minilm-l6__sst2__gates",
+        *(f"rank__minilm-l6__sst2__gates-{seed}" for seed in (1, 2, 3)),
+    }
+    second = runs["probe__minilm-l6__sst2__none__k0__cached__second"].params
+    assert (second["lr"], second["lr_choice"]) == (None, "runner-up") and second["lr_file"].endswith("sst2.json")
+    bad = json.loads(json.dumps(drawn))
+    bad["studies"][0] |= {"selection": "final", "patience": None}
+    with pytest.raises(PapaError, match="patience and lr: runner-up choose on held-out training examples"):
+        load_config(_write(tmp_path, bad))
+
+
+def test_a_probe_run_without_lr_needs_an_lr_file():
+    with pytest.raises(Exception, match="lr is null and no lr_file gives one"):
+        ProbeParams(task="sst2", lr=None, out="x.json")
+    assert ProbeParams(task="sst2", lr=None, lr_file="lr.json", out="x.json").lr_choice == "chosen"

@@ -55,6 +55,11 @@ DEFAULT_FRACTIONS: list[int | float | str] = [0, 1]
 DEFAULT_LR_GRID: list[float] = [2e-5, 2e-4, 1e-3]
 #: ``lr: select`` in a grid: the lr chosen per (model, task) by the ``select_lr`` run.
 SELECT = "select"
+#: ``lr: runner-up`` in a study: the second-best lr of that choice (the all-heads drop at it, where the choice is
+#: within noise: :func:`papa.probing.protocol.choose_lr`).
+RUNNER_UP = "runner-up"
+#: The lr settings that read the ``select_lr`` run's record.
+CHOSEN_LRS = (SELECT, RUNNER_UP)
 
 
 class ConfigValueError(ValueError):
@@ -118,16 +123,18 @@ def _fraction(value: int | float | str) -> int | float | str:
     return value
 
 
-_RANDOM = re.compile(r"^random-(\d+)$")
+_SEEDED = re.compile(r"^(random|gates)-(\d+)$")
 
 
 def _method(value: str) -> str:
-    """A head ordering: gates, deviation, random, or ``random-<seed>`` (a seeded random ordering)."""
-    if value in METHODS or _RANDOM.match(value):
+    """A head ordering: gates, deviation, random, ``random-<seed>`` (a seeded random ordering) or ``gates-<seed>`` (one
+    gate draw)."""
+    if value in METHODS or _SEEDED.match(value):
         return value
     raise ConfigValueError(
         f"Unknown ranking method {value!r}",
-        f"Use one of {', '.join(METHODS)}, or random-<seed> (e.g. random-1) for a seeded random ordering.",
+        f"Use one of {', '.join(METHODS)}, random-<seed> (e.g. random-1) for a seeded random ordering, or "
+        "gates-<seed> (e.g. gates-43) for one gate draw.",
     )
 
 

@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal, get_type_hints
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, create_model, model_validator
 
 from papa.core.fields import (
+    CHOSEN_LRS,
     DEFAULT_BATCH_SIZE,
     DEFAULT_CONSTANT_EXAMPLES,
     DEFAULT_FRACTIONS,
@@ -23,6 +24,7 @@ from papa.core.fields import (
     PAPER_LR,
     PAPER_MAX_LENGTH,
     RESERVED_STUDY_NAMES,
+    RUNNER_UP,
     SELECT,
     Chapter,
     ConfigValueError,
@@ -71,7 +73,25 @@ class RankSection(StrictModel):
     max_eval_examples: Examples = Field(
         None, description="gates: evaluation examples (unset: probe.max_eval_examples; null: the whole split)"
     )
-    seed: int = Field(DEFAULT_SEED, description="gates: random seed")
+    seed: int = Field(DEFAULT_SEED, description="gates: random seed (one draw; unused when seeds lists several)")
+    seeds: nonempty_unique(int) | None = Field(
+        None,
+        description="gates: one draw per seed (gates-<seed>, each a ranking method); with two or more, gates ranks "
+        "by the draws' mean λ (unset: the one draw at seed)",
+    )
+    warm_epochs: NonNegative = Field(
+        0, description="gates: epochs of the probe alone on cached k = 0 features before the gate epochs (0: none)"
+    )
+    warm_lr: Rate = Field(1e-3, description="gates: the probe's lr when warm-started (the gates keep lr)")
+    warm_examples: Examples = Field(
+        None,
+        description="gates: training examples of the warm start, the probes' seeded subset of that size (null: the "
+        "gate run's own); the probe pool's size reuses its k = 0 features",
+    )
+
+    def draw_seeds(self) -> list[int]:
+        """The gate draws' seeds: ``seeds``, else ``[seed]``."""
+        return list(self.seeds or [self.seed])
 
 
 class _ProbeSettings(StrictModel):
@@ -87,9 +107,10 @@ class _ProbeSettings(StrictModel):
         ["papa"], description="what replaces the constant heads: papa, uniform, zero, mean"
     )
     epochs: Count = Field(PAPER_EPOCHS, description="probe training epochs (the paper: 15)")
-    lr: Rate | Literal["select"] = Field(
+    lr: Rate | Literal["select", "runner-up"] = Field(
         PAPER_LR,
-        description="probe learning rate (the paper: 2e-5), or select: chosen per model and task by lr_selection",
+        description="probe learning rate (the paper: 2e-5), or select: chosen per model and task by lr_selection, "
+        "or runner-up: the second-best lr of that choice",
     )
     max_train_examples: Examples = Field(
         DEFAULT_TRAIN_EXAMPLES,
@@ -255,9 +276,10 @@ class GridConfig(StrictModel):
 
 def _check_protocol(settings: dict[str, Any], at: tuple) -> None:
     """The protocol's keys go together: patience and lr: select choose on held-out examples, a pool needs draws."""
-    if (settings["patience"] is not None or settings["lr"] == SELECT) and settings["selection"] != "heldout":
+    if (settings["patience"] is not None or settings["lr"] in CHOSEN_LRS) and settings["selection"] != "heldout":
         raise ConfigValueError(
-            "patience and lr: select choose on held-out training examples",
+            f"patience and lr: {settings['lr'] if settings['lr'] == RUNNER_UP else SELECT} choose on held-out "
+            "training examples",
             "Set selection: heldout.",
             at=(*at, "selection"),
         )
@@ -269,9 +291,9 @@ def _check_protocol(settings: dict[str, Any], at: tuple) -> None:
             "Set e.g. max_train_examples: 2000 and heldout_examples: 200.",
             at=(*at, "pool_examples"),
         )
-    if settings["lr"] == SELECT and (settings["pool_examples"] is None or settings["patience"] is None):
+    if settings["lr"] in CHOSEN_LRS and (settings["pool_examples"] is None or settings["patience"] is None):
         raise ConfigValueError(
-            "lr: select needs a training pool and patience (the lr is chosen as the probes train)",
+            f"lr: {settings['lr']} needs a training pool and patience (the lr is chosen as the probes train)",
             "Set pool_examples, heldout_examples and patience.",
             at=(*at, "lr"),
         )

@@ -6,9 +6,9 @@ Names, defaults and field types come from :mod:`papa.core.fields`; grid configs 
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from papa.core.fields import (
     DEFAULT_HELDOUT_FRACTION,
@@ -20,6 +20,7 @@ from papa.core.fields import (
     PAPER_EPOCHS,
     PAPER_LR,
     PAPER_MAX_LENGTH,
+    ConfigValueError,
     Count,
     Device,
     Examples,
@@ -68,6 +69,16 @@ class RankParams(StrictModel):
     seed: int = Field(DEFAULT_SEED, description="random seed")
     data_seed: NonNegative = Field(0, description="seed of the training subset")
     device: Device = Field("auto", description="auto (GPU when present), cpu, cuda, cuda:N or mps")
+    warm_epochs: NonNegative = Field(
+        0, description="gates: epochs of the probe alone on cached k = 0 features first (0: a fresh probe)"
+    )
+    warm_lr: Rate = Field(1e-3, description="gates: the probe's lr when warm-started (the gates keep lr)")
+    warm_examples: Examples = Field(
+        None, description="gates: training examples of the warm start (null: the gate run's own)"
+    )
+    draws: list[str] = Field(
+        [], description="gates: ranking files of gate draws (gates-<seed>) to combine by mean λ instead of training"
+    )
     out: str = Field(description="output ranking .json file")
 
 
@@ -88,8 +99,13 @@ class ProbeParams(StrictModel):
         [DEFAULT_SEED], description="probe seeds, one result file each"
     )
     epochs: Count = Field(PAPER_EPOCHS, description="training epochs (the paper: 15)")
-    lr: Rate = Field(PAPER_LR, description="learning rate (the paper: 2e-5); unused when lr_file is set")
+    lr: Rate | None = Field(
+        PAPER_LR, description="learning rate (the paper: 2e-5); null: the lr of lr_file (the grid's lr: select)"
+    )
     lr_file: str = Field("", description="an lr choice from the select_lr run (its lr replaces lr)")
+    lr_choice: Literal["chosen", "runner-up"] = Field(
+        "chosen", description="with lr_file: its chosen lr, or the runner-up (the second-best lr it tried)"
+    )
     patience: Count | None = Field(
         None,
         description="early stopping: epochs without a held-out gain (epochs is then the cap; needs selection heldout)",
@@ -122,6 +138,16 @@ class ProbeParams(StrictModel):
     relayout: bool = Field(True, description="PAPA layout")
     device: Device = Field("auto", description="auto (GPU when present), cpu, cuda, cuda:N or mps")
     out: str = Field(description="result file per seed ({seed} is filled in)")
+
+    @model_validator(mode="after")
+    def _lr_given(self):
+        if self.lr is None and not self.lr_file:
+            raise ConfigValueError(
+                "lr is null and no lr_file gives one",
+                "Set lr (e.g. 2e-5) or lr_file (a select_lr run's choice).",
+                at=("lr",),
+            )
+        return self
 
 
 class SelectLrParams(StrictModel):

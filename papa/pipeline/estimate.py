@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from papa.core.fields import CHAPTERS
+from papa.core.fields import CHAPTERS, PAPER_MAX_LENGTH
 from papa.core.tasks import get_task
 from papa.pipeline.plan import Run, head_count
 
@@ -138,11 +138,9 @@ def run_cost(run: Run) -> tuple[float, dict[tuple, float]]:
     step = stepping * PROBE_SECONDS_PER_EXAMPLE["train"]
     if run.kind == "estimate":  # a compact pass that records every head's attention
         return PROBE_STARTUP_SECONDS + _train(p, "max_examples") * padded * share, {}
-    if run.kind == "rank":
-        if p["method"] != "gates":
-            return PROBE_STARTUP_SECONDS + 20, {}
-        return PROBE_STARTUP_SECONDS + (3 * _train(p) + _dev(p)) * p["epochs"] * padded, {}
     sentences = "conll" if p["task"] in ("ner", "pos") else p["task"]
+    if run.kind == "rank":
+        return _rank_cost(p, padded, extract, step, sentences)
     epochs = p["epochs"] * (EARLY_STOP_SHARE if p.get("patience") else 1)
     train, fit = _pool_and_fit(p)
     if run.kind == "select_lr":
@@ -161,6 +159,26 @@ def run_cost(run: Run) -> tuple[float, dict[tuple, float]]:
     if p.get("probe_input") == "embeddings":  # the attention-free floor reads one hidden state of many
         step /= 7 * model_cost(p["model"])[1] ** 0.5
     return PROBE_STARTUP_SECONDS + fit * passes * step + dev * dev_passes * step / 3, features
+
+
+def _rank_cost(p: dict, padded: float, extract: float, step: float, sentences: str) -> tuple[float, dict]:
+    """A rank run's cost: a gate draw pays its live gate epochs (a training pass with gradients ≈ 3 passes; compact,
+    :class:`papa.probing.ranking.CompactLiveSource`, so scaled by :data:`COMPACT_SLOT_SHARE`) and, warm-started,
+    a compact pass at k = 0 over its warm examples (the probe pool's feature set when as many: the main grid's k = 0
+    probe shares it; an L = 64 grid assumed) and its eval examples (shared by its sibling draws), then the warm
+    probe's early-stopped epochs; combining draws or any other method reads files. (Before the compact share, the
+    default grid's 18 gate runs took 0.28–0.37× their guess.)"""
+    if not p["method"].startswith("gates") or p.get("draws"):
+        return PROBE_STARTUP_SECONDS + 20, {}
+    train, dev = _train(p), _dev(p)
+    share = COMPACT_SLOT_SHARE.get(p["task"], 1.0)
+    own = PROBE_STARTUP_SECONDS + (3 * train + dev) * p["epochs"] * padded * share
+    if not p.get("warm_epochs"):
+        return own, {}
+    warm = _examples(p.get("warm_examples") or p["max_train_examples"], p["task"], "train")
+    own += p["warm_epochs"] * EARLY_STOP_SHARE * (warm + dev / 3) * step
+    pool = ("train", p["model"], sentences, 0, "", warm, PAPER_MAX_LENGTH)
+    return own, {pool: warm * extract, ("rank-dev", p["model"], sentences, p["data_seed"], dev): dev * extract}
 
 
 def cache_bytes(runs: list[Run]) -> tuple[int, int, int]:

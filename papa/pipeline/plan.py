@@ -18,7 +18,7 @@ from typing import Any
 
 from papa.core import schema
 from papa.core.config_files import read_yaml, validate
-from papa.core.fields import CHAPTERS, SELECT, parse_fraction
+from papa.core.fields import CHAPTERS, CHOSEN_LRS, RUNNER_UP, parse_fraction
 from papa.core.grid_schema import GridConfig, study_settings
 from papa.core.names import run_id, slug
 
@@ -180,7 +180,10 @@ def expand(config: dict | GridConfig, path: str | None = None) -> Plan:
     for _, models, tasks, _, settings in studies:
         for model in models:
             ranked |= {(model, t, m) for t in tasks for m in (settings(model)["methods"] or grid.rank.methods)}
-            selected |= {(model, t) for t in tasks} if settings(model)["lr"] == SELECT else set()
+            selected |= {(model, t) for t in tasks} if settings(model)["lr"] in CHOSEN_LRS else set()
+    seeds = grid.rank.draw_seeds()
+    combined = len(seeds) > 1  # gates: the draws' mean λ, each draw its own rank run (gates-<seed>)
+    ranked |= {(m, t, f"gates-{seed}") for m, t, method in ranked if method == "gates" and combined for seed in seeds}
 
     runs: dict[str, Run] = {}
     for model, task in itertools.product(grid.models, grid.tasks):
@@ -188,12 +191,17 @@ def expand(config: dict | GridConfig, path: str | None = None) -> Plan:
         fields = dict(model=model, task=task, max_examples=grid.estimate.max_examples, out=out)
         params = schema.EstimateParams(**fields, **common)
         runs[rid] = Run(rid, "estimate", params.model_dump(), outputs=[out])
-    rank = grid.rank.model_dump(include={"epochs", "lr", "max_train_examples", "max_eval_examples", "seed"})
-    for model, task, method in sorted(ranked):
+    rank = grid.rank.model_dump(include=set(schema.RankParams.model_fields) - {"seed"})
+    for model, task, method in sorted(ranked, key=lambda r: (r[0], r[1], combined and r[2] == "gates", r[2])):
         rid, out = run_id("rank", model, task, method), ranking(model, task, method)
         fields = dict(model=model, task=task, method=method, constants=constants(model, task), out=out, **rank)
+        fields["seed"] = int(method[6:]) if method.startswith("gates-") else grid.rank.seed
+        deps = [run_id("estimate", model, task)]
+        if combined and method == "gates":  # combines its draws, trains nothing
+            fields["draws"] = [ranking(model, task, f"gates-{seed}") for seed in seeds]
+            deps = [run_id("rank", model, task, f"gates-{seed}") for seed in seeds]
         params = schema.RankParams(**fields, data_seed=grid.data_seed, device=grid.device)
-        runs[rid] = Run(rid, "rank", params.model_dump(), deps=[run_id("estimate", model, task)], outputs=[out])
+        runs[rid] = Run(rid, "rank", params.model_dump(), deps=deps, outputs=[out])
     for model, task in sorted(selected):
         rid, out, s = run_id("select_lr", model, task), lr_file(model, task), main(model)
         fields = grid.lr_selection.model_dump(exclude={"epochs"})
@@ -214,8 +222,8 @@ def expand(config: dict | GridConfig, path: str | None = None) -> Plan:
             total = totals[model][0]
             if total is None:
                 continue
-            chosen = s["lr"] == SELECT
-            lr = schema.ProbeParams.model_fields["lr"].default if chosen else s["lr"]
+            chosen = s["lr"] in CHOSEN_LRS
+            lr = None if chosen else s["lr"]  # chosen: the run's page shows the lr it read from lr_file, not a default
             for task, fraction in itertools.product(tasks, s["fractions"]):
                 k = count_for(parse_fraction(fraction), total)
                 methods = ["none"] if k == 0 else ["all"] if k == total else (s["methods"] or grid.rank.methods)
@@ -239,6 +247,7 @@ def expand(config: dict | GridConfig, path: str | None = None) -> Plan:
                     heads["ranking"] = ranking(model, task, method) if by_rank else ""
                     how = dict(mode=mode, replacement=replacement, seeds=list(seeds), probe_input=probe_input, lr=lr)
                     how |= {"lr_file": lr_file(model, task) if chosen else "", "max_eval_examples": evaluation}
+                    how |= {"lr_choice": "runner-up" if s["lr"] == RUNNER_UP else "chosen"}
                     how |= {key: s[key] for key in PROBE_SETTINGS}
                     fields = dict(model=model, task=task, **heads, **how, data_seed=grid.data_seed, out=out)
                     params = schema.ProbeParams(**fields, **common)

@@ -44,10 +44,11 @@ def select_lr(
     use_cache: bool = True,
 ) -> dict:
     """Choose the probe's lr for ``(model, task)`` at k = 0: each seed's own draw from the pool, early stopping on
-    held-out training examples; the highest mean (over seeds) best-epoch held-out score wins, ties to the smaller lr.
+    held-out training examples; :func:`choose_lr`'s rule on the seeds' best-epoch held-out scores.
 
-    Returns ``{"model", "task", "lr", "heldout": {lr: mean best held-out score}, "runs": [{lr, seed, heldout,
-    best_epoch, converged, epochs_trained}], "protocol": {...}, "seconds"}`` (lr keys as ``repr`` strings).
+    Returns ``{"model", "task", "lr", "runner_up", "within_noise", "heldout": {lr: mean best held-out score},
+    "stderr": {lr: ...}, "converged": {lr: ...}, "runs": [{lr, seed, heldout, best_epoch, converged,
+    epochs_trained}], "protocol": {...}, "seconds"}`` (lr keys as ``repr`` strings).
     """
     if not lrs or any(not (isinstance(lr, (int, float)) and lr > 0 and math.isfinite(lr)) for lr in lrs):
         raise PapaError(f"The lr grid must be positive numbers, got {list(lrs)!r}", f"Use e.g. {list(LR_GRID)}.")
@@ -90,13 +91,10 @@ def select_lr(
                 "epochs_trained": conv["epochs_trained"],
             }
         )
-    means = {float(lr): sum(r["heldout"] for r in runs if r["lr"] == float(lr)) / len(seeds) for lr in lrs}
-    chosen = max(means, key=lambda lr: (means[lr], -lr))
     return {
         "model": lm.name,
         "task": inputs.spec.name,
-        "lr": chosen,
-        "heldout": {repr(lr): score for lr, score in means.items()},
+        **choose_lr(runs),
         "runs": runs,
         "protocol": {
             "seeds": list(seeds),
@@ -115,13 +113,64 @@ def select_lr(
     }
 
 
+def _mean_and_stderr(values: list[float]) -> tuple[float, float]:
+    """The mean and its standard error (sample sd / √n; 0 for one value)."""
+    mean = sum(values) / len(values)
+    if len(values) < 2:
+        return mean, 0.0
+    return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1) / len(values))
+
+
+def choose_lr(runs: Sequence[dict]) -> dict:
+    """The lr rule on ``runs`` (``{"lr", "seed", "heldout", "converged"}`` each, every lr on the same seeds).
+
+    * Each lr's score is its seeds' mean best-epoch held-out score; its noise is the standard error of that mean
+      (sample sd / √seeds: 0 with one seed). Two lrs are **within noise** when their means differ by at most
+      ``√(se_a² + se_b²)``, the standard error of the difference.
+    * An lr has **converged** when most of its seeds' runs stopped early (a run still rising at the epoch cap has
+      not).
+    * The highest mean wins (ties: the smaller lr), unless it has not converged and a converged lr lies within
+      noise of it: then the best converged lr within noise wins (a candidate still rising at the cap does not win
+      over a converged one on noise).
+    * The **runner-up** is the best of the others by mean (ties: the smaller lr); ``within_noise`` says whether the
+      choice is within noise of it (then the all-heads drop is worth reading at the runner-up too).
+
+    Returns ``{"lr", "runner_up" (None with one lr), "within_noise", "heldout", "stderr", "converged"}``, the
+    per-lr maps keyed by ``repr(lr)``.
+    """
+    lrs = sorted({float(run["lr"]) for run in runs})
+    stats = {lr: _mean_and_stderr([run["heldout"] for run in runs if float(run["lr"]) == lr]) for lr in lrs}
+    converged = {}
+    for lr in lrs:
+        flags = [bool(run["converged"]) for run in runs if float(run["lr"]) == lr]
+        converged[lr] = 2 * sum(flags) > len(flags)
+    noise = lambda a, b: math.hypot(stats[a][1], stats[b][1])
+    close = lambda a, b: abs(stats[a][0] - stats[b][0]) <= noise(a, b)
+    by_score = sorted(lrs, key=lambda lr: (-stats[lr][0], lr))
+    chosen = by_score[0]
+    if not converged[chosen]:
+        rivals = [lr for lr in by_score if converged[lr] and close(chosen, lr)]
+        chosen = rivals[0] if rivals else chosen
+    others = [lr for lr in by_score if lr != chosen]
+    runner_up = others[0] if others else None
+    return {
+        "lr": chosen,
+        "runner_up": runner_up,
+        "within_noise": runner_up is not None and close(chosen, runner_up),
+        "heldout": {repr(lr): stats[lr][0] for lr in lrs},
+        "stderr": {repr(lr): stats[lr][1] for lr in lrs},
+        "converged": {repr(lr): converged[lr] for lr in lrs},
+    }
+
+
 def save_lr_choice(path: str | Path, choice: dict) -> Path:
     """Write a :func:`select_lr` record atomically, with a checksum."""
     return atomic_write_json(path, choice)
 
 
-def load_lr_choice(path: str | Path, model: str | None = None, task: str | None = None) -> float:
-    """The chosen lr of a saved :func:`select_lr` record, checked against ``model``/``task`` when given."""
+def load_lr_choice(path: str | Path, model: str | None = None, task: str | None = None, which: str = "chosen") -> float:
+    """The chosen lr (``which="runner-up"``: the runner-up) of a saved :func:`select_lr` record, checked against
+    ``model``/``task`` when given."""
     record = read_json_verified(Path(path), "lr choice")
     for key, wanted in (("model", model), ("task", task)):
         if wanted is not None and record.get(key) != wanted:
@@ -129,7 +178,13 @@ def load_lr_choice(path: str | Path, model: str | None = None, task: str | None 
                 f"The lr choice {path} is for {key} {record.get(key)!r}, not {wanted!r}",
                 "Point the run at the lr file of its own model and task.",
             )
-    lr = record.get("lr")
+    if which not in ("chosen", "runner-up"):
+        raise PapaError(f"Unknown lr choice {which!r}", "Use chosen or runner-up.")
+    lr = record.get("lr" if which == "chosen" else "runner_up")
+    if which == "runner-up" and "runner_up" not in record:
+        raise PapaError(
+            f"The lr choice {path} records no runner-up (written before issue 54)", "Recompute it (its select_lr run)."
+        )
     if not isinstance(lr, (int, float)) or not lr > 0:
         raise PapaError(
             f"The lr choice {path} holds no positive lr", "Recompute it with papa.probing.protocol.select_lr."

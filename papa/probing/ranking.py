@@ -7,6 +7,11 @@
   from its constant (the most input-independent first);
 * ``random``: a seeded permutation, the baseline; ``random-<n>`` uses seed ``n``.
 
+Gate draws (issue 54): ``gates-<n>`` is one gate run at seed ``n`` (probe init, order, dropout); :func:`combine_draws`
+ranks by the draws' mean λ. A :class:`WarmStart` first trains the gate probe on cached k = 0 features of the run's
+own examples (cheap), so the gate epochs start from a probe that knows the task; every gate run records its probe's
+final score against its floor (:func:`probe_check`) and is flagged ``near_floor`` when it has not learned the task.
+
 Every ranking lists all ``(layer, head)`` pairs once (:func:`papa.core.heads.save_ranking`). The gates' encoder passes
 run on each batch's real slots (:class:`CompactLiveSource`) where :func:`papa.core.compact.supports_compact`, else
 padded (:class:`papa.probing.probe.LiveSource`); same batches, same order. The gates act on ``C[:, slots][:, :,
@@ -18,6 +23,8 @@ with dropout on, ``[B, P, ...]`` tensors draw other masks than ``[B, L, ...]``: 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, replace
 
 import torch
 from torch import nn
@@ -25,36 +32,98 @@ from torch import nn
 from papa.core.compact import compact_forward, supports_compact
 from papa.core.constants import load_constants
 from papa.core.errors import PapaError
-from papa.core.heads import random_ranking, ranking_from_scores
+from papa.core.heads import load_ranking, random_ranking, ranking_from_scores
 from papa.core.layout import IGNORE_INDEX
 from papa.core.models import LoadedModel, load_model, pick_device
 from papa.core.patching import gate_lambdas, patch_gates, unpatch
 from papa.core.provenance import provenance
+from papa.probing.extraction import get_features
 from papa.probing.probe import (
+    CachedSource,
     FeatureSource,
     LiveSource,
     ProbeConfig,
+    SubsetSource,
     build_probe,
     seed_everything,
     select_states,
     train_probe,
 )
-from papa.probing.task_inputs import TaskInputs, make_evaluator, prepare_inputs
+from papa.probing.task_inputs import TaskInputs, floors, make_evaluator, prepare_inputs, split_heldout
 
 METHODS = ("gates", "deviation", "random")
+#: The methods with a seeded form ``<method>-<seed>``: a random ordering, one gate draw.
+SEEDED = ("gates", "random")
+#: A gate probe whose final score closes less than this share of the gap between its floor and a perfect score has
+#: not learned the task (its ranking is flagged ``near_floor``): CoLA MCC 0.074 (floor 0) is flagged, MNLI accuracy
+#: 0.345 (floor 0.35) too, MRPC accuracy 0.75 (floor 0.68: 22% of the gap) is not.
+NEAR_FLOOR_SHARE = 0.1
+#: The warm start holds out this share of its examples and stops after this many epochs without a held-out gain.
+WARM_HELDOUT, WARM_PATIENCE = 0.1, 3
 
 
 def split_method(method: str) -> tuple[str, int | None]:
-    """``("random", 7)`` for ``"random-7"``, ``(method, None)`` for a plain method; else a :class:`PapaError`."""
+    """``("random", 7)`` for ``"random-7"``, ``("gates", 43)`` for ``"gates-43"``, ``(method, None)`` for a plain
+    method; else a :class:`PapaError`."""
     base, dash, suffix = str(method).partition("-")
     if base in METHODS and not dash:
         return base, None
-    if base == "random" and suffix.isdigit():
+    if base in SEEDED and suffix.isdigit():
         return base, int(suffix)
     raise PapaError(
         f"Unknown ranking method {method!r}",
-        f"Use one of {', '.join(METHODS)}, or random-<seed> (e.g. random-1) for a seeded random ordering.",
+        f"Use one of {', '.join(METHODS)}, random-<seed> (e.g. random-1) for a seeded random ordering, or "
+        "gates-<seed> (e.g. gates-43) for one gate draw.",
     )
+
+
+@dataclass(frozen=True)
+class WarmStart:
+    """The gate probe's start: at most ``epochs`` on cached k = 0 features of ``examples`` training examples (the
+    same seeded subset as the probes' pool of that size, so the grid extracts its features once; None: the gate run's
+    own examples) at ``lr``, the best epoch on held-out ones kept (:func:`warm_probe`; the dev split chooses nothing:
+    a fixed 4 epochs ended minilm-l6 CoLA at eval MCC 0.007, one epoch after 0.14). Then the gate epochs train the λ
+    alone (at the gate lr) on a frozen probe: trained on with the live encoder's dropout on a few hundred examples,
+    the probe lost what it knew (minilm-l6 CoLA: eval MCC 0.14 after the warm start, −0.03 after two joint gate
+    epochs). ``epochs`` 0: a fresh probe trained with the λ, both at the gate lr (before issue 54)."""
+
+    epochs: int = 0
+    lr: float = 1e-3
+    examples: int | None = None
+
+
+def probe_check(inputs: TaskInputs, final: float) -> dict:
+    """The gate probe's final eval score (main metric) against its floor: ``{"final", "floor"`` (majority class),
+    ``"chance"`` (uniform guessing: 1 / labels for accuracy, else 0), ``"near_floor"}``; near its floor when it
+    closes less than :data:`NEAR_FLOOR_SHARE` of the gap from ``max(floor, chance)`` to a perfect score of 1."""
+    floor = float(floors(inputs)["main"])
+    chance = 1 / len(inputs.label_names) if inputs.spec.main_metric == "accuracy" else 0.0
+    base = max(floor, chance)
+    return {
+        "final": final,
+        "floor": floor,
+        "chance": chance,
+        "near_floor": final - base < NEAR_FLOOR_SHARE * (1 - base),
+    }
+
+
+def warm_probe(lm: LoadedModel, inputs: TaskInputs, probe: nn.Module, config: ProbeConfig, device) -> list[dict]:
+    """Train ``probe`` in place on cached k = 0 features (``get_features``: a compact eval-mode pass, stored as a
+    shared set) of ``inputs.train``, as the main grid's probes train: :data:`WARM_HELDOUT` of the examples held out
+    (seeded by ``config.seed``), early stopping after :data:`WARM_PATIENCE` epochs without a held-out gain (at most
+    ``config.epochs``), the best held-out epoch's state kept; the eval split is scored after each epoch and chooses
+    nothing. Returns the epochs' records."""
+    train = CachedSource(get_features(lm, inputs, "train", [], None, device)[0], config.probe_input, device)
+    evaluation = CachedSource(get_features(lm, inputs, "eval", [], None, device)[0], config.probe_input, device)
+    fit, held = split_heldout(train.num_examples, WARM_HELDOUT, config.seed)
+    held_encoded = {key: value[held] for key, value in inputs.train.items()}  # regroups token predictions
+    heldout = make_evaluator(inputs, SubsetSource(train, held), held_encoded)
+    stopping = replace(config, patience=WARM_PATIENCE)
+    history = train_probe(
+        probe, SubsetSource(train, fit), make_evaluator(inputs, evaluation), stopping, heldout=heldout
+    )
+    probe.load_state_dict(history.best_state)
+    return [record | {"best": record["epoch"] == history.best_epoch} for record in history.epochs]
 
 
 def scatter_slots(states: torch.Tensor, slots: torch.Tensor, length: int, mask: torch.Tensor) -> torch.Tensor:
@@ -112,11 +181,31 @@ def live_source(
 
 
 def rank_gates(
-    lm: LoadedModel, inputs: TaskInputs, constants: torch.Tensor, config: ProbeConfig, device, compact: bool = True
+    lm: LoadedModel,
+    inputs: TaskInputs,
+    constants: torch.Tensor,
+    config: ProbeConfig,
+    device,
+    compact: bool = True,
+    warm: WarmStart | None = None,
+    warm_inputs: TaskInputs | None = None,
 ) -> tuple[list, dict]:
-    """Train gates + probe on ``constants [layers, heads, L, L]``: (ranking, meta with the final λ ``[layers, heads]``
-    and per-epoch scores). ``compact``: encoder passes on each batch's real slots where supported (False: padded)."""
+    """Train gates + probe on ``constants [layers, heads, L, L]``: (ranking, meta with the final λ ``[layers, heads]``,
+    per-epoch scores, the warm start's and :func:`probe_check`). ``compact``: encoder passes on each batch's real
+    slots where supported (False: padded); ``warm``: the probe first trains on cached k = 0 features of
+    ``warm_inputs``' training examples (None: of ``inputs``')."""
     seed_everything(config.seed)
+    probe = build_probe(
+        inputs.spec.is_token_task,
+        lm.num_layers + 1,
+        inputs.max_length,
+        lm.model.config.hidden_size,
+        len(inputs.label_names),
+        config,
+    ).to(device)
+    warm = warm or WarmStart()
+    warm_config = replace(config, lr=warm.lr, epochs=max(warm.epochs, 1))
+    warmed = warm_probe(lm, warm_inputs or inputs, probe, warm_config, device) if warm.epochs else []
     lambdas = patch_gates(lm.model, constants)
     token_task = inputs.spec.is_token_task
     try:
@@ -133,19 +222,15 @@ def rank_gates(
         evaluation = live_source(
             lm.model, inputs.eval, token_task, device, train_mode=False, probe_input=config.probe_input, compact=compact
         )
-        probe = build_probe(
-            inputs.spec.is_token_task,
-            lm.num_layers + 1,
-            inputs.max_length,
-            lm.model.config.hidden_size,
-            len(inputs.label_names),
-            config,
-        ).to(device)
+        probe.requires_grad_(not warm.epochs)  # warm: the probe that knows the task stays as it is, λ alone moves
         history = train_probe(probe, train, make_evaluator(inputs, evaluation), config, extra_parameters=lambdas)
         final = gate_lambdas(lm.model)
     finally:
         unpatch(lm.model)
-    return ranking_from_scores(final, ascending=True), {"lambdas": final.tolist(), "epochs": history.epochs}
+        probe.requires_grad_(True)
+    meta = {"lambdas": final.tolist(), "epochs": history.epochs, "warm_start": {**asdict(warm), "history": warmed}}
+    meta["probe_check"] = probe_check(inputs, history.epochs[-1]["main"])
+    return ranking_from_scores(final, ascending=True), meta
 
 
 def compute_ranking(
@@ -162,8 +247,10 @@ def compute_ranking(
     data_seed: int = 0,
     data_dir: str | None = None,
     device: str | None = None,
+    warm: WarmStart | None = None,
 ) -> tuple[list, dict]:
-    """Compute a ranking by ``method``; returns ``(ranking, meta)`` (meta holds config and provenance)."""
+    """Compute a ranking by ``method``; returns ``(ranking, meta)`` (meta holds config and provenance). ``warm``: the
+    gate probe's :class:`WarmStart` (None: a fresh probe)."""
     method, ordering_seed = split_method(method)
     seed = seed if ordering_seed is None else ordering_seed
     started = time.perf_counter()
@@ -187,9 +274,65 @@ def compute_ranking(
                 lm, task, constant_set.max_length, relayout, max_train_examples, max_eval_examples, data_seed, data_dir
             )
             config = ProbeConfig(lr=lr, epochs=epochs, batch_size=batch_size, seed=seed)
-            ranking, extra = rank_gates(lm, inputs, constant_set.constants, config, torch_device)
+            warm_inputs = None
+            if warm is not None and warm.epochs and warm.examples is not None:
+                sizes = (warm.examples, max_eval_examples, data_seed, data_dir)
+                warm_inputs = prepare_inputs(lm, task, constant_set.max_length, relayout, *sizes)
+            gates = (constant_set.constants, config, torch_device)
+            ranking, extra = rank_gates(lm, inputs, *gates, warm=warm, warm_inputs=warm_inputs)
             meta.update(extra, epochs_trained=epochs, lr=lr, data=inputs.data_record())
     meta["provenance"] = dict(
         provenance(torch_device, seed, time.perf_counter() - started), weights_fingerprint=lm.fingerprint
     )
     return ranking, meta
+
+
+def draw_agreement(first: Sequence, second: Sequence) -> dict:
+    """How two rankings of the same ``n`` heads agree: ``{"overlap"`` (heads both put in their first ``n // 2``),
+    ``"overlap_chance"`` (its expectation for two random orderings: ``(n // 2)² / n``), ``"spearman"`` (ρ of the
+    heads' positions; 0 by chance)}. 72 heads: 36 first, 18 shared by chance."""
+    n, half = len(first), len(first) // 2
+    if sorted(map(tuple, first)) != sorted(map(tuple, second)):
+        raise PapaError("The two rankings do not list the same heads", "Compare rankings of the same model.")
+    position = {tuple(head): i for i, head in enumerate(second)}
+    overlap = len({tuple(h) for h in first[:half]} & {tuple(h) for h in second[:half]})
+    squares = sum((i - position[tuple(head)]) ** 2 for i, head in enumerate(first))
+    spearman = 1 - 6 * squares / (n * (n * n - 1)) if n > 1 else 1.0
+    return {"overlap": overlap, "overlap_chance": half * half / n if n else 0.0, "spearman": spearman}
+
+
+def combine_draws(paths: Sequence[str]) -> tuple[list, dict]:
+    """The gates ranking of several draws (``gates-<seed>`` ranking files of one model and task): ascending mean λ
+    ``[layers, heads]`` over the draws. Mean λ, not mean rank: λ is the paper's score, every draw shares its lr,
+    epochs and examples (so its scale), and a draw whose gates barely moved (a probe that had not learned the task)
+    weighs less than one whose gates separated. Meta: the draws (seed, file, :func:`probe_check`), their pairwise
+    :func:`draw_agreement`, ``near_floor`` (how many draws are flagged) and the mean λ."""
+    if len(paths) < 2:
+        raise PapaError(f"Combining gate draws needs at least 2, got {len(paths)}", "List two or more draw files.")
+    started = time.perf_counter()
+    loaded = [load_ranking(path) for path in paths]
+    first = loaded[0][1]
+    for path, (_, meta) in zip(paths, loaded):
+        if meta.get("method") != "gates" or "lambdas" not in meta:
+            raise PapaError(
+                f"{path} is not a gate draw (no λ)", "Combine rankings written by `papa rank` gates-<seed>."
+            )
+        if (meta.get("model"), meta.get("task")) != (first.get("model"), first.get("task")):
+            raise PapaError(
+                f"{path} ranks {meta.get('model')} {meta.get('task')}, not {first.get('model')} {first.get('task')}",
+                "Combine the draws of one model and task.",
+            )
+    mean = torch.tensor([meta["lambdas"] for _, meta in loaded], dtype=torch.float64).mean(0)
+    draws = [
+        {"seed": meta.get("seed"), "file": str(path), **(meta.get("probe_check") or {})}
+        for path, (_, meta) in zip(paths, loaded)
+    ]
+    agreement = [
+        {"seeds": [draws[i]["seed"], draws[j]["seed"]], **draw_agreement(loaded[i][0], loaded[j][0])}
+        for i in range(len(loaded))
+        for j in range(i + 1, len(loaded))
+    ]
+    meta = {"method": "gates", "model": first.get("model"), "task": first.get("task"), "combine": "mean λ"}
+    meta |= {"draws": draws, "agreement": agreement, "near_floor": sum(bool(d.get("near_floor")) for d in draws)}
+    meta |= {"lambdas": mean.tolist(), "provenance": provenance("cpu", None, time.perf_counter() - started)}
+    return ranking_from_scores(mean, ascending=True), meta
