@@ -12,7 +12,7 @@ from pathlib import Path
 import jupytext
 import pytest
 
-from papa.core.tasks import TASKS, task_name
+from papa.core.tasks import task_name
 from papa.pipeline.executed import clean_executed, run_title, study_words
 from papa.pipeline.notebook import read_source
 from papa.pipeline.plan import NOTEBOOKS, ROOT
