@@ -12,8 +12,7 @@ from pathlib import Path
 import jupytext
 import pytest
 
-from papa.analysis import figure_kit
-from papa.core.tasks import TASKS, task_name
+from papa.core.tasks import task_name
 from papa.pipeline.executed import clean_executed, run_title, study_words
 from papa.pipeline.notebook import read_source
 from papa.pipeline.plan import NOTEBOOKS, ROOT
@@ -203,8 +202,6 @@ def test_display_names():
         "POS (CoNLL-2003)",
         "other",
     ]
-    # one vocabulary: run titles name tasks as the chapters and figures do
-    assert [figure_kit.task_name(t) for t in TASKS] == [task_name(t) for t in TASKS]
     assert study_words("cachedsmall") == "cached, small (the faithful check's counterpart)"
     assert study_words("moredata8k") == "8,000 training examples"
     assert study_words("unlisted") == "unlisted"

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -58,6 +59,48 @@ def test_a_task_added_to_the_registry_alone_reaches_the_config_schema_and_run_ti
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, check=False)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "['toy', 'sst2'] toy Probe — minilm-l6 · Toy task · no head constant · seed 1"
+
+
+def test_a_task_added_to_the_registry_alone_reaches_the_schema_fields_and_the_setup_page():
+    # the schema's Task literal is built from the registry at import: patch the registry first, in a fresh interpreter
+    script = textwrap.dedent(
+        """
+        import dataclasses
+        from papa.core import tasks
+        toy = dataclasses.replace(
+            tasks.TASKS["mrpc"], name="toy", display="Toy task", source="Toy corpus", metric_words="toy agreement"
+        )
+        tasks.TASKS = {**tasks.TASKS, "toy": toy}
+        import yaml
+        from papa.core import fields
+        from papa.core.grid_schema import GridConfig
+        from papa.book.setup_page import setup_page
+        config = yaml.safe_load(open("configs/smoke.yaml", encoding="utf-8")) | {"tasks": ["toy", "sst2"]}
+        print(fields.TASKS[-1], GridConfig.model_validate(config).tasks)
+        print(next(line for line in setup_page(config).splitlines() if line.startswith("| Toy task")))
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "toy ['toy', 'sst2']",
+        "| Toy task | one label per sentence or pair | toy agreement | Toy corpus |",
+    ]
+
+
+def test_a_replacement_mode_the_chapter_asks_nothing_about_stops_the_chapter(monkeypatch):
+    from papa.book.chapters import replacements as chapter
+    from papa.core import replacements as core
+    from papa.core.errors import PapaError
+
+    chapter.check_modes()  # the table's four modes: papa and the three alternatives the chapter asks about
+    extra = dataclasses.replace(REPLACEMENT_TABLE["zero"], name="shuffle", words="replaced by shuffled attention")
+    monkeypatch.setattr(core, "REPLACEMENT_TABLE", {**REPLACEMENT_TABLE, "shuffle": extra})
+    with pytest.raises(PapaError, match="asks nothing about the replacement mode[(]s[)] shuffle[.] Add each to") as err:
+        chapter.check_modes()
+    assert "zero" not in err.value.problem and "papa.book.words.REPLACEMENT_QUESTIONS" in err.value.hint
+    with pytest.raises(PapaError, match="mode[(]s[)] shuffle"):
+        chapter.build(None)  # the build checks first, before it reads any run
 
 
 def test_the_replacement_table_is_what_the_schema_the_command_line_and_the_protocol_read(capsys, tmp_path):

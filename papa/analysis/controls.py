@@ -12,6 +12,7 @@ import pandas as pd
 
 from papa.analysis.basis import Basis, k0_and_all
 from papa.analysis.results import beyond_seed_range
+from papa.core.names import name_parts
 
 
 def converged_flag(value: object) -> bool | None:
@@ -53,7 +54,7 @@ def layer_table(rankings: Mapping[str, list]) -> pd.DataFrame:
     its first half of the heads sit in each layer."""
     rows = []
     for key, ranking in sorted(rankings.items()):
-        model, task, method = key.split("__")
+        model, task, method = name_parts(key)
         counts = [0] * (1 + max(layer for layer, _ in ranking))
         for layer, _ in ranking[: int(math.floor(0.5 * len(ranking) + 0.5))]:
             counts[layer] += 1

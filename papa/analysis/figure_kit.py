@@ -10,36 +10,14 @@ from typing import Any
 import altair as alt
 import pandas as pd
 
+from papa.core.tasks import metric_name, task_name
+
 #: The widest a figure may be, in CSS pixels: the text column is narrowest (624 px) at a 1,200 px window, where the
 #: contents bar appears on the right (measured in Chromium, tests/test_browser.py).
 TEXT_WIDTH = 600
 #: Room one panel's y axis takes (tick labels and title), and Vega-Lite's gap between panels.
 AXIS_PX, PANEL_SPACING = 60, 20
 PANEL_HEIGHT, MAX_PANEL_WIDTH = 130, 420
-TASK_NAMES = {
-    "cola": "CoLA",
-    "sst2": "SST-2",
-    "mrpc": "MRPC",
-    "mnli": "MNLI",
-    "ner": "NER (CoNLL-2003)",
-    "pos": "POS (CoNLL-2003)",
-}
-METRIC_NAMES = {
-    "accuracy": "accuracy",
-    "matthews_correlation": "Matthews correlation",
-    "combined": "mean of accuracy and F1",
-    "f1": "F1",
-}
-
-
-def task_name(task: str) -> str:
-    """``"sst2"`` → ``"SST-2"``; an unknown task keeps its name."""
-    return TASK_NAMES.get(task, task)
-
-
-def metric_name(metric: str) -> str:
-    """``"matthews_correlation"`` → ``"Matthews correlation"``."""
-    return METRIC_NAMES.get(metric, str(metric).replace("_", " "))
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ import pandas as pd
 
 from papa.core.errors import PapaError
 from papa.core.io import read_json_verified
+from papa.core.names import name_parts
 
 RUN_COLUMNS = (
     "run_id model task k total_heads fraction ranking seed mode replacement probe_input lr epochs train_examples"
@@ -79,7 +80,7 @@ def ranking_method(ranking_file: str | None, k: int, total: int | None = None) -
         return "all"
     if not ranking_file:
         return "unknown"
-    return Path(ranking_file).name.removesuffix(".json").rsplit("__", 1)[-1]
+    return name_parts(Path(ranking_file).name.removesuffix(".json"))[-1]
 
 
 def ranking_family(config: Mapping) -> str:

@@ -15,14 +15,16 @@ import altair as alt
 import numpy as np
 import pandas as pd
 
-from papa.analysis.figure_kit import AXIS_PX, TEXT_WIDTH, Figure, finish, legend, panel_layout, task_name, words
+from papa.analysis.figure_kit import AXIS_PX, TEXT_WIDTH, Figure, finish, legend, panel_layout, words
 from papa.core.errors import PapaError
+from papa.core.names import name_parts
+from papa.core.tasks import task_name
 
 
 def _ranking_words(source: str | None) -> str:
     if not source:
         return "the ranking"
-    parts = source.split("__")
+    parts = name_parts(source)
     if len(parts) == 3:
         return f"the {parts[2]} ranking of {parts[0]} on {task_name(parts[1])}"
     return source

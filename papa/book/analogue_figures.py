@@ -12,9 +12,10 @@ import pandas as pd
 
 from papa.analysis import analogues as P
 from papa.analysis import figure_kit as FK
-from papa.analysis.figure_kit import Figure, clean, finish, legend, panel_layout, task_name, words
+from papa.analysis.figure_kit import Figure, clean, finish, legend, panel_layout, words
 from papa.analysis.figures import FLOOR_STYLES, floor_dash, tooltips
 from papa.core.errors import PapaError
+from papa.core.tasks import metric_name, task_name
 
 
 def _need(frame: pd.DataFrame, what: str) -> None:
@@ -31,7 +32,7 @@ def fig_paper_scores(points: pd.DataFrame, ranking: str = "gates") -> Figure:
     rows = rows.assign(panel=rows["task"].map({task: task_name(task) for task in set(rows["task"])}))
     metrics = rows.groupby("panel")["metric"].first()
     several = metrics.nunique() > 1
-    titles = {p: f"{p} ({FK.metric_name(metric)})" if several else p for p, metric in metrics.items()}  # once a panel
+    titles = {p: f"{p} ({metric_name(metric)})" if several else p for p, metric in metrics.items()}  # once a panel
     rows = rows.assign(panel=rows["panel"].map(titles))
     melt = dict(id_vars=["model", "panel"], value_vars=list(FLOOR_STYLES), var_name="floor", value_name="value")
     floors = rows.drop_duplicates(["model", "task"]).melt(**melt).dropna(subset=["value"])
@@ -41,7 +42,7 @@ def fig_paper_scores(points: pd.DataFrame, ranking: str = "gates") -> Figure:
     columns, width = panel_layout(data["panel"].nunique())
     color = alt.Color("model:N", legend=legend("model"))
     x = alt.X("dynamic_heads:Q", title="input-dependent heads (of each model's total)")
-    y_title = "score (each panel's metric)" if several else f"score ({FK.metric_name(metrics.iloc[0])})"
+    y_title = "score (each panel's metric)" if several else f"score ({metric_name(metrics.iloc[0])})"
     tooltip = ["panel:N", "model:N", "k:Q", "dynamic_heads:Q", *tooltips("score low high"), "real:N"]
     y = alt.Y("score:Q", scale=alt.Scale(zero=False), title=y_title)
     line = alt.Chart().mark_line(point=True).encode(x=x, y=y, color=color, tooltip=tooltip)

@@ -12,12 +12,13 @@ import pandas as pd
 
 from papa.analysis import results as R
 from papa.analysis.basis import Basis, build_basis
-from papa.analysis.figure_kit import Figure, glue_figure, metric_name, task_name
+from papa.analysis.figure_kit import Figure, glue_figure
 from papa.book import table_format as T
 from papa.book import words as W
 from papa.core.errors import PapaError
 from papa.core.grid_schema import GridConfig, Study, study_settings
 from papa.core.io import read_json_verified
+from papa.core.tasks import metric_name, task_name
 from papa.pipeline.plan import ROOT, count_probe_runs, expand, grid_model, load_config
 
 

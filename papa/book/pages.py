@@ -18,6 +18,7 @@ from papa.book.setup_page import setup_page
 from papa.book.study_site import studies_part
 from papa.book.templates import Markdown, code, fill, join, pieces
 from papa.book.words import plural
+from papa.core.names import name_parts
 from papa.pipeline.executed import code_span, myst_text
 from papa.pipeline.plan import (
     ROOT,
@@ -222,7 +223,7 @@ def _budget(
     kinds: dict[str, list[float]] = {}
     by_model: dict[str, dict[str, float]] = {}
     for run_id, entry in manifest.items():
-        kind, *rest = run_id.split("__")
+        kind, *rest = name_parts(run_id)
         seconds = float(entry.get("seconds") or 0)
         kinds.setdefault(kind, []).append(seconds)
         if rest:

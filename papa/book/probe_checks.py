@@ -7,11 +7,11 @@ import math
 
 import pandas as pd
 
-from papa.analysis.figure_kit import task_name
 from papa.book import table_format as T
 from papa.book import words as W
 from papa.book.words import lr_text
 from papa.core.fields import PAPER_LR
+from papa.core.tasks import task_name
 
 
 def _cell(group: pd.DataFrame, digits: int = 3) -> str:

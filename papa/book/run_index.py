@@ -8,11 +8,12 @@ import re
 from functools import partial
 from pathlib import Path
 
-from papa.analysis.figure_kit import task_name
 from papa.book.templates import Markdown, fill
 from papa.book.words import duration, lr_text
 from papa.book.words import score as score_text
 from papa.core.io import atomic_write_text, read_json_verified
+from papa.core.names import SEPARATOR, name_parts, parse_run_id
+from papa.core.tasks import task_name
 from papa.pipeline.executed import code_span, model_markdown, myst_text, study_words
 from papa.pipeline.plan import ROOT, grid_chapters
 
@@ -37,10 +38,10 @@ def _run_groups(run_ids: list[str]) -> dict[str, list[str]]:
     probes of each model (``"Probes — minilm-l6"``)."""
     groups: dict[str, list[str]] = {}
     for run_id in run_ids:
-        kind, _, rest = run_id.partition("__")
-        if kind not in _KIND_CAPTIONS:
+        parts = parse_run_id(run_id)
+        if parts.kind not in _KIND_CAPTIONS:
             continue
-        caption = _KIND_CAPTIONS[kind] + (f" — {rest.split('__')[0]}" if kind == "probe" else "")
+        caption = _KIND_CAPTIONS[parts.kind] + (f" — {parts.model}" if parts.kind == "probe" else "")
         groups.setdefault(caption, []).append(run_id)
     order = {caption: i for i, caption in enumerate(_KIND_CAPTIONS.values())}
     return dict(sorted(groups.items(), key=lambda item: order[item[0].split(" — ")[0]]))
@@ -102,8 +103,8 @@ def appendix_rows(config: dict, runs: list, manifest: dict, root: Path = ROOT) -
                     result = read_json_verified(path, "result")
                     scores.append(float(result["score"]))
                     total = result["config"].get("total_heads", total)
-            fields = run.run_id.split("__")
-            study = "__".join(f for f in fields[6:] if f != p.get("probe_input"))
+            fields = name_parts(run.run_id)
+            study = SEPARATOR.join(f for f in fields[6:] if f != p.get("probe_input"))
             floor = p.get("probe_input", "all") != "all"
             setting = study_words(study) if study else "attention-free floor" if floor else "main grid"
             mode = f", {p['mode']} mode" if p["mode"] != "cached" and p["mode"] not in study else ""

@@ -6,12 +6,12 @@ from __future__ import annotations
 from fractions import Fraction
 from functools import partial
 
-from papa.analysis.figure_kit import metric_name, task_name
 from papa.book.studies import size_studies
 from papa.book.templates import Markdown, code, fill, join, model, pieces
 from papa.book.words import and_list, count, fraction_words, lr_text, plural
 from papa.core.fields import PAPER_EPOCHS, PAPER_LR
 from papa.core.grid_schema import GridConfig, Study, study_settings
+from papa.core.tasks import get_task, task_name
 from papa.pipeline.executed import study_words
 from papa.pipeline.plan import grid_model
 
@@ -20,7 +20,6 @@ _piece = partial(fill, "setup")
 EMBEDDED = {name.removeprefix("model-") for name in pieces("setup") if name.startswith("model-")} - {"other"}
 
 _TASK_KINDS = {"sequence": "one label per sentence or pair", "token": "one label per word"}
-_SOURCES = {"cola": "GLUE", "sst2": "GLUE", "mrpc": "GLUE", "mnli": "GLUE", "ner": "CoNLL-2003", "pos": "CoNLL-2003"}
 
 
 def lr_words(value) -> str:
@@ -124,14 +123,13 @@ def _models(models: list[str]) -> Markdown:
 
 def _tasks(tasks: list[str]) -> Markdown:
     """The rows of the tasks table."""
-    from papa.core.tasks import TASKS
-
     rows = []
     for t in tasks:
-        spec = TASKS[t]
-        metric = "entity-level micro F1" if spec.main_metric == "f1" else metric_name(spec.main_metric)
-        labels, source = _TASK_KINDS[spec.kind], _SOURCES.get(t, "")
-        rows.append(_piece("task-row", task=task_name(t), labels=labels, metric=metric, source=source))
+        spec = get_task(t)
+        labels = _TASK_KINDS[spec.kind]
+        rows.append(
+            _piece("task-row", task=spec.display, labels=labels, metric=spec.metric_display, source=spec.source)
+        )
     return join(rows, "\n")
 
 

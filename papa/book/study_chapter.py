@@ -9,7 +9,7 @@ from typing import Any
 
 import pandas as pd
 
-from papa.analysis.figure_kit import Figure, task_name
+from papa.analysis.figure_kit import Figure
 from papa.book import table_format as T
 from papa.book import words as W
 from papa.book.chapters.results import ResultsChapter, analogue_figures, answers
@@ -18,6 +18,7 @@ from papa.book.load import BookData, load_book_data
 from papa.book.words import and_list, plural
 from papa.core.errors import PapaError
 from papa.core.grid_schema import GridConfig, study_settings
+from papa.core.tasks import task_name
 
 #: The probe settings that make a protocol (with the grid's max_length, layout, data seed, constants, ranking and lr
 #: selection): two models are compared only when all of them are equal. Seeds and head fractions are coverage.

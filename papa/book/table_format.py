@@ -13,8 +13,8 @@ from typing import Any
 
 import pandas as pd
 
-from papa.analysis.figure_kit import metric_name, task_name
 from papa.book.words import DASH, NBSP, integer, is_missing, percent, score, text, yes_no
+from papa.core.tasks import metric_name, task_name
 
 #: The footnote of every "beyond seed range?" column ("real?" means only that a bootstrap interval excludes 0).
 SEED_RANGE_NOTE = "beyond seed range?: whether the difference exceeds the larger of the two seed ranges (max − min"

@@ -20,7 +20,7 @@ import pandas as pd
 from papa.analysis import claims as V
 from papa.analysis import replacements as RP
 from papa.analysis.drop_tables import nominal_fraction
-from papa.analysis.figure_kit import task_name
+from papa.core.tasks import task_name
 
 NBSP = "\u00a0"
 DASH = "\u2013"  # en dash: a missing value

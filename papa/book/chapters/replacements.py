@@ -19,6 +19,8 @@ from papa.analysis.figure_kit import AXIS_PX, TEXT_WIDTH, Figure, clean, finish,
 from papa.book.load import BookData, read_manifest
 from papa.book.table_format import Table, key_text, model_task_kinds, table
 from papa.book.words import REPLACEMENT_ANSWERS, REPLACEMENT_QUESTIONS, interval_text, points_text
+from papa.core import replacements as core_replacements
+from papa.core.errors import PapaError
 from papa.core.grid_schema import GridConfig
 from papa.pipeline.plan import STUDY_AIMS, chapter_study_minutes, config_dict, runs_dir
 
@@ -59,8 +61,26 @@ class ReplacementsChapter:
     glue: dict = field(default_factory=dict)  # every number and phrase of the prose, by glue key
 
 
+def check_modes() -> None:
+    """Every mode of the core table (:data:`papa.core.replacements.REPLACEMENT_TABLE`) is one the chapter reads:
+    PAPA's constant, or an alternative (:data:`papa.analysis.replacements.ALTERNATIVES`) with its question
+    (:data:`papa.book.words.REPLACEMENT_QUESTIONS`). Raises a :class:`~papa.core.errors.PapaError` naming the rest."""
+    missing = [
+        mode
+        for mode in core_replacements.REPLACEMENT_TABLE
+        if mode != RP.PAPA and (mode not in RP.ALTERNATIVES or mode not in REPLACEMENT_QUESTIONS)
+    ]
+    if missing:
+        raise PapaError(
+            f"The replacements chapter asks nothing about the replacement mode(s) {', '.join(missing)}",
+            "Add each to papa.analysis.replacements.ALTERNATIVES and its question to "
+            "papa.book.words.REPLACEMENT_QUESTIONS (or drop it from papa.core.replacements.REPLACEMENT_TABLE).",
+        )
+
+
 def build(data: BookData) -> ReplacementsChapter:
     """The chapter of a grid's committed runs (:func:`papa.book.load.load_book_data`)."""
+    check_modes()
     chapter = replacement_answers(data)
     figure = fig_replacements(chapter) if len(chapter.by_model.dropna(subset=["value"])) else None
     glue = replacement_numbers(chapter, data.config)

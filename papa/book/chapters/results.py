@@ -18,7 +18,7 @@ from papa.analysis import drop_tables as F
 from papa.analysis import pooled_drops
 from papa.analysis.basis import build_basis, claim_cells, retained_gains
 from papa.analysis.controls import converged_counts, layer_table
-from papa.analysis.figure_kit import Figure, task_name
+from papa.analysis.figure_kit import Figure
 from papa.analysis.figures import fig_score_vs_dynamic_heads
 from papa.analysis.run_figures import fig_constants, fig_head_ranking
 from papa.book import analogue_figures as AF
@@ -27,6 +27,8 @@ from papa.book.load import BookData, gate_numbers, headline_numbers, records_of
 from papa.book.studies import drop_checks, drop_checks_summary
 from papa.book.words import and_list, interval_text, plural
 from papa.core.constants import load_constants
+from papa.core.names import SEPARATOR, name_parts
+from papa.core.tasks import task_name
 from papa.pipeline.plan import ROOT
 
 
@@ -232,7 +234,7 @@ def ranking_figure(rankings: Mapping[str, list], stem: str, k_values: list[int])
     """The heatmap of ranking ``stem`` (:func:`shown_ranking`) with the k values the main grid ran, and the words the
     prose glues: ``ranking_model``, ``ranking_task`` (display name), ``ranking_method``."""
     heads = rankings[stem]
-    model, task, method = stem.split("__")
+    model, task, method = name_parts(stem)
     layers, per_layer = 1 + max(layer for layer, _ in heads), 1 + max(head for _, head in heads)
     figure = fig_head_ranking(heads, layers, per_layer, k_values=k_values, source=stem)
     return figure, {"ranking_model": model, "ranking_task": task_name(task), "ranking_method": method}
@@ -243,7 +245,7 @@ def constants_figure(config_name: str, stem: str) -> tuple[Figure, dict]:
     task (else of the grid's first constants file), and the glued ``constants_task`` and ``constants_examples``; a
     :func:`placeholder_figure` when the grid has no constants file."""
     folder = ROOT / "book" / "runs" / config_name / "artifacts" / "constants"
-    pair = folder / f"{stem.rsplit('__', 1)[0]}.safetensors"
+    pair = folder / f"{SEPARATOR.join(name_parts(stem)[:-1])}.safetensors"
     found = [pair] if pair.is_file() else sorted(folder.glob("*.safetensors"))
     if not found:
         why = "No constants file in this grid's runs: no constant matrix to draw."
