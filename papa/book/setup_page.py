@@ -9,7 +9,7 @@ from functools import partial
 from papa.book.studies import size_studies
 from papa.book.templates import Markdown, code, fill, join, model, pieces
 from papa.book.words import and_list, count, fraction_words, lr_text, plural
-from papa.core.fields import PAPER_EPOCHS, PAPER_LR
+from papa.core.fields import PAPER_EPOCHS, PAPER_LR, RUNNER_UP, SELECT
 from papa.core.grid_schema import GridConfig, Study, study_settings
 from papa.core.tasks import get_task, task_name
 from papa.pipeline.executed import study_words
@@ -24,9 +24,11 @@ _TASK_KINDS = {"sequence": "one label per sentence or pair", "token": "one label
 
 def lr_words(value) -> str:
     """A learning rate as people write it: ``2e-05`` → ``2e-5``, ``0.01`` → ``0.01``
-    (:func:`papa.book.table_format.lr_text`); ``select`` in words."""
-    if value == "select":
+    (:func:`papa.book.words.lr_text`); ``select`` and ``runner-up`` in words."""
+    if value == SELECT:
         return "the one chosen for its model and task"
+    if value == RUNNER_UP:
+        return "the runner-up of the lr choice for its model and task"
     return lr_text(value)
 
 
