@@ -156,54 +156,102 @@ PROBE_SETTINGS = (
 ).split()
 
 
+@dataclass(frozen=True)
+class _Artefacts:
+    """Where a grid's runs write: under ``book/runs/<grid>/artifacts`` (``art``)."""
+
+    art: str
+
+    def constants(self, model: str, task: str) -> str:
+        return f"{self.art}/constants/{slug(model)}__{task}.safetensors"
+
+    def ranking(self, model: str, task: str, method: str) -> str:
+        return f"{self.art}/rankings/{slug(model)}__{task}__{method}.json"
+
+    def lr_file(self, model: str, task: str) -> str:
+        return f"{self.art}/lr/{slug(model)}__{task}.json"
+
+
+#: One study of a grid: (name, models, tasks, probe input, model -> effective settings).
+_Study = tuple[str, list, list, str, Any]
+
+
 def expand(config: dict | GridConfig, path: str | None = None) -> Plan:
     """All runs of a config in dependency order (estimates, rankings, probes, then the chapters)."""
-    from papa.core.heads import count_for
-
     grid = grid_model(config)
     path = path or (config.get("_path") if isinstance(config, dict) else None) or schema.ChapterParams().grid_config
-    art = f"book/runs/{grid.name}/artifacts"
+    where = _Artefacts(f"book/runs/{grid.name}/artifacts")
     common = dict(max_length=grid.max_length, relayout=grid.relayout, device=grid.device)
-    constants = lambda model, task: f"{art}/constants/{slug(model)}__{task}.safetensors"
-    ranking = lambda model, task, method: f"{art}/rankings/{slug(model)}__{task}__{method}.json"
-    lr_file = lambda model, task: f"{art}/lr/{slug(model)}__{task}.json"
-    # (study name, models, tasks, probe input, model -> effective settings)
+    studies = _studies(grid)
+    runs: dict[str, Run] = {}
+    for model, task in itertools.product(grid.models, grid.tasks):
+        rid, out = run_id("estimate", model, task), where.constants(model, task)
+        fields = dict(model=model, task=task, max_examples=grid.estimate.max_examples, out=out)
+        params = schema.EstimateParams(**fields, **common)
+        runs[rid] = Run(rid, "estimate", params.model_dump(), outputs=[out])
+    _add_rank_runs(runs, grid, studies, where)
+    _add_select_lr_runs(runs, grid, studies, where, common)
+    totals = {model: head_count(model) for model in grid.models}
+    unsized = {model: why for model, (heads, why) in totals.items() if heads is None}
+    for study in studies:
+        for model in study[1]:
+            if totals[model][0] is not None:
+                _add_probe_runs(runs, grid, study, model, (totals[model][0], where, common))
+    upstream = [r.run_id for r in runs.values() if r.kind in ("probe", "rank", "select_lr")]
+    for chapter in grid_chapters(config):
+        runs[chapter] = Run(chapter, chapter, schema.ChapterParams(grid_config=path).model_dump(), deps=upstream)
+    for run in runs.values():
+        run.grid = grid.name
+    return Plan(runs.values(), unsized)
+
+
+def _studies(grid: GridConfig) -> list[_Study]:
+    """The grid's studies: the main one, the attention-free floor (when asked for), then its own studies."""
     main = functools.partial(study_settings, grid, None)
-    studies = [("main", grid.models, grid.tasks, "all", main)]
+    studies: list[_Study] = [("main", grid.models, grid.tasks, "all", main)]
     if grid.floors.attention_free:
         floor = lambda model: {**main(model), "fractions": [0]}
         studies.append(("floor", grid.models, grid.tasks, "embeddings", floor))
     for study in grid.studies:
         models, tasks = study.models or grid.models, study.tasks or grid.tasks
         studies.append((study.name, models, tasks, study.probe_input, functools.partial(study_settings, grid, study)))
-    ranked, selected = set(), set()  # (model, task, method) and (model, task)
+    return studies
+
+
+def _add_rank_runs(runs: dict[str, Run], grid: GridConfig, studies: list[_Study], where: _Artefacts) -> None:
+    """Add a rank run per (model, task, method) the studies rank by; with several gate draws, one per draw
+    (``gates-<seed>``) and a ``gates`` run that combines them (the draws' mean λ)."""
+    ranked = set()  # (model, task, method)
     for _, models, tasks, _, settings in studies:
         for model in models:
             ranked |= {(model, t, m) for t in tasks for m in (settings(model)["methods"] or grid.rank.methods)}
-            selected |= {(model, t) for t in tasks} if settings(model)["lr"] in CHOSEN_LRS else set()
     seeds = grid.rank.draw_seeds()
     combined = len(seeds) > 1  # gates: the draws' mean λ, each draw its own rank run (gates-<seed>)
     ranked |= {(m, t, f"gates-{seed}") for m, t, method in ranked if method == "gates" and combined for seed in seeds}
-
-    runs: dict[str, Run] = {}
-    for model, task in itertools.product(grid.models, grid.tasks):
-        rid, out = run_id("estimate", model, task), constants(model, task)
-        fields = dict(model=model, task=task, max_examples=grid.estimate.max_examples, out=out)
-        params = schema.EstimateParams(**fields, **common)
-        runs[rid] = Run(rid, "estimate", params.model_dump(), outputs=[out])
     rank = grid.rank.model_dump(include=set(schema.RankParams.model_fields) - {"seed"})
     for model, task, method in sorted(ranked, key=lambda r: (r[0], r[1], combined and r[2] == "gates", r[2])):
-        rid, out = run_id("rank", model, task, method), ranking(model, task, method)
-        fields = dict(model=model, task=task, method=method, constants=constants(model, task), out=out, **rank)
+        rid, out = run_id("rank", model, task, method), where.ranking(model, task, method)
+        fields = dict(model=model, task=task, method=method, constants=where.constants(model, task), out=out, **rank)
         fields["seed"] = int(method[6:]) if method.startswith("gates-") else grid.rank.seed
         deps = [run_id("estimate", model, task)]
         if combined and method == "gates":  # combines its draws, trains nothing
-            fields["draws"] = [ranking(model, task, f"gates-{seed}") for seed in seeds]
+            fields["draws"] = [where.ranking(model, task, f"gates-{seed}") for seed in seeds]
             deps = [run_id("rank", model, task, f"gates-{seed}") for seed in seeds]
         params = schema.RankParams(**fields, data_seed=grid.data_seed, device=grid.device)
         runs[rid] = Run(rid, "rank", params.model_dump(), deps=deps, outputs=[out])
+
+
+def _add_select_lr_runs(
+    runs: dict[str, Run], grid: GridConfig, studies: list[_Study], where: _Artefacts, common: dict
+) -> None:
+    """Add a select_lr run per (model, task) whose probes read a chosen lr (``lr: select`` or its runner-up)."""
+    selected = set()  # (model, task)
+    for _, models, tasks, _, settings in studies:
+        for model in models:
+            selected |= {(model, t) for t in tasks} if settings(model)["lr"] in CHOSEN_LRS else set()
+    main = functools.partial(study_settings, grid, None)
     for model, task in sorted(selected):
-        rid, out, s = run_id("select_lr", model, task), lr_file(model, task), main(model)
+        rid, out, s = run_id("select_lr", model, task), where.lr_file(model, task), main(model)
         fields = grid.lr_selection.model_dump(exclude={"epochs"})
         # unset epochs: the cap the model's probes train under
         fields |= {"epochs": grid.lr_selection.epochs or s["epochs"], "patience": s["patience"] or 3}
@@ -213,52 +261,48 @@ def expand(config: dict | GridConfig, path: str | None = None) -> Plan:
         params = schema.SelectLrParams(model=model, task=task, **fields, data_seed=grid.data_seed, out=out, **common)
         runs[rid] = Run(rid, "select_lr", params.model_dump(), outputs=[out])
 
-    totals = {model: head_count(model) for model in grid.models}
-    unsized = {model: why for model, (heads, why) in totals.items() if heads is None}
-    for name, models, tasks, probe_input, settings in studies:
-        for model in models:
-            s = settings(model)
-            single = {parse_fraction(f) for f in s["single_seed_fractions"]}
-            total = totals[model][0]
-            if total is None:
+
+def _add_probe_runs(runs: dict[str, Run], grid: GridConfig, study: _Study, model: str, sized: tuple) -> None:
+    """Add one study's probe runs of ``model`` (``sized``: its head count, the :class:`_Artefacts` and the settings
+    every run shares), one per (task, fraction, method, mode, replacement); a run another study already plans is
+    kept as it is."""
+    from papa.core.heads import count_for
+
+    name, _, tasks, probe_input, settings = study
+    total, where, common = sized
+    s = settings(model)
+    single = {parse_fraction(f) for f in s["single_seed_fractions"]}
+    chosen = s["lr"] in CHOSEN_LRS
+    lr = None if chosen else s["lr"]  # chosen: the run's page shows the lr it read from lr_file, not a default
+    for task, fraction in itertools.product(tasks, s["fractions"]):
+        k = count_for(parse_fraction(fraction), total)
+        methods = ["none"] if k == 0 else ["all"] if k == total else (s["methods"] or grid.rank.methods)
+        seeds = s["seeds"][:1] if parse_fraction(fraction) in single else s["seeds"]
+        replacements = [r for r in s["replacements"] if k or r == "papa"]  # k = 0: one run serves them all
+        evaluation = s["max_eval_examples"]
+        evaluation = evaluation.get(task) if isinstance(evaluation, dict) else evaluation
+        for method, mode, replacement in itertools.product(methods, s["modes"], replacements):
+            extra = [] if probe_input == "all" else [probe_input]
+            extra += [] if replacement == "papa" else [replacement]
+            extra += [] if name in ("main", "floor") else [name]
+            rid = run_id("probe", model, task, method, f"k{k}", mode, *extra)
+            if rid in runs:
                 continue
-            chosen = s["lr"] in CHOSEN_LRS
-            lr = None if chosen else s["lr"]  # chosen: the run's page shows the lr it read from lr_file, not a default
-            for task, fraction in itertools.product(tasks, s["fractions"]):
-                k = count_for(parse_fraction(fraction), total)
-                methods = ["none"] if k == 0 else ["all"] if k == total else (s["methods"] or grid.rank.methods)
-                seeds = s["seeds"][:1] if parse_fraction(fraction) in single else s["seeds"]
-                replacements = [r for r in s["replacements"] if k or r == "papa"]  # k = 0: one run serves them all
-                evaluation = s["max_eval_examples"]
-                evaluation = evaluation.get(task) if isinstance(evaluation, dict) else evaluation
-                for method, mode, replacement in itertools.product(methods, s["modes"], replacements):
-                    extra = [] if probe_input == "all" else [probe_input]
-                    extra += [] if replacement == "papa" else [replacement]
-                    extra += [] if name in ("main", "floor") else [name]
-                    rid = run_id("probe", model, task, method, f"k{k}", mode, *extra)
-                    if rid in runs:
-                        continue
-                    by_rank = method not in ("none", "all")
-                    deps = [run_id("estimate", model, task)] if k else []
-                    deps += [run_id("select_lr", model, task)] if chosen else []
-                    deps += [run_id("rank", model, task, method)] if by_rank else []
-                    out = f"{art}/results/{rid}__s{{seed}}.json"
-                    heads = dict(k=k, constants=constants(model, task) if k else "")
-                    heads["ranking"] = ranking(model, task, method) if by_rank else ""
-                    how = dict(mode=mode, replacement=replacement, seeds=list(seeds), probe_input=probe_input, lr=lr)
-                    how |= {"lr_file": lr_file(model, task) if chosen else "", "max_eval_examples": evaluation}
-                    how |= {"lr_choice": "runner-up" if s["lr"] == RUNNER_UP else "chosen"}
-                    how |= {key: s[key] for key in PROBE_SETTINGS}
-                    fields = dict(model=model, task=task, **heads, **how, data_seed=grid.data_seed, out=out)
-                    params = schema.ProbeParams(**fields, **common)
-                    outputs = [out.format(seed=seed) for seed in seeds]
-                    runs[rid] = Run(rid, "probe", params.model_dump(), deps=deps, outputs=outputs)
-    upstream = [r.run_id for r in runs.values() if r.kind in ("probe", "rank", "select_lr")]
-    for chapter in grid_chapters(config):
-        runs[chapter] = Run(chapter, chapter, schema.ChapterParams(grid_config=path).model_dump(), deps=upstream)
-    for run in runs.values():
-        run.grid = grid.name
-    return Plan(runs.values(), unsized)
+            by_rank = method not in ("none", "all")
+            deps = [run_id("estimate", model, task)] if k else []
+            deps += [run_id("select_lr", model, task)] if chosen else []
+            deps += [run_id("rank", model, task, method)] if by_rank else []
+            out = f"{where.art}/results/{rid}__s{{seed}}.json"
+            heads = dict(k=k, constants=where.constants(model, task) if k else "")
+            heads["ranking"] = where.ranking(model, task, method) if by_rank else ""
+            how = dict(mode=mode, replacement=replacement, seeds=list(seeds), probe_input=probe_input, lr=lr)
+            how |= {"lr_file": where.lr_file(model, task) if chosen else "", "max_eval_examples": evaluation}
+            how |= {"lr_choice": "runner-up" if s["lr"] == RUNNER_UP else "chosen"}
+            how |= {key: s[key] for key in PROBE_SETTINGS}
+            fields = dict(model=model, task=task, **heads, **how, data_seed=grid.data_seed, out=out)
+            params = schema.ProbeParams(**fields, **common)
+            outputs = [out.format(seed=seed) for seed in seeds]
+            runs[rid] = Run(rid, "probe", params.model_dump(), deps=deps, outputs=outputs)
 
 
 def grid_chapters(config: dict) -> list[str]:

@@ -19,97 +19,103 @@ from papa.core.models import LoadedModel, load_model, pick_device
 from papa.core.replacements import REPLACEMENT_TABLE
 from papa.probing.experiment import run_probes
 from papa.probing.features import forget_cached
+from papa.probing.params import DataSettings, ProbeSettings
 from papa.probing.task_inputs import prepare_inputs
 
 #: The lrs tried: the paper's 2e-5 and three larger ones (on ~2,000 examples a probe barely moves at 2e-5).
 LR_GRID: tuple[float, ...] = (2e-5, 2e-4, 1e-3, 5e-3)
 
 
+#: :func:`select_lr`'s default settings: every lr of :data:`LR_GRID` on one seed, each seed's own draw of 2,000
+#: training + 200 held-out examples from a pool of 2,600, at most 30 epochs with early stopping after 3 epochs without
+#: a held-out gain, the best held-out epoch reported.
+SELECT_LR_SETTINGS = ProbeSettings(
+    lrs=LR_GRID,
+    epochs=30,
+    patience=3,
+    data=DataSettings(pool_examples=2600, max_train_examples=2000, heldout_examples=200),
+)
+#: What every lr selection does, whatever its settings: cached features, the best held-out epoch, the dev split never
+#: scored.
+_SELECTION_RULES = {"mode": "cached", "selection": "heldout", "dev_every_epoch": False, "score_dev": False}
+
+
 def select_lr(
     model: str | LoadedModel,
     task: str,
-    lrs: Sequence[float] = LR_GRID,
-    seeds: Sequence[int] = (42,),
-    epochs: int = 30,
-    patience: int = 3,
-    pool_examples: int = 2600,
-    max_train_examples: int = 2000,
-    heldout_examples: int = 200,
-    batch_size: int = 16,
-    max_length: int = 64,
-    relayout: bool = True,
-    data_seed: int = 0,
-    data_dir: str | None = None,
+    settings: ProbeSettings | None = None,
+    *,
     device: str | None = None,
-    use_cache: bool = True,
+    **options: object,
 ) -> dict:
     """Choose the probe's lr for ``(model, task)`` at k = 0: each seed's own draw from the pool, early stopping on
     held-out training examples; :func:`choose_lr`'s rule on the seeds' best-epoch held-out scores.
+
+    ``settings``: the lrs tried (``lrs``), seeds, epoch cap, patience, batch size and the data (pool, training and
+    held-out sizes, ``max_length``, ``relayout``, ``data_seed``, ``data_dir``) as a
+    :class:`~papa.probing.params.ProbeSettings` (default :data:`SELECT_LR_SETTINGS`); ``options`` override its fields
+    by name (``select_lr(lm, "sst2", seeds=[42, 43], epochs=7)``). The selection, dev scoring and mode are fixed
+    (the best held-out epoch, the dev split never scored, cached features). ``device``: a torch device (None: the best
+    available).
 
     Returns ``{"model", "task", "lr", "runner_up", "within_noise", "heldout": {lr: mean best held-out score},
     "stderr": {lr: ...}, "converged": {lr: ...}, "runs": [{lr, seed, heldout, best_epoch, converged,
     epochs_trained}], "protocol": {...}, "seconds"}`` (lr keys as ``repr`` strings).
     """
+    chosen = (settings or SELECT_LR_SETTINGS).with_options(**options).with_options(**_SELECTION_RULES)
+    lrs, data = chosen.lrs, chosen.data
     if not lrs or any(not (isinstance(lr, (int, float)) and lr > 0 and math.isfinite(lr)) for lr in lrs):
-        raise PapaError(f"The lr grid must be positive numbers, got {list(lrs)!r}", f"Use e.g. {list(LR_GRID)}.")
-    if not seeds:
+        raise PapaError(f"The lr grid must be positive numbers, got {list(lrs or ())!r}", f"Use e.g. {list(LR_GRID)}.")
+    if not chosen.seeds:
         raise PapaError("select_lr needs at least one seed", "Use e.g. seeds=[42].")
+    chosen = chosen.with_options(lrs=[float(lr) for lr in lrs])
     started = time.perf_counter()
     torch_device = pick_device(device)
     lm = model if isinstance(model, LoadedModel) else load_model(model, torch_device)
-    inputs = prepare_inputs(lm, task, max_length, relayout, pool_examples, 1, data_seed, data_dir)  # no dev scores
-    results = run_probes(  # every (lr, seed) on the same features, extracted once
-        lm,
-        task,
-        seeds=seeds,
-        lrs=[float(lr) for lr in lrs],
-        epochs=epochs,
-        batch_size=batch_size,
-        max_train_examples=max_train_examples,
-        data_seed=data_seed,
-        device=str(torch_device),
-        inputs=inputs,
-        use_cache=use_cache,
-        selection="heldout",
-        patience=patience,
-        pool_examples=pool_examples,
-        heldout_examples=heldout_examples,
-        dev_every_epoch=False,
-        score_dev=False,
-    )
-    runs = []
-    for result in results:
-        conv = result["convergence"]
-        best = conv["heldout_curve"][conv["best_epoch"] - 1]
-        runs.append(
-            {
-                "lr": result["config"]["lr"],
-                "seed": result["config"]["seed"],
-                "heldout": best,
-                "best_epoch": conv["best_epoch"],
-                "converged": conv["converged"],
-                "epochs_trained": conv["epochs_trained"],
-            }
-        )
+    inputs = prepare_inputs(
+        lm, task, data.max_length, data.relayout, data.pool_examples, 1, data.data_seed, data.data_dir
+    )  # no dev scores
+    # every (lr, seed) on the same features, extracted once
+    results = run_probes(lm, task, settings=chosen, device=str(torch_device), inputs=inputs)
+    runs = [_selection_run(result) for result in results]
     return {
         "model": lm.name,
         "task": inputs.spec.name,
         **choose_lr(runs),
         "runs": runs,
-        "protocol": {
-            "seeds": list(seeds),
-            "max_epochs": epochs,
-            "patience": patience,
-            "pool_examples": pool_examples,
-            "max_train_examples": max_train_examples,
-            "heldout_examples": heldout_examples,
-            "batch_size": batch_size,
-            "max_length": max_length,
-            "relayout": relayout,
-            "data_seed": data_seed,
-        },
+        "protocol": _protocol_record(chosen),
         "weights_fingerprint": lm.fingerprint,
         "seconds": round(time.perf_counter() - started, 3),
+    }
+
+
+def _selection_run(result: dict) -> dict:
+    """One probe result of :func:`select_lr` as its run record: its lr, seed and best-epoch held-out score."""
+    conv = result["convergence"]
+    return {
+        "lr": result["config"]["lr"],
+        "seed": result["config"]["seed"],
+        "heldout": conv["heldout_curve"][conv["best_epoch"] - 1],
+        "best_epoch": conv["best_epoch"],
+        "converged": conv["converged"],
+        "epochs_trained": conv["epochs_trained"],
+    }
+
+
+def _protocol_record(settings: ProbeSettings) -> dict:
+    """The ``protocol`` of a :func:`select_lr` record: the seeds, epoch cap, early stopping and draw it used."""
+    data = settings.data
+    return {
+        "seeds": list(settings.seeds),
+        "max_epochs": settings.epochs,
+        "patience": settings.patience,
+        "pool_examples": data.pool_examples,
+        "max_train_examples": data.max_train_examples,
+        "heldout_examples": data.heldout_examples,
+        "batch_size": settings.batch_size,
+        "max_length": data.max_length,
+        "relayout": data.relayout,
+        "data_seed": data.data_seed,
     }
 
 

@@ -38,6 +38,7 @@ from papa.core.models import LoadedModel, load_model, pick_device
 from papa.core.patching import gate_lambdas, patch_gates, unpatch
 from papa.core.provenance import provenance
 from papa.probing.extraction import get_features
+from papa.probing.params import ProbeSettings
 from papa.probing.probe import (
     CachedSource,
     FeatureSource,
@@ -238,19 +239,24 @@ def compute_ranking(
     model: str | LoadedModel = "minilm-l6",
     task: str = "sst2",
     constants: str | None = None,
+    settings: ProbeSettings | None = None,
+    *,
     seed: int = 42,
-    epochs: int = 15,
-    lr: float = 2e-5,
-    batch_size: int = 16,
-    max_train_examples: int | None = 1000,
-    max_eval_examples: int | None = None,
-    data_seed: int = 0,
-    data_dir: str | None = None,
     device: str | None = None,
     warm: WarmStart | None = None,
+    **options: object,
 ) -> tuple[list, dict]:
-    """Compute a ranking by ``method``; returns ``(ranking, meta)`` (meta holds config and provenance). ``warm``: the
-    gate probe's :class:`WarmStart` (None: a fresh probe)."""
+    """Compute a ranking by ``method``; returns ``(ranking, meta)`` (meta holds config and provenance).
+
+    ``settings``: the gate probe's training (``lr``, ``epochs``, ``batch_size``) and examples
+    (``max_train_examples``, ``max_eval_examples``, ``data_seed``, ``data_dir``) as a
+    :class:`~papa.probing.params.ProbeSettings` (default the paper's probe; its seeds, layout and other fields are not
+    read: the layout is the constants'); ``options`` override its fields by name (``lr=1e-3``,
+    ``max_train_examples=500``). ``seed``: the ordering's or gate run's seed (``random-<n>``/``gates-<n>``: ``n``);
+    ``device``: a torch device (None: the best available); ``warm``: the gate probe's :class:`WarmStart` (None: a
+    fresh probe)."""
+    chosen = (settings or ProbeSettings()).with_options(**options)
+    epochs, lr, data = chosen.epochs, chosen.lr, chosen.data
     method, ordering_seed = split_method(method)
     seed = seed if ordering_seed is None else ordering_seed
     started = time.perf_counter()
@@ -271,12 +277,13 @@ def compute_ranking(
             meta["deviation"] = constant_set.deviation.tolist()
         else:
             inputs = prepare_inputs(
-                lm, task, constant_set.max_length, relayout, max_train_examples, max_eval_examples, data_seed, data_dir
-            )
-            config = ProbeConfig(lr=lr, epochs=epochs, batch_size=batch_size, seed=seed)
+                lm, task, constant_set.max_length, relayout, data.max_train_examples, data.max_eval_examples,
+                data.data_seed, data.data_dir,
+            )  # fmt: skip
+            config = ProbeConfig(lr=lr, epochs=epochs, batch_size=chosen.batch_size, seed=seed)
             warm_inputs = None
             if warm is not None and warm.epochs and warm.examples is not None:
-                sizes = (warm.examples, max_eval_examples, data_seed, data_dir)
+                sizes = (warm.examples, data.max_eval_examples, data.data_seed, data.data_dir)
                 warm_inputs = prepare_inputs(lm, task, constant_set.max_length, relayout, *sizes)
             gates = (constant_set.constants, config, torch_device)
             ranking, extra = rank_gates(lm, inputs, *gates, warm=warm, warm_inputs=warm_inputs)
