@@ -11,6 +11,7 @@ from pathlib import Path
 
 import jupytext
 import pytest
+from papermill.translators import PythonTranslator
 
 from papa.core.tasks import task_name
 from papa.pipeline.executed import clean_executed, run_title, study_words
@@ -71,6 +72,10 @@ def test_each_notebook_parses_and_has_one_parameters_cell_of_annotated_literals(
     # every parameter is documented on its line (papermill --help-notebook shows it)
     for line in cell.source.splitlines():
         assert "  # " in line, f"{path.name}: parameter without a comment: {line}"
+    # papermill infers every parameter (it skips a line holding a second "=", e.g. in its comment, and then warns
+    # "Passed unknown parameter" on every run that sets it)
+    names = [parameter.name for parameter in PythonTranslator.inspect(cell)]
+    assert names == [statement.target.id for statement in tree.body], f"{path.name}: papermill infers {names}"
     # read_source gives the runner the same notebook, with stable cell ids
     assert [c.source for c in read_source(path).cells] == [c.source for c in nb.cells]
 
