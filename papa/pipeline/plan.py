@@ -312,8 +312,8 @@ def grid_chapters(config: dict) -> list[str]:
     return [chapter for chapter in CHAPTERS if chapter in ("results", "controls") or chapter in named]
 
 
-#: Wall-time aims, in minutes on two CPU cores: of the grids the book is built from (issue 25: the default grid in
-#: four hours; the runs of studies with an aim of their own left out), and of a chapter's studies (issue 33).
+#: Wall-time aims, in minutes on two CPU cores: of the grids the book is built from (the default grid in
+#: four hours; the runs of studies with an aim of their own left out), and of a chapter's studies.
 TIME_AIMS = {"default": 240.0}
 STUDY_AIMS = {"replacements": 60.0}
 

@@ -4,7 +4,7 @@
 (``cached``: once, in eval mode, possibly from the on-disk cache; ``faithful``: the live encoder in train mode, every
 batch), trains the probe and returns ``{"config", "task", "metric", "score", "metrics", "epochs", "floors", "timings",
 "data", "provenance"}``; ``score`` is the main metric of the reported epoch (``selected_epoch``: the final one, or
-with ``selection="heldout"`` the best on held-out training examples). The main grid's protocol (issue 14; lr from
+with ``selection="heldout"`` the best on held-out training examples). The main grid's protocol (lr from
 :mod:`papa.probing.protocol`) adds:
 
 * ``pool_examples``: features extracted once for a training *pool*, from which each seed draws its own

@@ -7,7 +7,7 @@ to ``1/L``, times the padding mask, not renormalised) pool ``[L, H] → [H]``; t
 ``Linear(H → labels)``. ``probe_input="embeddings"`` reads only the embedding layer: the *attention-free floor*.
 
 Training as the official runs: AdamW (weight decay 0), lr 2e-5, constant schedule, batch 16, 15 epochs, seed 42, dev
-scored after every epoch, the final epoch reported. The main grid (issue 14) instead stops after ``patience`` epochs
+scored after every epoch, the final epoch reported. The main grid instead stops after ``patience`` epochs
 without a strict gain on held-out *training* examples (``epochs`` the cap), restores the best held-out epoch's probe
 (earliest among ties) and scores it once on dev. Features come from a :class:`FeatureSource`: cached states
 (:mod:`papa.probing.features`) or the live encoder (``faithful``: train mode, dropout on, every batch recomputed).

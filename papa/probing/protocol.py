@@ -1,4 +1,4 @@
-"""The main grid's probe protocol (issue 14): the lr chosen once per (model, task) at k = 0 on held-out *training*
+"""The main grid's probe protocol: the lr chosen once per (model, task) at k = 0 on held-out *training*
 examples, then fixed for every k.
 
 :func:`select_lr` tries :data:`LR_GRID` with :func:`papa.probing.experiment.run_probe`'s protocol, never scoring the
@@ -189,7 +189,7 @@ def load_lr_choice(path: str | Path, model: str | None = None, task: str | None 
     lr = record.get("lr" if which == "chosen" else "runner_up")
     if which == "runner-up" and "runner_up" not in record:
         raise PapaError(
-            f"The lr choice {path} records no runner-up (written before issue 54)", "Recompute it (its select_lr run)."
+            f"The lr choice {path} records no runner-up (written by an older papa)", "Recompute it (its select_lr run)."
         )
     if not isinstance(lr, (int, float)) or not lr > 0:
         raise PapaError(

@@ -7,7 +7,7 @@
   from its constant (the most input-independent first);
 * ``random``: a seeded permutation, the baseline; ``random-<n>`` uses seed ``n``.
 
-Gate draws (issue 54): ``gates-<n>`` is one gate run at seed ``n`` (probe init, order, dropout); :func:`combine_draws`
+Gate draws: ``gates-<n>`` is one gate run at seed ``n`` (probe init, order, dropout); :func:`combine_draws`
 ranks by the draws' mean λ. A :class:`WarmStart` first trains the gate probe on cached k = 0 features of the run's
 own examples (cheap), so the gate epochs start from a probe that knows the task; every gate run records its probe's
 final score against its floor (:func:`probe_check`) and is flagged ``near_floor`` when it has not learned the task.
@@ -86,7 +86,7 @@ class WarmStart:
     a fixed 4 epochs ended minilm-l6 CoLA at eval MCC 0.007, one epoch after 0.14). Then the gate epochs train the λ
     alone (at the gate lr) on a frozen probe: trained on with the live encoder's dropout on a few hundred examples,
     the probe lost what it knew (minilm-l6 CoLA: eval MCC 0.14 after the warm start, −0.03 after two joint gate
-    epochs). ``epochs`` 0: a fresh probe trained with the λ, both at the gate lr (before issue 54)."""
+    epochs). ``epochs`` 0: a fresh probe trained with the λ, both at the gate lr (earlier books' single draw)."""
 
     epochs: int = 0
     lr: float = 1e-3

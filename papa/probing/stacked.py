@@ -26,7 +26,7 @@ from papa.probing.probe import CachedSource, SequenceProbe, TokenProbe, select_s
 from papa.probing.task_inputs import TaskInputs
 
 #: Rows gathered and scored per forward pass (per probe when each scores its own): the steadiest of the fast sizes
-#: measured in issue 37 (SST-2 dev, minilm-l6, 3 stacked probes, 2 loaded CPU cores: 128 rows 2.5-2.8 s, 256 1.6-3.5,
+#: measured on SST-2 dev (minilm-l6, 3 stacked probes, 2 loaded CPU cores: 128 rows 2.5-2.8 s, 256 1.6-3.5,
 #: 64 3.1-6.8; one by one with ``predict``: 5.7-7.1 s).
 EVAL_BATCH = 128
 
