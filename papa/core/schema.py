@@ -204,6 +204,7 @@ class ResultConfig(BaseModel):
     total_heads: Count
     ranking: str | None = None
     constants: str | None = None
+    constants_sha256: str | None = None  # the constants file's checksum (runs that read constants)
     mode: Mode
     replacement: Replacement = "papa"
     seed: int
