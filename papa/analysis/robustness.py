@@ -90,9 +90,9 @@ def draw_cells(basis: Basis, draws: Sequence[str], method: str = "gates") -> pd.
     cells = basis.cells
     if cells.empty or not draws:
         return cells.assign(at=pd.Series(dtype=object)).iloc[:0]
-    half = cells[[int(k) == _half(t) for k, t in zip(cells["k"], cells["total_heads"])]]
+    half = cells[np.array([int(k) == _half(t) for k, t in zip(cells["k"], cells["total_heads"])], dtype=bool)]
     ran = set(zip(*(half.loc[half["ranking"].isin(draws), c] for c in ("model", "task"))))
-    keep = half["ranking"].isin([*draws, method]) & [pair in ran for pair in zip(half["model"], half["task"])]
+    keep = half["ranking"].isin([*draws, method]) & np.array([pair in ran for pair in zip(half["model"], half["task"])])
     return half[keep].assign(at="half").sort_values(["model", "task", "ranking"], ignore_index=True)
 
 
@@ -154,7 +154,8 @@ def claim1_by_draw(cells: pd.DataFrame) -> dict[str, tuple[dict, Judgement]]:
     common = set.intersection(*pairs) if pairs else set()
     out = {}
     for ranking in rankings:
-        mine = usable[(usable["ranking"] == ranking) & [p in common for p in zip(usable["model"], usable["task"])]]
+        shared = np.array([p in common for p in zip(usable["model"], usable["task"])], dtype=bool)
+        mine = usable[(usable["ranking"] == ranking).to_numpy() & shared]
         pooled = pooled_drop(mine)
         out[ranking] = (pooled, claim1_verdict(pooled["value"], pooled["low"], pooled["high"]))
     return out
