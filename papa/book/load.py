@@ -204,6 +204,7 @@ def headline_numbers(data: BookData) -> dict:
         "n_probe_results": int(data.main["run_id"].nunique()),
         "n_probe_runs_all": count_probe_runs(data.tidy["run_id"].unique()),
         "models": ", ".join(data.models),
+        "models_sized": and_sized(data.main),
         "n_tasks": len(data.tasks),
         "tasks": ", ".join(data.tasks),
         "ranking": ranking,
@@ -213,6 +214,12 @@ def headline_numbers(data: BookData) -> dict:
         "n_informative": int(len(informative)),
         "probe_train_examples": "the whole training split" if size is None else f"{size:,}",
     }
+
+
+def and_sized(main: pd.DataFrame) -> str:
+    """The models with their sizes in attention heads: ``"minilm-l3 (36 heads) and mpnet-base (144 heads)"``."""
+    heads = main.groupby("model", sort=True)["total_heads"].max() if len(main) else {}
+    return W.and_list(f"{model} ({int(n)} heads)" for model, n in heads.items()) or "no model"
 
 
 def glue_numbers(numbers: dict) -> None:
