@@ -68,9 +68,11 @@ def book_data(config: dict, folder: Path):
     from papa.book.load import book_data_from
     from papa.core.io import read_json_verified
 
-    paths = sorted((folder / "rankings").glob("*.json"))
-    rankings = {path.stem: [tuple(h) for h in read_json_verified(path, "ranking")["ranking"]] for path in paths}
-    return book_data_from(config, read_results(folder / "results"), rankings)
+    files = {path.stem: read_json_verified(path, "ranking") for path in sorted((folder / "rankings").glob("*.json"))}
+    rankings = {stem: [tuple(h) for h in found["ranking"]] for stem, found in files.items()}
+    meta = {stem: found.get("meta") or {} for stem, found in files.items()}
+    lr_choices = {path.stem: read_json_verified(path, "lr choice") for path in sorted((folder / "lr").glob("*.json"))}
+    return book_data_from(config, read_results(folder / "results"), rankings, lr_choices, meta)
 
 
 def table_cells(table) -> pd.DataFrame:

@@ -205,3 +205,9 @@ def judge_bases(cells: pd.DataFrame, main: Judged | None = None) -> dict[str, Ju
         reuse = main is not None and informative is True and families is None
         out[code] = main if reuse else judge(cells, informative, families)
     return out
+
+
+def judge_models(cells: pd.DataFrame) -> dict[str, Judged]:
+    """The claims judged once per model on its own informative cells (claim 3, across models, is not testable on
+    one), by model: the per-model verdicts beside the pooled ones."""
+    return {str(model): judge(group) for model, group in cells.groupby("model", sort=True)}

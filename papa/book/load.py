@@ -37,6 +37,7 @@ class BookData:
     records: dict[str, dict] = field(default_factory=dict)  # run id → result record (with its dev predictions)
     lr_choices: dict[str, dict] = field(default_factory=dict)  # "<model>__<task>" → lr choice (probing.protocol)
     basis: Basis | None = None  # the main grid's runs on the book's one basis (papa.analysis.basis)
+    ranking_meta: dict[str, dict] = field(default_factory=dict)  # "<model>__<task>__<method>" → its file's meta
     study_bases: dict[str, Basis] = field(default_factory=dict, repr=False)  # built once each, by study_basis
 
     def study_basis(self, name: str) -> Basis:
@@ -103,6 +104,7 @@ def load_book_data(config_path: str) -> BookData:
     config = load_config(ROOT / config_path)
     results: dict[str, dict] = {}
     rankings: dict[str, list] = {}
+    meta: dict[str, dict] = {}
     lr_choices: dict[str, dict] = {}
     for run in expand(config):
         for output in run.outputs:
@@ -114,10 +116,11 @@ def load_book_data(config_path: str) -> BookData:
                     raise PapaError(f"The result {output} is not a probe result", fix)
                 results[path.stem] = result
             elif run.kind == "rank":
-                rankings[path.stem] = [tuple(h) for h in read_json_verified(path, "ranking")["ranking"]]
+                ranking = read_json_verified(path, "ranking")
+                rankings[path.stem], meta[path.stem] = [tuple(h) for h in ranking["ranking"]], ranking.get("meta") or {}
             elif run.kind == "select_lr":
                 lr_choices[path.stem] = read_json_verified(path, "lr choice")
-    return book_data_from(config, results, rankings, lr_choices)
+    return book_data_from(config, results, rankings, lr_choices, meta)
 
 
 def read_manifest(runs_dir: Path) -> dict:
@@ -127,11 +130,15 @@ def read_manifest(runs_dir: Path) -> dict:
 
 
 def book_data_from(
-    config: dict | GridConfig, records: dict[str, dict], rankings: dict[str, list], lr_choices: dict | None = None
+    config: dict | GridConfig,
+    records: dict[str, dict],
+    rankings: dict[str, list],
+    lr_choices: dict | None = None,
+    ranking_meta: dict | None = None,
 ) -> BookData:
     """:class:`BookData` from result records (``{run id: result}``, dev predictions included), rankings (``{stem:
-    [(layer, head), ...]}``) and lr choices (``{"<model>__<task>": choice}``); a ``config`` dict is validated as a
-    :class:`~papa.core.grid_schema.GridConfig`."""
+    [(layer, head), ...]}``), lr choices (``{"<model>__<task>": choice}``) and the rankings' metadata (``{stem:
+    meta}``); a ``config`` dict is validated as a :class:`~papa.core.grid_schema.GridConfig`."""
     grid = grid_model(config)
     tidy = R.load_results(records)
     main = study_frame(tidy, grid)
@@ -140,7 +147,8 @@ def book_data_from(
     studies = {s.name: study_frame(tidy, grid, s) for s in grid.studies}
     epochs = epochs[epochs["run_id"].isin(set(main["run_id"]))]
     lr = dict(lr_choices or {})
-    return BookData(grid, tidy, main, basis.summary, basis.floors, epochs, studies, rankings, records, lr, basis)
+    frames = (tidy, main, basis.summary, basis.floors, epochs, studies)
+    return BookData(grid, *frames, rankings, records, lr, basis, dict(ranking_meta or {}))
 
 
 def floors_display(floors: pd.DataFrame) -> T.Table:
@@ -196,6 +204,7 @@ def headline_numbers(data: BookData) -> dict:
         "n_probe_results": int(data.main["run_id"].nunique()),
         "n_probe_runs_all": count_probe_runs(data.tidy["run_id"].unique()),
         "models": ", ".join(data.models),
+        "models_sized": and_sized(data.main),
         "n_tasks": len(data.tasks),
         "tasks": ", ".join(data.tasks),
         "ranking": ranking,
@@ -205,6 +214,12 @@ def headline_numbers(data: BookData) -> dict:
         "n_informative": int(len(informative)),
         "probe_train_examples": "the whole training split" if size is None else f"{size:,}",
     }
+
+
+def and_sized(main: pd.DataFrame) -> str:
+    """The models with their sizes in attention heads: ``"minilm-l3 (36 heads) and mpnet-base (144 heads)"``."""
+    heads = main.groupby("model", sort=True)["total_heads"].max() if len(main) else {}
+    return W.and_list(f"{model} ({int(n)} heads)" for model, n in heads.items()) or "no model"
 
 
 def glue_numbers(numbers: dict) -> None:

@@ -399,3 +399,15 @@ def basis_paper(families: object) -> str:
 def gate_words(gate: Mapping) -> str:
     """The convergence gate's counts as the claims table's rule column ends."""
     return f" {gate['converged']} of {gate['runs']} probe results converged; the gate left out {gate['left_out']}."
+
+
+#: Why a ranking combined from gate draws is or is not informative (codes of
+#: :func:`papa.analysis.robustness.ranking_judgement`), filled with ``overlap``, ``chance``, ``p`` and ``rho``.
+RANKING_REASONS = {
+    "above_chance": "informative: the draws share {overlap} first-half heads (chance {chance}; p = {p}), ρ = {rho}",
+    "overlap_at_chance": "no informative ranking: the draws share {overlap} first-half heads, no more than chance"
+    " ({chance}; p = {p}); its half-heads drop is read as a random-heads drop",
+    "order_at_chance": "no informative ranking: the draws share {overlap} first-half heads (chance {chance}) but"
+    " order the heads no better than chance (ρ = {rho}); its half-heads drop is read as a random-heads drop",
+    "one_draw": "one gate draw: nothing to agree with",
+}

@@ -23,6 +23,7 @@ from papa.analysis.figures import fig_score_vs_dynamic_heads
 from papa.analysis.run_figures import fig_constants, fig_head_ranking
 from papa.book import analogue_figures as AF
 from papa.book import words as W
+from papa.book.chapters import robustness as RB
 from papa.book.load import BookData, gate_numbers, headline_numbers, records_of
 from papa.book.studies import drop_checks, drop_checks_summary
 from papa.book.words import and_list, interval_text, plural
@@ -61,6 +62,7 @@ class ResultsChapter:
     layers: pd.DataFrame = field(default_factory=pd.DataFrame)  # controls.layer_table of every ranking
     figures: list[Figure] = field(default_factory=list)  # every score; the ranking drawn; its constants
     glue: dict = field(default_factory=dict)  # every number and phrase of the prose, by glue key
+    robustness: RB.Robustness | None = None  # draws' agreement, claim 1 per draw, runner-up lr, per-model verdicts
 
     @property
     def better(self) -> tuple[pd.DataFrame, dict]:
@@ -122,7 +124,8 @@ def build(data: BookData) -> ResultsChapter:
     chapter.retained = retained_gains(data.basis)
     chapter.layers = layer_table(data.rankings)
     chapter.figures = [fig_score_vs_dynamic_heads(data.summary, data.floors), ranking, constants]
-    chapter.glue = glue | ranking_words | constants_words
+    chapter.robustness = RB.build(data, chapter.cells, chapter.judged, chapter.ranking)
+    chapter.glue = glue | ranking_words | constants_words | chapter.robustness.glue
     return chapter
 
 

@@ -1,0 +1,255 @@
+"""The results chapter's robustness sections (:func:`build`): how well the gate draws agree and which ended near
+their floor, claim 1 per draw and across the draws, the all-heads drop at the runner-up lr where the lr choice was
+within noise, and the claims per model beside the pooled ones. Statistics from :mod:`papa.analysis.robustness` and
+:func:`papa.analysis.claims.judge_models`; words here and in :mod:`papa.book.words`; every section says "not in
+this grid" where its runs are missing."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from papa.analysis import claims as V
+from papa.analysis import robustness as R
+from papa.book import words as W
+from papa.book.load import BookData
+from papa.book.table_format import Table, table
+from papa.book.words import and_list, interval_text, lr_text, plural
+from papa.core.tasks import task_name
+
+#: The claims the per-model table shows (claim 3 compares models: no verdict per model).
+MODEL_CLAIMS = ("claim1", "claim2", "claim2b")
+
+
+@dataclass
+class Robustness:
+    """What the robustness sections show, each frame documented where it is built."""
+
+    agreement: pd.DataFrame  # robustness.agreement_frame of the combined rankings
+    draws: pd.DataFrame  # the half-heads cells per draw, of the combined ranking and of the draws pooled
+    by_draw: pd.DataFrame  # claim 1 per ranking of ``draws``: pooled drop, verdict, reason
+    runner_up: pd.DataFrame  # robustness.runner_up_frame
+    by_model: pd.DataFrame  # the claims pooled and per model (the front page's table)
+    glue: dict = field(default_factory=dict)
+
+
+def build(data: BookData, cells: pd.DataFrame, judged: V.Judged, ranking: str) -> Robustness:
+    """The robustness sections of ``data`` (``cells``/``judged``: the results chapter's claim cells and pooled
+    judgement, on ``ranking``)."""
+    agreement = R.agreement_frame(data.ranking_meta, data.rankings, ranking)
+    draws = sorted({str(r) for r in data.basis.cells["ranking"] if str(r).startswith(f"{ranking}-")})
+    both = pd.concat(
+        [R.draw_cells(data.basis, draws, ranking), R.draws_pooled_cells(data.basis, data.records, draws)],
+        ignore_index=True,
+    )
+    lrnext = data.study_basis("lrnext") if len(data.studies.get("lrnext", [])) else None
+    runner_up = R.runner_up_frame(data.lr_choices, data.basis, lrnext)
+    by_draw = by_draw_frame(R.claim1_by_draw(both) if len(both) else {})
+    by_model = models_frame(judged, V.judge_models(cells))
+    glue = {"agreement_summary": agreement_summary(agreement), "draws_summary": draws_summary(by_draw, ranking)}
+    glue |= {"runner_up_summary": runner_up_summary(runner_up, data.lr_choices)}
+    glue |= {"model_verdicts_summary": model_summary(by_model)}
+    return Robustness(agreement, both, by_draw, runner_up, by_model, glue)
+
+
+def agreement_words(row) -> str:
+    """The ranking judgement of one agreement row in words (:data:`papa.book.words.RANKING_REASONS`)."""
+    facts = {"overlap": f"{row.overlap:.1f} of {row.half}", "chance": f"{row.overlap_chance:.0f}"}
+    facts |= {"p": "n/a" if math.isnan(row.p_value) else f"{row.p_value:.3f}", "rho": f"{row.spearman:+.2f}"}
+    return W.RANKING_REASONS[row.reason].format(**facts)
+
+
+def agreement_summary(agreement: pd.DataFrame) -> str:
+    """One sentence: how many pairs' draws agree above chance, which do not, which draws ended near their floor."""
+    if agreement.empty:
+        return "not in this grid: its rankings combine no gate draws, so no agreement between draws is measured"
+    pairs = lambda rows: and_list(W.pair_words(m, t) for m, t in zip(rows["model"], rows["task"])) or "none"
+    chance = agreement[agreement["informative"] == False]  # noqa: E712 (None: one draw, not judged)
+    near = agreement[agreement["near_floor"].map(len) > 0]
+    said = f"{int((agreement['informative'] == True).sum())} of {len(agreement)} model/task pairs have draws that"  # noqa: E712
+    said += (
+        f" agree above chance; no informative ranking (half-heads drop read as a random-heads drop): {pairs(chance)}"
+    )
+    floor = and_list(
+        f"{W.pair_words(m, t)} (seeds {and_list(s)})"
+        for m, t, s in zip(*(near[c] for c in ("model", "task", "near_floor")))
+    )
+    return said + f"; draws whose gate probe ended near its floor: {floor or 'none'}"
+
+
+def agreement_display(agreement: pd.DataFrame) -> Table:
+    """:func:`papa.analysis.robustness.agreement_frame` for reading: overlap and ρ against chance, the near-floor
+    draws and the judgement."""
+    frame = agreement.assign(
+        task=agreement["task"].map(task_name),
+        overlap_cell=[
+            f"{o:.1f} of {h} ({lo:.0f}–{hi:.0f})"
+            for o, h, lo, hi in zip(*(agreement[c] for c in ("overlap", "half", "overlap_min", "overlap_max")))
+        ],
+        chance_cell=[f"{c:.0f}" for c in agreement["overlap_chance"]],
+        rho_cell=[
+            f"{r:+.2f} ({lo:+.2f} to {hi:+.2f})"
+            for r, lo, hi in zip(*(agreement[c] for c in ("spearman", "spearman_min", "spearman_max")))
+        ],
+        floor_cell=[and_list(s) or "none" for s in agreement["near_floor"]],
+        reading=[agreement_words(row) for row in agreement.itertuples()],
+    )
+    kinds = dict.fromkeys(["model", "task", "overlap_cell", "chance_cell", "rho_cell", "floor_cell", "reading"], "text")
+    headers = {"overlap_cell": "first-half overlap, mean (range)", "chance_cell": "chance (n/4)"}
+    headers |= {"rho_cell": "Spearman ρ, mean (range); chance 0", "floor_cell": "draws near their floor (seed)"}
+    notes = [
+        "Per pair of gate draws: how many of the heads each puts in its first half both do (two random orderings of n"
+        " heads share n/4 on average), and Spearman's ρ of the two orders (0 by chance). Informative: the mean overlap"
+        " lies above chance at α = 0.05 (hypergeometric, one-sided, the mean held to one pair's distribution) and the"
+        " mean ρ above 0. A draw near its floor: its gate probe's final score had not cleared its floor by much"
+        " (papa.probing.ranking.probe_check)."
+    ]
+    empty = "Not in this grid: its rankings combine no gate draws, so no agreement between draws is measured."
+    return table(frame, kinds, headers, notes=notes, empty=empty)
+
+
+def ranking_label(ranking: str, method: str = "gates") -> str:
+    """``"gates-42"`` → ``"draw 42"``, ``"draws"`` → ``"the draws pooled"``, ``"gates"`` → ``"combined (mean λ)"``."""
+    if ranking == "draws":
+        return "the draws pooled"
+    return f"draw {ranking.rsplit('-', 1)[1]}" if "-" in ranking else f"{ranking}, combined (mean λ)"
+
+
+def by_draw_frame(judged: dict) -> pd.DataFrame:
+    """Claim 1 per ranking (:func:`papa.analysis.robustness.claim1_by_draw`): ranking, pairs, drop with interval,
+    verdict and reason; the combined ranking first, the pooled draws last."""
+    order = lambda r: (r != "gates", r == "draws", r)
+    rows = []
+    for ranking in sorted(judged, key=order):
+        pooled, judgement = judged[ranking]
+        drop = interval_text(pooled["value"], pooled["low"], pooled["high"])
+        rows.append(
+            [ranking_label(ranking), pooled["n"], drop, W.verdict_words(judgement), W.reason("claim1", judgement)]
+        )
+    return pd.DataFrame(rows, columns=["ranking", "pairs", "drop", "verdict", "reason"])
+
+
+def draws_summary(by_draw: pd.DataFrame, ranking: str) -> str:
+    """One sentence: claim 1's verdict per draw and across the draws."""
+    if by_draw.empty:
+        return f"not in this grid: no half-heads probe ran on the single gate draws of the {ranking} ranking"
+    each = and_list(f"{r} {v} ({d})" for r, v, d in zip(by_draw["ranking"], by_draw["verdict"], by_draw["drop"]))
+    return f"on the {int(by_draw['pairs'].max())} informative pairs every draw ran, claim 1 reads: {each}"
+
+
+def draws_display(by_draw: pd.DataFrame, cells: pd.DataFrame) -> Table:
+    """Claim 1 per draw: the verdict table (:func:`by_draw_frame`) with each pair's drop per ranking beneath."""
+    per_pair = cells.assign(
+        task=cells["task"].map(task_name),
+        ranking=[ranking_label(r) for r in cells["ranking"]],
+        drop=[
+            interval_text(d, lo, hi)
+            for d, lo, hi in zip(cells["relative_drop"], cells["relative_low"], cells["relative_high"])
+        ],
+        informative=cells["informative"].astype(bool),
+    )
+    kinds = {
+        "model": "text",
+        "task": "text",
+        "ranking": "text",
+        "drop": "text",
+        "n_pairs": "int",
+        "informative": "yes/no",
+    }
+    headers = {"drop": "relative drop, half of the heads [95% interval]", "n_pairs": "probe seeds / draws paired"}
+    notes = [
+        "Each draw's half-heads drop comes from one probe seed (42), paired with that seed's k = 0 run; its interval"
+        " resamples the dev examples only. The draws pooled: the draws' runs pooled as the random baseline pools its"
+        " orderings, each paired with its seed's k = 0 run; the bootstrap draws those pairs, then the dev examples,"
+        " so the interval covers the draw-to-draw spread (not the probe seeds'). The combined ranking's drop pairs"
+        " its three probe seeds.",
+        "Claim 1 per ranking (the verdicts above): the same rule as the pooled claim, on the informative pairs every"
+        " ranking ran: "
+        + "; ".join(f"{r}: {v}, {d}" for r, v, d in zip(by_draw["ranking"], by_draw["verdict"], by_draw["drop"])),
+    ]
+    empty = "Not in this grid: no half-heads probe ran on the single gate draws."
+    return table(per_pair, kinds, headers, notes=notes if len(by_draw) else notes[:1], empty=empty)
+
+
+def runner_up_summary(frame: pd.DataFrame, lr_choices: dict) -> str:
+    """One sentence: the pairs whose lr choice was within noise, with both lrs' all-heads drops."""
+    if not lr_choices or not any("within_noise" in r for r in lr_choices.values()):
+        return "not in this grid: its lr choices record no runner-up and no noise"
+    if frame.empty:
+        return "no lr choice of this grid was within noise of its runner-up"
+    each = []
+    for r in frame.itertuples():
+        chosen = f"{interval_text(r.drop, r.low, r.high)} at {lr_text(r.lr)}"
+        other = f"{interval_text(r.runner_up_drop, r.runner_up_low, r.runner_up_high)} at {lr_text(r.runner_up)}"
+        each.append(f"{W.pair_words(r.model, r.task)} {chosen} and {other}")
+    n = len(frame)
+    lead = f"{n} lr {plural(n, 'choice')} within noise; the all-heads drop at the chosen lr and at the runner-up"
+    return f"{lead}: {and_list(each)}"
+
+
+def _lr_cell(lr: float, heldout: float, stderr: float, converged: object) -> str:
+    """``"1e-3: 0.812 ± 0.004"`` (``", still rising"`` when that lr had not converged)."""
+    return f"{lr_text(lr)}: {W.score(heldout)} ± {W.score(stderr)}{'' if converged is True else ', still rising'}"
+
+
+def runner_up_display(frame: pd.DataFrame) -> Table:
+    """:func:`papa.analysis.robustness.runner_up_frame` for reading."""
+    shown = frame.assign(
+        task=frame["task"].map(task_name),
+        chosen=[_lr_cell(*v) for v in zip(*(frame[x] for x in ("lr", "heldout", "stderr", "converged")))],
+        other=[_lr_cell(*v) for v in zip(*(frame[f"runner_up{x}"] for x in ("", "_heldout", "_stderr", "_converged")))],
+        drop_chosen=[interval_text(*v) for v in zip(frame["drop"], frame["low"], frame["high"])],
+        drop_other=[
+            interval_text(*v) for v in zip(frame["runner_up_drop"], frame["runner_up_low"], frame["runner_up_high"])
+        ],
+    )
+    kinds = dict.fromkeys(["model", "task", "chosen", "other", "drop_chosen", "drop_other"], "text")
+    headers = {"chosen": "chosen lr: held-out mean ± s.e.", "other": "runner-up: held-out mean ± s.e."}
+    headers |= {"drop_chosen": "all heads: drop at the chosen lr", "drop_other": "all heads: drop at the runner-up"}
+    notes = [
+        "The lr choices within noise of their runner-up (the mean held-out scores of the lr-selection seeds lie"
+        " within their standard errors). The chosen lr's drop pairs the main grid's probe seeds; the runner-up's"
+        " (the lrnext study) one seed, its interval over dev examples only. \u2013: the lrnext study did not run."
+    ]
+    return table(
+        shown, kinds, headers, notes=notes, empty="No lr choice of this grid was within noise of its runner-up."
+    )
+
+
+def models_frame(judged: V.Judged, per_model: dict[str, V.Judged]) -> pd.DataFrame:
+    """The claims pooled and per model: one row per basis ("all models", then each model), per claim of
+    :data:`MODEL_CLAIMS` its number and verdict, and the pairs each averages."""
+    rows = []
+    for name, one in [("all models (pooled)", judged), *per_model.items()]:
+        row = {"models": name, "pairs, half": one.evidence.half["n"], "pairs, all": one.evidence.all["n"]}
+        for key in MODEL_CLAIMS:
+            row |= {key: W.claim_number(key, one.evidence), f"{key}_verdict": W.verdict_words(one.judgements[key])}
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def model_summary(frame: pd.DataFrame) -> str:
+    """One sentence: claims 1 and 2a per model."""
+    rows = frame.iloc[1:]
+    if rows.empty:
+        return "no model has an informative pair"
+    each = (
+        f"{m}: claim 1 {a}, claim 2a {b}"
+        for m, a, b in zip(rows["models"], rows["claim1_verdict"], rows["claim2_verdict"])
+    )
+    return "per model, " + "; ".join(each)
+
+
+def models_display(frame: pd.DataFrame) -> Table:
+    """:func:`models_frame` for reading (the front page's table)."""
+    kinds = dict.fromkeys(frame.columns, "text") | {"pairs, half": "int", "pairs, all": "int"}
+    titles = {"claim1": "1. half constant", "claim2": "2a. all constant, average", "claim2b": "2b. largest drop"}
+    headers = {key: f"{title}: drop [95% interval]" for key, title in titles.items()}
+    headers |= {f"{key}_verdict": f"{title.split('.')[0]}. verdict" for key, title in titles.items()}
+    note = (
+        "Each row judges the claims by the same rules on its own informative model/task pairs; the intervals resample"
+        " probe seeds, then dev examples (two-level bootstrap). Claim 3 compares models: no verdict per model."
+    )
+    return table(frame, kinds, headers, notes=[note])
