@@ -318,11 +318,6 @@ def verdict_words(judgement: V.Judgement) -> str:
     return VERDICT_WORDS[judgement.verdict]
 
 
-def verdict_sentence(key: str, judgement: V.Judgement) -> str:
-    """``"Verdict: <verdict>. <reason>"`` for a caption."""
-    return f"Verdict: {verdict_words(judgement)}. {reason(key, judgement)}"
-
-
 def largest_cell(bound: pd.DataFrame) -> pd.Series | None:
     """The cell of ``bound`` (claim 2b's all-heads cells) with the largest relative drop, or None."""
     usable = bound.dropna(subset=["relative_drop"])
@@ -383,11 +378,6 @@ def paper_numbers_frame() -> pd.DataFrame:
     """The numbers the paper states, one row per claim, with where it states them."""
     rows = [[PAPER_QUANTITIES[c.key], CLAIM_WORDS[c.key].paper, CLAIM_WORDS[c.key].where] for c in V.CLAIMS]
     return pd.DataFrame(rows, columns=["quantity", "the paper", "where the paper states it"])
-
-
-def basis_paper(families: object) -> str:
-    """The paper's number beside a sensitivity basis (:data:`PAPER_BY_BASIS`)."""
-    return PAPER_BY_BASIS["families" if families else "all"]
 
 
 def gate_words(gate: Mapping) -> str:

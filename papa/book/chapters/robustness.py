@@ -54,6 +54,11 @@ def build(data: BookData, cells: pd.DataFrame, judged: V.Judged, ranking: str) -
     return Robustness(agreement, both, by_draw, runner_up, by_model, glue)
 
 
+def _column(write, frame: pd.DataFrame, *names: str) -> list:
+    """``write(*values)`` of each row's values in the columns ``names``."""
+    return [write(*values) for values in zip(*(frame[name] for name in names))]
+
+
 def agreement_words(row) -> str:
     """The ranking judgement of one agreement row in words (:data:`papa.book.words.RANKING_REASONS`)."""
     facts = {"overlap": f"{row.overlap:.1f} of {row.half}", "chance": f"{row.overlap_chance:.0f}"}
@@ -84,15 +89,11 @@ def agreement_display(agreement: pd.DataFrame) -> Table:
     draws and the judgement."""
     frame = agreement.assign(
         task=agreement["task"].map(task_name),
-        overlap_cell=[
-            f"{o:.1f} of {h} ({lo:.0f}–{hi:.0f})"
-            for o, h, lo, hi in zip(*(agreement[c] for c in ("overlap", "half", "overlap_min", "overlap_max")))
-        ],
+        overlap_cell=_column(
+            "{:.1f} of {} ({:.0f}–{:.0f})".format, agreement, "overlap", "half", "overlap_min", "overlap_max"
+        ),
         chance_cell=[f"{c:.0f}" for c in agreement["overlap_chance"]],
-        rho_cell=[
-            f"{r:+.2f} ({lo:+.2f} to {hi:+.2f})"
-            for r, lo, hi in zip(*(agreement[c] for c in ("spearman", "spearman_min", "spearman_max")))
-        ],
+        rho_cell=_column("{:+.2f} ({:+.2f} to {:+.2f})".format, agreement, "spearman", "spearman_min", "spearman_max"),
         floor_cell=[and_list(s) or "none" for s in agreement["near_floor"]],
         reading=[agreement_words(row) for row in agreement.itertuples()],
     )
@@ -137,10 +138,7 @@ def draws_display(cells: pd.DataFrame) -> Table:
     per_pair = cells.assign(
         task=cells["task"].map(task_name),
         ranking=[ranking_label(r) for r in cells["ranking"]],
-        drop=[
-            interval_text(d, lo, hi)
-            for d, lo, hi in zip(cells["relative_drop"], cells["relative_low"], cells["relative_high"])
-        ],
+        drop=_column(interval_text, cells, "relative_drop", "relative_low", "relative_high"),
         informative=cells["informative"].astype(bool),
     )
     kinds = {
@@ -181,12 +179,10 @@ def runner_up_display(frame: pd.DataFrame) -> Table:
     """:func:`papa.analysis.robustness.runner_up_frame` for reading."""
     shown = frame.assign(
         task=frame["task"].map(task_name),
-        chosen=[_lr_cell(*v) for v in zip(*(frame[x] for x in ("lr", "heldout", "stderr", "converged")))],
-        other=[_lr_cell(*v) for v in zip(*(frame[f"runner_up{x}"] for x in ("", "_heldout", "_stderr", "_converged")))],
-        drop_chosen=[interval_text(*v) for v in zip(frame["drop"], frame["low"], frame["high"])],
-        drop_other=[
-            interval_text(*v) for v in zip(frame["runner_up_drop"], frame["runner_up_low"], frame["runner_up_high"])
-        ],
+        chosen=_column(_lr_cell, frame, "lr", "heldout", "stderr", "converged"),
+        other=_column(_lr_cell, frame, *(f"runner_up{x}" for x in ("", "_heldout", "_stderr", "_converged"))),
+        drop_chosen=_column(interval_text, frame, "drop", "low", "high"),
+        drop_other=_column(interval_text, frame, "runner_up_drop", "runner_up_low", "runner_up_high"),
     )
     kinds = dict.fromkeys(["model", "task", "chosen", "other", "drop_chosen", "drop_other"], "text")
     headers = {"chosen": "chosen lr: held-out mean ± s.e.", "other": "runner-up: held-out mean ± s.e."}
