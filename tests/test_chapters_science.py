@@ -399,10 +399,11 @@ def test_the_analogues_draw_from_the_converged_runs(grid):
     assert cell["n_pairs"] == 1 and cell["relative_drop"] == pytest.approx((0.90 - 0.81) / 0.90)
     relative = P.relative_score_vs_constant_fraction(result.summary, data.floors, result.all_cells)
     points = P.score_vs_dynamic_heads(result.summary, data.floors, result.all_cells)
+    claim3 = V.claim3_verdict(result.better[1])
     figures = [
         fig_paper_scores(points, "gates"),
         fig_relative_score(relative),
-        fig_better_models(*result.better, W.verdict_sentence("claim3", V.claim3_verdict(result.better[1]))),
+        fig_better_models(*result.better, f"Verdict: {W.verdict_words(claim3)}. {W.reason('claim3', claim3)}"),
     ]
     drawn = [r for r in data_rows(figures[1].chart.to_dict()) if r["model"] == "mb" and r["k"] == 8]
     assert [r["relative_score"] for r in drawn] == [pytest.approx(1 - cell["relative_drop"], abs=5e-5)]

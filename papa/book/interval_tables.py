@@ -74,13 +74,9 @@ def random_display(baseline: pd.DataFrame) -> Table:
     kinds |= {"random_score": "score", "difference_cell": text, "verdict": "text", "runs": "text"}
     headers = {"heads": "constant heads", "score": "ranking's score", "random_score": "random's score"}
     headers |= {"difference_cell": "ranking − random [95% interval]", "runs": "probe results (ranking / random)"}
-    note = (
-        "Both sides score the same dev examples; the interval is a paired bootstrap over them (each side's runs"
-        " pooled). beats random: the interval lies above 0."
-    )
     details = ["k", "score", "random_score", "runs"]
     empty = "No seeded random ordering ran in this grid, so no ranking can be compared with random here."
-    return table(frame, kinds, headers, notes=[note], details=details, empty=empty)
+    return table(frame, kinds, headers, details=details, empty=empty)
 
 
 def verdicts_display(claims: pd.DataFrame) -> Table:
@@ -98,11 +94,7 @@ def verdict_sensitivity_display(frame: pd.DataFrame) -> Table:
     headers = {"n_all": "model/task pairs", "claim1": "1. drop, half constant", "claim1_verdict": "1. verdict"}
     headers |= {"claim2": "2. drop, all constant", "claim2_verdict": "2. verdict", "claim3": "3. ρ (models)"}
     headers |= {"claim3_verdict": "3. verdict", "paper": "the paper, for this basis"}
-    notes = [
-        "Drops: the average relative drop over the basis's model/task pairs with its pooled 95% bootstrap interval;"
-        " pairs whose drop is undefined (a k = 0 score ≤ 0) are left out."
-    ]
-    return table(frame, kinds, headers, notes=notes, details=["n_all", "claim3", "paper"])
+    return table(frame, kinds, headers, details=["n_all", "claim3", "paper"])
 
 
 def paper_table_display(frame: pd.DataFrame) -> Table:
@@ -159,8 +151,7 @@ def literal_display(comparison: pd.DataFrame) -> Table:
     headers |= {"literal_all": "all, literal", "lr_cell": "main protocol's lr", "literal_seeds": "literal seeds"}
     missing = {"main_drop_cell": "the main protocol has no interval here", "literal_drop_cell": "no interval"}
     missing |= {"lr_cell": "the lr differs between runs", "main_real": "no interval"}
-    note = "drop: (score at k = 0 − score with all heads constant) / score at k = 0. " + INTERVAL_NOTE
-    return table(frame, kinds, headers, missing, [note], empty="The paper's literal setting did not run in this grid.")
+    return table(frame, kinds, headers, missing, empty="The paper's literal setting did not run in this grid.")
 
 
 def convergence_display(per_task: pd.DataFrame) -> Table:

@@ -43,14 +43,9 @@ def lr_choice_display(frame: pd.DataFrame) -> T.Table:
     kinds |= {lr: W.text for lr in lrs}
     paper = lambda lr: " (the paper's)" if math.isclose(lr, PAPER_LR) else ""
     headers = {"chosen_lr": "chosen lr"} | {lr: f"held-out at lr {lr_text(lr)}{paper(lr)}" for lr in lrs}
-    notes = [
-        "Each cell: the best held-out score (the task's main metric, on held-out training examples) and the epoch that"
-        ' reached it, of the epochs trained before early stopping ended the run; "at the cap": the curve was still'
-        " rising when the run reached its epoch cap."
-    ]
     missing = {lr: "this lr was not a candidate here" for lr in lrs}
     missing["chosen_lr"] = "the chosen lr is not among the candidates' runs"
-    return T.table(pd.DataFrame(rows), kinds, headers, missing, notes)
+    return T.table(pd.DataFrame(rows), kinds, headers, missing)
 
 
 def lr_choice_numbers(frame: pd.DataFrame) -> dict:
@@ -126,13 +121,8 @@ def near_floor_display(frame: pd.DataFrame) -> T.Table:
     why |= {"seeds_cell": "no k = 0 run of the main grid", "loss_cell": "no training loss recorded"}
     why |= {"heldout": "no lr choice ran for this pair", "share_cell": "a token task: no single class per example"}
     why |= {"more_cell": "no training-size study covers this pair", "best_cell": "no other model ran this task"}
-    notes = [
-        "Scores are the task's main metric, averaged over probe seeds; the held-out score is on held-out training"
-        " examples, the others on the dev split.",
-        "A k = 0 score without an interval: not every seed stored its dev predictions.",
-    ]
     empty = "Every model and task clears its floor: no pair is near it."
-    return T.table(shown, kinds, headers, why, notes, empty=empty)
+    return T.table(shown, kinds, headers, why, empty=empty)
 
 
 def near_floor_numbers(frame: pd.DataFrame) -> dict:

@@ -16,9 +16,6 @@ import pandas as pd
 from papa.book.words import DASH, NBSP, integer, is_missing, percent, score, text, yes_no
 from papa.core.tasks import metric_name, task_name
 
-#: The footnote of every "beyond seed range?" column ("real?" means only that a bootstrap interval excludes 0).
-SEED_RANGE_NOTE = "beyond seed range?: whether the difference exceeds the larger of the two seed ranges (max − min"
-SEED_RANGE_NOTE += " over seeds)."
 #: Why a value is missing when the caller gives no reason.
 DEFAULT_MISSING = "no run of this grid measured this value"
 _STYLE = (

@@ -39,9 +39,8 @@ def scores_display(summary: pd.DataFrame) -> Table:
     cells = rows.assign(cell=[W.score_spread(m, s) for m, s in zip(rows["mean"], rows["std"])])
     wide = cells.pivot_table(index=keys, columns=step, values="cell", aggfunc="first").reset_index()
     kinds: dict[str, Any] = {k: "text" for k in keys} | {s: text for s in steps}
-    notes = ["A score without ± comes from a single seed; ± is the standard deviation over seeds."]
     missing = {s: "this ranking was not run with this many constant heads" for s in steps}
-    return table(wide, kinds, header, missing, notes)
+    return table(wide, kinds, header, missing)
 
 
 def _share_header(share: Fraction, counts: list[tuple[int, int]]) -> str:
@@ -74,13 +73,7 @@ def retained_gains_display(gains: pd.DataFrame) -> Table:
     headers |= {"n_pairs": "pairs of probe results", "informative": "informative task"}
     missing = {"retained_gain": NOISY_GAIN, "relative_drop": NOISY_DROP}
     missing["score"] = "the seeded random orderings, pooled: each ordering's score is in the random-baseline table"
-    note = (
-        "The drop and the gain compare the paired scores (each run with the k = 0 run of its probe seed); the mean"
-        " score is over every converged seed, so where fewer seeds pair (each random ordering ran with one probe seed)"
-        " it can differ from the paired one, even in which side of the k = 0 score it lies. A retained gain above 100%"
-        " is a score above k = 0's; where the k = 0 gain over the floor is small (a few points), it moves a lot."
-    )
-    return table(key_text(gains.drop(columns=["fraction"], errors="ignore")), kinds, headers, missing, [note])
+    return table(key_text(gains.drop(columns=["fraction"], errors="ignore")), kinds, headers, missing)
 
 
 def layer_display(layers: pd.DataFrame) -> Table:
@@ -106,11 +99,7 @@ def drop_checks_display(checks: pd.DataFrame) -> Table:
     headers = {"lr_cell": "lr", "k0_cell": "k = 0, per seed", "all_cell": "all heads, per seed"}
     headers |= {"drop": "drop of the means", "apart": "seeds apart?", "epoch_reported": "epoch reported"}
     headers |= {"epochs_trained": "epochs trained", "cap": "epoch cap"}
-    notes = [
-        "seeds apart?: whether every seed's score with every head constant lies below every seed's score at k = 0.",
-        "epoch reported, epochs trained: the range over the setting's runs at k = 0 and with every head constant.",
-    ]
-    return table(frame, kinds, headers, {"lr_cell": "the lr differs between runs"}, notes, empty="No run to check.")
+    return table(frame, kinds, headers, {"lr_cell": "the lr differs between runs"}, empty="No run to check.")
 
 
 def sensitivity_display(sensitivity: pd.DataFrame) -> Table:
@@ -128,9 +117,7 @@ def sensitivity_display(sensitivity: pd.DataFrame) -> Table:
     frame = key_text(sensitivity)
     if "study" in frame:
         frame["study"] = frame["study"].map(study_words)
-    drop = "drop: the relative drop with every head constant, paired by seed among the converged runs (the book's"
-    notes = [f"{drop} basis). {T.SEED_RANGE_NOTE}"]
-    return table(frame, kinds, headers, {"drop official": NOISY_DROP, "drop study": NOISY_DROP}, notes)
+    return table(frame, kinds, headers, {"drop official": NOISY_DROP, "drop study": NOISY_DROP})
 
 
 def compare_display(comparison: pd.DataFrame | None, label_a: str, label_b: str, empty: str = "") -> Table:
@@ -141,7 +128,7 @@ def compare_display(comparison: pd.DataFrame | None, label_a: str, label_b: str,
     kinds["beyond_seed_range"] = "yes/no"
     kinds |= {label_a: "score", label_b: "score", f"{label_a} seeds": "int", f"{label_b} seeds": "int"}
     headers = {"difference": f"difference ({label_b} − {label_a})", "beyond_seed_range": "beyond seed range?"}
-    return table(key_text(comparison), kinds, headers, notes=[T.SEED_RANGE_NOTE])
+    return table(key_text(comparison), kinds, headers)
 
 
 def rising_display(rising: pd.DataFrame) -> Table:

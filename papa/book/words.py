@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -81,27 +81,14 @@ def score_spread(mean: Any, spread: Any) -> str | None:
     return str(score(mean)) + ("" if is_missing(spread) else f"{NBSP}±{NBSP}{score(spread)}")
 
 
-def _is_zero_text(cell: str | None) -> bool:
-    return cell is not None and re.fullmatch(r"0(\.0*)?%?", cell) is not None
-
-
-def interval_end(cell: Callable[..., str | None], value: Any) -> str | None:
-    """An interval's end as ``cell`` writes it, with up to three more digits when it would read as zero but is not:
-    whether an interval excludes 0 (a verdict) stays visible (``signed(0.0004)`` → ``"+0.0004"``, not ``"0.000"``)."""
-    text = cell(value)
-    if is_missing(value) or not _is_zero_text(text) or float(value) == 0.0:
-        return text
-    digits = len(text.rstrip("%").partition(".")[2])
-    finer = (cell(value, more) for more in (digits + 1, digits + 2, digits + 3))
-    return next((t for t in finer if not _is_zero_text(t)), text)
-
-
 def with_interval(cell: Callable[..., str | None], value: Any, low: Any, high: Any) -> str | None:
-    """``cell(value)`` followed, when both ends are there, by ``[low, high]`` (:func:`interval_end`), with
-    non-breaking spaces (one line): ``"0.812 [0.800, 0.840]"``; None without a value."""
+    """``cell(value)`` followed, when both ends are there, by ``[low, high]``, with non-breaking spaces (one line):
+    ``"0.812 [0.800, 0.840]"``; None without a value. The ends have the value's precision (one per column): an end
+    that rounds to zero is ``0.000`` / ``0.0%`` whatever its side; whether an interval excludes 0 is the verdict's
+    (a "real?" or verdict cell beside it), decided on the unrounded ends."""
     if is_missing(value):
         return None
-    ends = "" if is_missing(low) or is_missing(high) else f"{interval_end(cell, low)},{NBSP}{interval_end(cell, high)}"
+    ends = "" if is_missing(low) or is_missing(high) else f"{cell(low)},{NBSP}{cell(high)}"
     return f"{cell(value)}{f'{NBSP}[{ends}]' if ends else ''}"
 
 
@@ -111,9 +98,16 @@ def interval_text(value: Any, low: Any, high: Any) -> str:
     return (with_interval(percent, value, low, high) or DASH).replace(NBSP, " ")
 
 
-def points_text(value: Any) -> str:
+def points_text(value: Any, digits: int = 1) -> str:
     """A difference of rates in signed percentage points: ``0.012`` → ``"+1.2"``, ``0.0001`` → ``"0.0"``."""
-    return str(signed(float(value) * 100, 1))
+    return str(signed(float(value) * 100, digits))
+
+
+def distinct_digits(rows: Iterable[Any], write: Callable[[Any, int], str], least: int = 1, most: int = 3) -> int:
+    """The fewest digits (``least`` to ``most``) at which ``write(row, digits)`` tells every two different ``rows``
+    of one column apart, so that two rows never print alike when their numbers differ; ``most`` when none does."""
+    rows = list(dict.fromkeys(rows))
+    return next((d for d in range(least, most) if len({write(r, d) for r in rows}) == len(rows)), most)
 
 
 _SMALL = ["no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve"]
@@ -324,11 +318,6 @@ def verdict_words(judgement: V.Judgement) -> str:
     return VERDICT_WORDS[judgement.verdict]
 
 
-def verdict_sentence(key: str, judgement: V.Judgement) -> str:
-    """``"Verdict: <verdict>. <reason>"`` for a caption."""
-    return f"Verdict: {verdict_words(judgement)}. {reason(key, judgement)}"
-
-
 def largest_cell(bound: pd.DataFrame) -> pd.Series | None:
     """The cell of ``bound`` (claim 2b's all-heads cells) with the largest relative drop, or None."""
     usable = bound.dropna(subset=["relative_drop"])
@@ -355,10 +344,10 @@ def claim_number(key: str, evidence: V.Evidence) -> str:
 
 
 def interval_words(low: float, high: float) -> str:
-    """``[low, high]`` in percent, each end as the tables write it (:func:`interval_end`: near 0, its side)."""
+    """``[low, high]`` in percent, each end as the tables write it (:func:`with_interval`)."""
     if math.isnan(low) or math.isnan(high):
         return "(no interval)"
-    return f"[{interval_end(percent, low)}, {interval_end(percent, high)}]"
+    return f"[{percent(low)}, {percent(high)}]"
 
 
 def random_summary(random: pd.DataFrame, ranking: str) -> str:
@@ -389,11 +378,6 @@ def paper_numbers_frame() -> pd.DataFrame:
     """The numbers the paper states, one row per claim, with where it states them."""
     rows = [[PAPER_QUANTITIES[c.key], CLAIM_WORDS[c.key].paper, CLAIM_WORDS[c.key].where] for c in V.CLAIMS]
     return pd.DataFrame(rows, columns=["quantity", "the paper", "where the paper states it"])
-
-
-def basis_paper(families: object) -> str:
-    """The paper's number beside a sensitivity basis (:data:`PAPER_BY_BASIS`)."""
-    return PAPER_BY_BASIS["families" if families else "all"]
 
 
 def gate_words(gate: Mapping) -> str:

@@ -18,7 +18,7 @@ from papa.analysis.basis import Basis, build_basis
 from papa.analysis.figure_kit import AXIS_PX, TEXT_WIDTH, Figure, clean, finish, glue_figure, legend, words
 from papa.book.load import BookData, read_manifest
 from papa.book.table_format import Table, key_text, model_task_kinds, table
-from papa.book.words import REPLACEMENT_ANSWERS, REPLACEMENT_QUESTIONS, interval_text, points_text
+from papa.book.words import REPLACEMENT_ANSWERS, REPLACEMENT_QUESTIONS, distinct_digits, interval_text, points_text
 from papa.core import replacements as core_replacements
 from papa.core.errors import PapaError
 from papa.core.grid_schema import GridConfig
@@ -105,20 +105,23 @@ def replacement_answers(data: BookData) -> ReplacementsChapter:
 
 def answer_words(answers: pd.DataFrame) -> pd.DataFrame:
     """:func:`papa.analysis.replacements.answers` in words: each alternative's ``question``, its ``answer``
-    (:data:`papa.book.words.REPLACEMENT_ANSWERS`) and the ``reason`` (:func:`answer_reason`)."""
-    codes = list(answers["answer"])
-    reasons = [answer_reason(row.replacement, row._asdict(), row.answer) for row in answers.itertuples()]
+    (:data:`papa.book.words.REPLACEMENT_ANSWERS`), its extra drop as ``number`` (:func:`points_with_interval`, in
+    as many digits as tell the rows apart) and the ``reason`` (:func:`answer_reason`)."""
+    triples = list(zip(answers["extra"], answers["low"], answers["high"]))
+    digits = distinct_digits(triples, lambda t, d: points_with_interval(*t, digits=d))
+    numbers = [points_with_interval(*t, digits=digits) for t in triples]
+    reasons = [answer_reason(row.replacement, row._asdict(), row.answer, digits) for row in answers.itertuples()]
     question = [REPLACEMENT_QUESTIONS[mode] for mode in answers["replacement"]]
-    words = answers.assign(answer=[REPLACEMENT_ANSWERS[code] for code in codes], reason=reasons)
-    return words.assign(question=question)[["question", *answers.columns, "reason"]]
+    words = answers.assign(answer=[REPLACEMENT_ANSWERS[code] for code in answers["answer"]], reason=reasons)
+    return words.assign(question=question, number=numbers)[["question", *answers.columns, "number", "reason"]]
 
 
-def answer_reason(replacement: str, pooled: Mapping[str, float], verdict: str) -> str:
+def answer_reason(replacement: str, pooled: Mapping[str, float], verdict: str, digits: int = 1) -> str:
     """One sentence saying why ``verdict`` (:data:`papa.analysis.replacements.ANSWERS`) follows from ``pooled``
-    (``low``, ``high`` in rates, ``n``)."""
+    (``low``, ``high`` in rates, ``n``; points with ``digits`` decimals)."""
     if verdict == "not_testable":
         return f"No informative task has a paired drop for both PAPA's constant and {replacement}."
-    span = f"[{points_text(pooled['low'])}, {points_text(pooled['high'])}] points"
+    span = f"[{points_text(pooled['low'], digits)}, {points_text(pooled['high'], digits)}] points"
     pairs = f"over {pooled['n']} model/task pairs"
     if verdict in ("more", "less"):
         more, side = ("more", "above") if verdict == "more" else ("less", "below")
@@ -127,12 +130,12 @@ def answer_reason(replacement: str, pooled: Mapping[str, float], verdict: str) -
     return f"The extra drop's interval {span} {pairs} holds 0: {replacement} may do as well as PAPA's constant."
 
 
-def _points(value: float, low: float, high: float) -> str:
+def points_with_interval(value: float, low: float, high: float, digits: int = 1) -> str:
     """An extra drop and its interval in percentage points: ``"+1.2 points [-0.3, +2.7]"``; "–" without a value."""
     if value is None or math.isnan(value):
         return "–"
-    span = "" if math.isnan(low) or math.isnan(high) else f" [{points_text(low)}, {points_text(high)}]"
-    return f"{points_text(value)} points{span}"
+    span = "" if math.isnan(low) or math.isnan(high) else f" [{points_text(low, digits)}, {points_text(high, digits)}]"
+    return f"{points_text(value, digits)} points{span}"
 
 
 def replacement_numbers(science: ReplacementsChapter, grid: GridConfig) -> dict[str, str]:
@@ -144,7 +147,7 @@ def replacement_numbers(science: ReplacementsChapter, grid: GridConfig) -> dict[
         key = f"q_{row.replacement}"
         numbers[f"{key}_question"] = row.question
         numbers[f"{key}_answer"] = row.answer
-        numbers[f"{key}_number"] = _points(row.extra, row.low, row.high)
+        numbers[f"{key}_number"] = row.number
         numbers[f"{key}_reason"] = row.reason
     return numbers
 
@@ -192,10 +195,8 @@ def by_model_display(science: ReplacementsChapter) -> Table:
 
 def answers_display(science: ReplacementsChapter) -> Table:
     """The three questions at every head constant: answer, pooled extra drop over PAPA (points) and reason."""
-    a = science.answers
-    frame = a.assign(number=[_points(*v) for v in zip(a["extra"], a["low"], a["high"])])
     kinds = {"question": "text", "answer": "text", "number": "text", "n": "int", "reason": "text"}
-    return table(frame, kinds, headers={"number": "extra drop over PAPA [95% interval]", "n": "pairs"})
+    return table(science.answers, kinds, headers={"number": "extra drop over PAPA [95% interval]", "n": "pairs"})
 
 
 def glue_replacement_figure(chapter: ReplacementsChapter) -> None:

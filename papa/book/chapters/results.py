@@ -132,7 +132,8 @@ def build(data: BookData) -> ResultsChapter:
 def analogue_figures(chapter: ResultsChapter) -> list[Figure]:
     """The paper's analogues (a)–(c) of the chapter's basis, claim 3's captioned with its one judgement."""
     points, better = chapter.better
-    caption = W.verdict_sentence("claim3", chapter.judged.judgements["claim3"])
+    claim3 = chapter.judged.judgements["claim3"]
+    caption = f"Verdict: {W.verdict_words(claim3)}. {W.reason('claim3', claim3)}"
     data = (chapter.summary, chapter.data.floors, chapter.all_cells)
     return AF.analogue_figures(*data, chapter.ranking, (points, better, caption))
 
@@ -177,7 +178,7 @@ def sensitivity_frame(by_basis: dict[str, V.Judged]) -> pd.DataFrame:
         for claim in V.CLAIMS:
             number, judgement = W.claim_number(claim.key, judged.evidence), judged.judgements[claim.key]
             row |= {claim.key: number, f"{claim.key}_verdict": W.verdict_words(judgement)}
-        rows.append(row | {"paper": W.basis_paper(families)})
+        rows.append(row | {"paper": W.PAPER_BY_BASIS["families" if families else "all"]})
     return pd.DataFrame(rows)
 
 

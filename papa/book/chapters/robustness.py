@@ -54,6 +54,11 @@ def build(data: BookData, cells: pd.DataFrame, judged: V.Judged, ranking: str) -
     return Robustness(agreement, both, by_draw, runner_up, by_model, glue)
 
 
+def _column(write, frame: pd.DataFrame, *names: str) -> list:
+    """``write(*values)`` of each row's values in the columns ``names``."""
+    return [write(*values) for values in zip(*(frame[name] for name in names))]
+
+
 def agreement_words(row) -> str:
     """The ranking judgement of one agreement row in words (:data:`papa.book.words.RANKING_REASONS`)."""
     facts = {"overlap": f"{row.overlap:.1f} of {row.half}", "chance": f"{row.overlap_chance:.0f}"}
@@ -84,30 +89,19 @@ def agreement_display(agreement: pd.DataFrame) -> Table:
     draws and the judgement."""
     frame = agreement.assign(
         task=agreement["task"].map(task_name),
-        overlap_cell=[
-            f"{o:.1f} of {h} ({lo:.0f}–{hi:.0f})"
-            for o, h, lo, hi in zip(*(agreement[c] for c in ("overlap", "half", "overlap_min", "overlap_max")))
-        ],
+        overlap_cell=_column(
+            "{:.1f} of {} ({:.0f}–{:.0f})".format, agreement, "overlap", "half", "overlap_min", "overlap_max"
+        ),
         chance_cell=[f"{c:.0f}" for c in agreement["overlap_chance"]],
-        rho_cell=[
-            f"{r:+.2f} ({lo:+.2f} to {hi:+.2f})"
-            for r, lo, hi in zip(*(agreement[c] for c in ("spearman", "spearman_min", "spearman_max")))
-        ],
+        rho_cell=_column("{:+.2f} ({:+.2f} to {:+.2f})".format, agreement, "spearman", "spearman_min", "spearman_max"),
         floor_cell=[and_list(s) or "none" for s in agreement["near_floor"]],
         reading=[agreement_words(row) for row in agreement.itertuples()],
     )
     kinds = dict.fromkeys(["model", "task", "overlap_cell", "chance_cell", "rho_cell", "floor_cell", "reading"], "text")
     headers = {"overlap_cell": "first-half overlap, mean (range)", "chance_cell": "chance (n/4)"}
     headers |= {"rho_cell": "Spearman ρ, mean (range); chance 0", "floor_cell": "draws near their floor (seed)"}
-    notes = [
-        "Per pair of gate draws: how many of the heads each puts in its first half both do (two random orderings of n"
-        " heads share n/4 on average), and Spearman's ρ of the two orders (0 by chance). Informative: the mean overlap"
-        " lies above chance at α = 0.05 (hypergeometric, one-sided, the mean held to one pair's distribution) and the"
-        " mean ρ above 0. A draw near its floor: its gate probe's final score had not cleared its floor by much"
-        " (papa.probing.ranking.probe_check)."
-    ]
     empty = "Not in this grid: its rankings combine no gate draws, so no agreement between draws is measured."
-    return table(frame, kinds, headers, notes=notes, empty=empty)
+    return table(frame, kinds, headers, empty=empty)
 
 
 def ranking_label(ranking: str, method: str = "gates") -> str:
@@ -139,15 +133,12 @@ def draws_summary(by_draw: pd.DataFrame, ranking: str) -> str:
     return f"on the {int(by_draw['pairs'].max())} informative pairs every draw ran, claim 1 reads: {each}"
 
 
-def draws_display(by_draw: pd.DataFrame, cells: pd.DataFrame) -> Table:
-    """Claim 1 per draw: the verdict table (:func:`by_draw_frame`) with each pair's drop per ranking beneath."""
+def draws_display(cells: pd.DataFrame) -> Table:
+    """Claim 1 per draw: each pair's half-heads drop per ranking (the verdicts: :func:`draws_summary`)."""
     per_pair = cells.assign(
         task=cells["task"].map(task_name),
         ranking=[ranking_label(r) for r in cells["ranking"]],
-        drop=[
-            interval_text(d, lo, hi)
-            for d, lo, hi in zip(cells["relative_drop"], cells["relative_low"], cells["relative_high"])
-        ],
+        drop=_column(interval_text, cells, "relative_drop", "relative_low", "relative_high"),
         informative=cells["informative"].astype(bool),
     )
     kinds = {
@@ -159,18 +150,8 @@ def draws_display(by_draw: pd.DataFrame, cells: pd.DataFrame) -> Table:
         "informative": "yes/no",
     }
     headers = {"drop": "relative drop, half of the heads [95% interval]", "n_pairs": "probe seeds / draws paired"}
-    notes = [
-        "Each draw's half-heads drop comes from one probe seed (42), paired with that seed's k = 0 run; its interval"
-        " resamples the dev examples only. The draws pooled: the draws' runs pooled as the random baseline pools its"
-        " orderings, each paired with its seed's k = 0 run; the bootstrap draws those pairs, then the dev examples,"
-        " so the interval covers the draw-to-draw spread (not the probe seeds'). The combined ranking's drop pairs"
-        " its three probe seeds.",
-        "Claim 1 per ranking (the verdicts above): the same rule as the pooled claim, on the informative pairs every"
-        " ranking ran: "
-        + "; ".join(f"{r}: {v}, {d}" for r, v, d in zip(by_draw["ranking"], by_draw["verdict"], by_draw["drop"])),
-    ]
     empty = "Not in this grid: no half-heads probe ran on the single gate draws."
-    return table(per_pair, kinds, headers, notes=notes if len(by_draw) else notes[:1], empty=empty)
+    return table(per_pair, kinds, headers, empty=empty)
 
 
 def runner_up_summary(frame: pd.DataFrame, lr_choices: dict) -> str:
@@ -198,24 +179,15 @@ def runner_up_display(frame: pd.DataFrame) -> Table:
     """:func:`papa.analysis.robustness.runner_up_frame` for reading."""
     shown = frame.assign(
         task=frame["task"].map(task_name),
-        chosen=[_lr_cell(*v) for v in zip(*(frame[x] for x in ("lr", "heldout", "stderr", "converged")))],
-        other=[_lr_cell(*v) for v in zip(*(frame[f"runner_up{x}"] for x in ("", "_heldout", "_stderr", "_converged")))],
-        drop_chosen=[interval_text(*v) for v in zip(frame["drop"], frame["low"], frame["high"])],
-        drop_other=[
-            interval_text(*v) for v in zip(frame["runner_up_drop"], frame["runner_up_low"], frame["runner_up_high"])
-        ],
+        chosen=_column(_lr_cell, frame, "lr", "heldout", "stderr", "converged"),
+        other=_column(_lr_cell, frame, *(f"runner_up{x}" for x in ("", "_heldout", "_stderr", "_converged"))),
+        drop_chosen=_column(interval_text, frame, "drop", "low", "high"),
+        drop_other=_column(interval_text, frame, "runner_up_drop", "runner_up_low", "runner_up_high"),
     )
     kinds = dict.fromkeys(["model", "task", "chosen", "other", "drop_chosen", "drop_other"], "text")
     headers = {"chosen": "chosen lr: held-out mean ± s.e.", "other": "runner-up: held-out mean ± s.e."}
     headers |= {"drop_chosen": "all heads: drop at the chosen lr", "drop_other": "all heads: drop at the runner-up"}
-    notes = [
-        "The lr choices within noise of their runner-up (the mean held-out scores of the lr-selection seeds lie"
-        " within their standard errors). The chosen lr's drop pairs the main grid's probe seeds; the runner-up's"
-        " (the lrnext study) one seed, its interval over dev examples only. \u2013: the lrnext study did not run."
-    ]
-    return table(
-        shown, kinds, headers, notes=notes, empty="No lr choice of this grid was within noise of its runner-up."
-    )
+    return table(shown, kinds, headers, empty="No lr choice of this grid was within noise of its runner-up.")
 
 
 def models_frame(judged: V.Judged, per_model: dict[str, V.Judged]) -> pd.DataFrame:
