@@ -1,5 +1,6 @@
-"""Where and how runs execute: :func:`execute` runs one run's notebook with papermill; the driver
-(:func:`papa.pipeline.runner.run_grid`) hands ready runs to an :class:`Executor` and records what comes back.
+"""Where and how runs execute: :func:`execute` runs one run's notebook with papermill (:func:`execute_notebook`,
+which also executes a model report's chapter); the driver (:func:`papa.pipeline.runner.run_grid`) hands ready runs
+to an :class:`Executor` and records what comes back.
 :class:`SequentialExecutor` (the default) runs one at a time in this process; a Dask executor
 (:mod:`papa.pipeline.distributed`, which imports this module) runs several. An executor never writes the manifest.
 """
@@ -78,7 +79,7 @@ class SequentialExecutor:
 
 
 # -- one run ------------------------------------------------------------------------------------------
-def _scratch(folder: Path, run_id: str) -> Path:
+def attempt_folder(folder: Path, run_id: str) -> Path:
     """A fresh scratch folder per attempt: ``.executing/<run_id>.<attempt>/``."""
     attempt = 1
     while True:
@@ -95,6 +96,16 @@ def _scratch(folder: Path, run_id: str) -> Path:
 
 def execute(run: Run, root: Path = ROOT) -> float:
     """Execute one run's notebook with papermill (cwd = repo root); returns seconds; any failure is a PapaError."""
+    started = time.perf_counter()
+    scratch = attempt_folder(root / "book" / "runs" / run.grid, run.run_id)
+    execute_notebook(run.notebook, run.params, root / run_notebook_path(run), scratch, f"Run {run.run_id}", root)
+    return time.perf_counter() - started
+
+
+def execute_notebook(notebook: str, params: dict, target: Path, scratch: Path, what: str, root: Path = ROOT) -> None:
+    """Execute ``notebook`` (repository-relative) with ``params`` into ``target``, cleaned, through the fresh folder
+    ``scratch`` (removed after); a failed execution is kept beside ``target`` as ``.failed.ipynb``. Every failure
+    is a PapaError that starts with ``what`` (``Run <run_id>``, ``The chapter of <grid>``)."""
     import nbformat
     import papermill
 
@@ -102,11 +113,9 @@ def execute(run: Run, root: Path = ROOT) -> float:
     from papa.pipeline.kernels import papermill_options
     from papa.pipeline.notebook import read_source
 
-    target = root / run_notebook_path(run)
     failed_copy = target.with_suffix(".failed.ipynb")
-    scratch = _scratch(root / "book" / "runs" / run.grid, run.run_id)
     source, temp = scratch / "source.ipynb", scratch / "executed.ipynb"
-    options = dict(parameters=run.params, cwd=str(root), **papermill_options())
+    options = dict(parameters=params, cwd=str(root), **papermill_options())
 
     def keep(path: Path) -> None:
         """The executed notebook, cleaned (:func:`~papa.pipeline.executed.clean_executed`), written at ``path``."""
@@ -114,15 +123,14 @@ def execute(run: Run, root: Path = ROOT) -> float:
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(path, nbformat.writes(nb))
 
-    started = time.perf_counter()
     try:
         try:
-            atomic_write_text(source, nbformat.writes(read_source(root / run.notebook)))
+            atomic_write_text(source, nbformat.writes(read_source(root / notebook)))
         except PapaError:
             raise
         except Exception as err:
             why = f"{type(err).__name__}: {err}"
-            problem = f"Run {run.run_id} failed: its notebook {run.notebook} could not be prepared ({why})"
+            problem = f"{what} failed: its notebook {notebook} could not be prepared ({why})"
             raise PapaError(problem, "Fix the notebook, then run again.") from None
         try:
             papermill.execute_notebook(str(source), str(temp), **options)
@@ -136,15 +144,14 @@ def execute(run: Run, root: Path = ROOT) -> float:
                 kept = False
             lost = "No notebook was kept (it could not be read or written); fix the cause above and run again."
             hint = f"Read {failed_copy.relative_to(root)}" if kept else lost
-            raise PapaError(f"Run {run.run_id} failed ({reason[:300]})", hint) from None
+            raise PapaError(f"{what} failed ({reason[:300]})", hint) from None
         try:
             keep(target)
         except PapaError:
             raise
         except Exception as err:  # e.g. nbformat's NotJSONError after a full disk, a too-long name
-            problem = f"Run {run.run_id} failed writing its notebook ({type(err).__name__}: {str(err)[:200]})"
+            problem = f"{what} failed writing its notebook ({type(err).__name__}: {str(err)[:200]})"
             raise PapaError(problem, "Free space in the runs folder or shorten the names, then run again.") from None
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     failed_copy.unlink(missing_ok=True)
-    return time.perf_counter() - started
