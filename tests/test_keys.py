@@ -17,7 +17,7 @@ import pytest
 
 from papa.core.errors import PapaError
 from papa.pipeline import sources, stamps
-from papa.pipeline.executors import Outcome
+from papa.pipeline.executors import Outcome, refresh_text
 from papa.pipeline.keys import key_of, run_components, what_changed
 from papa.pipeline.notebook import read_source
 from papa.pipeline.plan import NOTEBOOKS, ROOT, Run, run_notebook_path
@@ -225,7 +225,7 @@ def test_markdown_edit_refreshes_the_executed_notebook_without_executing(tree):
     display = notebook_fingerprints(read_source(source))[1]
     assert display != stamp["display"]
     before = nbformat.read(root / run_notebook_path(run), as_version=4)
-    refreshed = stamps.refresh_text(run, stamp, display, folder, root)
+    refreshed = refresh_text(run, stamp, display, folder, root)
     after = nbformat.read(root / run_notebook_path(run), as_version=4)
     assert "A new paragraph." in "".join(c.source for c in after.cells if c.cell_type == "markdown")
     assert [c.outputs for c in after.cells if c.cell_type == "code"] == [

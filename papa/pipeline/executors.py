@@ -1,8 +1,9 @@
 """Where and how runs execute: :func:`execute` runs one run's notebook with papermill (:func:`execute_notebook`,
 which also executes a model report's chapter); the driver (:func:`papa.pipeline.runner.run_grid`) hands ready runs
-to an :class:`Executor` and records what comes back.
-:class:`SequentialExecutor` (the default) runs one at a time in this process; a Dask executor
-(:mod:`papa.pipeline.distributed`, which imports this module) runs several. An executor never writes the manifest.
+to an :class:`Executor` and records what comes back. :class:`SequentialExecutor` (the default) runs one at a time in
+this process; a Dask executor (:mod:`papa.pipeline.distributed`, which imports this module) runs several. An
+executor never writes the manifest. After a text-only change of a notebook, :func:`refresh_text` rewrites an
+executed notebook's text without executing it.
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ from pathlib import Path
 from typing import Protocol
 
 from papa.core.errors import PapaError
-from papa.core.io import atomic_write_text
+from papa.core.io import atomic_write_json, atomic_write_text, sha256_file
 from papa.pipeline.plan import ROOT, Run, run_notebook_path
+from papa.pipeline.stamps import stamp_path
 
 
 @dataclass
@@ -109,7 +111,6 @@ def execute_notebook(notebook: str, params: dict, target: Path, scratch: Path, w
     import nbformat
     import papermill
 
-    from papa.pipeline.executed import clean_executed
     from papa.pipeline.kernels import papermill_options
     from papa.pipeline.notebook import read_source
 
@@ -118,10 +119,9 @@ def execute_notebook(notebook: str, params: dict, target: Path, scratch: Path, w
     options = dict(parameters=params, cwd=str(root), **papermill_options())
 
     def keep(path: Path) -> None:
-        """The executed notebook, cleaned (:func:`~papa.pipeline.executed.clean_executed`), written at ``path``."""
-        nb = nbformat.from_dict(clean_executed(nbformat.read(temp, as_version=4), root))
+        """The executed notebook, cleaned, written at ``path``."""
         path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(path, nbformat.writes(nb))
+        write_cleaned(nbformat.read(temp, as_version=4), path, root)
 
     try:
         try:
@@ -155,3 +155,51 @@ def execute_notebook(notebook: str, params: dict, target: Path, scratch: Path, w
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     failed_copy.unlink(missing_ok=True)
+
+
+def write_cleaned(nb, path: Path, root: Path = ROOT) -> None:
+    """An executed notebook ``nb``, cleaned (:func:`~papa.pipeline.executed.clean_executed`), written at ``path``."""
+    import nbformat
+
+    from papa.pipeline.executed import clean_executed
+
+    atomic_write_text(path, nbformat.writes(nbformat.from_dict(clean_executed(nb, root))))
+
+
+# -- a text-only change ---------------------------------------------------------------------------
+def refresh_text(run: Run, stamp: dict, display: str, folder: Path, root: Path = ROOT) -> dict:
+    """Rebuild an executed notebook's text from its source after a text-only change; returns the new stamp."""
+    import nbformat
+
+    from papa.pipeline.notebook import read_source
+
+    target = root / run_notebook_path(run)
+    executed = nbformat.read(target, as_version=4)
+    source = read_source(root / run.notebook)
+
+    def tags(cell) -> list:
+        return cell.get("metadata", {}).get("tags", [])
+
+    injected = [c for c in executed.cells if "injected-parameters" in tags(c)]
+    ran = [c for c in executed.cells if c.cell_type == "code" and "injected-parameters" not in tags(c)]
+    code = [c for c in source.cells if c.cell_type == "code"]
+    if len(ran) != len(code):
+        problem = f"The executed notebook of {run.run_id} does not pair with its source"
+        raise PapaError(problem, "Run the grid again: the run is re-executed.")
+    cells, pairs = [], iter(ran)
+    for cell in source.cells:
+        if cell.cell_type != "code":
+            cells.append(cell)
+            continue
+        done = next(pairs)
+        done.source = cell.source
+        done.metadata["tags"] = list(tags(cell))
+        cells.append(done)
+        if "parameters" in tags(cell):
+            cells.extend(injected)
+    executed.cells = cells
+    write_cleaned(executed, target, root)
+    outputs = dict(stamp["outputs"], **{run_notebook_path(run): sha256_file(target)})
+    stamp = dict(stamp, display=display, outputs=outputs)
+    atomic_write_json(stamp_path(folder, run.run_id), stamp)
+    return stamp
