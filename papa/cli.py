@@ -239,13 +239,20 @@ def cmd_grid_schema(args) -> int:
 
 
 def cmd_study(args) -> int:
-    """``papa study MODEL``: the book's protocol on one model (:func:`papa.book.study_site.run_study`)."""
-    from papa.book.study_site import parse_tasks, run_study
-    from papa.pipeline.study import parse_budget
+    """``papa study MODEL``: a model report, the book's protocol on one model (:func:`papa.pipeline.report.run_report`);
+    with ``--site``, its chapter built alone (:func:`papa.book.report_site.build_site`)."""
+    from papa.pipeline.report import ReportSettings, run_report
+    from papa.pipeline.report_config import PREFIX, default_name, parse_budget, parse_tasks
 
     budget = parse_budget(args.budget) if args.budget else None
-    study = (args.model, parse_tasks(args.tasks), budget, args.name, args.device, args.dry_run, args.site)
-    return run_study(*study, **_pick(args, "scheduler gpus_per_run threads_per_run"))
+    what = _pick(args, "model name device dry_run scheduler gpus_per_run threads_per_run")
+    settings = ReportSettings(tasks=tuple(parse_tasks(args.tasks)), budget=budget, **what)
+    status = run_report(settings)
+    if status == 0 and args.site and not args.dry_run:
+        from papa.book.report_site import build_site
+
+        print(f"site: {build_site(PREFIX + (args.name or default_name(args.model)))}")
+    return status
 
 
 def cmd_book(args) -> int:
@@ -322,7 +329,7 @@ def build_parser() -> argparse.ArgumentParser:
     g = command(grid, "schema", cmd_grid_schema, "write the JSON Schema of grid configs (for editors)")
     g.add_argument("--out", default=None, help="output file (default: standard output)")
 
-    about = "run the book's protocol on one model (sized to a time budget) and write its chapter"
+    about = "write a model report: the book's protocol run on one model (sized to a time budget), and its chapter"
     p = command(sub, "study", cmd_study, about)
     p.add_argument("model", help="an embedded name (minilm-l6), a local save_pretrained folder or a hub id")
     p.add_argument("--tasks", default=None, help="comma list of tasks (default: all six)")
@@ -330,7 +337,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--budget", default=None, help=budget)
     p.add_argument("--device", type=_device, default="auto", help="auto (default), cpu, cuda, cuda:N or mps")
     _scale_out_flags(p)
-    p.add_argument("--name", default=None, help="the study's name: configs/study-NAME.yaml (default: from the model)")
+    p.add_argument("--name", default=None, help="the report's name: configs/study-NAME.yaml (default: from the model)")
     _flag(p, "--dry-run", "print the config it would write and the estimate; write nothing")
     _flag(p, "--site", "also build the chapter as a standalone site (_build/study-NAME/)")
 

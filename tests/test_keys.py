@@ -17,7 +17,7 @@ import pytest
 
 from papa.core.errors import PapaError
 from papa.pipeline import sources, stamps
-from papa.pipeline.executors import Outcome
+from papa.pipeline.executors import Outcome, refresh_text
 from papa.pipeline.keys import key_of, run_components, what_changed
 from papa.pipeline.notebook import read_source
 from papa.pipeline.plan import NOTEBOOKS, ROOT, Run, run_notebook_path
@@ -225,7 +225,7 @@ def test_markdown_edit_refreshes_the_executed_notebook_without_executing(tree):
     display = notebook_fingerprints(read_source(source))[1]
     assert display != stamp["display"]
     before = nbformat.read(root / run_notebook_path(run), as_version=4)
-    refreshed = stamps.refresh_text(run, stamp, display, folder, root)
+    refreshed = refresh_text(run, stamp, display, folder, root)
     after = nbformat.read(root / run_notebook_path(run), as_version=4)
     assert "A new paragraph." in "".join(c.source for c in after.cells if c.cell_type == "markdown")
     assert [c.outputs for c in after.cells if c.cell_type == "code"] == [
@@ -499,3 +499,19 @@ def test_a_sealed_run_records_when_it_finished_and_the_manifest_keeps_it(tree):
     assert abs((datetime.datetime.now(datetime.timezone.utc) - finished).total_seconds()) < 60
     assert stamps.entry_of(stamp)["finished"] == stamp["finished"] and stamps.entry_of(stamp)["seconds"] == 12.0
     assert "finished" not in stamps.entry_of({k: v for k, v in stamp.items() if k != "finished"})
+
+
+#: The site's code: the generated pages, the sidebar, the build, the assets, model reports' pages, and the runner.
+SITE_MODULES = [f"papa.book.{name}" for name in "assets build pages report_site run_index setup_page templates".split()]
+SITE_MODULES += ["papa.book.sphinx_titles", "papa.cli", "papa.pipeline.report", "papa.pipeline.runner"]
+
+
+@pytest.mark.parametrize("notebook", sorted(p.name for p in (ROOT / "notebooks").glob("*.md")))
+def test_a_wording_change_in_the_site_code_restales_no_run(notebook):
+    """No notebook (run or chapter) executes the site's modules, so editing them changes no run's key."""
+    import jupytext
+
+    assert all(sources.module_file(name) is not None for name in SITE_MODULES)  # each still exists
+    executed = papa_modules(sources.notebook_code_tree(jupytext.read(ROOT / "notebooks" / notebook)))
+    assert "papa.book.load" in executed or "papa.pipeline.notebook" in executed  # the walk found its imports
+    assert sorted(set(SITE_MODULES) & set(executed)) == []

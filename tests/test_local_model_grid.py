@@ -6,37 +6,18 @@ from __future__ import annotations
 
 import io
 import shutil
-import uuid
 from pathlib import Path
 
 import pytest
 import torch
-import yaml
 from safetensors import safe_open
+from tiny import write_tiny_grid
 
 from papa.core.names import slug
 from papa.pipeline.plan import ROOT, expand, load_config
 from papa.pipeline.runner import run_grid
 
 pytestmark = [pytest.mark.data, pytest.mark.slow]
-
-
-def _grid(tmp_path, model: str) -> tuple[str, Path]:
-    """A tiny grid on ``model``; returns its name and config file."""
-    name = f"test-local-{uuid.uuid4().hex[:8]}"
-    config = {
-        "name": name,
-        "models": [model],
-        "tasks": ["sst2"],
-        "max_length": 32,
-        "estimate": {"max_examples": 16},
-        "rank": {"methods": ["deviation"], "epochs": 1, "max_train_examples": 16, "max_eval_examples": 16},
-        "probe": {"fractions": [0, 1], "seeds": [1], "epochs": 1, "max_train_examples": 16, "max_eval_examples": 16},
-        "floors": {"attention_free": False},
-    }
-    path = tmp_path / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(config))
-    return name, path
 
 
 #: What a probe result holds that depends on the weights and the data only (not on the model's name or the clock).
@@ -53,8 +34,8 @@ def test_a_grid_on_a_local_model_folder_runs_and_scores_as_the_embedded_model(tm
     lm = papa.load_model("minilm-l6", "cpu")
     lm.model.save_pretrained(folder)
     lm.tokenizer.save_pretrained(folder)
-    local, local_path = _grid(tmp_path, str(folder))
-    embedded, embedded_path = _grid(tmp_path, "minilm-l6")
+    local_path, local = write_tiny_grid(tmp_path, "test-local", models=[str(folder)])
+    embedded_path, embedded = write_tiny_grid(tmp_path, "test-local")
     folders = {local: ROOT / "book" / "runs" / local, embedded: ROOT / "book" / "runs" / embedded}
     try:
         runs = expand(load_config(local_path))

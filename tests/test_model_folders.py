@@ -7,13 +7,11 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
 from pathlib import Path
 
 import pytest
 import torch
-import yaml
-from tiny import TINY_BERT, tiny_tokenizer
+from tiny import TINY_BERT, tiny_tokenizer, write_tiny_grid
 from transformers import BertConfig, BertForMaskedLM, BertModel
 
 from papa.cli import main
@@ -142,29 +140,13 @@ def offline(monkeypatch, tmp_path):
     monkeypatch.setenv("PAPA_CACHE_DIR", str(tmp_path / "cache"))
 
 
-def _grid_config(tmp_path: Path, model: Path) -> tuple[Path, Path]:
-    name = f"test-folders-{uuid.uuid4().hex[:8]}"
-    config = {
-        "name": name,
-        "models": [str(model)],
-        "tasks": ["sst2"],
-        "max_length": 32,
-        "estimate": {"max_examples": 16},
-        "rank": {"methods": ["deviation"], "epochs": 1, "max_train_examples": 16, "max_eval_examples": 16},
-        "probe": {"fractions": [0, 1], "seeds": [1], "epochs": 1, "max_train_examples": 16, "max_eval_examples": 16},
-        "floors": {"attention_free": False},
-    }
-    path = tmp_path / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(config))
-    return path, ROOT / "book" / "runs" / name
-
-
 @pytest.mark.parametrize("command", ["probe", "estimate", "study", "grid-dry-run", "grid"])
 def test_every_entry_point_refuses_a_folder_without_tokenizer(tmp_path, capsys, offline, command):
     folder = _folder(tmp_path / "model", tokenizer=False)
     out = tmp_path / "out"
     out.mkdir()
-    grid, runs = _grid_config(tmp_path, folder)
+    grid, name = write_tiny_grid(tmp_path, "test-folders", models=[str(folder)])
+    runs = ROOT / "book" / "runs" / name
     argv = {
         "probe": ["probe", "--model", str(folder), "--task", "sst2", "--out", str(out / "result.json")],
         "estimate": ["estimate", "--model", str(folder), "--task", "sst2", "--out", str(out / "c.safetensors")],

@@ -30,12 +30,12 @@ def test_notebooks_folder_holds_only_text_notebooks():
         "04_results.md",
         "05_controls.md",
         "06_select_lr.md",
-        "07_study.md",
+        "07_report.md",
     ]
     assert [p.name for p in SOURCES] == [*names, "08_replacements.md"]
     assert sorted(NOTEBOOKS.values()) == [
-        f"notebooks/{p.name}" for p in SOURCES if p.name != "07_study.md"
-    ]  # 07: `papa study`'s chapter, not a grid run
+        f"notebooks/{p.name}" for p in SOURCES if p.name != "07_report.md"
+    ]  # 07: a model report's chapter (`papa study`), not a grid run
     assert not (ROOT / "tools" / "make_notebooks.py").exists()
 
 

@@ -13,11 +13,11 @@ import errno
 import io
 import json
 import shutil
-import uuid
 from pathlib import Path
 
 import pytest
 import yaml
+from tiny import TINY_GRID, write_tiny_grid
 
 from papa.core.errors import PapaError
 from papa.core.io import _os_error, atomic_write_json
@@ -28,15 +28,6 @@ from papa.pipeline.runner import grid_status, run_grid
 
 pytestmark = [pytest.mark.data, pytest.mark.slow]
 
-TINY = {
-    "models": ["minilm-l6"],
-    "tasks": ["sst2"],
-    "max_length": 32,
-    "estimate": {"max_examples": 16},
-    "rank": {"methods": ["deviation"], "epochs": 1, "max_train_examples": 16, "max_eval_examples": 16},
-    "probe": {"fractions": [0, 1], "seeds": [1], "epochs": 1, "max_train_examples": 16, "max_eval_examples": 16},
-    "floors": {"attention_free": False},
-}
 ESTIMATE = "estimate__minilm-l6__sst2"
 RANK = "rank__minilm-l6__sst2__deviation"
 K0 = "probe__minilm-l6__sst2__none__k0__cached"
@@ -50,9 +41,7 @@ def grid(tmp_path_factory):
 
     if not os.environ.get("PAPA_DATA_DIR", "").strip():
         pytest.skip("PAPA_DATA_DIR is not set")
-    name = f"test-faults-{uuid.uuid4().hex[:8]}"
-    path = tmp_path_factory.mktemp("faults") / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(dict(TINY, name=name)))
+    path, name = write_tiny_grid(tmp_path_factory.mktemp("faults"), "test-faults")
     folder = ROOT / "book" / "runs" / name
     try:
         assert run_grid(path, out=io.StringIO()) == 0
@@ -181,7 +170,7 @@ def test_a_deleted_or_corrupt_manifest_is_rebuilt_without_re_running(grid, damag
 def test_a_config_reusing_the_grid_name_is_refused_before_anything_is_written(grid, tmp_path):
     path, config, folder = grid
     other = tmp_path / "mine.yaml"
-    other.write_text(yaml.safe_dump(dict(TINY, name=config["name"], estimate={"max_examples": 64})))
+    other.write_text(yaml.safe_dump(dict(TINY_GRID, name=config["name"], estimate={"max_examples": 64})))
     before = {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()}
     for dry_run in (True, False):
         with pytest.raises(PapaError) as caught:
@@ -262,9 +251,7 @@ def test_only_refuses_a_run_whose_upstream_is_stale(grid):
 def test_a_model_that_cannot_be_sized_offline_stops_the_run_before_anything_is_written(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_HOME", str(tmp_path / "empty-hf-home"))
-    name = f"test-unsized-{uuid.uuid4().hex[:8]}"
-    path = tmp_path / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(dict(TINY, name=name, models=["someone/unknown-encoder"])))
+    path, name = write_tiny_grid(tmp_path, "test-unsized", models=["someone/unknown-encoder"])
     with pytest.raises(PapaError, match="Cannot count the heads of someone/unknown-encoder offline"):
         run_grid(path, out=io.StringIO())
     assert not (ROOT / "book" / "runs" / name).exists()

@@ -1,4 +1,4 @@
-"""``papa study MODEL`` (issue 27): the config it writes, the budget's cuts in their stated order, the refusals up
+"""``papa study MODEL``, a model report: the config it writes, the budget's cuts in their stated order, the refusals up
 front, the "Your models" part of the sidebar, the documentation, and a tiny study end to end on a BERT and an MPNet
 folder."""
 
@@ -17,10 +17,11 @@ import torch
 import yaml
 from transformers import AutoTokenizer, BertConfig, BertModel, GPT2Config, GPT2Model, MPNetConfig, MPNetModel
 
-from papa.book import study_site as SS
+from papa.book import report_site as RS
 from papa.cli import main
 from papa.core.errors import PapaError
-from papa.pipeline import study as S
+from papa.pipeline import report as R
+from papa.pipeline import report_config as S
 from papa.pipeline.plan import ROOT
 
 SUPPORTED = "bert, deberta, deberta-v2, distilbert, electra, mpnet, roberta, xlm-roberta"
@@ -111,7 +112,7 @@ def _hand_estimate(config: dict) -> float:
 
 
 def test_the_cuts_come_in_their_stated_order_fewer_seeds_last():
-    config = S.study_config("minilm-l6", ["sst2", "mrpc"], "order", PROTOCOL)
+    config = S.report_config("minilm-l6", ["sst2", "mrpc"], "order", PROTOCOL)
     assert [c.what for c in S.cut_steps(config)] == [
         "training pool 2,600 → 1,300, training draw per seed 2,000 → 1,000, held-out draw per seed 200 → 100",
         "training pool 1,300 → 650, training draw per seed 1,000 → 500, held-out draw per seed 100 → 50",
@@ -139,12 +140,12 @@ def test_the_cuts_come_in_their_stated_order_fewer_seeds_last():
 
 
 def test_a_budget_too_small_for_one_seed_at_k0_and_all_heads_is_refused_naming_the_cuts():
-    config = S.study_config("minilm-l6", ["sst2"], "small", PROTOCOL)
+    config = S.report_config("minilm-l6", ["sst2"], "small", PROTOCOL)
     with pytest.raises(PapaError) as refused:
         S.fit_budget(config, 60, _hand_estimate)
     assert str(refused.value) == (
-        "A budget of 1m00s is too small for this study: even one seed at k = 0 and all heads takes about 16m40s by the "
-        "estimate, after every cut "
+        "A budget of 1m00s is too small for this model report: even one seed at k = 0 and all heads takes about 16m40s "
+        "by the estimate, after every cut "
         "(training pool 2,600 → 1,300, training draw per seed 2,000 → 1,000, held-out draw per seed 200 → 100; "
         "training pool 1,300 → 650, training draw per seed 1,000 → 500, held-out draw per seed 100 → 50; "
         "training pool 650 → 325, training draw per seed 500 → 250, held-out draw per seed 50 → 25; "
@@ -158,7 +159,7 @@ def test_a_budget_too_small_for_one_seed_at_k0_and_all_heads_is_refused_naming_t
 # -- the config -------------------------------------------------------------------------------------------
 def test_the_config_written_for_a_hand_made_case(tmp_path):
     folder = tiny_bert(tmp_path / "My Encoder")
-    config = S.study_config(str(folder), ["mrpc", "ner"], S.default_name(str(folder)), PROTOCOL, device="cpu")
+    config = S.report_config(str(folder), ["mrpc", "ner"], S.default_name(str(folder)), PROTOCOL, device="cpu")
     assert config == {
         "name": "study-my-encoder",
         "description": f"papa study of {folder}: the book's protocol on mrpc, ner",
@@ -260,7 +261,9 @@ def test_custom_code_and_an_offline_hub_id_are_refused(tmp_path, monkeypatch):
 
 
 def test_supported_folders_pass_the_checks(tmp_path):
-    assert S.check_model(str(tiny_bert(tmp_path / "bert"))) == S.StudyModel(str(tmp_path / "bert"), "local", "bert", 8)
+    assert S.check_model(str(tiny_bert(tmp_path / "bert"))) == S.CheckedModel(
+        str(tmp_path / "bert"), "local", "bert", 8
+    )
     assert S.check_model(str(tiny_mpnet(tmp_path / "mpnet"))).model_type == "mpnet"
     assert S.check_model("minilm-l6").heads == 72
 
@@ -287,7 +290,7 @@ def test_a_dry_run_prints_the_config_and_the_estimate_and_writes_nothing(tmp_pat
 
 
 def test_unknown_tasks_are_refused():
-    assert SS.parse_tasks(None) == ["cola", "sst2", "mrpc", "mnli", "ner", "pos"] and SS.parse_tasks("MRPC, sst2") == [
+    assert S.parse_tasks(None) == ["cola", "sst2", "mrpc", "mnli", "ner", "pos"] and S.parse_tasks("MRPC, sst2") == [
         "mrpc",
         "sst2",
     ]
@@ -298,7 +301,7 @@ def test_unknown_tasks_are_refused():
             "sst2, mrpc, mnli, ner, pos (e.g. --tasks sst2,mrpc)."
         ),
     ):
-        SS.parse_tasks("sst2,qnli")
+        S.parse_tasks("sst2,qnli")
 
 
 # -- the sidebar and the documentation ----------------------------------------------------------------------
@@ -308,18 +311,18 @@ def test_the_your_models_part_is_listed_only_when_studies_exist(tmp_path):
         "caption: Appendix\n    chapters:\n      - file: book/appendix\n"
     )
     (tmp_path / "_toc.yml").write_text(toc)
-    assert SS.study_chapters(tmp_path) == [] and SS.studies_part(toc, tmp_path) == toc
+    assert RS.report_chapters(tmp_path) == [] and RS.reports_part(toc, tmp_path) == toc
     (tmp_path / "book" / "studies").mkdir(parents=True)
     for name in ("study-b", "study-a"):
         (tmp_path / "book" / "studies" / f"{name}.ipynb").write_text("{}")
-    assert SS.study_chapters(tmp_path) == ["book/studies/study-a", "book/studies/study-b"]
+    assert RS.report_chapters(tmp_path) == ["book/studies/study-a", "book/studies/study-b"]
     part = (
         "  - caption: Your models\n    chapters:\n      - file: "
         "book/studies/study-a\n      - file: book/studies/study-b\n"
     )
-    once = SS.studies_part(toc, tmp_path)
+    once = RS.reports_part(toc, tmp_path)
     assert once == toc.replace("  - caption: Appendix", part + "  - caption: Appendix")
-    assert SS.studies_part(once, tmp_path).count("Your models") == 1  # once only
+    assert RS.reports_part(once, tmp_path).count("Your models") == 1  # once only
 
 
 def test_the_documentation_shows_the_command_and_it_works_on_a_local_folder(tmp_path):
@@ -367,21 +370,19 @@ def test_a_tiny_study_runs_and_writes_its_chapter(tmp_path, kind):
     if kind == "mpnet":
         protocol["max_length"] = 24
     name = f"test-{kind}-{uuid.uuid4().hex[:8]}"
-    written = [S.config_path(name), ROOT / "book" / "runs" / f"study-{name}", SS.chapter_path(f"study-{name}")]
+    written = [S.config_path(name), ROOT / "book" / "runs" / f"study-{name}", R.chapter_path(f"study-{name}")]
+    settings = R.ReportSettings(
+        str(folder), ("sst2",), name=name, device="cpu", book_config="configs/smoke.yaml", protocol=protocol
+    )
     out = io.StringIO()
     try:
-        assert (
-            SS.run_study(
-                str(folder), ["sst2"], None, name, "cpu", out=out, book_config="configs/smoke.yaml", protocol=protocol
-            )
-            == 0
-        ), out.getvalue()
+        assert R.run_report(settings, out=out) == 0, out.getvalue()
         assert (
             yaml.safe_load(S.config_path(name).read_text())["probe"]
             == yaml.safe_load((ROOT / "configs" / "smoke.yaml").read_text())["probe"]
         )
         assert (ROOT / "book" / "runs" / f"study-{name}" / "results.ipynb").is_file()
-        chapter = SS.chapter_path(f"study-{name}").read_text(encoding="utf-8")
+        chapter = R.chapter_path(f"study-{name}").read_text(encoding="utf-8")
         assert "Traceback" not in chapter
         notebook = json.loads(chapter)
         # The numbers the chapter shows, computed here from the run records: each converged probe's score (one seed)
@@ -399,22 +400,17 @@ def test_a_tiny_study_runs_and_writes_its_chapter(tmp_path, kind):
                 assert difference in main_table, (k, difference, main_table)
         beside = _output_text(notebook, "SC.comparison_display")
         if kind == "bert":  # the smoke book's minilm-l6 stands beside it, with its own k = 0 score
-            assert "Beside it stand the book's minilm-l6, whose protocol is this study's." in chapter
+            assert "Beside it stand the book's minilm-l6, whose protocol is this model's." in chapter
             book_k0 = _probe_records(ROOT / "book" / "runs" / "smoke")[0]
             assert "minilm-l6" in beside and f"{book_k0['score']:.3f}" in beside, beside
         else:
             assert (
                 "max_length 24 here, 32 in the book" in chapter
-                and "No model of the book ran under this study" in chapter
+                and "No model of the book ran under this model's protocol" in chapter
             )
             assert "minilm-l6" not in beside
         again = io.StringIO()  # resumable: the same command runs nothing again
-        assert (
-            SS.run_study(
-                str(folder), ["sst2"], None, name, "cpu", out=again, book_config="configs/smoke.yaml", protocol=protocol
-            )
-            == 0
-        )
+        assert R.run_report(settings, out=again) == 0
         assert not re.search(r"^  runs (estimate|rank|select_lr|probe)__", again.getvalue(), re.M), (
             again.getvalue()
         )  # only the chapters, if papa's code moved
@@ -433,7 +429,7 @@ def test_a_study_config_of_another_model_is_never_overwritten(tmp_path):
     with pytest.raises(PapaError) as err:
         S.check_same_model(path, "/somewhere/b/model")
     assert str(err.value) == (
-        "study-model.yaml is the study of /somewhere/a/model, not of "
-        "/somewhere/b/model. Give this study its own name with --name, "
+        "study-model.yaml is the model report of /somewhere/a/model, not of "
+        "/somewhere/b/model. Give this report its own name with --name, "
         "or remove that config (and its runs folder) to study this model under that name."
     )

@@ -441,10 +441,10 @@ def test_an_empty_paper_table_says_so_in_one_sentence():
     assert "No run to tabulate." in paper_table_display(pd.DataFrame())._repr_html_()
 
 
-def test_a_study_whose_book_cannot_be_read_shows_one_sentence_in_each_book_table():
-    from papa.book import study_chapter as SC
+def test_a_model_report_whose_book_cannot_be_read_shows_one_sentence_in_each_book_table():
+    from papa.book import report_chapter as SC
 
-    chapter = SC.StudyChapter(None, None, "m", ["sst2"], "configs/missing.yaml", book_missing="no such file")
+    chapter = SC.ReportChapter(None, None, "m", ["sst2"], "configs/missing.yaml", book_missing="no such file")
     assert SC.protocol_table(chapter) == SC.book_claims_table(chapter) == SC.BOOK_UNREADABLE
 
 

@@ -21,7 +21,8 @@ from nbval.plugin import get_sanitize_patterns
 from papa.cli import build_parser
 from papa.core.errors import PapaError
 from papa.core.io import atomic_write_json, sha256_file
-from papa.pipeline import verify
+from papa.pipeline import clusters, verify
+from papa.pipeline.clusters import KERNEL_ENV, machine_words, threads_said
 from papa.pipeline.output_diff import Difference, diff_files, diff_values
 from papa.pipeline.plan import ROOT, Run, expand, load_config
 from papa.pipeline.verify import SANITIZER, dirty_runs, read_records, select_runs, verify_grid
@@ -198,7 +199,7 @@ def test_a_re_execution_uses_the_thread_count_its_run_recorded(tmp_path, monkeyp
     monkeypatch.setattr(verify.subprocess, "run", lambda command, env, **kw: seen.update(env) or _Done())
     verify._nbval(tmp_path / "n.ipynb", tmp_path, threads=1)
     assert (seen["OMP_NUM_THREADS"], seen["MKL_NUM_THREADS"]) == ("1", "1")
-    assert verify._threads_said("cpu:x86_64x2", 1) == "cpu:x86_64x1" and verify._threads_said("cuda:H", 1) == "cuda:H"
+    assert threads_said("cpu:x86_64x2", 1) == "cpu:x86_64x1" and threads_said("cuda:H", 1) == "cuda:H"
 
 
 class _Done:
@@ -268,12 +269,12 @@ def test_forced_avx2_kernels_reach_the_kernel_and_the_record_and_an_unknown_name
 
     monkeypatch.setattr(verify.subprocess, "run", fake_run)
     verify._nbval(tmp_path / "n.ipynb", tmp_path, "avx2")
-    assert {k: seen[k] for k in verify.KERNEL_ENV["avx2"]} == {
+    assert {k: seen[k] for k in KERNEL_ENV["avx2"]} == {
         "ATEN_CPU_CAPABILITY": "avx2",
         "MKL_ENABLE_INSTRUCTIONS": "AVX2",
         "ONEDNN_MAX_CPU_ISA": "AVX2",
     }
-    assert verify._machine("avx2").endswith(" cores, AVX2 (forced)")
+    assert machine_words("avx2").endswith(" cores, AVX2 (forced)")
     args = build_parser().parse_args(["grid", "verify", "configs/smoke.yaml", "--kernels", "avx2"])
     assert args.kernels == "avx2"
     with pytest.raises(PapaError) as caught:
@@ -533,8 +534,8 @@ def test_a_record_names_the_cpu_kernels_its_floats_came_from(monkeypatch):
     import torch
 
     monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")
-    monkeypatch.setattr(verify.os, "cpu_count", lambda: 2)
-    assert re.fullmatch(r".+, 2 cores, AVX2", verify._machine())
+    monkeypatch.setattr(clusters.os, "cpu_count", lambda: 2)
+    assert re.fullmatch(r".+, 2 cores, AVX2", machine_words())
 
 
 def test_a_sample_is_drawn_from_the_up_to_date_runs_only(tmp_path, monkeypatch):

@@ -1,6 +1,11 @@
-"""Shapes of the tiny random-init BERT the unit tests build (no downloads), and its random inputs."""
+"""Shapes of the tiny random-init BERT the unit tests build (no downloads), its random inputs, and the tiny grid
+config the runner's tests execute."""
+
+import uuid
+from pathlib import Path
 
 import torch
+import yaml
 
 LAYERS, HEADS, VOCAB, L = 2, 4, 100, 16
 TINY_BERT = dict(
@@ -46,3 +51,25 @@ def averaged(constants, counts):
     constants = constants.double() * (counts > 0)
     weighted = (constants * counts).sum(-1, keepdim=True)
     return (constants * counts.diagonal()[:, None] / weighted.clamp_min(1e-30)).float()
+
+
+#: The tiny grid the runner's tests execute (minutes on 2 CPU cores): one task, 16 examples, deviation ranking,
+#: no floor.
+TINY_GRID = {
+    "models": ["minilm-l6"],
+    "tasks": ["sst2"],
+    "max_length": 32,
+    "estimate": {"max_examples": 16},
+    "rank": {"methods": ["deviation"], "epochs": 1, "max_train_examples": 16, "max_eval_examples": 16},
+    "probe": {"fractions": [0, 1], "seeds": [1], "epochs": 1, "max_train_examples": 16, "max_eval_examples": 16},
+    "floors": {"attention_free": False},
+}
+
+
+def write_tiny_grid(folder: Path, prefix: str, **changes) -> tuple[Path, str]:
+    """:data:`TINY_GRID` with ``changes`` (``models=[...]``), named ``<prefix>-<8 hex digits>`` and written to
+    ``folder/<name>.yaml``; returns that path and the name."""
+    name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    path = Path(folder) / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(dict(TINY_GRID, name=name, **changes)))
+    return path, name

@@ -14,8 +14,8 @@ from papa.analysis import results as R
 from papa.book import run_index as RI
 from papa.book.assets import check_assets, stage_assets
 from papa.book.load import read_manifest
+from papa.book.report_site import reports_part
 from papa.book.setup_page import setup_page
-from papa.book.study_site import studies_part
 from papa.book.templates import Markdown, code, fill, join, pieces
 from papa.book.words import plural
 from papa.core.names import name_parts
@@ -286,7 +286,7 @@ def generated_pages(config: dict, stale: list[str], run_ids: list[str], root: Pa
     rows = RI.appendix_rows(config, present, read_manifest(runs_dir(config)), root)
     pages = RI.run_index_pages(config, rows, run_ids, root)
     toc = root / "_toc.yml"
-    pages[toc] = studies_part(pages[toc], root)  # the "Your models" part: every executed `papa study` chapter
+    pages[toc] = reports_part(pages[toc], root)  # the "Your models" part: every executed model report
     front = root / "book" / "index.md"
     pages[front] = point_front_page(front.read_text(encoding="utf-8"), config["name"])
     pages[root / "book" / "reproducibility.md"] = _reproducibility(config, stale, root, run_ids=run_ids)

@@ -1,16 +1,21 @@
 """Where the workers come from: ``--scheduler`` parsed, ``local:N`` and SLURM settings (:data:`SLURM_SETTINGS`,
-book/scale-out.md), the walltime check and the cluster's start. Nothing here imports Dask at module level."""
+book/scale-out.md), the walltime check and the cluster's start; the environment a kernel runs in (threads, forced
+vector kernels: :func:`run_environment`) and the machine in words (:func:`machine_words`). Nothing here imports
+Dask at module level."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import ipaddress
 import os
+import platform
 import re
 import socket
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from papa.core.errors import PapaError
 
@@ -122,6 +127,35 @@ def thread_environment(threads_per_run: int | None) -> dict[str, str]:
         return {}
     value = str(int(threads_per_run))
     return {name: value for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")}
+
+
+#: The environment that makes torch (ATen), MKL and oneDNN use one instruction set's kernels, by ``--kernels`` name.
+KERNEL_ENV = {
+    "avx2": {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"},
+}
+
+
+def run_environment(threads_per_run: int | None, kernels: str | None = None) -> dict[str, str]:
+    """:func:`thread_environment` with the vector kernels ``kernels`` (a :data:`KERNEL_ENV` name) forced."""
+    return {**KERNEL_ENV.get(kernels or "", {}), **thread_environment(threads_per_run)}
+
+
+def threads_said(device: str, threads: int | None) -> str:
+    """``device`` (as this process describes it) with the thread count the re-execution's kernel used."""
+    return re.sub(r"x\d+$", f"x{threads}", device) if threads and device.startswith("cpu:") else device
+
+
+def machine_words(kernels: str | None = None) -> str:
+    """The CPU model, its core count and the vector kernels torch picks on it (``AMD EPYC, 2 cores, AVX512``)."""
+    from papa.core.provenance import cpu_kernels
+
+    model = platform.machine()
+    with contextlib.suppress(OSError):
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+        names = [line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")]
+        model = names[0] if names else model
+    picked = f"{kernels.upper()} (forced)" if kernels else cpu_kernels()
+    return f"{model}, {os.cpu_count()} cores, {picked}"
 
 
 def visible_devices() -> list[str]:

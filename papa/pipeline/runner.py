@@ -21,7 +21,7 @@ from papa.pipeline.clusters import parse_scheduler, preflight
 from papa.pipeline.distributed import make_executor
 from papa.pipeline.estimate import estimate_seconds, feature_reuse, format_duration, report_disk, reuse_words, size_line
 from papa.pipeline.executed import title_is_stale
-from papa.pipeline.executors import execute
+from papa.pipeline.executors import execute, refresh_text
 from papa.pipeline.keys import data_fingerprints, key_of, plan_facts, run_components, upstream
 from papa.pipeline.plan import ROOT, Plan, Run, expand, load_config, run_notebook_path, runs_dir
 from papa.pipeline.stamps import GridLock, Manifest
@@ -321,7 +321,7 @@ def _run_locked(config: dict, folder: Path, only, replace: bool, scheduler: str,
         for run in status.refresh:
             try:
                 rid = run.run_id
-                status.stamps[rid] = stamps.refresh_text(run, status.stamps[rid], status.displays[rid], folder)
+                status.stamps[rid] = refresh_text(run, status.stamps[rid], status.displays[rid], folder)
             except (PapaError, OSError, ValueError):
                 status.reasons[run.run_id] = ["executed notebook does not pair with its source"]
                 mark_dependants(status)

@@ -144,50 +144,20 @@ def entry_of(stamp: dict) -> dict:
     return entry | {"components": stamp.get("components")}
 
 
+def _by_run(folder: Path) -> dict[str, dict]:
+    """The JSON objects of ``folder`` whose checksum holds and that name their run, by run id (file name order)."""
+    found = (_verified(path) for path in sorted(folder.glob("*.json")))
+    return {obj["run_id"]: obj for obj in found if obj is not None and isinstance(obj.get("run_id"), str)}
+
+
 def read_stamps(folder: Path) -> list[dict]:
     """Every stamp of a runs folder whose checksum holds and that names its run, sorted by file name."""
-    stamps = (read_stamp(path) for path in sorted((folder / "stamps").glob("*.json")))
-    return [stamp for stamp in stamps if stamp and isinstance(stamp.get("run_id"), str)]
+    return [stamp for stamp in _by_run(folder / "stamps").values() if isinstance(stamp.get("outputs"), dict)]
 
 
-def refresh_text(run: Run, stamp: dict, display: str, folder: Path, root: Path = ROOT) -> dict:
-    """Rebuild an executed notebook's text from its source after a text-only change; returns the new stamp."""
-    import nbformat
-
-    from papa.pipeline.executed import clean_executed
-    from papa.pipeline.notebook import read_source
-
-    target = root / run_notebook_path(run)
-    executed = nbformat.read(target, as_version=4)
-    source = read_source(root / run.notebook)
-
-    def tags(cell) -> list:
-        return cell.get("metadata", {}).get("tags", [])
-
-    injected = [c for c in executed.cells if "injected-parameters" in tags(c)]
-    ran = [c for c in executed.cells if c.cell_type == "code" and "injected-parameters" not in tags(c)]
-    code = [c for c in source.cells if c.cell_type == "code"]
-    if len(ran) != len(code):
-        problem = f"The executed notebook of {run.run_id} does not pair with its source"
-        raise PapaError(problem, "Run the grid again: the run is re-executed.")
-    cells, pairs = [], iter(ran)
-    for cell in source.cells:
-        if cell.cell_type != "code":
-            cells.append(cell)
-            continue
-        done = next(pairs)
-        done.source = cell.source
-        done.metadata["tags"] = list(tags(cell))
-        cells.append(done)
-        if "parameters" in tags(cell):
-            cells.extend(injected)
-    executed.cells = cells
-    executed = nbformat.from_dict(clean_executed(executed, root))
-    atomic_write_text(target, nbformat.writes(executed))
-    outputs = dict(stamp["outputs"], **{run_notebook_path(run): sha256_file(target)})
-    stamp = dict(stamp, display=display, outputs=outputs)
-    atomic_write_json(stamp_path(folder, run.run_id), stamp)
-    return stamp
+def read_records(folder: Path) -> dict[str, dict]:
+    """Every verification record of a runs folder (:func:`verification_path`) whose checksum holds, by run id."""
+    return _by_run(folder / "verified")
 
 
 # -- one runs folder, one config -----------------------------------------------------------------

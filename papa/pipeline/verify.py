@@ -9,8 +9,8 @@ passed (or ``tolerance`` > 0) and no field differs. A checksummed record per run
 when, where, what differed and what may explain it, and holds the sha256 of every committed output it compared; the
 reproducibility page counts a record only while those are the run's current outputs (:func:`bound_records`). A
 killed verification's scratch folder is removed by the next verify or grid run; nbval's colour codes never reach a
-record.
-``kernels="avx2"`` (:data:`KERNEL_ENV`) lets an AVX-512 CPU re-make exactly a run made on a CPU without AVX-512.
+record. ``kernels="avx2"`` (:data:`~papa.pipeline.clusters.KERNEL_ENV`) lets an AVX-512 CPU re-make exactly a run
+made on a CPU without AVX-512.
 """
 
 from __future__ import annotations
@@ -30,15 +30,16 @@ from pathlib import Path
 from xml.etree import ElementTree
 
 from papa.core.errors import PapaError
-from papa.core.io import atomic_write_json, read_json_verified, sha256_file
+from papa.core.io import atomic_write_json, sha256_file
 from papa.core.names import parse_run_id
-from papa.pipeline.clusters import thread_environment
-from papa.pipeline.keys import environment, key_of, what_changed
+from papa.pipeline.clusters import KERNEL_ENV, machine_words, run_environment, threads_said
+from papa.pipeline.keys import environment, what_changed
 from papa.pipeline.output_diff import Difference, diff_files
 from papa.pipeline.plan import ROOT, Run, load_config, run_notebook_path
 from papa.pipeline.sources import PACKAGE, notebook_code_tree, papa_modules
 from papa.pipeline.stamps import (
     GridLock,
+    read_records,
     read_stamp,
     read_stamps,
     remove_dead_scratch,
@@ -53,19 +54,6 @@ SANITIZER = Path(__file__).with_name("nbval_sanitize.cfg")
 CHECK_TAG = "nbval-check-output"
 #: The kinds of run that are verified (the chapters, results and controls, only read the others' outputs).
 VERIFIABLE = ("estimate", "rank", "select_lr", "probe")
-
-
-def read_records(folder: Path) -> dict[str, dict]:
-    """Every verification record of a runs folder whose checksum holds, by run id."""
-    records = {}
-    for path in sorted((folder / "verified").glob("*.json")):
-        try:
-            record = read_json_verified(path, "verification record")
-        except PapaError:
-            continue
-        if isinstance(record.get("run_id"), str):
-            records[record["run_id"]] = record
-    return records
 
 
 def bound_records(folder: Path, runs: list[Run], root: Path = ROOT) -> tuple[dict[str, dict], dict[str, int]]:
@@ -171,10 +159,6 @@ def select_runs(
 
 #: Differences up to this size, with nbval passing, are what other vector kernels give (measured: 2e-7 to 6e-7).
 KERNEL_ROUNDING = 1e-5
-#: The environment that makes torch (ATen), MKL and oneDNN use one instruction set's kernels, by ``--kernels`` name.
-KERNEL_ENV = {
-    "avx2": {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"},
-}
 
 
 # -- one run ----------------------------------------------------------------------------------------------------------
@@ -216,8 +200,7 @@ def _nbval(
 ) -> tuple[bool, list[str], str]:
     """``pytest --nbval-lax`` on ``notebook`` in ``scratch`` (the kernel on ``threads`` threads when given): (passed,
     failed cells with reasons, output tail)."""
-    env = dict(os.environ, PAPA_CACHE_DIR=str(scratch / "cache"), **KERNEL_ENV.get(kernels or "", {}))
-    env.update(thread_environment(threads))
+    env = dict(os.environ, PAPA_CACHE_DIR=str(scratch / "cache"), **run_environment(threads, kernels))
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PACKAGE.parent), env.get("PYTHONPATH", "")]))
     for name in ("PAPA_DATA_DIR", "PAPA_MODEL_CACHE"):
         if env.get(name, "").strip():
@@ -249,32 +232,12 @@ def _changed_since(run: Run, stamp: dict, root: Path) -> list[str]:
     old = stamp.get("components") or {}
     if not old:
         return []
-    old = {"params": old.get("params"), "notebook": old.get("notebook")} | {
+    old = {part: old.get(part) for part in ("params", "notebook")} | {
         part: old.get(part) or {} for part in ("deps", "papa", "environment")
     }
     nb = nbformat.read(root / run_notebook_path(run), as_version=4)
     now = dict(old, papa=papa_modules(notebook_code_tree(nb)), environment=environment())
-    if key_of(now) == key_of(old):
-        return []
-    return [reason for reason in what_changed(old, now) if reason != "key changed"]
-
-
-def _threads_said(device: str, threads: int | None) -> str:
-    """``device`` (as this process describes it) with the thread count the re-execution's kernel used."""
-    return re.sub(r"x\d+$", f"x{threads}", device) if threads and device.startswith("cpu:") else device
-
-
-def _machine(kernels: str | None = None) -> str:
-    """The CPU model, its core count and the vector kernels torch picks on it (``AMD EPYC, 2 cores, AVX512``)."""
-    from papa.core.provenance import cpu_kernels
-
-    model = platform.machine()
-    with contextlib.suppress(OSError):
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
-        names = [line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")]
-        model = names[0] if names else model
-    picked = f"{kernels.upper()} (forced)" if kernels else cpu_kernels()
-    return f"{model}, {os.cpu_count()} cores, {picked}"
+    return [reason for reason in what_changed(old, now) if reason != "key changed"]  # nothing changed: key changed
 
 
 def verify_run(
@@ -322,8 +285,8 @@ def verify_run(
         "kind": run.kind,
         "key": stamp["key"],
         "verified_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "machine": _machine(kernels),
-        "device": _threads_said(device_description(pick_device(device or run.params.get("device"))), threads),
+        "machine": machine_words(kernels),
+        "device": threads_said(device_description(pick_device(device or run.params.get("device"))), threads),
         "python": platform.python_version(),
         "packages": package_versions(),
         "papa": {"version": __version__, "commit": git_commit(PACKAGE.parent)},
@@ -355,16 +318,6 @@ def differences_text(record: dict) -> str:
 
 
 # -- a grid ----------------------------------------------------------------------------------------------------------
-def _up_to_date(config: dict, committed: list[Run], why: str, out) -> list[Run]:
-    """The committed runs up to date with their key (printing how many, after ``why``)."""
-    from papa.pipeline.runner import grid_status
-
-    status = grid_status(config)
-    fresh = [r for r in committed if r.run_id not in status.reasons]
-    print(f"{why}: {len(fresh)} of its {len(committed)} committed runs are up to date", file=out, flush=True)
-    return fresh
-
-
 def verify_grid(
     config_path: str | Path,
     pattern: str | None = None,
@@ -377,6 +330,8 @@ def verify_grid(
     kernels: str | None = None,
 ) -> int:
     """Verify the chosen committed runs of a grid and write their records; 0 when every run matched."""
+    from papa.pipeline.runner import grid_status
+
     out = out or sys.stdout
     if kernels is not None and kernels not in KERNEL_ENV:
         raise PapaError(f"Unknown kernels {kernels!r}", f"Use one of {', '.join(KERNEL_ENV)}, or leave --kernels out.")
@@ -384,10 +339,11 @@ def verify_grid(
         hint = "Pass an absolute tolerance such as 1e-5 (0: the values must be equal)."
         raise PapaError(f"--tolerance must be 0 or more, got {tolerance}", hint)
     config = load_config(config_path)
+    name = config["name"]
     remove_dead_scratch()  # what a killed verification left in the temp folder
     folder = root / "book" / "runs" / config["name"]
     if not folder.is_dir():
-        problem = f"Grid {config['name']!r} has no runs folder (book/runs/{config['name']})"
+        problem = f"Grid {name!r} has no runs folder (book/runs/{name})"
         raise PapaError(problem, f"Run it first: papa grid run {config_path}.")
     with contextlib.ExitStack() as stack:
         try:
@@ -397,20 +353,24 @@ def verify_grid(
         committed = stamped_runs(folder)
         by_id = {r.run_id: r for r in committed}
         stamps = {r.run_id: read_stamp(stamp_path(folder, r.run_id)) for r in committed}
-        if lock is None:  # a runner re-executes the stale runs alone, so the up-to-date ones stay as committed
-            candidates = _up_to_date(config, committed, f"a runner is working on grid {config['name']}", out)
-        elif sample is not None:  # a sample reproduces the book as it stands: never a run waiting to re-execute
-            candidates = _up_to_date(config, committed, f"grid {config['name']} samples its up-to-date runs", out)
-        else:
-            candidates = committed
+        candidates = committed
+        # a runner re-executes the stale runs alone, so the up-to-date ones stay as committed; a sample reproduces
+        # the book as it stands: never a run waiting to re-execute
+        if lock is None or sample is not None:
+            stale = grid_status(config).reasons
+            candidates = [r for r in committed if r.run_id not in stale]
+            why = f"a runner is working on grid {name}" if lock is None else f"grid {name} samples its up-to-date runs"
+            print(
+                f"{why}: {len(candidates)} of its {len(committed)} committed runs are up to date", file=out, flush=True
+            )
         chosen = select_runs(candidates, stamps, pattern, sample, root)
         if not chosen:
             what = f" matching {pattern!r}" if pattern else ""
             hint = "Run the grid first (papa grid run CONFIG), or choose other runs with --runs."
-            problem = f"Grid {config['name']!r} has no committed estimate, rank, select_lr or probe run{what} to verify"
+            problem = f"Grid {name!r} has no committed estimate, rank, select_lr or probe run{what} to verify"
             raise PapaError(problem, hint)
         across = f", numbers within {tolerance:g}" if tolerance else ", exactly"
-        print(f"grid {config['name']}: verifying {len(chosen)} committed runs{across}", file=out, flush=True)
+        print(f"grid {name}: verifying {len(chosen)} committed runs{across}", file=out, flush=True)
         failed, rounding = [], 0
         for number, run in enumerate(chosen, 1):
             record = verify_run(run, stamps[run.run_id], by_id, device, tolerance, root, kernels)

@@ -1,8 +1,10 @@
-"""``papa study MODEL``: the book's protocol on one model, as a grid config sized to a time budget.
+"""The config of a *model report* (what ``papa study MODEL`` makes): the book's protocol on one model, as a grid
+config sized to a time budget. ("Study" in a grid config means something else: an extra probe sub-grid, the
+``studies:`` key; a model report's config has none.)
 
-:func:`check_model` refuses a model papa cannot study before anything is written; :func:`study_config` applies the
+:func:`check_model` refuses a model papa cannot study before anything is written; :func:`report_config` applies the
 book's protocol (:func:`book_protocol`) to one model and its tasks; :func:`fit_budget` makes the cuts of
-:func:`cut_steps` until :func:`estimate_study` fits the budget. The grid then runs as ``papa grid run`` runs it.
+:func:`cut_steps` until :func:`estimate_report` fits the budget. :mod:`papa.pipeline.report` runs it.
 """
 
 from __future__ import annotations
@@ -20,16 +22,16 @@ import yaml
 
 from papa.core.config_files import read_yaml, validate
 from papa.core.errors import PapaError
-from papa.core.fields import MAX_NAME_LENGTH, parse_fraction
+from papa.core.fields import MAX_NAME_LENGTH, TASKS, parse_fraction
 from papa.core.grid_schema import GridConfig
 from papa.pipeline.estimate import estimate_seconds, format_duration
 from papa.pipeline.plan import ROOT, config_dict, expand, head_count
 
-#: The grid whose protocol a study copies (the book's).
+#: The grid whose protocol a model report copies (the book's).
 BOOK_CONFIG = "configs/default.yaml"
 #: The keys of the book's config that make its protocol (everything but its models, tasks, studies and names).
 PROTOCOL_KEYS = ("max_length", "relayout", "data_seed", "estimate", "rank", "lr_selection", "probe", "floors")
-#: A study's grid is named ``study-<name>``.
+#: A model report's grid is named ``study-<name>`` (after the command that writes it).
 PREFIX = "study-"
 #: The smallest training draw per seed and dev split the cuts go down to.
 MIN_TRAIN_EXAMPLES = 250
@@ -38,7 +40,7 @@ DEV_CAPS = (500, 250)
 
 # -- the model -----------------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class StudyModel:
+class CheckedModel:
     """A model papa can study: its name as given, where it is, its ``model_type`` and its total heads."""
 
     name: str
@@ -93,7 +95,7 @@ def _refuse_decoder(name: str, config: dict) -> None:
     )
 
 
-def check_model(name: str) -> StudyModel:
+def check_model(name: str) -> CheckedModel:
     """The model ``name`` if papa can study it, else one :class:`PapaError` saying why (reads JSON, file names,
     safetensors headers and the tokenizer; no weights)."""
     from papa.core.architectures import ADAPTERS, supported_model_types
@@ -112,11 +114,11 @@ def check_model(name: str) -> StudyModel:
     if heads is None:
         hint = "Use a folder whose config.json has num_hidden_layers and num_attention_heads."
         raise PapaError(f"Cannot study {name}: cannot count its heads ({why})", hint)
-    return StudyModel(name, source, model_type, heads)
+    return CheckedModel(name, source, model_type, heads)
 
 
 def default_name(model: str) -> str:
-    """A study's name from its model: ``minilm-l6``, a folder's last part, a hub id's name (lower case, safe)."""
+    """A model report's name from its model: ``minilm-l6``, a folder's last part, a hub id's name (lower case, safe)."""
     base = Path(model.rstrip("/")).name if Path(model).expanduser().is_dir() else model.rsplit("/", 1)[-1]
     name = re.sub(r"_+", "_", re.sub(r"[^a-z0-9_-]+", "-", base.lower())).strip("-_") or "model"
     return name[: MAX_NAME_LENGTH - len(PREFIX)].rstrip("-_")
@@ -133,8 +135,9 @@ def book_protocol(book_config: str | Path = BOOK_CONFIG) -> dict[str, Any]:
     return protocol
 
 
-def study_config(model: str, tasks: list[str], name: str, protocol: dict[str, Any], device: str = "auto") -> dict:
-    """The grid config of a study (validated): ``study-<name>``, one model, ``tasks``, the protocol, no studies."""
+def report_config(model: str, tasks: list[str], name: str, protocol: dict[str, Any], device: str = "auto") -> dict:
+    """The grid config of a model report (validated): ``study-<name>``, one model, ``tasks``, the protocol, no
+    studies (sub-grids)."""
     folder = Path(model).expanduser()
     config = {
         "name": PREFIX + name,
@@ -146,25 +149,40 @@ def study_config(model: str, tasks: list[str], name: str, protocol: dict[str, An
         "studies": [],
     }
     evaluation = config.get("probe", {}).get("max_eval_examples")
-    if isinstance(evaluation, dict):  # only the studied tasks' dev sizes (a task not listed: its whole split)
+    if isinstance(evaluation, dict):  # only the report's tasks' dev sizes (a task not listed: its whole split)
         kept = {task: size for task, size in evaluation.items() if task in tasks}
         config["probe"]["max_eval_examples"] = kept or None
-    validate(GridConfig, config, f"Study {name}")
+    validate(GridConfig, config, f"Model report {name}")
     return config
 
 
-def estimate_study(config: dict[str, Any]) -> float:
-    """Seconds the whole study takes from scratch on 2 CPU cores (as ``papa grid run --dry-run`` estimates)."""
-    grid = validate(GridConfig, config, f"Study {config['name']}")
+def estimate_report(config: dict[str, Any]) -> float:
+    """Seconds the whole model report takes from scratch on 2 CPU cores (as ``papa grid run --dry-run`` estimates)."""
+    grid = validate(GridConfig, config, f"Model report {config['name']}")
     plan = expand(config_dict(grid), path=f"configs/{config['name']}.yaml")
     if plan.unsized:
         model, why = next(iter(plan.unsized.items()))
         hint = "Use a local model folder, or download the model once with the hub reachable."
-        raise PapaError(f"Cannot size the study of {model}: {why}", hint)
+        raise PapaError(f"Cannot size the model report of {model}: {why}", hint)
     return estimate_seconds(list(plan), None)  # nothing recorded yet
 
 
-# -- the budget ----------------------------------------------------------------------------------------
+# -- the flags: tasks and budget ----------------------------------------------------------------------
+def parse_tasks(text: str | None) -> list[str]:
+    """``sst2,mrpc`` → the tasks, in the given order (None or empty: all six); an unknown or repeated task is
+    refused."""
+    if not text or not text.strip():
+        return list(TASKS)
+    tasks = [t.strip().lower() for t in text.split(",") if t.strip()]
+    unknown = [t for t in tasks if t not in TASKS]
+    if unknown:
+        fix = f"Use a comma list of {', '.join(TASKS)} (e.g. --tasks sst2,mrpc)."
+        raise PapaError(f"--tasks: unknown task(s) {', '.join(unknown)}", fix)
+    if len(set(tasks)) != len(tasks):
+        raise PapaError(f"--tasks lists a task twice ({text})", "List each task once.")
+    return tasks
+
+
 def parse_budget(text: str) -> float:
     """``30m``, ``2h``, ``1h30m``, ``90s`` → seconds; anything else is one :class:`PapaError`."""
     match = re.fullmatch(r"\s*(?:(\d+(?:\.\d+)?)h)?\s*(?:(\d+(?:\.\d+)?)m)?\s*(?:(\d+(?:\.\d+)?)s)?\s*", text.lower())
@@ -179,7 +197,8 @@ def parse_budget(text: str) -> float:
 
 @dataclass(frozen=True)
 class Cut:
-    """One step of shrinking a study: what it cuts, in words, and the config it leaves (every cut before included)."""
+    """One step of shrinking a model report: what it cuts, in words, and the config it leaves (every cut before
+    included)."""
 
     what: str
     config: dict
@@ -229,14 +248,14 @@ def cut_steps(config: dict) -> list[Cut]:
 
 @dataclass
 class Fitted:
-    """A study config that fits its budget: the cuts it took and its estimate in seconds."""
+    """A model report's config that fits its budget: the cuts it took and its estimate in seconds."""
 
     config: dict
     cuts: list[str]
     seconds: float
 
 
-def fit_budget(config: dict, budget: float | None, estimate: Callable[[dict], float] = estimate_study) -> Fitted:
+def fit_budget(config: dict, budget: float | None, estimate: Callable[[dict], float] = estimate_report) -> Fitted:
     """``config`` with the first cuts that bring ``estimate`` within ``budget`` seconds, else a PapaError."""
     seconds = estimate(config)
     if budget is None or seconds <= budget:
@@ -250,14 +269,14 @@ def fit_budget(config: dict, budget: float | None, estimate: Callable[[dict], fl
     listed = "; ".join(cuts) if cuts else "nothing is left to cut"
     least = f"{format_duration(seconds)} (--budget {-(-int(seconds) // 60)}m)"
     raise PapaError(
-        f"A budget of {format_duration(budget)} is too small for this study: even one seed at k = 0 and all heads"
-        f" takes about {format_duration(seconds)} by the estimate, after every cut ({listed})",
+        f"A budget of {format_duration(budget)} is too small for this model report: even one seed at k = 0 and all"
+        f" heads takes about {format_duration(seconds)} by the estimate, after every cut ({listed})",
         f"Give a budget of at least {least}, or study fewer tasks (--tasks).",
     )
 
 
 def config_text(fitted: Fitted, budget: float | None, book_config: str = BOOK_CONFIG) -> str:
-    """The YAML a study writes: a header (protocol, budget, cuts, estimate), then the config."""
+    """The YAML a model report writes: a header (protocol, budget, cuts, estimate), then the config."""
     budget_words = format_duration(budget) if budget else "none (the protocol at full size)"
     lines = [
         "# yaml-language-server: $schema=grid.schema.json",
@@ -271,12 +290,12 @@ def config_text(fitted: Fitted, budget: float | None, book_config: str = BOOK_CO
 
 
 def config_path(name: str) -> Path:
-    """Where a study's config is written: ``configs/study-<name>.yaml`` in the project."""
+    """Where a model report's config is written: ``configs/study-<name>.yaml`` in the project."""
     return ROOT / "configs" / f"{PREFIX}{name}.yaml"
 
 
 def check_same_model(path: Path, model: str) -> None:
-    """Refuse to overwrite a study config of another model (same default name from two folders)."""
+    """Refuse to overwrite a model report's config of another model (same default name from two folders)."""
     if not path.is_file():
         return
     try:
@@ -285,5 +304,6 @@ def check_same_model(path: Path, model: str) -> None:
         return  # not a config papa can read: it is rewritten
     models = existing.get("models") if isinstance(existing, dict) else None
     if isinstance(models, list) and models and models != [model]:
-        hint = "Give this study its own name with --name, or remove that config (and its runs folder) to study this"
-        raise PapaError(f"{path.name} is the study of {models[0]}, not of {model}", hint + " model under that name.")
+        hint = "Give this report its own name with --name, or remove that config (and its runs folder) to study"
+        problem = f"{path.name} is the model report of {models[0]}, not of {model}"
+        raise PapaError(problem, hint + " this model under that name.")

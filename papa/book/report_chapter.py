@@ -1,6 +1,7 @@
-"""The chapter of a ``papa study`` (``notebooks/07_study.md``): one model's results beside the book's, each grid on
-its own :class:`~papa.book.chapters.results.ResultsChapter` science (never pooled); a book model is compared only
-when its protocol matches (:func:`protocol_differences`), the others are named with their differences."""
+"""The chapter of a model report (``papa study``; ``notebooks/07_report.md``): one model's results beside the
+book's, each grid on its own :class:`~papa.book.chapters.results.ResultsChapter` science (never pooled); a book model
+is compared only when its protocol matches (:func:`protocol_differences`), the others are named with their
+differences."""
 
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ RANK_KEYS = {"epochs": "gate epochs", "lr": "gate lr", "max_train_examples": "ga
 RANK_KEYS |= {"max_eval_examples": "gate dev examples", "seed": "gate seed"}
 SECTION_KEYS = {"estimate": {"max_examples": "constants' examples"}, "rank": RANK_KEYS}
 SECTION_KEYS["lr_selection"] = {"lrs": "lrs tried", "seeds": "lr-selection seeds", "epochs": "lr-selection cap"}
-#: What stands in a table's place when the book's runs cannot be read (``study_beside`` says why).
+#: What stands in a table's place when the book's runs cannot be read (``report_beside`` says why).
 BOOK_UNREADABLE = "The book's runs could not be read."
 
 
@@ -57,16 +58,16 @@ def protocol(grid: GridConfig, model: str, tasks: list[str]) -> dict[str, Any]:
 
 
 def protocol_differences(
-    study: GridConfig, model: str, book: GridConfig, book_model: str, tasks: list[str]
+    report: GridConfig, model: str, book: GridConfig, book_model: str, tasks: list[str]
 ) -> list[str]:
-    """What differs between the study's protocol for ``model`` and the book's for ``book_model`` (empty: they match)."""
-    mine, theirs = protocol(study, model, tasks), protocol(book, book_model, tasks)
+    """What differs between the report's protocol for ``model`` and the book's for ``book_model`` (empty: none)."""
+    mine, theirs = protocol(report, model, tasks), protocol(book, book_model, tasks)
     return [f"{k} {_words(mine[k])} here, {_words(theirs[k])} in the book" for k in mine if mine[k] != theirs[k]]
 
 
-def coverage_notes(study: GridConfig, model: str, book: GridConfig, book_model: str) -> list[str]:
+def coverage_notes(report: GridConfig, model: str, book: GridConfig, book_model: str) -> list[str]:
     """Differences that leave the protocol the same but change what was run: probe seeds and head fractions."""
-    mine, theirs = study_settings(study, None, model), study_settings(book, None, book_model)
+    mine, theirs = study_settings(report, None, model), study_settings(book, None, book_model)
     notes = []
     if len(mine["seeds"]) != len(theirs["seeds"]):
         notes.append(f"{plural(len(mine['seeds']), 'probe seed')} here, {len(theirs['seeds'])} in the book")
@@ -77,8 +78,8 @@ def coverage_notes(study: GridConfig, model: str, book: GridConfig, book_model: 
 
 
 @dataclass
-class StudyChapter:
-    """A study's own results and the book's (None when its runs cannot be read: ``book_missing`` says why), with
+class ReportChapter:
+    """A model report's own results and the book's (None when its runs cannot be read: ``book_missing`` says why), with
     each book model's protocol differences (empty: compared) and coverage notes."""
 
     data: BookData
@@ -95,16 +96,16 @@ class StudyChapter:
 
     @property
     def matched(self) -> list[str]:
-        """The book's models whose protocol matches the study's: the only ones compared."""
+        """The book's models whose protocol matches the report's: the only ones compared."""
         return [model for model, why in self.differences.items() if not why]
 
 
-def study_chapter(grid_config: str, book_config: str = "configs/default.yaml") -> StudyChapter:
-    """A study's chapter data: its own science, and the book's beside it (read from the book's committed runs)."""
+def report_chapter(grid_config: str, book_config: str = "configs/default.yaml") -> ReportChapter:
+    """A model report's chapter data: its own science, and the book's beside it (from the book's committed runs)."""
     data = load_book_data(grid_config)
     science = answers(data)
     model, tasks = data.config.models[0], list(data.config.tasks)
-    chapter = StudyChapter(data, science, model, tasks, book_config, analogue_figures(science))
+    chapter = ReportChapter(data, science, model, tasks, book_config, analogue_figures(science))
     try:
         chapter.book = load_book_data(book_config)
         chapter.book_science = answers(chapter.book, science.ranking)
@@ -118,10 +119,10 @@ def study_chapter(grid_config: str, book_config: str = "configs/default.yaml") -
     return chapter
 
 
-def comparison_frame(chapter: StudyChapter) -> pd.DataFrame:
-    """Per task, the study's model and each matched book model (each from its own grid's cells): the k = 0 score,
+def comparison_frame(chapter: ReportChapter) -> pd.DataFrame:
+    """Per task, the report's model and each matched book model (each from its own grid's cells): the k = 0 score,
     the relative drops at half and all heads with their 95% intervals, and whether it is informative."""
-    parts = [chapter.science.cells.assign(source="this study")]
+    parts = [chapter.science.cells.assign(source="this model")]
     if chapter.book_science is not None and chapter.matched:
         book = chapter.book_science.cells
         matched = book[book["model"].isin(chapter.matched) & book["task"].isin(chapter.tasks)]
@@ -137,7 +138,7 @@ def comparison_frame(chapter: StudyChapter) -> pd.DataFrame:
         rows.append([*row, bool(first["informative"])])
     columns = ["task", "model", "source", "total_heads", "score_0", "drop_half", "drop_all", "informative"]
     order = {task: i for i, task in enumerate(chapter.tasks)}
-    key = lambda s: s.map(order) if s.name == "task" else s != "this study"
+    key = lambda s: s.map(order) if s.name == "task" else s != "this model"
     frame = pd.DataFrame(rows, columns=columns)
     return frame.sort_values(["task", "source"], key=key, kind="stable").reset_index(drop=True)
 
@@ -158,13 +159,13 @@ def comparison_display(frame: pd.DataFrame) -> T.Table:
     return T.table(shown, kinds, headers, missing, notes=notes)
 
 
-def book_claims_table(chapter: StudyChapter) -> T.Table | str:
+def book_claims_table(chapter: ReportChapter) -> T.Table | str:
     """The book's own claims table (its results chapter's, not recomputed with this model), or
     :data:`BOOK_UNREADABLE`."""
     return verdicts_display(chapter.book_science.claims) if chapter.book_science is not None else BOOK_UNREADABLE
 
 
-def protocol_table(chapter: StudyChapter) -> T.Table | str:
+def protocol_table(chapter: ReportChapter) -> T.Table | str:
     """Per book model: compared or not, the protocol differences that keep it out, and the coverage notes; or
     :data:`BOOK_UNREADABLE`."""
     if chapter.book is None:
@@ -179,26 +180,26 @@ def protocol_table(chapter: StudyChapter) -> T.Table | str:
     return T.table(frame, kinds, headers | {"coverage": "seeds and head fractions"})
 
 
-def study_numbers(chapter: StudyChapter) -> dict[str, str]:
+def report_numbers(chapter: ReportChapter) -> dict[str, str]:
     """The words the chapter's prose glues: the model, its tasks, and the comparison in one sentence."""
     if chapter.book is None:
         beside = f"The book's runs ({chapter.book_config}) could not be read, so nothing stands beside this model: "
         beside += chapter.book_missing
     elif chapter.matched:
         others = [m for m in chapter.differences if m not in chapter.matched]
-        beside = f"Beside it stand the book's {and_list(chapter.matched)}, whose protocol is this study's"
+        beside = f"Beside it stand the book's {and_list(chapter.matched)}, whose protocol is this model's"
         if others:
             verb = "is" if len(others) == 1 else "are"
             beside += (
                 f"; {and_list(others)} ran under another protocol and {verb} not compared (the table says what differs)"
             )
     else:
-        beside = "No model of the book ran under this study's protocol (the table says what differs), so none is"
+        beside = "No model of the book ran under this model's protocol (the table says what differs), so none is"
         beside += " compared: each grid's numbers stand alone"
     return {
-        "study_model": chapter.model,
-        "study_tasks": and_list(task_name(t) for t in chapter.tasks),
-        "study_grid": chapter.data.config.name,
-        "study_beside": beside + ".",
+        "report_model": chapter.model,
+        "report_tasks": and_list(task_name(t) for t in chapter.tasks),
+        "report_grid": chapter.data.config.name,
+        "report_beside": beside + ".",
         "book_grid": chapter.book.config.name if chapter.book is not None else "",
     }
