@@ -217,10 +217,10 @@ def _probe(run_id: str, k: int, seeds: list[int], **extra) -> Run:
     return Run(run_id, "probe", params)
 
 
-def _result(root: Path, run_id: str, seed: int, score: float) -> None:
-
+def _result(root: Path, run_id: str, seed: int, score: float, converged: bool | None = True) -> None:
     (root / "results").mkdir(exist_ok=True)
-    atomic_write_json(root / "results" / f"{run_id}__s{seed}.json", {"score": score, "config": {"total_heads": 72}})
+    record = {"score": score, "config": {"total_heads": 72}, "convergence": {"converged": converged}}
+    atomic_write_json(root / "results" / f"{run_id}__s{seed}.json", record)
 
 
 def test_appendix_rows_describe_every_run(tmp_path):
@@ -238,8 +238,8 @@ def test_appendix_rows_describe_every_run(tmp_path):
         Run("results", "results", {"grid_config": "configs/g.yaml"}),
     ]
     _result(tmp_path, "probe__minilm-l6__sst2__gates__k36__cached", 42, 0.75)
-    _result(tmp_path, "probe__minilm-l6__sst2__gates__k36__cached", 43, 0.80)
-    _result(tmp_path, "probe__minilm-l6__sst2__none__k0__cached__embeddings", 42, 0.6)
+    _result(tmp_path, "probe__minilm-l6__sst2__gates__k36__cached", 43, 0.80, converged=False)  # not on the basis
+    _result(tmp_path, "probe__minilm-l6__sst2__none__k0__cached__embeddings", 42, 0.6, converged=None)
     (tmp_path / "lr").mkdir()
     atomic_write_json(tmp_path / "lr" / "minilm-l6__sst2.json", {"model": "minilm-l6", "task": "sst2", "lr": 1e-3})
     manifest = {
@@ -290,7 +290,7 @@ def test_appendix_rows_describe_every_run(tmp_path):
             k="36 of 72",
             setting="main grid",
             seeds="42, 43",
-            score="0.775",
+            score="0.750",
             duration="1.6 min",
         ),
         dict(
@@ -301,7 +301,7 @@ def test_appendix_rows_describe_every_run(tmp_path):
             k="",
             setting="attention-free floor",
             seeds="42",
-            score="0.600",
+            score="0.600 (none converged)",
             duration="",
         ),
         dict(

@@ -451,7 +451,7 @@ def test_a_model_report_whose_book_cannot_be_read_shows_one_sentence_in_each_boo
 def test_a_runs_score_on_the_chapters_basis_averages_its_converged_seeds():
     """The appendix's Score column must agree with the chapters (converged seeds only: minilm-l6 NER all heads read
     0.722 there against 0.718 in the results); a run without a converged seed falls back to every seed's mean."""
-    from papa.book.load import basis_score
+    from papa.analysis.basis import basis_score
 
     seed = lambda score, converged: {"score": score, "convergence": {"converged": converged}}
     assert basis_score([seed(0.7, True), seed(0.8, False), seed(0.9, True)]) == (0.8, True)

@@ -10,7 +10,7 @@ shown only where the k = 0 score is above 0 on every bootstrap resample.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -196,3 +196,13 @@ def k0_and_all(basis: Basis, model: str, task: str) -> dict | None:
         out |= {"drop": cell["relative_drop"], "low": cell["relative_low"], "high": cell["relative_high"]}
         out["real"] = bool(cell["real"])
     return out | {"runs": pd.concat([base[base["seed"].isin(seeds)], full[full["seed"].isin(seeds)]])}
+
+
+def basis_score(results: Iterable[dict]) -> tuple[float | None, bool]:
+    """A probe run's score on the chapters' basis (:mod:`papa.analysis.basis`' convergence gate), from the results of
+    its seeds: the mean of the converged seeds' scores and True; without a converged seed, the mean of every seed's
+    and False; ``(None, False)`` without a result."""
+    scores = [(float(r["score"]), (r.get("convergence") or {}).get("converged") is True) for r in results]
+    converged = [score for score, ok in scores if ok]
+    chosen = converged or [score for score, _ in scores]
+    return (sum(chosen) / len(chosen) if chosen else None), bool(converged)

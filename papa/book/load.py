@@ -129,16 +129,6 @@ def read_manifest(runs_dir: Path) -> dict:
     return read_json_verified(path, "manifest")["runs"] if path.is_file() else {}
 
 
-def basis_score(results: Iterable[dict]) -> tuple[float | None, bool]:
-    """A probe run's score on the chapters' basis (:mod:`papa.analysis.basis`' convergence gate), from the results of
-    its seeds: the mean of the converged seeds' scores and True; without a converged seed, the mean of every seed's
-    and False; ``(None, False)`` without a result."""
-    scores = [(float(r["score"]), (r.get("convergence") or {}).get("converged") is True) for r in results]
-    converged = [score for score, ok in scores if ok]
-    chosen = converged or [score for score, _ in scores]
-    return (sum(chosen) / len(chosen) if chosen else None), bool(converged)
-
-
 def book_data_from(
     config: dict | GridConfig,
     records: dict[str, dict],

@@ -8,6 +8,7 @@ import re
 from functools import partial
 from pathlib import Path
 
+from papa.analysis.basis import basis_score
 from papa.book.templates import Markdown, fill
 from papa.book.words import duration, lr_text
 from papa.book.words import score as score_text
@@ -96,13 +97,14 @@ def appendix_rows(config: dict, runs: list, manifest: dict, root: Path = ROOT) -
             row["setting"] = f"{chosen} among {', '.join(lr_text(lr) for lr in p['lrs'])}"
             row["seeds"] = ", ".join(str(s) for s in p["seeds"])
         else:
-            scores, total = [], None
+            found, total = [], None
             for seed in p["seeds"]:
                 path = root / p["out"].format(seed=seed)
                 if path.is_file():
                     result = read_json_verified(path, "result")
-                    scores.append(float(result["score"]))
+                    found.append(result)
                     total = result["config"].get("total_heads", total)
+            score, converged = basis_score(found)
             fields = name_parts(run.run_id)
             study = SEPARATOR.join(f for f in fields[6:] if f != p.get("probe_input"))
             floor = p.get("probe_input", "all") != "all"
@@ -113,7 +115,7 @@ def appendix_rows(config: dict, runs: list, manifest: dict, root: Path = ROOT) -
                 "k": "" if floor else f"{p['k']} of {total}" if total else str(p["k"]),
                 "setting": setting + mode,
                 "seeds": ", ".join(str(s) for s in p["seeds"]),
-                "score": score_text(sum(scores) / len(scores)) if scores else "",
+                "score": "" if score is None else score_text(score) + ("" if converged else " (none converged)"),
             }
         row["page"] = f"book/runs/{config['name']}/{run.run_id}"
         rows.append(row)
@@ -124,7 +126,7 @@ _HEADERS = {"k": "k"}
 _COLUMNS = ["kind", "model", "task", "ordering", "k", "setting", "seeds", "score", "duration", "page"]
 _CAPTION = (
     "*k*: the number of heads made constant, of the model's heads. *Score*: a probe run's main metric, the mean over "
-    "all its seeds, converged or not (the chapters' scores average the converged seeds only, so they can differ); "
+    "its converged seeds (the chapters' basis); where no seed converged, over every seed, marked (none converged); "
     "constants, rankings and learning-rate choices have no score (their pages show what they computed)."
 )
 
