@@ -64,7 +64,10 @@ def test_the_agreement_table_reads_the_combined_rankings_metadata():
     )  # fmt: skip
     words = RB.agreement_summary(frame.reset_index())
     assert "1 of 2 model/task pairs have draws that agree above chance" in words
-    assert "random-heads drop): m2 on SST-2" in words and "m2 on SST-2 (seeds 43)" in words
+    assert "random-heads drop): m2 on SST-2" in words and "m2 on SST-2 (seed 43)" in words
+    meta["m2__sst2__gates"] = _meta([2, 3, 1], near=(43, 44))
+    words = RB.agreement_summary(R.agreement_frame(meta, rankings))
+    assert "m2 on SST-2 (seeds 43 and 44)" in words
 
 
 #: Accuracy of each draw's own half-heads run (seed 42), per model.

@@ -78,7 +78,7 @@ def agreement_summary(agreement: pd.DataFrame) -> str:
         f" agree above chance; no informative ranking (half-heads drop read as a random-heads drop): {pairs(chance)}"
     )
     floor = and_list(
-        f"{W.pair_words(m, t)} (seeds {and_list(s)})"
+        f"{W.pair_words(m, t)} ({'seed' if len(s) == 1 else 'seeds'} {and_list(s)})"
         for m, t, s in zip(*(near[c] for c in ("model", "task", "near_floor")))
     )
     return said + f"; draws whose gate probe ended near its floor: {floor or 'none'}"
