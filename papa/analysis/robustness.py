@@ -1,7 +1,8 @@
 """Whether the verdicts survive their own draws: how well the gate draws of one (model, task) agree
 (:func:`agreement_frame`, judged by :func:`ranking_judgement`), claim 1 per draw and across the draws
-(:func:`draw_cells`, :func:`draws_pooled_cells`, :func:`claim1_by_draw`), and the all-heads drop at the runner-up lr
-where the lr choice was within noise (:func:`runner_up_frame`). Codes only; :mod:`papa.book.words` writes them.
+(:func:`draw_cells`, :func:`draws_pooled_cells`, :func:`unpooled_pairs`, :func:`claim1_by_draw`), and the all-heads
+drop at the runner-up lr where the lr choice was within noise (:func:`runner_up_frame`). Codes only;
+:mod:`papa.book.words` writes them.
 
 Agreement reads the combined ``gates`` ranking file's metadata (:func:`papa.probing.ranking.combine_draws`): its
 ``draws`` (seed and ``probe_check``: ``final``, ``floor``, ``chance``, ``near_floor``) and the pairwise
@@ -124,6 +125,15 @@ def draws_pooled_cells(basis: Basis, records: Mapping[str, dict], draws: Sequenc
         rows.append(_pooled_row(model, task, total, st, basis))
     columns = [*basis.cells.columns, "at"]
     return pd.DataFrame(rows, columns=columns) if rows else pd.DataFrame(columns=columns)
+
+
+def unpooled_pairs(drawn: pd.DataFrame, pooled: pd.DataFrame) -> list[tuple[str, str]]:
+    """The (model, task) pairs with a draw's own cell in ``drawn`` (:func:`draw_cells`) but no cell in ``pooled``
+    (:func:`draws_pooled_cells`): fewer than two of their draws' kept runs pair with a kept k = 0 run of the same
+    probe seed (a draw run or that k = 0 run did not converge), so their draws are not pooled."""
+    own = drawn[drawn["ranking"].astype(str).str.contains("-")] if len(drawn) else drawn
+    done = set(zip(pooled["model"], pooled["task"])) if len(pooled) else set()
+    return sorted({(str(m), str(t)) for m, t in zip(own["model"], own["task"])} - done) if len(own) else []
 
 
 def _pooled_row(model: str, task: str, total: int, st: dict, basis: Basis) -> dict:
