@@ -154,6 +154,11 @@ def test_the_runner_up_drop_shows_where_the_lr_choice_was_within_noise(robust):
     assert list(rb.runner_up["model"]) == ["ma"]  # mb's choice was not within noise
     assert (row["heldout"], row["runner_up_heldout"], row["runner_up_converged"]) == (0.9, 0.89, False)
     assert row["runner_up_drop"] == pytest.approx(0.25) and row["drop"] == pytest.approx((0.85 - 0.70) / 0.85)
+    assert bool(row["paired"]) and bool(row["runner_up_paired"])
+    # paired runs whose relative drop is undefined (a k = 0 MCC at 0) against runs the grid lacks
+    assert RB.drop_cell(True, math.nan, math.nan, math.nan) == "undefined"
+    assert RB.drop_cell(False, math.nan, math.nan, math.nan) == "–"
+    assert RB.drop_cell(True, 0.25, 0.2, 0.3) == "25.0% [20.0%, 30.0%]"
     assert "ma on SST-2 17.6% [" in rb.glue["runner_up_summary"] and "25.0%" in rb.glue["runner_up_summary"]
     assert "still rising" in RB.runner_up_display(rb.runner_up)._repr_html_()
 

@@ -178,14 +178,16 @@ def _by_lr(record: Mapping, field: str, lr: float) -> object:
 
 RUNNER_UP_COLUMNS = (
     "model task lr runner_up heldout runner_up_heldout stderr runner_up_stderr converged runner_up_converged"
-    " drop low high runner_up_drop runner_up_low runner_up_high"
+    " paired drop low high runner_up_paired runner_up_drop runner_up_low runner_up_high"
 ).split()
 
 
 def runner_up_frame(lr_choices: Mapping[str, Mapping], main: Basis, runner_up: Basis | None) -> pd.DataFrame:
     """Per lr choice within noise (``within_noise`` in the record of :func:`papa.probing.protocol.select_lr`): both
     lrs' mean held-out scores, standard errors and convergence, and the all-heads relative drop with its interval
-    at the chosen lr (``main``) and at the runner-up (``runner_up``: the ``lrnext`` study's basis; NaN without)."""
+    at the chosen lr (``main``) and at the runner-up (``runner_up``: the ``lrnext`` study's basis), each after
+    ``paired``: whether that lr has k = 0 and all-heads runs of a shared seed (NaN drop without; a paired drop is NaN
+    where it is undefined, a resampled k = 0 score ≤ 0)."""
     rows = []
     for _, record in sorted(lr_choices.items()):
         if not record.get("within_noise") or record.get("runner_up") is None:
@@ -196,6 +198,6 @@ def runner_up_frame(lr_choices: Mapping[str, Mapping], main: Basis, runner_up: B
         row = [model, task, lr, other, at[0], at[1], at[2], at[3], at[4], at[5]]
         for basis in (main, runner_up):
             side = k0_and_all(basis, model, task) if basis is not None else None
-            row += [math.nan] * 3 if side is None else [side["drop"], side["low"], side["high"]]
+            row += [False, *[math.nan] * 3] if side is None else [True, side["drop"], side["low"], side["high"]]
         rows.append(row)
     return pd.DataFrame(rows, columns=RUNNER_UP_COLUMNS)

@@ -169,12 +169,18 @@ def runner_up_summary(frame: pd.DataFrame, lr_choices: dict) -> str:
         return "no lr choice of this grid was within noise of its runner-up"
     each = []
     for r in frame.itertuples():
-        chosen = f"{interval_text(r.drop, r.low, r.high)} at {lr_text(r.lr)}"
-        other = f"{interval_text(r.runner_up_drop, r.runner_up_low, r.runner_up_high)} at {lr_text(r.runner_up)}"
-        each.append(f"{W.pair_words(r.model, r.task)} {chosen} and {other}")
+        chosen = f"{drop_cell(r.paired, r.drop, r.low, r.high)} at {lr_text(r.lr)}"
+        other = f"{drop_cell(r.runner_up_paired, r.runner_up_drop, r.runner_up_low, r.runner_up_high)}"
+        each.append(f"{W.pair_words(r.model, r.task)} {chosen} and {other} at {lr_text(r.runner_up)}")
     n = len(frame)
     lead = f"{n} lr {plural(n, 'choice')} within noise; the all-heads drop at the chosen lr and at the runner-up"
     return f"{lead}: {and_list(each)}"
+
+
+def drop_cell(paired: bool, drop: float, low: float, high: float) -> str:
+    """A drop with its interval; ``"undefined"`` where its runs are paired but a resampled k = 0 score reaches 0,
+    ``"–"`` where the runs at that lr are not in the grid."""
+    return "undefined" if bool(paired) and W.is_missing(drop) else interval_text(drop, low, high)
 
 
 def _lr_cell(lr: float, heldout: float, stderr: float, converged: object) -> str:
@@ -188,8 +194,8 @@ def runner_up_display(frame: pd.DataFrame) -> Table:
         task=frame["task"].map(task_name),
         chosen=_column(_lr_cell, frame, "lr", "heldout", "stderr", "converged"),
         other=_column(_lr_cell, frame, *(f"runner_up{x}" for x in ("", "_heldout", "_stderr", "_converged"))),
-        drop_chosen=_column(interval_text, frame, "drop", "low", "high"),
-        drop_other=_column(interval_text, frame, "runner_up_drop", "runner_up_low", "runner_up_high"),
+        drop_chosen=_column(drop_cell, frame, "paired", "drop", "low", "high"),
+        drop_other=_column(drop_cell, frame, *(f"runner_up_{x}" for x in ("paired", "drop", "low", "high"))),
     )
     kinds = dict.fromkeys(["model", "task", "chosen", "other", "drop_chosen", "drop_other"], "text")
     headers = {"chosen": "chosen lr: held-out mean ± s.e.", "other": "runner-up: held-out mean ± s.e."}
