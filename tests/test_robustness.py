@@ -133,12 +133,32 @@ def test_claim1_per_draw_and_with_the_draws_pooled(robust):
     assert "claim 1 reads: gates, combined (mean λ)" in rb.glue["draws_summary"]
 
 
+def test_draws_that_cannot_be_pooled_are_named_not_skipped(robust):
+    """Without ma's seed-42 k = 0 record no draw run of ma pairs with a k = 0 run: its draws are not pooled, and the
+    chapter's sentence names it (the per-draw cells stay)."""
+    _, data, rb = robust
+    draws = ["gates-42", "gates-43", "gates-44"]
+    records = {run: record for run, record in data.records.items() if run != "ma__sst2__k0__s42"}
+    drawn, pooled = R.draw_cells(data.basis, draws), R.draws_pooled_cells(data.basis, records, draws)
+    assert list(pooled["model"]) == ["mb"] and R.unpooled_pairs(drawn, pooled) == [("ma", "sst2")]
+    assert R.unpooled_pairs(drawn, R.draws_pooled_cells(data.basis, data.records, draws)) == []
+    words = RB.draws_summary(rb.by_draw, "gates", R.unpooled_pairs(drawn, pooled))
+    assert words.endswith("; the draws of ma on SST-2 are not pooled (fewer than two of their runs pair with a"
+                          " converged k = 0 run of the same probe seed)")  # fmt: skip
+    assert "not pooled" not in rb.glue["draws_summary"]
+
+
 def test_the_runner_up_drop_shows_where_the_lr_choice_was_within_noise(robust):
     _, _, rb = robust
     row = rb.runner_up.iloc[0]
     assert list(rb.runner_up["model"]) == ["ma"]  # mb's choice was not within noise
     assert (row["heldout"], row["runner_up_heldout"], row["runner_up_converged"]) == (0.9, 0.89, False)
     assert row["runner_up_drop"] == pytest.approx(0.25) and row["drop"] == pytest.approx((0.85 - 0.70) / 0.85)
+    assert bool(row["paired"]) and bool(row["runner_up_paired"])
+    # paired runs whose relative drop is undefined (a k = 0 MCC at 0) against runs the grid lacks
+    assert RB.drop_cell(True, math.nan, math.nan, math.nan) == "undefined"
+    assert RB.drop_cell(False, math.nan, math.nan, math.nan) == "–"
+    assert RB.drop_cell(True, 0.25, 0.2, 0.3) == "25.0% [20.0%, 30.0%]"
     assert "ma on SST-2 17.6% [" in rb.glue["runner_up_summary"] and "25.0%" in rb.glue["runner_up_summary"]
     assert "still rising" in RB.runner_up_display(rb.runner_up)._repr_html_()
 

@@ -1,7 +1,8 @@
 """Whether the verdicts survive their own draws: how well the gate draws of one (model, task) agree
 (:func:`agreement_frame`, judged by :func:`ranking_judgement`), claim 1 per draw and across the draws
-(:func:`draw_cells`, :func:`draws_pooled_cells`, :func:`claim1_by_draw`), and the all-heads drop at the runner-up lr
-where the lr choice was within noise (:func:`runner_up_frame`). Codes only; :mod:`papa.book.words` writes them.
+(:func:`draw_cells`, :func:`draws_pooled_cells`, :func:`unpooled_pairs`, :func:`claim1_by_draw`), and the all-heads
+drop at the runner-up lr where the lr choice was within noise (:func:`runner_up_frame`). Codes only;
+:mod:`papa.book.words` writes them.
 
 Agreement reads the combined ``gates`` ranking file's metadata (:func:`papa.probing.ranking.combine_draws`): its
 ``draws`` (seed and ``probe_check``: ``final``, ``floor``, ``chance``, ``near_floor``) and the pairwise
@@ -126,6 +127,15 @@ def draws_pooled_cells(basis: Basis, records: Mapping[str, dict], draws: Sequenc
     return pd.DataFrame(rows, columns=columns) if rows else pd.DataFrame(columns=columns)
 
 
+def unpooled_pairs(drawn: pd.DataFrame, pooled: pd.DataFrame) -> list[tuple[str, str]]:
+    """The (model, task) pairs with a draw's own cell in ``drawn`` (:func:`draw_cells`) but no cell in ``pooled``
+    (:func:`draws_pooled_cells`): fewer than two of their draws' kept runs pair with a kept k = 0 run of the same
+    probe seed (a draw run or that k = 0 run did not converge), so their draws are not pooled."""
+    own = drawn[drawn["ranking"].astype(str).str.contains("-")] if len(drawn) else drawn
+    done = set(zip(pooled["model"], pooled["task"])) if len(pooled) else set()
+    return sorted({(str(m), str(t)) for m, t in zip(own["model"], own["task"])} - done) if len(own) else []
+
+
 def _pooled_row(model: str, task: str, total: int, st: dict, basis: Basis) -> dict:
     """One pooled-draws cell in :data:`papa.analysis.basis.CELL_COLUMNS` (and ``at``) from a paired bootstrap."""
     floors = basis.floors
@@ -168,14 +178,16 @@ def _by_lr(record: Mapping, field: str, lr: float) -> object:
 
 RUNNER_UP_COLUMNS = (
     "model task lr runner_up heldout runner_up_heldout stderr runner_up_stderr converged runner_up_converged"
-    " drop low high runner_up_drop runner_up_low runner_up_high"
+    " paired drop low high runner_up_paired runner_up_drop runner_up_low runner_up_high"
 ).split()
 
 
 def runner_up_frame(lr_choices: Mapping[str, Mapping], main: Basis, runner_up: Basis | None) -> pd.DataFrame:
     """Per lr choice within noise (``within_noise`` in the record of :func:`papa.probing.protocol.select_lr`): both
     lrs' mean held-out scores, standard errors and convergence, and the all-heads relative drop with its interval
-    at the chosen lr (``main``) and at the runner-up (``runner_up``: the ``lrnext`` study's basis; NaN without)."""
+    at the chosen lr (``main``) and at the runner-up (``runner_up``: the ``lrnext`` study's basis), each after
+    ``paired``: whether that lr has k = 0 and all-heads runs of a shared seed (NaN drop without; a paired drop is NaN
+    where it is undefined, a resampled k = 0 score ≤ 0)."""
     rows = []
     for _, record in sorted(lr_choices.items()):
         if not record.get("within_noise") or record.get("runner_up") is None:
@@ -186,6 +198,6 @@ def runner_up_frame(lr_choices: Mapping[str, Mapping], main: Basis, runner_up: B
         row = [model, task, lr, other, at[0], at[1], at[2], at[3], at[4], at[5]]
         for basis in (main, runner_up):
             side = k0_and_all(basis, model, task) if basis is not None else None
-            row += [math.nan] * 3 if side is None else [side["drop"], side["low"], side["high"]]
+            row += [False, *[math.nan] * 3] if side is None else [True, side["drop"], side["low"], side["high"]]
         rows.append(row)
     return pd.DataFrame(rows, columns=RUNNER_UP_COLUMNS)

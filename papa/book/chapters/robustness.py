@@ -40,15 +40,14 @@ def build(data: BookData, cells: pd.DataFrame, judged: V.Judged, ranking: str) -
     judgement, on ``ranking``)."""
     agreement = R.agreement_frame(data.ranking_meta, data.rankings, ranking)
     draws = sorted({str(r) for r in data.basis.cells["ranking"] if str(r).startswith(f"{ranking}-")})
-    both = pd.concat(
-        [R.draw_cells(data.basis, draws, ranking), R.draws_pooled_cells(data.basis, data.records, draws)],
-        ignore_index=True,
-    )
+    drawn, pooled = R.draw_cells(data.basis, draws, ranking), R.draws_pooled_cells(data.basis, data.records, draws)
+    both = pd.concat([drawn, pooled], ignore_index=True)
     lrnext = data.study_basis("lrnext") if len(data.studies.get("lrnext", [])) else None
     runner_up = R.runner_up_frame(data.lr_choices, data.basis, lrnext)
     by_draw = by_draw_frame(R.claim1_by_draw(both) if len(both) else {})
     by_model = models_frame(judged, V.judge_models(cells))
-    glue = {"agreement_summary": agreement_summary(agreement), "draws_summary": draws_summary(by_draw, ranking)}
+    glue = {"agreement_summary": agreement_summary(agreement)}
+    glue |= {"draws_summary": draws_summary(by_draw, ranking, R.unpooled_pairs(drawn, pooled))}
     glue |= {"runner_up_summary": runner_up_summary(runner_up, data.lr_choices)}
     glue |= {"model_verdicts_summary": model_summary(by_model)}
     return Robustness(agreement, both, by_draw, runner_up, by_model, glue)
@@ -125,12 +124,20 @@ def by_draw_frame(judged: dict) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["ranking", "pairs", "drop", "verdict", "reason"])
 
 
-def draws_summary(by_draw: pd.DataFrame, ranking: str) -> str:
-    """One sentence: claim 1's verdict per draw and across the draws."""
+def draws_summary(by_draw: pd.DataFrame, ranking: str, unpooled: list[tuple[str, str]] = ()) -> str:
+    """One sentence: claim 1's verdict per draw and across the draws, and the pairs whose draws are not pooled
+    (:func:`papa.analysis.robustness.unpooled_pairs`)."""
     if by_draw.empty:
         return f"not in this grid: no half-heads probe ran on the single gate draws of the {ranking} ranking"
     each = and_list(f"{r} {v} ({d})" for r, v, d in zip(by_draw["ranking"], by_draw["verdict"], by_draw["drop"]))
-    return f"on the {int(by_draw['pairs'].max())} informative pairs every draw ran, claim 1 reads: {each}"
+    said = f"on the {int(by_draw['pairs'].max())} informative pairs every draw ran, claim 1 reads: {each}"
+    if unpooled:
+        pairs = and_list(W.pair_words(m, t) for m, t in unpooled)
+        said += (
+            f"; the draws of {pairs} are not pooled (fewer than two of their runs pair with a converged k = 0 run of"
+            " the same probe seed)"
+        )
+    return said
 
 
 def draws_display(cells: pd.DataFrame) -> Table:
@@ -162,12 +169,18 @@ def runner_up_summary(frame: pd.DataFrame, lr_choices: dict) -> str:
         return "no lr choice of this grid was within noise of its runner-up"
     each = []
     for r in frame.itertuples():
-        chosen = f"{interval_text(r.drop, r.low, r.high)} at {lr_text(r.lr)}"
-        other = f"{interval_text(r.runner_up_drop, r.runner_up_low, r.runner_up_high)} at {lr_text(r.runner_up)}"
-        each.append(f"{W.pair_words(r.model, r.task)} {chosen} and {other}")
+        chosen = f"{drop_cell(r.paired, r.drop, r.low, r.high)} at {lr_text(r.lr)}"
+        other = f"{drop_cell(r.runner_up_paired, r.runner_up_drop, r.runner_up_low, r.runner_up_high)}"
+        each.append(f"{W.pair_words(r.model, r.task)} {chosen} and {other} at {lr_text(r.runner_up)}")
     n = len(frame)
     lead = f"{n} lr {plural(n, 'choice')} within noise; the all-heads drop at the chosen lr and at the runner-up"
     return f"{lead}: {and_list(each)}"
+
+
+def drop_cell(paired: bool, drop: float, low: float, high: float) -> str:
+    """A drop with its interval; ``"undefined"`` where its runs are paired but a resampled k = 0 score reaches 0,
+    ``"–"`` where the runs at that lr are not in the grid."""
+    return "undefined" if bool(paired) and W.is_missing(drop) else interval_text(drop, low, high)
 
 
 def _lr_cell(lr: float, heldout: float, stderr: float, converged: object) -> str:
@@ -181,8 +194,8 @@ def runner_up_display(frame: pd.DataFrame) -> Table:
         task=frame["task"].map(task_name),
         chosen=_column(_lr_cell, frame, "lr", "heldout", "stderr", "converged"),
         other=_column(_lr_cell, frame, *(f"runner_up{x}" for x in ("", "_heldout", "_stderr", "_converged"))),
-        drop_chosen=_column(interval_text, frame, "drop", "low", "high"),
-        drop_other=_column(interval_text, frame, "runner_up_drop", "runner_up_low", "runner_up_high"),
+        drop_chosen=_column(drop_cell, frame, "paired", "drop", "low", "high"),
+        drop_other=_column(drop_cell, frame, *(f"runner_up_{x}" for x in ("paired", "drop", "low", "high"))),
     )
     kinds = dict.fromkeys(["model", "task", "chosen", "other", "drop_chosen", "drop_other"], "text")
     headers = {"chosen": "chosen lr: held-out mean ± s.e.", "other": "runner-up: held-out mean ± s.e."}
