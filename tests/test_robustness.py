@@ -67,7 +67,16 @@ def test_the_agreement_table_reads_the_combined_rankings_metadata():
     assert "random-heads drop): m2 on SST-2" in words and "m2 on SST-2 (seed 43)" in words
     meta["m2__sst2__gates"] = _meta([2, 3, 1], near=(43, 44))
     words = RB.agreement_summary(R.agreement_frame(meta, rankings))
-    assert "m2 on SST-2 (seeds 43 and 44)" in words
+    assert "m2 on SST-2 (seeds 43 and 44)" in words and "without having learned" not in words
+    # draws that agree although none learned the task (minilm-l6 MRPC's three draws in the committed grid)
+    meta["m1__sst2__gates"] = _meta([4, 4, 4], near=(42, 43, 44))
+    words = RB.agreement_summary(R.agreement_frame(meta, rankings))
+    assert words.endswith(
+        ". The draws of m1 on SST-2 agree although every one's gate probe ended near its floor: their ranking orders"
+        " the heads alike without having learned the task"
+    )
+    shown = RB.agreement_display(R.agreement_frame(meta, rankings))._repr_html_()
+    assert shown.count("every draw near its floor: not learned from the task") == 1
 
 
 #: Accuracy of each draw's own half-heads run (seed 42), per model.

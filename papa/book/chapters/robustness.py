@@ -80,7 +80,23 @@ def agreement_summary(agreement: pd.DataFrame) -> str:
         f"{W.pair_words(m, t)} ({'seed' if len(s) == 1 else 'seeds'} {and_list(s)})"
         for m, t, s in zip(*(near[c] for c in ("model", "task", "near_floor")))
     )
-    return said + f"; draws whose gate probe ended near its floor: {floor or 'none'}"
+    said += f"; draws whose gate probe ended near its floor: {floor or 'none'}"
+    unlearned = agreement[(agreement["informative"] == True) & _every_draw_near_floor(agreement)]  # noqa: E712
+    if len(unlearned):
+        said += (
+            f". The draws of {pairs(unlearned)} agree although every one's gate probe ended near its floor: their"
+            " ranking orders the heads alike without having learned the task"
+        )
+    return said
+
+
+def _every_draw_near_floor(agreement: pd.DataFrame) -> pd.Series:
+    """Per agreement row: whether every draw's gate probe ended near its floor."""
+    return pd.Series(
+        [bool(d) and set(n) == set(d) for n, d in zip(agreement["near_floor"], agreement["draws"])],
+        index=agreement.index,
+        dtype=bool,
+    )
 
 
 def agreement_display(agreement: pd.DataFrame) -> Table:
@@ -94,7 +110,12 @@ def agreement_display(agreement: pd.DataFrame) -> Table:
         chance_cell=[f"{c:.0f}" for c in agreement["overlap_chance"]],
         rho_cell=_column("{:+.2f} ({:+.2f} to {:+.2f})".format, agreement, "spearman", "spearman_min", "spearman_max"),
         floor_cell=[and_list(s) or "none" for s in agreement["near_floor"]],
-        reading=[agreement_words(row) for row in agreement.itertuples()],
+        reading=[
+            agreement_words(row) + ("; every draw near its floor: not learned from the task" if unlearned else "")
+            for row, unlearned in zip(
+                agreement.itertuples(), _every_draw_near_floor(agreement) & agreement["informative"].eq(True)
+            )
+        ],
     )
     kinds = dict.fromkeys(["model", "task", "overlap_cell", "chance_cell", "rho_cell", "floor_cell", "reading"], "text")
     headers = {"overlap_cell": "first-half overlap, mean (range)", "chance_cell": "chance (n/4)"}
