@@ -31,7 +31,7 @@ AGREEMENT_ALPHA = 0.05
 RANKING_REASONS = ("above_chance", "overlap_at_chance", "order_at_chance", "one_draw")
 AGREEMENT_COLUMNS = (
     "model task heads half pairs overlap overlap_min overlap_max overlap_chance p_value spearman spearman_min"
-    " spearman_max near_floor draws informative reason"
+    " spearman_max near_floor draws every_near_floor informative reason"
 ).split()
 
 
@@ -62,7 +62,8 @@ def agreement_frame(meta: Mapping[str, Mapping], rankings: Mapping[str, list], m
     """Per (model, task) whose ``method`` ranking combines draws (``meta``: ``"<model>__<task>__<method>"`` → its
     ranking file's metadata; ``rankings``: the same stems → heads): heads, half, pairs of draws, the mean, least and
     largest first-half overlap with its chance (``n/4``) and the mean's p, the same for Spearman ρ (chance 0), the
-    seeds of the draws whose gate probe ended near its floor (``near_floor``), the draws' seeds, and
+    seeds of the draws whose gate probe ended near its floor (``near_floor``), the draws' seeds, whether every draw
+    ended near its floor (``every_near_floor``: agreement without having learned the task), and
     :func:`ranking_judgement` (:data:`AGREEMENT_COLUMNS`)."""
     rows = []
     for stem, found in sorted(meta.items()):
@@ -76,7 +77,8 @@ def agreement_frame(meta: Mapping[str, Mapping], rankings: Mapping[str, list], m
         rhos = [float(a["spearman"]) for a in pairs] or [math.nan]
         near = [d.get("seed") for d in draws if d.get("near_floor")]
         row = [model, task, n, n // 2, len(pairs), float(np.mean(overlaps)), min(overlaps), max(overlaps), n / 4, p]
-        row += [float(np.mean(rhos)), min(rhos), max(rhos), near, [d.get("seed") for d in draws], informative, reason]
+        seeds = [d.get("seed") for d in draws]
+        row += [float(np.mean(rhos)), min(rhos), max(rhos), near, seeds, set(near) == set(seeds), informative, reason]
         rows.append(row)
     return pd.DataFrame(rows, columns=AGREEMENT_COLUMNS)
 

@@ -81,22 +81,13 @@ def agreement_summary(agreement: pd.DataFrame) -> str:
         for m, t, s in zip(*(near[c] for c in ("model", "task", "near_floor")))
     )
     said += f"; draws whose gate probe ended near its floor: {floor or 'none'}"
-    unlearned = agreement[(agreement["informative"] == True) & _every_draw_near_floor(agreement)]  # noqa: E712
+    unlearned = agreement[(agreement["informative"] == True) & agreement["every_near_floor"]]  # noqa: E712
     if len(unlearned):
         said += (
             f". The draws of {pairs(unlearned)} agree although every one's gate probe ended near its floor: their"
             " ranking orders the heads alike without having learned the task"
         )
     return said
-
-
-def _every_draw_near_floor(agreement: pd.DataFrame) -> pd.Series:
-    """Per agreement row: whether every draw's gate probe ended near its floor."""
-    return pd.Series(
-        [bool(d) and set(n) == set(d) for n, d in zip(agreement["near_floor"], agreement["draws"])],
-        index=agreement.index,
-        dtype=bool,
-    )
 
 
 def agreement_display(agreement: pd.DataFrame) -> Table:
@@ -113,7 +104,7 @@ def agreement_display(agreement: pd.DataFrame) -> Table:
         reading=[
             agreement_words(row) + ("; every draw near its floor: not learned from the task" if unlearned else "")
             for row, unlearned in zip(
-                agreement.itertuples(), _every_draw_near_floor(agreement) & agreement["informative"].eq(True)
+                agreement.itertuples(), agreement["every_near_floor"] & agreement["informative"].eq(True)
             )
         ],
     )
