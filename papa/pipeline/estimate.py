@@ -9,25 +9,33 @@ from typing import TYPE_CHECKING
 
 from papa.core.fields import CHAPTERS, PAPER_MAX_LENGTH
 from papa.core.tasks import get_task
-from papa.pipeline.plan import Run, head_count
+from papa.pipeline.plan import Run, head_count, machine_shares
 
 if TYPE_CHECKING:
     from collections.abc import Collection
 
     from papa.pipeline.stamps import Manifest
 
-#: Seconds a chapter run (results, controls, replacements) takes: it only reads JSON.
-DEFAULT_SECONDS = dict.fromkeys(CHAPTERS, 40)
+#: Seconds a chapter run (results, controls, replacements) takes: it only reads JSON (the re-run of December 2026:
+#: 53-70 s).
+DEFAULT_SECONDS = dict.fromkeys(CHAPTERS, 60)
 #: MiniLM-L6 on two CPU cores, seconds per example: ``extract``, a compact encoder pass that caches features (scaled
 #: by :data:`COMPACT_SLOT_SHARE`); ``live``, a padded pass inside training or recording; ``train``, one probe step per
-#: example, epoch and seed. Calibrated on the default grid's records (against 132 re-runs, each model's probe runs
-#: took 0.92–1.13× their guess; the 36 main mpnet-base probe runs 1.56×).
-PROBE_SECONDS_PER_EXAMPLE = {"extract": 0.0065, "live": 0.016, "train": 0.0003}
-PROBE_STARTUP_SECONDS = 10
+#: example, epoch and seed. Calibrated on the records of the default grid's re-run of December 2026 (333 runs, each
+#: counted at its share of the machine's time, :func:`papa.pipeline.plan.machine_shares`): after the start-up below,
+#: MiniLM-L6's runs took 1.16x the previous constants, MiniLM-L3's 2.98x and mpnet-base's 1.59x (by kind, 0.95-2.8x).
+PROBE_SECONDS_PER_EXAMPLE = {"extract": 0.0075, "live": 0.0186, "train": 0.00035}
+#: Seconds before a run that loads an encoder computes anything: the kernel, torch, transformers, the model and the
+#: task's data (the same records: 30 s, fitted over the estimate runs of the three models).
+PROBE_STARTUP_SECONDS = 30
+#: Seconds a run that only reads files takes (combining gate draws, a random or deviation ordering): 13-15 s.
+FILE_RUN_SECONDS = 14
 #: Cost of a model relative to MiniLM-L6, as (encoder pass, probe step), from the same records; a model not listed
-#: is costed as a base model (144 heads) or scaled by its heads.
-MODEL_COST = {"minilm-l6": (1.0, 1.0), "minilm-l3": (0.6, 0.7), "mpnet-base": (8.3, 8.0)}
-BASE_COST = (8.3, 8.0)
+#: is costed as a base model (144 heads) or scaled by its heads. MiniLM-L3 (3 layers, converted from ONNX) measures
+#: slower than MiniLM-L6 (6 layers) in every kind of run of the re-run, probes 3.7x its former guess (the records'
+#: figure; the cause is not found).
+MODEL_COST = {"minilm-l6": (1.0, 1.0), "minilm-l3": (1.55, 1.8), "mpnet-base": (11.4, 11.0)}
+BASE_COST = (11.4, 11.0)
 #: ``(layers, hidden size, heads)`` of the calibrated models: a folder of the same shape is costed as that model.
 CALIBRATED_SHAPES = {(6, 384, 72): "minilm-l6", (3, 384, 36): "minilm-l3", (12, 768, 144): "mpnet-base"}
 #: The share of the L = 64 slots a compact pass (:mod:`papa.core.compact`) keeps, measured over 2,600 training
@@ -169,7 +177,7 @@ def _rank_cost(p: dict, padded: float, extract: float, step: float, sentences: s
     probe's early-stopped epochs; combining draws or any other method reads files. (Before the compact share, the
     default grid's 18 gate runs took 0.28–0.37× their guess.)"""
     if not p["method"].startswith("gates") or p.get("draws"):
-        return PROBE_STARTUP_SECONDS + 20, {}
+        return FILE_RUN_SECONDS, {}
     train, dev = _train(p), _dev(p)
     share = COMPACT_SLOT_SHARE.get(p["task"], 1.0)
     own = PROBE_STARTUP_SECONDS + (3 * train + dev) * p["epochs"] * padded * share
@@ -209,10 +217,14 @@ def run_seconds_guess(run: Run) -> float:
 
 
 def estimate_seconds(runs: list[Run], manifest: Manifest | None, resized: Collection[str] = ()) -> float:
-    """Expected seconds for ``runs``: recorded durations (``manifest``, unless ``resized``), else :func:`run_cost`."""
+    """Expected seconds for ``runs`` one at a time: recorded durations (``manifest``, unless ``resized``), each at its
+    share of the machine's time (:func:`papa.pipeline.plan.machine_shares`: a run made beside another counts half of
+    its wall time), else :func:`run_cost`."""
     seconds, extracted, recorded = 0.0, set(), manifest.entries if manifest else {}
+    shares = machine_shares(recorded) or {}
     for run in runs:
-        previous = None if run.run_id in resized else recorded.get(run.run_id, {}).get("seconds")
+        timed = shares.get(run.run_id, recorded.get(run.run_id, {}).get("seconds"))
+        previous = None if run.run_id in resized else timed
         own, features = run_cost(run)
         if previous:  # that duration paid for its feature sets: later runs read them cached
             seconds += previous
