@@ -78,7 +78,8 @@ def agreement_frame(meta: Mapping[str, Mapping], rankings: Mapping[str, list], m
         near = [d.get("seed") for d in draws if d.get("near_floor")]
         row = [model, task, n, n // 2, len(pairs), float(np.mean(overlaps)), min(overlaps), max(overlaps), n / 4, p]
         seeds = [d.get("seed") for d in draws]
-        row += [float(np.mean(rhos)), min(rhos), max(rhos), near, seeds, set(near) == set(seeds), informative, reason]
+        every_near = bool(seeds) and set(near) == set(seeds)
+        row += [float(np.mean(rhos)), min(rhos), max(rhos), near, seeds, every_near, informative, reason]
         rows.append(row)
     return pd.DataFrame(rows, columns=AGREEMENT_COLUMNS)
 

@@ -81,7 +81,7 @@ def agreement_summary(agreement: pd.DataFrame) -> str:
         for m, t, s in zip(*(near[c] for c in ("model", "task", "near_floor")))
     )
     said += f"; draws whose gate probe ended near its floor: {floor or 'none'}"
-    unlearned = agreement[(agreement["informative"] == True) & agreement["every_near_floor"]]  # noqa: E712
+    unlearned = agreement[agreement["informative"].eq(True) & agreement["every_near_floor"]]
     if len(unlearned):
         said += (
             f". The draws of {pairs(unlearned)} agree although every one's gate probe ended near its floor: their"
