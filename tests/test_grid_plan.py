@@ -9,6 +9,7 @@ from papa.pipeline.estimate import (
     DEFAULT_SECONDS,
     estimate_seconds,
     run_seconds_guess,
+    run_wall_seconds,
 )
 from papa.pipeline.plan import Run
 from papa.pipeline.stamps import Manifest
@@ -102,6 +103,9 @@ def test_a_run_recorded_beside_another_counts_its_share_of_the_machine(tmp_path)
     assert estimate_seconds([p], manifest) == pytest.approx(12.5 - 7.5 / 2)
     assert estimate_seconds([q], manifest) == pytest.approx(10.0 - 7.5 / 2)
     assert estimate_seconds([p, q], manifest) == pytest.approx(15.0)
+    # a SLURM worker's walltime bounds a run's own clock, not its share: p's 12.5 s; a run never timed, its guess
+    assert run_wall_seconds(p, manifest) == 12.5
+    assert run_wall_seconds(Run("r", "results", {}), manifest) == DEFAULT_SECONDS["results"]
 
 
 def test_the_smoke_plan_exactly():

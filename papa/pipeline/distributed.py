@@ -212,9 +212,9 @@ def make_executor(
             raise PapaError("--gpus-per-run needs a Dask scheduler", hint)
         return SequentialExecutor(execute, thread_environment(threads_per_run))
     if spec.kind == "slurm" and stale:
-        from papa.pipeline.estimate import estimate_seconds
+        from papa.pipeline.estimate import run_wall_seconds
 
-        longest = max(((r.run_id, estimate_seconds([r], manifest)) for r in stale), key=lambda item: item[1])
+        longest = max(((r.run_id, run_wall_seconds(r, manifest)) for r in stale), key=lambda item: item[1])
         walltime = os.environ.get("PAPA_SLURM_WALLTIME") or clusters.SLURM_SETTINGS["PAPA_SLURM_WALLTIME"]
         warning = clusters.walltime_warning(walltime, longest)
         if warning:

@@ -216,6 +216,13 @@ def run_seconds_guess(run: Run) -> float:
     return own + sum(features.values())
 
 
+def run_wall_seconds(run: Run, manifest: Manifest | None) -> float:
+    """Wall seconds one run takes on its worker: its recorded ``seconds`` (its own clock, not its share of the
+    machine: a SLURM walltime bounds that), else :func:`run_seconds_guess`."""
+    recorded = manifest.entries.get(run.run_id, {}).get("seconds") if manifest else None
+    return float(recorded) if recorded else run_seconds_guess(run)
+
+
 def estimate_seconds(runs: list[Run], manifest: Manifest | None, resized: Collection[str] = ()) -> float:
     """Expected seconds for ``runs`` one at a time: recorded durations (``manifest``, unless ``resized``), each at its
     share of the machine's time (:func:`papa.pipeline.plan.machine_shares`: a run made beside another counts half of
