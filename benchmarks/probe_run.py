@@ -2,7 +2,7 @@
 
     python -m benchmarks.probe_run [--baseline COMMIT] [--repeats N] [--markdown OUT] [--json OUT]
 
-The command (issue 25's single-run target): minilm-l6, SST-2, the gates ranking's first 36 heads constant, a
+The command (the single-run target): minilm-l6, SST-2, the gates ranking's first 36 heads constant, a
 pool of 2,600 training examples of which the seed draws 2,000 + 200 held out, up to 20 epochs with patience 3,
 lr 2e-4, the dev split scored every epoch (the CLI's default). Constants and ranking are the default grid's
 committed artifacts. Each run is a fresh process with a fresh, empty ``PAPA_CACHE_DIR`` ("fresh caches").
@@ -46,7 +46,7 @@ ARTIFACTS = ROOT / "book" / "runs" / "default" / "artifacts"
 BASELINE = "2e32ada"
 MODEL, TASK, K = "minilm-l6", "sst2", 36
 POOL, TRAIN, HELDOUT, EPOCHS, PATIENCE, LR, BATCH = 2600, 2000, 200, 20, 3, 2e-4, 16
-#: issue 37: one run within this factor of its floor
+#: The target: one run within this factor of its floor
 FLOOR_TARGET = 1.3
 OFFLINE = {
     "HF_HUB_OFFLINE": "1",
@@ -277,7 +277,7 @@ def to_markdown(info: dict, a: dict, b: dict, floor: dict) -> str:
         f"= {abs(a['score'] - b['score']):.4f} (target ≤ 0.01).",
         "",
         f"**B / floor = {b['parts']['wall'] / floor['wall']:.2f}×** "
-        f"(issue 37's target ≤ {FLOOR_TARGET}×: "
+        f"(target ≤ {FLOOR_TARGET}×: "
         f"{'met' if b['parts']['wall'] <= FLOOR_TARGET * floor['wall'] else 'NOT met'}). "
         f"Against the floor and the probe's own training steps ({floor['wall'] + training:.1f} s, below which neither "
         f"the encoder's nor the probe's compute can go) B is {b['parts']['wall'] / (floor['wall'] + training):.2f}×: "

@@ -1,4 +1,4 @@
-"""A run's probes trained as one stacked model (issue 37) give each probe the result the single-probe route
+"""A run's probes trained as one stacked model give each probe the result the single-probe route
 (:func:`train_probe`, :func:`predict`) gives it alone: the same epochs, best epoch, held-out curve and dev
 predictions, the same train losses and weights to float rounding; and a probe's logits do not depend on its batch."""
 

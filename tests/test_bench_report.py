@@ -55,7 +55,7 @@ def test_the_report_gives_the_speed_up_and_says_when_the_floor_rules_out_three_t
     assert "takes 4.00 ms a step, so B's 750 steps (6 epochs of 125) take at least 3.0 s." in text
     assert "A / 3 = 22.7 s. The floor and those steps come to 21.0 s, which leaves 1.7 s for the rest" in text
     assert "(gathering the batches, the float32 copy, the cache write and evaluation: 12.0 s in B)" in text
-    assert "**B / floor = 1.83×** (issue 37's target ≤ 1.3×: NOT met)." in text
+    assert "**B / floor = 1.83×** (target ≤ 1.3×: NOT met)." in text
     assert "the probe's own training steps (21.0 s, below which" in text
     assert "B is 1.57×: 12.0 s above them" in text
     out = to_markdown(INFO, a, b, _floor(19.6, step_ms=5.0))

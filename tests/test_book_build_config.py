@@ -1,4 +1,4 @@
-"""`papa book build --config OTHER` never rewrites the default book's tracked pages unasked (issue 55): it is refused,
+"""`papa book build --config OTHER` never rewrites the default book's tracked pages unasked: it is refused,
 exit 2, before anything runs or is written, unless --replace-pages says to."""
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ architecture that runs compact, in eval mode and in train mode with dropout off;
 dropout off give the same final λ (≤ 1e-5) and the same ranking, on tiny models and on minilm-l6 / mpnet-base.
 
 With dropout on, the two layouts draw different dropout masks (different tensor shapes): that case is measured
-(the report of issue 37), not asserted equal."""
+(the stacked-probes benchmark's report), not asserted equal."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Config errors of bounded size (issue 55): a YAML alias bomb is refused before it is built, and a value quoted in an
+"""Config errors of bounded size: a YAML alias bomb is refused before it is built, and a value quoted in an
 error is cut to a few hundred characters."""
 
 from __future__ import annotations

@@ -248,7 +248,7 @@ def test_check_compatible():
         cs.check_compatible(num_heads=12)
 
 
-# -- values no estimate can produce (issue 55) ------------------------------------------------------------------------
+# -- values no estimate can produce ------------------------------------------------------------------------
 def _committed_constants() -> list[Path]:
     """Every constants file committed under book/runs (the default book's 18 among them)."""
     listed = subprocess.run(

@@ -297,7 +297,7 @@ def test_real_validation_splits(data_dir):
 
 
 def test_a_key_given_twice_in_a_record_is_refused(tmp_path):
-    """``{"label": 1, "label": 0}`` once trained on the last value silently (issue 35)."""
+    """``{"label": 1, "label": 0}`` once trained on the last value silently."""
     _write(
         tmp_path,
         "sst2",
@@ -309,7 +309,7 @@ def test_a_key_given_twice_in_a_record_is_refused(tmp_path):
 
 
 def test_a_key_given_twice_in_labels_json_is_refused(tmp_path):
-    """Two ``label`` lists once turned SST-2 into a 3-class task (issue 35)."""
+    """Two ``label`` lists once turned SST-2 into a 3-class task."""
     folder = _write(tmp_path, "sst2", None, {"train": SST_ROWS})
     (folder / "labels.json").write_text('{"label": ["bad", "good"], "label": ["a", "b", "c"]}', encoding="utf-8")
     with pytest.raises(DataError, match=r"labels\.json gives the key 'label' twice"):
@@ -317,7 +317,7 @@ def test_a_key_given_twice_in_labels_json_is_refused(tmp_path):
 
 
 def test_a_record_longer_than_the_bound_is_refused_without_reading_it_whole(tmp_path, monkeypatch):
-    """A 100 MB record once took tokenisation past 12.5 GB (issue 35): a record is read up to the bound, then
+    """A 100 MB record once took tokenisation past 12.5 GB: a record is read up to the bound, then
     refused."""
     monkeypatch.setattr(papa_data, "MAX_RECORD_CHARS", 50)
     long = json.dumps({"sentence": "word " * 20, "label": 1})  # 125 characters

@@ -1,4 +1,4 @@
-"""The dry run's extractions against reuses (issue 25): which run of the default plan extracts a feature set and
+"""The dry run's extractions against reuses: which run of the default plan extracts a feature set and
 which later runs read it from the cache."""
 
 from __future__ import annotations

@@ -229,7 +229,7 @@ def test_the_lr_is_chosen_under_each_models_probe_cap_unless_set():
         "minilm-l3": 20,
         "mpnet-base": 15,
     }
-    assert {tuple(p["seeds"]) for p in chosen.values()} == {(0, 1, 2)}  # issue 54: three seeds, none a probe seed
+    assert {tuple(p["seeds"]) for p in chosen.values()} == {(0, 1, 2)}  # three seeds, none a probe seed
     assert not {0, 1, 2} & set(config["probe"]["seeds"])
     config["lr_selection"]["epochs"] = 7
     assert {r.params["epochs"] for r in expand(config) if r.kind == "select_lr"} == {7}

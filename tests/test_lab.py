@@ -1,4 +1,4 @@
-"""The editing path, in a browser (issue 26): ``make lab`` starts JupyterLab on the text notebooks, a user opens
+"""The editing path, in a browser: ``make lab`` starts JupyterLab on the text notebooks, a user opens
 ``notebooks/03_probe.md`` — jupytext makes it a notebook —, edits a markdown cell and saves; the ``.md`` file on
 disk holds exactly that edit, and the runner then refreshes the probe pages' text instead of re-executing them.
 

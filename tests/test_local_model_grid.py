@@ -1,4 +1,4 @@
-"""A grid whose model is a local folder (issue 16): the folder's path never reaches a run id or a file
+"""A grid whose model is a local folder: the folder's path never reaches a run id or a file
 name, every run, the chapters included, executes, and a local copy of minilm-l6's folder gives the same constants,
 ranking and scores as the same grid on the embedded minilm-l6."""
 

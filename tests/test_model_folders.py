@@ -1,4 +1,4 @@
-"""A model folder is checked as a whole before any weights load (issue 55): tokenizer files, a vocabulary that fits
+"""A model folder is checked as a whole before any weights load: tokenizer files, a vocabulary that fits
 the embedding matrix, a size bound from the config, and checkpoint tensors that match the config. Each refusal is
 one PapaError naming the folder, exit 2 from `papa probe`, `papa estimate`, `papa study --dry-run` and the grid, and
 nothing written."""

@@ -596,7 +596,7 @@ def test_setup_page_words_for_the_default_grid():
     assert "with three seeds (42, 43 and 44) at every head count" in page
     assert "It runs with none, half, 7/8, 15/16 and all of the heads constant, in cached mode" in page
     assert "draws its own 2,000 training and 200 held-out examples from a pool of 2,600 training examples" in page
-    assert "**The budget:**" not in page and "per_model" not in page  # every model probes the same sizes (issue 25)
+    assert "**The budget:**" not in page and "per_model" not in page  # every model probes the same sizes
     assert (
         "at the learning rate chosen for its model and task" in page
         and "The validation split never chooses anything." in page
@@ -666,7 +666,7 @@ def test_rerun_chapter_is_in_the_toc_and_every_command_exists():
             assert re.fullmatch(r"[A-Z]+=\w+", variable) and f"{variable.split('=')[0]} ?=" in makefile, command
     parser = build_parser()
     cli = [c for c in commands if c[0] == "papa"]
-    assert len(cli) == 13 and sum(c[1] == "study" for c in cli) == 3  # the study section's three (issue 27)
+    assert len(cli) == 13 and sum(c[1] == "study" for c in cli) == 3  # the study section's three
     for command in cli:
         args = parser.parse_args(command[1:])  # an unknown command or flag exits with status 2
         assert callable(args.func)

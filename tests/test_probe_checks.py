@@ -227,7 +227,7 @@ def test_size_studies_are_those_that_change_only_the_training_size():
 
     assert size_studies(load_config(ROOT / "configs" / "default.yaml")) == [
         "colamore"
-    ]  # not literal, cachedsmall or random (mpnetmore went with per_model: issue 25)
+    ]  # not literal, cachedsmall or random (mpnetmore went with per_model)
     config = {
         "probe": {
             "lr": "select",

@@ -406,7 +406,7 @@ def test_same_seed_same_scores_in_two_processes(data_dir, tmp_path):
     assert [e["train_loss"] for e in outs[0]["epochs"]] == [e["train_loss"] for e in outs[1]["epochs"]]
 
 
-# --- the main grid's protocol: early stopping, convergence, a seed's own draw from the pool (issue 14) ----------
+# --- the main grid's protocol: early stopping, convergence, a seed's own draw from the pool ----------
 
 
 def scripted(curve):
@@ -615,13 +615,13 @@ def test_random_orderings_are_seeded_permutations_of_every_head():
     orderings = {tuple(compute_ranking(f"random-{n}", lm, device="cpu")[0]) for n in (1, 2, 3)}
     assert len(orderings) == 3
     assert (split_method("gates"), split_method("random-12")) == (("gates", None), ("random", 12))
-    assert split_method("gates-43") == ("gates", 43)  # one gate draw (issue 54)
+    assert split_method("gates-43") == ("gates", 43)  # one gate draw
     for bad in ("random-", "random-x", "gates-", "gates-x", "deviation-1", "oracle"):
         with pytest.raises(PapaError, match=f"Unknown ranking method '{bad}'"):
             split_method(bad)
 
 
-# --- gate draws, warm start and the probe's floor (issue 54) ----------------------------------------------------------
+# --- gate draws, warm start and the probe's floor ----------------------------------------------------------
 def test_draw_agreement_counts_the_shared_first_half_and_spearman_by_hand():
     from papa.probing.ranking import draw_agreement
 

@@ -1,4 +1,4 @@
-"""The default grid's probe protocol in the plan (issue 14): lr chosen once per (model, task) by a
+"""The default grid's probe protocol in the plan: lr chosen once per (model, task) by a
 ``select_lr`` run, training pools, early stopping, per-task dev sizes, seeded random orderings,
 settings one model overrides; and the time estimate that shares feature sets between runs.
 
@@ -285,7 +285,7 @@ def test_the_dry_run_sizes_every_run_offline(tmp_path, monkeypatch):
     )  # the pool: select_lr's, which runs first
 
 
-# --- the lr rule on several seeds (issue 54) --------------------------------------------------------------------------
+# --- the lr rule on several seeds --------------------------------------------------------------------------
 def _lr_runs(table: dict[float, list[tuple[float, bool]]]) -> list[dict]:
     """``{lr: [(held-out score, converged) per seed]}`` as select_lr's run records."""
     return [

@@ -1,4 +1,4 @@
-"""The replacement comparison (issue 33) on hand-made cells: extra drops paired resample by resample, pooled means
+"""The replacement comparison on hand-made cells: extra drops paired resample by resample, pooled means
 with their intervals, and each answer of the rule the method chapter states."""
 
 from __future__ import annotations

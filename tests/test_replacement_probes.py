@@ -1,4 +1,4 @@
-"""A probe run with a replacement mode (issue 33): ``run_probes(replacement=...)`` and ``papa probe --replacement``
+"""A probe run with a replacement mode: ``run_probes(replacement=...)`` and ``papa probe --replacement``
 replace the k heads by that mode, record it, key the cached features by it, and refuse a bad name or a ``mean``
 without stored means with one clear error. The modes' exactness is tests/test_replacement_modes.py's."""
 

@@ -347,7 +347,7 @@ def test_sensitivity_table_names_the_whole_split_and_skips_what_is_not_its_own(t
     assert table(["p0__s", "pa__s", "__more"]).empty
 
 
-# --- runs of the issue-14 protocol: convergence flags, no per-epoch dev curve ------------------------------------
+# --- runs of the main grid's protocol: convergence flags, no per-epoch dev curve ------------------------------------
 
 
 def test_epoch_table_and_tidy_frame_without_a_per_epoch_dev_curve(tmp_path):

@@ -1,4 +1,4 @@
-"""Fault injection on a tiny real grid (issue 15): the runner trusts an output only when its stamp
+"""Fault injection on a tiny real grid: the runner trusts an output only when its stamp
 proves it was written under the expected key, and otherwise re-executes it; a deleted or corrupt
 manifest is rebuilt, not re-run; a config that reuses another grid's name is refused before anything
 is written; a full runs folder fails one run, not the grid; a killed runner's leftovers go away.

@@ -1,5 +1,5 @@
 """What a runs folder holds beyond the plan's runs, and what a run page is titled, on hand-made runs folders
-(nothing is executed; issue 26).
+(nothing is executed).
 
 * ``papa grid run --dry-run`` names every executed notebook, artefact, stamp and manifest entry that no run
   of the current plan wrote as "not in the plan"; ``--prune`` removes exactly those, keeps the plan's files,
@@ -175,7 +175,7 @@ def test_every_run_kind_of_the_smoke_plan_gets_its_own_title():
 
 
 def _executed_before_the_title_changed(run, config: dict) -> None:
-    """The lr choice's notebook as papermill left it when its pages were titled "Constants" (issue 26)."""
+    """The lr choice's notebook as papermill left it when its pages were titled "Constants"."""
     nb = read_source(ROOT / run.notebook)
     nb.metadata["papermill"] = {"parameters": run.params}
     at = next(i for i, c in enumerate(nb.cells) if "parameters" in c.metadata.get("tags", []))

@@ -428,9 +428,9 @@ def test_studies_inherit_the_probe_section_and_null_means_the_whole_split(tmp_pa
 
 def test_every_run_carries_exactly_its_params_model():
     runs = expand(load_config(ROOT / "configs" / "default.yaml"))
-    # 300 + 54 replacement probes + their chapter (355), then issue 54: 3 gate draws per pair (54 rank runs), 3 random
-    # orderings on mpnet-base (18), their probes at half of the heads (36 draws, 18 random) and lrnext on every pair
-    # (36, 2 of them before)
+    # 300 + 54 replacement probes + their chapter (355), then the robustness studies: 3 gate draws per pair (54 rank
+    # runs), 3 random orderings on mpnet-base (18), their probes at half of the heads (36 draws, 18 random) and lrnext
+    # on every pair (36, 2 of them before)
     assert len(runs) == 515 and {r.kind for r in runs} == set(RUN_PARAMS)
     # the replacement studies: 3 replacements × 6 tasks × (minilm-l6 at half and all heads, mpnet-base at all heads)
     replaced = [r for r in runs if r.kind == "probe" and r.params["replacement"] != "papa"]
@@ -455,7 +455,7 @@ def test_every_run_carries_exactly_its_params_model():
     assert lrnext["lr_file"] == "book/runs/default/artifacts/lr/mpnet-base__cola.json" and lrnext["seeds"] == [42]
     mpnet = next(
         r for r in runs if r.run_id == "probe__mpnet-base__sst2__none__k0__cached"
-    ).params  # the MiniLMs' sizes (issue 25)
+    ).params  # the MiniLMs' sizes
     assert (mpnet["pool_examples"], mpnet["max_train_examples"], mpnet["heldout_examples"], mpnet["epochs"]) == (
         2600,
         2000,
@@ -814,7 +814,7 @@ def test_grid_scale_out_flags_are_validated_and_passed_to_the_runner(monkeypatch
     assert "must be at least 1, got 0" in errors[4]
 
 
-# --- issue 54's keys: gate draws and their warm start, lr: runner-up --------------------------------------------------
+# --- the robustness studies' keys: gate draws and their warm start, lr: runner-up -------------------------------------
 @pytest.mark.parametrize(
     ("config", "problem", "hint"),
     [

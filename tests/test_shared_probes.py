@@ -1,4 +1,4 @@
-"""Probes that share the encoder's work give each seed the result it gets alone (issue 25): run_probes against
+"""Probes that share the encoder's work give each seed the result it gets alone: run_probes against
 run_probe seed by seed, the float32 feature copy against per-batch conversion, fused AdamW against the per-tensor
 loop, and large scoring batches against small ones."""
 

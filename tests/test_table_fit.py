@@ -1,4 +1,4 @@
-"""Tables that fit (issue 36): at a 1,280 px window the book's text column is 688 px wide (sphinx-book-theme, both
+"""Tables that fit: at a 1,280 px window the book's text column is 688 px wide (sphinx-book-theme, both
 sidebars shown); no chapter table hides a deciding column (the relative drop, real?, a verdict) behind a sideways
 scroll there. Wide tables fold their secondary columns into a "More columns" view. Measured in headless Chromium on
 the chapters' tables built from hand-made runs under the book's real model and task names."""

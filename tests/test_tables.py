@@ -147,7 +147,7 @@ def test_an_empty_result_is_an_empty_table():
     )
 
 
-# -- the tables with intervals (issue 14) ---------------------------------------------------------------------
+# -- the tables with intervals ---------------------------------------------------------------------
 def _main_rows() -> pd.DataFrame:
     from papa.analysis.drop_tables import MAIN_COLUMNS
 

@@ -1,4 +1,4 @@
-"""A verification record is bound to the outputs it compared (issue 55): the page counts it only while they are the
+"""A verification record is bound to the outputs it compared: the page counts it only while they are the
 run's current outputs, and says how many it set aside and why; a killed verification's scratch folder goes on the
 next verify or run; nbval's colour codes never reach a record."""
 
