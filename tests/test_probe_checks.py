@@ -9,9 +9,9 @@ import pytest
 from test_results import result
 
 from papa.analysis import probe_checks as AC
+from papa.book.chapters import controls
 from papa.book.load import BookData, book_data_from
 from papa.book.probe_checks import lr_choice_display, lr_choice_numbers, prediction_share_display
-from papa.book.studies import size_sensitivity
 from papa.book.words import lr_text
 from papa.pipeline.plan import grid_model
 
@@ -22,14 +22,14 @@ def lr_choice_frame(data: BookData) -> pd.DataFrame:
 
 
 def prediction_share_frame(data: BookData) -> pd.DataFrame:
-    """The prediction-share frame of ``data``, as the controls chapter builds it."""
+    """The prediction-share frame over every hand-made row of ``data.main`` (no basis: the chapter passes the
+    converged runs, :func:`test_the_probe_checks_read_the_converged_runs_only`)."""
     return AC.prediction_share_frame(data.main, data.records)
 
 
 def near_floor_frame(data: BookData) -> pd.DataFrame:
     """The near-floor frame of ``data``, as the controls chapter builds it."""
-    checks = AC.Checks(lr_choice_frame(data), prediction_share_frame(data), size_sensitivity(data))
-    return AC.near_floor_frame(data.floors, data.main, data.records, checks)
+    return controls.probe_checks(data)[1]
 
 
 def _choice(model: str, task: str, chosen: float, runs: list[tuple[float, float, int, int, bool]]) -> dict:
@@ -462,3 +462,26 @@ def test_candidates_that_round_to_one_score_show_the_digits_that_tell_them_apart
     (row,) = lr_choice_display(lr_choice_frame(_data(choices))).rows
     assert [cell.split(" ")[0] for cell in row[2:4]] == ["0.9292", "0.9289"]
     assert lr_choice_display(lr_choice_frame(_data(CHOICES))).rows[1][2].startswith("0.830 ")  # apart at 3 digits
+
+
+def test_the_probe_checks_read_the_converged_runs_only():
+    """A k = 0 seed whose held-out curve still rose at the cap is left out of the near-floor seeds and the prediction
+    shares, as it is of the score beside them."""
+    probe = {"lr": "select", "epochs": 20, "selection": "heldout", "modes": ["cached"], "max_train_examples": 2000}
+    probe |= {"heldout_examples": 200, "pool_examples": 2600, "patience": 3}
+    config = {"name": "hand", "models": ["m"], "tasks": ["cola"], "probe": probe}
+    dev = {"label_names": ["unacceptable", "acceptable"], "labels": [1, 1, 1, 0]}
+    records = {
+        run_id: _record("m", "cola", 0, seed, score, 2000, 2)
+        for run_id, seed, score in (("a", 42, 0.04), ("b", 43, 0.3))
+    }
+    records["a"] |= {"dev": dev | {"predictions": [1, 1, 1, 1]}, "convergence": {"converged": True}}
+    records["b"] |= {"dev": dev | {"predictions": [0, 0, 0, 0]}, "convergence": {"converged": False}}
+    records["c"] = _record("m", "cola", 72, 42, 0.02, 2000, 2) | {"convergence": {"converged": True}}
+    data = book_data_from(config, records, {})
+    floors = data.floors.assign(informative=False)
+    checks, near = controls.probe_checks(replace(data, floors=floors))
+    assert checks.prediction_share[["score", "seeds", "predicted_class", "predicted_share"]].to_dict("records") == [
+        {"score": pytest.approx(0.04), "seeds": 1, "predicted_class": "acceptable", "predicted_share": 1.0}
+    ]
+    assert near["seed_scores"].tolist() == [[(0.04, 2)]] and near["score"].tolist() == [pytest.approx(0.04)]

@@ -40,13 +40,13 @@ def lr_choice_frame(lr_choices: Mapping[str, dict]) -> pd.DataFrame:
     return frame.sort_values(["model", "task", "lr", "seed"], ignore_index=True)  # as the other tables: model, task
 
 
-def prediction_share_frame(main: pd.DataFrame, records: Mapping[str, dict]) -> pd.DataFrame:
-    """Per model and sequence task, over the k = 0 seeds of ``main`` (the main grid's tidy rows; ``records`` by run
-    id): the mean score, the class predicted most often on the dev split, and its share of the predictions and of the
-    dev labels."""
-    main = main[(main["k"] == 0) & (main["probe_input"] == "all") & main["is_main"]]
+def prediction_share_frame(runs: pd.DataFrame, records: Mapping[str, dict]) -> pd.DataFrame:
+    """Per model and sequence task, over the k = 0 seeds of ``runs`` (tidy rows of the main grid, the book's basis
+    the converged ones; ``records`` by run id): the mean score, the class predicted most often on the dev split, and
+    its share of the predictions and of the dev labels."""
+    k0 = runs[(runs["k"] == 0) & (runs["probe_input"] == "all") & runs["is_main"]]
     rows = []
-    for (model, task), group in main.groupby(["model", "task"], sort=True):
+    for (model, task), group in k0.groupby(["model", "task"], sort=True):
         predictions: Counter = Counter()
         labels: Counter = Counter()
         names: list = []
@@ -77,12 +77,13 @@ NEAR_FLOOR_COLUMNS = (
 
 
 def near_floor_frame(
-    floors: pd.DataFrame, main: pd.DataFrame, records: Mapping[str, dict], checks: Checks
+    floors: pd.DataFrame, runs: pd.DataFrame, records: Mapping[str, dict], checks: Checks
 ) -> pd.DataFrame:
     """Every model and task whose k = 0 probe is not informative (``floors``), with the checks
     (:data:`NEAR_FLOOR_COLUMNS`) that tell a probe that cannot read the task from one that has not learned to: scores,
-    floor, seeds (``main``'s k = 0 runs, ``records`` by run id), training losses, held-out score, class shares, more
-    training data, and the best other model on the task (``checks``: the other frames they read)."""
+    floor, seeds (the k = 0 runs of ``runs``, as :func:`prediction_share_frame`; ``records`` by run id), training
+    losses, held-out score, class shares, more training data, and the best other model on the task (``checks``: the
+    other frames they read)."""
     if floors.empty or "informative" not in floors:
         return pd.DataFrame(columns=NEAR_FLOOR_COLUMNS)
     lr = checks.lr_choices
@@ -93,7 +94,7 @@ def near_floor_frame(
         examples, pair = row["train examples study"], (row["model"], row["task"])
         if examples > row["train examples official"] and examples > more.get(pair, (-1,))[0]:  # more than the main's
             more[pair] = (examples, row["k=0 study"], row["setting"])
-    k0 = main[(main["k"] == 0) & (main["probe_input"] == "all") & main["is_main"]].drop_duplicates("run_id")
+    k0 = runs[(runs["k"] == 0) & (runs["probe_input"] == "all") & runs["is_main"]].drop_duplicates("run_id")
     rows = []
     for row in floors[~floors["informative"].astype(bool)].itertuples():
         pair = (row.model, row.task)

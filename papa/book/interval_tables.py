@@ -12,8 +12,8 @@ from papa.book.table_format import Table, key_text, model_task_kinds, table
 from papa.book.words import is_missing, lr_text, percent, text
 
 INTERVAL_NOTE = (
-    "The difference to k = 0 is paired on the same dev examples, with its 95% bootstrap interval over dev examples"
-    " (seeds pooled); real?: whether that interval excludes 0."
+    f"The difference to k = 0 is paired by probe seed and on the same dev examples, with its {W.INTERVAL_COVERS};"
+    " real?: whether that interval excludes 0."
 )
 
 

@@ -182,9 +182,8 @@ def floors_display(floors: pd.DataFrame) -> T.Table:
         " deviation over those probe seeds, and a score without ± comes from a single seed. Still rising: no"
         " attention-free probe of the pair converged, so its floor is the mean of those still rising at their epoch"
         " cap, a lower bound of the converged floor (and closer to it than the majority class alone).",
-        "The interval is a 95% bootstrap interval over dev examples (seeds pooled). Informative: the k = 0 mean exceeds"
-        " the higher floor by more than twice the seed spread (and at least 0.01), and the interval's lower bound lies"
-        " above it.",
+        f"The interval is the {W.INTERVAL_COVERS}. Informative: the k = 0 mean exceeds the higher floor by more than"
+        " twice the seed spread (and at least 0.01), and the interval's lower bound lies above it.",
     ]
     return T.table(frame, kinds, headers, missing, notes)
 

@@ -154,7 +154,7 @@ def comparison_display(frame: pd.DataFrame) -> T.Table:
     missing = {"drop_half": "no converged, paired run at half of the heads"}
     missing["drop_all"] = "no converged, paired run with every head constant"
     notes = [
-        "Each row from its own grid's converged runs, paired by probe seed; the 95% intervals are over dev examples."
+        f"Each row from its own grid's converged runs, paired by probe seed; each interval is the {W.INTERVAL_COVERS}."
     ]
     return T.table(shown, kinds, headers, missing, notes=notes)
 

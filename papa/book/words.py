@@ -23,6 +23,8 @@ from papa.analysis.drop_tables import nominal_fraction
 from papa.core.tasks import task_name
 
 NBSP = "\u00a0"
+#: What every interval of the book covers (:mod:`papa.analysis.bootstrap`: seeds drawn, then dev examples).
+INTERVAL_COVERS = "95% two-level bootstrap interval over probe seeds and dev examples"
 DASH = "\u2013"  # en dash: a missing value
 
 

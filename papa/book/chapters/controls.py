@@ -51,13 +51,20 @@ class ControlsChapter:
         return self.climbing[self.climbing["rising"]] if len(self.climbing) else self.climbing
 
 
+def probe_checks(data: BookData) -> tuple[AC.Checks, pd.DataFrame]:
+    """The probe checks on the book's basis (the converged runs, as every score beside them): the lr choices, what
+    the k = 0 probes predict, the training-size studies, and every pair near its floor with those checks."""
+    runs = data.basis.runs
+    prediction_share = AC.prediction_share_frame(runs, data.records)
+    checks = AC.Checks(AC.lr_choice_frame(data.lr_choices), prediction_share, size_sensitivity(data))
+    return checks, AC.near_floor_frame(data.floors, runs, data.records, checks)
+
+
 def build(data: BookData) -> ControlsChapter:
     """The controls chapter of a grid's committed runs (:func:`papa.book.load.load_book_data`)."""
     per_task, rising = convergence_summary(data)
-    checks = AC.Checks(
-        AC.lr_choice_frame(data.lr_choices), AC.prediction_share_frame(data.main, data.records), size_sensitivity(data)
-    )
-    near_floor, lr_choices = AC.near_floor_frame(data.floors, data.main, data.records, checks), checks.lr_choices
+    checks, near_floor = probe_checks(data)
+    lr_choices = checks.lr_choices
     literal = literal_comparison(data)
     curve = "score" if data.epochs["score"].notna().any() else "heldout"  # dev scores per epoch, else held-out
     climbing = still_rising(data.epochs, curve=curve)
