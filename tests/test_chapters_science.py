@@ -387,6 +387,12 @@ def test_a_study_at_a_fixed_lr_stays_out_of_the_main_grid(tmp_path):
         "3 seeds). The best-trained probe at k = 0 is not the main grid's:"
         " lr 2e-4 (3 seeds) scores 0.900 against 0.850, and loses more with every head constant"
     )
+    undefined = checks.reset_index()  # a k = 0 score at or below 0 leaves the drop undefined: a dash, no comparison
+    undefined.loc[undefined["setting"] == "main grid", "drop"] = float("nan")
+    assert drop_checks_summary(undefined).endswith(
+        "the drop is \u2013 (the main grid; 3 seeds) and 33.3% (lr 2e-4; 3 seeds). The best-trained probe at k = 0 is"
+        " not the main grid's: lr 2e-4 (3 seeds) scores 0.900 against 0.850"
+    )
 
 
 def test_the_analogues_draw_from_the_converged_runs(grid):

@@ -8,7 +8,7 @@ import pandas as pd
 from papa.analysis.basis import Basis
 from papa.analysis.controls import DROP_CHECK_COLUMNS, compare, drop_check, setting_change
 from papa.book.load import BookData, study_probe_settings
-from papa.book.words import and_list, lr_text, percent, plural
+from papa.book.words import DASH, and_list, is_missing, lr_text, percent, plural, score
 from papa.core.grid_schema import GridConfig, Study
 
 
@@ -128,7 +128,8 @@ def drop_checks_summary(checks: pd.DataFrame) -> str:
     where = "In every setting" if apart == len(checks) else f"In {apart} of {len(checks)} settings"
     seeds = lambda n: f"{n} {plural(n, 'seed')}"
     setting = lambda row: "the main grid" if row.setting == "main grid" else row.change
-    drops = and_list(f"{percent(row.drop)} ({setting(row)}; {seeds(row.seeds)})" for row in checks.itertuples())
+    drop = lambda value: percent(value) or DASH  # undefined where a k = 0 score is not above 0
+    drops = and_list(f"{drop(row.drop)} ({setting(row)}; {seeds(row.seeds)})" for row in checks.itertuples())
     below = "every seed's score with every head constant lies below every seed's score at k = 0"
     sentence = f"{where}, {below}; the drop is {drops}"
     best, main = checks.loc[checks["k0"].idxmax()], checks[checks["setting"] == "main grid"]
@@ -136,7 +137,8 @@ def drop_checks_summary(checks: pd.DataFrame) -> str:
         main = main.iloc[0]
         sentence += (
             f". The best-trained probe at k = 0 is not the main grid's: {best['change']} ({seeds(best['seeds'])})"
-            f" scores {best['k0']:.3f} against {main['k0']:.3f},"
-            f" and loses {'more' if best['drop'] > main['drop'] else 'less'} with every head constant"
+            f" scores {score(best['k0'])} against {score(main['k0'])}"
         )
+        if not (is_missing(best["drop"]) or is_missing(main["drop"])):
+            sentence += f", and loses {'more' if best['drop'] > main['drop'] else 'less'} with every head constant"
     return sentence
