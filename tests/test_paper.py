@@ -9,7 +9,7 @@ import pytest
 
 from papa.analysis import analogues, bootstrap, pooled_drops
 from papa.analysis.basis import gate_runs
-from papa.analysis.claims import claim3_verdict
+from papa.analysis.claims import claim3_verdict, evidence
 from papa.analysis.results import SUMMARY_KEYS
 from papa.book import words as W
 from tests.hand_cells import cell, cells, spread
@@ -110,7 +110,8 @@ def _cells(scores: dict) -> pd.DataFrame:
 
 
 def test_better_models_lose_more_points_and_verdict():
-    points, verdict = analogues.better_models_lose_more(_cells(SCORES))
+    read = evidence(_cells(SCORES))  # claim 3's points and statistics, as the chapter's figure (c) reads them
+    points, verdict = read.points, {**read.better, "tasks": read.common}
     # t2 is not informative for model a, so every model's point averages t1 alone (the tasks all models share):
     # otherwise b's and c's averages would fall with t2's lower scores and decide the correlation
     assert points["model"].tolist() == ["a", "b", "c"]
@@ -128,7 +129,7 @@ def test_better_models_lose_more_points_and_verdict():
         and W.verdict_words(claim3_verdict(verdict)) == "points the paper's way, not significant"
     )
     two = {key: value for key, value in SCORES.items() if key[0] != "c"}
-    assert W.verdict_words(claim3_verdict(analogues.better_models_lose_more(_cells(two))[1])) == "not testable"
+    assert W.verdict_words(claim3_verdict(evidence(_cells(two)).better)) == "not testable"
 
 
 def test_paper_table_with_cells_shows_the_cells_drops_and_the_pooled_averages():

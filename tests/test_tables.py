@@ -325,15 +325,14 @@ def test_an_interval_has_one_precision_and_an_end_that_rounds_to_zero_reads_0():
 
 
 def test_every_drop_interval_in_running_text_is_written_alike():
-    """The claims' glued intervals and the replacements chapter's drops write their ends as the tables do (one
+    """The claims' glued numbers and the replacements chapter's drops write their ends as the tables do (one
     precision, an end that rounds to zero reads 0), and a drop in percent has percent ends ("[4.5%, 20.1%]", not
     "[4.5, 20.1]"); differences in points keep their signed points."""
     from papa.book.chapters.replacements import points_with_interval
     from papa.book.words import interval_text
-    from papa.book.words import interval_words as claim_interval
 
-    assert claim_interval(0.0003, 0.021) == "[0.0%, 2.1%]"
-    assert claim_interval(float("nan"), 0.021) == "(no interval)"
+    assert interval_text(0.0004, -0.0003, 0.021) == "0.0% [0.0%, 2.1%]"
+    assert interval_text(float("nan"), 0.01, 0.021) == "\u2013"
     assert interval_text(0.123, 0.045, 0.201) == "12.3% [4.5%, 20.1%]"  # the replacements chapter's drops
     assert points_with_interval(0.012, -0.003, 0.027) == "+1.2 points [-0.3, +2.7]"  # its extra drops
     assert points_with_interval(0.012, -0.003, 0.027, digits=2) == "+1.20 points [-0.30, +2.70]"

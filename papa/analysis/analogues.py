@@ -11,7 +11,7 @@ import pandas as pd
 
 from papa.analysis.basis import rows_of
 from papa.analysis.claims import MAX_DROP_ALL, PAPER_DROP_ALL, Evidence
-from papa.analysis.pooled_drops import DROP_COLUMNS, claim3, claim3_points, model_drops
+from papa.analysis.pooled_drops import DROP_COLUMNS, claim3_points, model_drops
 from papa.analysis.results import SHARED_RANKINGS, main_mode
 from papa.core.heads import count_for
 
@@ -74,13 +74,6 @@ def relative_score_vs_constant_fraction(
             mean = float(np.mean([v for _, v in values]))
             out.append([model, ranking, k, k / total, mean, len(values), ", ".join(t for t, _ in values)])
     return pd.DataFrame(out, columns=["model", "ranking", "k", "fraction", "relative_score", "n_tasks", "tasks"])
-
-
-def better_models_lose_more(cells: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
-    """(c) Claim 3 on :func:`papa.analysis.basis.claim_cells`: the points of :func:`.pooled_drops.claim3_points`
-    and the statistics of :func:`.pooled_drops.claim3` with the common ``tasks``."""
-    frame, common = claim3_points(cells)
-    return frame, {**claim3(frame), "tasks": common}
 
 
 def paper_table(

@@ -47,7 +47,8 @@ BASES = (
 class Judgement:
     """One claim judged on one basis: the number its verdict rests on (``value``, a rate or ρ) with its interval
     (``low``/``high``, NaN without one) and what that interval ``covers`` (:data:`COVERS`), the ``verdict``
-    (:data:`VERDICTS`), the ``reason`` (the rule's branch) and the numbers that branch read (``facts``)."""
+    (:data:`VERDICTS`), the ``reason`` (the rule's branch), the numbers that branch read (``facts``) and, when the
+    number is one pair's (``covers`` "pair"), that ``pair`` (model, task)."""
 
     value: float
     low: float
@@ -56,6 +57,7 @@ class Judgement:
     verdict: str
     reason: str
     facts: Mapping[str, float | str] = field(default_factory=dict)
+    pair: tuple[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -141,7 +143,8 @@ def claim2_bound_verdict(cells: pd.DataFrame) -> Judgement:
         return _untestable("pair")
     largest = usable.loc[usable["relative_drop"].idxmax()]
     value, low, high = (float(largest[c]) for c in ("relative_drop", "relative_low", "relative_high"))
-    judged = lambda verdict, reason, facts: Judgement(value, low, high, "pair", verdict, reason, facts)
+    where = (str(largest["model"]), str(largest["task"]))
+    judged = lambda verdict, reason, facts: Judgement(value, low, high, "pair", verdict, reason, facts, where)
     pair = lambda row: {"model": row["model"], "task": row["task"], "limit": MAX_DROP_ALL}
     above = usable[usable["relative_low"] > MAX_DROP_ALL]
     if len(above):

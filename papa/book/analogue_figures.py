@@ -91,7 +91,8 @@ def fig_relative_score(frame: pd.DataFrame) -> Figure:
 
 
 def fig_better_models(points: pd.DataFrame, verdict: dict, verdict_words: str) -> Figure:
-    """(c) ``(points, verdict)`` from :func:`papa.analysis.analogues.better_models_lose_more`: one point per model,
+    """(c) Claim 3's ``(points, verdict)`` (:class:`papa.analysis.claims.Evidence`'s ``points`` and ``better`` with
+    the common ``tasks``): one point per model,
     x = its pooled average relative drop with all heads constant (bar: its 95 % interval), y = its average k = 0
     score; the caption gives the correlation, its n and ``verdict_words`` (the claim-3 verdict in words)."""
     _need(points, "claim 3")

@@ -3,8 +3,7 @@ difference, an interval, heads and fractions, a learning rate, a duration, lists
 Python list or a ``(s)`` plural), verdict phrases (:data:`VERDICT_WORDS`), each claim's title, the paper's words and
 the rule (:data:`CLAIM_WORDS`), each reason's sentence (:data:`REASONS`, filled with a judgement's facts by
 :func:`reason`), the number each verdict rests on (:func:`claim_number`) and the sensitivity table's bases
-(:data:`BASIS_WORDS`). Task and metric display names come from :mod:`papa.analysis.figure_kit` (its code is part of
-every run's key, so it stays there)."""
+(:data:`BASIS_WORDS`). Task and metric display names come from the task registry, :mod:`papa.core.tasks`."""
 
 from __future__ import annotations
 
@@ -320,36 +319,18 @@ def verdict_words(judgement: V.Judgement) -> str:
     return VERDICT_WORDS[judgement.verdict]
 
 
-def largest_cell(bound: pd.DataFrame) -> pd.Series | None:
-    """The cell of ``bound`` (claim 2b's all-heads cells) with the largest relative drop, or None."""
-    usable = bound.dropna(subset=["relative_drop"])
-    return None if usable.empty else usable.loc[usable["relative_drop"].idxmax()]
-
-
-def claim_number(key: str, evidence: V.Evidence) -> str:
-    """The number claim ``key``'s verdict rests on, as text: a pooled drop with its interval, the largest single
-    drop with its pair, or ρ with its p."""
-    if key in ("claim1", "claim2"):
-        pooled = evidence.half if key == "claim1" else evidence.all
-        return interval_text(pooled["value"], pooled["low"], pooled["high"])
-    if key == "claim2b":
-        row = largest_cell(evidence.bound)
-        if row is None:
-            return "–"
-        drop = interval_text(row["relative_drop"], row["relative_low"], row["relative_high"])
-        return f"{drop} ({row['model']}, {task_name(row['task'])})"
-    better = evidence.better
-    n, rho = int(better.get("n", 0)), better.get("spearman", math.nan)
-    if rho is None or math.isnan(rho):
-        return f"no ρ ({n} {plural(n, 'model')})"
-    return f"ρ = {rho:+.2f}, p = {better['p_value']:.3f} (n = {n})"
-
-
-def interval_words(low: float, high: float) -> str:
-    """``[low, high]`` in percent, each end as the tables write it (:func:`with_interval`)."""
-    if math.isnan(low) or math.isnan(high):
-        return "(no interval)"
-    return f"[{percent(low)}, {percent(high)}]"
+def claim_number(judgement: V.Judgement) -> str:
+    """The number a claim's verdict rests on (``judgement``'s), as text: a pooled drop with its interval, one pair's
+    drop with that pair (claim 2b's largest), or ρ with its p (claim 3)."""
+    if judgement.covers == "none":
+        n, p = int(judgement.facts.get("n", 0)), judgement.facts.get("p")
+        if is_missing(judgement.value) or p is None:
+            return f"no ρ ({n} {plural(n, 'model')})"
+        return f"ρ = {judgement.value:+.2f}, p = {float(p):.3f} (n = {n})"
+    drop = interval_text(judgement.value, judgement.low, judgement.high)
+    if judgement.covers == "pair":
+        return drop if judgement.pair is None else f"{drop} ({judgement.pair[0]}, {task_name(judgement.pair[1])})"
+    return drop
 
 
 def random_summary(random: pd.DataFrame, ranking: str) -> str:

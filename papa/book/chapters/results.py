@@ -5,7 +5,6 @@ every table, caption and glued value reads those judgements."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -111,8 +110,8 @@ def build(data: BookData) -> ResultsChapter:
     glue = headline_numbers(data)
     chapter = answers(data, glue["ranking"])
     glue |= answer_numbers(chapter)  # verdicts and drops with intervals, on the one basis
-    largest = W.largest_cell(chapter.judged.evidence.bound)
-    checks = pd.DataFrame() if largest is None else drop_checks(data, str(largest["model"]), str(largest["task"]))
+    largest = chapter.judged.judgements["claim2b"].pair  # the largest single drop's pair
+    checks = pd.DataFrame() if largest is None else drop_checks(data, *largest)
     glue["largest_drop_summary"] = drop_checks_summary(checks)
     shown = shown_ranking(data.floors, data.rankings, chapter.ranking)
     ranking, ranking_words = ranking_figure(data.rankings, shown, sorted(set(data.main["k"])))
@@ -144,21 +143,24 @@ def claims_frame(judged: V.Judged, gate: dict) -> pd.DataFrame:
     rows = []
     for claim in V.CLAIMS:
         words, judgement = W.CLAIM_WORDS[claim.key], judged.judgements[claim.key]
-        ours = _ours(claim.key, judged.evidence)
+        ours = _ours(claim.key, judged.evidence, judgement)
         reason, rule = W.reason(claim.key, judgement), words.rule + W.gate_words(gate)
         rows.append([words.title, words.paper, ours, W.verdict_words(judgement), reason, rule])
     return pd.DataFrame(rows, columns=["claim", "paper", "ours", "verdict", "reason", "rule"])
 
 
-def _ours(key: str, evidence: V.Evidence) -> str:
-    """The claims table's "ours" cell of claim ``key``: its number and what it averages."""
-    number = W.claim_number(key, evidence)
+def _ours(key: str, evidence: V.Evidence, judgement: V.Judgement) -> str:
+    """The claims table's "ours" cell of claim ``key``: its number (``judgement``'s) and what it averages."""
+    number = W.claim_number(judgement)
     if key in ("claim1", "claim2"):
         p = evidence.half if key == "claim1" else evidence.all
         what = f"average relative drop over {p['n']} informative model/task {plural(p['n'], 'pair')}"
         return number + f"; {what}" + (f" ({p['excluded']} left out: drop undefined)" if p["excluded"] else "")
     if key == "claim2b":
-        return f"largest single drop {number}, of {len(evidence.bound)} informative model/task pairs"
+        defined = int(evidence.bound["relative_drop"].notna().sum())
+        undefined = len(evidence.bound) - defined
+        left = f" ({undefined} left out: drop undefined)" if undefined else ""
+        return f"largest single drop {number}, of {defined} informative model/task {plural(defined, 'pair')}{left}"
     points = evidence.points
     columns = (points[c] for c in ("model", "drop", "low", "high", "score"))
     per_model = ", ".join(f"{m} {interval_text(d, lo, hi)} at {s:.3f}" for m, d, lo, hi, s in zip(*columns))
@@ -176,8 +178,8 @@ def sensitivity_frame(by_basis: dict[str, V.Judged]) -> pd.DataFrame:
         row = {"basis": W.BASIS_WORDS[code], "n_half": half["n"], "n_all": full["n"]}
         row["excluded"] = half["excluded"] + full["excluded"]
         for claim in V.CLAIMS:
-            number, judgement = W.claim_number(claim.key, judged.evidence), judged.judgements[claim.key]
-            row |= {claim.key: number, f"{claim.key}_verdict": W.verdict_words(judgement)}
+            judgement = judged.judgements[claim.key]
+            row |= {claim.key: W.claim_number(judgement), f"{claim.key}_verdict": W.verdict_words(judgement)}
         rows.append(row | {"paper": W.PAPER_BY_BASIS["families" if families else "all"]})
     return pd.DataFrame(rows)
 
@@ -198,16 +200,13 @@ def answer_numbers(chapter: ResultsChapter) -> dict:
     }
     for claim, row in zip(V.CLAIMS, chapter.claims.itertuples()):
         key = claim.key
-        numbers |= {f"{key}_verdict": row.verdict, f"{key}_ours": row.ours, f"{key}_reason": row.reason}
-        numbers[f"{key}_number"] = W.claim_number(key, evidence)
+        numbers |= {f"{key}_verdict": row.verdict, f"{key}_reason": row.reason}
+        numbers[f"{key}_number"] = W.claim_number(chapter.judged.judgements[key])
     for name, pooled in (("half", evidence.half), ("all", evidence.all)):
-        numbers[f"drop_{name}_mean"] = pooled["value"]
-        numbers[f"drop_{name}_interval"] = W.interval_words(pooled["low"], pooled["high"])
         numbers[f"n_pairs_{name}"] = pooled["n"]
-    largest = W.largest_cell(evidence.bound)
-    found = largest is not None
-    numbers["drop_all_max"] = float(largest["relative_drop"]) if found else math.nan
-    numbers["drop_all_max_pair"] = W.pair_words(largest["model"], largest["task"]) if found else "no pair"
+    largest = chapter.judged.judgements["claim2b"]
+    numbers["drop_all_max"] = largest.value
+    numbers["drop_all_max_pair"] = "no pair" if largest.pair is None else W.pair_words(*largest.pair)
     numbers["random_summary"] = W.random_summary(chapter.random, chapter.ranking)
     return numbers
 

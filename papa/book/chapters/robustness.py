@@ -222,7 +222,8 @@ def models_frame(judged: V.Judged, per_model: dict[str, V.Judged]) -> pd.DataFra
     for name, one in [("all models (pooled)", judged), *per_model.items()]:
         row = {"models": name, "pairs, half": one.evidence.half["n"], "pairs, all": one.evidence.all["n"]}
         for key in MODEL_CLAIMS:
-            row |= {key: W.claim_number(key, one.evidence), f"{key}_verdict": W.verdict_words(one.judgements[key])}
+            judgement = one.judgements[key]
+            row |= {key: W.claim_number(judgement), f"{key}_verdict": W.verdict_words(judgement)}
         rows.append(row)
     return pd.DataFrame(rows)
 
