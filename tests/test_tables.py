@@ -364,6 +364,10 @@ def test_two_extra_drops_that_differ_never_print_alike():
     ]
     assert "[+15.01, +18.49] points lies above 0" in answer_words(answers)["reason"][1]
     assert distinct_digits([(1.0,), (1.0,)], lambda r, d: f"{r[0]:.{d}f}") == 1  # the same numbers: no more digits
+    nan = float("nan")
+    untestable = answers.assign(extra=[0.05, nan, nan], low=[0.03, nan, nan], high=[0.07, nan, nan])
+    untestable = untestable.assign(answer=["more", "not_testable", "not_testable"])
+    assert list(answer_words(untestable)["number"]) == ["+5.0 points [+3.0, +7.0]", "\u2013", "\u2013"]
     assert distinct_digits([0.11111, 0.11112], lambda r, d: f"{r:.{d}f}") == 3  # apart only beyond: the most
 
 

@@ -295,9 +295,8 @@ def generated_pages(config: dict, stale: list[str], run_ids: list[str], root: Pa
         "(fig-constants)=\n"
         "```{glue} fig-constants\n"
         f":doc: runs/{config['name']}/results.ipynb\n```\n\n"
-        "**Figure: constant matrices.** A few constant matrices (query position × key position; darker: more "
-        "attention), averaged down for display, from the first task's constants of the "
-        f"{code_span(config['name'])} grid.\n"
+        "**Figure: constant matrices.** "
+        f"{{glue:text}}`runs/{config['name']}/results.ipynb::fig-constants-caption:s`\n"
     )
     return pages
 

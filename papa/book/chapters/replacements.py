@@ -18,7 +18,15 @@ from papa.analysis.basis import Basis, build_basis
 from papa.analysis.figure_kit import AXIS_PX, TEXT_WIDTH, Figure, clean, finish, glue_figure, legend, words
 from papa.book.load import BookData, read_manifest
 from papa.book.table_format import Table, key_text, model_task_kinds, table
-from papa.book.words import REPLACEMENT_ANSWERS, REPLACEMENT_QUESTIONS, distinct_digits, interval_text, points_text
+from papa.book.words import (
+    DASH,
+    REPLACEMENT_ANSWERS,
+    REPLACEMENT_QUESTIONS,
+    distinct_digits,
+    interval_text,
+    is_missing,
+    points_text,
+)
 from papa.core import replacements as core_replacements
 from papa.core.errors import PapaError
 from papa.core.grid_schema import GridConfig
@@ -108,7 +116,8 @@ def answer_words(answers: pd.DataFrame) -> pd.DataFrame:
     (:data:`papa.book.words.REPLACEMENT_ANSWERS`), its extra drop as ``number`` (:func:`points_with_interval`, in
     as many digits as tell the rows apart) and the ``reason`` (:func:`answer_reason`)."""
     triples = list(zip(answers["extra"], answers["low"], answers["high"]))
-    digits = distinct_digits(triples, lambda t, d: points_with_interval(*t, digits=d))
+    defined = [t for t in triples if not is_missing(t[0])]  # every missing one reads "–" (NaN ≠ NaN would count)
+    digits = distinct_digits(defined, lambda t, d: points_with_interval(*t, digits=d))
     numbers = [points_with_interval(*t, digits=digits) for t in triples]
     reasons = [answer_reason(row.replacement, row._asdict(), row.answer, digits) for row in answers.itertuples()]
     question = [REPLACEMENT_QUESTIONS[mode] for mode in answers["replacement"]]
@@ -132,9 +141,9 @@ def answer_reason(replacement: str, pooled: Mapping[str, float], verdict: str, d
 
 def points_with_interval(value: float, low: float, high: float, digits: int = 1) -> str:
     """An extra drop and its interval in percentage points: ``"+1.2 points [-0.3, +2.7]"``; "–" without a value."""
-    if value is None or math.isnan(value):
-        return "–"
-    span = "" if math.isnan(low) or math.isnan(high) else f" [{points_text(low, digits)}, {points_text(high, digits)}]"
+    if is_missing(value):
+        return DASH
+    span = "" if is_missing(low) or is_missing(high) else f" [{points_text(low, digits)}, {points_text(high, digits)}]"
     return f"{points_text(value, digits)} points{span}"
 
 

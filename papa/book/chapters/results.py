@@ -114,8 +114,8 @@ def build(data: BookData) -> ResultsChapter:
     checks = pd.DataFrame() if largest is None else drop_checks(data, *largest)
     glue["largest_drop_summary"] = drop_checks_summary(checks)
     shown = shown_ranking(data.floors, data.rankings, chapter.ranking)
-    ranking, ranking_words = ranking_figure(data.rankings, shown, sorted(set(data.main["k"])))
-    constants, constants_words = constants_figure(data.config.name, shown)
+    ranking = ranking_figure(data.rankings, shown, sorted(set(data.main["k"])))
+    constants = constants_figure(data.config.name, shown)
     chapter.drops_by_model = drops_by_model(chapter)
     chapter.analogues = analogue_figures(chapter)
     chapter.drop_checks = checks
@@ -124,7 +124,7 @@ def build(data: BookData) -> ResultsChapter:
     chapter.layers = layer_table(data.rankings)
     chapter.figures = [fig_score_vs_dynamic_heads(data.summary, data.floors), ranking, constants]
     chapter.robustness = RB.build(data, chapter.cells, chapter.judged, chapter.ranking)
-    chapter.glue = glue | ranking_words | constants_words | chapter.robustness.glue
+    chapter.glue = glue | chapter.robustness.glue
     return chapter
 
 
@@ -233,29 +233,26 @@ def shown_ranking(floors: pd.DataFrame, rankings: Mapping[str, list], ranking: s
     return max(candidates, key=lambda stem: len(rankings[stem]))
 
 
-def ranking_figure(rankings: Mapping[str, list], stem: str, k_values: list[int]) -> tuple[Figure, dict[str, str]]:
-    """The heatmap of ranking ``stem`` (:func:`shown_ranking`) with the k values the main grid ran, and the words the
-    prose glues: ``ranking_model``, ``ranking_task`` (display name), ``ranking_method``."""
+def ranking_figure(rankings: Mapping[str, list], stem: str, k_values: list[int]) -> Figure:
+    """The heatmap of ranking ``stem`` (:func:`shown_ranking`) with the k values the main grid ran."""
     heads = rankings[stem]
-    model, task, method = name_parts(stem)
     layers, per_layer = 1 + max(layer for layer, _ in heads), 1 + max(head for _, head in heads)
-    figure = fig_head_ranking(heads, layers, per_layer, k_values=k_values, source=stem)
-    return figure, {"ranking_model": model, "ranking_task": task_name(task), "ranking_method": method}
+    return fig_head_ranking(heads, layers, per_layer, k_values=k_values, source=stem)
 
 
-def constants_figure(config_name: str, stem: str) -> tuple[Figure, dict]:
+def constants_figure(config_name: str, stem: str) -> Figure:
     """Four constant matrices (the first two heads of the first and the last layer) of the shown ranking's model and
-    task (else of the grid's first constants file), and the glued ``constants_task`` and ``constants_examples``; a
-    :func:`placeholder_figure` when the grid has no constants file."""
+    task (else of the grid's first constants file), its caption naming both; a :func:`placeholder_figure` when the
+    grid has no constants file."""
     folder = ROOT / "book" / "runs" / config_name / "artifacts" / "constants"
     pair = folder / f"{SEPARATOR.join(name_parts(stem)[:-1])}.safetensors"
     found = [pair] if pair.is_file() else sorted(folder.glob("*.safetensors"))
     if not found:
         why = "No constants file in this grid's runs: no constant matrix to draw."
-        return AF.placeholder_figure("fig-constants", why), {"constants_task": "none", "constants_examples": 0}
+        return AF.placeholder_figure("fig-constants", why)
     constant_set = load_constants(found[0])
     last = constant_set.constants.shape[0] - 1  # [layers, heads, L, L]
-    task, examples = constant_set.meta["task"], constant_set.meta["num_examples"]
+    meta = constant_set.meta
     picks = [(0, 0), (0, 1), (last, 0), (last, 1)]
-    figure = fig_constants(constant_set.constants, picks=picks, source=f"{task_name(task)} ({examples:,} examples)")
-    return figure, {"constants_task": task, "constants_examples": examples}
+    source = f"{task_name(meta['task'])} ({meta['num_examples']:,} examples) for {meta['model']}"
+    return fig_constants(constant_set.constants, picks=picks, source=source)
