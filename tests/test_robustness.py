@@ -77,6 +77,9 @@ def test_the_agreement_table_reads_the_combined_rankings_metadata():
     )
     shown = RB.agreement_display(R.agreement_frame(meta, rankings))._repr_html_()
     assert shown.count("every draw near its floor: not learned from the task") == 1
+    one = {"m1__sst2__gates": _meta([]) | {"draws": _meta([])["draws"][:1]}}  # one draw: no overlap, no ρ
+    shown = RB.agreement_display(R.agreement_frame(one, rankings))._repr_html_()
+    assert "nan" not in shown and "one gate draw: nothing to agree with" in shown
 
 
 #: Accuracy of each draw's own half-heads run (seed 42), per model.

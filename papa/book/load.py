@@ -161,7 +161,7 @@ def floors_display(floors: pd.DataFrame) -> T.Table:
         ],
         base=[W.score_spread(m, s) for m, s in zip(f["baseline"], f["baseline_std"])],
         interval=[
-            None if W.is_missing(lo) else f"[{lo:.3f}, {hi:.3f}]"
+            None if W.is_missing(lo) else f"[{W.score(lo)}, {W.score(hi)}]"
             for lo, hi in zip(f["baseline_low"], f["baseline_high"])
         ],
         task=f["task"].map(task_name),

@@ -90,7 +90,7 @@ def _best_cell(model: str | None, score: float, informative: bool | None) -> str
     """``0.320 (big)``, or ``0.240 (big, not informative)`` when that model does not clear its own floor."""
     if model is None or W.is_missing(score):
         return None
-    return f"{score:.3f} ({model}{'' if informative else ', not informative'})"
+    return f"{W.score(score)} ({model}{'' if informative else ', not informative'})"
 
 
 def near_floor_display(frame: pd.DataFrame) -> T.Table:
@@ -98,14 +98,14 @@ def near_floor_display(frame: pd.DataFrame) -> T.Table:
     in columns."""
     f, missing = frame, W.is_missing
     losses, more = (f["loss_first"], f["loss_last"]), (f["more_data_score"], f["more_data_setting"])
-    seeds = lambda pairs: ", ".join(f"{v:.3f}" + ("" if e is None else f" (epoch {e})") for v, e in pairs) or None
+    seeds = lambda pairs: ", ".join(W.score(v) + ("" if e is None else f" (epoch {e})") for v, e in pairs) or None
     shown = T.key_text(f).assign(
         score_cell=[W.with_interval(W.score, *v) for v in zip(f["score"], f["low"], f["high"])],
-        floor_cell=[None if missing(v) else f"{v:.3f} ({kind})" for v, kind in zip(f["floor"], f["floor_kind"])],
+        floor_cell=[None if missing(v) else f"{W.score(v)} ({kind})" for v, kind in zip(f["floor"], f["floor_kind"])],
         seeds_cell=[seeds(pairs) for pairs in f["seed_scores"]],
         loss_cell=[None if missing(a) or missing(b) else f"{a:.2f} → {b:.2f}" for a, b in zip(*losses)],
         share_cell=[_share_cell(p, lab) for p, lab in zip(f["predicted_share"], f["label_share"])],
-        more_cell=[None if missing(v) else f"{v:.3f} ({s})" for v, s in zip(*more)],
+        more_cell=[None if missing(v) else f"{W.score(v)} ({s})" for v, s in zip(*more)],
         best_cell=[_best_cell(*best) for best in zip(f["best_model"], f["best_score"], f["best_informative"])],
     )
     # the long cells wrap (kind "text"), so that the table fits the column instead of scrolling sideways

@@ -163,7 +163,7 @@ def _ours(key: str, evidence: V.Evidence, judgement: V.Judgement) -> str:
         return f"largest single drop {number}, of {defined} informative model/task {plural(defined, 'pair')}{left}"
     points = evidence.points
     columns = (points[c] for c in ("model", "drop", "low", "high", "score"))
-    per_model = ", ".join(f"{m} {interval_text(d, lo, hi)} at {s:.3f}" for m, d, lo, hi, s in zip(*columns))
+    per_model = ", ".join(f"{m} {interval_text(d, lo, hi)} at {W.score(s)}" for m, d, lo, hi, s in zip(*columns))
     over = f" over {', '.join(task_name(t) for t in evidence.common)}" if evidence.common else ""
     return number + (f"; drop at k = 0 score, per model{over}: {per_model}" if per_model else "")
 

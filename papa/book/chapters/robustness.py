@@ -58,6 +58,16 @@ def _column(write, frame: pd.DataFrame, *names: str) -> list:
     return [write(*values) for values in zip(*(frame[name] for name in names))]
 
 
+def _overlap_cell(mean: float, half: int, least: float, most: float) -> str | None:
+    """``"20.3 of 36 (18–23)"``: the draws' mean first-half overlap and its range; None (a dash) for one draw."""
+    return None if W.is_missing(mean) else f"{mean:.1f} of {half} ({least:.0f}–{most:.0f})"
+
+
+def _rho_cell(mean: float, least: float, most: float) -> str | None:
+    """``"+0.41 (+0.30 to +0.52)"``: the draws' mean ρ and its range; None (a dash) for one draw, which has no ρ."""
+    return None if W.is_missing(mean) else f"{mean:+.2f} ({least:+.2f} to {most:+.2f})"
+
+
 def agreement_words(row) -> str:
     """The ranking judgement of one agreement row in words (:data:`papa.book.words.RANKING_REASONS`)."""
     facts = {"overlap": f"{row.overlap:.1f} of {row.half}", "chance": f"{row.overlap_chance:.0f}"}
@@ -95,11 +105,9 @@ def agreement_display(agreement: pd.DataFrame) -> Table:
     draws and the judgement."""
     frame = agreement.assign(
         task=agreement["task"].map(task_name),
-        overlap_cell=_column(
-            "{:.1f} of {} ({:.0f}–{:.0f})".format, agreement, "overlap", "half", "overlap_min", "overlap_max"
-        ),
+        overlap_cell=_column(_overlap_cell, agreement, "overlap", "half", "overlap_min", "overlap_max"),
         chance_cell=[f"{c:.0f}" for c in agreement["overlap_chance"]],
-        rho_cell=_column("{:+.2f} ({:+.2f} to {:+.2f})".format, agreement, "spearman", "spearman_min", "spearman_max"),
+        rho_cell=_column(_rho_cell, agreement, "spearman", "spearman_min", "spearman_max"),
         floor_cell=[and_list(s) or "none" for s in agreement["near_floor"]],
         reading=[
             agreement_words(row) + ("; every draw near its floor: not learned from the task" if unlearned else "")
