@@ -63,7 +63,7 @@ book-as-is: $(STAMP)
 bench: $(STAMP)
 	$(OFFLINE) $(PY) -m benchmarks.run
 
-# one `papa probe` run (the speed issue's command) on main when the issue was filed and on this tree (needs PAPA_DATA_DIR)
+# one `papa probe` run (the single-run benchmark's command) on a baseline commit and on this tree (needs PAPA_DATA_DIR)
 bench-run: $(STAMP)
 	$(OFFLINE) $(PY) -m benchmarks.probe_run
 
