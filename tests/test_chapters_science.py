@@ -5,6 +5,7 @@ here by hand; non-converged runs are left out and counted; everything works with
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -23,9 +24,11 @@ from papa.book import words as W
 from papa.book.analogue_figures import fig_better_models, fig_paper_scores, fig_relative_score
 from papa.book.chapters import results as RS
 from papa.book.chapters.controls import convergence_summary, literal_comparison
+from papa.book.load import headline_numbers
 from papa.book.studies import drop_checks, drop_checks_summary
 from papa.book.words import interval_text
 from papa.core.io import atomic_write_json
+from papa.pipeline.plan import grid_model
 from tests.hand_cells import book_data
 
 N = 400  # dev examples
@@ -224,6 +227,11 @@ def test_claims_with_two_models(grid):
     assert claims.loc["2b", "verdict"] == "points the paper's way, not significant"
     numbers = RS.answer_numbers(result)
     assert numbers["claim3_verdict"] == "not testable" and numbers["n_left_out"] == 2
+    assert (numbers["paper_drop_all"], numbers["paper_max_drop_all"]) == ("8%", "20%")  # the rules' own limits
+    words = lambda d: tuple(headline_numbers(d)[k] for k in ("probe_seeds_words", "seed_level_draws"))
+    assert words(data) == ("one seed", "one distinct draw")  # the config's probe seeds: [42]
+    three = grid_model(CONFIG | {"probe": CONFIG["probe"] | {"seeds": [42, 43, 44]}})
+    assert words(dataclasses.replace(data, config=three)) == ("three seeds", "ten distinct draws")  # C(5, 3)
     assert numbers["claim2_number"] == interval_text(full["value"], full["low"], full["high"])
     assert numbers["claim2_number"].endswith(f"[{full['low']:.1%}, {full['high']:.1%}]")
 

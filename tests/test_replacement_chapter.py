@@ -10,6 +10,7 @@ from hand_cells import table_cells
 from papa.analysis import bootstrap as S
 from papa.book.chapters import replacements as RPG
 from papa.core.io import atomic_write_json
+from papa.pipeline.plan import grid_model
 from tests.hand_cells import book_data
 from tests.test_chapters_science import _predictions, _record
 
@@ -98,6 +99,9 @@ def test_extra_drops_and_answers(science):
     low, high = answers.loc["zero", "low"], answers.loc["zero", "high"]
     assert numbers["q_zero_number"] == f"+27.8 points [{low * 100:+.1f}, {high * 100:+.1f}]"
     assert numbers["replacement_runs"] == "18 converged probe results of uniform, mean and zero"
+    assert numbers["one_seed_models"] == "ma"  # the study inherits the probe's seeds: [42]
+    three = grid_model(CONFIG | {"probe": CONFIG["probe"] | {"seeds": [42, 43, 44]}})
+    assert RPG.replacement_numbers(result, three)["one_seed_models"] == "none"
 
 
 def test_the_tables_and_the_figure_show_every_mode(science):

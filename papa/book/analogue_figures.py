@@ -12,8 +12,10 @@ import pandas as pd
 
 from papa.analysis import analogues as P
 from papa.analysis import figure_kit as FK
+from papa.analysis.claims import PAPER_DROP_ALL
 from papa.analysis.figure_kit import Figure, clean, finish, legend, panel_layout, words
 from papa.analysis.figures import FLOOR_STYLES, floor_dash, tooltips
+from papa.book.words import percent
 from papa.core.errors import PapaError
 from papa.core.tasks import metric_name, task_name
 
@@ -85,7 +87,8 @@ def fig_relative_score(frame: pd.DataFrame) -> Figure:
     caption = (
         "Per model, the score relative to its k = 0 score (100%), averaged over its informative tasks "
         f"({words([f'{m}: {int(n)}' for m, n in per_model.items()])}), against the share of heads made constant in "
-        f"the {frame['ranking'].iloc[0]} order. The paper reports about 92% on average with every head constant."
+        f"the {frame['ranking'].iloc[0]} order. The paper reports about {percent(1 - PAPER_DROP_ALL, 0)} on average"
+        " with every head constant."
     )
     return finish(chart, caption, "fig-relative-score")
 

@@ -195,7 +195,7 @@ def headline_numbers(data: BookData) -> dict:
     informative = data.floors[data.floors["informative"]]
     uninformative = data.floors[~data.floors["informative"]]
     label = (lambda m, t: f"{m}/{t}") if len(data.models) > 1 else (lambda m, t: t)
-    size = data.config.probe.max_train_examples
+    size, seeds = data.config.probe.max_train_examples, len(data.config.probe.seeds)
     return {
         "config_name": data.config.name,
         # a probe run is one executed probe notebook; it writes one probe result per seed (count_probe_runs)
@@ -204,13 +204,14 @@ def headline_numbers(data: BookData) -> dict:
         "n_probe_runs_all": count_probe_runs(data.tidy["run_id"].unique()),
         "models": ", ".join(data.models),
         "models_sized": and_sized(data.main),
-        "n_tasks": len(data.tasks),
         "tasks": ", ".join(data.tasks),
         "ranking": ranking,
         "n_models": len(data.models),
         "informative_tasks": ", ".join(map(label, informative["model"], informative["task"])) or "none",
         "uninformative_tasks": ", ".join(map(label, uninformative["model"], uninformative["task"])) or "none",
-        "n_informative": int(len(informative)),
+        "probe_seeds_words": W.count(seeds, "seed"),
+        # a two-level resample draws the seeds with replacement: C(2S − 1, S) distinct multisets of S seeds
+        "seed_level_draws": W.count(math.comb(2 * seeds - 1, seeds), "distinct draw"),
         "probe_train_examples": "the whole training split" if size is None else f"{size:,}",
     }
 

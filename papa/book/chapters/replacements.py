@@ -22,6 +22,7 @@ from papa.book.words import (
     DASH,
     REPLACEMENT_ANSWERS,
     REPLACEMENT_QUESTIONS,
+    and_list,
     distinct_digits,
     interval_text,
     is_missing,
@@ -29,7 +30,7 @@ from papa.book.words import (
 )
 from papa.core import replacements as core_replacements
 from papa.core.errors import PapaError
-from papa.core.grid_schema import GridConfig
+from papa.core.grid_schema import GridConfig, study_settings
 from papa.pipeline.plan import STUDY_AIMS, chapter_study_minutes, config_dict, runs_dir
 
 AT_WORDS = {"half": "half of the heads", "all": "every head"}
@@ -152,6 +153,9 @@ def replacement_numbers(science: ReplacementsChapter, grid: GridConfig) -> dict[
     its reason; which runs, the constants' training examples and the studies' cost."""
     numbers = {"replacement_runs": science.words, "estimate_examples": f"{grid.estimate.max_examples:,}"}
     numbers |= study_cost(grid)
+    studies = [s for s in grid.studies if s.chapter == "replacements"]
+    one_seed = {m for s in studies for m in s.models or grid.models if len(study_settings(grid, s, m)["seeds"]) == 1}
+    numbers["one_seed_models"] = and_list(sorted(one_seed)) or "none"
     for row in science.answers.itertuples(index=False):
         key = f"q_{row.replacement}"
         numbers[f"{key}_question"] = row.question

@@ -197,6 +197,8 @@ def answer_numbers(chapter: ResultsChapter) -> dict:
         "claim3_tasks": and_list(task_name(t) for t in evidence.common) or "no task",
         "pooled_resamples": f"{resamples:,}",
         "pooled_seed": "0",
+        "paper_drop_all": W.percent(V.PAPER_DROP_ALL, 0),
+        "paper_max_drop_all": W.percent(V.MAX_DROP_ALL, 0),
     }
     for claim, row in zip(V.CLAIMS, chapter.claims.itertuples()):
         key = claim.key
