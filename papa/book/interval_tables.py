@@ -80,7 +80,7 @@ def random_display(baseline: pd.DataFrame) -> Table:
 
 
 def verdicts_display(claims: pd.DataFrame) -> Table:
-    """:func:`papa.book.claim_texts.claims_table` for reading."""
+    """:func:`papa.book.chapters.results.claims_frame` for reading."""
     kinds = dict.fromkeys(["claim", "verdict", "ours", "reason", "paper", "rule"], "text")
     headers = {"ours": "our runs (pooled 95% interval)", "reason": "why", "paper": "the paper"}
     headers["rule"] = "rule and runs counted"
@@ -139,7 +139,7 @@ def paper_table_display(frame: pd.DataFrame) -> Table:
 
 
 def literal_display(comparison: pd.DataFrame) -> Table:
-    """:func:`papa.book.controls_chapter.literal_comparison` for reading."""
+    """:func:`papa.book.chapters.controls.literal_comparison` for reading."""
     c = comparison
     frame = key_text(c).assign(
         main_drop_cell=_cells(percent, c["main_drop"], c["main_low"], c["main_high"]),
@@ -159,7 +159,7 @@ def literal_display(comparison: pd.DataFrame) -> Table:
 
 
 def convergence_display(per_task: pd.DataFrame) -> Table:
-    """:func:`papa.book.controls_chapter.convergence_summary`'s per-task counts for reading."""
+    """:func:`papa.book.chapters.controls.convergence_summary`'s per-task counts for reading."""
     counts = dict.fromkeys(["runs", "converged", "still rising", "no held-out curve"], "int")
     kinds = model_task_kinds(per_task) | counts
     kinds["mean epochs trained"] = lambda v: None if is_missing(v) else f"{float(v):.1f}"

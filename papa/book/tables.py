@@ -77,7 +77,7 @@ def retained_gains_display(gains: pd.DataFrame) -> Table:
 
 
 def layer_display(layers: pd.DataFrame) -> Table:
-    """:func:`papa.book.load.layer_table` for reading (a model with fewer layers shows dashes)."""
+    """:func:`papa.analysis.controls.layer_table` for reading (a model with fewer layers shows dashes)."""
     columns = [c for c in layers.columns if str(c).startswith("layer ")]
     kinds = model_task_kinds(layers) | {"ranking": "text"} | {c: "int" for c in columns}
     return table(key_text(layers), kinds, missing={c: "this model has fewer layers" for c in columns})
@@ -121,7 +121,7 @@ def sensitivity_display(sensitivity: pd.DataFrame) -> Table:
 
 
 def compare_display(comparison: pd.DataFrame | None, label_a: str, label_b: str, empty: str = "") -> Table:
-    """:func:`papa.book.studies.compare` for reading; ``empty`` says why there is none when ``comparison`` is None."""
+    """:func:`papa.analysis.controls.compare` for reading; ``empty``: why there is none when ``comparison`` is None."""
     if comparison is None:
         return Table([], [], empty=empty)
     kinds = model_task_kinds(comparison) | {"ranking": "text", "k": "int", "difference": "score"}
@@ -132,7 +132,7 @@ def compare_display(comparison: pd.DataFrame | None, label_a: str, label_b: str,
 
 
 def rising_display(rising: pd.DataFrame) -> Table:
-    """:func:`papa.book.load.still_rising` for reading."""
+    """:func:`papa.analysis.controls.still_rising` for reading."""
     kinds = {"run_id": "text"} | model_task_kinds(rising) | {"k": "int", "seed": "int", "late_gain": "score"}
     kinds["rising"] = "yes/no"
     headers = {"run_id": "run", "late_gain": "gain over the last 3 epochs", "rising": "still rising"}

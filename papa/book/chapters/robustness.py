@@ -80,9 +80,10 @@ def agreement_summary(agreement: pd.DataFrame) -> str:
     if agreement.empty:
         return "not in this grid: its rankings combine no gate draws, so no agreement between draws is measured"
     pairs = lambda rows: and_list(W.pair_words(m, t) for m, t in zip(rows["model"], rows["task"])) or "none"
-    chance = agreement[agreement["informative"] == False]  # noqa: E712 (None: one draw, not judged)
+    chance = agreement[agreement["informative"].eq(False)]  # None: one draw, not judged
     near = agreement[agreement["near_floor"].map(len) > 0]
-    said = f"{int((agreement['informative'] == True).sum())} of {len(agreement)} model/task pairs have draws that"  # noqa: E712
+    judged = int(agreement["informative"].notna().sum())
+    said = f"{int(agreement['informative'].eq(True).sum())} of {judged} model/task pairs have draws that"
     said += (
         f" agree above chance; no informative ranking (half-heads drop read as a random-heads drop): {pairs(chance)}"
     )
