@@ -46,10 +46,17 @@ def _check_resamples(resamples: int) -> None:
         raise PapaError(f"Bootstrap resamples {resamples} out of range", "Use e.g. resamples=2000.")
 
 
-def _interval(samples: np.ndarray) -> tuple[float, float]:
+def percentile_interval(samples: np.ndarray) -> tuple[float, float]:
     """The central 95% interval of bootstrap ``samples`` ``[R]``: its 2.5 and 97.5 percentiles."""
     low, high = np.quantile(samples, [0.025, 0.975])
     return float(low), float(high)
+
+
+def dev_set_name(task: str, eval_sha: str | None) -> str:
+    """The stream a dev set's examples are resampled on: the task's data folder (NER and POS share theirs) and the
+    hash of the evaluated indices, so every run scored on the same examples draws the same resamples; the task alone
+    without a hash."""
+    return f"{get_task(task).local_folder}:{eval_sha}" if eval_sha else task
 
 
 def resample_rows(n: int, resamples: int = RESAMPLES, seed: int = 0, dev_set: str | None = None) -> np.ndarray:
@@ -111,7 +118,7 @@ def score_interval(
     _check_resamples(resamples)
     rows, counts = resample_rows(stack.shape[1], resamples, seed), resample_seeds(len(stack), resamples, seed)
     (means,) = _resampled_means([stack], metric, token, resamples, rows, [counts])
-    low, high = _interval(means)
+    low, high = percentile_interval(means)
     return {"score": float(metric_from_sums(metric, stack.sum(1), token).mean()), "low": low, "high": high}
 
 
@@ -160,8 +167,8 @@ def paired_bootstrap(
     differences = m_other - m_base
     with np.errstate(divide="ignore", invalid="ignore"):
         relative = np.where(m_base > 0, (m_base - m_other) / m_base, math.nan)
-    low, high = _interval(differences)
-    rel_low, rel_high = _interval(relative) if np.isfinite(relative).all() else (math.nan, math.nan)
+    low, high = percentile_interval(differences)
+    rel_low, rel_high = percentile_interval(relative) if np.isfinite(relative).all() else (math.nan, math.nan)
     out = {"base_score": base_score, "score": score, "difference": score - base_score, "low": low, "high": high}
     out |= {"real": bool(low > 0 or high < 0), "relative_drop": relative_drop(score, base_score)}
     out |= {"relative_low": rel_low, "relative_high": rel_high, "seed_min": float(paired.min())}
@@ -207,8 +214,7 @@ def paired_differences(results: dict[str, dict], resamples: int = RESAMPLES) -> 
         if not pairs:
             continue  # no common seed (the gate left them out): no paired interval
         metric, token = base_runs[0]["metric"], bool(base_runs[0]["dev"].get("lengths"))
-        # the task's data folder: NER and POS share theirs
-        dev_set = f"{get_task(task).local_folder}:{setting[4]}" if setting[4] else task
+        dev_set = dev_set_name(task, setting[4])
         base_stats, other_stats = [run_statistics(r) for r in base_runs], [run_statistics(r) for r in other_runs]
         stats = paired_bootstrap(base_stats, other_stats, metric, token, resamples, 0, pairs, dev_set=dev_set)
         keys = {"model": model, "task": task, "ranking": ranking, "k": k, "fraction": k / total}

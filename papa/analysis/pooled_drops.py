@@ -16,6 +16,8 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 import pandas as pd
 
+from papa.analysis.bootstrap import percentile_interval
+
 
 def pooled_drop(cells: pd.DataFrame) -> dict:
     """The average relative drop over ``cells`` with its 95% interval: ``value``, ``low``, ``high``, ``n`` (cells
@@ -26,8 +28,8 @@ def pooled_drop(cells: pd.DataFrame) -> dict:
     if kept.empty:
         return out | {"value": math.nan, "low": math.nan, "high": math.nan}
     averages = np.vstack(kept["samples"].tolist()).mean(0)  # [R]
-    low, high = np.quantile(averages, [0.025, 0.975])
-    return out | {"value": float(kept["relative_drop"].mean()), "low": float(low), "high": float(high)}
+    low, high = percentile_interval(averages)
+    return out | {"value": float(kept["relative_drop"].mean()), "low": low, "high": high}
 
 
 def select(cells: pd.DataFrame, at: str, informative: bool | None = True, families: Iterable[str] | None = None):

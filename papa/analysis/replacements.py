@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from papa.analysis.basis import Basis, claim_cells
+from papa.analysis.bootstrap import percentile_interval
 from papa.analysis.pooled_drops import pooled_drop
 
 #: Every answer: the alternative loses more than PAPA's constant (its interval above 0), less (below 0), no difference
@@ -52,7 +53,7 @@ def extra_drops(cells: pd.DataFrame) -> pd.DataFrame:
         if base is None or not (math.isfinite(c.relative_drop) and math.isfinite(base.relative_drop)):
             continue
         samples = np.asarray(c.samples, dtype=float) - np.asarray(base.samples, dtype=float)
-        low, high = np.quantile(samples, [0.025, 0.975])
+        low, high = percentile_interval(samples)
         keys = [c.model, c.task, c.family, c.at, int(c.k), c.replacement, float(base.relative_drop)]
         extra = float(c.relative_drop - base.relative_drop)
         ok = bool(c.informative and base.informative)

@@ -18,12 +18,11 @@ import numpy as np
 import pandas as pd
 
 from papa.analysis import bootstrap as S
-from papa.analysis.basis import Basis, k0_and_all
+from papa.analysis.basis import Basis, k0_and_all, task_family
 from papa.analysis.claims import Judgement, claim1_verdict
 from papa.analysis.pooled_drops import pooled_drop
 from papa.core.heads import count_for
 from papa.core.names import name_parts
-from papa.core.tasks import get_task
 
 #: The one-sided level at which the draws' first-half overlap must lie above chance.
 AGREEMENT_ALPHA = 0.05
@@ -119,8 +118,7 @@ def draws_pooled_cells(basis: Basis, records: Mapping[str, dict], draws: Sequenc
         if len(pairs) < 2 or not all(r and r.get("dev") for r in found):
             continue
         first = found[0]
-        sha = (first.get("data") or {}).get("eval_indices_sha")
-        dev_set = f"{get_task(task).local_folder}:{sha}" if sha else task
+        dev_set = S.dev_set_name(task, (first.get("data") or {}).get("eval_indices_sha"))
         stats = [S.run_statistics(r) for r in found]
         token = bool(first["dev"].get("lengths"))
         sides = (stats[: len(base)], stats[len(base) :])
@@ -147,8 +145,10 @@ def _pooled_row(model: str, task: str, total: int, st: dict, basis: Basis) -> di
     clear = bool(np.isfinite(samples).all())
     relative = [st[c] if clear else math.nan for c in ("relative_drop", "relative_low", "relative_high")]
     k = _half(total)
+    mode = next(iter(basis.runs["mode"].dropna()), None)  # one basis reads one execution mode
     return {
-        "model": model, "task": task, "family": "", "mode": None, "ranking": "draws", "k": k, "total_heads": total,
+        "model": model, "task": task, "family": task_family(task), "mode": mode, "ranking": "draws", "k": k,
+        "total_heads": total,
         "fraction": k / total, "score_0": basis.score(model, task, "none", 0), "score": st["score"],
         "paired_score_0": st["base_score"], "paired_score": st["score"], "difference": st["difference"],
         "low": st["low"], "high": st["high"], "real": st["real"], "relative_drop": relative[0],
