@@ -22,12 +22,6 @@ def _cell(group: pd.DataFrame, digits: int = 3) -> str:
     )
 
 
-def _digits(scores: pd.Series) -> int:
-    """3, or up to 6 where 3 would show different held-out scores of one model and task (the choice) as equal."""
-    distinct = scores.nunique()
-    return next((d for d in range(3, 7) if scores.round(d).nunique() == distinct), 6)
-
-
 def lr_choice_display(frame: pd.DataFrame) -> T.Table:
     """:func:`papa.analysis.probe_checks.lr_choice_frame` for reading: per model and task the chosen lr, then each
     candidate's cell."""
@@ -36,7 +30,8 @@ def lr_choice_display(frame: pd.DataFrame) -> T.Table:
     for (model, task), group in frame.groupby(["model", "task"], sort=False):
         chosen = group.loc[group["chosen"], "lr"]
         row = {"model": model, "task": task_name(task), "chosen_lr": lr_text(chosen.iloc[0]) if len(chosen) else None}
-        digits = _digits(group["heldout"])
+        # 3 digits, or up to 6 where 3 would show different held-out scores (the choice) as equal
+        digits = W.distinct_digits(group["heldout"].dropna(), lambda s, d: f"{s:.{d}f}", least=3, most=6)
         row |= {lr: _cell(group[group["lr"] == lr], digits) if (group["lr"] == lr).any() else None for lr in lrs}
         rows.append(row)
     kinds = T.model_task_kinds(frame) | {"chosen_lr": "text"}
