@@ -167,14 +167,16 @@ def test_main_table_intervals_are_paired_bootstraps(grid):
     )  # its task and indices
     for column in ("difference", "low", "high", "relative_drop", "relative_low", "relative_high"):
         assert row[column] == expected[column], column
-    assert row["score"] == pytest.approx(0.70) and row["real"] is True and row["converged"] == "3 of 3"
+    assert row["score"] == pytest.approx(0.70) and row["real"] is True and (row["n_converged"], row["n_runs"]) == (3, 3)
     assert list(result.table.loc[result.table["model"] == "ma", "k"]) == [
         0,
         4,
         7,
         8,
     ]  # 15/16 of 8 heads rounds to 8: shown once
-    assert result.table.loc[result.table["model"] == "mb", "converged"].tolist() == [
+    mb = result.table[result.table["model"] == "mb"]
+    assert list(zip(mb["n_converged"], mb["n_runs"])) == [(2, 3), (3, 3), (3, 3), (2, 3)]
+    assert table_cells(IT.main_table_display(mb))["converged seeds"].tolist() == [
         "2 of 3",
         "3 of 3",
         "3 of 3",

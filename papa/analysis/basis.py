@@ -75,7 +75,6 @@ def baseline_intervals(records: Mapping[str, dict], runs: pd.DataFrame, resample
 class Basis:
     """One set of runs read on the book's basis (module docstring). Frames are pandas; never mutate them."""
 
-    words: str  # which runs, in words ("the 412 converged probe results")
     gated: bool  # False when no run had a held-out curve (kept whole)
     gate: dict  # gate_runs' summary over every run
     runs: pd.DataFrame  # the kept runs (one row per run × metric)
@@ -140,9 +139,7 @@ def build_basis(runs: pd.DataFrame, records: Mapping[str, dict], resamples: int 
     rising = R.attention_free_values(runs[~runs["run_id"].isin(ids)])  # no converged floor: those still rising
     floors = R.floors_table(chosen, intervals=baseline_intervals(chosen_records, chosen, resamples), rising=rising)
     differences = S.paired_differences(chosen_records, resamples=resamples)
-    n = int(chosen["run_id"].nunique()) if len(chosen) else 0
-    words = f"the {n} converged probe results" if gated else f"all {n} probe results (none passed the convergence gate)"
-    return Basis(words, gated, gate, chosen, summary, floors, differences, _cells(differences, summary, floors))
+    return Basis(gated, gate, chosen, summary, floors, differences, _cells(differences, summary, floors))
 
 
 def claim_cells(basis: Basis, ranking: str) -> pd.DataFrame:

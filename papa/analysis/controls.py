@@ -21,16 +21,16 @@ def converged_flag(value: object) -> bool | None:
 
 
 def converged_counts(table: pd.DataFrame, main: pd.DataFrame) -> pd.DataFrame:
-    """``table`` (:func:`papa.analysis.drop_tables.main_table`) with a ``converged`` column: per model, task, ranking
-    (the seeded random orderings pooled as ``random``) and k, ``"<converged> of <runs>"`` of ``main``'s full probes."""
+    """``table`` (:func:`papa.analysis.drop_tables.main_table`) with ``n_converged`` and ``n_runs``: per model, task,
+    ranking (the seeded random orderings pooled as ``random``) and k, how many of ``main``'s full probes converged."""
     runs = main.drop_duplicates("run_id")
     runs = runs[runs["probe_input"] == "all"]
     runs = runs.assign(ranking=runs["ranking"].where(~runs["ranking"].str.startswith("random"), "random"))
     converged = lambda s: int(sum(converged_flag(x) is True for x in s))
     counts = runs.groupby(["model", "task", "ranking", "k"])["converged"].agg(converged=converged, runs="size")
-    words = {key: f"{c} of {n}" for key, (c, n) in counts.iterrows()}
-    keys = zip(table["model"], table["task"], table["ranking"], table["k"])
-    return table.assign(converged=[words.get(key) for key in keys])
+    keys = list(zip(table["model"], table["task"], table["ranking"], table["k"]))
+    found = lambda column: [counts[column].get(key, pd.NA) for key in keys]
+    return table.assign(n_converged=found("converged"), n_runs=found("runs"))
 
 
 def still_rising(epochs: pd.DataFrame, curve: str = "score") -> pd.DataFrame:

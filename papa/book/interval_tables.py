@@ -40,6 +40,9 @@ def main_table_display(main: pd.DataFrame) -> Table:
         drop_cell=_cells(percent, main["relative_drop"], main["relative_low"], main["relative_high"]),
         spread=spread,
     )
+    if "n_converged" in main:
+        counts = zip(main["n_converged"], main["n_runs"])
+        frame = frame.assign(converged=[None if is_missing(n) else f"{c} of {n}" for c, n in counts])
     kinds: dict[str, Any] = model_task_kinds(frame) | {"heads": "text", "ranking": "text", "score_cell": text}
     kinds |= {"difference_cell": text, "drop_cell": text, "real": "yes/no", "spread": text, "n_seeds": "int"}
     if "converged" in frame:

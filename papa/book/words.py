@@ -18,6 +18,7 @@ import pandas as pd
 
 from papa.analysis import claims as V
 from papa.analysis import replacements as RP
+from papa.analysis.basis import Basis
 from papa.analysis.drop_tables import nominal_fraction
 from papa.core.tasks import task_name
 
@@ -296,6 +297,17 @@ P_FLOOR = " (with 3 models the smallest possible p is 1/6)"
 #: How :func:`reason` writes each fact (any other fact is a rate, in percent).
 _FORMATS = {"rho": "{:+.2f}", "p": "{:.3f}", "limit": "{:.0%}", "paper": "{:.0%}"}
 _FORMATS |= dict.fromkeys(["model", "task", "n", "alpha"], "{}")
+
+
+def basis_words(basis: Basis) -> str:
+    """Which runs ``basis`` reads: ``"the 412 converged probe results"``, or all of them when none had a held-out
+    curve to pass the convergence gate."""
+    n = int(basis.runs["run_id"].nunique()) if len(basis.runs) else 0
+    return (
+        f"the {n} converged probe results"
+        if basis.gated
+        else f"all {n} probe results (none passed the convergence gate)"
+    )
 
 
 def pair_words(model: str, task: str) -> str:

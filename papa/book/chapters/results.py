@@ -91,7 +91,7 @@ def answers(data: BookData, ranking: str | None = None, resamples: int = S.RESAM
         differences=basis.differences,
         table=converged_counts(F.main_table(basis.summary, basis.cells, ranking), data.main),
         gate=basis.gate,
-        basis=basis.words,
+        basis=W.basis_words(basis),
         summary=basis.summary,
         random=F.random_baseline(records_of(data, set(basis.runs["run_id"])), resamples=resamples),
         cells=cells,
