@@ -44,7 +44,7 @@ def build(data: BookData, cells: pd.DataFrame, judged: V.Judged, ranking: str) -
     both = pd.concat([drawn, pooled], ignore_index=True)
     lrnext = data.study_basis("lrnext") if len(data.studies.get("lrnext", [])) else None
     runner_up = R.runner_up_frame(data.lr_choices, data.basis, lrnext)
-    by_draw = by_draw_frame(R.claim1_by_draw(both) if len(both) else {})
+    by_draw = by_draw_frame(R.claim1_by_draw(both) if len(both) else {}, ranking)
     by_model = models_frame(judged, V.judge_models(cells))
     glue = {"agreement_summary": agreement_summary(agreement)}
     glue |= {"draws_summary": draws_summary(by_draw, ranking, R.unpooled_pairs(drawn, pooled))}
@@ -125,22 +125,31 @@ def agreement_display(agreement: pd.DataFrame) -> Table:
 
 
 def ranking_label(ranking: str, method: str = "gates") -> str:
-    """``"gates-42"`` → ``"draw 42"``, ``"draws"`` → ``"the draws pooled"``, ``"gates"`` → ``"combined (mean λ)"``."""
+    """``"gates-42"`` → ``"draw 42"``, ``"draws"`` → ``"the draws pooled"``, ``method`` (the ranking that combines
+    the draws) → ``"gates, combined (mean λ)"``."""
     if ranking == "draws":
         return "the draws pooled"
-    return f"draw {ranking.rsplit('-', 1)[1]}" if "-" in ranking else f"{ranking}, combined (mean λ)"
+    if ranking == method:
+        return f"{ranking}, combined (mean λ)"
+    return f"draw {ranking.rsplit('-', 1)[1]}" if ranking.startswith(f"{method}-") else ranking
 
 
-def by_draw_frame(judged: dict) -> pd.DataFrame:
+def by_draw_frame(judged: dict, method: str = "gates") -> pd.DataFrame:
     """Claim 1 per ranking (:func:`papa.analysis.robustness.claim1_by_draw`): ranking, pairs, drop with interval,
-    verdict and reason; the combined ranking first, the pooled draws last."""
-    order = lambda r: (r != "gates", r == "draws", r)
+    verdict and reason; the combined ``method`` ranking first, the pooled draws last."""
+    order = lambda r: (r != method, r == "draws", r)
     rows = []
     for ranking in sorted(judged, key=order):
         pooled, judgement = judged[ranking]
         drop = interval_text(pooled["value"], pooled["low"], pooled["high"])
         rows.append(
-            [ranking_label(ranking), pooled["n"], drop, W.verdict_words(judgement), W.reason("claim1", judgement)]
+            [
+                ranking_label(ranking, method),
+                pooled["n"],
+                drop,
+                W.verdict_words(judgement),
+                W.reason("claim1", judgement),
+            ]
         )
     return pd.DataFrame(rows, columns=["ranking", "pairs", "drop", "verdict", "reason"])
 
