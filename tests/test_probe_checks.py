@@ -462,6 +462,9 @@ def test_candidates_that_round_to_one_score_show_the_digits_that_tell_them_apart
     (row,) = lr_choice_display(lr_choice_frame(_data(choices))).rows
     assert [cell.split(" ")[0] for cell in row[2:4]] == ["0.9292", "0.9289"]
     assert lr_choice_display(lr_choice_frame(_data(CHOICES))).rows[1][2].startswith("0.830 ")  # apart at 3 digits
+    below = choices["m__sst2"] | {"runs": [runs[0] | {"heldout": -0.0002}, runs[1] | {"heldout": 0.5}]}
+    (row,) = lr_choice_display(lr_choice_frame(_data({"m__sst2": below}))).rows  # an MCC just below 0
+    assert [cell.split(" ")[0] for cell in row[2:4]] == ["0.000", "0.500"]
 
 
 def test_the_probe_checks_read_the_converged_runs_only():

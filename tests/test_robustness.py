@@ -195,7 +195,7 @@ def test_a_grid_without_draws_says_so(tmp_path):
     assert rb.glue["draws_summary"].startswith("not in this grid")
     assert rb.glue["runner_up_summary"].startswith("not in this grid")
     assert "Not in this grid" in RB.agreement_display(rb.agreement)._repr_html_()
-    assert "Not in this grid" in RB.draws_display(rb.draws)._repr_html_()
+    assert "Not in this grid" in RB.draws_display(rb.draws, "gates")._repr_html_()
     assert not math.isnan(chapter.judged.evidence.all["value"])
 
 

@@ -298,13 +298,8 @@ def test_each_claim_is_judged_once_into_one_frozen_judgement():
 def test_sensitivity_every_task_and_per_family():
     table = RS.sensitivity_frame(V.judge_bases(_grid())).set_index("basis")
     informative, every, sentence, token = (table.iloc[i] for i in range(4))
-    assert (informative["n_all"], every["n_all"], every["excluded"], sentence["n_all"], token["n_all"]) == (
-        6,
-        8,
-        2,
-        3,
-        3,
-    )
+    assert (every["excluded_half"], every["excluded_all"]) == (1, 1)  # one pair, (a, cola): undefined on both sides
+    assert (informative["n_all"], every["n_all"], sentence["n_all"], token["n_all"]) == (6, 8, 3, 3)
     assert every["claim2"].startswith(f"{percent((0.31 + 0.6) / 8)} [")
     assert (sentence["claim2_verdict"], token["claim2_verdict"]) == ("reproduced", "reproduced with a smaller effect")
     assert sentence["paper"].startswith("none: the paper states no average per task family") and informative[

@@ -93,14 +93,16 @@ def verdicts_display(claims: pd.DataFrame) -> Table:
 def verdict_sensitivity_display(frame: pd.DataFrame) -> Table:
     """:func:`papa.book.chapters.results.sensitivity_frame` for reading: each claim's number and verdict per basis,
     and the pairs each drop averages (at half and at all heads) under "More columns"."""
-    kinds = {"basis": "text", "n_half": "int", "n_all": "int", "excluded": "int", "claim1": text}
+    kinds = {"basis": "text", "n_half": "int", "n_all": "int", "excluded_half": "int", "excluded_all": "int"}
+    kinds |= {"claim1": text}
     kinds |= {"claim1_verdict": "text", "claim2": text, "claim2_verdict": "text", "claim2b": text}
     kinds |= {"claim2b_verdict": "text", "claim3": text, "claim3_verdict": "text", "paper": "text"}
-    headers = {"n_half": "pairs, half", "n_all": "pairs, all", "excluded": "left out (drop undefined)"}
+    headers = {"n_half": "pairs, half", "n_all": "pairs, all", "excluded_half": "left out, half (drop undefined)"}
+    headers["excluded_all"] = "left out, all (drop undefined)"
     headers |= {"claim1": "1. drop, half constant", "claim1_verdict": "1. verdict", "claim2": "2. drop, all constant"}
     headers |= {"claim2_verdict": "2. verdict", "claim2b": "2b. largest drop", "claim2b_verdict": "2b. verdict"}
     headers |= {"claim3": "3. ρ (models)", "claim3_verdict": "3. verdict", "paper": "the paper, for this basis"}
-    details = ["n_half", "n_all", "excluded", "claim2b", "claim2b_verdict", "claim3", "paper"]
+    details = ["n_half", "n_all", "excluded_half", "excluded_all", "claim2b", "claim2b_verdict", "claim3", "paper"]
     return table(frame, kinds, headers, details=details)
 
 

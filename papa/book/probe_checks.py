@@ -18,7 +18,8 @@ def _cell(group: pd.DataFrame, digits: int = 3) -> str:
     """``0.204 (epoch 4 of 7)``, with ``, at the cap`` when the curve still rose; seeds joined by ``; ``."""
     cap = lambda r: "" if r.converged else ", at the cap"
     return "; ".join(
-        f"{r.heldout:.{digits}f} (epoch {r.best_epoch} of {r.epochs_trained}{cap(r)})" for r in group.itertuples()
+        f"{W.unsigned_zero(f'{r.heldout:.{digits}f}')} (epoch {r.best_epoch} of {r.epochs_trained}{cap(r)})"
+        for r in group.itertuples()
     )
 
 

@@ -176,7 +176,7 @@ def sensitivity_frame(by_basis: dict[str, V.Judged]) -> pd.DataFrame:
         judged = by_basis[code]
         half, full = judged.evidence.half, judged.evidence.all
         row = {"basis": W.BASIS_WORDS[code], "n_half": half["n"], "n_all": full["n"]}
-        row["excluded"] = half["excluded"] + full["excluded"]
+        row |= {"excluded_half": half["excluded"], "excluded_all": full["excluded"]}  # pairs, each side
         for claim in V.CLAIMS:
             judgement = judged.judgements[claim.key]
             row |= {claim.key: W.claim_number(judgement), f"{claim.key}_verdict": W.verdict_words(judgement)}

@@ -124,7 +124,7 @@ def agreement_display(agreement: pd.DataFrame) -> Table:
     return table(frame, kinds, headers, empty=empty)
 
 
-def ranking_label(ranking: str, method: str = "gates") -> str:
+def ranking_label(ranking: str, method: str) -> str:
     """``"gates-42"`` → ``"draw 42"``, ``"draws"`` → ``"the draws pooled"``, ``method`` (the ranking that combines
     the draws) → ``"gates, combined (mean λ)"``."""
     if ranking == "draws":
@@ -134,7 +134,7 @@ def ranking_label(ranking: str, method: str = "gates") -> str:
     return f"draw {ranking.rsplit('-', 1)[1]}" if ranking.startswith(f"{method}-") else ranking
 
 
-def by_draw_frame(judged: dict, method: str = "gates") -> pd.DataFrame:
+def by_draw_frame(judged: dict, method: str) -> pd.DataFrame:
     """Claim 1 per ranking (:func:`papa.analysis.robustness.claim1_by_draw`): ranking, pairs, drop with interval,
     verdict and reason; the combined ``method`` ranking first, the pooled draws last."""
     order = lambda r: (r != method, r == "draws", r)
@@ -170,11 +170,12 @@ def draws_summary(by_draw: pd.DataFrame, ranking: str, unpooled: list[tuple[str,
     return said
 
 
-def draws_display(cells: pd.DataFrame) -> Table:
-    """Claim 1 per draw: each pair's half-heads drop per ranking (the verdicts: :func:`draws_summary`)."""
+def draws_display(cells: pd.DataFrame, method: str) -> Table:
+    """Claim 1 per draw: each pair's half-heads drop per ranking, ``method`` the one that combines the draws (the
+    verdicts: :func:`draws_summary`)."""
     per_pair = cells.assign(
         task=cells["task"].map(task_name),
-        ranking=[ranking_label(r) for r in cells["ranking"]],
+        ranking=[ranking_label(r, method) for r in cells["ranking"]],
         drop=_column(interval_text, cells, "relative_drop", "relative_low", "relative_high"),
         informative=cells["informative"].astype(bool),
     )
