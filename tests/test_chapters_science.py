@@ -234,6 +234,9 @@ def test_claims_with_two_models(grid):
     assert words(data) == ("one seed", "one distinct draw")  # the config's probe seeds: [42]
     three = grid_model(CONFIG | {"probe": CONFIG["probe"] | {"seeds": [42, 43, 44]}})
     assert words(dataclasses.replace(data, config=three)) == ("three seeds", "ten distinct draws")  # C(5, 3)
+    apart = CONFIG["probe"] | {"seeds": [42, 43, 44], "per_model": {"mb": {"seeds": [42]}}}
+    apart = grid_model(CONFIG | {"probe": apart})  # mb runs one seed, ma three
+    assert words(dataclasses.replace(data, config=apart)) == ("1 to 3 seeds", "1 to 10 distinct draws")
     assert numbers["claim2_number"] == interval_text(full["value"], full["low"], full["high"])
     assert numbers["claim2_number"].endswith(f"[{full['low']:.1%}, {full['high']:.1%}]")
 

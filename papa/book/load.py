@@ -188,6 +188,21 @@ def floors_display(floors: pd.DataFrame) -> T.Table:
     return T.table(frame, kinds, headers, missing, notes)
 
 
+def seed_level_words(config: GridConfig, models: Iterable[str]) -> dict[str, str]:
+    """How many probe seeds the main grid's models run (``probe_seeds_words``: "three seeds", or a range when
+    ``probe.per_model`` sets them apart) and how many distinct draws the bootstrap's seed level has
+    (``seed_level_draws``): drawing S seeds with replacement gives C(2S − 1, S) multisets."""
+    counts = sorted({len(study_settings(config, None, model)["seeds"]) for model in models}) or [0]
+    low, high = counts[0], counts[-1]
+    draws = lambda s: math.comb(2 * s - 1, s) if s else 0
+    if low == high:
+        return {"probe_seeds_words": W.count(low, "seed"), "seed_level_draws": W.count(draws(low), "distinct draw")}
+    return {
+        "probe_seeds_words": f"{low} to {high} seeds",
+        "seed_level_draws": f"{draws(low)} to {draws(high)} distinct draws",
+    }
+
+
 def headline_numbers(data: BookData) -> dict:
     """The counts and names the results chapter's prose cites (the drops and verdicts come from
     :func:`papa.book.chapters.results.answer_numbers`, on the one basis of every drop)."""
@@ -195,7 +210,7 @@ def headline_numbers(data: BookData) -> dict:
     informative = data.floors[data.floors["informative"]]
     uninformative = data.floors[~data.floors["informative"]]
     label = (lambda m, t: f"{m}/{t}") if len(data.models) > 1 else (lambda m, t: t)
-    size, seeds = data.config.probe.max_train_examples, len(data.config.probe.seeds)
+    size = data.config.probe.max_train_examples
     return {
         "config_name": data.config.name,
         # a probe run is one executed probe notebook; it writes one probe result per seed (count_probe_runs)
@@ -209,9 +224,7 @@ def headline_numbers(data: BookData) -> dict:
         "n_models": len(data.models),
         "informative_tasks": ", ".join(map(label, informative["model"], informative["task"])) or "none",
         "uninformative_tasks": ", ".join(map(label, uninformative["model"], uninformative["task"])) or "none",
-        "probe_seeds_words": W.count(seeds, "seed"),
-        # a two-level resample draws the seeds with replacement: C(2S − 1, S) distinct multisets of S seeds
-        "seed_level_draws": W.count(math.comb(2 * seeds - 1, seeds), "distinct draw"),
+        **seed_level_words(data.config, data.models),
         "probe_train_examples": "the whole training split" if size is None else f"{size:,}",
     }
 
