@@ -202,8 +202,9 @@ def test_summarise_single_seed_std_is_nan_and_mixed_settings_raise(tmp_path):
     write(tmp_path / "one", {"r": result()})
     assert math.isnan(summarise(load_results(tmp_path / "one"))["std"].iloc[0])
     write(tmp_path / "mixed", {"a": result(seed=1), "b": result(seed=2, lr=1e-3)})
-    with pytest.raises(PapaError, match="lr"):
+    with pytest.raises(PapaError, match=r"differ in lr \(\[2e-05, 0\.001\]\): a, b") as error:
         summarise(load_results(tmp_path / "mixed"))
+    assert "papa grid run CONFIG --prune" in str(error.value)
     write(tmp_path / "dup", {"a": result(seed=1), "b": result(seed=1)})
     with pytest.raises(PapaError, match="seed"):
         summarise(load_results(tmp_path / "dup"))

@@ -157,9 +157,11 @@ def summarise(df: pd.DataFrame) -> pd.DataFrame:
         label = dict(zip(SUMMARY_KEYS, keys))
         for column in ("lr", "epochs", "train_examples", "selection"):
             if group[column].nunique(dropna=False) > 1:
-                found = sorted(group[column].unique())
-                fix = f"Filter the table to one {column} before summarising."
-                raise PapaError(f"Runs of {label} differ in {column} ({found})", fix)
+                found = sorted(group[column].unique().tolist())
+                fix = "If some are results of runs the config no longer plans, `papa grid run CONFIG --prune` removes"
+                fix += f" them; otherwise filter the table to one {column} before summarising."
+                runs = ", ".join(sorted(group["run_id"]))
+                raise PapaError(f"Runs of {label} differ in {column} ({found}): {runs}", fix)
         if group["seed"].duplicated().any():
             fix = "Remove the duplicate result files, or filter the table."
             raise PapaError(f"Runs of {label} repeat a seed ({group['seed'].tolist()})", fix)
